@@ -1,0 +1,243 @@
+//! The CPU engine: every op, every data type, any strides, on all cores (rayon).
+//!
+//! It is the reference every other engine is checked against, so it is written for clarity:
+//! each input is read into a dense row-major `f64` array ([`Nd`]), each op computes in `f64`,
+//! and each result is rounded to its tensor's type (intermediates to the intermediate type,
+//! f32 by default) before the next op reads it. It shares no code with any GPU kernel.
+
+mod conv;
+mod matmul;
+mod norm;
+mod pointwise;
+mod reduction;
+mod resample;
+mod rng;
+mod sdpa;
+mod softmax;
+mod transform;
+
+pub use rng::philox4x32;
+
+use super::{BehaviorNotes, Buffer, CompiledPlan, Engine, EngineKind, Knob, VariantPack};
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::graph::ops::Op;
+use crate::graph::{Graph, Node, TensorDesc, TensorId};
+use crate::layout::{gather, required_bytes, scatter, Nd};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The CPU engine.
+pub struct CpuEngine;
+
+impl Engine for CpuEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Cpu
+    }
+    fn supports(&self, _graph: &Graph) -> Result<()> {
+        Ok(())
+    }
+    fn candidates(&self, _graph: &Graph) -> Vec<Vec<Knob>> {
+        vec![Vec::new()]
+    }
+    fn behavior(&self, _graph: &Graph, _knobs: &[Knob]) -> BehaviorNotes {
+        BehaviorNotes { runtime_compiled: false, deterministic: true, reduced_precision: false }
+    }
+    fn build(&self, graph: Arc<Graph>, _knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
+        let order = graph.topological_order()?;
+        Ok(Box::new(CpuPlan { graph, order }))
+    }
+}
+
+struct CpuPlan {
+    graph: Arc<Graph>,
+    order: Vec<usize>,
+}
+
+impl CompiledPlan for CpuPlan {
+    fn workspace_size(&self) -> usize {
+        0
+    }
+
+    fn execute(&self, pack: &mut VariantPack, _workspace: Option<Buffer>) -> Result<()> {
+        let g = &*self.graph;
+        check_pack(g, pack)?;
+        let mut values: HashMap<usize, Nd> = HashMap::new();
+        for &ni in &self.order {
+            let node = &g.nodes[ni];
+            let mut inputs = HashMap::new();
+            for port in &node.inputs {
+                let nd = match values.get(&port.tensor.0) {
+                    Some(nd) => nd.clone(),
+                    None => {
+                        let nd = load_input(g, port.tensor, pack)?;
+                        values.insert(port.tensor.0, nd.clone());
+                        nd
+                    }
+                };
+                inputs.insert(port.name.clone(), nd);
+            }
+            let mut io = NodeIo { graph: g, node, inputs, outputs: Vec::new() };
+            exec_node(&mut io)?;
+            for (port, mut nd) in io.outputs {
+                let id = node.output(&port).ok_or_else(|| Error::op(node.op.kind(), &node.name, format!("the CPU engine produced output `{port}` that the node does not have")))?;
+                let desc = g.desc(id);
+                let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+                let want: Vec<usize> = desc.dims.iter().map(|&d| d as usize).collect();
+                if nd.dims != want {
+                    return Err(Error::op(node.op.kind(), &node.name, format!("internal: output `{port}` computed with dims {:?}, expected {want:?}", nd.dims)));
+                }
+                for v in &mut nd.data {
+                    *v = dtype.quantize(*v);
+                }
+                if !desc.is_virtual {
+                    let uid = desc.uid.unwrap_or_default();
+                    match pack.buffers.get_mut(&uid) {
+                        Some(Buffer::HostMut(bytes)) => scatter(desc, dtype, &nd, bytes),
+                        _ => return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}) is an output: pass it as a writable host buffer", desc.name))),
+                    }
+                }
+                values.insert(id.0, nd);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every non-virtual tensor has a host buffer large enough; the pack names no unknown uid.
+fn check_pack(g: &Graph, pack: &VariantPack) -> Result<()> {
+    let mut known = HashMap::new();
+    for id in g.io_tensors() {
+        let d = g.desc(id);
+        let uid = d.uid.unwrap_or_default();
+        known.insert(uid, id);
+        let buf = pack.buffers.get(&uid).ok_or_else(|| Error::InvalidArgument(format!("graph \"{}\": tensor \"{}\" (uid {uid}) has no buffer in the variant pack", g.name, d.name)))?;
+        let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+        let need = required_bytes(d, dtype);
+        if let Buffer::Device { .. } = buf {
+            return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): the CPU engine needs host buffers, but a device pointer was given", d.name)));
+        }
+        if buf.len() < need {
+            return Err(Error::InvalidArgument(format!(
+                "tensor \"{}\" (uid {uid}): buffer is {} bytes but dims {:?} with strides {:?} of {dtype} need {need}",
+                d.name,
+                buf.len(),
+                d.dims,
+                d.strides
+            )));
+        }
+    }
+    for uid in pack.buffers.keys() {
+        if !known.contains_key(uid) {
+            return Err(Error::InvalidArgument(format!("graph \"{}\": the variant pack has uid {uid}, which no non-virtual tensor of the graph has", g.name)));
+        }
+    }
+    Ok(())
+}
+
+fn load_input(g: &Graph, id: TensorId, pack: &VariantPack) -> Result<Nd> {
+    let d = g.desc(id);
+    let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+    let dims: Vec<usize> = d.dims.iter().map(|&x| x as usize).collect();
+    if let (true, Some(v)) = (d.is_pass_by_value, d.value) {
+        return Ok(Nd::filled(&dims, dtype.quantize(v)));
+    }
+    if d.is_virtual {
+        return Err(Error::InvalidGraph(format!("tensor \"{}\" is virtual but nothing produced it before it was read", d.name)));
+    }
+    let uid = d.uid.unwrap_or_default();
+    match pack.buffers.get(&uid) {
+        Some(Buffer::Host(b)) => Ok(gather(d, dtype, b)),
+        Some(Buffer::HostMut(b)) => Ok(gather(d, dtype, b)),
+        _ => Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}) has no host buffer in the variant pack", d.name))),
+    }
+}
+
+/// What one op's CPU code sees: its node, its inputs as dense arrays by port, and where to put
+/// its outputs.
+pub(crate) struct NodeIo<'a> {
+    pub graph: &'a Graph,
+    pub node: &'a Node,
+    pub inputs: HashMap<String, Nd>,
+    pub outputs: Vec<(String, Nd)>,
+}
+
+#[allow(dead_code)]
+impl NodeIo<'_> {
+    pub fn input(&self, port: &str) -> Result<&Nd> {
+        self.inputs.get(port).ok_or_else(|| Error::op(self.node.op.kind(), &self.node.name, format!("input `{port}` is missing")))
+    }
+    pub fn opt_input(&self, port: &str) -> Option<&Nd> {
+        self.inputs.get(port)
+    }
+    pub fn has_output(&self, port: &str) -> bool {
+        self.node.output(port).is_some()
+    }
+    /// The descriptor of an output (its inferred dims, strides, type).
+    pub fn output_desc(&self, port: &str) -> Option<&TensorDesc> {
+        self.node.output(port).map(|id| self.graph.desc(id))
+    }
+    /// The dims of an output as `usize`.
+    pub fn output_dims(&self, port: &str) -> Result<Vec<usize>> {
+        let d = self.output_desc(port).ok_or_else(|| Error::op(self.node.op.kind(), &self.node.name, format!("output `{port}` is missing")))?;
+        Ok(d.dims.iter().map(|&x| x as usize).collect())
+    }
+    /// The resolved type of an output.
+    pub fn output_type(&self, port: &str) -> DataType {
+        self.node.output(port).and_then(|id| self.graph.resolved_data_type(id)).unwrap_or(DataType::F32)
+    }
+    /// The type of an input.
+    pub fn input_type(&self, port: &str) -> DataType {
+        self.node.input(port).and_then(|id| self.graph.resolved_data_type(id)).unwrap_or(DataType::F32)
+    }
+    /// The type the op computes in.
+    pub fn compute_type(&self) -> DataType {
+        self.graph.compute_type(self.node)
+    }
+    /// Set an output, if the node has that port (optional outputs are skipped).
+    pub fn set(&mut self, port: &str, nd: Nd) {
+        if self.has_output(port) {
+            self.outputs.push((port.to_string(), nd));
+        }
+    }
+    pub fn err(&self, message: impl std::fmt::Display) -> Error {
+        Error::op(self.node.op.kind(), &self.node.name, message)
+    }
+}
+
+fn exec_node(io: &mut NodeIo) -> Result<()> {
+    let op = io.node.op.clone();
+    match &op {
+        Op::ConvFprop(a) => conv::fprop(io, a),
+        Op::ConvDgrad(a) => conv::dgrad(io, a),
+        Op::ConvWgrad(a) => conv::wgrad(io, a),
+        Op::Matmul(a) => matmul::matmul(io, a),
+        Op::Pointwise(a) => pointwise::pointwise(io, a),
+        Op::Reduction(a) => reduction::reduction(io, a),
+        Op::Batchnorm(a) => norm::batchnorm(io, a),
+        Op::BatchnormInference(a) => norm::batchnorm_inference(io, a),
+        Op::BatchnormBackward(a) => norm::batchnorm_backward(io, a),
+        Op::Genstats(a) => norm::genstats(io, a),
+        Op::BnFinalize(a) => norm::bn_finalize(io, a),
+        Op::Layernorm(a) => norm::layernorm(io, a),
+        Op::LayernormBackward(a) => norm::layernorm_backward(io, a),
+        Op::Rmsnorm(a) => norm::rmsnorm(io, a),
+        Op::RmsnormBackward(a) => norm::rmsnorm_backward(io, a),
+        Op::Instancenorm(a) => norm::instancenorm(io, a),
+        Op::InstancenormBackward(a) => norm::instancenorm_backward(io, a),
+        Op::Adalayernorm(a) => norm::adalayernorm(io, a),
+        Op::AdalayernormBackward(a) => norm::adalayernorm_backward(io, a),
+        Op::Softmax(a) => softmax::softmax(io, a),
+        Op::SoftmaxBackward(a) => softmax::softmax_backward(io, a),
+        Op::Resample(a) => resample::resample(io, a),
+        Op::ResampleBackward(a) => resample::resample_backward(io, a),
+        Op::Sdpa(a) => sdpa::sdpa(io, a),
+        Op::SdpaBackward(a) => sdpa::sdpa_backward(io, a),
+        Op::Reshape(a) => transform::reshape(io, a),
+        Op::Transpose(a) => transform::transpose(io, a),
+        Op::Slice(a) => transform::slice(io, a),
+        Op::Concatenate(a) => transform::concatenate(io, a),
+        Op::Copy(a) => transform::copy(io, a),
+        Op::Rng(a) => rng::rng(io, a),
+    }
+}

@@ -1,0 +1,301 @@
+//! Engines, plans and execution, in cuDNN's shape: a [`Handle`] holds the engines available on
+//! this machine; it builds ranked [`Plan`]s for a validated graph (each names its engine and
+//! knobs and knows its workspace size and behavior notes); a plan executes with a
+//! [`VariantPack`] (tensor uid -> buffer) and a workspace.
+//!
+//! ```
+//! use ferrodnn::{DataType, Graph, Handle, TensorDesc, VariantPack};
+//! let mut g = Graph::new("relu").io_data_type(DataType::F32);
+//! let x = g.tensor(TensorDesc::new("x", &[4], DataType::F32).with_uid(1));
+//! let y = g.relu(x);
+//! g.set_output(y);
+//! g.desc_mut(y).uid = Some(2);
+//! g.validate().unwrap();
+//! let handle = Handle::cpu();
+//! let plan = handle.build_plans(&g, &Default::default()).unwrap().remove(0);
+//! let xs = DataType::F32.encode(&[-1.0, 2.0, -3.0, 4.0]);
+//! let mut ys = vec![0u8; 16];
+//! let mut pack = VariantPack::new();
+//! pack.input(1, &xs).output(2, &mut ys);
+//! plan.execute(&mut pack, None).unwrap();
+//! assert_eq!(DataType::F32.decode(&ys), vec![0.0, 2.0, 0.0, 4.0]);
+//! ```
+
+pub mod cpu;
+
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Which engine a plan runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// The reference engine: every op, every type, any strides, on all cores.
+    Cpu,
+    /// The GPU engines (the CUDA engine issue).
+    Cuda,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Cpu => "cpu",
+            EngineKind::Cuda => "cuda",
+        }
+    }
+}
+
+impl std::str::FromStr for EngineKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<EngineKind> {
+        match s {
+            "cpu" => Ok(EngineKind::Cpu),
+            "cuda" => Ok(EngineKind::Cuda),
+            _ => Err(Error::InvalidArgument(format!("unknown engine `{s}`; expected cpu or cuda"))),
+        }
+    }
+}
+
+/// A tuning choice of an engine (tile size, split, ...), by name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Knob {
+    pub name: String,
+    pub value: i64,
+}
+
+/// What a plan promises about how it computes, as cuDNN's behavior notes do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BehaviorNotes {
+    /// Its kernels were generated and compiled at plan-build time.
+    pub runtime_compiled: bool,
+    /// Two runs on the same inputs give bit-identical results.
+    pub deterministic: bool,
+    /// It uses reduced precision (tensor cores on f16/bf16 inputs, tf32 for f32).
+    pub reduced_precision: bool,
+}
+
+/// The serializable part of a plan: which engine, which knobs, for which graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanDesc {
+    pub engine: EngineKind,
+    pub knobs: Vec<Knob>,
+    /// The key of the graph the plan was built for.
+    pub graph_key: u64,
+}
+
+impl PlanDesc {
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string(self).map_err(|e| Error::Serialization(format!("plan could not be serialized: {e}")))
+    }
+    pub fn from_json(text: &str) -> Result<PlanDesc> {
+        if text.len() > 1 << 20 {
+            return Err(Error::Serialization(format!("plan JSON is {} bytes; at most 1 MiB is accepted", text.len())));
+        }
+        let d: PlanDesc = serde_json::from_str(text).map_err(|e| Error::Serialization(format!("plan JSON is malformed: {e}")))?;
+        if d.knobs.len() > 256 {
+            return Err(Error::Serialization(format!("plan has {} knobs; at most 256 are accepted", d.knobs.len())));
+        }
+        Ok(d)
+    }
+}
+
+/// What the user asks of plans.
+#[derive(Clone, Debug, Default)]
+pub struct PlanPolicy {
+    /// Only engines of this kind.
+    pub engine: Option<EngineKind>,
+    /// Only plans whose behavior notes say deterministic.
+    pub deterministic_only: bool,
+    /// Refuse plans that use reduced precision.
+    pub no_reduced_precision: bool,
+}
+
+/// A buffer of a variant pack or a workspace.
+pub enum Buffer<'a> {
+    /// Host memory the plan reads.
+    Host(&'a [u8]),
+    /// Host memory the plan may write.
+    HostMut(&'a mut [u8]),
+    /// Device memory: a device pointer and its size in bytes.
+    Device { ptr: u64, bytes: usize },
+}
+
+impl Buffer<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Buffer::Host(b) => b.len(),
+            Buffer::HostMut(b) => b.len(),
+            Buffer::Device { bytes, .. } => *bytes,
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Buffers keyed by tensor uid.
+#[derive(Default)]
+pub struct VariantPack<'a> {
+    pub buffers: HashMap<i64, Buffer<'a>>,
+}
+
+impl<'a> VariantPack<'a> {
+    pub fn new() -> VariantPack<'a> {
+        VariantPack { buffers: HashMap::new() }
+    }
+    /// A host buffer the plan reads.
+    pub fn input(&mut self, uid: i64, data: &'a [u8]) -> &mut Self {
+        self.buffers.insert(uid, Buffer::Host(data));
+        self
+    }
+    /// A host buffer the plan writes.
+    pub fn output(&mut self, uid: i64, data: &'a mut [u8]) -> &mut Self {
+        self.buffers.insert(uid, Buffer::HostMut(data));
+        self
+    }
+    /// A device buffer.
+    pub fn device(&mut self, uid: i64, ptr: u64, bytes: usize) -> &mut Self {
+        self.buffers.insert(uid, Buffer::Device { ptr, bytes });
+        self
+    }
+}
+
+/// An engine: says which graphs it supports and builds compiled plans for them.
+pub trait Engine: Send + Sync {
+    fn kind(&self) -> EngineKind;
+    /// Ok when this engine can run the (validated) graph; otherwise why not.
+    fn supports(&self, graph: &Graph) -> Result<()>;
+    /// Candidate knob sets, best first by the engine's own heuristics.
+    fn candidates(&self, graph: &Graph) -> Vec<Vec<Knob>>;
+    fn behavior(&self, graph: &Graph, knobs: &[Knob]) -> BehaviorNotes;
+    /// Compile a plan. All expensive work (compilation, allocation) happens here.
+    fn build(&self, graph: Arc<Graph>, knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>>;
+}
+
+/// The engine-specific, executable part of a plan.
+pub trait CompiledPlan: Send + Sync {
+    fn workspace_size(&self) -> usize;
+    fn execute(&self, pack: &mut VariantPack, workspace: Option<Buffer>) -> Result<()>;
+}
+
+/// An executable plan: an engine and its knobs, compiled for one graph.
+pub struct Plan {
+    pub desc: PlanDesc,
+    pub notes: BehaviorNotes,
+    graph: Arc<Graph>,
+    inner: Box<dyn CompiledPlan>,
+}
+
+impl Plan {
+    pub fn engine(&self) -> EngineKind {
+        self.desc.engine
+    }
+    pub fn workspace_size(&self) -> usize {
+        self.inner.workspace_size()
+    }
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+    /// Run the plan on the buffers of `pack`. Checks that every buffer the graph needs is
+    /// there, is large enough and is of the right kind, and that the pack names no tensor the
+    /// graph lacks.
+    pub fn execute(&self, pack: &mut VariantPack, workspace: Option<Buffer>) -> Result<()> {
+        let need = self.workspace_size();
+        let have = workspace.as_ref().map_or(0, |w| w.len());
+        if have < need {
+            return Err(Error::InvalidArgument(format!("graph \"{}\": the plan needs a workspace of {need} bytes but {have} were given", self.graph.name)));
+        }
+        self.inner.execute(pack, workspace)
+    }
+}
+
+/// The engines available to this process, bound (for GPU engines) to one device and stream.
+pub struct Handle {
+    engines: Vec<Box<dyn Engine>>,
+}
+
+impl Handle {
+    /// A handle with only the CPU engine.
+    pub fn cpu() -> Handle {
+        Handle { engines: vec![Box::new(cpu::CpuEngine)] }
+    }
+
+    /// Every engine this machine can run, best first (the CPU engine last).
+    pub fn new() -> Handle {
+        Handle::cpu()
+    }
+
+    pub fn engines(&self) -> impl Iterator<Item = EngineKind> + '_ {
+        self.engines.iter().map(|e| e.kind())
+    }
+
+    /// Plans for a validated graph, best first. Errors say why each engine declined.
+    pub fn build_plans(&self, graph: &Graph, policy: &PlanPolicy) -> Result<Vec<Plan>> {
+        let mut g = graph.clone();
+        g.validate()?;
+        let key = g.key();
+        let g = Arc::new(g);
+        let mut plans = Vec::new();
+        let mut reasons = Vec::new();
+        for engine in &self.engines {
+            if policy.engine.is_some_and(|k| k != engine.kind()) {
+                continue;
+            }
+            if let Err(e) = engine.supports(&g) {
+                reasons.push(format!("{}: {e}", engine.kind().name()));
+                continue;
+            }
+            for knobs in engine.candidates(&g) {
+                let notes = engine.behavior(&g, &knobs);
+                if (policy.deterministic_only && !notes.deterministic) || (policy.no_reduced_precision && notes.reduced_precision) {
+                    reasons.push(format!("{}: plan with knobs {knobs:?} does not meet the policy ({notes:?})", engine.kind().name()));
+                    continue;
+                }
+                let inner = engine.build(g.clone(), &knobs)?;
+                plans.push(Plan { desc: PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes, graph: g.clone(), inner });
+            }
+        }
+        if plans.is_empty() {
+            let wanted = policy.engine.map_or("any engine".to_string(), |k| format!("engine {}", k.name()));
+            return Err(Error::NotSupported(format!(
+                "graph \"{}\": no plan on {wanted}{}{}",
+                g.name,
+                if reasons.is_empty() { "" } else { ": " },
+                reasons.join("; ")
+            )));
+        }
+        Ok(plans)
+    }
+
+    /// Rebuild a plan from its serialized description, for the same graph.
+    pub fn plan_from_desc(&self, graph: &Graph, desc: &PlanDesc) -> Result<Plan> {
+        let mut g = graph.clone();
+        g.validate()?;
+        let key = g.key();
+        if key != desc.graph_key {
+            return Err(Error::InvalidArgument(format!("graph \"{}\": the plan was built for graph key {:#x} but this graph's key is {key:#x}", g.name, desc.graph_key)));
+        }
+        let engine = self
+            .engines
+            .iter()
+            .find(|e| e.kind() == desc.engine)
+            .ok_or_else(|| Error::NotSupported(format!("engine {} is not available on this handle", desc.engine.name())))?;
+        engine.supports(&g)?;
+        let g = Arc::new(g);
+        let notes = engine.behavior(&g, &desc.knobs);
+        let inner = engine.build(g.clone(), &desc.knobs)?;
+        Ok(Plan { desc: desc.clone(), notes, graph: g, inner })
+    }
+}
+
+impl Default for Handle {
+    fn default() -> Self {
+        Handle::new()
+    }
+}

@@ -1,0 +1,206 @@
+//! Helpers to run a graph on dense `f64` values and compare results: used by the test suites,
+//! the CLI's `run` and `demo`, and (later) the GPU check. Seeded, dependency-free randomness.
+
+use crate::dtype::DataType;
+use crate::engine::{Handle, PlanPolicy, VariantPack};
+use crate::error::{Error, Result};
+use crate::graph::{Graph, TensorId};
+use crate::layout::{gather, required_bytes, scatter, Nd};
+use std::collections::HashMap;
+
+/// SplitMix64: a small, seedable generator, good enough for test data.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed ^ 0x5851_f42d_4c95_7f2d)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.next_f64()
+    }
+}
+
+/// Random values suited to a type: floats uniform in [-1, 1) (never all zero), integers
+/// small, booleans 0/1; each already representable in the type.
+pub fn random_values(n: usize, dtype: DataType, rng: &mut SplitMix64) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let v = match dtype {
+                DataType::Bool => (rng.next_u64() & 1) as f64,
+                DataType::U8 => (rng.next_u64() % 8) as f64,
+                DataType::I8 | DataType::I32 | DataType::I64 => (rng.next_u64() % 9) as f64 - 4.0,
+                _ => rng.uniform(-1.0, 1.0),
+            };
+            dtype.quantize(v)
+        })
+        .collect()
+}
+
+/// Dense random values for every input tensor of a validated graph that needs a buffer.
+pub fn random_inputs(graph: &Graph, seed: u64) -> HashMap<TensorId, Nd> {
+    let mut rng = SplitMix64::new(seed);
+    let mut out = HashMap::new();
+    for id in graph.input_tensors() {
+        let d = graph.desc(id);
+        if d.is_pass_by_value && d.value.is_some() {
+            continue;
+        }
+        let dtype = graph.resolved_data_type(id).unwrap_or(DataType::F32);
+        let dims: Vec<usize> = d.dims.iter().map(|&x| x as usize).collect();
+        let n = dims.iter().product();
+        out.insert(id, Nd::new(dims, random_values(n, dtype, &mut rng)));
+    }
+    out
+}
+
+/// The value written into every byte of an output buffer before a run, so that elements an
+/// engine never writes show up (as NaN for floats).
+pub const POISON_BYTE: u8 = 0xff;
+
+/// Execute a validated graph on the best plan of `handle` that meets `policy`, with inputs given
+/// as dense arrays (scattered into strided buffers whose gaps hold poison), outputs poisoned
+/// first; returns every non-virtual output as a dense array.
+pub fn execute_dense(handle: &Handle, graph: &Graph, inputs: &HashMap<TensorId, Nd>, policy: &PlanPolicy) -> Result<HashMap<TensorId, Nd>> {
+    let plan = handle.build_plans(graph, policy)?.remove(0);
+    let g = plan.graph();
+    let mut in_bufs: Vec<(i64, Vec<u8>)> = Vec::new();
+    for id in g.input_tensors() {
+        let d = g.desc(id);
+        if d.is_pass_by_value && d.value.is_some() {
+            continue;
+        }
+        let nd = inputs.get(&id).ok_or_else(|| Error::InvalidArgument(format!("no values given for input tensor \"{}\"", d.name)))?;
+        let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+        let mut bytes = vec![POISON_BYTE; required_bytes(d, dtype)];
+        scatter(d, dtype, nd, &mut bytes);
+        in_bufs.push((d.uid.unwrap_or_default(), bytes));
+    }
+    let outs = g.output_tensors();
+    let mut out_bufs: Vec<(TensorId, i64, Vec<u8>)> = outs
+        .iter()
+        .map(|&id| {
+            let d = g.desc(id);
+            let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+            (id, d.uid.unwrap_or_default(), vec![POISON_BYTE; required_bytes(d, dtype)])
+        })
+        .collect();
+    {
+        let mut pack = VariantPack::new();
+        for (uid, b) in &in_bufs {
+            pack.input(*uid, b);
+        }
+        for (_, uid, b) in &mut out_bufs {
+            pack.output(*uid, b);
+        }
+        plan.execute(&mut pack, None)?;
+    }
+    Ok(out_bufs
+        .into_iter()
+        .map(|(id, _, bytes)| {
+            let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+            (id, gather(g.desc(id), dtype, &bytes))
+        })
+        .collect())
+}
+
+/// Validate a copy of `graph` and run it on the CPU engine with the given dense inputs.
+pub fn run_cpu(graph: &Graph, inputs: &HashMap<TensorId, Nd>) -> Result<HashMap<TensorId, Nd>> {
+    let mut g = graph.clone();
+    g.validate()?;
+    execute_dense(&Handle::cpu(), &g, inputs, &PlanPolicy::default())
+}
+
+/// ||a - b|| / ||b|| (with ||b|| floored at 1e-30); infinite when the shapes differ or either
+/// holds a NaN the other does not.
+pub fn relative_error(a: &[f64], b: &[f64]) -> f64 {
+    if a.len() != b.len() {
+        return f64::INFINITY;
+    }
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (&x, &y) in a.iter().zip(b) {
+        if x.is_nan() != y.is_nan() {
+            return f64::INFINITY;
+        }
+        if x.is_nan() {
+            continue;
+        }
+        if x.is_infinite() || y.is_infinite() {
+            if x != y {
+                return f64::INFINITY;
+            }
+            continue;
+        }
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    num.sqrt() / den.sqrt().max(1e-30)
+}
+
+/// Largest |a - b| over elements (infinite on a NaN mismatch or shape mismatch).
+pub fn max_abs_error(a: &[f64], b: &[f64]) -> f64 {
+    if a.len() != b.len() {
+        return f64::INFINITY;
+    }
+    a.iter().zip(b).fold(0.0f64, |m, (&x, &y)| {
+        if x.is_nan() || y.is_nan() {
+            if x.is_nan() && y.is_nan() {
+                m
+            } else {
+                f64::INFINITY
+            }
+        } else if x == y {
+            m
+        } else {
+            m.max((x - y).abs())
+        }
+    })
+}
+
+/// The relative-error tolerance for results stored in `dtype`.
+pub fn tolerance(dtype: DataType) -> f64 {
+    match dtype {
+        DataType::F64 => 1e-12,
+        DataType::F32 => 1e-5,
+        DataType::F16 => 5e-3,
+        DataType::Bf16 => 2e-2,
+        DataType::Fp8E4m3 | DataType::Fp8E5m2 => 1.5e-1,
+        _ => 0.0,
+    }
+}
+
+/// Central finite differences of a scalar function: d f / d x[i] for every element of `x`,
+/// with step `h` (use f64 graphs and h near 1e-6).
+pub fn numeric_gradient(x: &Nd, h: f64, mut f: impl FnMut(&Nd) -> f64) -> Nd {
+    let mut grad = Nd::zeros(&x.dims);
+    let mut probe = x.clone();
+    for i in 0..x.len() {
+        let orig = probe.data[i];
+        probe.data[i] = orig + h;
+        let up = f(&probe);
+        probe.data[i] = orig - h;
+        let down = f(&probe);
+        probe.data[i] = orig;
+        grad.data[i] = (up - down) / (2.0 * h);
+    }
+    grad
+}
+
+/// sum(a * b) over all elements: the scalar loss whose gradient with respect to a forward
+/// output is `b` (the "dy" of a backward op).
+pub fn dot(a: &Nd, b: &Nd) -> f64 {
+    a.data.iter().zip(&b.data).map(|(x, y)| x * y).sum()
+}
