@@ -217,7 +217,7 @@ fn half_types() {
 fn integers_exact() {
     let dims = [3usize, 5, 7];
     let x = rand_nd(&dims, DataType::I32, 5);
-    assert!(x.data.iter().any(|&v| v == 0.0) && x.data.iter().any(|&v| v != 0.0));
+    assert!(x.data.contains(&0.0) && x.data.iter().any(|&v| v != 0.0));
     let int_modes = [ReductionMode::Add, ReductionMode::Mul, ReductionMode::Min, ReductionMode::Max, ReductionMode::Amax, ReductionMode::Norm1, ReductionMode::MulNoZeros];
     for mode in int_modes {
         for axes in [&[0usize][..], &[1], &[2], &[0, 2]] {

@@ -47,7 +47,11 @@ fn reference(x: &Nd, a: &ResampleAttrs) -> Nd {
                 let v = x.at(&idx);
                 sum += v;
                 real += 1;
-                if max.map_or(true, |m| v > m) {
+                let better = match max {
+                    None => true,
+                    Some(m) => v > m,
+                };
+                if better {
                     max = Some(v);
                 }
             }
@@ -112,11 +116,7 @@ fn forward_1d_2d_3d_all_modes_f64() {
 fn hand_worked_values() {
     // x = [1, 2, 3], window 3, stride 1, padding 1 on both sides.
     let x = Nd::new(vec![1, 1, 3], vec![1.0, 2.0, 3.0]);
-    let expect = [
-        (ResampleMode::Max, [2.0, 3.0, 3.0]),
-        (ResampleMode::AvgIncludePadding, [1.0, 2.0, 5.0 / 3.0]),
-        (ResampleMode::AvgExcludePadding, [1.5, 2.0, 2.5]),
-    ];
+    let expect = [(ResampleMode::Max, [2.0, 3.0, 3.0]), (ResampleMode::AvgIncludePadding, [1.0, 2.0, 5.0 / 3.0]), (ResampleMode::AvgExcludePadding, [1.5, 2.0, 2.5])];
     for (mode, want) in expect {
         let a = attrs(mode, &[3], &[1], &[1], &[1]);
         let (_, _, got) = run_forward(TensorDesc::new("x", &[1, 1, 3], DataType::F64), &a, &x);
@@ -256,13 +256,29 @@ fn bad_forward(dims: &[i64], dt: DataType, a: ResampleAttrs) -> Graph {
 fn bad_graphs() {
     let f32 = DataType::F32;
     expect_invalid(bad_forward(&[4, 4], f32, attrs(ResampleMode::Max, &[], &[], &[], &[])), "resample", "input `x` must have rank 3 to 5");
-    expect_invalid(bad_forward(&[1, 2, 8, 8], f32, attrs(ResampleMode::Max, &[2], &[2, 2], &[0, 0], &[0, 0])), "resample", "window has 1 entries but input `x` (dims [1, 2, 8, 8]) has 2 spatial dims");
+    expect_invalid(
+        bad_forward(&[1, 2, 8, 8], f32, attrs(ResampleMode::Max, &[2], &[2, 2], &[0, 0], &[0, 0])),
+        "resample",
+        "window has 1 entries but input `x` (dims [1, 2, 8, 8]) has 2 spatial dims",
+    );
     expect_invalid(bad_forward(&[1, 2, 8, 8], f32, ResampleAttrs::max_2d(0, 1, 0)), "resample", "window must be at least 1 along spatial dim 0, got 0");
     expect_invalid(bad_forward(&[1, 2, 8, 8], f32, ResampleAttrs::max_2d(2, 0, 0)), "resample", "stride must be at least 1 along spatial dim 0, got 0");
-    expect_invalid(bad_forward(&[1, 2, 8, 8], f32, attrs(ResampleMode::Max, &[2, 2], &[1, 1], &[0, 2], &[0, 0])), "resample", "pre_padding 2 along spatial dim 1 must be smaller than the window 2");
-    expect_invalid(bad_forward(&[1, 2, 8, 8], f32, attrs(ResampleMode::Max, &[2, 2], &[1, 1], &[0, 0], &[-1, 0])), "resample", "post_padding must be non-negative along spatial dim 0, got -1");
+    expect_invalid(
+        bad_forward(&[1, 2, 8, 8], f32, attrs(ResampleMode::Max, &[2, 2], &[1, 1], &[0, 2], &[0, 0])),
+        "resample",
+        "pre_padding 2 along spatial dim 1 must be smaller than the window 2",
+    );
+    expect_invalid(
+        bad_forward(&[1, 2, 8, 8], f32, attrs(ResampleMode::Max, &[2, 2], &[1, 1], &[0, 0], &[-1, 0])),
+        "resample",
+        "post_padding must be non-negative along spatial dim 0, got -1",
+    );
     expect_invalid(bad_forward(&[1, 2, 3, 8], f32, ResampleAttrs::max_2d(5, 1, 0)), "resample", "window 5 along spatial dim 0 is larger than the padded input (3 + 0 + 0 = 3)");
-    expect_invalid(bad_forward(&[1, 2, 8, 8], DataType::I32, ResampleAttrs::avg_2d(2, 2, 0, true)), "resample", "input `x` (tensor \"x\") is i32, which avg_include_padding pooling does not take");
+    expect_invalid(
+        bad_forward(&[1, 2, 8, 8], DataType::I32, ResampleAttrs::avg_2d(2, 2, 0, true)),
+        "resample",
+        "input `x` (tensor \"x\") is i32, which avg_include_padding pooling does not take",
+    );
     expect_invalid(bad_forward(&[1, 2, 8, 8], DataType::Bool, ResampleAttrs::max_2d(2, 2, 0)), "resample", "is bool");
 
     // Backward: dy not the forward output's shape.

@@ -120,10 +120,7 @@ fn non_contiguous_and_half() {
     let dims = [3usize, 7, 5];
     for (dt, seed) in [(DataType::F32, 3), (DataType::F16, 4), (DataType::Bf16, 5)] {
         let x = rand_nd(&dims, dt, seed);
-        let descs = [
-            TensorDesc::new("x", &[3, 7, 5], dt).with_layout(&[2, 0, 1]),
-            TensorDesc::new("x", &[3, 7, 5], dt).with_strides(&[90, 12, 2]),
-        ];
+        let descs = [TensorDesc::new("x", &[3, 7, 5], dt).with_layout(&[2, 0, 1]), TensorDesc::new("x", &[3, 7, 5], dt).with_strides(&[90, 12, 2])];
         for desc in descs {
             for axis in [0, 1] {
                 for log in [false, true] {

@@ -58,9 +58,9 @@ impl Geometry {
         let a = &self.attrs;
         let (mut lo, mut hi) = (Vec::with_capacity(o.len()), Vec::with_capacity(o.len()));
         let (mut size_with_padding, mut real_count) = (1.0, 1.0);
-        for d in 0..o.len() {
+        for (d, &od) in o.iter().enumerate() {
             let input = self.input[d] as i64;
-            let start = o[d] as i64 * a.stride[d] - a.pre_padding[d];
+            let start = od as i64 * a.stride[d] - a.pre_padding[d];
             let end = start + a.window[d];
             let (l, h) = (start.max(0), end.min(input));
             lo.push(l as usize);

@@ -118,10 +118,7 @@ impl ResampleAttrs {
             // i128: no overflow whatever the attributes.
             let padded = x[2 + d] as i128 + pre as i128 + post as i128;
             if padded < w as i128 {
-                return Err(format!(
-                    "window {w} along spatial dim {d} is larger than the padded input ({} + {pre} + {post} = {padded})",
-                    x[2 + d]
-                ));
+                return Err(format!("window {w} along spatial dim {d} is larger than the padded input ({} + {pre} + {post} = {padded})", x[2 + d]));
             }
             let size = (padded - w as i128) / s as i128 + 1;
             let size = i64::try_from(size).map_err(|_| format!("output size {size} along spatial dim {d} does not fit in i64"))?;
