@@ -547,12 +547,18 @@ pub(crate) fn infer(ctx: &mut InferCtx, attrs: &PointwiseAttrs) -> Result<()> {
     let mode = attrs.mode;
     let ports = ["a", "b", "c"];
     let arity = mode.arity();
-    let connected = ctx.node.inputs.len();
+    let connected = match ctx.node.inputs.len() {
+        1 => "1 is".to_string(),
+        n => format!("{n} are"),
+    };
     if let Some(extra) = ctx.node.inputs.iter().find(|p| !ports[..arity].contains(&p.name.as_str())) {
-        return Err(ctx.err(format!("takes {arity} input(s) (ports {}) but {connected} are connected, including `{}`", ports[..arity].join(", "), extra.name)));
+        return Err(ctx.err(format!("takes {arity} input(s) (ports {}) but {connected} connected, including `{}`", ports[..arity].join(", "), extra.name)));
+    }
+    if ctx.node.inputs.len() > arity {
+        return Err(ctx.err(format!("takes {arity} input(s) (ports {}) but {connected} connected: a port is connected twice", ports[..arity].join(", "))));
     }
     if let Some(missing) = ports[..arity].iter().find(|p| ctx.node.input(p).is_none()) {
-        return Err(ctx.err(format!("takes {arity} input(s) (ports {}) but {connected} are connected: input `{missing}` is missing", ports[..arity].join(", "))));
+        return Err(ctx.err(format!("takes {arity} input(s) (ports {}) but {connected} connected: input `{missing}` is missing", ports[..arity].join(", "))));
     }
     let mut descs = Vec::new();
     for port in &ports[..arity] {
