@@ -45,7 +45,8 @@ pub enum PointwiseMode {
     Ceil,
     /// Copy with a cast to the output's type.
     Identity,
-    /// clamp(x, lower_clip, upper_clip), with `negative_slope * x` below the lower clip.
+    /// `min(x, upper_clip)` above the lower clip (0 when unset), and
+    /// `lower_clip + negative_slope * (x - lower_clip)` below it (also capped by upper_clip).
     Relu {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lower_clip: Option<f64>,
@@ -494,8 +495,10 @@ impl Graph {
     /// A pointwise op on one, two or three inputs (`mode.arity()` of them), broadcasting them
     /// numpy-style. Returns `y`.
     pub fn pointwise(&mut self, mode: PointwiseMode, inputs: &[TensorId]) -> TensorId {
-        let ports = ["a", "b", "c"];
-        let ins = inputs.iter().zip(ports).map(|(&t, p)| (p, t)).collect();
+        // Inputs past the third get ports of their own so that `validate` reports the wrong
+        // count instead of dropping them silently.
+        let names: Vec<String> = (0..inputs.len()).map(|i| ["a", "b", "c"].get(i).map_or_else(|| format!("input{i}"), |p| p.to_string())).collect();
+        let ins = names.iter().map(String::as_str).zip(inputs.iter().copied()).collect();
         self.add_node(super::Op::Pointwise(PointwiseAttrs { mode }), None, ins, &["y"])[0]
     }
 
@@ -544,14 +547,22 @@ pub(crate) fn infer(ctx: &mut InferCtx, attrs: &PointwiseAttrs) -> Result<()> {
     let mode = attrs.mode;
     let ports = ["a", "b", "c"];
     let arity = mode.arity();
+    let connected = match ctx.node.inputs.len() {
+        1 => "1 is".to_string(),
+        n => format!("{n} are"),
+    };
+    if let Some(extra) = ctx.node.inputs.iter().find(|p| !ports[..arity].contains(&p.name.as_str())) {
+        return Err(ctx.err(format!("takes {arity} input(s) (ports {}) but {connected} connected, including `{}`", ports[..arity].join(", "), extra.name)));
+    }
+    if ctx.node.inputs.len() > arity {
+        return Err(ctx.err(format!("takes {arity} input(s) (ports {}) but {connected} connected: a port is connected twice", ports[..arity].join(", "))));
+    }
+    if let Some(missing) = ports[..arity].iter().find(|p| ctx.node.input(p).is_none()) {
+        return Err(ctx.err(format!("takes {arity} input(s) (ports {}) but {connected} connected: input `{missing}` is missing", ports[..arity].join(", "))));
+    }
     let mut descs = Vec::new();
     for port in &ports[..arity] {
         descs.push(ctx.input(port)?);
-    }
-    for port in &ports[arity..] {
-        if ctx.node.input(port).is_some() {
-            return Err(ctx.err(format!("takes {arity} input(s) but input `{port}` is connected")));
-        }
     }
     let shapes: Vec<&[i64]> = descs.iter().map(|d| d.dims.as_slice()).collect();
     let dims = broadcast_shape(&shapes).ok_or_else(|| {
