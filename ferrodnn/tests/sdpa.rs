@@ -183,8 +183,8 @@ fn allowed(c: &Case, b: usize, i: usize, j: usize) -> bool {
     }
     let shift = if c.attrs.causal == Some(CausalAlignment::BottomRight) { lkv - lq } else { 0 };
     let causal_ok = c.attrs.causal.is_none() || j <= i + shift;
-    let left_ok = c.attrs.sliding_window_left.map_or(true, |w| i + shift - j <= w);
-    let right_ok = c.attrs.sliding_window_right.map_or(true, |w| j - (i + shift) <= w);
+    let left_ok = c.attrs.sliding_window_left.filter(|&w| i + shift - j > w).is_none();
+    let right_ok = c.attrs.sliding_window_right.filter(|&w| j - (i + shift) > w).is_none();
     causal_ok && left_ok && right_ok
 }
 
@@ -461,6 +461,11 @@ fn dropout_matches_philox_mask_and_is_reproducible() {
     c2.seed.1 = 4;
     let (o3, _) = check_forward(&c2);
     assert!(relative_error(&o3.data, &o1.data) > 1e-3);
+    // Enough score elements (1536) that a mask off by even a sliver of probability shows.
+    let mut big = Case::new(1, 2, 2, 12, 64, 2, 3);
+    big.attrs.dropout = Some(0.25);
+    big.seed = (9, (1 << 40) + 1);
+    check_forward(&big);
 }
 
 /// dq, dk, dv (and dbias) of the backward op against central differences of

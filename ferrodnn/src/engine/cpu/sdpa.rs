@@ -29,6 +29,9 @@ fn alibi_slopes(heads: usize) -> Vec<f64> {
         .collect()
 }
 
+/// For each batch, the pool block of each page (`None` for pages never read).
+type PageBlocks = Vec<Vec<Option<usize>>>;
+
 /// Everything a query row needs: the inputs as dense arrays (K and V resolved from their pages
 /// to logical `[b, h_kv, s_kv, d]`), the sizes, and the masking rules.
 struct Attention<'a> {
@@ -52,7 +55,7 @@ struct Attention<'a> {
     dropout: Option<(f64, u64, u64)>,
     /// For each batch, the pool block of each page of K and of V (paged K/V only; `None`
     /// for pages past the batch's length, which are never read).
-    pages: Option<(Vec<Vec<Option<usize>>>, Vec<Vec<Option<usize>>>)>,
+    pages: Option<(PageBlocks, PageBlocks)>,
 }
 
 /// Per-batch lengths from a `[b, 1, 1, 1]` input, each checked to be an integer in `0..=max`.
@@ -76,7 +79,7 @@ fn lengths(io: &NodeIo, port: &str, b: usize, max: usize) -> Result<Vec<usize>> 
 
 /// For each batch, the pool block of each page whose first key lies below `len_kv[b]`,
 /// checked against the pool's size.
-fn page_blocks(io: &NodeIo, port: &str, table: &Nd, block_size: usize, num_blocks: usize, len_kv: &[usize]) -> Result<Vec<Vec<Option<usize>>>> {
+fn page_blocks(io: &NodeIo, port: &str, table: &Nd, block_size: usize, num_blocks: usize, len_kv: &[usize]) -> Result<PageBlocks> {
     let (b, pages) = (table.dims[0], table.dims[2]);
     let mut out = vec![vec![None; pages]; b];
     for (bi, row) in out.iter_mut().enumerate() {
