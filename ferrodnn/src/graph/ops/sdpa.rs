@@ -2,18 +2,80 @@
 //!
 //! Q `[b, h_q, s_q, d]`, K `[b, h_kv, s_kv, d]`, V `[b, h_kv, s_kv, d_v]` with any strides
 //! (BSHD and BHSD are both stride orders), `h_q` a multiple of `h_kv` (grouped-query and
-//! multi-query attention). Ports: forward `q`, `k`, `v` and optional `bias`, `seq_len_q`,
-//! `seq_len_kv`, `seed`, `offset`, `page_table_k`, `page_table_v` -> `o`, optional `stats`;
-//! backward adds `o`, `do`, `stats` and gives `dq`, `dk`, `dv`, optional `dbias`.
+//! multi-query attention: query head `h` reads kv head `h / (h_q / h_kv)`).
+//!
+//! Ports: forward `q`, `k`, `v` and optional `bias`, `seq_len_q`, `seq_len_kv`, `seed`,
+//! `offset`, `page_table_k`, `page_table_v` -> `o`, optional `stats`; backward adds `o`, `do`,
+//! `stats` and gives `dq`, `dk`, `dv`, optional `dbias` (present when `bias` is).
+//!
+//! # Semantics
+//! For batch `b`, query head `h`, query row `i` and key `j` the score is
+//! `s_ij = scale * q_i . k_j + bias[b, h, i, j] + alibi_h * (j - i)`, with `scale` =
+//! `attn_scale` or `1/sqrt(d)`. Masked keys are left out of the softmax; `o_i = sum_j p_ij
+//! keep_ij v_j` with `p = softmax(s)` over the unmasked keys and `keep_ij` the dropout factor.
+//!
+//! - **Lengths**: `Lq = seq_len_q[b]`, `Lkv = seq_len_kv[b]` with `padding_mask`, else `s_q` and
+//!   `s_kv`. Keys `j >= Lkv` are masked; query rows `i >= Lq` are padding.
+//! - **Diagonal**: `diag(i) = i` (top-left) or `i + Lkv - Lq` (bottom-right). Its alignment is
+//!   `causal`'s, or top-left when `causal` is unset (sliding windows without causal).
+//! - **Causal**: key `j` is masked when `j > diag(i)`.
+//! - **Sliding window**: masked when `j < diag(i) - sliding_window_left` or
+//!   `j > diag(i) + sliding_window_right` (a left bound of `w - 1` keeps `w` keys up to the
+//!   diagonal).
+//! - **Empty rows**: padded rows and rows whose every key is masked (or has a `-inf` score) give
+//!   `o = 0` and `stats = +inf` (as FlashAttention does: `exp(s - stats)` is then 0 in the
+//!   backward pass rather than NaN).
+//! - **Stats**: `[b, h_q, s_q, 1]`, the natural-log log-sum-exp of the unmasked scores, before
+//!   dropout. f32 unless the graph's io type (or the user) says otherwise.
+//! - **Bias**: rank 4, each dim 1 (broadcast) or equal to `[b, h_q, s_q, s_kv]`; added after
+//!   scaling. `dbias` has the bias's dims (gradients summed over the broadcast dims).
+//! - **ALiBi**: `alibi_h * (j - i)` with `alibi_h` the slopes of Press et al.: for `H = h_q` a
+//!   power of two, `alibi_h = 2^(-8 (h + 1) / H)`; otherwise, with `n` the largest power of two
+//!   below `H`, heads `h < n` get `2^(-8 (h + 1) / n)` and heads `n + m` get
+//!   `2^(-4 (2m + 1) / n)` (the odd-indexed slopes of the `2n` sequence), as in the reference
+//!   implementation.
+//! - **Dropout** (`dropout = p`, inputs `seed`, `offset`): `keep_ij = 1/(1 - p)` when the Philox
+//!   uniform of the element's flat row-major index in `[b, h_q, s_q, s_kv]` is `>= p`, else 0
+//!   (the counter mapping of `graph::ops::rng`: `rng(seed, offset, [b, h_q, s_q, s_kv],
+//!   Uniform{0, 1}) >= p`).
+//! - **Paged K/V** (`page_table_k`, `page_table_v`: `[b, 1, max_pages, 1]` integer block
+//!   indices): `k` and `v` are block pools `[num_blocks, h_kv, block_size, d]`; logical key `t`
+//!   of batch `b` is row `t % block_size` of block `page_table[b, 0, t / block_size, 0]`.
+//!   The logical `s_kv` is `max_pages * block_size` (equal for K and V), further cut per batch by
+//!   `seq_len_kv` with `padding_mask`; only pages holding keys below that length are read (and
+//!   their entries checked to lie in `[0, num_blocks)` when the op runs). In the backward pass
+//!   `dk`/`dv` have the pools' dims and each block gathers the gradient of every key that reads
+//!   it.
+//! - **Backward**: `dq`, `dk`, `dv` (`dk`/`dv` summed over the query heads sharing a kv head),
+//!   from `p_ij = exp(s_ij - stats_i)` and `D_i = do_i . o_i` (the `o` input), as in
+//!   FlashAttention-2.
+//!
+//! ```
+//! use ferrodnn::{DataType, Graph, TensorDesc};
+//! use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
+//! let mut g = Graph::new("attention").io_data_type(DataType::F32);
+//! let q = g.tensor(TensorDesc::new("q", &[2, 4, 5, 8], DataType::F32));
+//! let k = g.tensor(TensorDesc::new("k", &[2, 2, 7, 8], DataType::F32));
+//! let v = g.tensor(TensorDesc::new("v", &[2, 2, 7, 8], DataType::F32));
+//! let attrs = SdpaAttrs { causal: Some(CausalAlignment::BottomRight), generate_stats: true, ..Default::default() };
+//! let (o, stats) = g.sdpa(q, k, v, SdpaInputs::default(), attrs);
+//! g.set_output(o);
+//! g.validate().unwrap();
+//! assert_eq!(g.desc(o).dims, vec![2, 4, 5, 8]);
+//! assert_eq!(g.desc(stats.unwrap()).dims, vec![2, 4, 5, 1]);
+//! ```
 
+use crate::dtype::DataType;
 use crate::error::Result;
-use crate::graph::InferCtx;
+use crate::graph::{Graph, InferCtx, TensorDesc, TensorId};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CausalAlignment {
+    /// Query `i` sees keys `j <= i`.
     TopLeft,
+    /// Query `i` sees keys `j <= i + s_kv - s_q` (the last query sees every key).
     BottomRight,
 }
 
@@ -25,17 +87,18 @@ pub struct SdpaAttrs {
     pub attn_scale: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub causal: Option<CausalAlignment>,
-    /// Keys more than `left` before (or `right` after) the query's diagonal are masked.
+    /// Keys more than `left` before (or `right` after) the query's diagonal are masked. The
+    /// diagonal follows `causal`'s alignment (top-left when `causal` is unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window_left: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window_right: Option<i64>,
-    /// Mask by the per-batch lengths in `seq_len_q` / `seq_len_kv`.
+    /// Mask by the per-batch lengths in `seq_len_q` / `seq_len_kv` (both required).
     #[serde(default)]
     pub padding_mask: bool,
     #[serde(default)]
     pub alibi: bool,
-    /// Dropout probability; needs `seed` and `offset` inputs.
+    /// Dropout probability in [0, 1); needs `seed` and `offset` inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropout: Option<f64>,
     /// Emit the log-sum-exp `stats` output `[b, h_q, s_q, 1]` (training).
@@ -43,9 +106,277 @@ pub struct SdpaAttrs {
     pub generate_stats: bool,
 }
 
-pub(crate) fn infer(ctx: &mut InferCtx, _a: &SdpaAttrs) -> Result<()> {
-    Err(crate::Error::NotSupported(format!("{}: not implemented yet", ctx.kind())))
+/// The optional inputs of [`Graph::sdpa`] and [`Graph::sdpa_backward`]; each goes to the port
+/// of the same name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SdpaInputs {
+    /// Added to the scaled scores; `[1 or b, 1 or h_q, 1 or s_q, 1 or s_kv]`.
+    pub bias: Option<TensorId>,
+    /// `[b, 1, 1, 1]` integer lengths (with `padding_mask`).
+    pub seq_len_q: Option<TensorId>,
+    pub seq_len_kv: Option<TensorId>,
+    /// One-element integer tensors for dropout.
+    pub seed: Option<TensorId>,
+    pub offset: Option<TensorId>,
+    /// `[b, 1, max_pages, 1]` integer block indices into the K / V block pools.
+    pub page_table_k: Option<TensorId>,
+    pub page_table_v: Option<TensorId>,
 }
-pub(crate) fn infer_backward(ctx: &mut InferCtx, _a: &SdpaAttrs) -> Result<()> {
-    Err(crate::Error::NotSupported(format!("{}: not implemented yet", ctx.kind())))
+
+impl SdpaInputs {
+    fn ports(&self) -> Vec<(&'static str, TensorId)> {
+        [
+            ("bias", self.bias),
+            ("seq_len_q", self.seq_len_q),
+            ("seq_len_kv", self.seq_len_kv),
+            ("seed", self.seed),
+            ("offset", self.offset),
+            ("page_table_k", self.page_table_k),
+            ("page_table_v", self.page_table_v),
+        ]
+        .into_iter()
+        .filter_map(|(p, t)| t.map(|t| (p, t)))
+        .collect()
+    }
+}
+
+/// The outputs of [`Graph::sdpa_backward`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SdpaGrads {
+    pub dq: TensorId,
+    pub dk: TensorId,
+    pub dv: TensorId,
+    /// Present when the forward pass had a bias.
+    pub dbias: Option<TensorId>,
+}
+
+impl Graph {
+    /// Scaled dot-product attention. Ports `q`, `k`, `v` and the optional inputs of `inputs`
+    /// -> `o` `[b, h_q, s_q, d_v]` (in q's stride order) and, with `attrs.generate_stats`,
+    /// `stats` `[b, h_q, s_q, 1]`. See the module docs for the semantics.
+    pub fn sdpa(&mut self, q: TensorId, k: TensorId, v: TensorId, inputs: SdpaInputs, attrs: SdpaAttrs) -> (TensorId, Option<TensorId>) {
+        let mut ins = vec![("q", q), ("k", k), ("v", v)];
+        ins.extend(inputs.ports());
+        let outs: &[&str] = if attrs.generate_stats { &["o", "stats"] } else { &["o"] };
+        let ids = self.add_node(super::Op::Sdpa(attrs), None, ins, outs);
+        (ids[0], ids.get(1).copied())
+    }
+
+    /// The backward pass of [`Graph::sdpa`], with the same optional inputs and attributes.
+    /// Ports `q`, `k`, `v`, `o`, `do`, `stats` and the optional inputs -> `dq`, `dk`, `dv` (each
+    /// with its input's dims and stride order) and, when `inputs.bias` is set, `dbias`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sdpa_backward(&mut self, q: TensorId, k: TensorId, v: TensorId, o: TensorId, d_o: TensorId, stats: TensorId, inputs: SdpaInputs, attrs: SdpaAttrs) -> SdpaGrads {
+        let mut ins = vec![("q", q), ("k", k), ("v", v), ("o", o), ("do", d_o), ("stats", stats)];
+        ins.extend(inputs.ports());
+        let outs: &[&str] = if inputs.bias.is_some() { &["dq", "dk", "dv", "dbias"] } else { &["dq", "dk", "dv"] };
+        let ids = self.add_node(super::Op::SdpaBackward(attrs), None, ins, outs);
+        SdpaGrads { dq: ids[0], dk: ids[1], dv: ids[2], dbias: ids.get(3).copied() }
+    }
+}
+
+/// The problem sizes, after checking every input.
+struct Dims {
+    b: i64,
+    h_q: i64,
+    s_q: i64,
+    d_v: i64,
+    q: TensorDesc,
+    k: TensorDesc,
+    v: TensorDesc,
+    bias: Option<TensorDesc>,
+}
+
+fn float_type(ctx: &InferCtx, port: &str, t: &TensorDesc) -> Result<DataType> {
+    let dt = t.data_type.unwrap_or(DataType::F32);
+    if !dt.is_float() {
+        return Err(ctx.err(format!("input `{port}` (tensor \"{}\") must be floating point, got {dt}", t.name)));
+    }
+    Ok(dt)
+}
+
+fn int_type(ctx: &InferCtx, port: &str, t: &TensorDesc) -> Result<()> {
+    let dt = t.data_type.unwrap_or(DataType::F32);
+    if !dt.is_integer() {
+        return Err(ctx.err(format!("input `{port}` (tensor \"{}\") must be an integer tensor (i32 or i64), got {dt}", t.name)));
+    }
+    Ok(())
+}
+
+fn rank4(ctx: &InferCtx, port: &str, t: &TensorDesc, what: &str) -> Result<()> {
+    if t.dims.len() != 4 {
+        return Err(ctx.err(format!("input `{port}` (tensor \"{}\") must have rank 4 {what}, got dims {:?}", t.name, t.dims)));
+    }
+    Ok(())
+}
+
+/// Checks everything the forward and backward passes share and returns the sizes.
+fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
+    let q = ctx.input("q")?;
+    let k = ctx.input("k")?;
+    let v = ctx.input("v")?;
+    let pt_k = ctx.opt_input("page_table_k")?;
+    let pt_v = ctx.opt_input("page_table_v")?;
+    let paged = pt_k.is_some() || pt_v.is_some();
+    let kv_what = if paged { "[num_blocks, h_kv, block_size, d] (a paged block pool)" } else { "[b, h_kv, s_kv, d]" };
+    rank4(ctx, "q", &q, "[b, h_q, s_q, d]")?;
+    rank4(ctx, "k", &k, kv_what)?;
+    rank4(ctx, "v", &v, kv_what)?;
+    let tq = float_type(ctx, "q", &q)?;
+    let tk = float_type(ctx, "k", &k)?;
+    let tv = float_type(ctx, "v", &v)?;
+    if tk != tq || tv != tq {
+        return Err(ctx.err(format!("q, k and v must share one type, got q {tq}, k {tk}, v {tv}")));
+    }
+    let (b, h_q, s_q, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
+    let h_kv = k.dims[1];
+    if k.dims[3] != d {
+        return Err(ctx.err(format!("q has head dim {d} but k has {} (q {:?}, k {:?})", k.dims[3], q.dims, k.dims)));
+    }
+    if v.dims[1] != h_kv {
+        return Err(ctx.err(format!("v has {} heads but k has {h_kv} (k {:?}, v {:?})", v.dims[1], k.dims, v.dims)));
+    }
+    if h_q % h_kv != 0 {
+        return Err(ctx.err(format!("q has {h_q} heads, which is not a multiple of the {h_kv} heads of k and v")));
+    }
+    let s_kv = match (&pt_k, &pt_v) {
+        (None, None) => {
+            for (port, t) in [("k", &k), ("v", &v)] {
+                if t.dims[0] != b {
+                    return Err(ctx.err(format!("q has batch {b} but {port} has batch {} ({port} {:?})", t.dims[0], t.dims)));
+                }
+            }
+            if v.dims[2] != k.dims[2] {
+                return Err(ctx.err(format!("v has {} keys (s_kv) but k has {} (k {:?}, v {:?})", v.dims[2], k.dims[2], k.dims, v.dims)));
+            }
+            k.dims[2]
+        }
+        (Some(tk), Some(tv)) => {
+            let mut logical = Vec::new();
+            for (port, t, pool) in [("page_table_k", tk, &k), ("page_table_v", tv, &v)] {
+                int_type(ctx, port, t)?;
+                if t.dims.len() != 4 || t.dims[0] != b || t.dims[1] != 1 || t.dims[3] != 1 {
+                    return Err(ctx.err(format!("paged tables inconsistent: input `{port}` must be [b = {b}, 1, max_pages, 1], got dims {:?}", t.dims)));
+                }
+                logical.push(t.dims[2] * pool.dims[2]);
+            }
+            if logical[0] != logical[1] {
+                return Err(ctx.err(format!(
+                    "paged tables inconsistent: K covers {} keys ({} pages of {}) but V covers {} ({} pages of {})",
+                    logical[0], tk.dims[2], k.dims[2], logical[1], tv.dims[2], v.dims[2]
+                )));
+            }
+            logical[0]
+        }
+        _ => return Err(ctx.err("paged tables inconsistent: page_table_k and page_table_v must be given together")),
+    };
+    let d_v = v.dims[3];
+
+    let bias = ctx.opt_input("bias")?;
+    if let Some(t) = &bias {
+        float_type(ctx, "bias", t)?;
+        let scores = [b, h_q, s_q, s_kv];
+        if t.dims.len() != 4 || t.dims.iter().zip(&scores).any(|(&x, &s)| x != 1 && x != s) {
+            return Err(ctx.err(format!("bias dims {:?} do not broadcast to the scores [b, h_q, s_q, s_kv] = {scores:?} (each dim must be 1 or equal)", t.dims)));
+        }
+    }
+
+    let lq = ctx.opt_input("seq_len_q")?;
+    let lkv = ctx.opt_input("seq_len_kv")?;
+    if a.padding_mask {
+        for (port, t) in [("seq_len_q", &lq), ("seq_len_kv", &lkv)] {
+            let t = t.as_ref().ok_or_else(|| ctx.err(format!("padding_mask needs the per-batch lengths, but input `{port}` is not connected")))?;
+            int_type(ctx, port, t)?;
+            if t.dims.len() != 4 || t.dims != [b, 1, 1, 1] {
+                return Err(ctx.err(format!("input `{port}` must be [b, 1, 1, 1] = [{b}, 1, 1, 1], got dims {:?}", t.dims)));
+            }
+        }
+    } else if lq.is_some() || lkv.is_some() {
+        return Err(ctx.err("seq_len_q / seq_len_kv are connected but padding_mask is false; set padding_mask to use them"));
+    }
+
+    let seed = ctx.opt_input("seed")?;
+    let offset = ctx.opt_input("offset")?;
+    match a.dropout {
+        Some(p) => {
+            if !(0.0..1.0).contains(&p) {
+                return Err(ctx.err(format!("dropout probability must be in [0, 1), got {p}")));
+            }
+            if p > 0.0 && (seed.is_none() || offset.is_none()) {
+                return Err(ctx.err(format!("dropout {p} needs both `seed` and `offset` inputs")));
+            }
+        }
+        None => {
+            if seed.is_some() || offset.is_some() {
+                return Err(ctx.err("`seed` / `offset` are connected but dropout is unset"));
+            }
+        }
+    }
+    if seed.is_some() != offset.is_some() {
+        return Err(ctx.err("`seed` and `offset` must be given together"));
+    }
+    for (port, t) in [("seed", &seed), ("offset", &offset)] {
+        if let Some(t) = t {
+            super::rng::check_seed_like(ctx, port, t)?;
+        }
+    }
+
+    for (name, w) in [("sliding_window_left", a.sliding_window_left), ("sliding_window_right", a.sliding_window_right)] {
+        if let Some(w) = w {
+            if w < 0 {
+                return Err(ctx.err(format!("{name} must be non-negative, got {w}")));
+            }
+        }
+    }
+    if let Some(s) = a.attn_scale {
+        if !s.is_finite() {
+            return Err(ctx.err(format!("attn_scale must be finite, got {s}")));
+        }
+    }
+    Ok(Dims { b, h_q, s_q, d_v, q, k, v, bias })
+}
+
+pub(crate) fn infer(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
+    let dims = check_common(ctx, a)?;
+    if ctx.has_output("stats") != a.generate_stats {
+        return Err(ctx.err(format!(
+            "output `stats` is {} but generate_stats is {}",
+            if ctx.has_output("stats") { "connected" } else { "not connected" },
+            a.generate_stats
+        )));
+    }
+    let Dims { b, h_q, s_q, d_v, q, .. } = dims;
+    let qt = q.data_type.unwrap_or(DataType::F32);
+    ctx.set_output("o", &[b, h_q, s_q, d_v], Some(&q), qt)?;
+    ctx.set_output("stats", &[b, h_q, s_q, 1], None, DataType::F32)
+}
+
+pub(crate) fn infer_backward(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
+    let dims = check_common(ctx, a)?;
+    let Dims { b, h_q, s_q, d_v, q, k, v, bias, .. } = dims;
+    let o_dims = [b, h_q, s_q, d_v];
+    for port in ["o", "do"] {
+        let t = ctx.input(port)?;
+        float_type(ctx, port, &t)?;
+        if t.dims != o_dims {
+            return Err(ctx.err(format!("input `{port}` must have the output's dims [b, h_q, s_q, d_v] = {o_dims:?}, got {:?}", t.dims)));
+        }
+    }
+    let stats = ctx.input("stats")?;
+    float_type(ctx, "stats", &stats)?;
+    if stats.dims != [b, h_q, s_q, 1] {
+        return Err(ctx.err(format!("input `stats` must be [b, h_q, s_q, 1] = [{b}, {h_q}, {s_q}, 1], got {:?}", stats.dims)));
+    }
+    if ctx.has_output("dbias") && bias.is_none() {
+        return Err(ctx.err("output `dbias` is connected but there is no `bias` input"));
+    }
+    let qt = q.data_type.unwrap_or(DataType::F32);
+    ctx.set_output("dq", &q.dims, Some(&q), qt)?;
+    ctx.set_output("dk", &k.dims, Some(&k), qt)?;
+    ctx.set_output("dv", &v.dims, Some(&v), qt)?;
+    if let Some(bias) = bias {
+        let bt = bias.data_type.unwrap_or(DataType::F32);
+        ctx.set_output("dbias", &bias.dims, Some(&bias), bt)?;
+    }
+    Ok(())
 }
