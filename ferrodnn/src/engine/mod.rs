@@ -22,6 +22,7 @@
 //! ```
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::error::{Error, Result};
 use crate::graph::Graph;
