@@ -20,3 +20,8 @@ pub use engine::{BehaviorNotes, Buffer, EngineKind, Handle, Plan, PlanDesc, Plan
 pub use error::{Error, Result};
 pub use graph::{Graph, TensorDesc, TensorId};
 pub use layout::Nd;
+
+/// The README's Rust example, compiled and run as a doc test so it stays true.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
