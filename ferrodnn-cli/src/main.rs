@@ -77,6 +77,7 @@ fn engine_supports(engine: EngineKind, _op: &str) -> bool {
 
 fn ops(json: bool) -> Result<(), String> {
     let names = all_op_names();
+    let mut text = String::new();
     if json {
         let list: Vec<serde_json::Value> = names
             .iter()
@@ -85,15 +86,16 @@ fn ops(json: bool) -> Result<(), String> {
                 serde_json::json!({ "op": op, "engines": engines })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?);
+        text = serde_json::to_string_pretty(&list).map_err(|e| e.to_string())? + "\n";
     } else {
-        let header: Vec<&str> = ALL_ENGINES.iter().map(|e| e.name()).collect();
-        println!("{:<28} {}", "op", header.iter().map(|h| format!("{h:<6}")).collect::<String>());
+        text += &format!("{:<28} {}\n", "op", ALL_ENGINES.iter().map(|e| format!("{:<6}", e.name())).collect::<String>());
         for op in names {
             let marks: String = ALL_ENGINES.iter().map(|e| format!("{:<6}", if engine_supports(*e, op) { "yes" } else { "-" })).collect();
-            println!("{op:<28} {marks}");
+            text += &format!("{op:<28} {marks}\n");
         }
     }
+    // A closed pipe (`ferrodnn ops | head`) is not an error worth a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     Ok(())
 }
 
