@@ -89,7 +89,7 @@ fn mutated_json_never_panics() {
     let mut rng = SplitMix64::new(11);
     let replacements: &[&[u8]] = &[b"0", b"-1", b"9999999999999999999", b"\"", b"{", b"]", b"null", b"1e308", b"true", b"\"relu\"", b"[]"];
     let mut errors = 0;
-    for _ in 0..3000 {
+    for _ in 0..60 {
         let mut m = bytes.to_vec();
         let pos = (rng.next_u64() as usize) % m.len();
         match rng.next_u64() % 3 {
@@ -157,4 +157,62 @@ fn plan_desc_round_trips_and_rebuilds() {
     assert_eq!(rebuilt.engine(), plan.engine());
     assert!(PlanDesc::from_json("{\"engine\": \"tpu\", \"knobs\": [], \"graph_key\": 1}").is_err());
     assert!(PlanDesc::from_json(&json[..json.len() - 2]).is_err());
+}
+
+/// Graphs that still validate after their numbers are mutated must run without panicking: the
+/// CPU engine may return an error, never crash, on anything `validate` accepts.
+#[test]
+fn mutated_examples_that_validate_also_run() {
+    let mut rng = SplitMix64::new(5);
+    let mut ran = 0;
+    for path in example_files() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for _ in 0..60 {
+            let mut v = value.clone();
+            mutate_one_number(&mut v, &mut rng);
+            let Ok(g) = Graph::from_json(&v.to_string()) else { continue };
+            // Keep the run small: skip graphs whose tensors grew large.
+            if g.tensors.iter().any(|t| t.element_count() > 1 << 16) {
+                continue;
+            }
+            let inputs = ferrodnn::testing::random_inputs(&g, 3);
+            let _ = ferrodnn::testing::execute_dense(&Handle::cpu(), &g, &inputs, &PlanPolicy::default());
+            ran += 1;
+        }
+    }
+    assert!(ran > 20, "only {ran} mutated graphs validated");
+}
+
+/// Replace one number somewhere in the JSON tree with a small or extreme value.
+fn mutate_one_number(v: &mut serde_json::Value, rng: &mut SplitMix64) {
+    fn count(v: &serde_json::Value) -> usize {
+        match v {
+            serde_json::Value::Number(_) => 1,
+            serde_json::Value::Array(a) => a.iter().map(count).sum(),
+            serde_json::Value::Object(o) => o.values().map(count).sum(),
+            _ => 0,
+        }
+    }
+    /// Replace the `k`-th number (in walk order); returns how many numbers were passed.
+    fn replace(v: &mut serde_json::Value, k: usize, new: i64) -> usize {
+        match v {
+            serde_json::Value::Number(_) => {
+                if k == 0 {
+                    *v = serde_json::json!(new);
+                }
+                1
+            }
+            serde_json::Value::Array(a) => a.iter_mut().fold(0, |seen, x| seen + if seen <= k { replace(x, k - seen, new) } else { 0 }),
+            serde_json::Value::Object(o) => o.values_mut().fold(0, |seen, x| seen + if seen <= k { replace(x, k - seen, new) } else { 0 }),
+            _ => 0,
+        }
+    }
+    let n = count(v);
+    if n == 0 {
+        return;
+    }
+    let choices = [0i64, 1, 2, 3, -1, 7, 1 << 20];
+    let new = choices[(rng.next_u64() as usize) % choices.len()];
+    replace(v, (rng.next_u64() as usize) % n, new);
 }
