@@ -1,6 +1,7 @@
 //! The `ferrodnn` command: the op-by-engine table, running a graph from JSON, and the demo.
 
 mod demo;
+mod gpu_smoke;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use ferrodnn::engine::PlanPolicy;
@@ -39,6 +40,18 @@ enum Command {
     Demo,
     /// Write the example graphs (the demo's and a few more) as JSON into a folder.
     ExampleGraphs { dir: std::path::PathBuf },
+    /// Smoke-check the CUDA runtime on the GPU: NVRTC compile, kernel cache, module load, launches
+    /// checked element by element against the CPU, wrapped streams, event timing, an mma.sync
+    /// tile and a cluster launch. Prints JSON; exits non-zero if a check fails (0 with
+    /// {"gpu": false} on a machine without a GPU).
+    GpuCheckRuntime {
+        /// Also write the JSON report to this file.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// The CUDA device ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -51,6 +64,7 @@ enum EngineArg {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::GpuCheckRuntime { out, device } => return gpu_smoke::main(device, out.as_deref()),
         Command::Ops { json } => ops(json),
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),

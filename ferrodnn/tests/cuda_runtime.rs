@@ -266,3 +266,41 @@ fn missing_headers_error_lists_where_we_looked() {
         assert!(err.to_string().contains("looked in"), "{err}");
     }
 }
+
+// The `ferrodnn gpu-check-runtime` kernels and checks, shared with the CLI so that CI compiles the
+// very kernels the GPU check runs.
+#[allow(dead_code)]
+#[path = "../../ferrodnn-cli/src/gpu_smoke.rs"]
+mod gpu_smoke;
+
+#[test]
+fn gpu_smoke_kernels_compile_for_sm80_and_sm90a() {
+    let required = std::env::var("FERRODNN_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    if let Err(e) = cuda::nvrtc() {
+        assert!(!required, "FERRODNN_REQUIRE_NVRTC=1 but NVRTC could not be loaded: {e}");
+        eprintln!("skipped: NVRTC not found ({e})");
+        return;
+    }
+    if cuda::cuda_include_dir().found.is_none() && !required {
+        eprintln!("skipped: CUDA headers not found (set FERRODNN_CUDA_INCLUDE)");
+        return;
+    }
+    // sm_80: the f16/bf16 kernels and mma.sync; sm_90a adds the cluster kernel.
+    for (arch, expected) in [("sm_80", 2), ("sm_90a", 3)] {
+        let built = gpu_smoke::compile_all(arch).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(built.len(), expected, "{arch}: {built:?}");
+        eprintln!("{arch}: {built:?}");
+    }
+    // The cluster kernel needs sm_90: on sm_80 its special registers do not exist.
+    assert!(cuda::compile_cubin(gpu_smoke::CLUSTER_SOURCE, "cluster_ids", &CompileOptions::new("sm_80")).is_err());
+}
+
+#[test]
+fn gpu_smoke_checks_pass_on_a_gpu() {
+    if !cuda::gpu_available() {
+        eprintln!("skipped: no GPU (the launch path runs only where one is)");
+        return;
+    }
+    let report = gpu_smoke::run_checks(0, None, false);
+    assert_eq!(report["ok"], serde_json::Value::Bool(true), "{report:#}");
+}

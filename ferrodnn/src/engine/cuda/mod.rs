@@ -1,6 +1,7 @@
 //! The CUDA runtime under the GPU engines: the device ([`CudaDevice`], [`Stream`],
-//! [`DeviceBuffer`]), runtime compilation with NVRTC ([`compile_cubin`]) and the kernel cache
-//! ([`KernelCache`]). No op kernels live here yet.
+//! [`DeviceBuffer`]), runtime compilation with NVRTC ([`compile_cubin`]), the kernel cache
+//! ([`KernelCache`]), and loading and launching kernels ([`Module`], [`Function`], [`Event`]).
+//! No op kernels live here yet.
 //!
 //! Nothing here needs CUDA at build time: cudarc loads `libcuda` and `libnvrtc` with `dlopen`
 //! on first use, after we have checked they exist, so a machine without them gets an
@@ -27,10 +28,12 @@
 //! cache's folder, or no disk cache).
 
 pub mod cache;
+pub mod module;
 pub mod nvrtc;
 pub mod runtime;
 
 pub use cache::{CacheStats, KernelCache, KernelKey};
+pub use module::{synchronize_timeout, Event, Function, FunctionAttributes, Module};
 pub use nvrtc::{compile_cached, compile_cubin, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, CompileOptions, HeaderSearch, NvrtcInfo};
 pub use runtime::{device_count, driver_version, CudaDevice, DeviceBuffer, DeviceInfo, Stream, MIN_COMPUTE_CAPABILITY};
 

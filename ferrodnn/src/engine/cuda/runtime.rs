@@ -52,7 +52,7 @@ const REQUIRED_DRIVER_SYMBOLS: &[&str] = &[
 ];
 
 /// What the probe found: the driver's version (e.g. 13000 for CUDA 13.0), or why it is unusable.
-fn driver() -> Result<i32> {
+pub(super) fn driver() -> Result<i32> {
     static PROBE: OnceLock<std::result::Result<i32, String>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
@@ -148,7 +148,7 @@ fn describe(code: sys::CUresult) -> String {
     }
 }
 
-fn check(code: sys::CUresult, call: &str) -> Result<()> {
+pub(super) fn check(code: sys::CUresult, call: &str) -> Result<()> {
     if code == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
