@@ -4,9 +4,8 @@
 //!
 //! As in [`runtime`](super::runtime), every driver symbol called here is probed before the first
 //! call, so an old driver gives an [`Error::Device`] naming what it lacks instead of cudarc's
-//! "Missing symbol" panic. Two symbols are optional: `cuLaunchKernelEx` (cluster launches; CUDA
-//! 11.8+ drivers) and `cuFuncGetParamInfo` (checking the argument count; CUDA 12.4+ drivers).
-//! cudarc exposes both with the `cuda-13000` feature this crate enables.
+//! "Missing symbol" panic. One symbol is optional: `cuLaunchKernelEx` (cluster launches; CUDA
+//! 11.8+ drivers), which cudarc exposes with the `cuda-13000` feature this crate enables.
 //!
 //! ```no_run
 //! use ferrodnn::engine::cuda::{self, CompileOptions, CudaDevice, Module};
@@ -57,8 +56,6 @@ type ElapsedFn = unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> s
 struct Api {
     /// `cuLaunchKernelEx` is exported (cluster launches).
     launch_ex: bool,
-    /// `cuFuncGetParamInfo` is exported (argument-count check).
-    param_info: bool,
     elapsed: ElapsedFn,
 }
 
@@ -94,7 +91,7 @@ fn probe_api() -> std::result::Result<Api, String> {
     let Some(elapsed) = elapsed else {
         return Err("the CUDA driver library lacks cuEventElapsedTime_v2 and cuEventElapsedTime; update the NVIDIA driver".to_string());
     };
-    Ok(Api { launch_ex: has("cuLaunchKernelEx"), param_info: has("cuFuncGetParamInfo"), elapsed })
+    Ok(Api { launch_ex: has("cuLaunchKernelEx"), elapsed })
 }
 
 /// A hint appended to module-load errors whose usual cause we know.
@@ -184,7 +181,7 @@ impl Module {
 
     /// The kernel named `name` (its `extern "C"` name, or the mangled C++ name).
     pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
-        let api = api()?;
+        api()?;
         let c_name = CString::new(name).map_err(|_| Error::InvalidArgument(format!("kernel name `{name}` contains a NUL byte")))?;
         self.device.bind()?;
         let mut raw: sys::CUfunction = std::ptr::null_mut();
@@ -194,8 +191,7 @@ impl Module {
             .map_err(|e| Error::Device(format!("kernel `{name}`: {e} (is it declared extern \"C\"?)")))?;
         let max_threads = func_attr(raw, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, name)?;
         let max_dynamic = func_attr(raw, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, name)?;
-        let param_count = if api.param_info { count_params(raw) } else { None };
-        Ok(Function { raw, module: self.clone(), name: name.to_string(), max_threads, max_dynamic_shared: AtomicU32::new(max_dynamic), param_count })
+        Ok(Function { raw, module: self.clone(), name: name.to_string(), max_threads, max_dynamic_shared: AtomicU32::new(max_dynamic) })
     }
 }
 
@@ -217,27 +213,6 @@ fn func_attr(raw: sys::CUfunction, attr: sys::CUfunction_attribute, name: &str) 
     // SAFETY: `raw` came from cuModuleGetFunction on a loaded module; `v` is a valid out pointer.
     check(unsafe { sys::cuFuncGetAttribute(&mut v, attr, raw) }, &format!("cuFuncGetAttribute({attr:?}) for kernel `{name}`"))?;
     Ok(v.max(0) as u32)
-}
-
-/// The number of kernel parameters, when the driver answers unambiguously: index 0 must succeed
-/// (so a kernel with no parameters, or a driver that cannot tell, gives None and no check), and
-/// counting stops at the first CUDA_ERROR_INVALID_VALUE. Any other error gives None.
-fn count_params(raw: sys::CUfunction) -> Option<usize> {
-    let mut n = 0usize;
-    loop {
-        let (mut offset, mut size) = (0usize, 0usize);
-        // SAFETY: cuFuncGetParamInfo was found by the probe; `raw` is a live function of the
-        // current context; both are valid out pointers.
-        let r = unsafe { sys::cuFuncGetParamInfo(raw, n, &mut offset, &mut size) };
-        match r {
-            sys::CUresult::CUDA_SUCCESS => n += 1,
-            sys::CUresult::CUDA_ERROR_INVALID_VALUE if n > 0 => return Some(n),
-            _ => return None,
-        }
-        if n > 4096 {
-            return None; // CUDA kernels take at most 32 KiB of parameters; something is off
-        }
-    }
 }
 
 /// What the compiler gave a kernel, for reports (`cuFuncGetAttribute`).
@@ -263,7 +238,6 @@ pub struct Function {
     name: String,
     max_threads: u32,
     max_dynamic_shared: AtomicU32,
-    param_count: Option<usize>,
 }
 
 // SAFETY: a CUfunction is a handle valid from any thread while its module is loaded (our Arc);
@@ -274,7 +248,7 @@ unsafe impl Sync for Function {}
 
 impl std::fmt::Debug for Function {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Function").field("name", &self.name).field("raw", &self.raw).field("param_count", &self.param_count).finish()
+        f.debug_struct("Function").field("name", &self.name).field("raw", &self.raw).finish()
     }
 }
 
@@ -287,10 +261,6 @@ impl Function {
     }
     pub fn raw(&self) -> sys::CUfunction {
         self.raw
-    }
-    /// The number of parameters, when the driver can say (CUDA 12.4+, kernels with parameters).
-    pub fn param_count(&self) -> Option<usize> {
-        self.param_count
     }
 
     /// Registers, shared, local and constant memory, limits and versions.
@@ -355,11 +325,6 @@ impl Function {
         let max_dynamic = self.max_dynamic_shared.load(Ordering::Relaxed);
         if shared_bytes > max_dynamic {
             return err(format!("{shared_bytes} bytes of dynamic shared memory exceed the kernel's limit of {max_dynamic}; call set_max_dynamic_shared_memory first"));
-        }
-        if let Some(n) = self.param_count {
-            if n != params.len() {
-                return err(format!("the kernel takes {n} parameters but {} were given", params.len()));
-            }
         }
         if let Some(i) = params.iter().position(|p| p.is_null()) {
             return err(format!("parameter {i} is a null pointer; each entry must point to the argument's value"));
