@@ -216,20 +216,61 @@ impl Plan {
     }
 }
 
-/// The engines available to this process, bound (for GPU engines) to one device and stream.
+/// The engines available to this process, bound (for the GPU engine) to one device and stream.
 pub struct Handle {
     engines: Vec<Box<dyn Engine>>,
+    cuda: Option<(Arc<cuda::CudaDevice>, cuda::SharedStream)>,
 }
 
 impl Handle {
     /// A handle with only the CPU engine.
     pub fn cpu() -> Handle {
-        Handle { engines: vec![Box::new(cpu::CpuEngine)] }
+        Handle { engines: vec![Box::new(cpu::CpuEngine)], cuda: None }
     }
 
-    /// Every engine this machine can run, best first (the CPU engine last).
+    /// Every engine this machine can run, best first: the CUDA engine on GPU 0 when a supported
+    /// GPU is present (on a stream of its own; see [`Handle::set_stream`]), then the CPU engine.
     pub fn new() -> Handle {
+        if cuda::gpu_available() {
+            if let Ok(h) = Handle::cuda(0) {
+                return h;
+            }
+        }
         Handle::cpu()
+    }
+
+    /// A handle on GPU `ordinal` (and the CPU engine after it). Fails when there is no such
+    /// GPU, it is older than sm_80, or the driver cannot be loaded.
+    pub fn cuda(ordinal: usize) -> Result<Handle> {
+        let device = cuda::CudaDevice::open(ordinal)?;
+        let stream: cuda::SharedStream = Arc::new(std::sync::RwLock::new(Arc::new(device.new_stream()?)));
+        let engine = cuda::CudaEngine::new(device.clone(), stream.clone());
+        Ok(Handle { engines: vec![Box::new(engine), Box::new(cpu::CpuEngine)], cuda: Some((device, stream)) })
+    }
+
+    /// The GPU this handle's CUDA engine runs on, if any.
+    pub fn cuda_device(&self) -> Option<&Arc<cuda::CudaDevice>> {
+        self.cuda.as_ref().map(|(d, _)| d)
+    }
+
+    /// The stream CUDA plans of this handle enqueue their work on.
+    pub fn stream(&self) -> Option<Arc<cuda::Stream>> {
+        self.cuda.as_ref().and_then(|(_, s)| s.read().ok().map(|s| s.clone()))
+    }
+
+    /// Send this handle's GPU work (of plans built before or after) to `raw`, a CUstream of the
+    /// handle's device (PyTorch's `torch.cuda.current_stream().cuda_stream`, for one), so that it
+    /// is ordered with the caller's work.
+    ///
+    /// # Safety
+    /// `raw` must be null (the legacy default stream) or a live stream of this device's primary
+    /// context, and must outlive every execution enqueued on it.
+    pub unsafe fn set_stream(&self, raw: u64) -> Result<()> {
+        let (device, shared) = self.cuda.as_ref().ok_or_else(|| Error::InvalidArgument("set_stream: this handle has no GPU engine".into()))?;
+        // SAFETY: the caller guarantees `raw` is a live stream of this device's context.
+        let stream = unsafe { device.wrap_stream(raw as cudarc::driver::sys::CUstream) };
+        *shared.write().map_err(|_| Error::Device("the handle's stream lock is poisoned".into()))? = Arc::new(stream);
+        Ok(())
     }
 
     pub fn engines(&self) -> impl Iterator<Item = EngineKind> + '_ {

@@ -28,11 +28,14 @@
 //! cache's folder, or no disk cache).
 
 pub mod cache;
+pub mod engine;
+pub mod fallback;
 pub mod module;
 pub mod nvrtc;
 pub mod runtime;
 
 pub use cache::{CacheStats, KernelCache, KernelKey};
+pub use engine::{kernel_sources, CudaEngine, SharedStream};
 pub use module::{synchronize_timeout, Event, Function, FunctionAttributes, Module};
 pub use nvrtc::{compile_cached, compile_cubin, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, CompileOptions, HeaderSearch, NvrtcInfo};
 pub use runtime::{device_count, driver_version, CudaDevice, DeviceBuffer, DeviceInfo, Stream, MIN_COMPUTE_CAPABILITY};

@@ -23,6 +23,7 @@ pub const MIN_COMPUTE_CAPABILITY: (u32, u32) = (8, 0);
 /// "Missing symbol" panic.
 const REQUIRED_DRIVER_SYMBOLS: &[&str] = &[
     "cuInit",
+    "cuPointerGetAttribute",
     "cuDriverGetVersion",
     "cuGetErrorName",
     "cuGetErrorString",
@@ -323,6 +324,22 @@ impl CudaDevice {
         // SAFETY: `ctx` is the primary context retained in `open` and not yet released (Drop has
         // not run while &self exists).
         check(unsafe { sys::cuCtxSetCurrent(self.ctx) }, "cuCtxSetCurrent")
+    }
+
+    /// Whether `ptr` is memory this device's kernels can read and write: device memory of this
+    /// context, or managed memory. Host memory (pageable or pinned) and unknown addresses give
+    /// false, so that a host pointer handed to the GPU engine is an error, not a crash.
+    pub fn is_device_pointer(&self, ptr: u64) -> bool {
+        if self.bind().is_err() {
+            return false;
+        }
+        let mut kind: u32 = 0;
+        // SAFETY: cuPointerGetAttribute only inspects the address (it never dereferences it) and
+        // writes an unsigned int (CUmemorytype) into `kind`, a valid out pointer of that size.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(&mut kind as *mut u32 as *mut std::ffi::c_void, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr as sys::CUdeviceptr)
+        };
+        r == sys::CUresult::CUDA_SUCCESS && (kind == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || kind == sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32)
     }
 
     /// (free, total) device memory in bytes.

@@ -204,3 +204,5 @@ pub fn numeric_gradient(x: &Nd, h: f64, mut f: impl FnMut(&Nd) -> f64) -> Nd {
 pub fn dot(a: &Nd, b: &Nd) -> f64 {
     a.data.iter().zip(&b.data).map(|(x, y)| x * y).sum()
 }
+
+pub mod cases;

@@ -1,0 +1,279 @@
+//! The CUDA engine: plans whose kernels are generated for the graph and compiled with NVRTC
+//! when the plan is built; execution only binds pointers and enqueues launches on the handle's
+//! stream (no allocation, no compilation, no host synchronization), so it can be captured in a
+//! CUDA graph.
+
+use super::fallback::{self, Arg, NodeKernels, TRef, PRELUDE};
+use super::{compile_cached, CompileOptions, CudaDevice, DeviceBuffer, Function, KernelCache, Module, Stream};
+use crate::dtype::DataType;
+use crate::engine::{BehaviorNotes, Buffer, CompiledPlan, Engine, EngineKind, Knob, VariantPack};
+use crate::error::{Error, Result};
+use crate::graph::{Graph, TensorId};
+use crate::layout::required_bytes;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, RwLock};
+
+/// Alignment of each slice of the workspace (and of the constants buffer).
+const SLICE_ALIGN: usize = 256;
+
+/// The stream a handle's CUDA work goes to; shared by the engine and its plans so that
+/// `Handle::set_stream` applies to plans built before it.
+pub type SharedStream = Arc<RwLock<Arc<Stream>>>;
+
+/// The CUDA engine, bound to one device and the handle's stream.
+pub struct CudaEngine {
+    device: Arc<CudaDevice>,
+    stream: SharedStream,
+}
+
+impl CudaEngine {
+    pub fn new(device: Arc<CudaDevice>, stream: SharedStream) -> CudaEngine {
+        CudaEngine { device, stream }
+    }
+
+    fn all_kernels(graph: &Graph) -> Result<Vec<(usize, NodeKernels)>> {
+        let order = graph.topological_order()?;
+        order.into_iter().map(|ni| Ok((ni, fallback::generate(graph, ni)?))).collect()
+    }
+}
+
+/// Every kernel source a graph's CUDA plan compiles, with its entry name: for tests that
+/// compile them without a GPU, and for `FERRODNN_LOG`-style inspection.
+pub fn kernel_sources(graph: &Graph) -> Result<Vec<(String, String)>> {
+    let mut g = graph.clone();
+    g.validate()?;
+    let mut out = Vec::new();
+    for (_, nk) in CudaEngine::all_kernels(&g)? {
+        for l in nk.launches {
+            out.push((l.entry.clone(), format!("{PRELUDE}\n{}", l.source)));
+        }
+    }
+    Ok(out)
+}
+
+impl Engine for CudaEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Cuda
+    }
+
+    fn supports(&self, graph: &Graph) -> Result<()> {
+        for t in &graph.tensors {
+            if t.is_pass_by_value && t.value.is_none() && !t.is_virtual {
+                return Err(Error::NotSupported(format!("tensor \"{}\": the CUDA engine needs by-value scalars to carry their value in the graph", t.name)));
+            }
+        }
+        Self::all_kernels(graph).map(|_| ())
+    }
+
+    fn candidates(&self, _graph: &Graph) -> Vec<Vec<Knob>> {
+        vec![Vec::new()]
+    }
+
+    fn behavior(&self, _graph: &Graph, _knobs: &[Knob]) -> BehaviorNotes {
+        // The fallback computes in double with no atomics: same inputs, same bits.
+        BehaviorNotes { runtime_compiled: true, deterministic: true, reduced_precision: false }
+    }
+
+    fn build(&self, graph: Arc<Graph>, _knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
+        let g = &*graph;
+        let kernels = Self::all_kernels(g)?;
+        let arch = self.device.arch();
+        let opts = CompileOptions::new(arch.clone());
+        let cache = KernelCache::global();
+
+        // Compile every launch (in parallel: NVRTC is thread-safe), each as its own module.
+        let launches: Vec<(usize, usize, &fallback::Launch)> =
+            kernels.iter().enumerate().flat_map(|(k, (_, nk))| nk.launches.iter().enumerate().map(move |(li, l)| (k, li, l))).collect();
+        let cubins: Vec<Arc<Vec<u8>>> = launches
+            .par_iter()
+            .map(|(_, _, l)| compile_cached(cache, &format!("{PRELUDE}\n{}", l.source), &l.entry, &opts))
+            .collect::<Result<_>>()?;
+
+        // Workspace: a slice per produced virtual tensor, then per node's scratch buffers.
+        let mut workspace = 0usize;
+        let mut take = |bytes: usize| {
+            let at = workspace;
+            workspace += bytes.div_ceil(SLICE_ALIGN).max(1) * SLICE_ALIGN;
+            at
+        };
+        let mut virtual_at: HashMap<usize, usize> = HashMap::new();
+        for (ni, _) in &kernels {
+            for p in &g.nodes[*ni].outputs {
+                let d = g.desc(p.tensor);
+                if d.is_virtual {
+                    let dt = g.resolved_data_type(p.tensor).unwrap_or(DataType::F32);
+                    virtual_at.insert(p.tensor.0, take(required_bytes(d, dt)));
+                }
+            }
+        }
+        let scratch_at: Vec<Vec<usize>> = kernels.iter().map(|(_, nk)| nk.scratch.iter().map(|&b| take(b)).collect()).collect();
+
+        // Constants: by-value scalars that carry their value, in their own type, uploaded once.
+        let mut const_bytes = Vec::new();
+        let mut const_at = HashMap::new();
+        for (i, t) in g.tensors.iter().enumerate() {
+            if let (true, Some(v)) = (t.is_pass_by_value, t.value) {
+                let dt = g.resolved_data_type(TensorId(i)).unwrap_or(DataType::F32);
+                const_at.insert(i, const_bytes.len());
+                const_bytes.extend(dt.encode(&[v]));
+                const_bytes.resize(const_bytes.len().div_ceil(SLICE_ALIGN) * SLICE_ALIGN, 0);
+            }
+        }
+        let constants = if const_bytes.is_empty() { None } else { Some(self.device.upload(&const_bytes)?) };
+
+        let max_grid = self.device.sm_count().max(1) as u64 * 32;
+        let mut steps = Vec::with_capacity(launches.len());
+        for ((k, _, l), cubin) in launches.iter().zip(&cubins) {
+            let module = Module::load(&self.device, cubin)?;
+            let function = module.function(&l.entry)?;
+            if l.shared_bytes > 48 * 1024 {
+                function.set_max_dynamic_shared_memory(l.shared_bytes)?;
+            }
+            let grid = match l.exact_grid {
+                Some(grid) => grid,
+                None => (l.threads.div_ceil(l.block.max(1) as u64).clamp(1, max_grid) as u32, 1, 1),
+            };
+            steps.push(Step { function, grid, block: (l.block, 1, 1), shared_bytes: l.shared_bytes, args: l.args.clone(), scratch_at: scratch_at[*k].clone() });
+        }
+        let refs = g.tensors.iter().enumerate().map(|(i, _)| TRef::of(g, TensorId(i))).collect();
+        Ok(Box::new(CudaPlan { graph: graph.clone(), device: self.device.clone(), stream: self.stream.clone(), steps, refs, virtual_at, const_at, constants, workspace }))
+    }
+}
+
+struct Step {
+    function: Function,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared_bytes: u32,
+    args: Vec<Arg>,
+    scratch_at: Vec<usize>,
+}
+
+struct CudaPlan {
+    graph: Arc<Graph>,
+    device: Arc<CudaDevice>,
+    stream: SharedStream,
+    steps: Vec<Step>,
+    refs: Vec<TRef>,
+    virtual_at: HashMap<usize, usize>,
+    const_at: HashMap<usize, usize>,
+    constants: Option<DeviceBuffer>,
+    workspace: usize,
+}
+
+impl CompiledPlan for CudaPlan {
+    fn workspace_size(&self) -> usize {
+        self.workspace
+    }
+
+    fn execute(&self, pack: &mut VariantPack, workspace: Option<Buffer>) -> Result<()> {
+        let g = &*self.graph;
+        let ws_ptr = match (&workspace, self.workspace) {
+            (_, 0) => 0,
+            (Some(Buffer::Device { ptr, .. }), _) if *ptr != 0 => *ptr,
+            (Some(_), _) => return Err(Error::InvalidArgument(format!("graph \"{}\": the CUDA plan's workspace must be device memory", g.name))),
+            (None, _) => return Err(Error::InvalidArgument(format!("graph \"{}\": the plan needs a workspace of {} bytes", g.name, self.workspace))),
+        };
+        if ws_ptr != 0 && !self.device.is_device_pointer(ws_ptr) {
+            return Err(Error::InvalidArgument(format!("graph \"{}\": the workspace pointer {ws_ptr:#x} is not device memory of {}", g.name, self.device.name())));
+        }
+        let ptrs = self.resolve_pointers(pack, ws_ptr)?;
+        let stream = self.stream.read().map_err(|_| Error::Device("the handle's stream lock is poisoned".into()))?.clone();
+        for step in &self.steps {
+            // Argument values live in these vectors until the launch returns; `params` points
+            // at them. Capacities are reserved up front so the pointers stay put.
+            let n = step.args.len();
+            let mut words: Vec<u64> = Vec::with_capacity(n);
+            let mut refs: Vec<TRef> = Vec::with_capacity(n);
+            let mut floats: Vec<f64> = Vec::with_capacity(n);
+            let mut params: Vec<*mut c_void> = Vec::with_capacity(n);
+            for arg in &step.args {
+                match arg {
+                    Arg::Ptr(t) => {
+                        words.push(ptrs[t.0]);
+                        params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
+                    }
+                    Arg::Scratch(i) => {
+                        let at = step.scratch_at.get(*i).copied().ok_or_else(|| Error::Device(format!("internal: scratch buffer {i} was not laid out")))?;
+                        words.push(ws_ptr + at as u64);
+                        params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
+                    }
+                    Arg::I64(v) => {
+                        words.push(*v as u64);
+                        params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
+                    }
+                    Arg::Ref(t) => {
+                        refs.push(self.refs[t.0]);
+                        params.push(refs.last_mut().map_or(std::ptr::null_mut(), |r| r as *mut TRef as *mut c_void));
+                    }
+                    Arg::F64(v) => {
+                        floats.push(*v);
+                        params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));
+                    }
+                }
+            }
+            // SAFETY: the kernel was generated with exactly these parameters in this order (the
+            // family generators build source and args together); each params entry points at a
+            // value of the parameter's C type that lives until the call returns (the vectors do
+            // not reallocate: their capacity was reserved). Every pointer argument is device
+            // memory checked in resolve_pointers to hold the tensor's whole extent, or a slice
+            // of a workspace checked to be large enough.
+            unsafe { step.function.launch(&stream, step.grid, step.block, step.shared_bytes, &mut params)? };
+        }
+        Ok(())
+    }
+}
+
+impl CudaPlan {
+    /// Device pointer of every tensor a kernel may touch, checked: variant-pack buffers are
+    /// device memory of this device, large enough, aligned to their type and non-null.
+    fn resolve_pointers(&self, pack: &VariantPack, ws_ptr: u64) -> Result<Vec<u64>> {
+        let g = &*self.graph;
+        let mut ptrs = vec![0u64; g.tensors.len()];
+        let mut known = std::collections::HashSet::new();
+        for id in g.io_tensors() {
+            let d = g.desc(id);
+            let uid = d.uid.unwrap_or_default();
+            known.insert(uid);
+            let dt = g.resolved_data_type(id).unwrap_or(DataType::F32);
+            let need = required_bytes(d, dt);
+            let (ptr, bytes) = match pack.buffers.get(&uid) {
+                Some(Buffer::Device { ptr, bytes }) => (*ptr, *bytes),
+                Some(_) => return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): the CUDA engine needs device buffers, but a host buffer was given", d.name))),
+                None => return Err(Error::InvalidArgument(format!("graph \"{}\": tensor \"{}\" (uid {uid}) has no buffer in the variant pack", g.name, d.name))),
+            };
+            if ptr == 0 {
+                return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): the device pointer is null", d.name)));
+            }
+            if ptr % dt.size() as u64 != 0 {
+                return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): device pointer {ptr:#x} is not aligned to {} bytes for {dt}", d.name, dt.size())));
+            }
+            if bytes < need {
+                return Err(Error::InvalidArgument(format!(
+                    "tensor \"{}\" (uid {uid}): buffer is {bytes} bytes but dims {:?} with strides {:?} of {dt} need {need}",
+                    d.name, d.dims, d.strides
+                )));
+            }
+            if !self.device.is_device_pointer(ptr) {
+                return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): {ptr:#x} is not device memory of {} (a host pointer?)", d.name, self.device.name())));
+            }
+            ptrs[id.0] = ptr;
+        }
+        for uid in pack.buffers.keys() {
+            if !known.contains(uid) {
+                return Err(Error::InvalidArgument(format!("graph \"{}\": the variant pack has uid {uid}, which no non-virtual tensor of the graph has", g.name)));
+            }
+        }
+        for (&t, &at) in &self.virtual_at {
+            ptrs[t] = ws_ptr + at as u64;
+        }
+        if let Some(c) = &self.constants {
+            for (&t, &at) in &self.const_at {
+                ptrs[t] = c.device_ptr() + at as u64;
+            }
+        }
+        Ok(ptrs)
+    }
+}

@@ -1,0 +1,49 @@
+//! Check cases: small graphs, one or more per op, with odd sizes, non-contiguous and
+//! channels-last strides and every data type the op allows. The GPU check (`ferrodnn
+//! gpu-check`) runs each on the GPU against the CPU engine; CI compiles the kernels of each
+//! for sm_80 and sm_90a.
+
+mod conv;
+mod matmul;
+mod multi;
+mod norm;
+mod pointwise;
+mod reduction;
+mod resample;
+mod rng;
+mod sdpa;
+mod softmax;
+mod transform;
+
+use crate::graph::Graph;
+
+/// A named graph to check.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub name: String,
+    pub graph: Graph,
+}
+
+impl Case {
+    /// A case from a graph; every non-virtual output of the graph is compared.
+    pub fn new(name: impl Into<String>, graph: Graph) -> Case {
+        Case { name: name.into(), graph }
+    }
+}
+
+/// Every check case of every op family, then the multi-op graphs.
+pub fn all() -> Vec<Case> {
+    let mut v = Vec::new();
+    v.extend(pointwise::cases());
+    v.extend(conv::cases());
+    v.extend(matmul::cases());
+    v.extend(reduction::cases());
+    v.extend(softmax::cases());
+    v.extend(resample::cases());
+    v.extend(norm::cases());
+    v.extend(sdpa::cases());
+    v.extend(rng::cases());
+    v.extend(transform::cases());
+    v.extend(multi::cases());
+    v
+}
