@@ -1,6 +1,7 @@
 //! The `ferrodnn` command: the op-by-engine table, running a graph from JSON, and the demo.
 
 mod demo;
+mod gpu_check;
 mod gpu_smoke;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -40,6 +41,18 @@ enum Command {
     Demo,
     /// Write the example graphs (the demo's and a few more) as JSON into a folder.
     ExampleGraphs { dir: std::path::PathBuf },
+    /// Run every check case (every op, multi-op graphs) on the GPU against the CPU engine and
+    /// print a pass/fail table; exits non-zero on any failure.
+    GpuCheck {
+        /// Only cases whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Also write the results as JSON here.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Smoke-check the CUDA runtime on the GPU: NVRTC compile, kernel cache, module load, launches
     /// checked element by element against the CPU, wrapped streams, event timing, an mma.sync
     /// tile and a cluster launch. Prints JSON; exits non-zero if a check fails (0 with
@@ -69,6 +82,7 @@ fn main() -> ExitCode {
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
+        Command::GpuCheck { filter, out, seed } => gpu_check::gpu_check(filter, out, seed),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -82,21 +96,39 @@ fn main() -> ExitCode {
 /// Engines a build of ferrodnn can have, whether or not this machine can run them.
 const ALL_ENGINES: [EngineKind; 2] = [EngineKind::Cpu, EngineKind::Cuda];
 
-fn engine_supports(engine: EngineKind, _op: &str) -> bool {
+/// Whether an engine of this build runs an op: the CPU engine runs every op; the CUDA engine
+/// runs an op when it generates kernels for every check case that uses the op (and at least one
+/// case uses it). This needs no GPU: kernel generation is plain Rust.
+fn engine_supports(engine: EngineKind, op: &str, cuda_ops: &std::collections::HashMap<String, bool>) -> bool {
     match engine {
         EngineKind::Cpu => true,
-        EngineKind::Cuda => false,
+        EngineKind::Cuda => cuda_ops.get(op).copied().unwrap_or(false),
     }
+}
+
+/// For each op kind in the check cases: whether the CUDA engine generated kernels for every case
+/// using it.
+fn cuda_support() -> std::collections::HashMap<String, bool> {
+    let mut support: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+    for case in ferrodnn::testing::cases::all() {
+        let ok = ferrodnn::engine::cuda::kernel_sources(&case.graph).is_ok();
+        for node in &case.graph.nodes {
+            let e = support.entry(node.op.kind().to_string()).or_insert(true);
+            *e &= ok;
+        }
+    }
+    support
 }
 
 fn ops(json: bool) -> Result<(), String> {
     let names = all_op_names();
+    let cuda_ops = cuda_support();
     let mut text = String::new();
     if json {
         let list: Vec<serde_json::Value> = names
             .iter()
             .map(|op| {
-                let engines: serde_json::Map<String, serde_json::Value> = ALL_ENGINES.iter().map(|e| (e.name().to_string(), serde_json::Value::Bool(engine_supports(*e, op)))).collect();
+                let engines: serde_json::Map<String, serde_json::Value> = ALL_ENGINES.iter().map(|e| (e.name().to_string(), serde_json::Value::Bool(engine_supports(*e, op, &cuda_ops)))).collect();
                 serde_json::json!({ "op": op, "engines": engines })
             })
             .collect();
@@ -104,7 +136,7 @@ fn ops(json: bool) -> Result<(), String> {
     } else {
         text += &format!("{:<28} {}\n", "op", ALL_ENGINES.iter().map(|e| format!("{:<6}", e.name())).collect::<String>());
         for op in names {
-            let marks: String = ALL_ENGINES.iter().map(|e| format!("{:<6}", if engine_supports(*e, op) { "yes" } else { "-" })).collect();
+            let marks: String = ALL_ENGINES.iter().map(|e| format!("{:<6}", if engine_supports(*e, op, &cuda_ops) { "yes" } else { "-" })).collect();
             text += &format!("{op:<28} {marks}\n");
         }
     }

@@ -2,7 +2,7 @@
 //! the CLI's `run` and `demo`, and (later) the GPU check. Seeded, dependency-free randomness.
 
 use crate::dtype::DataType;
-use crate::engine::{Handle, PlanPolicy, VariantPack};
+use crate::engine::{EngineKind, Handle, Plan, PlanPolicy, VariantPack};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorId};
 use crate::layout::{gather, required_bytes, scatter, Nd};
@@ -72,9 +72,15 @@ pub const POISON_BYTE: u8 = 0xff;
 
 /// Execute a validated graph on the best plan of `handle` that meets `policy`, with inputs given
 /// as dense arrays (scattered into strided buffers whose gaps hold poison), outputs poisoned
-/// first; returns every non-virtual output as a dense array.
+/// first; returns every non-virtual output as a dense array. A CUDA plan gets device copies of
+/// the buffers and a device workspace, and the call waits for the stream before reading back.
 pub fn execute_dense(handle: &Handle, graph: &Graph, inputs: &HashMap<TensorId, Nd>, policy: &PlanPolicy) -> Result<HashMap<TensorId, Nd>> {
     let plan = handle.build_plans(graph, policy)?.remove(0);
+    execute_plan_dense(handle, &plan, inputs)
+}
+
+/// [`execute_dense`] with a plan already built.
+pub fn execute_plan_dense(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorId, Nd>) -> Result<HashMap<TensorId, Nd>> {
     let g = plan.graph();
     let mut in_bufs: Vec<(i64, Vec<u8>)> = Vec::new();
     for id in g.input_tensors() {
@@ -88,8 +94,8 @@ pub fn execute_dense(handle: &Handle, graph: &Graph, inputs: &HashMap<TensorId, 
         scatter(d, dtype, nd, &mut bytes);
         in_bufs.push((d.uid.unwrap_or_default(), bytes));
     }
-    let outs = g.output_tensors();
-    let mut out_bufs: Vec<(TensorId, i64, Vec<u8>)> = outs
+    let mut out_bufs: Vec<(TensorId, i64, Vec<u8>)> = g
+        .output_tensors()
         .iter()
         .map(|&id| {
             let d = g.desc(id);
@@ -97,7 +103,9 @@ pub fn execute_dense(handle: &Handle, graph: &Graph, inputs: &HashMap<TensorId, 
             (id, d.uid.unwrap_or_default(), vec![POISON_BYTE; required_bytes(d, dtype)])
         })
         .collect();
-    {
+    if plan.engine() == EngineKind::Cuda {
+        run_on_device(handle, plan, &in_bufs, &mut out_bufs)?;
+    } else {
         let mut pack = VariantPack::new();
         for (uid, b) in &in_bufs {
             pack.input(*uid, b);
@@ -114,6 +122,33 @@ pub fn execute_dense(handle: &Handle, graph: &Graph, inputs: &HashMap<TensorId, 
             (id, gather(g.desc(id), dtype, &bytes))
         })
         .collect())
+}
+
+/// Copy host buffers to the device (outputs keep their poison), run, wait, copy outputs back.
+fn run_on_device(handle: &Handle, plan: &Plan, ins: &[(i64, Vec<u8>)], outs: &mut [(TensorId, i64, Vec<u8>)]) -> Result<()> {
+    let device = handle.cuda_device().ok_or_else(|| Error::InvalidArgument("a CUDA plan needs a handle with a GPU".into()))?;
+    let stream = handle.stream().ok_or_else(|| Error::InvalidArgument("a CUDA plan needs a handle with a GPU".into()))?;
+    // Zero-length tensors cannot exist (dims are positive), but keep every allocation non-empty.
+    let upload = |b: &[u8]| if b.is_empty() { device.alloc(1) } else { device.upload(b) };
+    let d_ins = ins.iter().map(|(uid, b)| Ok((*uid, upload(b)?))).collect::<Result<Vec<_>>>()?;
+    let d_outs = outs.iter().map(|(_, uid, b)| Ok((*uid, upload(b)?))).collect::<Result<Vec<_>>>()?;
+    let ws = device.alloc(plan.workspace_size().max(1))?;
+    // Uploads go through the legacy default stream; make sure they landed before our stream runs.
+    device.synchronize()?;
+    {
+        let mut pack = VariantPack::new();
+        for (uid, b) in d_ins.iter().chain(&d_outs) {
+            pack.device(*uid, b.device_ptr(), b.len());
+        }
+        plan.execute(&mut pack, Some(crate::engine::Buffer::Device { ptr: ws.device_ptr(), bytes: ws.len() }))?;
+    }
+    stream.synchronize()?;
+    for ((_, _, host), (_, dev)) in outs.iter_mut().zip(&d_outs) {
+        if !host.is_empty() {
+            dev.copy_to_host(host)?;
+        }
+    }
+    Ok(())
 }
 
 /// Validate a copy of `graph` and run it on the CPU engine with the given dense inputs.

@@ -1,0 +1,83 @@
+//! `ferrodnn gpu-check`: every check case (every op, and multi-op graphs) on the GPU against the
+//! CPU engine, on seeded random inputs, with outputs poisoned before the run. Prints a pass/fail
+//! table and exits non-zero on any failure.
+
+use ferrodnn::engine::PlanPolicy;
+use ferrodnn::testing::{cases, execute_plan_dense, random_inputs, relative_error, tolerance, execute_dense};
+use ferrodnn::{DataType, EngineKind, Handle};
+use serde_json::json;
+use std::time::Instant;
+
+/// The relative-error bound for an output of `dtype`: the CPU's per-type tolerance, and for
+/// integer types a bound that lets an occasional rounding tie fall the other way.
+fn bound(dtype: DataType) -> f64 {
+    match dtype {
+        DataType::I8 | DataType::U8 | DataType::I32 | DataType::I64 | DataType::Bool => 1e-3,
+        DataType::F64 => 1e-10,
+        d => tolerance(d),
+    }
+}
+
+pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: u64) -> Result<(), String> {
+    let handle = Handle::new();
+    let Some(device) = handle.cuda_device() else {
+        println!("{}", json!({ "gpu": false, "reason": "no supported GPU: the CUDA engine is not available here" }));
+        return Err("gpu-check needs a GPU".into());
+    };
+    println!("gpu-check on {} ({})", device.name(), device.arch());
+    let cpu = Handle::cpu();
+    let policy = PlanPolicy { engine: Some(EngineKind::Cuda), ..Default::default() };
+    let mut rows = Vec::new();
+    let mut failed = 0;
+    let all: Vec<_> = cases::all().into_iter().filter(|c| filter.as_deref().is_none_or(|f| c.name.contains(f))).collect();
+    for case in &all {
+        let mut g = case.graph.clone();
+        let start = Instant::now();
+        let result = (|| -> Result<(f64, Vec<serde_json::Value>, f64), String> {
+            g.validate().map_err(|e| e.to_string())?;
+            let inputs = random_inputs(&g, seed);
+            let reference = execute_dense(&cpu, &g, &inputs, &PlanPolicy::default()).map_err(|e| format!("cpu: {e}"))?;
+            let build = Instant::now();
+            let plan = handle.build_plans(&g, &policy).map_err(|e| e.to_string())?.remove(0);
+            let build_ms = build.elapsed().as_secs_f64() * 1e3;
+            let got = execute_plan_dense(&handle, &plan, &inputs).map_err(|e| e.to_string())?;
+            let mut worst: f64 = 0.0;
+            let mut outs = Vec::new();
+            for (id, r) in &reference {
+                let dtype = g.resolved_data_type(*id).unwrap_or(DataType::F32);
+                let o = got.get(id).ok_or_else(|| format!("output {} missing", g.desc(*id).name))?;
+                let err = relative_error(&o.data, &r.data);
+                let ok = err <= bound(dtype);
+                if !ok {
+                    let first_bad = o.data.iter().zip(&r.data).position(|(a, b)| a.is_nan() != b.is_nan() || (a - b).abs() > bound(dtype).max(1e-6) * b.abs().max(1.0));
+                    let detail = first_bad.map_or(String::new(), |i| format!(" (first bad element {i}: got {} want {})", o.data[i], r.data[i]));
+                    return Err(format!("output {} ({dtype}): relative error {err:.3e} > {:.1e}{detail}", g.desc(*id).name, bound(dtype)));
+                }
+                worst = worst.max(err / bound(dtype).max(1e-300));
+                outs.push(json!({ "name": g.desc(*id).name, "dtype": dtype.name(), "rel_error": err }));
+            }
+            Ok((worst, outs, build_ms))
+        })();
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        match result {
+            Ok((worst, outs, build_ms)) => {
+                println!("PASS {:<48} worst/bound {worst:.2e}  build {build_ms:.1} ms", case.name);
+                rows.push(json!({ "case": case.name, "ok": true, "outputs": outs, "plan_build_ms": build_ms, "ms": ms }));
+            }
+            Err(e) => {
+                failed += 1;
+                println!("FAIL {:<48} {e}", case.name);
+                rows.push(json!({ "case": case.name, "ok": false, "error": e, "ms": ms }));
+            }
+        }
+    }
+    let summary = json!({ "gpu": true, "device": device.name(), "arch": device.arch(), "cases": all.len(), "passed": all.len() - failed, "failed": failed, "results": rows });
+    if let Some(path) = out {
+        std::fs::write(&path, serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    println!("gpu-check: {} passed, {failed} failed", all.len() - failed);
+    if failed > 0 {
+        return Err(format!("{failed} of {} cases failed", all.len()));
+    }
+    Ok(())
+}
