@@ -1,5 +1,6 @@
 //! The `ferrodnn` command: the op-by-engine table, running a graph from JSON, and the demo.
 
+mod bench;
 mod demo;
 mod gpu_check;
 mod gpu_smoke;
@@ -41,6 +42,20 @@ enum Command {
     Demo,
     /// Write the example graphs (the demo's and a few more) as JSON into a folder.
     ExampleGraphs { dir: std::path::PathBuf },
+    /// Time a suite of workloads on the GPU (CUDA events, medians) and report plan build times;
+    /// bench/run.py runs it beside PyTorch and writes bench/results/<gpu>.json.
+    Bench {
+        #[arg(long, default_value = "memory-bound")]
+        suite: String,
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Only workloads whose id contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Most timed runs per workload (also stops after about two seconds).
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// Run every check case (every op, multi-op graphs) on the GPU against the CPU engine and
     /// print a pass/fail table; exits non-zero on any failure.
     GpuCheck {
@@ -82,6 +97,7 @@ fn main() -> ExitCode {
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
+        Command::Bench { suite, out, filter, runs } => bench::bench(&suite, out, filter, runs),
         Command::GpuCheck { filter, out, seed } => gpu_check::gpu_check(filter, out, seed),
     };
     match result {

@@ -190,7 +190,7 @@ pub struct Plan {
     pub desc: PlanDesc,
     pub notes: BehaviorNotes,
     graph: Arc<Graph>,
-    inner: Box<dyn CompiledPlan>,
+    inner: Arc<dyn CompiledPlan>,
 }
 
 impl Plan {
@@ -220,12 +220,14 @@ impl Plan {
 pub struct Handle {
     engines: Vec<Box<dyn Engine>>,
     cuda: Option<(Arc<cuda::CudaDevice>, cuda::SharedStream)>,
+    /// Compiled plans by (graph key, engine, knobs): a graph seen before builds in microseconds.
+    plans: std::sync::Mutex<HashMap<(u64, EngineKind, String), (Arc<Graph>, Arc<dyn CompiledPlan>)>>,
 }
 
 impl Handle {
     /// A handle with only the CPU engine.
     pub fn cpu() -> Handle {
-        Handle { engines: vec![Box::new(cpu::CpuEngine)], cuda: None }
+        Handle { engines: vec![Box::new(cpu::CpuEngine)], cuda: None, plans: Default::default() }
     }
 
     /// Every engine this machine can run, best first: the CUDA engine on GPU 0 when a supported
@@ -245,7 +247,7 @@ impl Handle {
         let device = cuda::CudaDevice::open(ordinal)?;
         let stream: cuda::SharedStream = Arc::new(std::sync::RwLock::new(Arc::new(device.new_stream()?)));
         let engine = cuda::CudaEngine::new(device.clone(), stream.clone());
-        Ok(Handle { engines: vec![Box::new(engine), Box::new(cpu::CpuEngine)], cuda: Some((device, stream)) })
+        Ok(Handle { engines: vec![Box::new(engine), Box::new(cpu::CpuEngine)], cuda: Some((device, stream)), plans: Default::default() })
     }
 
     /// The GPU this handle's CUDA engine runs on, if any.
@@ -299,8 +301,8 @@ impl Handle {
                     reasons.push(format!("{}: plan with knobs {knobs:?} does not meet the policy ({notes:?})", engine.kind().name()));
                     continue;
                 }
-                let inner = engine.build(g.clone(), &knobs)?;
-                plans.push(Plan { desc: PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes, graph: g.clone(), inner });
+                let (graph, inner) = self.compiled(engine.as_ref(), &g, key, &knobs)?;
+                plans.push(Plan { desc: PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes, graph, inner });
             }
         }
         if plans.is_empty() {
@@ -331,8 +333,30 @@ impl Handle {
         engine.supports(&g)?;
         let g = Arc::new(g);
         let notes = engine.behavior(&g, &desc.knobs);
-        let inner = engine.build(g.clone(), &desc.knobs)?;
-        Ok(Plan { desc: desc.clone(), notes, graph: g, inner })
+        let (graph, inner) = self.compiled(engine.as_ref(), &g, key, &desc.knobs)?;
+        Ok(Plan { desc: desc.clone(), notes, graph, inner })
+    }
+
+    /// The compiled plan of `engine` for a validated graph, from this handle's plan cache when
+    /// the same graph (by key) was built before with the same knobs.
+    fn compiled(&self, engine: &dyn Engine, g: &Arc<Graph>, key: u64, knobs: &[Knob]) -> Result<(Arc<Graph>, Arc<dyn CompiledPlan>)> {
+        let cache_key = (key, engine.kind(), serde_json::to_string(knobs).unwrap_or_default());
+        if let Some(hit) = self.plans.lock().ok().and_then(|m| m.get(&cache_key).cloned()) {
+            // Keys hash the whole computation; equal graphs also compare equal but for names.
+            return Ok(hit);
+        }
+        let inner: Arc<dyn CompiledPlan> = Arc::from(engine.build(g.clone(), knobs)?);
+        if let Ok(mut m) = self.plans.lock() {
+            m.insert(cache_key, (g.clone(), inner.clone()));
+        }
+        Ok((g.clone(), inner))
+    }
+
+    /// Forget every cached plan (their kernels stay in the kernel cache).
+    pub fn clear_plan_cache(&self) {
+        if let Ok(mut m) = self.plans.lock() {
+            m.clear();
+        }
     }
 }
 

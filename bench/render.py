@@ -1,0 +1,74 @@
+"""Render BENCHMARKS.md and bench/results/<gpu>-ratios.png from bench/results/<gpu>.json.
+
+Usage: python3 bench/render.py [bench/results/h100.json ...]   (needs matplotlib for the chart)
+"""
+import glob, json, os, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def chart(result, png):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no chart", file=sys.stderr)
+        return False
+    rows = [w for w in result["workloads"] if w.get("ratio")]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.5))
+    names = [w["id"] for w in rows]
+    ratios = [w["ratio"] for w in rows]
+    ax.barh(names, ratios, color=["tab:green" if r >= 1 else "tab:red" for r in ratios])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("speed vs PyTorch (torch_ms / ours_ms; > 1 is faster)")
+    ax.set_title(f"ferrodnn on {result['device']} ({result['date']}, {result['commit'][:10]})")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    return True
+
+
+def render(paths):
+    out = ["# Benchmarks", "",
+           "Measured by `bench/run.py` (ferrodnn and PyTorch in the same run on the same GPU; CUDA-event medians after warm-up).",
+           "ratio = torch_ms / ours_ms (above 1: ferrodnn is faster). pct_roofline = our achieved rate against the binding ceiling",
+           "measured in the same run (device-to-device copy bandwidth for memory-bound work, bf16 GEMM rate for compute-bound work).",
+           "Build times: cold = first plan build in a new process with an empty kernel cache; warm disk = first build in a new process",
+           "with the kernel cache on disk; in process = a rebuild of a graph seen before in the process (the plan cache).", ""]
+    for path in paths:
+        with open(path) as f:
+            r = json.load(f)
+        png = os.path.splitext(path)[0] + "-ratios.png"
+        has_chart = chart(r, png)
+        roof = r["roofline"]
+        out += [f"## {r['device']} ({r['gpu']})", "",
+                f"{r['date']}, commit `{r['commit'][:12]}`, {r.get('software', '')}; suite `{r.get('suite', '')}`.",
+                f"Ceilings measured in this run: copy {roof['copy_gbs']:.0f} GB/s, bf16 GEMM {roof['gemm_bf16_tflops']:.0f} TFLOP/s.", "",
+                "| workload | ours ms | torch ms | ratio | % of roofline | build cold / warm disk / in process (ms) |",
+                "|---|---:|---:|---:|---:|---|"]
+        for w in r["workloads"]:
+            b = w.get("build_ms") or {}
+            build = " / ".join(fmt(b.get(k), ".3g") for k in ("cold", "warm_disk", "in_process"))
+            if w.get("error"):
+                out.append(f"| {w['id']} | not run: {w['error']} | {fmt(w.get('torch_ms'), '.4f')} | - | - | - |")
+                continue
+            out.append(f"| {w['id']} | {fmt(w.get('ours_ms'), '.4f')} | {fmt(w.get('torch_ms'), '.4f')} | {fmt(w.get('ratio'), '.3f')} | {fmt(w.get('pct_roofline'), '.1f')} | {build} |")
+        if has_chart:
+            out += ["", f"![ratios]({os.path.relpath(png, ROOT)})"]
+        out.append("")
+    with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as f:
+        f.write("\n".join(out))
+    print("wrote BENCHMARKS.md")
+
+
+if __name__ == "__main__":
+    paths = sys.argv[1:] or sorted(p for p in glob.glob(os.path.join(ROOT, "bench", "results", "*.json")))
+    render(paths)

@@ -1,0 +1,138 @@
+"""The benchmark harness: runs a suite of workloads on ferrodnn and, in the same run on the same
+GPU, the same workloads through PyTorch (cuDNN, cuBLAS, flash attention inside), plus the two
+ceilings (a large device-to-device copy and a large bf16 GEMM). Writes <out>/<gpu>.json in the
+shape BENCHMARKS.md is rendered from (bench/render.py).
+
+Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound]
+"""
+import argparse, datetime, json, os, subprocess, sys, tempfile
+
+import torch
+import torch.nn.functional as F
+
+dev = "cuda"
+torch.backends.cudnn.benchmark = True
+
+
+def bench(fn, iters=50, warm=10):
+    """Median of CUDA-event-timed runs after warm-up, in ms."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def rooflines():
+    x = torch.empty(2**30, dtype=torch.uint8, device=dev)
+    y = torch.empty_like(x)
+    copy_ms = bench(lambda: y.copy_(x), 20, 5)
+    del x, y
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b = torch.randn_like(a)
+    gemm_ms = bench(lambda: a @ b, 20, 5)
+    return {"copy_gbs": 2 * 2**30 / copy_ms / 1e6, "gemm_bf16_tflops": 2 * 8192**3 / gemm_ms / 1e9}
+
+
+def torch_memory_bound():
+    """PyTorch's time for each workload id of the memory-bound suite."""
+    out = {}
+    bf = torch.bfloat16
+    for (t, hd) in [(16384, 4096), (65536, 1024)]:
+        X = torch.randn(t, hd, device=dev, dtype=bf)
+        g = torch.randn(hd, device=dev, dtype=bf)
+        bb = torch.randn_like(g)
+        out[f"layernorm_fwd_bf16_{t}x{hd}"] = bench(lambda: F.layer_norm(X, (hd,), g, bb))
+        out[f"rmsnorm_fwd_bf16_{t}x{hd}"] = bench(lambda: F.rms_norm(X, (hd,), g))
+        out[f"softmax_fwd_bf16_{t}x{hd}"] = bench(lambda: torch.softmax(X, -1))
+        Xg = X.clone().requires_grad_(True)
+        gg = g.clone().requires_grad_(True)
+        bg = bb.clone().requires_grad_(True)
+        Y = F.layer_norm(Xg, (hd,), gg, bg)
+        dY = torch.randn_like(Y)
+        out[f"layernorm_bwd_bf16_{t}x{hd}"] = bench(lambda: torch.autograd.grad(Y, (Xg, gg, bg), dY, retain_graph=True))
+        Y2 = F.rms_norm(Xg, (hd,), gg)
+        out[f"rmsnorm_bwd_bf16_{t}x{hd}"] = bench(lambda: torch.autograd.grad(Y2, (Xg, gg), dY, retain_graph=True))
+        del X, Xg, Y, Y2, dY
+    X = torch.randn(32, 256, 56, 56, device=dev, dtype=torch.float16).to(memory_format=torch.channels_last)
+    bn = torch.nn.BatchNorm2d(256).to(dev).half().to(memory_format=torch.channels_last).train()
+    out["batchnorm_train_fwd_fp16_nhwc_32x256x56x56"] = bench(lambda: bn(X))
+    X = torch.randn(32, 64, 112, 112, device=dev, dtype=torch.float16).to(memory_format=torch.channels_last)
+    out["maxpool3x3s2_fwd_fp16_nhwc_32x64x112x112"] = bench(lambda: F.max_pool2d(X, 3, 2, 1))
+    out["avgpool3x3s2_fwd_fp16_nhwc_32x64x112x112"] = bench(lambda: F.avg_pool2d(X, 3, 2, 1))
+    a = torch.randn(16384, 4096, device=dev, dtype=bf)
+    b = torch.randn_like(a)
+    out["pointwise_chain5_bf16_16384x4096"] = bench(lambda: torch.sigmoid((a * b + a) * 0.5) * b)
+    return out
+
+
+def ours(exe, suite, cache_dir, runs):
+    env = dict(os.environ, FERRODNN_CACHE_DIR=cache_dir)
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    subprocess.run([exe, "bench", "--suite", suite, "--out", path, "--runs", str(runs)], env=env, check=True)
+    with open(path) as f:
+        return {w["id"]: w for w in json.load(f)["workloads"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ferrodnn", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--suite", default="memory-bound")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--commit", default=os.environ.get("FERRODNN_COMMIT", "unknown"))
+    args = ap.parse_args()
+
+    name = torch.cuda.get_device_name()
+    gpu = "h100" if "H100" in name else "h200" if "H200" in name else name.lower().replace(" ", "_")
+    roof = rooflines()
+    print(f"rooflines: {roof}", flush=True)
+    cache = tempfile.mkdtemp(prefix="ferrodnn-kernels-")
+    cold = ours(args.ferrodnn, args.suite, cache, 3)  # first process: empty kernel cache
+    warm = ours(args.ferrodnn, args.suite, cache, args.runs)  # second process: warm disk cache
+    theirs = torch_memory_bound() if args.suite == "memory-bound" else {}
+    workloads = []
+    for wid, w in warm.items():
+        row = {"id": wid, "ours_ms": w.get("ours_ms"), "torch_ms": theirs.get(wid), "bytes": w.get("bytes"), "flops": w.get("flops")}
+        if w.get("ours_ms") and row["torch_ms"]:
+            row["ratio"] = row["torch_ms"] / w["ours_ms"]
+        else:
+            row["ratio"] = None
+        if w.get("ours_ms"):
+            if w.get("flops"):
+                row["pct_roofline"] = 100 * w["flops"] / w["ours_ms"] / 1e9 / roof["gemm_bf16_tflops"]
+            elif w.get("bytes"):
+                row["pct_roofline"] = 100 * w["bytes"] / w["ours_ms"] / 1e6 / roof["copy_gbs"]
+        row["build_ms"] = {"cold": cold.get(wid, {}).get("build_ms_first"), "warm_disk": w.get("build_ms_first"), "in_process": w.get("build_ms_in_process")}
+        if "error" in w:
+            row["error"] = w["error"]
+        workloads.append(row)
+    result = {
+        "gpu": gpu,
+        "device": name,
+        "date": datetime.date.today().isoformat(),
+        "commit": args.commit,
+        "software": f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}",
+        "suite": args.suite,
+        "roofline": roof,
+        "workloads": workloads,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"{gpu}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+//! `ferrodnn bench`: time the workloads of a named suite on the GPU with CUDA events (warm-up,
+//! median of many runs, inputs rotated when they fit in L2), and report each plan's build time
+//! (first build in this process, then a rebuild through the plan cache). `bench/run.py` runs this
+//! next to PyTorch on the same shapes and writes bench/results/<gpu>.json and BENCHMARKS.md.
+
+use ferrodnn::engine::cuda::{DeviceBuffer, Event};
+use ferrodnn::engine::{Buffer, PlanPolicy};
+use ferrodnn::graph::ops::norm::{BatchnormAttrs, NormAttrs};
+use ferrodnn::graph::ops::pointwise::PointwiseMode;
+use ferrodnn::graph::ops::resample::ResampleAttrs;
+use ferrodnn::layout::{required_bytes, scatter};
+use ferrodnn::testing::{random_values, SplitMix64};
+use ferrodnn::{DataType, EngineKind, Graph, Handle, Nd, TensorDesc, VariantPack};
+use serde_json::json;
+use std::time::Instant;
+
+/// A workload: its id (`<op>_<pass>_<dtype>_<shape>`), its graph, and the FLOPs it must do.
+pub struct Workload {
+    pub id: String,
+    pub graph: Graph,
+    pub flops: Option<u64>,
+}
+
+fn out(g: &mut Graph, t: ferrodnn::TensorId, dt: DataType) {
+    g.set_output(t);
+    g.desc_mut(t).data_type = Some(dt);
+}
+
+fn rows(t: i64, h: i64, what: &str) -> (Graph, ferrodnn::TensorId, ferrodnn::TensorId, ferrodnn::TensorId) {
+    let bf = DataType::Bf16;
+    let mut g = Graph::new(format!("{what}_bf16_{t}x{h}")).io_data_type(bf);
+    let x = g.tensor(TensorDesc::new("x", &[t, h], bf));
+    let scale = g.tensor(TensorDesc::new("scale", &[1, h], bf));
+    let bias = g.tensor(TensorDesc::new("bias", &[1, h], bf));
+    (g, x, scale, bias)
+}
+
+/// The memory-bound suite of the fusion issue.
+fn memory_bound() -> Vec<Workload> {
+    let bf = DataType::Bf16;
+    let f32 = DataType::F32;
+    let mut v = Vec::new();
+    for (t, h) in [(16384i64, 4096i64), (65536, 1024)] {
+        let (mut g, x, s, b) = rows(t, h, "layernorm_fwd");
+        let (y, _, _) = g.layernorm(x, s, b, NormAttrs::inference());
+        out(&mut g, y, bf);
+        v.push(Workload { id: format!("layernorm_fwd_bf16_{t}x{h}"), graph: g, flops: None });
+
+        let (mut g, x, s, _) = rows(t, h, "rmsnorm_fwd");
+        g.tensors.pop(); // no bias
+        let (y, _) = g.rmsnorm(x, s, None, NormAttrs::inference());
+        out(&mut g, y, bf);
+        v.push(Workload { id: format!("rmsnorm_fwd_bf16_{t}x{h}"), graph: g, flops: None });
+
+        let mut g = Graph::new(format!("softmax_fwd_bf16_{t}x{h}")).io_data_type(bf);
+        let x = g.tensor(TensorDesc::new("x", &[t, h], bf));
+        let (y, _) = g.softmax(x, 1, false, false);
+        out(&mut g, y, bf);
+        v.push(Workload { id: format!("softmax_fwd_bf16_{t}x{h}"), graph: g, flops: None });
+
+        let (mut g, x, s, _) = rows(t, h, "layernorm_bwd");
+        g.tensors.pop();
+        let dy = g.tensor(TensorDesc::new("dy", &[t, h], bf));
+        let mean = g.tensor(TensorDesc::new("mean", &[t, 1], f32));
+        let inv = g.tensor(TensorDesc::new("inv_variance", &[t, 1], f32));
+        let (dx, ds, db) = g.layernorm_backward(dy, x, s, mean, inv);
+        out(&mut g, dx, bf);
+        out(&mut g, ds, bf);
+        out(&mut g, db, bf);
+        v.push(Workload { id: format!("layernorm_bwd_bf16_{t}x{h}"), graph: g, flops: None });
+
+        let (mut g, x, s, _) = rows(t, h, "rmsnorm_bwd");
+        g.tensors.pop();
+        let dy = g.tensor(TensorDesc::new("dy", &[t, h], bf));
+        let inv = g.tensor(TensorDesc::new("inv_variance", &[t, 1], f32));
+        let (dx, ds, db) = g.rmsnorm_backward(dy, x, s, inv, true);
+        out(&mut g, dx, bf);
+        out(&mut g, ds, bf);
+        if let Some(db) = db {
+            out(&mut g, db, bf);
+        }
+        v.push(Workload { id: format!("rmsnorm_bwd_bf16_{t}x{h}"), graph: g, flops: None });
+    }
+    let h16 = DataType::F16;
+    let mut g = Graph::new("batchnorm_train_fwd_fp16_nhwc_32x256x56x56").io_data_type(h16);
+    let x = g.tensor(TensorDesc::new("x", &[32, 256, 56, 56], h16).with_layout(&[0, 2, 3, 1]));
+    let s = g.tensor(TensorDesc::new("scale", &[1, 256, 1, 1], f32));
+    let b = g.tensor(TensorDesc::new("bias", &[1, 256, 1, 1], f32));
+    let rm = g.tensor(TensorDesc::new("running_mean", &[1, 256, 1, 1], f32));
+    let rv = g.tensor(TensorDesc::new("running_var", &[1, 256, 1, 1], f32));
+    let (y, mean, inv, running) = g.batchnorm(x, s, b, Some((rm, rv)), &[], BatchnormAttrs::default());
+    out(&mut g, y, h16);
+    out(&mut g, mean, f32);
+    out(&mut g, inv, f32);
+    if let Some((a, c)) = running {
+        out(&mut g, a, f32);
+        out(&mut g, c, f32);
+    }
+    v.push(Workload { id: "batchnorm_train_fwd_fp16_nhwc_32x256x56x56".into(), graph: g, flops: None });
+    for (name, attrs) in [("maxpool3x3s2", ResampleAttrs::max_2d(3, 2, 1)), ("avgpool3x3s2", ResampleAttrs::avg_2d(3, 2, 1, true))] {
+        let mut g = Graph::new(format!("{name}_fwd_fp16_nhwc_32x64x112x112")).io_data_type(h16);
+        let x = g.tensor(TensorDesc::new("x", &[32, 64, 112, 112], h16).with_layout(&[0, 2, 3, 1]));
+        let y = g.resample(x, attrs);
+        out(&mut g, y, h16);
+        v.push(Workload { id: format!("{name}_fwd_fp16_nhwc_32x64x112x112"), graph: g, flops: None });
+    }
+    // Five pointwise ops on two inputs: y = sigmoid((a * b + a) * 0.5) * b.
+    let mut g = Graph::new("pointwise_chain5_bf16_16384x4096").io_data_type(bf);
+    let a = g.tensor(TensorDesc::new("a", &[16384, 4096], bf));
+    let b = g.tensor(TensorDesc::new("b", &[16384, 4096], bf));
+    let half = g.scalar("half", 0.5);
+    let t = g.mul(a, b);
+    let t = g.add(t, a);
+    let t = g.scale(t, half);
+    let t = g.pointwise(PointwiseMode::Sigmoid, &[t]);
+    let y = g.mul(t, b);
+    out(&mut g, y, bf);
+    v.push(Workload { id: "pointwise_chain5_bf16_16384x4096".into(), graph: g, flops: None });
+    v
+}
+
+pub fn suite(name: &str) -> Result<Vec<Workload>, String> {
+    match name {
+        "memory-bound" => Ok(memory_bound()),
+        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound")),
+    }
+}
+
+/// The fewest bytes a graph must move: each non-virtual input read once, each output written once.
+pub fn min_bytes(g: &Graph) -> u64 {
+    g.io_tensors()
+        .iter()
+        .map(|&id| {
+            let d = g.desc(id);
+            d.element_count() as u64 * g.resolved_data_type(id).unwrap_or(DataType::F32).size() as u64
+        })
+        .sum()
+}
+
+pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Option<String>, max_runs: usize) -> Result<(), String> {
+    let handle = Handle::new();
+    let device = handle.cuda_device().ok_or("bench needs a GPU with the CUDA engine")?.clone();
+    let stream = handle.stream().ok_or("bench needs a GPU stream")?;
+    let l2 = device.info().l2_cache_bytes.max(1);
+    let policy = PlanPolicy { engine: Some(EngineKind::Cuda), ..Default::default() };
+    let mut results = Vec::new();
+    for w in suite(suite_name)? {
+        if filter.as_deref().is_some_and(|f| !w.id.contains(f)) {
+            continue;
+        }
+        let mut g = w.graph.clone();
+        g.validate().map_err(|e| format!("{}: {e}", w.id))?;
+        let t0 = Instant::now();
+        let plan = match handle.build_plans(&g, &policy) {
+            Ok(mut p) => p.remove(0),
+            Err(e) => {
+                println!("{:<48} not run: {e}", w.id);
+                results.push(json!({ "id": w.id, "error": e.to_string() }));
+                continue;
+            }
+        };
+        let build_first_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let t1 = Instant::now();
+        let _again = handle.build_plans(&g, &policy).map_err(|e| e.to_string())?;
+        let build_again_ms = t1.elapsed().as_secs_f64() * 1e3;
+
+        // Input sets: enough copies that one run's inputs are not left in L2 by the last.
+        let bytes = min_bytes(&g);
+        let sets = if bytes < 4 * l2 as u64 { (4 * l2 as u64).div_ceil(bytes.max(1)).min(64) as usize } else { 1 };
+        let mut rng = SplitMix64::new(1);
+        let mut buffers: Vec<Vec<(i64, DeviceBuffer)>> = Vec::new();
+        for _ in 0..sets {
+            let mut set = Vec::new();
+            for id in g.io_tensors() {
+                let d = g.desc(id);
+                let dt = g.resolved_data_type(id).unwrap_or(DataType::F32);
+                let mut host = vec![0u8; required_bytes(d, dt).max(1)];
+                if g.input_tensors().contains(&id) {
+                    let dims: Vec<usize> = d.dims.iter().map(|&x| x as usize).collect();
+                    let n = dims.iter().product();
+                    let mut vals = random_values(n, dt, &mut rng);
+                    if d.name == "inv_variance" {
+                        vals.iter_mut().for_each(|v| *v = v.abs() + 0.5);
+                    }
+                    scatter(d, dt, &Nd::new(dims, vals), &mut host);
+                }
+                set.push((d.uid.unwrap_or_default(), device.upload(&host).map_err(|e| e.to_string())?));
+            }
+            buffers.push(set);
+        }
+        let ws = device.alloc(plan.workspace_size().max(1)).map_err(|e| e.to_string())?;
+        device.synchronize().map_err(|e| e.to_string())?;
+        let run = |i: usize| -> Result<(), String> {
+            let mut pack = VariantPack::new();
+            for (uid, b) in &buffers[i % sets] {
+                pack.device(*uid, b.device_ptr(), b.len());
+            }
+            plan.execute(&mut pack, Some(Buffer::Device { ptr: ws.device_ptr(), bytes: ws.len() })).map_err(|e| e.to_string())
+        };
+        // Warm up, then time single runs with events until `max_runs` or about two seconds.
+        for i in 0..2 {
+            run(i)?;
+        }
+        stream.synchronize().map_err(|e| e.to_string())?;
+        let (start, end) = (Event::new(&device).map_err(|e| e.to_string())?, Event::new(&device).map_err(|e| e.to_string())?);
+        let mut times = Vec::new();
+        let wall = Instant::now();
+        for i in 0..max_runs {
+            start.record(&stream).map_err(|e| e.to_string())?;
+            run(i)?;
+            end.record(&stream).map_err(|e| e.to_string())?;
+            end.synchronize().map_err(|e| e.to_string())?;
+            times.push(start.elapsed_ms(&end).map_err(|e| e.to_string())? as f64);
+            if wall.elapsed().as_secs_f64() > 2.0 && times.len() >= 3 {
+                break;
+            }
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        let median = times[times.len() / 2];
+        let gbs = bytes as f64 / median / 1e6;
+        println!("{:<48} {median:>10.4} ms  {gbs:>8.1} GB/s  build {build_first_ms:.1} ms, again {build_again_ms:.3} ms  ({} runs)", w.id, times.len());
+        results.push(json!({
+            "id": w.id, "ours_ms": median, "bytes": bytes, "flops": w.flops, "runs": times.len(),
+            "build_ms_first": build_first_ms, "build_ms_in_process": build_again_ms,
+            "engine": plan.engine().name(), "workspace_bytes": plan.workspace_size(),
+        }));
+    }
+    let report = json!({ "device": device.name(), "arch": device.arch(), "suite": suite_name, "workloads": results });
+    let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    match out_path {
+        Some(p) => std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?,
+        None => println!("{text}"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_workload_validates_and_moves_bytes() {
+        for w in super::suite("memory-bound").unwrap() {
+            let mut g = w.graph.clone();
+            g.validate().unwrap_or_else(|e| panic!("{}: {e}", w.id));
+            assert!(super::min_bytes(&g) > 1 << 20, "{}", w.id);
+        }
+        assert!(super::suite("nope").is_err());
+    }
+}
