@@ -15,7 +15,8 @@ if [[ $STEPS == *check* ]]; then
   echo "gpu-check rc=$?"; grep -v '^PASS' "$OUT/gpu_check.log" | tail -40
 fi
 if [[ $STEPS == *tests* ]]; then
-  echo "== CUDA tests"
+  echo "== CUDA runtime check and tests"
+  timeout 120 .gpu/ferrodnn gpu-check-runtime --out "$OUT/runtime.json" | tail -1
   for t in .gpu/test_*; do FERRODNN_REQUIRE_NVRTC=1 timeout 120 "$t" 2>&1 | grep -E "test result|FAILED|panicked" ; done
 fi
 if [[ $STEPS == *memcheck* ]]; then
