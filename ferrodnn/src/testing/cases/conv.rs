@@ -118,7 +118,15 @@ pub(super) fn cases() -> Vec<Case> {
     v.push(case(Fprop, "2d_fp8", &[2, 4, 7, 9], &[5, 4, 3, 3], a2([1, 1]), Fp8E5m2, Fp8E4m3, Last, None));
     v.push(case(Fprop, "3d", &[2, 3, 5, 6, 7], &[4, 3, 3, 2, 3], a3([1, 0, 1]), F32, F32, First, None));
     v.push(case(Fprop, "3d_ndhwc_grouped", &[2, 4, 5, 7, 6], &[6, 2, 3, 3, 3], a3([1, 1, 1]).with_stride(&[2, 1, 2]), Bf16, Bf16, Last, None));
-    v.push(case(Fprop, "3d_convolution_mode_dilation", &[1, 3, 7, 5, 6], &[2, 3, 2, 3, 2], a3([1, 2, 0]).with_dilation(&[2, 1, 3]).with_mode(ConvMode::Convolution), F64, F64, First, None));
+    let conv_mode_3d = a3([1, 2, 0]).with_dilation(&[2, 1, 3]).with_mode(ConvMode::Convolution);
+    v.push(case(Fprop, "3d_convolution_mode_dilation", &[1, 3, 7, 5, 6], &[2, 3, 2, 3, 2], conv_mode_3d, F64, F64, First, None));
+    // Compute types other than f32: inputs rounded to bf16 (f32 tensors), or not at all (f64).
+    let mut c = case(Fprop, "2d_compute_bf16", &[2, 3, 7, 5], &[4, 3, 3, 3], a2([1, 1]), F32, F32, First, None);
+    c.graph.nodes[0].compute_data_type = Some(Bf16);
+    v.push(c);
+    let mut c = case(Dgrad, "2d_compute_f64", &[2, 3, 7, 5], &[4, 3, 3, 3], a2([1, 1]), F32, F32, First, None);
+    c.graph.nodes[0].compute_data_type = Some(F64);
+    v.push(c);
 
     // dgrad
     v.push(case(Dgrad, "1d_grouped_dilation", &[2, 6, 13], &[4, 3, 3], a1(2).with_dilation(&[2]), F16, F16, First, None));

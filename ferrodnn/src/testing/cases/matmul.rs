@@ -59,6 +59,17 @@ pub(super) fn cases() -> Vec<Case> {
     v.push(case("i8_transposed_b", t("a", &[2, 7, 33], I8), transposed("b", &[2, 33, 5], I8), None, None));
     v.push(case("u8_i8", t("a", &[5, 11], U8), t("b", &[11, 3], I8), None, None));
     v.push(case("i32_i64", t("a", &[5, 11], I32), t("b", &[11, 3], I64), None, None));
+    // Compute types other than the default: inputs rounded to f16 or fp8, or not rounded (i32
+    // compute on i32 inputs).
+    for (what, a, b, ct) in [
+        ("compute_f16_f32", t("a", &[5, 13], F32), t("b", &[13, 6], F32), F16),
+        ("compute_fp8_e4m3_f32", t("a", &[5, 13], F32), t("b", &[13, 6], F32), Fp8E4m3),
+        ("compute_i32_i32", t("a", &[5, 13], I32), t("b", &[13, 6], I32), I32),
+    ] {
+        let mut c = case(what, a, b, None, None);
+        c.graph.nodes[0].compute_data_type = Some(ct);
+        v.push(c);
+    }
     v
 }
 
