@@ -83,6 +83,10 @@ impl Spec {
         self.dt = dt;
         self
     }
+    fn b(mut self, b: i64) -> Spec {
+        self.b = b;
+        self
+    }
     fn heads(mut self, h_q: i64, h_kv: i64) -> Spec {
         self.h_q = h_q;
         self.h_kv = h_kv;
@@ -197,10 +201,7 @@ fn build(s: &Spec) -> Case {
     if s.attrs.dropout.is_some() {
         let (seed, offset) = match s.seeds {
             // Seeds with high words set, so every counter and key word matters.
-            Seeds::ByValue => (
-                g.tensor(TensorDesc::scalar("seed", 1_099_511_627_813.0, DataType::I64)),
-                g.tensor(TensorDesc::scalar("offset", -3.0, DataType::I64)),
-            ),
+            Seeds::ByValue => (g.tensor(TensorDesc::scalar("seed", 1_099_511_627_813.0, DataType::I64)), g.tensor(TensorDesc::scalar("offset", -3.0, DataType::I64))),
             Seeds::Tensors => (g.tensor(TensorDesc::new("seed", &[1], DataType::I64)), g.tensor(TensorDesc::new("offset", &[1, 1], DataType::I32))),
         };
         inputs.seed = Some(seed);
@@ -271,20 +272,30 @@ pub(super) fn cases() -> Vec<Case> {
     specs.push(Spec::new("fwd_window_right_only").seq(9, 5).attrs(|a| a.sliding_window_right = Some(0)));
     specs.push(Spec::new("bwd_causal_top_left").seq(7, 11).attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Alone));
     specs.push(Spec::new("bwd_causal_bottom_right_gqa_chained").heads(6, 2).seq(7, 9).attrs(|a| a.causal = Some(BottomRight)).bwd(Bwd::Chained));
-    specs.push(Spec::new("bwd_window").seq(13, 13).attrs(|a| {
-        a.sliding_window_left = Some(2);
-        a.sliding_window_right = Some(1);
-    }).bwd(Bwd::Chained));
+    specs.push(
+        Spec::new("bwd_window")
+            .seq(13, 13)
+            .attrs(|a| {
+                a.sliding_window_left = Some(2);
+                a.sliding_window_right = Some(1);
+            })
+            .bwd(Bwd::Chained),
+    );
     // Padding masks.
     specs.push(Spec::new("fwd_padding").seq(9, 13).attrs(|a| a.padding_mask = true));
     specs.push(Spec::new("fwd_padding_short_kv_bottom_right").b(3).seq(9, 3).attrs(|a| {
         a.padding_mask = true;
         a.causal = Some(BottomRight);
     }));
-    specs.push(Spec::new("bwd_padding_bottom_right").seq(9, 7).attrs(|a| {
-        a.padding_mask = true;
-        a.causal = Some(BottomRight);
-    }).bwd(Bwd::Alone));
+    specs.push(
+        Spec::new("bwd_padding_bottom_right")
+            .seq(9, 7)
+            .attrs(|a| {
+                a.padding_mask = true;
+                a.causal = Some(BottomRight);
+            })
+            .bwd(Bwd::Alone),
+    );
     specs.push(Spec::new("bwd_padding_chained").b(3).seq(5, 4).attrs(|a| a.padding_mask = true).bwd(Bwd::Chained));
     // Bias shapes (and dbias reduced over the broadcast dims).
     for (tag, dims) in [("full", [2, 4, 5, 7]), ("1_1_q_k", [1, 1, 5, 7]), ("b_1_1_k", [2, 1, 1, 7]), ("1_h_1_1", [1, 4, 1, 1]), ("1_1_1_1", [1, 1, 1, 1])] {
@@ -334,11 +345,4 @@ pub(super) fn cases() -> Vec<Case> {
     specs.push(Spec::new("bwd_all_paged_bf16").dt(Bf16).heads(6, 3).seq(5, 12).paged(4, 3, 5).bias([2, 6, 5, 12]).attrs(all).bwd(Bwd::Alone));
     specs.push(Spec::new("bwd_all_f64").dt(F64).heads(2, 1).seq(6, 10).layout(Layout::Bshd).bias([1, 1, 6, 10]).attrs(all).bwd(Bwd::Chained));
     specs.iter().map(build).collect()
-}
-
-impl Spec {
-    fn b(mut self, b: i64) -> Spec {
-        self.b = b;
-        self
-    }
 }

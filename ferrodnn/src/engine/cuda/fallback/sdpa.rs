@@ -557,10 +557,8 @@ fn launch(ctx: &Ctx, c: &Common, extra_defines: &str, body: &str, what: &str, ow
     params.extend(c.params.iter().cloned());
     let mut args = own_args;
     args.extend(c.args.iter().cloned());
-    let source = format!("{PHILOX}\n{}{extra_defines}{HELPERS}\n{}", c.defines, body)
-        .replace("SD_ENTRY", &entry)
-        .replace("SD_PARAMS", &params.join(", "))
-        .replace("SD_INIT", &c.init);
+    let source =
+        format!("{PHILOX}\n{}{extra_defines}{HELPERS}\n{}", c.defines, body).replace("SD_ENTRY", &entry).replace("SD_PARAMS", &params.join(", ")).replace("SD_INIT", &c.init);
     Launch::elementwise(source, &entry, threads, args)
 }
 
@@ -607,18 +605,12 @@ pub(super) fn sdpa_backward(ctx: &Ctx, a: &SdpaAttrs) -> Result<NodeKernels> {
         let g = ctx.output(port)?;
         let gd = ctx.dims(g);
         let width = if grad_k { s.d } else { s.d_v };
-        let mut extra = format!(
-            "#define ST_GRAD {}\n#define SD_GRAD_K {}\n#define SD_G {width}\n#define SD_GA ({width} > 0 ? {width} : 1)\n",
-            ctx.st(g),
-            if grad_k { 1 } else { 0 }
-        );
+        let mut extra =
+            format!("#define ST_GRAD {}\n#define SD_GRAD_K {}\n#define SD_G {width}\n#define SD_GA ({width} > 0 ? {width} : 1)\n", ctx.st(g), if grad_k { 1 } else { 0 });
         if let Some((tk, tv)) = c.paged {
             let (table, ptr, tref) = if grad_k { (tk, "A.ptk", "A.tptk") } else { (tv, "A.ptv", "A.tptv") };
-            extra += &format!(
-                "#define PT_PAGES {}LL\n#define PT_PTR {ptr}\n#define PT_REF {tref}\n#define LD_PT {}\n",
-                ctx.dims(table).get(2).copied().unwrap_or(0),
-                ctx.ld(table)
-            );
+            extra +=
+                &format!("#define PT_PAGES {}LL\n#define PT_PTR {ptr}\n#define PT_REF {tref}\n#define LD_PT {}\n", ctx.dims(table).get(2).copied().unwrap_or(0), ctx.ld(table));
         }
         let threads = gd.iter().take(3).product::<i64>().max(0) as u64;
         launches.push(launch(
