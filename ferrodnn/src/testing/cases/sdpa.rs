@@ -1,5 +1,348 @@
+//! sdpa cases: forward and backward over every feature (scale, causal top-left/bottom-right,
+//! sliding windows, padding masks, bias shapes, ALiBi, dropout, GQA/MQA, paged K/V, stats),
+//! BSHD and odd strides, s_q != s_kv, decode, every float type.
+//!
+//! Integer inputs the CPU checks (lengths, page tables) are computed in the graph from random
+//! integer inputs (which the check fills with values in [-4, 4]) so that they are always valid:
+//! a length is `max(s - |x|, 0)`, a page-table entry `|x|` (pools hold at least 5 blocks).
+
 use super::Case;
+use crate::graph::ops::pointwise::PointwiseMode;
+use crate::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
+use crate::graph::TensorId;
+use crate::{DataType, Graph, TensorDesc};
+
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    /// Packed [b, h, s, d].
+    Bhsd,
+    /// Packed [b, s, h, d].
+    Bshd,
+    /// Gaps between rows and heads, and K with d outermost within a head.
+    Odd,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Seeds {
+    ByValue,
+    Tensors,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Bwd {
+    /// Forward only.
+    No,
+    /// Backward with o, do and stats as inputs.
+    Alone,
+    /// Forward then backward on its o and stats.
+    Chained,
+}
+
+#[derive(Clone)]
+struct Spec {
+    name: String,
+    dt: DataType,
+    b: i64,
+    h_q: i64,
+    h_kv: i64,
+    s_q: i64,
+    s_kv: i64,
+    d: i64,
+    d_v: i64,
+    layout: Layout,
+    attrs: SdpaAttrs,
+    bias: Option<[i64; 4]>,
+    /// (seed, offset) values of by-value seeds, or random seed tensors.
+    seeds: Seeds,
+    /// (block_size_k, block_size_v, num_blocks); s_kv must be a multiple of both block sizes.
+    paged: Option<(i64, i64, i64)>,
+    bwd: Bwd,
+}
+
+impl Spec {
+    fn new(name: &str) -> Spec {
+        Spec {
+            name: name.to_string(),
+            dt: DataType::F32,
+            b: 2,
+            h_q: 4,
+            h_kv: 4,
+            s_q: 5,
+            s_kv: 7,
+            d: 8,
+            d_v: 8,
+            layout: Layout::Bhsd,
+            attrs: SdpaAttrs { generate_stats: true, ..Default::default() },
+            bias: None,
+            seeds: Seeds::ByValue,
+            paged: None,
+            bwd: Bwd::No,
+        }
+    }
+    fn dt(mut self, dt: DataType) -> Spec {
+        self.dt = dt;
+        self
+    }
+    fn b(mut self, b: i64) -> Spec {
+        self.b = b;
+        self
+    }
+    fn heads(mut self, h_q: i64, h_kv: i64) -> Spec {
+        self.h_q = h_q;
+        self.h_kv = h_kv;
+        self
+    }
+    fn seq(mut self, s_q: i64, s_kv: i64) -> Spec {
+        self.s_q = s_q;
+        self.s_kv = s_kv;
+        self
+    }
+    fn head_dims(mut self, d: i64, d_v: i64) -> Spec {
+        self.d = d;
+        self.d_v = d_v;
+        self
+    }
+    fn layout(mut self, l: Layout) -> Spec {
+        self.layout = l;
+        self
+    }
+    fn attrs(mut self, f: impl FnOnce(&mut SdpaAttrs)) -> Spec {
+        f(&mut self.attrs);
+        self
+    }
+    fn bias(mut self, dims: [i64; 4]) -> Spec {
+        self.bias = Some(dims);
+        self
+    }
+    fn seeds(mut self, s: Seeds) -> Spec {
+        self.seeds = s;
+        self
+    }
+    fn paged(mut self, bs_k: i64, bs_v: i64, blocks: i64) -> Spec {
+        self.paged = Some((bs_k, bs_v, blocks));
+        self
+    }
+    fn bwd(mut self, b: Bwd) -> Spec {
+        self.bwd = b;
+        self
+    }
+}
+
+/// A [b, h, s, d] tensor in the spec's layout (`key` selects K's odd layout).
+fn bhsd(name: &str, dims: [i64; 4], dt: DataType, layout: Layout, key: bool) -> TensorDesc {
+    let t = TensorDesc::new(name, &dims, dt);
+    match layout {
+        Layout::Bhsd => t,
+        Layout::Bshd => t.with_layout(&[0, 2, 1, 3]),
+        Layout::Odd if key => t.with_layout(&[0, 1, 3, 2]),
+        Layout::Odd => {
+            let [_, h, s, d] = dims;
+            let row = d + 3;
+            let head = s * row + 5;
+            t.with_strides(&[h * head + 2, head, row, 1])
+        }
+    }
+}
+
+/// A by-value i32 scalar.
+fn int_scalar(g: &mut Graph, name: &str, v: f64) -> TensorId {
+    g.tensor(TensorDesc::scalar(name, v, DataType::I32))
+}
+
+/// A [b, 1, 1, 1] i32 length `max(s - |x|, 0)` from a random input x.
+fn length(g: &mut Graph, name: &str, b: i64, s: i64) -> TensorId {
+    let x = g.tensor(TensorDesc::new(format!("{name}_x"), &[b, 1, 1, 1], DataType::I32));
+    let a = g.pointwise(PointwiseMode::Abs, &[x]);
+    g.desc_mut(a).data_type = Some(DataType::I32);
+    let top = int_scalar(g, &format!("{name}_s"), s as f64);
+    let l = g.sub(top, a);
+    g.desc_mut(l).data_type = Some(DataType::I32);
+    let zero = int_scalar(g, &format!("{name}_zero"), 0.0);
+    let y = g.pointwise(PointwiseMode::Max, &[l, zero]);
+    g.desc_mut(y).data_type = Some(DataType::I32);
+    y
+}
+
+/// A [b, 1, pages, 1] page table `|x|` (entries 0..=4) from a random input x.
+fn page_table(g: &mut Graph, name: &str, b: i64, pages: i64, dt: DataType) -> TensorId {
+    let x = g.tensor(TensorDesc::new(format!("{name}_x"), &[b, 1, pages, 1], dt));
+    let y = g.pointwise(PointwiseMode::Abs, &[x]);
+    g.desc_mut(y).data_type = Some(dt);
+    y
+}
+
+fn build(s: &Spec) -> Case {
+    let dt = s.dt;
+    let mut g = Graph::new(format!("sdpa_{}", s.name)).io_data_type(dt);
+    let q = g.tensor(bhsd("q", [s.b, s.h_q, s.s_q, s.d], dt, s.layout, false));
+    let mut inputs = SdpaInputs::default();
+    let (k, v) = match s.paged {
+        Some((bs_k, bs_v, blocks)) => {
+            assert!(blocks >= 5 && s.s_kv % bs_k == 0 && s.s_kv % bs_v == 0);
+            let k = g.tensor(bhsd("k_pool", [blocks, s.h_kv, bs_k, s.d], dt, s.layout, true));
+            let v = g.tensor(bhsd("v_pool", [blocks, s.h_kv, bs_v, s.d_v], dt, s.layout, false));
+            inputs.page_table_k = Some(page_table(&mut g, "page_table_k", s.b, s.s_kv / bs_k, DataType::I32));
+            inputs.page_table_v = Some(page_table(&mut g, "page_table_v", s.b, s.s_kv / bs_v, DataType::I64));
+            (k, v)
+        }
+        None => {
+            let k = g.tensor(bhsd("k", [s.b, s.h_kv, s.s_kv, s.d], dt, s.layout, true));
+            let v = g.tensor(bhsd("v", [s.b, s.h_kv, s.s_kv, s.d_v], dt, s.layout, false));
+            (k, v)
+        }
+    };
+    if let Some(dims) = s.bias {
+        inputs.bias = Some(g.tensor(TensorDesc::new("bias", &dims, dt)));
+    }
+    if s.attrs.padding_mask {
+        inputs.seq_len_q = Some(length(&mut g, "seq_len_q", s.b, s.s_q));
+        inputs.seq_len_kv = Some(length(&mut g, "seq_len_kv", s.b, s.s_kv));
+    }
+    if s.attrs.dropout.is_some() {
+        let (seed, offset) = match s.seeds {
+            // Seeds with high words set, so every counter and key word matters.
+            Seeds::ByValue => (g.tensor(TensorDesc::scalar("seed", 1_099_511_627_813.0, DataType::I64)), g.tensor(TensorDesc::scalar("offset", -3.0, DataType::I64))),
+            Seeds::Tensors => (g.tensor(TensorDesc::new("seed", &[1], DataType::I64)), g.tensor(TensorDesc::new("offset", &[1, 1], DataType::I32))),
+        };
+        inputs.seed = Some(seed);
+        inputs.offset = Some(offset);
+    }
+    let o_dims = [s.b, s.h_q, s.s_q, s.d_v];
+    match s.bwd {
+        Bwd::No => {
+            let (o, stats) = g.sdpa(q, k, v, inputs, s.attrs.clone());
+            g.set_output(o);
+            if let Some(st) = stats {
+                g.set_output(st);
+            }
+        }
+        Bwd::Alone => {
+            let o = g.tensor(bhsd("o", o_dims, dt, s.layout, false));
+            let d_o = g.tensor(bhsd("do", o_dims, dt, s.layout, false));
+            let stats = g.tensor(TensorDesc::new("stats", &[s.b, s.h_q, s.s_q, 1], DataType::F32));
+            let grads = g.sdpa_backward(q, k, v, o, d_o, stats, inputs, s.attrs.clone());
+            for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
+                g.set_output(t);
+            }
+        }
+        Bwd::Chained => {
+            let attrs = SdpaAttrs { generate_stats: true, ..s.attrs.clone() };
+            let (o, stats) = g.sdpa(q, k, v, inputs, attrs.clone());
+            g.set_output(o);
+            let d_o = g.tensor(bhsd("do", o_dims, dt, s.layout, false));
+            let stats = stats.expect("stats");
+            let grads = g.sdpa_backward(q, k, v, o, d_o, stats, inputs, attrs);
+            for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
+                g.set_output(t);
+            }
+        }
+    }
+    Case::new(format!("sdpa_{}", s.name), g)
+}
 
 pub(super) fn cases() -> Vec<Case> {
-    Vec::new()
+    use CausalAlignment::{BottomRight, TopLeft};
+    use DataType::{Bf16, F16, F32, F64};
+    let mut specs = Vec::new();
+    // Plain attention in every type, forward and backward.
+    for dt in [F32, F16, Bf16, F64] {
+        specs.push(Spec::new(&format!("fwd_{dt}")).dt(dt));
+        specs.push(Spec::new(&format!("bwd_{dt}")).dt(dt).bwd(Bwd::Alone));
+    }
+    // Layouts, d_v != d, a given scale.
+    specs.push(Spec::new("fwd_bshd").layout(Layout::Bshd).seq(7, 13).head_dims(16, 12).attrs(|a| a.attn_scale = Some(0.3)));
+    specs.push(Spec::new("fwd_bshd_bf16").dt(Bf16).layout(Layout::Bshd).seq(9, 5).head_dims(12, 16));
+    specs.push(Spec::new("fwd_odd_strides").layout(Layout::Odd).heads(3, 3).seq(6, 11).head_dims(13, 9));
+    specs.push(Spec::new("fwd_no_stats").seq(3, 17).attrs(|a| a.generate_stats = false));
+    specs.push(Spec::new("bwd_bshd").layout(Layout::Bshd).seq(7, 13).head_dims(16, 12).attrs(|a| a.attn_scale = Some(0.3)).bwd(Bwd::Alone));
+    specs.push(Spec::new("bwd_odd_strides_chained").layout(Layout::Odd).heads(3, 3).seq(6, 11).head_dims(13, 9).bwd(Bwd::Chained));
+    // Causal masks and sliding windows.
+    specs.push(Spec::new("fwd_causal_top_left").seq(7, 11).attrs(|a| a.causal = Some(TopLeft)));
+    specs.push(Spec::new("fwd_causal_bottom_right").seq(5, 13).attrs(|a| a.causal = Some(BottomRight)));
+    specs.push(Spec::new("fwd_causal_bottom_right_empty_rows").seq(11, 6).attrs(|a| a.causal = Some(BottomRight)));
+    specs.push(Spec::new("fwd_causal_top_left_f16").dt(F16).seq(9, 4).attrs(|a| a.causal = Some(TopLeft)));
+    specs.push(Spec::new("fwd_window").seq(13, 13).attrs(|a| {
+        a.sliding_window_left = Some(2);
+        a.sliding_window_right = Some(1);
+    }));
+    specs.push(Spec::new("fwd_window_causal_bottom_right").seq(7, 15).attrs(|a| {
+        a.causal = Some(BottomRight);
+        a.sliding_window_left = Some(3);
+    }));
+    specs.push(Spec::new("fwd_window_right_only").seq(9, 5).attrs(|a| a.sliding_window_right = Some(0)));
+    specs.push(Spec::new("bwd_causal_top_left").seq(7, 11).attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Alone));
+    specs.push(Spec::new("bwd_causal_bottom_right_gqa_chained").heads(6, 2).seq(7, 9).attrs(|a| a.causal = Some(BottomRight)).bwd(Bwd::Chained));
+    specs.push(
+        Spec::new("bwd_window")
+            .seq(13, 13)
+            .attrs(|a| {
+                a.sliding_window_left = Some(2);
+                a.sliding_window_right = Some(1);
+            })
+            .bwd(Bwd::Chained),
+    );
+    // Padding masks.
+    specs.push(Spec::new("fwd_padding").seq(9, 13).attrs(|a| a.padding_mask = true));
+    specs.push(Spec::new("fwd_padding_short_kv_bottom_right").b(3).seq(9, 3).attrs(|a| {
+        a.padding_mask = true;
+        a.causal = Some(BottomRight);
+    }));
+    specs.push(
+        Spec::new("bwd_padding_bottom_right")
+            .seq(9, 7)
+            .attrs(|a| {
+                a.padding_mask = true;
+                a.causal = Some(BottomRight);
+            })
+            .bwd(Bwd::Alone),
+    );
+    specs.push(Spec::new("bwd_padding_chained").b(3).seq(5, 4).attrs(|a| a.padding_mask = true).bwd(Bwd::Chained));
+    // Bias shapes (and dbias reduced over the broadcast dims).
+    for (tag, dims) in [("full", [2, 4, 5, 7]), ("1_1_q_k", [1, 1, 5, 7]), ("b_1_1_k", [2, 1, 1, 7]), ("1_h_1_1", [1, 4, 1, 1]), ("1_1_1_1", [1, 1, 1, 1])] {
+        specs.push(Spec::new(&format!("fwd_bias_{tag}")).bias(dims));
+        specs.push(Spec::new(&format!("bwd_bias_{tag}")).bias(dims).bwd(Bwd::Alone));
+    }
+    specs.push(Spec::new("bwd_bias_b_1_q_k_chained_f16").dt(F16).bias([2, 1, 5, 7]).attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Chained));
+    // ALiBi (a power of two and not).
+    specs.push(Spec::new("fwd_alibi_h4").attrs(|a| a.alibi = true));
+    specs.push(Spec::new("fwd_alibi_h6_causal").heads(6, 3).attrs(|a| {
+        a.alibi = true;
+        a.causal = Some(TopLeft);
+    }));
+    specs.push(Spec::new("bwd_alibi_h6").heads(6, 6).attrs(|a| a.alibi = true).bwd(Bwd::Chained));
+    // Dropout.
+    specs.push(Spec::new("fwd_dropout").seq(5, 9).attrs(|a| a.dropout = Some(0.3)));
+    specs.push(Spec::new("fwd_dropout_seed_tensors").seq(6, 7).seeds(Seeds::Tensors).attrs(|a| a.dropout = Some(0.5)));
+    specs.push(Spec::new("fwd_dropout_zero").seq(6, 7).attrs(|a| a.dropout = Some(0.0)));
+    specs.push(Spec::new("bwd_dropout_chained").seq(5, 9).attrs(|a| a.dropout = Some(0.3)).bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_dropout_seed_tensors").seq(6, 7).seeds(Seeds::Tensors).attrs(|a| a.dropout = Some(0.2)).bwd(Bwd::Alone));
+    // Grouped- and multi-query attention, decode.
+    specs.push(Spec::new("fwd_gqa").heads(6, 2).seq(5, 9));
+    specs.push(Spec::new("fwd_mqa").heads(4, 1).seq(7, 5).head_dims(9, 11));
+    specs.push(Spec::new("fwd_decode").heads(8, 2).seq(1, 17).head_dims(16, 16).attrs(|a| a.causal = Some(BottomRight)));
+    specs.push(Spec::new("bwd_gqa").heads(6, 2).seq(5, 9).bwd(Bwd::Alone));
+    specs.push(Spec::new("bwd_mqa_decode").heads(4, 1).seq(1, 13).head_dims(9, 11).bwd(Bwd::Alone));
+    // Paged K/V (K blocks of 4, V blocks of 6; tables may repeat blocks).
+    specs.push(Spec::new("fwd_paged").heads(4, 2).seq(5, 12).paged(4, 6, 6));
+    specs.push(Spec::new("fwd_paged_padding_decode").heads(4, 2).seq(1, 12).paged(3, 4, 5).attrs(|a| {
+        a.padding_mask = true;
+        a.causal = Some(BottomRight);
+    }));
+    specs.push(Spec::new("fwd_paged_bshd_f16").dt(F16).layout(Layout::Bshd).heads(2, 2).seq(5, 12).paged(6, 4, 7));
+    specs.push(Spec::new("bwd_paged").heads(4, 2).seq(5, 12).paged(4, 6, 6).bwd(Bwd::Alone));
+    specs.push(Spec::new("bwd_paged_padding_chained").heads(4, 2).seq(5, 12).paged(3, 4, 5).attrs(|a| a.padding_mask = true).bwd(Bwd::Chained));
+    // Everything at once.
+    let all = |a: &mut SdpaAttrs| {
+        a.causal = Some(BottomRight);
+        a.sliding_window_left = Some(4);
+        a.padding_mask = true;
+        a.alibi = true;
+        a.dropout = Some(0.25);
+        a.attn_scale = Some(0.2);
+    };
+    specs.push(Spec::new("fwd_all_f16").dt(F16).heads(6, 2).seq(7, 9).bias([1, 6, 7, 9]).attrs(all));
+    specs.push(Spec::new("bwd_all").heads(6, 2).seq(7, 9).bias([2, 1, 7, 1]).attrs(all).bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_all_paged_bf16").dt(Bf16).heads(6, 3).seq(5, 12).paged(4, 3, 5).bias([2, 6, 5, 12]).attrs(all).bwd(Bwd::Alone));
+    specs.push(Spec::new("bwd_all_f64").dt(F64).heads(2, 1).seq(6, 10).layout(Layout::Bshd).bias([1, 1, 6, 10]).attrs(all).bwd(Bwd::Chained));
+    specs.iter().map(build).collect()
 }
