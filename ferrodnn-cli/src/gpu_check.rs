@@ -38,23 +38,27 @@ pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: 
             let inputs = random_inputs(&g, seed);
             let reference = execute_dense(&cpu, &g, &inputs, &PlanPolicy::default()).map_err(|e| format!("cpu: {e}"))?;
             let build = Instant::now();
-            let plan = handle.build_plans(&g, &policy).map_err(|e| e.to_string())?.remove(0);
+            // Every CUDA candidate: the fused/specialized plan and the plain fallback.
+            let plans = handle.build_plans(&g, &PlanPolicy { all_candidates: true, ..policy.clone() }).map_err(|e| e.to_string())?;
             let build_ms = build.elapsed().as_secs_f64() * 1e3;
-            let got = execute_plan_dense(&handle, &plan, &inputs).map_err(|e| e.to_string())?;
             let mut worst: f64 = 0.0;
             let mut outs = Vec::new();
-            for (id, r) in &reference {
-                let dtype = g.resolved_data_type(*id).unwrap_or(DataType::F32);
-                let o = got.get(id).ok_or_else(|| format!("output {} missing", g.desc(*id).name))?;
-                let err = relative_error(&o.data, &r.data);
-                let ok = err <= bound(dtype);
-                if !ok {
-                    let first_bad = o.data.iter().zip(&r.data).position(|(a, b)| a.is_nan() != b.is_nan() || (a - b).abs() > bound(dtype).max(1e-6) * b.abs().max(1.0));
-                    let detail = first_bad.map_or(String::new(), |i| format!(" (first bad element {i}: got {} want {})", o.data[i], r.data[i]));
-                    return Err(format!("output {} ({dtype}): relative error {err:.3e} > {:.1e}{detail}", g.desc(*id).name, bound(dtype)));
+            for plan in &plans {
+                let knobs: Vec<String> = plan.desc.knobs.iter().map(|k| format!("{}={}", k.name, k.value)).collect();
+                let knobs = knobs.join(",");
+                let got = execute_plan_dense(&handle, plan, &inputs).map_err(|e| format!("[{knobs}] {e}"))?;
+                for (id, r) in &reference {
+                    let dtype = g.resolved_data_type(*id).unwrap_or(DataType::F32);
+                    let o = got.get(id).ok_or_else(|| format!("[{knobs}] output {} missing", g.desc(*id).name))?;
+                    let err = relative_error(&o.data, &r.data);
+                    if err > bound(dtype) {
+                        let first_bad = o.data.iter().zip(&r.data).position(|(a, b)| a.is_nan() != b.is_nan() || (a - b).abs() > bound(dtype).max(1e-6) * b.abs().max(1.0));
+                        let detail = first_bad.map_or(String::new(), |i| format!(" (first bad element {i}: got {} want {})", o.data[i], r.data[i]));
+                        return Err(format!("[{knobs}] output {} ({dtype}): relative error {err:.3e} > {:.1e}{detail}", g.desc(*id).name, bound(dtype)));
+                    }
+                    worst = worst.max(err / bound(dtype).max(1e-300));
+                    outs.push(json!({ "plan": knobs, "name": g.desc(*id).name, "dtype": dtype.name(), "rel_error": err }));
                 }
-                worst = worst.max(err / bound(dtype).max(1e-300));
-                outs.push(json!({ "name": g.desc(*id).name, "dtype": dtype.name(), "rel_error": err }));
             }
             Ok((worst, outs, build_ms))
         })();

@@ -115,6 +115,9 @@ pub struct PlanPolicy {
     pub deterministic_only: bool,
     /// Refuse plans that use reduced precision.
     pub no_reduced_precision: bool,
+    /// Build every candidate plan of every engine (for autotuning or inspection). By default
+    /// only each engine's best candidate that builds is compiled.
+    pub all_candidates: bool,
 }
 
 /// A buffer of a variant pack or a workspace.
@@ -301,8 +304,16 @@ impl Handle {
                     reasons.push(format!("{}: plan with knobs {knobs:?} does not meet the policy ({notes:?})", engine.kind().name()));
                     continue;
                 }
-                let (graph, inner) = self.compiled(engine.as_ref(), &g, key, &knobs)?;
-                plans.push(Plan { desc: PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes, graph, inner });
+                match self.compiled(engine.as_ref(), &g, key, &knobs) {
+                    Ok((graph, inner)) => plans.push(Plan { desc: PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes, graph, inner }),
+                    Err(e) => {
+                        reasons.push(format!("{}: plan with knobs {knobs:?} failed to build: {e}", engine.kind().name()));
+                        continue;
+                    }
+                }
+                if !policy.all_candidates {
+                    break;
+                }
             }
         }
         if plans.is_empty() {

@@ -33,10 +33,43 @@ impl CudaEngine {
         CudaEngine { device, stream }
     }
 
-    fn all_kernels(graph: &Graph) -> Result<Vec<(usize, NodeKernels)>> {
-        let order = graph.topological_order()?;
-        order.into_iter().map(|ni| Ok((ni, fallback::generate(graph, ni)?))).collect()
+    /// The kernel units of a validated graph: with `fused`, memory-bound chains are fused and
+    /// specialized kernels replace the fallback's where they apply.
+    fn units(graph: &Graph, fused: bool) -> Result<Vec<Unit>> {
+        if fused {
+            super::fused::units(graph)
+        } else {
+            fallback_units(graph)
+        }
     }
+}
+
+/// The kernels of a group of nodes (one node, or a fused chain) and the tensors they write.
+#[derive(Clone, Debug)]
+pub struct Unit {
+    /// Node indices covered, in topological order.
+    pub nodes: Vec<usize>,
+    pub kernels: NodeKernels,
+    /// Tensors the unit writes to memory (outputs consumed outside the unit, or graph outputs);
+    /// tensors internal to the unit never reach memory.
+    pub writes: Vec<TensorId>,
+}
+
+/// One fallback unit per node, in topological order.
+pub fn fallback_units(graph: &Graph) -> Result<Vec<Unit>> {
+    let order = graph.topological_order()?;
+    order
+        .into_iter()
+        .map(|ni| {
+            let writes = graph.nodes[ni].outputs.iter().map(|p| p.tensor).collect();
+            Ok(Unit { nodes: vec![ni], kernels: fallback::generate(graph, ni)?, writes })
+        })
+        .collect()
+}
+
+/// Whether a plan's knobs ask for fusion and specialized kernels (the default).
+fn fused_knob(knobs: &[Knob]) -> bool {
+    knobs.iter().find(|k| k.name == "fused").is_none_or(|k| k.value != 0)
 }
 
 /// Every kernel source a graph's CUDA plan compiles, with its entry name: for tests that
@@ -45,8 +78,10 @@ pub fn kernel_sources(graph: &Graph) -> Result<Vec<(String, String)>> {
     let mut g = graph.clone();
     g.validate()?;
     let mut out = Vec::new();
-    for (_, nk) in CudaEngine::all_kernels(&g)? {
-        for l in nk.launches {
+    let mut units = CudaEngine::units(&g, true)?;
+    units.extend(CudaEngine::units(&g, false)?);
+    for u in units {
+        for l in u.kernels.launches {
             out.push((l.entry.clone(), format!("{PRELUDE}\n{}", l.source)));
         }
     }
@@ -64,11 +99,12 @@ impl Engine for CudaEngine {
                 return Err(Error::NotSupported(format!("tensor \"{}\": the CUDA engine needs by-value scalars to carry their value in the graph", t.name)));
             }
         }
-        Self::all_kernels(graph).map(|_| ())
+        Self::units(graph, false).map(|_| ())
     }
 
+    /// Fused and specialized kernels first, then the plain per-node fallback.
     fn candidates(&self, _graph: &Graph) -> Vec<Vec<Knob>> {
-        vec![Vec::new()]
+        vec![vec![Knob { name: "fused".into(), value: 1 }], vec![Knob { name: "fused".into(), value: 0 }]]
     }
 
     fn behavior(&self, _graph: &Graph, _knobs: &[Knob]) -> BehaviorNotes {
@@ -76,16 +112,16 @@ impl Engine for CudaEngine {
         BehaviorNotes { runtime_compiled: true, deterministic: true, reduced_precision: false }
     }
 
-    fn build(&self, graph: Arc<Graph>, _knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
+    fn build(&self, graph: Arc<Graph>, knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
         let g = &*graph;
-        let kernels = Self::all_kernels(g)?;
+        let kernels = Self::units(g, fused_knob(knobs))?;
         let arch = self.device.arch();
         let opts = CompileOptions::new(arch.clone());
         let cache = KernelCache::global();
 
         // Compile every launch (in parallel: NVRTC is thread-safe), each as its own module.
         let launches: Vec<(usize, usize, &fallback::Launch)> =
-            kernels.iter().enumerate().flat_map(|(k, (_, nk))| nk.launches.iter().enumerate().map(move |(li, l)| (k, li, l))).collect();
+            kernels.iter().enumerate().flat_map(|(k, u)| u.kernels.launches.iter().enumerate().map(move |(li, l)| (k, li, l))).collect();
         let cubins: Vec<Arc<Vec<u8>>> = launches
             .par_iter()
             .map(|(_, _, l)| compile_cached(cache, &format!("{PRELUDE}\n{}", l.source), &l.entry, &opts))
@@ -99,16 +135,16 @@ impl Engine for CudaEngine {
             at
         };
         let mut virtual_at: HashMap<usize, usize> = HashMap::new();
-        for (ni, _) in &kernels {
-            for p in &g.nodes[*ni].outputs {
-                let d = g.desc(p.tensor);
+        for u in &kernels {
+            for &t in &u.writes {
+                let d = g.desc(t);
                 if d.is_virtual {
-                    let dt = g.resolved_data_type(p.tensor).unwrap_or(DataType::F32);
-                    virtual_at.insert(p.tensor.0, take(required_bytes(d, dt)));
+                    let dt = g.resolved_data_type(t).unwrap_or(DataType::F32);
+                    virtual_at.insert(t.0, take(required_bytes(d, dt)));
                 }
             }
         }
-        let scratch_at: Vec<Vec<usize>> = kernels.iter().map(|(_, nk)| nk.scratch.iter().map(|&b| take(b)).collect()).collect();
+        let scratch_at: Vec<Vec<usize>> = kernels.iter().map(|u| u.kernels.scratch.iter().map(|&b| take(b)).collect()).collect();
 
         // Constants: by-value scalars that carry their value, in their own type, uploaded once.
         let mut const_bytes = Vec::new();

@@ -30,6 +30,7 @@
 pub mod cache;
 pub mod engine;
 pub mod fallback;
+pub mod fused;
 pub mod module;
 pub mod nvrtc;
 pub mod runtime;
