@@ -42,7 +42,8 @@ const P2D_NHWC: Config = Config { what: "2d_nhwc_overlap", dims: &[2, 5, 7, 9], 
 const P1D: Config = Config { what: "1d", dims: &[2, 5, 13], order: None, window: &[4], stride: &[3], pre: &[2], post: &[1] };
 const P1D_NWC: Config = Config { what: "1d_nwc", dims: &[3, 4, 17], order: Some(&[0, 2, 1]), window: &[5], stride: &[2], pre: &[4], post: &[3] };
 const P3D: Config = Config { what: "3d", dims: &[1, 3, 5, 6, 7], order: None, window: &[2, 3, 2], stride: &[2, 1, 2], pre: &[1, 1, 0], post: &[1, 0, 1] };
-const P3D_NDHWC: Config = Config { what: "3d_ndhwc", dims: &[2, 3, 4, 5, 6], order: Some(&[0, 2, 3, 4, 1]), window: &[3, 2, 3], stride: &[2, 3, 1], pre: &[1, 0, 2], post: &[2, 1, 0] };
+const P3D_NDHWC: Config =
+    Config { what: "3d_ndhwc", dims: &[2, 3, 4, 5, 6], order: Some(&[0, 2, 3, 4, 1]), window: &[3, 2, 3], stride: &[2, 3, 1], pre: &[1, 0, 2], post: &[2, 1, 0] };
 
 fn forward(c: Config, mode: ResampleMode, dt: DataType) -> Case {
     let name = format!("resample_{}_{}_{dt}", mode.name(), c.what);
@@ -56,7 +57,8 @@ fn forward(c: Config, mode: ResampleMode, dt: DataType) -> Case {
 
 /// `dy` of `dy_dt` (row-major), `x` of `x_dt` in the config's layout, `dx` of `dy_dt`.
 fn backward(c: Config, mode: ResampleMode, x_dt: DataType, dy_dt: DataType) -> Case {
-    let name = if x_dt == dy_dt { format!("resample_backward_{}_{}_{dy_dt}", mode.name(), c.what) } else { format!("resample_backward_{}_{}_{x_dt}_dy_{dy_dt}", mode.name(), c.what) };
+    let name =
+        if x_dt == dy_dt { format!("resample_backward_{}_{}_{dy_dt}", mode.name(), c.what) } else { format!("resample_backward_{}_{}_{x_dt}_dy_{dy_dt}", mode.name(), c.what) };
     let attrs = c.attrs(mode);
     let y_dims = attrs.output_dims(c.dims).expect("valid pooling config");
     let mut g = Graph::new(name.clone()).io_data_type(dy_dt);

@@ -185,10 +185,5 @@ extern "C" __global__ void {entry}(void* dx, TRef tdx, const void* dy, TRef tdy,
         oloops = loops(nsp, "o", "olo", "ohi"),
         goff = spatial_offset(nsp, "o", "tdy"),
     );
-    Ok(NodeKernels::one(Launch::elementwise(
-        source,
-        &entry,
-        ctx.numel(dx),
-        vec![Arg::Ptr(dx), Arg::Ref(dx), Arg::Ptr(dy), Arg::Ref(dy), Arg::Ptr(x), Arg::Ref(x)],
-    )))
+    Ok(NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(dx), vec![Arg::Ptr(dx), Arg::Ref(dx), Arg::Ptr(dy), Arg::Ref(dy), Arg::Ptr(x), Arg::Ref(x)])))
 }
