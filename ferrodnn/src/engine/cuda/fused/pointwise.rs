@@ -870,4 +870,59 @@ mod tests {
         let order = g.topological_order().unwrap();
         assert!(the_plan(&g, &groups(&g, &order)[0]).dbl);
     }
+
+    /// For every fused case, the plan's offsets (merged dims, flat, zero and strided access)
+    /// address the same logical element in the output and in every external input.
+    #[test]
+    fn plan_offsets_match_logical_indexing() {
+        let flat_off = |dims: &[i64], strides: &[i64], mut i: i64| {
+            let mut off = 0;
+            for a in (0..dims.len()).rev() {
+                off += (i % dims[a]) * strides[a];
+                i /= dims[a];
+            }
+            off
+        };
+        let mut checked = 0;
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_pw_") || c.name.starts_with("multi_")) {
+            let mut g = c.graph;
+            g.validate().unwrap();
+            let order = g.topological_order().unwrap();
+            for grp in groups(&g, &order) {
+                let p = the_plan(&g, &grp);
+                let yd = g.desc(p.y).clone();
+                // Output offset -> logical multi-index.
+                let mut at: HashMap<i64, Vec<i64>> = HashMap::new();
+                for f in 0..p.n {
+                    let mut idx = vec![0i64; yd.dims.len()];
+                    let mut q = f;
+                    for a in (0..yd.dims.len()).rev() {
+                        idx[a] = q % yd.dims[a];
+                        q /= yd.dims[a];
+                    }
+                    let off: i64 = idx.iter().zip(&yd.strides).map(|(i, s)| i * s).sum();
+                    assert!(at.insert(off, idx).is_none());
+                }
+                let mut seen = std::collections::HashSet::new();
+                for i in 0..p.n {
+                    let yo = if p.packed { i } else { flat_off(&p.dims, &p.ystrides, i) };
+                    assert!(seen.insert(yo), "{}: output offset {yo} twice", c.name);
+                    let idx = &at[&yo];
+                    for e in &p.exts {
+                        let d = g.desc(e.id);
+                        let shift = idx.len() - d.dims.len();
+                        let want: i64 = (0..d.dims.len()).map(|a| if d.dims[a] == 1 { 0 } else { idx[a + shift] * d.strides[a] }).sum();
+                        let got = match e.access {
+                            Access::Flat => i,
+                            Access::Zero => 0,
+                            Access::Strided { .. } => flat_off(&p.dims, &e.strides, i),
+                        };
+                        assert_eq!(got, want, "{}: input {} at flat {i}", c.name, d.name);
+                    }
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 25, "only {checked} groups checked");
+    }
 }
