@@ -4,6 +4,7 @@
 //! for sm_80 and sm_90a.
 
 mod conv;
+mod fast_pw;
 mod matmul;
 mod multi;
 mod norm;
@@ -45,5 +46,6 @@ pub fn all() -> Vec<Case> {
     v.extend(rng::cases());
     v.extend(transform::cases());
     v.extend(multi::cases());
+    v.extend(fast_pw::cases());
     v
 }

@@ -1,14 +1,928 @@
-//! Fusion of pointwise chains into one kernel (to be written).
-use crate::engine::cuda::engine::Unit;
-use crate::error::Result;
-use crate::graph::Graph;
+//! Fusion of pointwise chains into one kernel.
+//!
+//! [`groups`] finds connected sets of pointwise nodes (chains, trees, diamonds) whose inner
+//! tensors never need memory: every tensor produced inside a group is virtual and read only by
+//! nodes of the group, except the output of the group's last node (its exit), which the unit
+//! writes. All nodes of a group produce the exit's dims; only external inputs broadcast.
+//!
+//! [`unit`] generates one kernel computing the whole expression per output element: each
+//! external input is read once (an input used by several nodes is loaded once), by-value
+//! constants are baked into the source as literals (rounded as the CPU engine rounds them),
+//! inner values are rounded to their tensor's type (f32 by default, so a no-op in f32) and
+//! node inputs to the compute type, as the CPU engine does. Arithmetic is in f32, or in double
+//! when any tensor of the group is f64, any node computes in f64, or 16-bit inner values feed
+//! an f32 output. With a 16-bit output, exp and sigmoid use fast intrinsics.
+//!
+//! Memory access: dims of size 1 are dropped, the rest ordered as the output lies in memory
+//! and merged where every tensor allows. When the output is packed, full-size inputs laid out
+//! like it are read at the output's flat offset ("flat"), size-1-everywhere inputs are read
+//! once per thread ("zero"), and broadcast inputs (e.g. a [1, C] bias) per element at an
+//! offset computed from the flat index. Then the kernel takes 16-byte vector loads and stores
+//! (VEC = 16 / smallest element size: 8 for 2-byte types, 4 for f32) in a grid-stride loop
+//! over vectors when every streamed pointer is 16-byte aligned (checked at run time), and a
+//! scalar loop for the tail (or for everything when a pointer is misaligned). Otherwise (a
+//! transposed full-size input, a strided output) a scalar grid-stride loop computes every
+//! tensor's offset from the output's multi-index.
 
-/// Disjoint groups of pointwise nodes to fuse (each at least two nodes).
-pub fn groups(_graph: &Graph, _order: &[usize]) -> Vec<Vec<usize>> {
-    Vec::new()
+use crate::dtype::DataType;
+use crate::engine::cuda::engine::Unit;
+use crate::engine::cuda::fallback::{c_double, entry_name, Arg, Launch, NodeKernels};
+use crate::error::Result;
+use crate::graph::ops::pointwise::PointwiseMode;
+use crate::graph::ops::Op;
+use crate::graph::{Graph, TensorDesc, TensorId};
+use std::collections::HashMap;
+use std::fmt::Write;
+
+const BLOCK: u32 = 256;
+
+/// sqrt(2 / pi)
+const GELU_K: f64 = 0.797_884_560_802_865_4;
+
+/// Types the fused kernels load, store and round to.
+fn is_float(dt: DataType) -> bool {
+    matches!(dt, DataType::F32 | DataType::F16 | DataType::Bf16 | DataType::F64)
+}
+
+fn ctype(dt: DataType) -> &'static str {
+    match dt {
+        DataType::F64 => "double",
+        DataType::F16 => "__half",
+        DataType::Bf16 => "__nv_bfloat16",
+        _ => "float",
+    }
+}
+
+fn suffix(dt: DataType) -> &'static str {
+    match dt {
+        DataType::F64 => "f64",
+        DataType::F16 => "f16",
+        DataType::Bf16 => "bf16",
+        _ => "f32",
+    }
+}
+
+fn dtype(graph: &Graph, id: TensorId) -> DataType {
+    graph.resolved_data_type(id).unwrap_or(DataType::F32)
+}
+
+fn mode_of(graph: &Graph, ni: usize) -> Option<PointwiseMode> {
+    match &graph.nodes.get(ni)?.op {
+        Op::Pointwise(a) => Some(a.mode),
+        _ => None,
+    }
+}
+
+/// A by-value scalar whose value travels with the graph.
+fn constant(d: &TensorDesc) -> Option<f64> {
+    if d.is_pass_by_value {
+        d.value
+    } else {
+        None
+    }
+}
+
+/// Whether a pointwise node can be part of a fused group at all.
+fn candidate(graph: &Graph, ni: usize) -> bool {
+    let node = &graph.nodes[ni];
+    let Some(mode) = mode_of(graph, ni) else { return false };
+    if matches!(mode, PointwiseMode::GenIndex { .. }) {
+        return false;
+    }
+    if node.outputs.len() != 1 || node.outputs[0].name != "y" {
+        return false;
+    }
+    let ports = ["a", "b", "c"];
+    let arity = mode.arity();
+    if arity > 3 || node.inputs.len() != arity || node.inputs.iter().any(|p| !ports[..arity].contains(&p.name.as_str())) {
+        return false;
+    }
+    if !matches!(graph.compute_type(node), DataType::F32 | DataType::F64) {
+        return false;
+    }
+    let y = node.outputs[0].tensor;
+    let Some(yd) = graph.get(y) else { return false };
+    if yd.is_pass_by_value || yd.dims.is_empty() || yd.dims.len() > 8 || yd.strides.len() != yd.dims.len() || yd.element_count() <= 0 || !is_float(dtype(graph, y)) {
+        return false;
+    }
+    node.inputs.iter().all(|p| {
+        let Some(d) = graph.get(p.tensor) else { return false };
+        if d.dims.len() > yd.dims.len() || d.strides.len() != d.dims.len() {
+            return false;
+        }
+        if d.is_pass_by_value {
+            return d.value.is_some();
+        }
+        is_float(dtype(graph, p.tensor))
+    })
+}
+
+/// Nodes reading each tensor (each node once).
+fn consumers(graph: &Graph) -> HashMap<usize, Vec<usize>> {
+    let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for p in &node.inputs {
+            let v = m.entry(p.tensor.0).or_default();
+            if !v.contains(&ni) {
+                v.push(ni);
+            }
+        }
+    }
+    m
+}
+
+/// Disjoint groups of pointwise nodes to fuse (each at least two nodes), each in topological
+/// order.
+pub fn groups(graph: &Graph, order: &[usize]) -> Vec<Vec<usize>> {
+    let nn = graph.nodes.len();
+    let mut position = vec![usize::MAX; nn];
+    for (i, &n) in order.iter().enumerate() {
+        if n < nn {
+            position[n] = i;
+        }
+    }
+    let cons = consumers(graph);
+    let cand: Vec<bool> = (0..nn).map(|ni| position[ni] != usize::MAX && candidate(graph, ni)).collect();
+    let out_of = |ni: usize| graph.nodes[ni].outputs[0].tensor;
+    // A node is inner when its output may stay in registers: virtual, read only by candidates
+    // that produce the same dims.
+    let mut inner: Vec<bool> = (0..nn)
+        .map(|ni| {
+            if !cand[ni] {
+                return false;
+            }
+            let y = out_of(ni);
+            let yd = graph.desc(y);
+            match cons.get(&y.0) {
+                Some(cs) if yd.is_virtual && !cs.is_empty() => cs.iter().all(|&c| cand[c] && graph.desc(out_of(c)).dims == yd.dims),
+                _ => false,
+            }
+        })
+        .collect();
+    loop {
+        // Connected components of candidates joined through inner nodes' outputs.
+        let mut parent: Vec<usize> = (0..nn).collect();
+        fn find(parent: &mut [usize], mut x: usize) -> usize {
+            while parent[x] != x {
+                parent[x] = parent[parent[x]];
+                x = parent[x];
+            }
+            x
+        }
+        for ni in 0..nn {
+            if inner[ni] {
+                for &c in &cons[&out_of(ni).0] {
+                    let (ra, rb) = (find(&mut parent, ni), find(&mut parent, c));
+                    if ra != rb {
+                        parent[ra] = rb;
+                    }
+                }
+            }
+        }
+        let mut comps: HashMap<usize, Vec<usize>> = HashMap::new();
+        for ni in (0..nn).filter(|&ni| cand[ni]) {
+            let r = find(&mut parent, ni);
+            comps.entry(r).or_default().push(ni);
+        }
+        // A component with several exits (an inner value feeding branches that end apart) is
+        // cut at its latest inner node with more than one consumer; that node becomes an exit.
+        let mut changed = false;
+        for comp in comps.values() {
+            if comp.iter().filter(|&&n| !inner[n]).count() > 1 {
+                let cut = comp.iter().copied().filter(|&n| inner[n] && cons[&out_of(n).0].len() > 1).max_by_key(|&n| position[n]);
+                if let Some(n) = cut {
+                    inner[n] = false;
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            continue;
+        }
+        let mut out: Vec<Vec<usize>> = comps
+            .into_values()
+            .filter(|c| c.len() >= 2 && c.iter().filter(|&&n| !inner[n]).count() == 1)
+            .map(|mut c| {
+                c.sort_by_key(|&n| position[n]);
+                c
+            })
+            .filter(|c| plan(graph, c, &position).is_some())
+            .collect();
+        out.sort_by_key(|c| position[c[0]]);
+        return out;
+    }
+}
+
+/// How a kernel reads a tensor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Access {
+    /// At the output's flat offset (output packed, same layout).
+    Flat,
+    /// Always element 0 (size 1 in every dim): loaded once per thread.
+    Zero,
+    /// At an offset computed from the flat index; `bcast` when some dim is broadcast.
+    Strided { bcast: bool },
+}
+
+/// An external input of the group.
+struct Ext {
+    id: TensorId,
+    dt: DataType,
+    /// Strides over the plan's merged dims (0 on broadcast dims).
+    strides: Vec<i64>,
+    access: Access,
+}
+
+/// Where a node input comes from.
+#[derive(Clone, Debug)]
+enum Src {
+    /// The value of group node `k` (index into `Plan::order`).
+    Inner(usize),
+    /// External input slot.
+    Ext(usize),
+    /// A by-value constant, already rounded to its tensor's type.
+    Const(f64),
+}
+
+struct Plan {
+    /// The group's nodes in topological order; the last is the exit.
+    order: Vec<usize>,
+    y: TensorId,
+    ydt: DataType,
+    n: i64,
+    /// Dims of size > 1, ordered as the output lies in memory (outermost first), merged.
+    dims: Vec<i64>,
+    ystrides: Vec<i64>,
+    /// The output is packed (its offset is the flat index over `dims`).
+    packed: bool,
+    exts: Vec<Ext>,
+    srcs: HashMap<usize, Src>,
+    dbl: bool,
+    /// Fast intrinsics (__expf, __fdividef) for exp and sigmoid: f32 arithmetic with a 16-bit
+    /// output, whose rounding dwarfs their few ulps of error.
+    fast: bool,
+}
+
+impl Plan {
+    /// Elements per 16-byte vector of the smallest streamed type, when the vector path applies.
+    fn vec(&self) -> Option<i64> {
+        if !self.packed || self.exts.iter().any(|e| e.access == Access::Strided { bcast: false }) {
+            return None;
+        }
+        let min = self.exts.iter().filter(|e| e.access == Access::Flat).map(|e| e.dt.size()).chain([self.ydt.size()]).min().unwrap_or(4);
+        Some(16 / min as i64)
+    }
+}
+
+/// Strides of `d` over the output dims `out` (numpy broadcast: right-aligned, size-1 dims
+/// repeat with stride 0). None when the dims do not broadcast or a stride is negative.
+fn effective_strides(d: &TensorDesc, out: &[i64]) -> Option<Vec<i64>> {
+    let r = out.len();
+    let rt = d.dims.len();
+    if rt > r || d.strides.len() != rt {
+        return None;
+    }
+    let shift = r - rt;
+    let mut e = vec![0i64; r];
+    for a in shift..r {
+        let (dim, s) = (d.dims[a - shift], d.strides[a - shift]);
+        if dim == 1 {
+            continue;
+        }
+        if dim != out[a] || s < 0 {
+            return None;
+        }
+        e[a] = s;
+    }
+    Some(e)
+}
+
+/// The plan of a group, or None when it cannot be fused.
+fn plan(graph: &Graph, nodes: &[usize], position: &[usize]) -> Option<Plan> {
+    if nodes.len() < 2 || nodes.iter().any(|&n| n >= graph.nodes.len() || !candidate(graph, n)) {
+        return None;
+    }
+    let mut order = nodes.to_vec();
+    order.sort_by_key(|&n| position.get(n).copied().unwrap_or(usize::MAX));
+    order.dedup();
+    let cons = consumers(graph);
+    let produced: HashMap<usize, usize> = order.iter().enumerate().map(|(k, &n)| (graph.nodes[n].outputs[0].tensor.0, k)).collect();
+    // Exactly one exit, the last node; every other output virtual and read only inside.
+    let last = order.len() - 1;
+    for (k, &n) in order.iter().enumerate() {
+        let t = graph.nodes[n].outputs[0].tensor;
+        let readers = cons.get(&t.0).map(Vec::as_slice).unwrap_or(&[]);
+        let stays = graph.desc(t).is_virtual && !readers.is_empty() && readers.iter().all(|r| order.contains(r));
+        if stays == (k == last) {
+            return None;
+        }
+    }
+    let y = graph.nodes[order[last]].outputs[0].tensor;
+    let yd = graph.desc(y);
+    let ydt = dtype(graph, y);
+    let full = yd.dims.clone();
+    if order.iter().any(|&n| graph.desc(graph.nodes[n].outputs[0].tensor).dims != full) {
+        return None;
+    }
+    // Sources of every node input.
+    let mut srcs: HashMap<usize, Src> = HashMap::new();
+    let mut ext_ids: Vec<TensorId> = Vec::new();
+    for &n in &order {
+        for p in &graph.nodes[n].inputs {
+            if srcs.contains_key(&p.tensor.0) {
+                continue;
+            }
+            let d = graph.desc(p.tensor);
+            let src = if let Some(&k) = produced.get(&p.tensor.0) {
+                Src::Inner(k)
+            } else if let Some(v) = constant(d) {
+                Src::Const(dtype(graph, p.tensor).quantize(v))
+            } else {
+                ext_ids.push(p.tensor);
+                Src::Ext(ext_ids.len() - 1)
+            };
+            srcs.insert(p.tensor.0, src);
+        }
+    }
+    // Double arithmetic for f64 tensors and f64 compute; and for 16-bit inner values under an
+    // f32 output, which must be rounded once from the exact value (as the CPU does), not from
+    // an f32 result (a rare double rounding costs a 16-bit ulp, above f32's tolerance).
+    let narrow_inner = order[..last].iter().any(|&n| matches!(dtype(graph, graph.nodes[n].outputs[0].tensor), DataType::F16 | DataType::Bf16));
+    let dbl = (narrow_inner && ydt == DataType::F32)
+        || order.iter().any(|&n| {
+            let node = &graph.nodes[n];
+            graph.compute_type(node) == DataType::F64
+                || node.outputs.iter().chain(&node.inputs).any(|p| constant(graph.desc(p.tensor)).is_none() && dtype(graph, p.tensor) == DataType::F64)
+        });
+
+    // Layout: strides of every tensor over the output dims, then drop size-1 dims, order by
+    // the output's strides (outermost first) and merge neighbours every tensor allows.
+    let ye = effective_strides(yd, &full)?;
+    let mut exts_e: Vec<Vec<i64>> = Vec::new();
+    for &id in &ext_ids {
+        exts_e.push(effective_strides(graph.desc(id), &full)?);
+    }
+    let mut axes: Vec<usize> = (0..full.len()).filter(|&a| full[a] > 1).collect();
+    if axes.iter().any(|&a| ye[a] <= 0) {
+        return None;
+    }
+    axes.sort_by(|&a, &b| ye[b].cmp(&ye[a]));
+    if axes.windows(2).any(|w| ye[w[0]] == ye[w[1]]) {
+        return None;
+    }
+    let zero: Vec<bool> = exts_e.iter().map(|e| axes.iter().all(|&a| e[a] == 0)).collect();
+    let mut dims: Vec<i64> = Vec::new();
+    let mut ys: Vec<i64> = Vec::new();
+    let mut es: Vec<Vec<i64>> = vec![Vec::new(); ext_ids.len()];
+    for &a in &axes {
+        // Axis `a` joins the previous (outer) one when, for every tensor, the outer stride is
+        // the inner stride times the inner size.
+        let mergeable =
+            ys.last().is_some_and(|&yl| ye[a] * full[a] == yl) && es.iter().enumerate().all(|(i, s)| zero[i] || s.last().is_some_and(|&sl| exts_e[i][a] * full[a] == sl));
+        if mergeable {
+            let last = dims.len() - 1;
+            dims[last] *= full[a];
+            ys[last] = ye[a];
+            for (i, s) in es.iter_mut().enumerate() {
+                s[last] = exts_e[i][a];
+            }
+        } else {
+            dims.push(full[a]);
+            ys.push(ye[a]);
+            for (i, s) in es.iter_mut().enumerate() {
+                s.push(exts_e[i][a]);
+            }
+        }
+    }
+    let packed = {
+        let mut want = 1i64;
+        let mut ok = true;
+        for k in (0..dims.len()).rev() {
+            ok &= ys[k] == want;
+            want = want.saturating_mul(dims[k]);
+        }
+        ok
+    };
+    let exts: Vec<Ext> = ext_ids
+        .iter()
+        .zip(es)
+        .enumerate()
+        .map(|(i, (&id, strides))| {
+            let access = if zero[i] {
+                Access::Zero
+            } else if packed && strides == ys {
+                Access::Flat
+            } else {
+                Access::Strided { bcast: strides.contains(&0) }
+            };
+            Ext { id, dt: dtype(graph, id), strides, access }
+        })
+        .collect();
+    let n = yd.element_count();
+    if n <= 0 || !is_float(ydt) {
+        return None;
+    }
+    let fast = !dbl && matches!(ydt, DataType::F16 | DataType::Bf16);
+    Some(Plan { order, y, ydt, n, dims, ystrides: ys, packed, exts, srcs, dbl, fast })
+}
+
+/// A literal of the kernel's arithmetic type (parenthesized when negative).
+fn lit(v: f64, dbl: bool) -> String {
+    if dbl {
+        let s = c_double(v);
+        if v < 0.0 && !s.starts_with('(') {
+            format!("({s})")
+        } else {
+            s
+        }
+    } else {
+        let f = v as f32;
+        if f.is_nan() {
+            "__int_as_float(0x7fffffff)".into()
+        } else if f.is_infinite() {
+            if f > 0.0 {
+                "__int_as_float(0x7f800000)".into()
+            } else {
+                "__int_as_float(0xff800000)".into()
+            }
+        } else if f < 0.0 {
+            format!("({f:e}f)")
+        } else {
+            format!("{f:e}f")
+        }
+    }
+}
+
+/// The C expression of a mode over `a`, `b`, `c` of the arithmetic type (float, or double
+/// when `dbl`): the fallback's formulas (fallback/pointwise.rs) in either type, with `__expf`
+/// for exp when `fast`.
+fn formula(mode: PointwiseMode, dbl: bool, fast: bool) -> String {
+    use PointwiseMode::*;
+    let f = |name: &str| match (dbl, fast && name == "exp") {
+        (true, _) => name.to_string(),
+        (false, true) => "__expf".to_string(),
+        (false, false) => format!("{name}f"),
+    };
+    let l = |v: f64| lit(v, dbl);
+    let (zero, one, half) = (l(0.0), l(1.0), l(0.5));
+    let opt = |v: Option<f64>, default: f64| l(v.unwrap_or(default));
+    match mode {
+        Add | Bias => "a + b".into(),
+        Sub => "a - b".into(),
+        Mul | Scale => "a * b".into(),
+        Div => "a / b".into(),
+        Max => "fz_max(a, b)".into(),
+        Min => "fz_min(a, b)".into(),
+        Pow => format!("{}(a, b)", f("pow")),
+        Mod => format!("{}(a, b)", f("fmod")),
+        AddSquare => "a + b * b".into(),
+        Abs => format!("{}(a)", f("fabs")),
+        Neg => "-a".into(),
+        Exp => format!("{}(a)", f("exp")),
+        Log => format!("{}(a)", f("log")),
+        Sqrt => format!("{}(a)", f("sqrt")),
+        Rsqrt => format!("{one} / {}(a)", f("sqrt")),
+        Reciprocal => format!("{one} / a"),
+        Sin => format!("{}(a)", f("sin")),
+        Cos => format!("{}(a)", f("cos")),
+        Tan => format!("{}(a)", f("tan")),
+        Tanh => format!("{}(a)", f("tanh")),
+        Sigmoid => "fz_sigmoid(a)".into(),
+        Erf => format!("{}(a)", f("erf")),
+        Floor => format!("{}(a)", f("floor")),
+        Ceil => format!("{}(a)", f("ceil")),
+        Identity => "a".into(),
+        Relu { lower_clip, upper_clip, negative_slope } => {
+            let lo = opt(lower_clip, 0.0);
+            let slope = opt(negative_slope, 0.0);
+            let hi = l(upper_clip.unwrap_or(f64::INFINITY));
+            format!("isnan(a) ? a : {}(a < {lo} ? {lo} + {slope} * (a - {lo}) : a, {hi})", f("fmin"))
+        }
+        LeakyRelu { negative_slope } => format!("a < {zero} ? {} * a : a", l(negative_slope)),
+        Elu { alpha } => format!("a > {zero} ? a : {} * {}(a)", l(alpha), f("expm1")),
+        Gelu => format!("{half} * a * ({one} + {}(a * {}))", f("erf"), l(std::f64::consts::FRAC_1_SQRT_2)),
+        GeluApproxTanh => format!("{half} * a * ({one} + {}({} * (a + {} * a * a * a)))", f("tanh"), l(GELU_K), l(0.044715)),
+        Swish { beta } => format!("a * fz_sigmoid({} * a)", l(beta)),
+        Softplus { beta } => format!("fz_softplus({b} * a) / {b}", b = l(beta)),
+        CmpEq => format!("(a == b) ? {one} : {zero}"),
+        CmpNeq => format!("(a != b) ? {one} : {zero}"),
+        CmpGt => format!("(a > b) ? {one} : {zero}"),
+        CmpGe => format!("(a >= b) ? {one} : {zero}"),
+        CmpLt => format!("(a < b) ? {one} : {zero}"),
+        CmpLe => format!("(a <= b) ? {one} : {zero}"),
+        LogicalAnd => format!("(a != {zero} && b != {zero}) ? {one} : {zero}"),
+        LogicalOr => format!("(a != {zero} || b != {zero}) ? {one} : {zero}"),
+        LogicalNot => format!("(a == {zero}) ? {one} : {zero}"),
+        BinarySelect => format!("(c != {zero}) ? a : b"),
+        // Never grouped (see `candidate`).
+        GenIndex { .. } => zero,
+        // Backward forms: a = dy, b = x.
+        ReluBackward { lower_clip, upper_clip, negative_slope } => {
+            let lo = opt(lower_clip, 0.0);
+            let slope = opt(negative_slope, 0.0);
+            let above = match upper_clip {
+                Some(hi) => format!("(b >= {} ? {zero} : {one})", l(hi)),
+                None => one.clone(),
+            };
+            format!("a * (b <= {lo} ? {slope} : {above})")
+        }
+        SigmoidBackward => format!("a * fz_sigmoid(b) * ({one} - fz_sigmoid(b))"),
+        TanhBackward => format!("a * ({one} - {t}(b) * {t}(b))", t = f("tanh")),
+        EluBackward { alpha } => format!("b > {zero} ? a : a * {} * {}(b)", l(alpha), f("exp")),
+        GeluBackward => {
+            format!("a * ({half} * ({one} + {}(b * {})) + b * {}({} * b * b) * {})", f("erf"), l(std::f64::consts::FRAC_1_SQRT_2), f("exp"), l(-0.5), l(0.398_942_280_401_432_7))
+        }
+        GeluApproxTanhBackward => {
+            let t = format!("{}({} * (b + {} * b * b * b))", f("tanh"), l(GELU_K), l(0.044715));
+            format!("a * ({half} * ({one} + {t}) + {half} * b * ({one} - {t} * {t}) * {} * ({one} + {} * b * b))", l(GELU_K), l(3.0 * 0.044715))
+        }
+        SwishBackward { beta } => {
+            let bt = l(beta);
+            format!("a * (fz_sigmoid({bt} * b) + {bt} * b * fz_sigmoid({bt} * b) * ({one} - fz_sigmoid({bt} * b)))")
+        }
+        SoftplusBackward { beta } => format!("a * fz_sigmoid({} * b)", l(beta)),
+        LeakyReluBackward { negative_slope } => format!("b <= {zero} ? a * {} : a", l(negative_slope)),
+    }
+}
+
+/// Conversions and math helpers for the arithmetic type.
+fn helpers(dbl: bool, fast: bool) -> &'static str {
+    if fast {
+        r#"
+typedef float fz_t;
+__device__ __forceinline__ float fz_cv(float x) { return x; }
+__device__ __forceinline__ float fz_cv(__half x) { return __half2float(x); }
+__device__ __forceinline__ float fz_cv(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float fz_to_f32(float v) { return v; }
+__device__ __forceinline__ __half fz_to_f16(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 fz_to_bf16(float v) { return __float2bfloat16_rn(v); }
+// sigmoid with one exp: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below (NaN stays NaN).
+// The denominator lies in [1, 2], where __fdividef is exact to 2 ulp.
+__device__ __forceinline__ float fz_sigmoid(float x) { float e = __expf(-fabsf(x)); float r = __fdividef(1.0f, 1.0f + e); return x >= 0.0f ? r : e * r; }
+__device__ __forceinline__ float fz_softplus(float x) { return x > 30.0f ? x : log1pf(__expf(x)); }
+__device__ __forceinline__ float fz_max(float a, float b) { return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b); }
+__device__ __forceinline__ float fz_min(float a, float b) { return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fminf(a, b); }
+"#
+    } else if dbl {
+        r#"
+typedef double fz_t;
+__device__ __forceinline__ double fz_cv(double x) { return x; }
+__device__ __forceinline__ double fz_cv(float x) { return (double)x; }
+__device__ __forceinline__ double fz_cv(__half x) { return (double)__half2float(x); }
+__device__ __forceinline__ double fz_cv(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
+__device__ __forceinline__ double fz_to_f64(double v) { return v; }
+__device__ __forceinline__ float fz_to_f32(double v) { return (float)v; }
+__device__ __forceinline__ __half fz_to_f16(double v) { return __double2half(v); }
+__device__ __forceinline__ __nv_bfloat16 fz_to_bf16(double v) { return __double2bfloat16(v); }
+__device__ __forceinline__ double fz_sigmoid(double x) { return x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
+__device__ __forceinline__ double fz_softplus(double x) { return x > 30.0 ? x : log1p(exp(x)); }
+__device__ __forceinline__ double fz_max(double a, double b) { return (isnan(a) || isnan(b)) ? (0.0/0.0) : fmax(a, b); }
+__device__ __forceinline__ double fz_min(double a, double b) { return (isnan(a) || isnan(b)) ? (0.0/0.0) : fmin(a, b); }
+"#
+    } else {
+        r#"
+typedef float fz_t;
+__device__ __forceinline__ float fz_cv(float x) { return x; }
+__device__ __forceinline__ float fz_cv(__half x) { return __half2float(x); }
+__device__ __forceinline__ float fz_cv(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float fz_to_f32(float v) { return v; }
+__device__ __forceinline__ __half fz_to_f16(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 fz_to_bf16(float v) { return __float2bfloat16_rn(v); }
+// sigmoid with one exp: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below (NaN stays NaN).
+__device__ __forceinline__ float fz_sigmoid(float x) { float e = expf(-fabsf(x)); float r = 1.0f / (1.0f + e); return x >= 0.0f ? r : e * r; }
+__device__ __forceinline__ float fz_softplus(float x) { return x > 30.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float fz_max(float a, float b) { return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b); }
+__device__ __forceinline__ float fz_min(float a, float b) { return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fminf(a, b); }
+"#
+    }
+}
+
+/// `fz_t fz_expr(fz_t x0, ...)`: the group's value from its external inputs.
+fn expr_fn(graph: &Graph, p: &Plan) -> String {
+    let params: Vec<String> = (0..p.exts.len()).map(|i| format!("fz_t x{i}")).collect();
+    let mut s = format!("__device__ __forceinline__ fz_t fz_expr({}) {{\n", params.join(", "));
+    let last = p.order.len() - 1;
+    for (k, &n) in p.order.iter().enumerate() {
+        let node = &graph.nodes[n];
+        let Some(mode) = mode_of(graph, n) else { continue };
+        // Node inputs are rounded to the compute type (f32 rounding is a no-op in f32 code).
+        let round_in = p.dbl && graph.compute_type(node) == DataType::F32;
+        let _ = writeln!(s, "    fz_t v{k};\n    {{");
+        for port in &node.inputs {
+            let v = match p.srcs.get(&port.tensor.0) {
+                Some(Src::Inner(j)) => format!("v{j}"),
+                Some(Src::Ext(i)) => format!("x{i}"),
+                Some(Src::Const(c)) => lit(*c, p.dbl),
+                None => lit(0.0, p.dbl),
+            };
+            let v = if round_in { format!("(double)(float)({v})") } else { v };
+            let _ = writeln!(s, "        const fz_t {} = {v};", port.name);
+        }
+        let _ = writeln!(s, "        v{k} = {};\n    }}", formula(mode, p.dbl, p.fast));
+        // Inner values are rounded to their tensor's type, as the CPU engine stores them.
+        if k != last {
+            let dt = dtype(graph, node.outputs[0].tensor);
+            let native = if p.dbl { DataType::F64 } else { DataType::F32 };
+            if dt != native {
+                let _ = writeln!(s, "    v{k} = fz_cv(fz_to_{}(v{k}));", suffix(dt));
+            }
+        }
+    }
+    let _ = writeln!(s, "    return v{last};\n}}");
+    s
+}
+
+/// An offset function over the plan's merged dims: `i64 name(i64 i)` for row-major flat index
+/// `i`.
+fn offset_fn(name: &str, p: &Plan, strides: &[i64]) -> String {
+    let small = p.n <= u32::MAX as i64;
+    let (ut, us) = if small { ("unsigned", "u") } else { ("unsigned long long", "ull") };
+    let mut s = format!("__device__ __forceinline__ i64 {name}(i64 i) {{\n    {ut} q = ({ut})i;\n    i64 off = 0;\n");
+    // Only up to the outermost dim this tensor moves along.
+    let outer = strides.iter().position(|&x| x != 0);
+    if let Some(outer) = outer {
+        for a in (outer..p.dims.len()).rev() {
+            let (d, e) = (p.dims[a], strides[a]);
+            if a == outer {
+                if a == 0 {
+                    let _ = writeln!(s, "    off += (i64)q * {e}LL;");
+                } else {
+                    let _ = writeln!(s, "    off += (i64)(q % {d}{us}) * {e}LL;");
+                }
+            } else {
+                if e != 0 {
+                    let _ = writeln!(s, "    off += (i64)(q % {d}{us}) * {e}LL;");
+                }
+                let _ = writeln!(s, "    q /= {d}{us};");
+            }
+        }
+    }
+    let _ = writeln!(s, "    (void)q;\n    return off;\n}}");
+    s
+}
+
+fn source(graph: &Graph, p: &Plan, entry: &str) -> String {
+    let mut s = String::new();
+    s += helpers(p.dbl, p.fast);
+    s += &expr_fn(graph, p);
+    for (i, e) in p.exts.iter().enumerate() {
+        if let Access::Strided { .. } = e.access {
+            s += &offset_fn(&format!("fz_off{i}"), p, &e.strides);
+        }
+    }
+    if !p.packed {
+        s += &offset_fn("fz_offy", p, &p.ystrides);
+    }
+    let vec = p.vec();
+    // Vector types of the streamed tensors.
+    if let Some(v) = vec {
+        let mut types: Vec<DataType> = p.exts.iter().filter(|e| e.access == Access::Flat).map(|e| e.dt).chain([p.ydt]).collect();
+        types.sort_by_key(|t| suffix(*t));
+        types.dedup();
+        for t in types {
+            let _ = writeln!(s, "struct __align__(16) fzv_{} {{ {} v[{v}]; }};", suffix(t), ctype(t));
+        }
+    }
+    let mut params = vec!["void* y_p".to_string()];
+    params.extend((0..p.exts.len()).map(|i| format!("const void* p{i}")));
+    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {entry}({}) {{", params.join(", "));
+    let _ = writeln!(s, "    const i64 n = {}LL;", p.n);
+    s += "    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n    const i64 nth = (i64)gridDim.x * blockDim.x;\n";
+    for (i, e) in p.exts.iter().enumerate() {
+        if e.access == Access::Zero {
+            let _ = writeln!(s, "    const fz_t z{i} = fz_cv(((const {}*)p{i})[0]);", ctype(e.dt));
+        }
+    }
+    let args = |vals: &dyn Fn(usize) -> String| (0..p.exts.len()).map(vals).collect::<Vec<_>>().join(", ");
+    s += "    i64 start = 0;\n";
+    if let Some(v) = vec {
+        let mut ptrs = vec!["(unsigned long long)y_p".to_string()];
+        ptrs.extend(p.exts.iter().enumerate().filter(|(_, e)| e.access == Access::Flat).map(|(i, _)| format!("(unsigned long long)p{i}")));
+        let _ = writeln!(s, "    if ((({}) & 15ull) == 0) {{", ptrs.join(" | "));
+        let _ = writeln!(s, "        const i64 nv = n / {v};");
+        s += "        for (i64 v = tid; v < nv; v += nth) {\n";
+        if p.exts.iter().any(|e| matches!(e.access, Access::Strided { .. })) {
+            let _ = writeln!(s, "            const i64 i0 = v * {v};");
+        }
+        // The vector lies within one innermost row when the row length is a multiple of it:
+        // broadcast inputs then take one offset per vector plus j times the inner stride.
+        let inner_rows = p.dims.last().is_some_and(|&d| d % v == 0);
+        for (i, e) in p.exts.iter().enumerate() {
+            match e.access {
+                Access::Flat => {
+                    let _ = writeln!(s, "            const fzv_{sf} r{i} = ((const fzv_{sf}*)p{i})[v];", sf = suffix(e.dt));
+                }
+                Access::Strided { .. } if inner_rows => {
+                    let _ = writeln!(s, "            const i64 o{i} = fz_off{i}(i0);");
+                }
+                _ => {}
+            }
+        }
+        let _ = writeln!(s, "            fzv_{} ro;", suffix(p.ydt));
+        s += "            #pragma unroll\n";
+        let _ = writeln!(s, "            for (int j = 0; j < {v}; ++j) {{");
+        for (i, e) in p.exts.iter().enumerate() {
+            if let Access::Strided { .. } = e.access {
+                let inner = *e.strides.last().unwrap_or(&0);
+                let off = if inner_rows {
+                    if inner == 0 {
+                        format!("o{i}")
+                    } else {
+                        format!("o{i} + (i64)j * {inner}LL")
+                    }
+                } else {
+                    format!("fz_off{i}(i0 + j)")
+                };
+                let _ = writeln!(s, "                const fz_t x{i} = fz_cv(((const {}*)p{i})[{off}]);", ctype(e.dt));
+            }
+        }
+        let vals = args(&|i| match p.exts[i].access {
+            Access::Flat => format!("fz_cv(r{i}.v[j])"),
+            Access::Zero => format!("z{i}"),
+            Access::Strided { .. } => format!("x{i}"),
+        });
+        let _ = writeln!(s, "                ro.v[j] = fz_to_{}(fz_expr({vals}));", suffix(p.ydt));
+        s += "            }\n";
+        let _ = writeln!(s, "            ((fzv_{}*)y_p)[v] = ro;", suffix(p.ydt));
+        let _ = writeln!(s, "        }}\n        start = nv * {v};\n    }}");
+    }
+    // Scalar loop: the tail after the vectors, or everything.
+    s += "    for (i64 i = start + tid; i < n; i += nth) {\n";
+    let vals = args(&|i| {
+        let e = &p.exts[i];
+        match e.access {
+            Access::Flat => format!("fz_cv(((const {}*)p{i})[i])", ctype(e.dt)),
+            Access::Zero => format!("z{i}"),
+            Access::Strided { .. } => format!("fz_cv(((const {}*)p{i})[fz_off{i}(i)])", ctype(e.dt)),
+        }
+    });
+    let yoff = if p.packed { "i" } else { "fz_offy(i)" };
+    let _ = writeln!(s, "        (({}*)y_p)[{yoff}] = fz_to_{}(fz_expr({vals}));", ctype(p.ydt), suffix(p.ydt));
+    s += "    }\n    (void)start;\n}\n";
+    s
 }
 
 /// The fused unit of a group, or None when it cannot be fused after all.
-pub fn unit(_graph: &Graph, _nodes: &[usize]) -> Result<Option<Unit>> {
-    Ok(None)
+pub fn unit(graph: &Graph, nodes: &[usize]) -> Result<Option<Unit>> {
+    let order = graph.topological_order()?;
+    let mut position = vec![usize::MAX; graph.nodes.len()];
+    for (i, &n) in order.iter().enumerate() {
+        if n < position.len() {
+            position[n] = i;
+        }
+    }
+    let Some(p) = plan(graph, nodes, &position) else { return Ok(None) };
+    let exit = p.order[p.order.len() - 1];
+    let entry = entry_name(exit, "fused_pointwise");
+    let src = source(graph, &p, &entry);
+    let mut args = vec![Arg::Ptr(p.y)];
+    args.extend(p.exts.iter().map(|e| Arg::Ptr(e.id)));
+    let threads = match p.vec() {
+        Some(v) => (p.n as u64).div_ceil(v as u64),
+        None => p.n as u64,
+    };
+    let launch = Launch { source: src, entry, threads: threads.max(1), block: BLOCK, exact_grid: None, shared_bytes: 0, args };
+    Ok(Some(Unit { nodes: p.order.clone(), kernels: NodeKernels::one(launch), writes: vec![p.y] }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::cases;
+
+    fn case(name: &str) -> Graph {
+        let mut g = cases::all().into_iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}")).graph;
+        g.validate().unwrap();
+        g
+    }
+
+    fn names(g: &Graph) -> Vec<Vec<String>> {
+        let order = g.topological_order().unwrap();
+        groups(g, &order).iter().map(|grp| grp.iter().map(|&n| mode_of(g, n).map_or("?", |m| m.name()).to_string()).collect()).collect()
+    }
+
+    fn the_plan(g: &Graph, grp: &[usize]) -> Plan {
+        let order = g.topological_order().unwrap();
+        let mut position = vec![usize::MAX; g.nodes.len()];
+        for (i, &n) in order.iter().enumerate() {
+            position[n] = i;
+        }
+        plan(g, grp, &position).unwrap()
+    }
+
+    #[test]
+    fn chain5_is_one_vector_group() {
+        let g = case("fast_pw_chain5_48x1024_bf16");
+        let order = g.topological_order().unwrap();
+        let gs = groups(&g, &order);
+        assert_eq!(gs.len(), 1);
+        assert_eq!(gs[0].len(), 5);
+        let p = the_plan(&g, &gs[0]);
+        assert_eq!(p.vec(), Some(8));
+        assert_eq!(p.exts.len(), 2);
+        assert!(p.exts.iter().all(|e| e.access == Access::Flat));
+        assert_eq!(p.dims, vec![48 * 1024]);
+        let u = unit(&g, &gs[0]).unwrap().unwrap();
+        assert_eq!(u.kernels.launches[0].threads, 48 * 1024 / 8);
+        if std::env::var_os("FZ_PRINT").is_some() {
+            println!("{}", u.kernels.launches[0].source);
+        }
+    }
+
+    #[test]
+    fn cut_at_graph_outputs_and_branches() {
+        let g = case("fast_pw_middle_output_bf16");
+        assert_eq!(names(&g), vec![vec!["mul", "tanh"], vec!["add", "scale"]]);
+        let g = case("fast_pw_split_f32");
+        assert_eq!(names(&g), vec![vec!["scale", "exp"], vec!["relu", "add"]]);
+        let g = case("fast_pw_tree_f32");
+        assert_eq!(names(&g).len(), 1);
+        assert_eq!(names(&g)[0].len(), 5);
+        let g = case("fast_pw_around_matmul_bf16");
+        assert_eq!(names(&g), vec![vec!["bias", "swish"], vec!["add", "relu"]]);
+    }
+
+    #[test]
+    fn layouts_pick_the_path() {
+        let path = |name: &str| {
+            let g = case(name);
+            let order = g.topological_order().unwrap();
+            let gs = groups(&g, &order);
+            let p = the_plan(&g, &gs[0]);
+            if std::env::var_os("FZ_PRINT").is_some() {
+                println!("// {name}\n{}", source(&g, &p, "k"));
+            }
+            (p.vec(), p.packed, p.dims.clone())
+        };
+        assert_eq!(path("fast_pw_chain5_transposed_b_bf16"), (None, true, vec![64, 96]));
+        assert_eq!(path("fast_pw_chain5_transposed_a_f32"), (None, true, vec![24, 40]));
+        assert_eq!(path("fast_pw_chain5_transposed_both_f16"), (Some(8), true, vec![40 * 24]));
+        assert_eq!(path("fast_pw_nhwc_bf16"), (Some(8), true, vec![70, 16]));
+        assert_eq!(path("fast_pw_scale_bias_gelu_37x512_f16"), (Some(8), true, vec![37, 512]));
+        assert_eq!(path("fast_pw_scale_bias_gelu_16x12_rank1_bf16"), (Some(8), true, vec![16, 12]));
+        assert_eq!(path("fast_pw_bf16_in_f32_out"), (Some(8), true, vec![40 * 64]));
+        assert_eq!(path("fast_pw_chain5_3d_f64"), (Some(2), true, vec![5 * 9 * 31]));
+        assert_eq!(path("fast_pw_padded_out_bf16"), (None, false, vec![9, 30]));
+        assert_eq!(path("fast_pw_select_f32").0, Some(4));
+        assert_eq!(path("fast_pw_select_f64").0, Some(2));
+        assert_eq!(path("fast_pw_bf16_intermediates_f32").0, Some(4));
+        let g = case("fast_pw_bf16_intermediates_f32");
+        let order = g.topological_order().unwrap();
+        assert!(the_plan(&g, &groups(&g, &order)[0]).dbl);
+    }
+
+    /// For every fused case, the plan's offsets (merged dims, flat, zero and strided access)
+    /// address the same logical element in the output and in every external input.
+    #[test]
+    fn plan_offsets_match_logical_indexing() {
+        let flat_off = |dims: &[i64], strides: &[i64], mut i: i64| {
+            let mut off = 0;
+            for a in (0..dims.len()).rev() {
+                off += (i % dims[a]) * strides[a];
+                i /= dims[a];
+            }
+            off
+        };
+        let mut checked = 0;
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_pw_") || c.name.starts_with("multi_")) {
+            let mut g = c.graph;
+            g.validate().unwrap();
+            let order = g.topological_order().unwrap();
+            for grp in groups(&g, &order) {
+                let p = the_plan(&g, &grp);
+                let yd = g.desc(p.y).clone();
+                // Output offset -> logical multi-index.
+                let mut at: HashMap<i64, Vec<i64>> = HashMap::new();
+                for f in 0..p.n {
+                    let mut idx = vec![0i64; yd.dims.len()];
+                    let mut q = f;
+                    for a in (0..yd.dims.len()).rev() {
+                        idx[a] = q % yd.dims[a];
+                        q /= yd.dims[a];
+                    }
+                    let off: i64 = idx.iter().zip(&yd.strides).map(|(i, s)| i * s).sum();
+                    assert!(at.insert(off, idx).is_none());
+                }
+                let mut seen = std::collections::HashSet::new();
+                for i in 0..p.n {
+                    let yo = if p.packed { i } else { flat_off(&p.dims, &p.ystrides, i) };
+                    assert!(seen.insert(yo), "{}: output offset {yo} twice", c.name);
+                    let idx = &at[&yo];
+                    for e in &p.exts {
+                        let d = g.desc(e.id);
+                        let shift = idx.len() - d.dims.len();
+                        let want: i64 = (0..d.dims.len()).map(|a| if d.dims[a] == 1 { 0 } else { idx[a + shift] * d.strides[a] }).sum();
+                        let got = match e.access {
+                            Access::Flat => i,
+                            Access::Zero => 0,
+                            Access::Strided { .. } => flat_off(&p.dims, &e.strides, i),
+                        };
+                        assert_eq!(got, want, "{}: input {} at flat {i}", c.name, d.name);
+                    }
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 25, "only {checked} groups checked");
+    }
 }
