@@ -245,7 +245,7 @@ fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs) -> Optio
     let stats_entry = entry_name(ni, "bn_nhwc_stats");
     let stats = format!(
         r#"{defs}
-extern "C" __global__ void __launch_bounds__(BLOCK) {stats_entry}(const void* xv, float* part) {{
+extern "C" __global__ void __launch_bounds__(BLOCK, 4) {stats_entry}(const void* xv, float* part) {{
     const XT* x = (const XT*)xv;
     const bool al = ((unsigned long long)x & 15) == 0;
     const int lane = threadIdx.x % LANES, r = threadIdx.x / LANES;
@@ -366,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(1024) {fin_entry}({fin_params}) {{
     let apply_entry = entry_name(ni, "bn_nhwc_apply");
     let apply = format!(
         r#"{defs}
-extern "C" __global__ void __launch_bounds__(BLOCK) {apply_entry}(const void* xv, const float* co, void* yv) {{
+extern "C" __global__ void __launch_bounds__(BLOCK, 4) {apply_entry}(const void* xv, const float* co, void* yv) {{
     const XT* x = (const XT*)xv;
     YT* y = (YT*)yv;
     const bool al = ((unsigned long long)x & 15) == 0 && ((unsigned long long)y & (YAL - 1)) == 0;
