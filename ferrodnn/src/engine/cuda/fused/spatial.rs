@@ -1,9 +1,561 @@
-//! Fast batchnorm and pooling kernels (to be written).
+//! Fast batchnorm (training forward) and 2D pooling (forward) kernels for channels-last
+//! (NHWC-packed) tensors.
+//!
+//! Both see x as rows of C contiguous channels (one row per position) and move 16 bytes of
+//! channels at a time (8 f16/bf16 or 4 f32: a "vector"); C times the element size must be a
+//! multiple of 16 so every row starts 16-byte aligned. The buffers' base alignment is unknown at
+//! plan time: each kernel checks it and takes an element-wise path when a base is not aligned.
+//!
+//! Batchnorm (no peers), three launches:
+//! 1. statistics: block b covers a slab of positions for all channels; its threads hold the
+//!    running sums of `x - K` and `(x - K)^2` (K: the channel's value at position 0, a shift
+//!    that keeps the f32 sums well conditioned) for one vector of channels, reduce them over
+//!    the block in a fixed order and write per-block partials to scratch `[2][B][C]`;
+//! 2. finalize: per channel, the partials summed in f64 in a fixed order; writes mean,
+//!    inv_variance, the running statistics (unbiased variance), and the f32 coefficients of
+//!    the apply step to scratch;
+//! 3. apply: the same slabs (walked backwards, so the rows launch 1 read last, likely still in
+//!    L2, come first), `y = (x - mean) * (inv * scale) + bias`.
+//!
+//! Pooling: one thread per output vector (n, p, q, 8 channels), reading its window with
+//! 16-byte loads (neighbouring windows overlap and hit L1/L2); max with the CPU's NaN rule
+//! (a NaN wins), averages summed in f32 with the CPU's divisors.
+use crate::dtype::DataType;
 use crate::engine::cuda::engine::Unit;
+use crate::engine::cuda::fallback::{c_double, entry_name, type_suffix, Arg, Launch, NodeKernels};
 use crate::error::Result;
-use crate::graph::Graph;
+use crate::graph::ops::norm::{peer_ports, BatchnormAttrs};
+use crate::graph::ops::resample::{ResampleAttrs, ResampleMode};
+use crate::graph::ops::Op;
+use crate::graph::{Graph, Node, TensorId};
+
+/// Blocks the batchnorm launches aim for: 4 blocks of ~256 threads per SM of an H100 (132
+/// SMs), one wave; every thread keeps several 16-byte loads in flight.
+const BN_BLOCKS: i64 = 132 * 4;
+/// Threads per batchnorm block (rounded down to a multiple of the vectors per row).
+const BN_THREADS: i64 = 256;
+/// Loads in flight per thread in the batchnorm loops.
+const UNROLL: i64 = 4;
+/// Threads per pooling block.
+const POOL_THREADS: u32 = 256;
 
 /// A specialized unit for node `ni`, or None when no fast kernel applies.
-pub fn unit(_graph: &Graph, _ni: usize) -> Result<Option<Unit>> {
-    Ok(None)
+pub fn unit(graph: &Graph, ni: usize) -> Result<Option<Unit>> {
+    let node = &graph.nodes[ni];
+    let kernels = match &node.op {
+        Op::Batchnorm(a) => batchnorm(graph, ni, node, a),
+        Op::Resample(a) => pooling(graph, ni, node, a),
+        _ => None,
+    };
+    Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect() }))
+}
+
+/// `a / b` rounded up, for positive `a` and `b`.
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+/// The C type of a vectorizable element type.
+fn c_type(dt: DataType) -> Option<&'static str> {
+    match dt {
+        DataType::F16 => Some("__half"),
+        DataType::Bf16 => Some("__nv_bfloat16"),
+        DataType::F32 => Some("float"),
+        _ => None,
+    }
+}
+
+fn dtype(graph: &Graph, id: TensorId) -> DataType {
+    graph.resolved_data_type(id).unwrap_or(DataType::F32)
+}
+
+/// Whether `dims`/`strides` are channels-last packed: axis 1 (C) has stride 1 and the other
+/// axes, ordered by stride, are packed outside it. With `exact` they must be in the order
+/// N, spatial... (NHWC); otherwise any order of the non-channel axes is fine. Axes of size 1
+/// may have any stride.
+fn channels_last(dims: &[i64], strides: &[i64], exact: bool) -> bool {
+    if dims.len() < 2 || dims.len() != strides.len() || dims.iter().any(|&d| d < 1) {
+        return false;
+    }
+    let c = dims[1];
+    if c > 1 && strides[1] != 1 {
+        return false;
+    }
+    let mut others: Vec<usize> = (0..dims.len()).filter(|&a| a != 1 && dims[a] > 1).collect();
+    if exact {
+        // N outermost, then the spatial axes in order: innermost is the last.
+        others.reverse();
+    } else {
+        others.sort_by_key(|&a| strides[a]);
+    }
+    let mut expect = c;
+    for a in others {
+        if strides[a] != expect {
+            return false;
+        }
+        expect = match expect.checked_mul(dims[a]) {
+            Some(e) => e,
+            None => return false,
+        };
+    }
+    true
+}
+
+/// Device helpers for x of type `xt` (16-byte vectors of `VEC` elements) and y of type `yt`.
+/// Defines XT, YT, VEC, x2f, f2y, ldx_raw (16 bytes of x, aligned or element-wise), cvt_x
+/// (16 bytes to VEC floats) and st_y (VEC floats to y, vector store when aligned).
+fn vec_helpers(xt: DataType, yt: DataType) -> Option<String> {
+    let (xc, yc) = (c_type(xt)?, c_type(yt)?);
+    let vec = 16 / xt.size();
+    let cvt = match xt {
+        DataType::F16 => "    const __half2* h = (const __half2*)&u;\n#pragma unroll\n    for (int k = 0; k < 4; ++k) { float2 t = __half22float2(h[k]); f[2 * k] = t.x; f[2 * k + 1] = t.y; }\n",
+        DataType::Bf16 => "    const __nv_bfloat162* h = (const __nv_bfloat162*)&u;\n#pragma unroll\n    for (int k = 0; k < 4; ++k) { float2 t = __bfloat1622float2(h[k]); f[2 * k] = t.x; f[2 * k + 1] = t.y; }\n",
+        _ => "    f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y); f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);\n",
+    };
+    let x2f = match xt {
+        DataType::F16 => "__half2float(v)",
+        DataType::Bf16 => "__bfloat162float(v)",
+        _ => "v",
+    };
+    let f2y = match yt {
+        DataType::F16 => "__float2half_rn(v)",
+        DataType::Bf16 => "__float2bfloat16_rn(v)",
+        _ => "v",
+    };
+    // 32-bit words of VEC elements of y.
+    let words = vec * yt.size() / 4;
+    let pack = match yt {
+        DataType::F16 => "    for (int k = 0; k < VEC / 2; ++k) { __half2 h = __floats2half2_rn(f[2 * k], f[2 * k + 1]); w[k] = *(const unsigned int*)&h; }\n",
+        DataType::Bf16 => "    for (int k = 0; k < VEC / 2; ++k) { __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]); w[k] = *(const unsigned int*)&h; }\n",
+        _ => "    for (int k = 0; k < VEC; ++k) w[k] = __float_as_uint(f[k]);\n",
+    };
+    let store = match words {
+        2 => "        *(uint2*)p = make_uint2(w[0], w[1]);\n",
+        4 => "        *(uint4*)p = make_uint4(w[0], w[1], w[2], w[3]);\n",
+        _ => "        ((uint4*)p)[0] = make_uint4(w[0], w[1], w[2], w[3]);\n        ((uint4*)p)[1] = make_uint4(w[4], w[5], w[6], w[7]);\n",
+    };
+    Some(format!(
+        r#"
+typedef {xc} XT;
+typedef {yc} YT;
+#define VEC {vec}
+// Bytes of VEC elements of y (the alignment its vector stores need).
+#define YVB {yvb}
+// The alignment a y base needs for those stores (16-byte stores at most).
+#define YAL {yal}
+__device__ __forceinline__ float x2f(XT v) {{ return {x2f}; }}
+__device__ __forceinline__ YT f2y(float v) {{ return {f2y}; }}
+__device__ __forceinline__ uint4 ldx_raw(const XT* p, bool al) {{
+    if (al) return *(const uint4*)p;
+    uint4 u;
+    XT* e = (XT*)&u;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) e[k] = p[k];
+    return u;
+}}
+__device__ __forceinline__ void cvt_x(uint4 u, float* f) {{
+{cvt}}}
+__device__ __forceinline__ void st_y(YT* p, bool al, const float* f) {{
+    if (al) {{
+        unsigned int w[{words}];
+#pragma unroll
+{pack}{store}    }} else {{
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) p[k] = f2y(f[k]);
+    }}
+}}
+"#,
+        yvb = vec * yt.size(),
+        yal = (vec * yt.size()).min(16),
+    ))
+}
+
+// ----------------------------------------------------------------------------------------------
+// Batchnorm
+// ----------------------------------------------------------------------------------------------
+
+fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs) -> Option<NodeKernels> {
+    if !peer_ports(node).ok()?.is_empty() {
+        return None;
+    }
+    let x = node.input("x")?;
+    let scale = node.input("scale")?;
+    let bias = node.input("bias")?;
+    let y = node.output("y")?;
+    let mean = node.output("mean")?;
+    let inv = node.output("inv_variance")?;
+    let running = match (node.input("in_running_mean"), node.input("in_running_var"), node.output("out_running_mean"), node.output("out_running_var")) {
+        (Some(rm), Some(rv), Some(orm), Some(orv)) => Some((rm, rv, orm, orv)),
+        (None, None, None, None) => None,
+        _ => return None,
+    };
+    let (xd, yd) = (graph.desc(x), graph.desc(y));
+    let (xt, yt) = (dtype(graph, x), dtype(graph, y));
+    let helpers = vec_helpers(xt, yt)?;
+    if xd.dims != yd.dims || !channels_last(&xd.dims, &xd.strides, false) || !channels_last(&yd.dims, &yd.strides, false) {
+        return None;
+    }
+    // Position p must be at the same offset in x and y.
+    if xd.dims.iter().enumerate().any(|(i, &d)| d > 1 && xd.strides[i] != yd.strides[i]) {
+        return None;
+    }
+    let vec = (16 / xt.size()) as i64;
+    let c = xd.dims[1];
+    if c % vec != 0 {
+        return None;
+    }
+    let positions = xd.element_count() / c;
+    // Per-channel tensors: [1, C, 1, ...]; element c at c * stride[1].
+    let chan = |id: TensorId| -> Option<(i64, DataType)> {
+        let d = graph.desc(id);
+        let t = dtype(graph, id);
+        if d.dims.len() != xd.dims.len() || d.dims[1] != c || d.element_count() != c || t == DataType::F64 || !t.is_float() {
+            return None;
+        }
+        Some((if c > 1 { d.strides[1] } else { 0 }, t))
+    };
+    let mut chans = vec![chan(scale)?, chan(bias)?, chan(mean)?, chan(inv)?];
+    if let Some((rm, rv, orm, orv)) = running {
+        for t in [rm, rv, orm, orv] {
+            chans.push(chan(t)?);
+        }
+    }
+    let cv = c / vec;
+    let lanes = cv.min(BN_THREADS);
+    let rows = (BN_THREADS / lanes).max(1);
+    let block = lanes * rows;
+    let want = BN_BLOCKS.min(ceil_div(positions, rows * UNROLL)).max(1);
+    let slab = ceil_div(positions, want);
+    let blocks = ceil_div(positions, slab);
+
+    let defs = format!(
+        r#"{helpers}
+#define C_ {c}LL
+#define CV {cv}
+#define LANES {lanes}
+#define ROWS {rows}
+#define BLOCK {block}
+#define P_ {positions}LL
+#define SLAB {slab}LL
+#define NBLK {blocks}
+#define UNR {UNROLL}
+"#
+    );
+
+    let stats_entry = entry_name(ni, "bn_nhwc_stats");
+    let stats = format!(
+        r#"{defs}
+extern "C" __global__ void __launch_bounds__(BLOCK, 4) {stats_entry}(const void* xv, float* part) {{
+    const XT* x = (const XT*)xv;
+    const bool al = ((unsigned long long)x & 15) == 0;
+    const int lane = threadIdx.x % LANES, r = threadIdx.x / LANES;
+    const i64 p0 = (i64)blockIdx.x * SLAB;
+    const i64 p1 = min(p0 + SLAB, P_);
+    __shared__ float sh[2][ROWS][LANES][VEC];
+    for (int v0 = 0; v0 < CV; v0 += LANES) {{
+        const int v = v0 + lane;
+        float s[VEC], q[VEC], K[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {{ s[k] = 0.f; q[k] = 0.f; K[k] = 0.f; }}
+        if (v < CV) {{
+            cvt_x(ldx_raw(x + (i64)v * VEC, al), K);
+            for (i64 p = p0 + r; p < p1; p += (i64)ROWS * UNR) {{
+                uint4 u[UNR];
+#pragma unroll
+                for (int j = 0; j < UNR; ++j) {{
+                    const i64 pj = p + (i64)j * ROWS;
+                    if (pj < p1) u[j] = ldx_raw(x + pj * C_ + (i64)v * VEC, al);
+                }}
+#pragma unroll
+                for (int j = 0; j < UNR; ++j) {{
+                    if (p + (i64)j * ROWS < p1) {{
+                        float f[VEC];
+                        cvt_x(u[j], f);
+#pragma unroll
+                        for (int k = 0; k < VEC; ++k) {{ const float d = f[k] - K[k]; s[k] += d; q[k] = fmaf(d, d, q[k]); }}
+                    }}
+                }}
+            }}
+        }}
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {{ sh[0][r][lane][k] = s[k]; sh[1][r][lane][k] = q[k]; }}
+        __syncthreads();
+        // Sum over the block's rows, in row order; write the block's partials.
+        for (int t = threadIdx.x; t < 2 * LANES * VEC; t += BLOCK) {{
+            const int which = t / (LANES * VEC), lv = t % (LANES * VEC);
+            const int ln = lv / VEC, k = lv % VEC;
+            if (v0 + ln < CV) {{
+                float acc = 0.f;
+                for (int rr = 0; rr < ROWS; ++rr) acc += sh[which][rr][ln][k];
+                part[((i64)which * NBLK + blockIdx.x) * C_ + (i64)(v0 + ln) * VEC + k] = acc;
+            }}
+        }}
+        __syncthreads();
+    }}
+}}
+"#
+    );
+
+    // Finalize: 32 channels per block, 32 segments of partials per channel.
+    let fin_entry = entry_name(ni, "bn_nhwc_finalize");
+    let st_of = |i: usize| format!("st_{}", type_suffix(chans[i].1));
+    let ld_of = |i: usize| format!("ld_{}", type_suffix(chans[i].1));
+    let mut fin_params = "const void* xv, const float* part, float* co, const void* sc, const void* bi, void* mo, void* iv".to_string();
+    let mut fin_args = vec![Arg::Ptr(x), Arg::Scratch(0), Arg::Scratch(1), Arg::Ptr(scale), Arg::Ptr(bias), Arg::Ptr(mean), Arg::Ptr(inv)];
+    let mut running_code = String::new();
+    if let Some((rm, rv, orm, orv)) = running {
+        fin_params += ", const void* rm, const void* rv, void* orm, void* orv";
+        fin_args.extend([Arg::Ptr(rm), Arg::Ptr(rv), Arg::Ptr(orm), Arg::Ptr(orv)]);
+        let mo = c_double(a.momentum);
+        let n = positions as f64;
+        running_code = format!(
+            "        const double unbias = {unbias};\n        {st6}(orm, c * {s6}LL, (1.0 - {mo}) * {ld4}(rm, c * {s4}LL) + {mo} * mu);\n        {st7}(orv, c * {s7}LL, (1.0 - {mo}) * {ld5}(rv, c * {s5}LL) + {mo} * var * unbias);\n",
+            unbias = c_double(n / (n - 1.0)),
+            st6 = st_of(6),
+            st7 = st_of(7),
+            ld4 = ld_of(4),
+            ld5 = ld_of(5),
+            s4 = chans[4].0,
+            s5 = chans[5].0,
+            s6 = chans[6].0,
+            s7 = chans[7].0,
+        );
+    }
+    let finalize = format!(
+        r#"{defs}
+extern "C" __global__ void __launch_bounds__(1024) {fin_entry}({fin_params}) {{
+    __shared__ double ss[32][33], sq[32][33];
+    const int ln = threadIdx.x & 31, seg = threadIdx.x >> 5;
+    const i64 c = (i64)blockIdx.x * 32 + ln;
+    double s = 0.0, q = 0.0;
+    if (c < C_) {{
+#pragma unroll 4
+        for (int b = seg; b < NBLK; b += 32) {{ s += (double)part[(i64)b * C_ + c]; q += (double)part[((i64)NBLK + b) * C_ + c]; }}
+    }}
+    ss[seg][ln] = s;
+    sq[seg][ln] = q;
+    __syncthreads();
+    if (seg == 0 && c < C_) {{
+        s = 0.0;
+        q = 0.0;
+        for (int k = 0; k < 32; ++k) {{ s += ss[k][ln]; q += sq[k][ln]; }}
+        const double n = (double)P_;
+        const double dm = s / n;
+        const double mu = (double)x2f(((const XT*)xv)[c]) + dm;
+        const double var = fmax(q / n - dm * dm, 0.0);
+        const double inv = 1.0 / sqrt(var + {eps});
+        {st2}(mo, c * {s2}LL, mu);
+        {st3}(iv, c * {s3}LL, inv);
+{running_code}        co[c] = (float)mu;
+        co[C_ + c] = (float)(inv * {ld0}(sc, c * {s0}LL));
+        co[2 * C_ + c] = (float){ld1}(bi, c * {s1}LL);
+    }}
+}}
+"#,
+        eps = c_double(a.epsilon),
+        st2 = st_of(2),
+        st3 = st_of(3),
+        ld0 = ld_of(0),
+        ld1 = ld_of(1),
+        s0 = chans[0].0,
+        s1 = chans[1].0,
+        s2 = chans[2].0,
+        s3 = chans[3].0,
+    );
+
+    let apply_entry = entry_name(ni, "bn_nhwc_apply");
+    let apply = format!(
+        r#"{defs}
+extern "C" __global__ void __launch_bounds__(BLOCK, 4) {apply_entry}(const void* xv, const float* co, void* yv) {{
+    const XT* x = (const XT*)xv;
+    YT* y = (YT*)yv;
+    const bool al = ((unsigned long long)x & 15) == 0 && ((unsigned long long)y & (YAL - 1)) == 0;
+    const int lane = threadIdx.x % LANES, r = threadIdx.x / LANES;
+    const i64 p0 = (i64)blockIdx.x * SLAB;
+    const i64 p1 = min(p0 + SLAB, P_);
+    for (int v = lane; v < CV; v += LANES) {{
+        float mu[VEC], a[VEC], b[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {{ const i64 ch = (i64)v * VEC + k; mu[k] = co[ch]; a[k] = co[C_ + ch]; b[k] = co[2 * C_ + ch]; }}
+        // Backwards through the slab: the statistics pass read its end last.
+        for (i64 p = p1 - 1 - r; p >= p0; p -= (i64)ROWS * UNR) {{
+            uint4 u[UNR];
+#pragma unroll
+            for (int j = 0; j < UNR; ++j) {{
+                const i64 pj = p - (i64)j * ROWS;
+                if (pj >= p0) u[j] = ldx_raw(x + pj * C_ + (i64)v * VEC, al);
+            }}
+#pragma unroll
+            for (int j = 0; j < UNR; ++j) {{
+                const i64 pj = p - (i64)j * ROWS;
+                if (pj >= p0) {{
+                    float f[VEC];
+                    cvt_x(u[j], f);
+#pragma unroll
+                    for (int k = 0; k < VEC; ++k) f[k] = fmaf(f[k] - mu[k], a[k], b[k]);
+                    st_y(y + pj * C_ + (i64)v * VEC, al, f);
+                }}
+            }}
+        }}
+    }}
+}}
+"#
+    );
+
+    let scratch = vec![(2 * blocks * c * 4) as usize, (3 * c * 4) as usize];
+    let launch = |source: String, entry: String, grid: i64, block: i64, args: Vec<Arg>| Launch {
+        source,
+        entry,
+        threads: (grid * block) as u64,
+        block: block as u32,
+        exact_grid: Some((grid as u32, 1, 1)),
+        shared_bytes: 0,
+        args,
+    };
+    Some(NodeKernels {
+        launches: vec![
+            launch(stats, stats_entry, blocks, block, vec![Arg::Ptr(x), Arg::Scratch(0)]),
+            launch(finalize, fin_entry, ceil_div(c, 32), 1024, fin_args),
+            launch(apply, apply_entry, blocks, block, vec![Arg::Ptr(x), Arg::Scratch(1), Arg::Ptr(y)]),
+        ],
+        scratch,
+    })
+}
+
+// ----------------------------------------------------------------------------------------------
+// Pooling
+// ----------------------------------------------------------------------------------------------
+
+fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<NodeKernels> {
+    let x = node.input("x")?;
+    let y = node.output("y")?;
+    let (xd, yd) = (graph.desc(x), graph.desc(y));
+    let (xt, yt) = (dtype(graph, x), dtype(graph, y));
+    if xt != yt || xd.dims.len() != 4 || yd.dims.len() != 4 || [&a.window, &a.stride, &a.pre_padding, &a.post_padding].iter().any(|l| l.len() != 2) {
+        return None;
+    }
+    let helpers = vec_helpers(xt, yt)?;
+    if !channels_last(&xd.dims, &xd.strides, true) || !channels_last(&yd.dims, &yd.strides, true) {
+        return None;
+    }
+    let want = a.output_dims(&xd.dims).ok()?;
+    if want != yd.dims {
+        return None;
+    }
+    let vec = (16 / xt.size()) as i64;
+    let (n, c, h, w) = (xd.dims[0], xd.dims[1], xd.dims[2], xd.dims[3]);
+    let (p, q) = (yd.dims[2], yd.dims[3]);
+    if c % vec != 0 {
+        return None;
+    }
+    let cv = c / vec;
+    let total = n * p * q * cv;
+    let (kh, kw) = (a.window[0], a.window[1]);
+    let window = kh * kw;
+    let unroll = if window <= 32 { "#pragma unroll" } else { "#pragma unroll 1" };
+    let inner = match a.mode {
+        ResampleMode::Max => "                for (int k = 0; k < VEC; ++k) { const float e = f[k]; if (e > m[k] || e != e) m[k] = e; }",
+        _ => "                for (int k = 0; k < VEC; ++k) m[k] += f[k];",
+    };
+    let (init, finish) = match a.mode {
+        ResampleMode::Max => ("__uint_as_float(0xff800000u)", "    if (cnt == 0) {\n        for (int k = 0; k < VEC; ++k) m[k] = __uint_as_float(0x7fc00000u);\n    }\n".to_string()),
+        ResampleMode::AvgIncludePadding => (
+            "0.f",
+            // Window clipped at the padded input's end (the start never passes the padding).
+            "    const float div = (float)((min(h0 + KH, H_ + POSTH) - h0) * (min(w0 + KW, W_ + POSTW) - w0));\n    for (int k = 0; k < VEC; ++k) m[k] = m[k] / div;\n".to_string(),
+        ),
+        ResampleMode::AvgExcludePadding => ("0.f", "    const float div = (float)cnt;\n    for (int k = 0; k < VEC; ++k) m[k] = m[k] / div;\n".to_string()),
+    };
+    // 32-bit index arithmetic when every index and offset fits.
+    let small = xd.element_count() < (1 << 30) && yd.element_count() < (1 << 30) && h + kh + a.stride[0] < (1 << 20) && w + kw + a.stride[1] < (1 << 20);
+    let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
+    let entry = entry_name(ni, &format!("pool_nhwc_{}", a.mode.name()));
+    let source = format!(
+        r#"{helpers}
+typedef {iu} IU;
+typedef {is} IS;
+#define C_ {c}{sfx}
+#define CV {cv}{sfx}
+#define H_ {h}{sfx}
+#define W_ {w}{sfx}
+#define P_ {p}{sfx}
+#define Q_ {q}{sfx}
+#define KH {kh}{sfx}
+#define KW {kw}{sfx}
+#define SH {sh}{sfx}
+#define SW {sw}{sfx}
+#define PREH {preh}{sfx}
+#define PREW {prew}{sfx}
+#define POSTH {posth}{sfx}
+#define POSTW {postw}{sfx}
+#define TOTAL {total}LL
+extern "C" __global__ void __launch_bounds__({POOL_THREADS}) {entry}(const void* xv, void* yv) {{
+    const XT* x = (const XT*)xv;
+    YT* y = (YT*)yv;
+    const bool al = ((unsigned long long)x & 15) == 0 && ((unsigned long long)y & (YAL - 1)) == 0;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < TOTAL; i += (i64)gridDim.x * blockDim.x) {{
+        // Output vector i = ((n * P + p) * Q + q) * CV + v.
+        const IU ii = (IU)i;
+        const IU v = ii % (IU)CV;
+        IU t = ii / (IU)CV;
+        const IU oq = t % (IU)Q_;
+        t /= (IU)Q_;
+        const IU op = t % (IU)P_;
+        const IU on = t / (IU)P_;
+        const IS h0 = (IS)op * SH - PREH, w0 = (IS)oq * SW - PREW;
+        const XT* base = x + ((IS)on * (H_ * W_ * C_) + (IS)v * VEC);
+        float m[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) m[k] = {init};
+        int cnt = 0;
+{unroll}
+        for (IS dh = 0; dh < KH; ++dh) {{
+            const IS hh = h0 + dh;
+            if (hh < 0 || hh >= H_) continue;
+{unroll}
+            for (IS dw = 0; dw < KW; ++dw) {{
+                const IS ww = w0 + dw;
+                if (ww < 0 || ww >= W_) continue;
+                float f[VEC];
+                cvt_x(ldx_raw(base + (hh * W_ + ww) * C_, al), f);
+                ++cnt;
+#pragma unroll
+{inner}
+            }}
+        }}
+    {finish}
+        st_y(y + i * VEC, al, m);
+    }}
+}}
+"#,
+        sh = a.stride[0],
+        sw = a.stride[1],
+        preh = a.pre_padding[0],
+        prew = a.pre_padding[1],
+        posth = a.post_padding[0],
+        postw = a.post_padding[1],
+    );
+    let launch = Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(x), Arg::Ptr(y)] };
+    Some(NodeKernels::one(launch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::channels_last;
+
+    #[test]
+    fn channels_last_layouts() {
+        // NHWC of [2, 8, 3, 5]: strides [120, 1, 40, 8].
+        assert!(channels_last(&[2, 8, 3, 5], &[120, 1, 40, 8], true));
+        assert!(channels_last(&[2, 8, 3, 5], &[120, 1, 40, 8], false));
+        // NWHC: fine for batchnorm, not for pooling.
+        assert!(channels_last(&[2, 8, 3, 5], &[120, 1, 8, 24], false));
+        assert!(!channels_last(&[2, 8, 3, 5], &[120, 1, 8, 24], true));
+        // NCHW.
+        assert!(!channels_last(&[2, 8, 3, 5], &[120, 15, 5, 1], false));
+        // Padded rows.
+        assert!(!channels_last(&[2, 8, 3, 5], &[135, 1, 45, 9], false));
+        // Size-1 axes with any stride.
+        assert!(channels_last(&[1, 8, 1, 5], &[7, 1, 3, 8], true));
+    }
 }
