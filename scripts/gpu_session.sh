@@ -9,22 +9,22 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 export FERRODNN_CACHE_DIR=/tmp/ferrodnn-kernel-cache
 STEPS=${STEPS:-check,tests,memcheck,bench}
-if [[ $STEPS == *check* ]]; then
+if [[ ",$STEPS," == *",check,"* ]]; then
   echo "== gpu-check"
   timeout 300 .gpu/ferrodnn gpu-check --out "$OUT/gpu_check.json" ${FILTER:+--filter "$FILTER"} > "$OUT/gpu_check.log" 2>&1
   echo "gpu-check rc=$?"; grep -v '^PASS' "$OUT/gpu_check.log" | tail -40
 fi
-if [[ $STEPS == *tests* ]]; then
+if [[ ",$STEPS," == *",tests,"* ]]; then
   echo "== CUDA runtime check and tests"
   timeout 120 .gpu/ferrodnn gpu-check-runtime --out "$OUT/runtime.json" | tail -1
   for t in .gpu/test_*; do FERRODNN_REQUIRE_NVRTC=1 timeout 120 "$t" 2>&1 | grep -E "test result|FAILED|panicked" ; done
 fi
-if [[ $STEPS == *memcheck* ]]; then
+if [[ ",$STEPS," == *",memcheck,"* ]]; then
   echo "== compute-sanitizer memcheck on gpu-check"
   timeout 400 compute-sanitizer --tool memcheck --error-exitcode 3 .gpu/ferrodnn gpu-check ${MEMCHECK_FILTER:+--filter "$MEMCHECK_FILTER"} > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|gpu-check:" "$OUT/memcheck.log" | tail -3
 fi
-if [[ $STEPS == *bench* ]]; then
+if [[ ",$STEPS," == *",bench,"* ]]; then
   echo "== bench"
   FERRODNN_COMMIT=$(cat .gpu/COMMIT 2>/dev/null) timeout 400 python3 bench/run.py --ferrodnn .gpu/ferrodnn --out "$OUT" > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"; grep -vE '^\s' "$OUT/bench.log" | tail -25
