@@ -138,8 +138,11 @@ pub fn min_bytes(g: &Graph) -> u64 {
 }
 
 pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Option<String>, max_runs: usize) -> Result<(), String> {
+    let t = Instant::now();
     let handle = Handle::new();
+    let handle_ms = t.elapsed().as_secs_f64() * 1e3;
     let device = handle.cuda_device().ok_or("bench needs a GPU with the CUDA engine")?.clone();
+    println!("handle created in {handle_ms:.1} ms (device, driver context, NVRTC, kernel cache)");
     let stream = handle.stream().ok_or("bench needs a GPU stream")?;
     let l2 = device.info().l2_cache_bytes.max(1);
     let policy = PlanPolicy { engine: Some(EngineKind::Cuda), ..Default::default() };
@@ -225,7 +228,7 @@ pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Opt
             "engine": plan.engine().name(), "workspace_bytes": plan.workspace_size(),
         }));
     }
-    let report = json!({ "device": device.name(), "arch": device.arch(), "suite": suite_name, "workloads": results });
+    let report = json!({ "device": device.name(), "arch": device.arch(), "suite": suite_name, "handle_ms": handle_ms, "workloads": results });
     let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     match out_path {
         Some(p) => std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?,

@@ -248,6 +248,11 @@ impl Handle {
     /// GPU, it is older than sm_80, or the driver cannot be loaded.
     pub fn cuda(ordinal: usize) -> Result<Handle> {
         let device = cuda::CudaDevice::open(ordinal)?;
+        // Load NVRTC and open the kernel cache now, as cudnnCreate loads its libraries, so that
+        // plan builds only compile what the cache lacks. A missing NVRTC is reported by the
+        // first plan build that needs to compile.
+        let _ = cuda::nvrtc();
+        let _ = cuda::KernelCache::global();
         let stream: cuda::SharedStream = Arc::new(std::sync::RwLock::new(Arc::new(device.new_stream()?)));
         let engine = cuda::CudaEngine::new(device.clone(), stream.clone());
         Ok(Handle { engines: vec![Box::new(engine), Box::new(cpu::CpuEngine)], cuda: Some((device, stream)), plans: Default::default() })
