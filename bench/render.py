@@ -51,7 +51,8 @@ def render(paths):
         roof = r["roofline"]
         out += [f"## {r['device']} ({r['gpu']})", "",
                 f"{r['date']}, commit `{r['commit'][:12]}`, {r.get('software', '')}; suite `{r.get('suite', '')}`.",
-                f"Ceilings measured in this run: copy {roof['copy_gbs']:.0f} GB/s, bf16 GEMM {roof['gemm_bf16_tflops']:.0f} TFLOP/s.", "",
+                f"Ceilings measured in this run: copy {roof['copy_gbs']:.0f} GB/s, bf16 GEMM {roof['gemm_bf16_tflops']:.0f} TFLOP/s."
+                + (f" Handle creation (device, NVRTC, kernel cache): {r['handle_ms']['warm_disk']:.0f} ms." if (r.get('handle_ms') or {}).get('warm_disk') else ""), "",
                 "| workload | ours ms | torch ms | ratio | % of roofline | build cold / warm disk / in process (ms) |",
                 "|---|---:|---:|---:|---:|---|"]
         for w in r["workloads"]:

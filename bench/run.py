@@ -81,7 +81,8 @@ def ours(exe, suite, cache_dir, runs):
         path = f.name
     subprocess.run([exe, "bench", "--suite", suite, "--out", path, "--runs", str(runs)], env=env, check=True)
     with open(path) as f:
-        return {w["id"]: w for w in json.load(f)["workloads"]}
+        report = json.load(f)
+    return {w["id"]: w for w in report["workloads"]}, report.get("handle_ms")
 
 
 def main():
@@ -98,8 +99,8 @@ def main():
     roof = rooflines()
     print(f"rooflines: {roof}", flush=True)
     cache = tempfile.mkdtemp(prefix="ferrodnn-kernels-")
-    cold = ours(args.ferrodnn, args.suite, cache, 3)  # first process: empty kernel cache
-    warm = ours(args.ferrodnn, args.suite, cache, args.runs)  # second process: warm disk cache
+    cold, cold_handle = ours(args.ferrodnn, args.suite, cache, 3)  # first process: empty kernel cache
+    warm, warm_handle = ours(args.ferrodnn, args.suite, cache, args.runs)  # second process: warm disk cache
     theirs = torch_memory_bound() if args.suite == "memory-bound" else {}
     workloads = []
     for wid, w in warm.items():
@@ -125,6 +126,7 @@ def main():
         "software": f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}",
         "suite": args.suite,
         "roofline": roof,
+        "handle_ms": {"cold": cold_handle, "warm_disk": warm_handle},
         "workloads": workloads,
     }
     os.makedirs(args.out, exist_ok=True)
