@@ -5,6 +5,7 @@
 
 mod conv;
 mod fast_pw;
+mod fast_rows;
 mod fast_spatial;
 mod matmul;
 mod multi;
@@ -48,6 +49,7 @@ pub fn all() -> Vec<Case> {
     v.extend(transform::cases());
     v.extend(multi::cases());
     v.extend(fast_pw::cases());
+    v.extend(fast_rows::cases());
     v.extend(fast_spatial::cases());
     v
 }
