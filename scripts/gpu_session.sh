@@ -8,11 +8,20 @@ OUT=${OUT:-/tmp/ferrodnn-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 export FERRODNN_CACHE_DIR=/tmp/ferrodnn-kernel-cache
+# Reuse the kernels compiled on an earlier machine (same image, same NVRTC), when carried.
+mkdir -p "$FERRODNN_CACHE_DIR"
+[ -f .gpu/kcache.tar.gz ] && tar -xzf .gpu/kcache.tar.gz -C "$FERRODNN_CACHE_DIR" && echo "kernel cache: $(ls "$FERRODNN_CACHE_DIR" | wc -l) entries carried in"
+SHARDS=${SHARDS:-4}
 STEPS=${STEPS:-check,tests,memcheck,bench}
 if [[ ",$STEPS," == *",check,"* ]]; then
-  echo "== gpu-check"
-  timeout 300 .gpu/ferrodnn gpu-check --out "$OUT/gpu_check.json" ${FILTER:+--filter "$FILTER"} > "$OUT/gpu_check.log" 2>&1
-  echo "gpu-check rc=$?"; grep -v '^PASS' "$OUT/gpu_check.log" | tail -40
+  echo "== gpu-check ($SHARDS processes)"
+  for i in $(seq 0 $((SHARDS - 1))); do
+    timeout 500 .gpu/ferrodnn gpu-check --shard "$i/$SHARDS" --out "$OUT/gpu_check_$i.json" ${FILTER:+--filter "$FILTER"} > "/tmp/gpu_check_$i.log" 2>&1 &
+  done
+  wait
+  cat /tmp/gpu_check_*.log > "$OUT/gpu_check.log"
+  grep -h "^gpu-check:" /tmp/gpu_check_*.log; grep -h "^FAIL" /tmp/gpu_check_*.log | head -40
+  echo "PASS lines: $(grep -c '^PASS' "$OUT/gpu_check.log")"
 fi
 if [[ ",$STEPS," == *",tests,"* ]]; then
   echo "== CUDA runtime check and tests"
@@ -21,11 +30,18 @@ if [[ ",$STEPS," == *",tests,"* ]]; then
 fi
 if [[ ",$STEPS," == *",memcheck,"* ]]; then
   echo "== compute-sanitizer memcheck on gpu-check"
-  timeout 400 compute-sanitizer --tool memcheck --error-exitcode 3 .gpu/ferrodnn gpu-check ${MEMCHECK_FILTER:+--filter "$MEMCHECK_FILTER"} > "$OUT/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|gpu-check:" "$OUT/memcheck.log" | tail -3
+  for i in $(seq 0 $((SHARDS - 1))); do
+    timeout 500 compute-sanitizer --tool memcheck --error-exitcode 3 .gpu/ferrodnn gpu-check --shard "$i/$SHARDS" ${MEMCHECK_FILTER:+--filter "$MEMCHECK_FILTER"} > "/tmp/memcheck_$i.log" 2>&1 &
+  done
+  wait
+  cat /tmp/memcheck_*.log > "$OUT/memcheck.log"
+  grep -hE "ERROR SUMMARY|^gpu-check:" /tmp/memcheck_*.log
 fi
 if [[ ",$STEPS," == *",bench,"* ]]; then
   echo "== bench"
   FERRODNN_COMMIT=$(cat .gpu/COMMIT 2>/dev/null) timeout 400 python3 bench/run.py --ferrodnn .gpu/ferrodnn --out "$OUT" > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"; grep -vE '^\s' "$OUT/bench.log" | tail -25
 fi
+
+# Send the kernel cache back for the next machine.
+tar -czf "$OUT/kcache.tar.gz" -C "$FERRODNN_CACHE_DIR" . 2>/dev/null && ls -la "$OUT/kcache.tar.gz"

@@ -18,7 +18,7 @@ fn bound(dtype: DataType) -> f64 {
     }
 }
 
-pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: u64) -> Result<(), String> {
+pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: u64, shard: Option<(usize, usize)>) -> Result<(), String> {
     let handle = Handle::new();
     let Some(device) = handle.cuda_device() else {
         println!("{}", json!({ "gpu": false, "reason": "no supported GPU: the CUDA engine is not available here" }));
@@ -29,7 +29,14 @@ pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: 
     let policy = PlanPolicy { engine: Some(EngineKind::Cuda), ..Default::default() };
     let mut rows = Vec::new();
     let mut failed = 0;
-    let all: Vec<_> = cases::all().into_iter().filter(|c| filter.as_deref().is_none_or(|f| c.name.contains(f))).collect();
+    let (shard_index, shards) = shard.unwrap_or((0, 1));
+    let all: Vec<_> = cases::all()
+        .into_iter()
+        .filter(|c| filter.as_deref().is_none_or(|f| c.name.contains(f)))
+        .enumerate()
+        .filter(|(i, _)| i % shards.max(1) == shard_index)
+        .map(|(_, c)| c)
+        .collect();
     for case in &all {
         let mut g = case.graph.clone();
         let start = Instant::now();

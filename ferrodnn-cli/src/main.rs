@@ -67,6 +67,9 @@ enum Command {
         out: Option<std::path::PathBuf>,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Run only shard I of N (`I/N`, cases dealt round-robin), to spread a check over processes.
+        #[arg(long, value_parser = parse_shard)]
+        shard: Option<(usize, usize)>,
     },
     /// Smoke-check the CUDA runtime on the GPU: NVRTC compile, kernel cache, module load, launches
     /// checked element by element against the CPU, wrapped streams, event timing, an mma.sync
@@ -98,7 +101,7 @@ fn main() -> ExitCode {
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
         Command::Bench { suite, out, filter, runs } => bench::bench(&suite, out, filter, runs),
-        Command::GpuCheck { filter, out, seed } => gpu_check::gpu_check(filter, out, seed),
+        Command::GpuCheck { filter, out, seed, shard } => gpu_check::gpu_check(filter, out, seed, shard),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -211,4 +214,14 @@ fn run(path: &std::path::Path, engine: EngineArg, seed: u64) -> Result<(), Strin
         return Err("some outputs differ from the CPU engine beyond tolerance".into());
     }
     Ok(())
+}
+
+fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+    let (i, n) = s.split_once('/').ok_or_else(|| format!("`{s}`: expected I/N, e.g. 0/4"))?;
+    let i: usize = i.parse().map_err(|_| format!("`{s}`: I is not a number"))?;
+    let n: usize = n.parse().map_err(|_| format!("`{s}`: N is not a number"))?;
+    if n == 0 || i >= n {
+        return Err(format!("`{s}`: need 0 <= I < N"));
+    }
+    Ok((i, n))
 }
