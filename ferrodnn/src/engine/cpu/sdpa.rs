@@ -7,27 +7,8 @@ use super::NodeIo;
 use crate::error::Result;
 use crate::graph::ops::sdpa::{CausalAlignment, SdpaAttrs};
 use crate::layout::{for_each_index, Nd};
+use crate::graph::ops::sdpa::alibi_slopes;
 use rayon::prelude::*;
-
-/// ALiBi slopes for `heads` heads (Press et al.): `2^(-8 (h + 1) / n)` for the first `n` heads,
-/// `n` the largest power of two not above `heads`, then the odd-indexed slopes of the `2n`
-/// sequence, `2^(-4 (2m + 1) / n)`, for the rest.
-fn alibi_slopes(heads: usize) -> Vec<f64> {
-    let mut n = 1usize;
-    while n * 2 <= heads {
-        n *= 2;
-    }
-    (0..heads)
-        .map(|h| {
-            if h < n {
-                2f64.powf(-8.0 * (h as f64 + 1.0) / n as f64)
-            } else {
-                let m = (h - n) as f64;
-                2f64.powf(-4.0 * (2.0 * m + 1.0) / n as f64)
-            }
-        })
-        .collect()
-}
 
 /// For each batch, the pool block of each page (`None` for pages never read).
 type PageBlocks = Vec<Vec<Option<usize>>>;

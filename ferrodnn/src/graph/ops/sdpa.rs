@@ -380,3 +380,23 @@ pub(crate) fn infer_backward(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
     }
     Ok(())
 }
+
+/// ALiBi slopes for `heads` heads (Press et al.): `2^(-8 (h + 1) / n)` for the first `n` heads,
+/// `n` the largest power of two not above `heads`, then the odd-indexed slopes of the `2n`
+/// sequence, `2^(-4 (2m + 1) / n)`, for the rest.
+pub fn alibi_slopes(heads: usize) -> Vec<f64> {
+    let mut n = 1usize;
+    while n * 2 <= heads {
+        n *= 2;
+    }
+    (0..heads)
+        .map(|h| {
+            if h < n {
+                2f64.powf(-8.0 * (h as f64 + 1.0) / n as f64)
+            } else {
+                let m = (h - n) as f64;
+                2f64.powf(-4.0 * (2.0 * m + 1.0) / n as f64)
+            }
+        })
+        .collect()
+}

@@ -192,21 +192,9 @@ __device__ __forceinline__ i64 bcast_offset(const TRef& t, const i64* idx, int o
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 "#;
 
-/// The suffix of a type's `ld_`/`st_` functions in [`PRELUDE`].
+/// The suffix of a type's `ld_`/`st_` functions in [`PRELUDE`]: the type's own name.
 pub fn type_suffix(dt: DataType) -> &'static str {
-    match dt {
-        DataType::F64 => "f64",
-        DataType::F32 => "f32",
-        DataType::F16 => "f16",
-        DataType::Bf16 => "bf16",
-        DataType::Fp8E4m3 => "fp8_e4m3",
-        DataType::Fp8E5m2 => "fp8_e5m2",
-        DataType::I8 => "i8",
-        DataType::U8 => "u8",
-        DataType::I32 => "i32",
-        DataType::I64 => "i64",
-        DataType::Bool => "bool",
-    }
+    dt.name()
 }
 
 /// `ld_<type>` for a tensor of the graph.

@@ -20,26 +20,8 @@
 use super::rng::PHILOX;
 use super::{c_double, Arg, Ctx, Launch, NodeKernels};
 use crate::error::Result;
-use crate::graph::ops::sdpa::{CausalAlignment, SdpaAttrs};
+use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs};
 use crate::graph::TensorId;
-
-/// ALiBi slopes, exactly as `engine::cpu::sdpa::alibi_slopes`.
-fn alibi_slopes(heads: usize) -> Vec<f64> {
-    let mut n = 1usize;
-    while n * 2 <= heads {
-        n *= 2;
-    }
-    (0..heads)
-        .map(|h| {
-            if h < n {
-                2f64.powf(-8.0 * (h as f64 + 1.0) / n as f64)
-            } else {
-                let m = (h - n) as f64;
-                2f64.powf(-4.0 * (2.0 * m + 1.0) / n as f64)
-            }
-        })
-        .collect()
-}
 
 /// Device helpers shared by every sdpa kernel; configured by the `SD_*` macros.
 const HELPERS: &str = r#"
