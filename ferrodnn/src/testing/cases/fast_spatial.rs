@@ -137,6 +137,14 @@ pub(super) fn cases() -> Vec<Case> {
     // Larger image, several blocks.
     v.push(pool_case("3x3s2p1", DataType::F16, &[4, 64, 28, 28], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
     v.push(pool_case("3x3s2p1", DataType::Bf16, &[4, 64, 28, 28], L::Last, ResampleMode::AvgIncludePadding, [3, 3], [2, 2], [1, 1], [1, 1]));
+    // Tiles of several outputs per thread (at least 1024 threads): 4x2 tiles with partial edge
+    // tiles (f32, P = 23, Q = 19), 2x2 tiles (f16, P = 17, Q = 16), 4x1 tiles of a stride-1
+    // window with a partial edge tile (P = 50), each mode.
+    for mode in modes {
+        v.push(pool_case("tile4x2", DataType::F32, &[1, 96, 46, 38], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
+        v.push(pool_case("tile2x2", DataType::F16, &[2, 64, 33, 31], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
+        v.push(pool_case("tile4x1", DataType::Bf16, &[1, 64, 50, 24], L::Last, mode, [3, 2], [1, 2], [2, 0], [0, 1]));
+    }
     // Global pooling window (7x7, 49 taps, not unrolled).
     v.push(pool_case("global", DataType::F16, &[2, 64, 7, 7], L::Last, ResampleMode::AvgExcludePadding, [7, 7], [1, 1], [0, 0], [0, 0]));
     // Fallbacks: C = 12 for f16; padded positions; 3D pooling.

@@ -469,6 +469,9 @@ fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<N
     // 32-bit index arithmetic when every index and offset fits.
     let small = xd.element_count() < (1 << 30) && yd.element_count() < (1 << 30) && h + kh + a.stride[0] < (1 << 20) && w + kw + a.stride[1] < (1 << 20);
     let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
+    if let Some(launch) = pool_tiled(ni, a, xt, &helpers, [n, c, h, w, p, q], small, [x, y]) {
+        return Some(NodeKernels::one(launch));
+    }
     let entry = entry_name(ni, &format!("pool_nhwc_{}", a.mode.name()));
     let source = format!(
         r#"{helpers}
@@ -537,6 +540,190 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}) {entry}(const void*
     );
     let launch = Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(x), Arg::Ptr(y)] };
     Some(NodeKernels::one(launch))
+}
+
+/// Threads a tiled pooling launch should have at least; smaller output tiles are taken until it
+/// has (a small image split into few big tiles would leave most SMs idle).
+const POOL_MIN_THREADS: i64 = 1024;
+/// Most window taps the tiled pooling kernel unrolls (larger windows take the loop kernel).
+const POOL_MAX_TAPS: i64 = 32;
+/// Most input positions (16-byte loads) one thread's tile reads.
+const POOL_MAX_FOOTPRINT: i64 = 64;
+
+/// Tiled pooling: each thread computes a PT x QT tile of outputs for one vector of channels.
+/// It walks the tile's input footprint ((PT-1)*SH+KH rows of (QT-1)*SW+KW positions) row by
+/// row with one 16-byte load per position (out-of-range positions read as the reduction's
+/// neutral value, so no branches), so input rows and columns shared by the tile's windows
+/// are loaded once instead of once per window (3x3 stride 2 with a 4x2 tile: 45 loads for 8
+/// outputs instead of 72); a finished output row is stored at once (only ceil(KH/SH) rows
+/// of accumulators are live). Consecutive threads take consecutive channel vectors, so
+/// each warp load covers whole 128-byte position rows of C. Max reduces the packed 16-bit
+/// pairs with `__hmax2_nan` (a NaN wins, as the CPU's rule) without converting; averages sum
+/// in f32. None when no tile fits the limits.
+fn pool_tiled(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [i64; 6], small: bool, xy: [TensorId; 2]) -> Option<Launch> {
+    let [n, c, h, w, p, q] = dims;
+    let vec = (16 / xt.size()) as i64;
+    let cv = c / vec;
+    let (kh, kw, sh, sw) = (a.window[0], a.window[1], a.stride[0], a.stride[1]);
+    if kh * kw > POOL_MAX_TAPS {
+        return None;
+    }
+    let pt_max = if sh < kh { 4.min(p) } else { 1 };
+    let qt_max = if sw < kw { 2.min(q) } else { 1 };
+    let mut options = vec![(pt_max, qt_max), (pt_max.min(2), qt_max), (1, qt_max), (1, 1)];
+    options.dedup();
+    let fits = |&(pt, qt): &(i64, i64)| {
+        let (fh, fw) = ((pt - 1) * sh + kh, (qt - 1) * sw + kw);
+        // Accumulator registers live at once: rows of outputs whose windows overlap a row.
+        let live = pt.min(ceil_div(kh, sh)) * qt;
+        let acc_regs = if a.mode == ResampleMode::Max { live * 4 } else { live * vec };
+        fh * fw <= POOL_MAX_FOOTPRINT && acc_regs <= 32
+    };
+    let threads = |&(pt, qt): &(i64, i64)| n * ceil_div(p, pt) * ceil_div(q, qt) * cv;
+    let (pt, qt) = options.iter().copied().filter(fits).find(|o| threads(o) >= POOL_MIN_THREADS).or_else(|| options.iter().copied().filter(fits).last())?;
+    let (fh, fw) = ((pt - 1) * sh + kh, (qt - 1) * sw + kw);
+    let (ntp, ntq) = (ceil_div(p, pt), ceil_div(q, qt));
+    let total = n * ntp * ntq * cv;
+    let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
+    // Bit patterns of two elements: the max's neutral value (-inf) and a quiet NaN.
+    let (neg_inf, nan) = match xt {
+        DataType::F16 => ("0xfc00fc00u", "0x7e007e00u"),
+        DataType::Bf16 => ("0xff80ff80u", "0x7fc07fc0u"),
+        _ => ("0xff800000u", "0x7fc00000u"),
+    };
+    let max2 = match xt {
+        DataType::F16 => "__half2 r = __hmax2_nan(*(const __half2*)&a, *(const __half2*)&b); return *(const unsigned int*)&r;",
+        DataType::Bf16 => "__nv_bfloat162 r = __hmax2_nan(*(const __nv_bfloat162*)&a, *(const __nv_bfloat162*)&b); return *(const unsigned int*)&r;",
+        _ => "const float x = __uint_as_float(a), y = __uint_as_float(b); return (y > x || y != y) ? b : a;",
+    };
+    let max = a.mode == ResampleMode::Max;
+    let (acc_decl, neutral, rowred, combine, finish) = if max {
+        (
+            "uint4 m[PT][QT];\n#pragma unroll\n        for (int o = 0; o < PT; ++o)\n#pragma unroll\n            for (int j = 0; j < QT; ++j) m[o][j] = make_uint4(NEG, NEG, NEG, NEG);",
+            "make_uint4(NEG, NEG, NEG, NEG)",
+            "uint4 rs[QT];\n#pragma unroll\n            for (int j = 0; j < QT; ++j) {\n                rs[j] = u[j * SW];\n#pragma unroll\n                for (int dw = 1; dw < KW; ++dw) rs[j] = vmax(rs[j], u[j * SW + dw]);\n            }",
+            "m[o][j] = vmax(m[o][j], rs[j]);",
+            // An empty window (all padding) is NaN, as on the CPU.
+            "st_raw(yb + (o * Q_ + j) * C_, al, (nr > 0 && nc > 0) ? m[o][j] : make_uint4(QNAN, QNAN, QNAN, QNAN));".to_string(),
+        )
+    } else {
+        let div = if a.mode == ResampleMode::AvgIncludePadding {
+            // Window clipped at the padded input's end (the start never passes the padding).
+            "(float)((min(oh + KH, H_ + POSTH) - oh) * (min(ow + KW, W_ + POSTW) - ow))"
+        } else {
+            // Real positions (0 for an empty window: 0 * inf = NaN, as the CPU's 0 / 0).
+            "(float)((nr > 0 && nc > 0) ? nr * nc : 0)"
+        };
+        (
+            "float m[PT][QT][VEC];\n#pragma unroll\n        for (int o = 0; o < PT; ++o)\n#pragma unroll\n            for (int j = 0; j < QT; ++j)\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) m[o][j][k] = 0.f;",
+            "make_uint4(0u, 0u, 0u, 0u)",
+            // Each position converted once; the row's sums per output column.
+            "float rs[QT][VEC];\n#pragma unroll\n            for (int j = 0; j < QT; ++j)\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) rs[j][k] = 0.f;\n#pragma unroll\n            for (int cc = 0; cc < FW; ++cc) {\n                float f[VEC];\n                cvt_x(u[cc], f);\n#pragma unroll\n                for (int j = 0; j < QT; ++j)\n                    if (cc >= j * SW && cc < j * SW + KW) {\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) rs[j][k] += f[k];\n                    }\n            }",
+            "{\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) m[o][j][k] += rs[j][k];\n                    }",
+            format!(
+                "const float inv = 1.f / {div};\n                            float f[VEC];\n#pragma unroll\n                            for (int k = 0; k < VEC; ++k) f[k] = m[o][j][k] * inv;\n                            st_y(yb + (o * Q_ + j) * C_, al, f);"
+            ),
+        )
+    };
+    let entry = entry_name(ni, &format!("pool_nhwc_tiled_{}", a.mode.name()));
+    let source = format!(
+        r#"{helpers}
+typedef {iu} IU;
+typedef {is} IS;
+#define C_ {c}{sfx}
+#define CV {cv}{sfx}
+#define H_ {h}{sfx}
+#define W_ {w}{sfx}
+#define P_ {p}{sfx}
+#define Q_ {q}{sfx}
+#define KH {kh}{sfx}
+#define KW {kw}{sfx}
+#define SH {sh}{sfx}
+#define SW {sw}{sfx}
+#define PREH {preh}{sfx}
+#define PREW {prew}{sfx}
+#define POSTH {posth}{sfx}
+#define POSTW {postw}{sfx}
+// Output tile per thread, its input footprint, tiles along p and q.
+#define PT {pt}
+#define QT {qt}
+#define FH {fh}
+#define FW {fw}
+#define NTP {ntp}{sfx}
+#define NTQ {ntq}{sfx}
+#define TOTAL {total}{sfx}
+#define NEG {neg_inf}
+#define QNAN {nan}
+__device__ __forceinline__ unsigned int max2(unsigned int a, unsigned int b) {{ {max2} }}
+__device__ __forceinline__ uint4 vmax(uint4 a, uint4 b) {{ return make_uint4(max2(a.x, b.x), max2(a.y, b.y), max2(a.z, b.z), max2(a.w, b.w)); }}
+__device__ __forceinline__ void st_raw(YT* p, bool al, uint4 u) {{
+    if (al) {{
+        *(uint4*)p = u;
+    }} else {{
+        const YT* e = (const YT*)&u;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) p[k] = e[k];
+    }}
+}}
+extern "C" __global__ void __launch_bounds__({POOL_THREADS}, 3) {entry}(const void* __restrict__ xv, void* __restrict__ yv) {{
+    const XT* __restrict__ x = (const XT*)xv;
+    YT* __restrict__ y = (YT*)yv;
+    const bool al = ((unsigned long long)x & 15) == 0 && ((unsigned long long)y & (YAL - 1)) == 0;
+    for (IU i = (IU)blockIdx.x * blockDim.x + threadIdx.x; i < (IU)TOTAL; i += (IU)gridDim.x * blockDim.x) {{
+        // Thread i = ((n * NTP + tile p) * NTQ + tile q) * CV + channel vector.
+        const IU v = i % (IU)CV;
+        IU t = i / (IU)CV;
+        const IU tq = t % (IU)NTQ;
+        t /= (IU)NTQ;
+        const IU tp = t % (IU)NTP;
+        const IU on = t / (IU)NTP;
+        const IS p0 = (IS)tp * PT, q0 = (IS)tq * QT;
+        const IS h0 = p0 * SH - PREH, w0 = q0 * SW - PREW;
+        const XT* xb = x + ((IS)on * (H_ * W_ * C_) + (IS)v * VEC);
+        YT* yb = y + ((((IS)on * P_ + p0) * Q_ + q0) * C_ + (IS)v * VEC);
+        {acc_decl}
+#pragma unroll
+        for (int r = 0; r < FH; ++r) {{
+            const IS hh = h0 + r;
+            const bool rok = hh >= 0 && hh < H_;
+            // The footprint's row r: every load issued before any is used.
+            uint4 u[FW];
+#pragma unroll
+            for (int cc = 0; cc < FW; ++cc) {{
+                const IS ww = w0 + cc;
+                u[cc] = (rok && ww >= 0 && ww < W_) ? ldx_raw(xb + (hh * W_ + ww) * C_, al) : {neutral};
+            }}
+            // The row reduced over each output column's window.
+            {rowred}
+#pragma unroll
+            for (int o = 0; o < PT; ++o) {{
+                // Output row o's window covers footprint rows o*SH .. o*SH+KH-1.
+                if (r >= o * SH && r < o * SH + KH) {{
+#pragma unroll
+                    for (int j = 0; j < QT; ++j) {combine}
+                }}
+                if (r == o * SH + KH - 1) {{
+#pragma unroll
+                    for (int j = 0; j < QT; ++j) {{
+                        const IS op = p0 + o, oq = q0 + j;
+                        if (op < P_ && oq < Q_) {{
+                            const IS oh = op * SH - PREH, ow = oq * SW - PREW;
+                            const IS nr = min(oh + KH, H_) - max(oh, (IS)0), nc = min(ow + KW, W_) - max(ow, (IS)0);
+                            {finish}
+                        }}
+                    }}
+                }}
+            }}
+        }}
+    }}
+}}
+"#,
+        preh = a.pre_padding[0],
+        prew = a.pre_padding[1],
+        posth = a.post_padding[0],
+        postw = a.post_padding[1],
+    );
+    Some(Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])] })
 }
 
 #[cfg(test)]
