@@ -621,7 +621,7 @@ impl Gen<'_> {
 
     /// The block-per-row forward norms (rows longer than 1024 elements): persistent blocks
     /// (about one wave, `block_norm_per_sm` per SM, each taking every `gridDim.x`-th row, the
-    /// same number of rows per block within one); the next row's raw elements are fetched
+    /// same number of rows per block within one, at least 3); the next row's raw elements are fetched
     /// into registers before the current row's reduction, when the registers allow; scale and
     /// bias (the same columns in every row) are loaded once per thread and kept raw in
     /// registers, when the registers allow (else from L1 in each row); one block reduction per
@@ -636,7 +636,9 @@ impl Gen<'_> {
         let keep = raw + if pre { raw } else { 0 } + e * ps / 4 <= BLOCK_NORM_DATA_REGS;
         let per_sm = block_norm_per_sm(bs);
         let slots = 132 * per_sm as i64;
-        let per_block = (rows + slots - 1) / slots;
+        // At least 3 rows per block (when there are that many): the prefetch and the reuse of
+        // the reduction buffers run even on small problems (and in the check cases).
+        let per_block = ((rows + slots - 1) / slots).max(3);
         let grid = ((rows + per_block - 1) / per_block).max(1);
         let tsc = st.ty;
         let (param_regs, get_s, get_b, bias_term) = {
