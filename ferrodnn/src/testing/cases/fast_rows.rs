@@ -149,6 +149,9 @@ pub(super) fn cases() -> Vec<Case> {
         v.push(softmax("h1000", dt, true, true, &[7, 1000], 1, None));
         v.push(backward("h4104", dt, false, true, &[3, 4104], None));
         v.push(backward("h1000", dt, true, true, &[7, 1000], None));
+        // Block-per-row forward norms with many rows per persistent block (prefetch, buffers).
+        v.push(layernorm("many_h4096", dt, false, &[64, 4096], None));
+        v.push(rmsnorm("many_h2048", dt, true, true, &[37, 2048], None));
         // Element-wise path: odd rows, short (several rows per warp) and long (a block).
         v.push(layernorm("h13", dt, true, &[33, 13], None));
         v.push(rmsnorm("h1025", dt, true, false, &[7, 1025], None));

@@ -238,6 +238,16 @@ struct RowT {
     align: usize,
 }
 
+impl RowT {
+    /// Bytes per element.
+    fn ty_size(&self) -> i64 {
+        match self.ty {
+            "float" => 4,
+            _ => 2,
+        }
+    }
+}
+
 /// The kernels' parameter list and the matching launch arguments, built together.
 #[derive(Default)]
 struct Sig {
@@ -294,6 +304,18 @@ fn forward_team(h: i64, c: i64, v: i64) -> Option<(u32, u32, i64)> {
     let cpt = [256, 512, 1024].into_iter().map(|t| (c + t - 1) / t).find(|&cpt| cpt * v <= 32)?;
     let bs = ((c + cpt - 1) / cpt + 31) / 32 * 32;
     Some((bs as u32, bs as u32, cpt))
+}
+
+/// `forward_team` for the norms: long rows get at most 16 elements per thread where a block of
+/// up to 1024 threads allows (room in the registers for the next row and the scale and bias).
+fn norm_team(h: i64, c: i64, v: i64) -> Option<(u32, u32, i64)> {
+    if h > 1024 && h <= MAX_ROW {
+        if let Some(cpt) = [256, 512, 1024].into_iter().map(|t| (c + t - 1) / t).find(|&cpt| cpt * v <= 16) {
+            let bs = ((c + cpt - 1) / cpt + 31) / 32 * 32;
+            return Some((bs as u32, bs as u32, cpt));
+        }
+    }
+    forward_team(h, c, v)
 }
 
 /// Threads per block, chunks per thread and rows per step of the backward kernel: a block per
@@ -458,7 +480,7 @@ impl Gen<'_> {
         let h: i64 = xd[1..].iter().product();
         let v = vec_width(self.dt(x), h);
         let c = h / v;
-        let (ts, bs, cpt) = forward_team(h, c, v)?;
+        let (ts, bs, cpt) = norm_team(h, c, v)?;
         let eps = f32_literal(eps)?;
         let xt = self.rows(x, 1, v, true)?;
         let yt = self.rows(y, 1, v, true)?;
@@ -501,6 +523,13 @@ impl Gen<'_> {
             stats += &format!("            fr_fromf(inv, iv[{}]);\n", i.off);
         }
         let al = Self::align_flag(v, &vec_tensors);
+        if ts > 32 {
+            // A block per row, persistent: see `norm_forward_block`.
+            let entry = self.entry(if rms { "rmsnorm_rows" } else { "layernorm_rows" });
+            let xs = self.dt(x).size() as i64;
+            let ps = st.ty_size() + bt.as_ref().map_or(0, |b| b.ty_size());
+            return Some(self.norm_forward_block(NormBlock { entry, sig, decl, al, stats, rms, eps, rows, h, c, v, cpt, bs, xs, ps, xt, yt, st, bt }));
+        }
         let mean_pass = if rms {
             String::new()
         } else {
@@ -588,6 +617,152 @@ impl Gen<'_> {
         );
         let threads = rows as u64 * ts as u64;
         Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args }))
+    }
+
+    /// The block-per-row forward norms (rows longer than 1024 elements): persistent blocks
+    /// (about one wave, `block_norm_per_sm` per SM, each taking every `gridDim.x`-th row, the
+    /// same number of rows per block within one, at least 3); the next row's raw elements are fetched
+    /// into registers before the current row's reduction, when the registers allow; scale and
+    /// bias (the same columns in every row) are loaded once per thread and kept raw in
+    /// registers, when the registers allow (else from L1 in each row); one block reduction per
+    /// row: the sums of `x - K` and `(x - K)^2` around the row's first element `K` (for
+    /// layernorm; rmsnorm only needs the sum of squares).
+    fn norm_forward_block(&self, b: NormBlock) -> NodeKernels {
+        let NormBlock { entry, sig, decl, al, stats, rms, eps, rows, h, c, v, cpt, bs, xs, ps, xt, yt, st, bt } = b;
+        let e = cpt * v;
+        // Per thread: the row (raw), the next row (raw), scale and bias (raw).
+        let raw = e * xs / 4;
+        let pre = 2 * raw <= BLOCK_NORM_DATA_REGS;
+        let keep = raw + if pre { raw } else { 0 } + e * ps / 4 <= BLOCK_NORM_DATA_REGS;
+        let per_sm = block_norm_per_sm(bs);
+        let slots = 132 * per_sm as i64;
+        // At least 3 rows per block (when there are that many): the prefetch and the reuse of
+        // the reduction buffers run even on small problems (and in the check cases).
+        let per_block = ((rows + slots - 1) / slots).max(3);
+        let grid = ((rows + per_block - 1) / per_block).max(1);
+        let tsc = st.ty;
+        let (param_regs, get_s, get_b, bias_term) = {
+            let mut regs = String::new();
+            let (gs, mut gb, mut bt_) = (if keep { "fr_cvt(psc[k], s);".to_string() } else { format!("fr_ld<{tsc}, V>(sc + (i64)c * V, s, al);") }, String::new(), "");
+            if keep {
+                regs += &format!("    FrRaw<{tsc}, V> psc[CPT];\n");
+                if let Some(b) = &bt {
+                    regs += &format!("    FrRaw<{}, V> pbi[CPT];\n", b.ty);
+                }
+                regs += "#pragma unroll\n    for (int k = 0; k < CPT; ++k) {\n        const int c = lt + k * BS;\n        if (c < C) {\n";
+                regs += &format!("            fr_ldraw<{tsc}, V>(sc + (i64)c * V, psc[k], al);\n");
+                if let Some(b) = &bt {
+                    regs += &format!("            fr_ldraw<{}, V>(bi + (i64)c * V, pbi[k], al);\n", b.ty);
+                }
+                regs += "        } else {\n            fr_zero(psc[k]);\n";
+                if bt.is_some() {
+                    regs += "            fr_zero(pbi[k]);\n";
+                }
+                regs += "        }\n    }\n";
+            }
+            if let Some(b) = &bt {
+                gb = if keep { "fr_cvt(pbi[k], bb);".to_string() } else { format!("fr_ld<{}, V>(bi + (i64)c * V, bb, al);", b.ty) };
+                bt_ = " + bb[i]";
+            }
+            (regs, gs, gb, bt_)
+        };
+        let body = fill(
+            r#"    const int lt = threadIdx.x;
+@param_regs@    FrRaw<@tx@, V> rx[CPT];
+    float pk = 0.0f;
+    auto fetch = [&](i64 r) {
+        const i64 xo = @offx@;
+        if (!RMS) pk = fr_tof(x[xo]);
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * BS;
+            if (c < C) fr_ldraw<@tx@, V>(x + xo + (i64)c * V, rx[k], al);
+            else fr_zero(rx[k]);
+        }
+    };
+    if (PRE && (i64)blockIdx.x < N) fetch((i64)blockIdx.x);
+    for (i64 r = blockIdx.x; r < N; r += gridDim.x) {
+        if (!PRE) fetch(r);
+        // The row stays raw in registers (converted again for the output).
+        FrRaw<@tx@, V> cx[CPT];
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) cx[k] = rx[k];
+        const float K = pk;
+        if (PRE && r + (i64)gridDim.x < N) fetch(r + (i64)gridDim.x);
+        // t[0] = sum(x - K), t[1] = sum((x - K)^2) (rmsnorm: K = 0, only t[1]).
+        float t[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            if (lt + k * BS < C) {
+                float v[V];
+                fr_cvt(cx[k], v);
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    const float d = v[i] - K;
+                    if (!RMS) t[0] += d;
+                    t[1] += d * d;
+                }
+            }
+        }
+        fr_sum<BS, NR>(t + (2 - NR), red + (rb++ & 1) * (32 * 2));
+        const float dm = RMS ? 0.0f : t[0] / HF;
+        const float mean = RMS ? 0.0f : K + dm;
+        const float var = RMS ? t[1] / HF : fmaxf(t[1] / HF - dm * dm, 0.0f);
+        const float inv = 1.0f / sqrtf(var + EPS);
+        const i64 yo = @offy@;
+        if (lt == 0) {
+@stats@        }
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * BS;
+            if (c < C) {
+                float v[V], s[V], bb[V], o[V];
+                (void)bb;
+                fr_cvt(cx[k], v);
+                @get_s@
+                @get_b@
+#pragma unroll
+                for (int i = 0; i < V; ++i) o[i] = (v[i] - mean) * inv * s[i]@bias_term@;
+                fr_st<@ty@, V>(y + yo + (i64)c * V, o, al);
+            }
+        }
+    }
+"#,
+            &[
+                ("param_regs", param_regs),
+                ("tx", xt.ty.into()),
+                ("offx", xt.off.clone()),
+                ("offy", yt.off.clone()),
+                ("stats", stats),
+                ("get_s", get_s),
+                ("get_b", get_b),
+                ("bias_term", bias_term.into()),
+                ("ty", yt.ty.into()),
+            ],
+        );
+        let source = self.kernel(
+            &entry,
+            &sig,
+            (bs, per_sm),
+            &[
+                ("N", rows),
+                ("C", c),
+                ("V", v),
+                ("CPT", cpt),
+                ("BS", bs as i64),
+                ("PRE", pre as i64),
+                ("RMS", rms as i64),
+                ("NR", if rms { 1 } else { 2 }),
+            ],
+            h,
+            &eps,
+            &decl,
+            &al,
+            2,
+            &body,
+        );
+        let grid = grid as u32;
+        NodeKernels::one(Launch { source, entry, threads: grid as u64 * bs as u64, block: bs, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args: sig.args })
     }
 
     /// Softmax / log-softmax forward over `axis` (every later axis of size 1).
@@ -1020,3 +1195,37 @@ extern "C" __global__ void __launch_bounds__(@threads@) @entry@(@params@) {
         Some(NodeKernels { launches: vec![launch1, launch2], scratch })
     }
 }
+
+/// What `norm_forward_block` needs from `norm_forward`.
+struct NormBlock {
+    entry: String,
+    sig: Sig,
+    decl: String,
+    al: String,
+    stats: String,
+    rms: bool,
+    eps: String,
+    rows: i64,
+    h: i64,
+    c: i64,
+    v: i64,
+    cpt: i64,
+    bs: u32,
+    /// Bytes per element of x, and of scale plus bias.
+    xs: i64,
+    ps: i64,
+    xt: RowT,
+    yt: RowT,
+    st: RowT,
+    bt: Option<RowT>,
+}
+
+/// Resident blocks per SM (and launch-bound minimum) of the block-per-row forward norms: 1024
+/// threads per SM, so at most 64 registers per thread.
+fn block_norm_per_sm(bs: u32) -> u32 {
+    (1024 / bs).max(1)
+}
+
+/// Registers a thread of the block-per-row forward norms may spend on data kept across the
+/// row's reduction (64 minus room for addresses, indices, statistics and the conversions).
+const BLOCK_NORM_DATA_REGS: i64 = 32;
