@@ -37,6 +37,15 @@ if [[ ",$STEPS," == *",memcheck,"* ]]; then
   cat /tmp/memcheck_*.log > "$OUT/memcheck.log"
   grep -hE "ERROR SUMMARY|^gpu-check:" /tmp/memcheck_*.log
 fi
+if [[ ",$STEPS," == *",racecheck,"* ]]; then
+  echo "== compute-sanitizer racecheck on the fast kernels"
+  for i in $(seq 0 $((SHARDS - 1))); do
+    timeout 400 compute-sanitizer --tool racecheck --error-exitcode 3 .gpu/ferrodnn gpu-check --shard "$i/$SHARDS" --filter "${RACECHECK_FILTER:-fast_}" > "/tmp/racecheck_$i.log" 2>&1 &
+  done
+  wait
+  cat /tmp/racecheck_*.log > "$OUT/racecheck.log"
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|^gpu-check:" /tmp/racecheck_*.log
+fi
 if [[ ",$STEPS," == *",bench,"* ]]; then
   echo "== bench"
   FERRODNN_COMMIT=$(cat .gpu/COMMIT 2>/dev/null) timeout 400 python3 bench/run.py --ferrodnn .gpu/ferrodnn --out "$OUT" > "$OUT/bench.log" 2>&1
