@@ -174,7 +174,18 @@ impl Engine for CudaEngine {
             steps.push(Step { function, grid, block: (l.block, 1, 1), shared_bytes: l.shared_bytes, args: l.args.clone(), scratch_at: scratch_at[*k].clone() });
         }
         let refs = g.tensors.iter().enumerate().map(|(i, _)| TRef::of(g, TensorId(i))).collect();
-        Ok(Box::new(CudaPlan { graph: graph.clone(), device: self.device.clone(), stream: self.stream.clone(), steps, refs, virtual_at, const_at, constants, workspace }))
+        Ok(Box::new(CudaPlan {
+            graph: graph.clone(),
+            device: self.device.clone(),
+            stream: self.stream.clone(),
+            steps,
+            refs,
+            virtual_at,
+            const_at,
+            constants,
+            workspace,
+            device_pointers: Default::default(),
+        }))
     }
 }
 
@@ -197,6 +208,11 @@ struct CudaPlan {
     const_at: HashMap<usize, usize>,
     constants: Option<DeviceBuffer>,
     workspace: usize,
+    /// Buffer addresses already confirmed to be device memory of this device. Asking the driver
+    /// (cuPointerGetAttribute) costs about a microsecond per buffer, on every execute; a buffer
+    /// a caller reuses is asked about once. (An address freed and then reused by host memory is
+    /// a use-after-free on the caller's side, as with any CUDA library.)
+    device_pointers: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl CompiledPlan for CudaPlan {
@@ -212,7 +228,7 @@ impl CompiledPlan for CudaPlan {
             (Some(_), _) => return Err(Error::InvalidArgument(format!("graph \"{}\": the CUDA plan's workspace must be device memory", g.name))),
             (None, _) => return Err(Error::InvalidArgument(format!("graph \"{}\": the plan needs a workspace of {} bytes", g.name, self.workspace))),
         };
-        if ws_ptr != 0 && !self.device.is_device_pointer(ws_ptr) {
+        if ws_ptr != 0 && !self.is_device_pointer(ws_ptr) {
             return Err(Error::InvalidArgument(format!("graph \"{}\": the workspace pointer {ws_ptr:#x} is not device memory of {}", g.name, self.device.name())));
         }
         let ptrs = self.resolve_pointers(pack, ws_ptr)?;
@@ -263,6 +279,22 @@ impl CompiledPlan for CudaPlan {
 }
 
 impl CudaPlan {
+    fn is_device_pointer(&self, ptr: u64) -> bool {
+        if self.device_pointers.lock().is_ok_and(|set| set.contains(&ptr)) {
+            return true;
+        }
+        let ok = self.device.is_device_pointer(ptr);
+        if ok {
+            if let Ok(mut set) = self.device_pointers.lock() {
+                if set.len() >= 4096 {
+                    set.clear();
+                }
+                set.insert(ptr);
+            }
+        }
+        ok
+    }
+
     /// Device pointer of every tensor a kernel may touch, checked: variant-pack buffers are
     /// device memory of this device, large enough, aligned to their type and non-null.
     fn resolve_pointers(&self, pack: &VariantPack, ws_ptr: u64) -> Result<Vec<u64>> {
@@ -292,7 +324,7 @@ impl CudaPlan {
                     d.name, d.dims, d.strides
                 )));
             }
-            if !self.device.is_device_pointer(ptr) {
+            if !self.is_device_pointer(ptr) {
                 return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): {ptr:#x} is not device memory of {} (a host pointer?)", d.name, self.device.name())));
             }
             ptrs[id.0] = ptr;

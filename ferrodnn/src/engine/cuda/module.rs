@@ -349,10 +349,12 @@ impl Function {
         // function and stream belong to the current context (checked); dimensions and shared
         // memory are within limits (checked); `params` holds one valid pointer per parameter
         // (the caller's contract, count checked when the driver can tell); `extra` is null.
-        check(
-            unsafe { sys::cuLaunchKernel(self.raw, grid.0, grid.1, grid.2, block.0, block.1, block.2, shared_bytes, stream.raw(), params_ptr, std::ptr::null_mut()) },
-            &format!("cuLaunchKernel(`{}`, grid {grid:?}, block {block:?}, {shared_bytes} B shared)", self.name),
-        )
+        let r = unsafe { sys::cuLaunchKernel(self.raw, grid.0, grid.1, grid.2, block.0, block.1, block.2, shared_bytes, stream.raw(), params_ptr, std::ptr::null_mut()) };
+        // The message is only formatted on failure: launches are on the execute path.
+        if r == sys::CUresult::CUDA_SUCCESS {
+            return Ok(());
+        }
+        check(r, &format!("cuLaunchKernel(`{}`, grid {grid:?}, block {block:?}, {shared_bytes} B shared)", self.name))
     }
 
     /// As [`launch`](Self::launch), with thread-block clusters of `cluster` blocks
