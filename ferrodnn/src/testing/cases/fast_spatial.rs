@@ -84,6 +84,32 @@ fn bn_case(what: &str, dt: DataType, y_type: Option<DataType>, x_dims: &[i64], l
     Case::new(name, g)
 }
 
+fn bninf_case(what: &str, dt: DataType, x_dims: &[i64], l: L) -> Case {
+    let name = format!("fast_spatial_bninf_{what}_{}_{dt}", dims_tag(x_dims));
+    let mut g = Graph::new(name.clone());
+    let mut cd = vec![1i64; x_dims.len()];
+    cd[1] = x_dims[1];
+    let pt = param_type(dt);
+    let x = g.tensor(desc("x", x_dims, dt, l));
+    let s = g.tensor(TensorDesc::new("scale", &cd, pt));
+    let b = g.tensor(TensorDesc::new("bias", &cd, pt));
+    let m = g.tensor(TensorDesc::new("mean", &cd, DataType::F32));
+    let iv = g.tensor(TensorDesc::new("inv_variance", &cd, DataType::F32));
+    let y = g.batchnorm_inference(x, s, b, m, iv);
+    g.set_output(y);
+    Case::new(name, g)
+}
+
+fn genstats_case(what: &str, dt: DataType, x_dims: &[i64], l: L) -> Case {
+    let name = format!("fast_spatial_genstats_{what}_{}_{dt}", dims_tag(x_dims));
+    let mut g = Graph::new(name.clone());
+    let x = g.tensor(desc("x", x_dims, dt, l));
+    let (s, q) = g.genstats(x);
+    g.set_output(s);
+    g.set_output(q);
+    Case::new(name, g)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn pool_case(what: &str, dt: DataType, x_dims: &[i64], l: L, mode: ResampleMode, window: [i64; 2], stride: [i64; 2], pre: [i64; 2], post: [i64; 2]) -> Case {
     let name = format!("fast_spatial_pool_{}_{what}_{}_{dt}", mode.name(), dims_tag(x_dims));
@@ -123,6 +149,27 @@ pub(super) fn cases() -> Vec<Case> {
     // Mixed x/y types: f32 x with f16 y (8-byte stores), bf16 x with f32 y (two 16-byte stores).
     v.push(bn_case("mixed", DataType::F32, Some(DataType::F16), &[3, 16, 5, 7], L::Last, false, 0, bn()));
     v.push(bn_case("mixed", DataType::Bf16, Some(DataType::F32), &[3, 16, 5, 7], L::Last, true, 0, bn()));
+
+    for dt in TYPES {
+        // NHWC fast path: C = 8, 24, 64, odd position counts, several slabs.
+        v.push(bninf_case("nhwc", dt, &[3, 8, 5, 7], L::Last));
+        v.push(bninf_case("nhwc", dt, &[3, 24, 5, 7], L::Last));
+        v.push(bninf_case("nhwc", dt, &[16, 64, 15, 17], L::Last));
+        // NCHW: planes of 40 elements (vectors for every type), 35 (scalar), 8x8.
+        v.push(bninf_case("nchw", dt, &[3, 8, 5, 8], L::First));
+        v.push(bninf_case("nchw_odd", dt, &[3, 24, 5, 7], L::First));
+        v.push(bninf_case("nchw", dt, &[4, 64, 8, 8], L::First));
+        // Fallbacks: padded positions; C = 12 channels-last (f32 is fast).
+        v.push(bninf_case("padded_fallback", dt, &[3, 8, 5, 7], L::PaddedLast));
+        v.push(bninf_case("c12", dt, &[3, 12, 5, 7], L::Last));
+        // Genstats: NHWC C = 8, 24, 64 with odd position counts; NCHW and padded fall back.
+        v.push(genstats_case("nhwc", dt, &[3, 8, 5, 7], L::Last));
+        v.push(genstats_case("nhwc", dt, &[3, 24, 5, 7], L::Last));
+        v.push(genstats_case("nhwc", dt, &[16, 64, 15, 17], L::Last));
+        v.push(genstats_case("nchw_fallback", dt, &[3, 8, 5, 7], L::First));
+        v.push(genstats_case("padded_fallback", dt, &[3, 8, 5, 7], L::PaddedLast));
+        v.push(genstats_case("c12", dt, &[3, 12, 5, 7], L::Last));
+    }
 
     let modes = [ResampleMode::Max, ResampleMode::AvgIncludePadding, ResampleMode::AvgExcludePadding];
     for dt in TYPES {

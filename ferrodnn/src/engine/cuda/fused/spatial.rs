@@ -45,6 +45,8 @@ pub fn unit(graph: &Graph, ni: usize) -> Result<Option<Unit>> {
     let kernels = match &node.op {
         Op::Batchnorm(a) => batchnorm(graph, ni, node, a),
         Op::Resample(a) => pooling(graph, ni, node, a),
+        Op::BatchnormInference(_) => bn_inference(graph, ni, node),
+        Op::Genstats(_) => genstats(graph, ni, node),
         _ => None,
     };
     Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect() }))
@@ -170,66 +172,34 @@ __device__ __forceinline__ void st_y(YT* p, bool al, const float* f) {{
     ))
 }
 
-// ----------------------------------------------------------------------------------------------
-// Batchnorm
-// ----------------------------------------------------------------------------------------------
+/// The slabs of positions the NHWC statistics pass (and the batchnorm apply pass) walk.
+struct StatsGeom {
+    c: i64,
+    cv: i64,
+    lanes: i64,
+    rows: i64,
+    block: i64,
+    positions: i64,
+    slab: i64,
+    blocks: i64,
+}
 
-fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs) -> Option<NodeKernels> {
-    if !peer_ports(node).ok()?.is_empty() {
-        return None;
+impl StatsGeom {
+    fn new(c: i64, vec: i64, positions: i64) -> StatsGeom {
+        let cv = c / vec;
+        let lanes = cv.min(BN_THREADS);
+        let rows = (BN_THREADS / lanes).max(1);
+        let block = lanes * rows;
+        let want = BN_BLOCKS.min(ceil_div(positions, rows * UNROLL)).max(1);
+        let slab = ceil_div(positions, want);
+        let blocks = ceil_div(positions, slab);
+        StatsGeom { c, cv, lanes, rows, block, positions, slab, blocks }
     }
-    let x = node.input("x")?;
-    let scale = node.input("scale")?;
-    let bias = node.input("bias")?;
-    let y = node.output("y")?;
-    let mean = node.output("mean")?;
-    let inv = node.output("inv_variance")?;
-    let running = match (node.input("in_running_mean"), node.input("in_running_var"), node.output("out_running_mean"), node.output("out_running_var")) {
-        (Some(rm), Some(rv), Some(orm), Some(orv)) => Some((rm, rv, orm, orv)),
-        (None, None, None, None) => None,
-        _ => return None,
-    };
-    let (xd, yd) = (graph.desc(x), graph.desc(y));
-    let (xt, yt) = (dtype(graph, x), dtype(graph, y));
-    let helpers = vec_helpers(xt, yt)?;
-    if xd.dims != yd.dims || !channels_last(&xd.dims, &xd.strides, false) || !channels_last(&yd.dims, &yd.strides, false) {
-        return None;
-    }
-    // Position p must be at the same offset in x and y.
-    if xd.dims.iter().enumerate().any(|(i, &d)| d > 1 && xd.strides[i] != yd.strides[i]) {
-        return None;
-    }
-    let vec = (16 / xt.size()) as i64;
-    let c = xd.dims[1];
-    if c % vec != 0 {
-        return None;
-    }
-    let positions = xd.element_count() / c;
-    // Per-channel tensors: [1, C, 1, ...]; element c at c * stride[1].
-    let chan = |id: TensorId| -> Option<(i64, DataType)> {
-        let d = graph.desc(id);
-        let t = dtype(graph, id);
-        if d.dims.len() != xd.dims.len() || d.dims[1] != c || d.element_count() != c || t == DataType::F64 || !t.is_float() {
-            return None;
-        }
-        Some((if c > 1 { d.strides[1] } else { 0 }, t))
-    };
-    let mut chans = vec![chan(scale)?, chan(bias)?, chan(mean)?, chan(inv)?];
-    if let Some((rm, rv, orm, orv)) = running {
-        for t in [rm, rv, orm, orv] {
-            chans.push(chan(t)?);
-        }
-    }
-    let cv = c / vec;
-    let lanes = cv.min(BN_THREADS);
-    let rows = (BN_THREADS / lanes).max(1);
-    let block = lanes * rows;
-    let want = BN_BLOCKS.min(ceil_div(positions, rows * UNROLL)).max(1);
-    let slab = ceil_div(positions, want);
-    let blocks = ceil_div(positions, slab);
 
-    let defs = format!(
-        r#"{helpers}
+    fn defs(&self, helpers: &str) -> String {
+        let StatsGeom { c, cv, lanes, rows, block, positions, slab, blocks } = self;
+        format!(
+            r#"{helpers}
 #define C_ {c}LL
 #define CV {cv}
 #define LANES {lanes}
@@ -240,10 +210,14 @@ fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs) -> Optio
 #define NBLK {blocks}
 #define UNR {UNROLL}
 "#
-    );
+        )
+    }
+}
 
-    let stats_entry = entry_name(ni, "bn_nhwc_stats");
-    let stats = format!(
+/// The statistics pass: per-block partial sums of `x - K` and `(x - K)^2` (K: the channel's
+/// value at position 0) to scratch `part[2][NBLK][C]`.
+fn stats_source(defs: &str, stats_entry: &str) -> String {
+    format!(
         r#"{defs}
 extern "C" __global__ void __launch_bounds__(BLOCK, 4) {stats_entry}(const void* xv, float* part) {{
     const XT* x = (const XT*)xv;
@@ -294,7 +268,64 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) {stats_entry}(const void*
     }}
 }}
 "#
-    );
+    )
+}
+
+// ----------------------------------------------------------------------------------------------
+// Batchnorm
+// ----------------------------------------------------------------------------------------------
+
+fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs) -> Option<NodeKernels> {
+    if !peer_ports(node).ok()?.is_empty() {
+        return None;
+    }
+    let x = node.input("x")?;
+    let scale = node.input("scale")?;
+    let bias = node.input("bias")?;
+    let y = node.output("y")?;
+    let mean = node.output("mean")?;
+    let inv = node.output("inv_variance")?;
+    let running = match (node.input("in_running_mean"), node.input("in_running_var"), node.output("out_running_mean"), node.output("out_running_var")) {
+        (Some(rm), Some(rv), Some(orm), Some(orv)) => Some((rm, rv, orm, orv)),
+        (None, None, None, None) => None,
+        _ => return None,
+    };
+    let (xd, yd) = (graph.desc(x), graph.desc(y));
+    let (xt, yt) = (dtype(graph, x), dtype(graph, y));
+    let helpers = vec_helpers(xt, yt)?;
+    if xd.dims != yd.dims || !channels_last(&xd.dims, &xd.strides, false) || !channels_last(&yd.dims, &yd.strides, false) {
+        return None;
+    }
+    // Position p must be at the same offset in x and y.
+    if xd.dims.iter().enumerate().any(|(i, &d)| d > 1 && xd.strides[i] != yd.strides[i]) {
+        return None;
+    }
+    let vec = (16 / xt.size()) as i64;
+    let c = xd.dims[1];
+    if c % vec != 0 {
+        return None;
+    }
+    let positions = xd.element_count() / c;
+    // Per-channel tensors: [1, C, 1, ...]; element c at c * stride[1].
+    let chan = |id: TensorId| -> Option<(i64, DataType)> {
+        let d = graph.desc(id);
+        let t = dtype(graph, id);
+        if d.dims.len() != xd.dims.len() || d.dims[1] != c || d.element_count() != c || t == DataType::F64 || !t.is_float() {
+            return None;
+        }
+        Some((if c > 1 { d.strides[1] } else { 0 }, t))
+    };
+    let mut chans = vec![chan(scale)?, chan(bias)?, chan(mean)?, chan(inv)?];
+    if let Some((rm, rv, orm, orv)) = running {
+        for t in [rm, rv, orm, orv] {
+            chans.push(chan(t)?);
+        }
+    }
+    let g = StatsGeom::new(c, vec, positions);
+    let (block, blocks) = (g.block, g.blocks);
+    let defs = g.defs(&helpers);
+    let stats_entry = entry_name(ni, "bn_nhwc_stats");
+    let stats = stats_source(&defs, &stats_entry);
 
     // Finalize: 32 channels per block, 32 segments of partials per channel.
     let fin_entry = entry_name(ni, "bn_nhwc_finalize");
@@ -419,6 +450,244 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) {apply_entry}(const void*
             launch(apply, apply_entry, blocks, block, vec![Arg::Ptr(x), Arg::Scratch(1), Arg::Ptr(y)]),
         ],
         scratch,
+    })
+}
+
+// ----------------------------------------------------------------------------------------------
+// Batchnorm inference and genstats
+// ----------------------------------------------------------------------------------------------
+
+/// A per-channel tensor `[1, C, 1, ...]` of rank `rank`: element c at `c * stride`; its
+/// stride and type, or None.
+fn chan_of(graph: &Graph, id: TensorId, rank: usize, c: i64) -> Option<(i64, DataType)> {
+    let d = graph.desc(id);
+    let t = dtype(graph, id);
+    if d.dims.len() != rank || d.dims[1] != c || d.element_count() != c || t == DataType::F64 || !t.is_float() {
+        return None;
+    }
+    Some((if c > 1 { d.strides[1] } else { 0 }, t))
+}
+
+/// Whether `dims`/`strides` are packed row-major (axes of size 1 may have any stride).
+fn row_major(dims: &[i64], strides: &[i64]) -> bool {
+    if dims.len() != strides.len() || dims.iter().any(|&d| d < 1) {
+        return false;
+    }
+    let mut expect = 1i64;
+    for a in (0..dims.len()).rev() {
+        if dims[a] > 1 && strides[a] != expect {
+            return false;
+        }
+        expect = match expect.checked_mul(dims[a]) {
+            Some(e) => e,
+            None => return false,
+        };
+    }
+    true
+}
+
+/// y = (x - mean) * inv_variance * scale + bias for NHWC-packed (16-byte vectors of channels)
+/// or NCHW-packed (each (n, c) plane contiguous) x and y.
+fn bn_inference(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
+    let x = node.input("x")?;
+    let y = node.output("y")?;
+    let ports = [node.input("scale")?, node.input("bias")?, node.input("mean")?, node.input("inv_variance")?];
+    let (xd, yd) = (graph.desc(x), graph.desc(y));
+    let (xt, yt) = (dtype(graph, x), dtype(graph, y));
+    let helpers = vec_helpers(xt, yt)?;
+    if xd.dims != yd.dims || xd.dims.len() < 2 {
+        return None;
+    }
+    if xd.dims.iter().enumerate().any(|(i, &d)| d > 1 && xd.strides[i] != yd.strides[i]) {
+        return None;
+    }
+    let c = xd.dims[1];
+    let rank = xd.dims.len();
+    let mut chans = Vec::new();
+    for id in ports {
+        chans.push(chan_of(graph, id, rank, c)?);
+    }
+    let vec = (16 / xt.size()) as i64;
+    let total = xd.element_count();
+    // Coefficients of channel ch: mu, a = inv * scale, b = bias.
+    let coef = format!(
+        "    const double sc_ = {l0}(sc, ch * {s0}LL), bi_ = {l1}(bi, ch * {s1}LL), mn_ = {l2}(mn, ch * {s2}LL), iv_ = {l3}(iv, ch * {s3}LL);\n",
+        l0 = format_args!("ld_{}", type_suffix(chans[0].1)),
+        l1 = format_args!("ld_{}", type_suffix(chans[1].1)),
+        l2 = format_args!("ld_{}", type_suffix(chans[2].1)),
+        l3 = format_args!("ld_{}", type_suffix(chans[3].1)),
+        s0 = chans[0].0,
+        s1 = chans[1].0,
+        s2 = chans[2].0,
+        s3 = chans[3].0,
+    );
+    let params = "const void* xv, const void* sc, const void* bi, const void* mn, const void* iv, void* yv";
+    let args = vec![Arg::Ptr(x), Arg::Ptr(ports[0]), Arg::Ptr(ports[1]), Arg::Ptr(ports[2]), Arg::Ptr(ports[3]), Arg::Ptr(y)];
+    if channels_last(&xd.dims, &xd.strides, false) && channels_last(&yd.dims, &yd.strides, false) && c % vec == 0 {
+        // NHWC: threads own one vector of channels (coefficients in registers) and walk
+        // the positions of a slab.
+        let positions = total / c;
+        let g = StatsGeom::new(c, vec, positions);
+        let defs = g.defs(&helpers);
+        let entry = entry_name(ni, "bn_infer_nhwc");
+        let source = format!(
+            r#"{defs}
+extern "C" __global__ void __launch_bounds__(BLOCK, 4) {entry}({params}) {{
+    const XT* x = (const XT*)xv;
+    YT* y = (YT*)yv;
+    const bool al = ((unsigned long long)x & 15) == 0 && ((unsigned long long)y & (YAL - 1)) == 0;
+    const int lane = threadIdx.x % LANES, r = threadIdx.x / LANES;
+    const i64 p0 = (i64)blockIdx.x * SLAB;
+    const i64 p1 = min(p0 + SLAB, P_);
+    for (int v = lane; v < CV; v += LANES) {{
+        float mu[VEC], a[VEC], b[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {{
+            const i64 ch = (i64)v * VEC + k;
+{coef}            mu[k] = (float)mn_; a[k] = (float)(iv_ * sc_); b[k] = (float)bi_;
+        }}
+        for (i64 p = p0 + r; p < p1; p += (i64)ROWS * UNR) {{
+            uint4 u[UNR];
+#pragma unroll
+            for (int j = 0; j < UNR; ++j) {{
+                const i64 pj = p + (i64)j * ROWS;
+                if (pj < p1) u[j] = ldx_raw(x + pj * C_ + (i64)v * VEC, al);
+            }}
+#pragma unroll
+            for (int j = 0; j < UNR; ++j) {{
+                const i64 pj = p + (i64)j * ROWS;
+                if (pj < p1) {{
+                    float f[VEC];
+                    cvt_x(u[j], f);
+#pragma unroll
+                    for (int k = 0; k < VEC; ++k) f[k] = fmaf(f[k] - mu[k], a[k], b[k]);
+                    st_y(y + pj * C_ + (i64)v * VEC, al, f);
+                }}
+            }}
+        }}
+    }}
+}}
+"#
+        );
+        let launch = Launch { source, entry, threads: (g.blocks * g.block) as u64, block: g.block as u32, exact_grid: Some((g.blocks as u32, 1, 1)), shared_bytes: 0, args };
+        return Some(NodeKernels::one(launch));
+    }
+    if !row_major(&xd.dims, &xd.strides) || !row_major(&yd.dims, &yd.strides) {
+        return None;
+    }
+    // NCHW: planes of HW contiguous elements, plane pl has channel pl % C. Vectors along the
+    // plane when every plane starts 16-byte aligned.
+    let hw: i64 = xd.dims[2..].iter().product();
+    let vecs = hw * xt.size() as i64 % 16 == 0;
+    let (pv, step) = if vecs { (hw / vec, vec) } else { (hw, 1) };
+    let items = total / step;
+    let entry = entry_name(ni, "bn_infer_nchw");
+    let body = if vecs {
+        "            float f[VEC];\n            cvt_x(ldx_raw(x + i * VEC, al), f);\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) f[k] = fmaf(f[k] - mu, a, b);\n            st_y(y + i * VEC, al, f);\n"
+    } else {
+        "            y[i] = f2y(fmaf(x2f(x[i]) - mu, a, b));\n"
+    };
+    let source = format!(
+        r#"{helpers}
+#define C_ {c}LL
+// Items (vectors or elements) per plane, items in all.
+#define PV {pv}LL
+#define ITEMS {items}LL
+extern "C" __global__ void __launch_bounds__(256) {entry}({params}) {{
+    const XT* x = (const XT*)xv;
+    YT* y = (YT*)yv;
+    const bool al = ((unsigned long long)x & 15) == 0 && ((unsigned long long)y & (YAL - 1)) == 0;
+    (void)al;
+    // The coefficients are reloaded (from L1/L2) only when a thread's plane changes.
+    i64 cur = -1;
+    float mu = 0.f, a = 0.f, b = 0.f;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < ITEMS; i += (i64)gridDim.x * blockDim.x) {{
+        const i64 pl = i / PV;
+        if (pl != cur) {{
+            cur = pl;
+            const i64 ch = pl % C_;
+{coef}            mu = (float)mn_; a = (float)(iv_ * sc_); b = (float)bi_;
+        }}
+        {{
+{body}        }}
+    }}
+}}
+"#
+    );
+    let launch = Launch { source, entry, threads: items as u64, block: 256, exact_grid: None, shared_bytes: 0, args };
+    Some(NodeKernels::one(launch))
+}
+
+/// Per-channel sum and sum of squares of NHWC-packed x: the batchnorm statistics pass, then
+/// a deterministic finalize (f64, fixed order) that undoes the shift.
+fn genstats(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
+    let x = node.input("x")?;
+    let sum = node.output("sum")?;
+    let sq = node.output("sq_sum")?;
+    let xd = graph.desc(x);
+    let xt = dtype(graph, x);
+    let helpers = vec_helpers(xt, xt)?;
+    if !channels_last(&xd.dims, &xd.strides, false) {
+        return None;
+    }
+    let vec = (16 / xt.size()) as i64;
+    let c = xd.dims[1];
+    if c % vec != 0 {
+        return None;
+    }
+    let rank = xd.dims.len();
+    let (ss, st) = chan_of(graph, sum, rank, c)?;
+    let (qs, qt) = chan_of(graph, sq, rank, c)?;
+    let positions = xd.element_count() / c;
+    let g = StatsGeom::new(c, vec, positions);
+    let defs = g.defs(&helpers);
+    let stats_entry = entry_name(ni, "genstats_nhwc_stats");
+    let stats = stats_source(&defs, &stats_entry);
+    let fin_entry = entry_name(ni, "genstats_nhwc_finalize");
+    let finalize = format!(
+        r#"{defs}
+extern "C" __global__ void __launch_bounds__(1024) {fin_entry}(const void* xv, const float* part, void* su, void* sq) {{
+    __shared__ double ss[32][33], sq2[32][33];
+    const int ln = threadIdx.x & 31, seg = threadIdx.x >> 5;
+    const i64 c = (i64)blockIdx.x * 32 + ln;
+    double s = 0.0, q = 0.0;
+    if (c < C_) {{
+#pragma unroll 4
+        for (int b = seg; b < NBLK; b += 32) {{ s += (double)part[(i64)b * C_ + c]; q += (double)part[((i64)NBLK + b) * C_ + c]; }}
+    }}
+    ss[seg][ln] = s;
+    sq2[seg][ln] = q;
+    __syncthreads();
+    if (seg == 0 && c < C_) {{
+        s = 0.0;
+        q = 0.0;
+        for (int k = 0; k < 32; ++k) {{ s += ss[k][ln]; q += sq2[k][ln]; }}
+        // s, q: sums of d = x - K and d^2; sum x = s + n K, sum x^2 = q + 2 K s + n K^2.
+        const double n = (double)P_;
+        const double K = (double)x2f(((const XT*)xv)[c]);
+        {sts}(su, c * {ss}LL, s + n * K);
+        {stq}(sq, c * {qs}LL, q + 2.0 * K * s + n * K * K);
+    }}
+}}
+"#,
+        sts = format_args!("st_{}", type_suffix(st)),
+        stq = format_args!("st_{}", type_suffix(qt)),
+    );
+    let launch = |source: String, entry: String, grid: i64, block: i64, args: Vec<Arg>| Launch {
+        source,
+        entry,
+        threads: (grid * block) as u64,
+        block: block as u32,
+        exact_grid: Some((grid as u32, 1, 1)),
+        shared_bytes: 0,
+        args,
+    };
+    Some(NodeKernels {
+        launches: vec![
+            launch(stats, stats_entry, g.blocks, g.block, vec![Arg::Ptr(x), Arg::Scratch(0)]),
+            launch(finalize, fin_entry, ceil_div(c, 32), 1024, vec![Arg::Ptr(x), Arg::Scratch(0), Arg::Ptr(sum), Arg::Ptr(sq)]),
+        ],
+        scratch: vec![(2 * g.blocks * c * 4) as usize],
     })
 }
 
