@@ -123,6 +123,36 @@ fn backward(what: &str, dt: DataType, rms: bool, dbias: bool, dims: &[i64], stri
     Case::new(name, g)
 }
 
+fn softmax_bwd(what: &str, dt: DataType, log: bool, dims: &[i64], axis: usize, strides: Option<&[i64]>) -> Case {
+    let name = format!("fast_rows_softmax_bwd_{}_{what}_{dt}", if log { "log" } else { "plain" });
+    let mut g = Graph::new(name.clone());
+    let y = g.tensor(x_desc("y", dims, dt, strides));
+    let dy = g.tensor(x_desc("dy", dims, dt, strides));
+    let dx = g.softmax_backward(y, dy, axis, log);
+    g.set_output(dx);
+    Case::new(name, g)
+}
+
+/// adalayernorm of x `dims` (`[B, S..., D]`), scale and bias `[B or 1, 1..., D]` (`per_batch`).
+fn adaln(what: &str, dt: DataType, train: bool, per_batch: bool, dims: &[i64], strides: Option<&[i64]>) -> Case {
+    let name = format!("fast_rows_adaln_{}_{}_{what}_{dt}", phase(train), if per_batch { "batch" } else { "shared" });
+    let mut g = Graph::new(name.clone());
+    let pt = param_type(dt);
+    let x = g.tensor(x_desc("x", dims, dt, strides));
+    let mut pd = vec![1i64; dims.len()];
+    pd[dims.len() - 1] = dims[dims.len() - 1];
+    if per_batch {
+        pd[0] = dims[0];
+    }
+    let s = g.tensor(TensorDesc::new("scale", &pd, pt));
+    let b = g.tensor(TensorDesc::new("bias", &pd, pt));
+    let (y, m, iv) = g.adalayernorm(x, s, b, attrs(train));
+    for t in [Some(y), m, iv].into_iter().flatten() {
+        g.set_output(t);
+    }
+    Case::new(name, g)
+}
+
 pub(super) fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     // Vector paths: a lane team per 1024-row (33 rows: a partial last warp), a block per 4096-row
@@ -163,6 +193,27 @@ pub(super) fn cases() -> Vec<Case> {
         v.push(layernorm("h16", dt, false, &[33, 16], None));
         v.push(softmax("h24", dt, false, false, &[3, 11, 24], 2, None));
     }
+    // softmax backward and adalayernorm: lane teams (1024), blocks (4096), element-wise (odd).
+    for dt in TYPES {
+        for log in [false, true] {
+            v.push(softmax_bwd("h1024", dt, log, &[33, 1024], 1, None));
+            v.push(softmax_bwd("h4096", dt, log, &[2, 3, 4096], 2, None));
+            v.push(softmax_bwd("h1000", dt, log, &[7, 1000], 1, None));
+            v.push(softmax_bwd("h13", dt, log, &[5, 7, 13], 2, None));
+        }
+        for train in [true, false] {
+            v.push(adaln("h1024", dt, train, true, &[3, 11, 1024], None));
+            v.push(adaln("h4096", dt, train, !train, &[2, 5, 4096], None));
+            v.push(adaln("h13", dt, train, true, &[3, 11, 13], None));
+        }
+        v.push(adaln("h4104", dt, true, true, &[3, 2, 4104], None));
+    }
+    v.push(softmax_bwd("h2049", DataType::Bf16, true, &[3, 2049], 1, None));
+    v.push(softmax_bwd("trailing1", DataType::Bf16, false, &[5, 1024, 1], 1, None));
+    v.push(adaln("rank2", DataType::Bf16, true, true, &[7, 1024], None));
+    // Must fall back: transposed inputs.
+    v.push(softmax_bwd("transposed", DataType::Bf16, false, &[64, 32], 1, Some(&[1, 64])));
+    v.push(adaln("transposed", DataType::Bf16, true, true, &[2, 64, 32], Some(&[2048, 1, 64])));
     let bf16 = DataType::Bf16;
     let f32 = DataType::F32;
     // Padded rows: a row stride of 1032 keeps 16-byte row starts (vector path), 1025 does not

@@ -1,6 +1,9 @@
 //! Fast row kernels: layernorm and rmsnorm forward (training and inference), softmax and
 //! log-softmax forward (with or without the log-sum-exp `stats`), and layernorm and rmsnorm
-//! backward (`dx`, `dscale`, `dbias`).
+//! backward (`dx`, `dscale`, `dbias`); softmax and log-softmax backward (`y`, `dy` -> `dx`, rows
+//! of at most 16384 elements) and adalayernorm forward (over the last axis; scale and bias
+//! `[B or 1, S or 1..., D]`, the row's offset into them from its outer index), both in the
+//! forward kernels' lane-team / block-per-row scheme.
 //!
 //! What they accept (anything else returns `None` and runs on the fallback):
 //! - f32, f16 and bf16 tensors (any mix); nothing f64, and no node computing in f64;
@@ -50,6 +53,8 @@ pub fn unit(graph: &Graph, ni: usize) -> Result<Option<Unit>> {
         Op::Softmax(a) => g.softmax(a.axis, a.log),
         Op::LayernormBackward(_) => g.norm_backward(false),
         Op::RmsnormBackward(_) => g.norm_backward(true),
+        Op::SoftmaxBackward(a) => g.softmax_backward(a.axis, a.log),
+        Op::Adalayernorm(a) => g.adalayernorm(a.epsilon),
         _ => None,
     };
     Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect() }))
@@ -867,6 +872,290 @@ impl Gen<'_> {
             &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("TS", ts as i64), ("BS", bs as i64)],
             h,
             "0.0f",
+            &decl,
+            &al,
+            1,
+            &row_loop(ts, bs, &body),
+        );
+        let threads = rows as u64 * ts as u64;
+        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args }))
+    }
+
+    /// Softmax / log-softmax backward over `axis` (every later axis of size 1): `y`, `dy` ->
+    /// `dx`; softmax: `dx = y * (dy - sum(dy * y))`, log-softmax: `dx = dy - exp(y) * sum(dy)`.
+    /// Both rows stay in registers between the row sum and the write.
+    fn softmax_backward(&self, axis: usize, log: bool) -> Option<NodeKernels> {
+        let n = self.node;
+        let y = n.input("y")?;
+        let dy = n.input("dy")?;
+        let dx = n.output("dx")?;
+        let yd = self.dims(y).to_vec();
+        if axis >= yd.len() || yd[axis + 1..].iter().any(|&d| d != 1) || self.dims(dy) != yd.as_slice() || self.dims(dx) != yd.as_slice() {
+            return None;
+        }
+        let rows: i64 = yd[..axis].iter().product();
+        let h = yd[axis];
+        // Two rows per thread in registers: at most 16384 elements (16 of each per thread).
+        if h > MAX_ROW / 2 {
+            return None;
+        }
+        let v = vec_width(self.dt(y), h);
+        let c = h / v;
+        let (ts, bs, cpt) = norm_team(h, c, v)?;
+        let yt = self.rows(y, axis, v, true)?;
+        let dyt = self.rows(dy, axis, v, true)?;
+        let dxt = self.rows(dx, axis, v, true)?;
+        let mut sig = Sig::default();
+        sig.ptr("yp", y, false);
+        sig.ptr("dyp", dy, false);
+        sig.ptr("dxp", dx, true);
+        let decl = format!(
+            "    const {ty}* y = (const {ty}*)yp;\n    const {tdy}* dy = (const {tdy}*)dyp;\n    {tdx}* dx = ({tdx}*)dxp;\n",
+            ty = yt.ty,
+            tdy = dyt.ty,
+            tdx = dxt.ty
+        );
+        let al = Self::align_flag(v, &[("y", &yt), ("dy", &dyt), ("dx", &dxt)]);
+        let exp = if self.dt(dx) == DataType::F32 { "expf" } else { "__expf" };
+        let (term, out) = if log { ("g[k][i]", format!("g[k][i] - {exp}(u[k][i]) * s")) } else { ("g[k][i] * u[k][i]", "u[k][i] * (g[k][i] - s)".to_string()) };
+        let body = fill(
+            r#"        const i64 yo = @offy@, dyo = @offdy@, dxo = @offdx@;
+        float u[CPT][V], g[CPT][V];
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+                fr_ld<@ty@, V>(y + yo + (i64)c * V, u[k], al);
+                fr_ld<@tdy@, V>(dy + dyo + (i64)c * V, g[k], al);
+            } else {
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    u[k][i] = 0.0f;
+                    g[k][i] = 0.0f;
+                }
+            }
+        }
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            if (lt + k * TS < C) {
+#pragma unroll
+                for (int i = 0; i < V; ++i) s += @term@;
+            }
+        }
+        fr_sum<TS, 1>(&s, red + (rb++ & 1) * 32);
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+                float o[V];
+#pragma unroll
+                for (int i = 0; i < V; ++i) o[i] = @out@;
+                fr_st<@tdx@, V>(dx + dxo + (i64)c * V, o, al);
+            }
+        }
+"#,
+            &[
+                ("offy", yt.off.clone()),
+                ("offdy", dyt.off.clone()),
+                ("offdx", dxt.off.clone()),
+                ("ty", yt.ty.into()),
+                ("tdy", dyt.ty.into()),
+                ("tdx", dxt.ty.into()),
+                ("term", term.into()),
+                ("out", out),
+            ],
+        );
+        let entry = self.entry(if log { "log_softmax_bwd_rows" } else { "softmax_bwd_rows" });
+        let source = self.kernel(
+            &entry,
+            &sig,
+            (bs, 1),
+            &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("TS", ts as i64), ("BS", bs as i64)],
+            h,
+            "0.0f",
+            &decl,
+            &al,
+            1,
+            &row_loop(ts, bs, &body),
+        );
+        let threads = rows as u64 * ts as u64;
+        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args }))
+    }
+
+    /// A scale-like tensor of adalayernorm over an x of dims `xd`: dims `[B or 1, S or 1...,
+    /// D]`, the last axis packed; the offset of row `r` (rows over x's axes before the last)
+    /// follows the axes where it is full (broadcast over the others).
+    fn ada_param(&self, id: TensorId, xd: &[i64], v: i64) -> Option<RowT> {
+        let d = self.graph.desc(id);
+        let dt = self.dt(id);
+        let ty = ctype(dt)?;
+        let (dims, strides) = (&d.dims, &d.strides);
+        let last = xd.len() - 1;
+        if dims.len() != xd.len() || strides.len() != xd.len() || dims[last] != xd[last] || (xd[last] != 1 && strides[last] != 1) {
+            return None;
+        }
+        let size = dt.size() as i64;
+        let align = (v * size).min(16);
+        let mut vec_ok = v > 1;
+        let mut terms = Vec::new();
+        let mut inner = 1i64;
+        for a in (0..last).rev() {
+            let n = xd[a];
+            if n == 1 {
+                if dims[a] != 1 {
+                    return None;
+                }
+                continue;
+            }
+            if dims[a] == n {
+                let s = strides[a];
+                if (s * size).rem_euclid(align) != 0 {
+                    vec_ok = false;
+                }
+                let mut idx = if inner == 1 { "r".to_string() } else { format!("(r / {inner}LL)") };
+                if xd[..a].iter().any(|&m| m != 1) {
+                    idx = format!("({idx} % {n}LL)");
+                }
+                terms.push(format!("{idx} * ({s}LL)"));
+            } else if dims[a] != 1 {
+                return None;
+            }
+            inner = inner.checked_mul(n)?;
+        }
+        let off = if terms.is_empty() { "0LL".to_string() } else { terms.join(" + ") };
+        Some(RowT { id, ty, off, vec_ok, align: align as usize })
+    }
+
+    /// adalayernorm forward: layernorm over the last axis, scale and bias per row group
+    /// (`ada_param`); the statistics pass of the lane-team norms (two passes over the row
+    /// in registers), a lane team or a block per row.
+    fn adalayernorm(&self, eps: f64) -> Option<NodeKernels> {
+        let n = self.node;
+        let x = n.input("x")?;
+        let scale = n.input("scale")?;
+        let bias = n.input("bias")?;
+        let y = n.output("y")?;
+        let mean = n.output("mean");
+        let inv = n.output("inv_variance");
+        let xd = self.dims(x).to_vec();
+        if xd.len() < 2 || self.dims(y) != xd.as_slice() {
+            return None;
+        }
+        let last = xd.len() - 1;
+        let rows: i64 = xd[..last].iter().product();
+        let h = xd[last];
+        let v = vec_width(self.dt(x), h);
+        let c = h / v;
+        let (ts, bs, cpt) = norm_team(h, c, v)?;
+        let eps = f32_literal(eps)?;
+        let xt = self.rows(x, last, v, true)?;
+        let yt = self.rows(y, last, v, true)?;
+        let st = self.ada_param(scale, &xd, v)?;
+        let bt = self.ada_param(bias, &xd, v)?;
+        let mt = match mean {
+            Some(m) => Some(self.rows(m, last, 1, false)?),
+            None => None,
+        };
+        let it = match inv {
+            Some(i) => Some(self.rows(i, last, 1, false)?),
+            None => None,
+        };
+        let mut sig = Sig::default();
+        sig.ptr("xp", x, false);
+        sig.ptr("scp", scale, false);
+        sig.ptr("bip", bias, false);
+        sig.ptr("yp", y, true);
+        let mut decl = format!(
+            "    const {tx}* x = (const {tx}*)xp;\n    const {ts}* sc = (const {ts}*)scp;\n    const {tb}* bi = (const {tb}*)bip;\n    {ty}* y = ({ty}*)yp;\n",
+            tx = xt.ty,
+            ts = st.ty,
+            tb = bt.ty,
+            ty = yt.ty
+        );
+        let mut stats = String::new();
+        if let Some(m) = &mt {
+            sig.ptr("mop", m.id, true);
+            decl += &format!("    {t}* mo = ({t}*)mop;\n", t = m.ty);
+            stats += &format!("            fr_fromf(mean, mo[{}]);\n", m.off);
+        }
+        if let Some(i) = &it {
+            sig.ptr("ivp", i.id, true);
+            decl += &format!("    {t}* iv = ({t}*)ivp;\n", t = i.ty);
+            stats += &format!("            fr_fromf(inv, iv[{}]);\n", i.off);
+        }
+        let al = Self::align_flag(v, &[("x", &xt), ("y", &yt), ("sc", &st), ("bi", &bt)]);
+        let body = fill(
+            r#"        const i64 xo = @offx@, yo = @offy@, so = @offs@, bo = @offb@;
+        float v[CPT][V];
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+                fr_ld<@tx@, V>(x + xo + (i64)c * V, v[k], al);
+            } else {
+#pragma unroll
+                for (int i = 0; i < V; ++i) v[k][i] = 0.0f;
+            }
+        }
+        float mean = 0.0f;
+        {
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < CPT; ++k)
+#pragma unroll
+                for (int i = 0; i < V; ++i) s += v[k][i];
+            fr_sum<TS, 1>(&s, red + (rb++ & 1) * 32);
+            mean = s / HF;
+        }
+        float q = 0.0f;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            if (lt + k * TS < C) {
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    const float d = v[k][i] - mean;
+                    q += d * d;
+                }
+            }
+        }
+        fr_sum<TS, 1>(&q, red + (rb++ & 1) * 32);
+        const float inv = 1.0f / sqrtf(q / HF + EPS);
+        if (ok && lt == 0) {
+@stats@        }
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+                float s[V], b[V], o[V];
+                fr_ld<@tsc@, V>(sc + so + (i64)c * V, s, al);
+                fr_ld<@tb@, V>(bi + bo + (i64)c * V, b, al);
+#pragma unroll
+                for (int i = 0; i < V; ++i) o[i] = (v[k][i] - mean) * inv * s[i] + b[i];
+                fr_st<@ty@, V>(y + yo + (i64)c * V, o, al);
+            }
+        }
+"#,
+            &[
+                ("offx", xt.off.clone()),
+                ("offy", yt.off.clone()),
+                ("offs", st.off.clone()),
+                ("offb", bt.off.clone()),
+                ("tx", xt.ty.into()),
+                ("stats", stats),
+                ("tsc", st.ty.into()),
+                ("tb", bt.ty.into()),
+                ("ty", yt.ty.into()),
+            ],
+        );
+        let entry = self.entry("adalayernorm_rows");
+        let source = self.kernel(
+            &entry,
+            &sig,
+            (bs, 1),
+            &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("TS", ts as i64), ("BS", bs as i64)],
+            h,
+            &eps,
             &decl,
             &al,
             1,
