@@ -3,7 +3,7 @@
 //! table and exits non-zero on any failure.
 
 use ferrodnn::engine::PlanPolicy;
-use ferrodnn::testing::{cases, execute_plan_dense, random_inputs, relative_error, tolerance, execute_dense};
+use ferrodnn::testing::{cases, execute_dense, execute_plan_dense, random_inputs, relative_error, tolerance};
 use ferrodnn::{DataType, EngineKind, Handle};
 use serde_json::json;
 use std::time::Instant;

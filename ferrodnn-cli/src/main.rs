@@ -130,7 +130,7 @@ fn engine_supports(engine: EngineKind, op: &str, cuda_ops: &std::collections::Ha
 fn cuda_support() -> std::collections::HashMap<String, bool> {
     let mut support: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
     for case in ferrodnn::testing::cases::all() {
-        let ok = ferrodnn::engine::cuda::kernel_sources(&case.graph).is_ok();
+        let ok = ferrodnn::engine::cuda::kernel_sources(&case.graph, &ferrodnn::engine::cuda::Target::sm90a()).is_ok();
         for node in &case.graph.nodes {
             let e = support.entry(node.op.kind().to_string()).or_insert(true);
             *e &= ok;
@@ -147,7 +147,8 @@ fn ops(json: bool) -> Result<(), String> {
         let list: Vec<serde_json::Value> = names
             .iter()
             .map(|op| {
-                let engines: serde_json::Map<String, serde_json::Value> = ALL_ENGINES.iter().map(|e| (e.name().to_string(), serde_json::Value::Bool(engine_supports(*e, op, &cuda_ops)))).collect();
+                let engines: serde_json::Map<String, serde_json::Value> =
+                    ALL_ENGINES.iter().map(|e| (e.name().to_string(), serde_json::Value::Bool(engine_supports(*e, op, &cuda_ops)))).collect();
                 serde_json::json!({ "op": op, "engines": engines })
             })
             .collect();
@@ -187,11 +188,7 @@ fn run(path: &std::path::Path, engine: EngineArg, seed: u64) -> Result<(), Strin
     let outputs = execute_dense(&handle, &graph, &inputs, &policy).map_err(|e| e.to_string())?;
     let elapsed = start.elapsed();
     println!("graph \"{}\": {} ops, ran on engine {} in {:.3} ms (plan build included)", graph.name, graph.nodes.len(), used.name(), elapsed.as_secs_f64() * 1e3);
-    let reference = if used != EngineKind::Cpu {
-        Some(execute_dense(&Handle::cpu(), &graph, &inputs, &PlanPolicy::default()).map_err(|e| e.to_string())?)
-    } else {
-        None
-    };
+    let reference = if used != EngineKind::Cpu { Some(execute_dense(&Handle::cpu(), &graph, &inputs, &PlanPolicy::default()).map_err(|e| e.to_string())?) } else { None };
     let mut failed = false;
     let mut ids: Vec<_> = outputs.keys().copied().collect();
     ids.sort();

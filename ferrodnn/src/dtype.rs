@@ -52,10 +52,7 @@ impl DataType {
     }
 
     pub fn is_float(self) -> bool {
-        matches!(
-            self,
-            DataType::F64 | DataType::F32 | DataType::F16 | DataType::Bf16 | DataType::Fp8E4m3 | DataType::Fp8E5m2
-        )
+        matches!(self, DataType::F64 | DataType::F32 | DataType::F16 | DataType::Bf16 | DataType::Fp8E4m3 | DataType::Fp8E5m2)
     }
 
     pub fn is_integer(self) -> bool {

@@ -359,7 +359,12 @@ fn bad_fprop_graphs_are_rejected() {
     fprop_bad(f(&[1, 3, 5, 5]), f(&[4, 3, 3, 3]), ConvAttrs::new(2).with_pre_padding(&[-1, 0]), "pre_padding[0] must be >= 0, got -1");
     fprop_bad(f(&[1, 3, 5, 5]), f(&[4, 3, 3, 3]), ConvAttrs::new(2).with_dilation(&[1, 0]), "dilation[1] must be >= 1, got 0");
     // Empty output.
-    fprop_bad(f(&[1, 3, 5, 4]), f(&[4, 3, 3, 3]), ConvAttrs::new(2).with_dilation(&[1, 2]), "spatial dim 1: the output would be empty: image `x` (tensor \"t\") size 4 + padding 0 + 0 = 4 is less than the dilated filter extent 5");
+    fprop_bad(
+        f(&[1, 3, 5, 4]),
+        f(&[4, 3, 3, 3]),
+        ConvAttrs::new(2).with_dilation(&[1, 2]),
+        "spatial dim 1: the output would be empty: image `x` (tensor \"t\") size 4 + padding 0 + 0 = 4 is less than the dilated filter extent 5",
+    );
     // Ranks.
     fprop_bad(f(&[3, 5]), f(&[4, 3]), ConvAttrs::new(0), "must have rank 3, 4 or 5");
     fprop_bad(f(&[1, 3, 5, 5, 5, 5]), f(&[4, 3, 3, 3, 3, 3]), ConvAttrs::new(4), "must have rank 3, 4 or 5");

@@ -2,7 +2,7 @@
 //! sm_90a. Needs no GPU; skips (saying so) when NVRTC is missing, unless FERRODNN_REQUIRE_NVRTC
 //! is set (as in CI), where a missing NVRTC fails.
 
-use ferrodnn::engine::cuda::{compile_cubin, kernel_sources, nvrtc_available, CompileOptions};
+use ferrodnn::engine::cuda::{compile_cubin, kernel_sources, nvrtc_available, CompileOptions, Target};
 use ferrodnn::testing::cases;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -15,31 +15,30 @@ fn every_generated_kernel_compiles_for_sm80_and_sm90a() {
         return;
     }
     let filter = std::env::var("FERRODNN_CASE_FILTER").unwrap_or_default();
-    // Unique sources, each remembered with the first case that needs it.
-    let mut sources: BTreeMap<String, (String, String)> = BTreeMap::new();
+    // Unique (source, arch) pairs, each remembered with the first case that needs it: kernels
+    // are generated for each target (sm_90a gets the Hopper kernels) and compiled for it.
+    let mut sources: BTreeMap<(String, &str), (String, String)> = BTreeMap::new();
     let mut unsupported = Vec::new();
     let all = cases::all();
     assert!(!all.is_empty());
     for case in all.iter().filter(|c| c.name.contains(&filter)) {
-        match kernel_sources(&case.graph) {
-            Ok(list) => {
-                for (entry, src) in list {
-                    sources.entry(src).or_insert((case.name.clone(), entry));
+        for target in [Target::sm80(), Target::sm90a()] {
+            let arch = if target.hopper() { "sm_90a" } else { "sm_80" };
+            match kernel_sources(&case.graph, &target) {
+                Ok(list) => {
+                    for (entry, src) in list {
+                        sources.entry((src, arch)).or_insert((case.name.clone(), entry));
+                    }
                 }
+                Err(e) => unsupported.push(format!("{} ({arch}): {e}", case.name)),
             }
-            Err(e) => unsupported.push(format!("{}: {e}", case.name)),
         }
     }
     let failures: Vec<String> = sources
         .par_iter()
-        .flat_map(|(src, (case, entry))| {
-            ["sm_80", "sm_90a"]
-                .into_iter()
-                .filter_map(|arch| compile_cubin(src, entry, &CompileOptions::new(arch)).err().map(|e| format!("{case} ({entry}, {arch}): {e}")))
-                .collect::<Vec<_>>()
-        })
+        .filter_map(|((src, arch), (case, entry))| compile_cubin(src, entry, &CompileOptions::new(*arch)).err().map(|e| format!("{case} ({entry}, {arch}): {e}")))
         .collect();
-    eprintln!("compiled {} distinct kernels for sm_80 and sm_90a", sources.len());
+    eprintln!("compiled {} distinct (kernel, arch) pairs", sources.len());
     assert!(failures.is_empty(), "{} kernels failed to compile:\n{}", failures.len(), failures.join("\n\n"));
     // While the fallback grows, cases it cannot generate are listed; the GPU check fails on them.
     if !unsupported.is_empty() {

@@ -52,21 +52,36 @@ fn bad_buffers_are_errors() {
     let wsb = || Some(Buffer::Device { ptr: ws.device_ptr(), bytes: ws.len() });
     let host = vec![0u8; 35 * 4];
     let cases: Vec<(Box<dyn Fn(&mut VariantPack)>, &str)> = vec![
-        (Box::new(|p: &mut VariantPack| {
-            p.device(1, 0, 140);
-        }), "the device pointer is null"),
-        (Box::new(|p: &mut VariantPack| {
-            p.device(1, x.device_ptr() + 2, 138);
-        }), "is not aligned to 4 bytes"),
-        (Box::new(|p: &mut VariantPack| {
-            p.device(1, x.device_ptr(), 100);
-        }), "buffer is 100 bytes but dims [5, 7]"),
-        (Box::new(|p: &mut VariantPack| {
-            p.device(1, host.as_ptr() as u64, 140);
-        }), "is not device memory"),
-        (Box::new(|p: &mut VariantPack| {
-            p.device(1, x.device_ptr(), 140).device(99, y.device_ptr(), 4);
-        }), "the variant pack has uid 99"),
+        (
+            Box::new(|p: &mut VariantPack| {
+                p.device(1, 0, 140);
+            }),
+            "the device pointer is null",
+        ),
+        (
+            Box::new(|p: &mut VariantPack| {
+                p.device(1, x.device_ptr() + 2, 138);
+            }),
+            "is not aligned to 4 bytes",
+        ),
+        (
+            Box::new(|p: &mut VariantPack| {
+                p.device(1, x.device_ptr(), 100);
+            }),
+            "buffer is 100 bytes but dims [5, 7]",
+        ),
+        (
+            Box::new(|p: &mut VariantPack| {
+                p.device(1, host.as_ptr() as u64, 140);
+            }),
+            "is not device memory",
+        ),
+        (
+            Box::new(|p: &mut VariantPack| {
+                p.device(1, x.device_ptr(), 140).device(99, y.device_ptr(), 4);
+            }),
+            "the variant pack has uid 99",
+        ),
     ];
     for (fill, want) in cases {
         let mut pack = VariantPack::new();

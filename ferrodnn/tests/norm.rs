@@ -161,7 +161,8 @@ fn layernorm_padded_strides_and_broadcast_scale_f32() {
     for t in [y, mean, inv] {
         g.set_output(t);
     }
-    let vals: HashMap<TensorId, Nd> = [(x, rand_nd(&dims, DataType::F32, &mut rng)), (scale, rand_nd(&[1, 5, 7], DataType::F32, &mut rng)), (bias, rand_nd(&[1, 1, 7], DataType::F32, &mut rng))].into();
+    let vals: HashMap<TensorId, Nd> =
+        [(x, rand_nd(&dims, DataType::F32, &mut rng)), (scale, rand_nd(&[1, 5, 7], DataType::F32, &mut rng)), (bias, rand_nd(&[1, 1, 7], DataType::F32, &mut rng))].into();
     let out = run_cpu(&g, &vals).unwrap();
     let (ry, rm, ri) = ref_layer(&vals[&x], &vals[&scale], Some(&vals[&bias]), eps, false);
     assert_eq!(out[&mean].dims, vec![3, 1, 1]);
@@ -185,7 +186,8 @@ fn layernorm_inference_phase_and_bf16() {
     g.validate().unwrap();
     assert_eq!(g.resolved_data_type(y), Some(DataType::Bf16));
     assert_eq!(g.nodes[0].outputs.len(), 1);
-    let vals: HashMap<TensorId, Nd> = [(x, rand_nd(&dims, DataType::Bf16, &mut rng)), (scale, rand_nd(&[1, 13], DataType::F32, &mut rng)), (bias, rand_nd(&[1, 13], DataType::F32, &mut rng))].into();
+    let vals: HashMap<TensorId, Nd> =
+        [(x, rand_nd(&dims, DataType::Bf16, &mut rng)), (scale, rand_nd(&[1, 13], DataType::F32, &mut rng)), (bias, rand_nd(&[1, 13], DataType::F32, &mut rng))].into();
     let out = run_cpu(&g, &vals).unwrap();
     let (ry, _, _) = ref_layer(&vals[&x], &vals[&scale], Some(&vals[&bias]), 1e-5, false);
     close("y bf16", &out[&y], &ry, tolerance(DataType::Bf16));
@@ -255,7 +257,8 @@ fn instancenorm_channels_last_f32_and_f16() {
         let (y, m, v) = g.instancenorm(x, scale, bias, NormAttrs::default().with_epsilon(1e-4));
         let (m, v) = (g.set_output(m.unwrap()), g.set_output(v.unwrap()));
         g.set_output(y);
-        let vals: HashMap<TensorId, Nd> = [(x, rand_nd(&dims, dt, &mut rng)), (scale, rand_nd(&[1, 3, 1, 1], DataType::F32, &mut rng)), (bias, rand_nd(&[1, 3, 1, 1], DataType::F32, &mut rng))].into();
+        let vals: HashMap<TensorId, Nd> =
+            [(x, rand_nd(&dims, dt, &mut rng)), (scale, rand_nd(&[1, 3, 1, 1], DataType::F32, &mut rng)), (bias, rand_nd(&[1, 3, 1, 1], DataType::F32, &mut rng))].into();
         let out = run_cpu(&g, &vals).unwrap();
         let (ry, rm, ri) = ref_instance(&vals[&x], &vals[&scale], &vals[&bias], 1e-4);
         assert_eq!(out[&m].dims, vec![2, 3, 1, 1]);
@@ -513,7 +516,8 @@ fn genstats_then_bn_finalize() {
     // The equivalent affine map is batchnorm: x * eq_scale + eq_bias.
     let hw = dims[2] * dims[3];
     let affine: Vec<f64> = (0..xv.data.len()).map(|f| xv.data[f] * out[&eqs].data[(f / hw) % c] + out[&eqb].data[(f / hw) % c]).collect();
-    let bn: Vec<f64> = (0..xv.data.len()).map(|f| (xv.data[f] - rmean[(f / hw) % c]) * rinv[(f / hw) % c] * vals[&scale].data[(f / hw) % c] + vals[&bias].data[(f / hw) % c]).collect();
+    let bn: Vec<f64> =
+        (0..xv.data.len()).map(|f| (xv.data[f] - rmean[(f / hw) % c]) * rinv[(f / hw) % c] * vals[&scale].data[(f / hw) % c] + vals[&bias].data[(f / hw) % c]).collect();
     assert!(relative_error(&affine, &bn) < t2);
 
     // bn_finalize alone with f64 sums and no running statistics: outputs are f64, exact.

@@ -273,11 +273,8 @@ fn run_mode(mode: PointwiseMode, ins: &[Input], values: &[Vec<f64>], out_strides
     let mut check = g.clone();
     check.validate().unwrap_or_else(|e| panic!("{}: {e}", mode.name()));
     let dt = check.resolved_data_type(y).unwrap();
-    let inputs: HashMap<TensorId, Nd> = ids
-        .iter()
-        .zip(ins.iter().zip(values))
-        .map(|(&id, (inp, v))| (id, Nd::new(inp.dims.iter().map(|&d| d as usize).collect(), v.clone())))
-        .collect();
+    let inputs: HashMap<TensorId, Nd> =
+        ids.iter().zip(ins.iter().zip(values)).map(|(&id, (inp, v))| (id, Nd::new(inp.dims.iter().map(|&d| d as usize).collect(), v.clone()))).collect();
     let outs = run_cpu(&g, &inputs).unwrap_or_else(|e| panic!("{}: {e}", mode.name()));
     (outs[&y].clone(), dt)
 }
@@ -322,11 +319,7 @@ fn allowed(dt: DataType, want: f64) -> f64 {
 /// Run `mode` with random inputs and compare every element with `reference`.
 fn check_mode(mode: PointwiseMode, ins: &[Input], out_strides: Option<&[i64]>, seed: u64) {
     let mut rng = SplitMix64::new(seed);
-    let values: Vec<Vec<f64>> = ins
-        .iter()
-        .enumerate()
-        .map(|(p, inp)| values_for(mode, p, inp.dims.iter().product::<i64>() as usize, inp.dtype, &mut rng))
-        .collect();
+    let values: Vec<Vec<f64>> = ins.iter().enumerate().map(|(p, inp)| values_for(mode, p, inp.dims.iter().product::<i64>() as usize, inp.dtype, &mut rng)).collect();
     let (out, dt) = run_mode(mode, ins, &values, out_strides, None);
     assert!(values.iter().flatten().any(|&v| v != 0.0), "inputs are all zero");
     for idx in indices(&out.dims) {
@@ -354,9 +347,60 @@ fn mode_names_are_unique_and_complete() {
     let set: HashSet<&str> = names.iter().copied().collect();
     assert_eq!(set.len(), names.len(), "duplicate names in {names:?}");
     let expected = [
-        "add", "sub", "mul", "div", "max", "min", "pow", "mod", "add_square", "scale", "bias", "abs", "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "identity", "relu",
-        "leaky_relu", "elu", "gelu", "gelu_approx_tanh", "swish", "softplus", "cmp_eq", "cmp_neq", "cmp_gt", "cmp_ge", "cmp_lt", "cmp_le", "logical_and", "logical_or", "logical_not", "binary_select", "gen_index", "relu_backward",
-        "sigmoid_backward", "tanh_backward", "elu_backward", "gelu_backward", "gelu_approx_tanh_backward", "swish_backward", "softplus_backward", "leaky_relu_backward",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "max",
+        "min",
+        "pow",
+        "mod",
+        "add_square",
+        "scale",
+        "bias",
+        "abs",
+        "neg",
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "reciprocal",
+        "sin",
+        "cos",
+        "tan",
+        "tanh",
+        "sigmoid",
+        "erf",
+        "floor",
+        "ceil",
+        "identity",
+        "relu",
+        "leaky_relu",
+        "elu",
+        "gelu",
+        "gelu_approx_tanh",
+        "swish",
+        "softplus",
+        "cmp_eq",
+        "cmp_neq",
+        "cmp_gt",
+        "cmp_ge",
+        "cmp_lt",
+        "cmp_le",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "binary_select",
+        "gen_index",
+        "relu_backward",
+        "sigmoid_backward",
+        "tanh_backward",
+        "elu_backward",
+        "gelu_backward",
+        "gelu_approx_tanh_backward",
+        "swish_backward",
+        "softplus_backward",
+        "leaky_relu_backward",
     ];
     assert_eq!(set, expected.iter().copied().collect::<HashSet<_>>());
     // Every mode name is an op name the library lists, and arities are as documented.
@@ -366,7 +410,8 @@ fn mode_names_are_unique_and_complete() {
         let want = match m.name() {
             "binary_select" => 3,
             n if n.ends_with("_backward") => 2,
-            "abs" | "neg" | "exp" | "log" | "sqrt" | "rsqrt" | "reciprocal" | "sin" | "cos" | "tan" | "tanh" | "sigmoid" | "erf" | "floor" | "ceil" | "identity" | "relu" | "leaky_relu" | "elu" | "gelu" | "gelu_approx_tanh" | "swish" | "softplus" | "logical_not" | "gen_index" => 1,
+            "abs" | "neg" | "exp" | "log" | "sqrt" | "rsqrt" | "reciprocal" | "sin" | "cos" | "tan" | "tanh" | "sigmoid" | "erf" | "floor" | "ceil" | "identity" | "relu"
+            | "leaky_relu" | "elu" | "gelu" | "gelu_approx_tanh" | "swish" | "softplus" | "logical_not" | "gen_index" => 1,
             _ => 2,
         };
         assert_eq!(m.arity(), want, "{}", m.name());
@@ -376,7 +421,9 @@ fn mode_names_are_unique_and_complete() {
 #[test]
 fn erf_reference_matches_tables_and_the_engine() {
     // Tabulated values of erf.
-    for (x, want) in [(0.5, 0.520_499_877_813_046_5), (1.0, 0.842_700_792_949_714_9), (2.0, 0.995_322_265_018_952_7), (3.0, 0.999_977_909_503_001_4), (-1.0, -0.842_700_792_949_714_9)] {
+    for (x, want) in
+        [(0.5, 0.520_499_877_813_046_5), (1.0, 0.842_700_792_949_714_9), (2.0, 0.995_322_265_018_952_7), (3.0, 0.999_977_909_503_001_4), (-1.0, -0.842_700_792_949_714_9)]
+    {
         assert!((erf_ref(x) - want).abs() < 1e-14, "erf_ref({x}) = {}", erf_ref(x));
     }
     // The engine's erf across its series / continued-fraction switch and into the tail.
@@ -452,7 +499,9 @@ fn comparisons_produce_bool() {
         for mode in [CmpEq, CmpNeq, CmpGt, CmpGe, CmpLt, CmpLe] {
             // Values on a grid of quarters, so that equal pairs occur.
             let mut rng = SplitMix64::new(300);
-            let grid = |n: usize, rng: &mut SplitMix64| (0..n).map(|_| (rng.next_u64() % 9) as f64 * 0.25 - 1.0).map(|v| if dt == DataType::I32 { (v * 4.0).round() } else { v }).collect::<Vec<f64>>();
+            let grid = |n: usize, rng: &mut SplitMix64| {
+                (0..n).map(|_| (rng.next_u64() % 9) as f64 * 0.25 - 1.0).map(|v| if dt == DataType::I32 { (v * 4.0).round() } else { v }).collect::<Vec<f64>>()
+            };
             let a = grid(15, &mut rng);
             let b = grid(4, &mut rng);
             let ins = [input(&[3, 1, 5], Some(&[5, 5, 1]), dt), input(&[4, 1], None, dt)];
@@ -563,7 +612,16 @@ fn relu_with_clips_and_slope() {
 
 #[test]
 fn activations_with_other_parameters() {
-    for mode in [Elu { alpha: 0.7 }, Swish { beta: 1.7 }, Softplus { beta: 2.5 }, LeakyRelu { negative_slope: 0.3 }, EluBackward { alpha: 0.7 }, SwishBackward { beta: 1.7 }, SoftplusBackward { beta: 2.5 }, LeakyReluBackward { negative_slope: 0.3 }] {
+    for mode in [
+        Elu { alpha: 0.7 },
+        Swish { beta: 1.7 },
+        Softplus { beta: 2.5 },
+        LeakyRelu { negative_slope: 0.3 },
+        EluBackward { alpha: 0.7 },
+        SwishBackward { beta: 1.7 },
+        SoftplusBackward { beta: 2.5 },
+        LeakyReluBackward { negative_slope: 0.3 },
+    ] {
         for dt in [DataType::F64, DataType::F32] {
             let ins: Vec<Input> = (0..mode.arity()).map(|i| input(&[5, 3], if i == 0 { Some(&[1, 5]) } else { None }, dt)).collect();
             check_mode(mode, &ins, None, 700);

@@ -319,7 +319,9 @@ fn causal_both_alignments() {
 
 #[test]
 fn sliding_window() {
-    for (causal, left, right) in [(Some(CausalAlignment::TopLeft), Some(2), None), (None, Some(1), Some(2)), (Some(CausalAlignment::BottomRight), Some(1), None), (None, None, Some(0))] {
+    for (causal, left, right) in
+        [(Some(CausalAlignment::TopLeft), Some(2), None), (None, Some(1), Some(2)), (Some(CausalAlignment::BottomRight), Some(1), None), (None, None, Some(0))]
+    {
         let mut c = Case::new(1, 2, 1, 6, 9, 3, 3);
         c.attrs.causal = causal;
         c.attrs.sliding_window_left = left;
@@ -585,7 +587,11 @@ fn bad_graphs_are_rejected() {
     let mut cg = c.clone();
     cg.block = Some(5);
     expect_invalid(&cg, |bt| bt.g.nodes[0].inputs.retain(|p| p.name != "page_table_v"), "paged tables inconsistent: page_table_k and page_table_v must be given together");
-    expect_invalid(&cg, |bt| *bt.g.desc_mut(bt.inputs.page_table_v.unwrap()) = TensorDesc::new("page_table_v", &[2, 1, 2, 1], DataType::I32), "paged tables inconsistent: K covers 5 keys");
+    expect_invalid(
+        &cg,
+        |bt| *bt.g.desc_mut(bt.inputs.page_table_v.unwrap()) = TensorDesc::new("page_table_v", &[2, 1, 2, 1], DataType::I32),
+        "paged tables inconsistent: K covers 5 keys",
+    );
     expect_invalid(&c, |bt| *bt.g.desc_mut(bt.d_o.unwrap()) = TensorDesc::new("do", &[2, 4, 3, 4], DataType::F64), "input `do` must have the output's dims");
     let mut cs = c.clone();
     cs.attrs.attn_scale = Some(f64::NAN);

@@ -11,11 +11,8 @@ fn examples_dir() -> PathBuf {
 }
 
 fn example_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(examples_dir())
-        .expect("examples/ exists")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(examples_dir()).expect("examples/ exists").filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
     files.sort();
     files
 }

@@ -192,7 +192,13 @@ fn concatenate_on_each_axis_with_mixed_layouts() {
                     let mut idx = [i, j, k];
                     let pos = idx[axis];
                     // Positions 0 | 1..5 | 5..7 on the axis.
-                    let (src, local) = if pos < 1 { (x0, pos) } else if pos < 5 { (x1, pos - 1) } else { (x2, pos - 5) };
+                    let (src, local) = if pos < 1 {
+                        (x0, pos)
+                    } else if pos < 5 {
+                        (x1, pos - 1)
+                    } else {
+                        (x2, pos - 5)
+                    };
                     idx[axis] = local;
                     assert_eq!(at3(&out, i, j, k), at3(&inputs[&src], idx[0], idx[1], idx[2]), "axis {axis} at {i},{j},{k}");
                 }

@@ -323,12 +323,7 @@ impl Handle {
         }
         if plans.is_empty() {
             let wanted = policy.engine.map_or("any engine".to_string(), |k| format!("engine {}", k.name()));
-            return Err(Error::NotSupported(format!(
-                "graph \"{}\": no plan on {wanted}{}{}",
-                g.name,
-                if reasons.is_empty() { "" } else { ": " },
-                reasons.join("; ")
-            )));
+            return Err(Error::NotSupported(format!("graph \"{}\": no plan on {wanted}{}{}", g.name, if reasons.is_empty() { "" } else { ": " }, reasons.join("; "))));
         }
         Ok(plans)
     }
@@ -341,11 +336,8 @@ impl Handle {
         if key != desc.graph_key {
             return Err(Error::InvalidArgument(format!("graph \"{}\": the plan was built for graph key {:#x} but this graph's key is {key:#x}", g.name, desc.graph_key)));
         }
-        let engine = self
-            .engines
-            .iter()
-            .find(|e| e.kind() == desc.engine)
-            .ok_or_else(|| Error::NotSupported(format!("engine {} is not available on this handle", desc.engine.name())))?;
+        let engine =
+            self.engines.iter().find(|e| e.kind() == desc.engine).ok_or_else(|| Error::NotSupported(format!("engine {} is not available on this handle", desc.engine.name())))?;
         engine.supports(&g)?;
         let g = Arc::new(g);
         let notes = engine.behavior(&g, &desc.knobs);

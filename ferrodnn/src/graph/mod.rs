@@ -82,14 +82,7 @@ pub struct Graph {
 
 impl Graph {
     pub fn new(name: impl Into<String>) -> Graph {
-        Graph {
-            name: name.into(),
-            io_data_type: None,
-            intermediate_data_type: None,
-            compute_data_type: None,
-            tensors: Vec::new(),
-            nodes: Vec::new(),
-        }
+        Graph { name: name.into(), io_data_type: None, intermediate_data_type: None, compute_data_type: None, tensors: Vec::new(), nodes: Vec::new() }
     }
 
     pub fn io_data_type(mut self, dt: DataType) -> Graph {
@@ -205,11 +198,7 @@ impl Graph {
     /// type.
     pub fn resolved_data_type(&self, id: TensorId) -> Option<DataType> {
         let t = self.get(id)?;
-        t.data_type.or(if t.is_virtual {
-            self.intermediate_data_type.or(Some(DataType::F32))
-        } else {
-            self.io_data_type
-        })
+        t.data_type.or(if t.is_virtual { self.intermediate_data_type.or(Some(DataType::F32)) } else { self.io_data_type })
     }
 
     /// The type a node computes in.
@@ -250,7 +239,11 @@ impl Graph {
             }
             for p in &node.outputs {
                 if let Some(&other) = producer.get(&p.tensor.0) {
-                    return Err(Error::op(kind, &node.name, format!("output `{}` (tensor \"{}\") is already produced by op \"{}\"", p.name, self.tensors[p.tensor.0].name, self.nodes[other].name)));
+                    return Err(Error::op(
+                        kind,
+                        &node.name,
+                        format!("output `{}` (tensor \"{}\") is already produced by op \"{}\"", p.name, self.tensors[p.tensor.0].name, self.nodes[other].name),
+                    ));
                 }
                 producer.insert(p.tensor.0, ni);
                 let t = &self.tensors[p.tensor.0];
@@ -367,12 +360,7 @@ impl Graph {
 
     /// Tensors that need a buffer in the variant pack: non-virtual, not a constant by-value.
     pub fn io_tensors(&self) -> Vec<TensorId> {
-        self.tensors
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| !t.is_virtual && !(t.is_pass_by_value && t.value.is_some()))
-            .map(|(i, _)| TensorId(i))
-            .collect()
+        self.tensors.iter().enumerate().filter(|(_, t)| !t.is_virtual && !(t.is_pass_by_value && t.value.is_some())).map(|(i, _)| TensorId(i)).collect()
     }
 
     /// Tensors no op produces (the graph's inputs), in index order.
@@ -480,7 +468,8 @@ pub fn check_tensor_desc(t: &TensorDesc) -> Result<()> {
     if count > MAX_ELEMENTS {
         return Err(Error::InvalidGraph(format!("tensor \"{name}\": {count} elements is more than the {MAX_ELEMENTS} a tensor may have (dims {:?})", t.dims)));
     }
-    let extent = t.extent_elements().ok_or_else(|| Error::InvalidGraph(format!("tensor \"{name}\": the extent of dims {:?} with strides {:?} overflows i64", t.dims, t.strides)))?;
+    let extent =
+        t.extent_elements().ok_or_else(|| Error::InvalidGraph(format!("tensor \"{name}\": the extent of dims {:?} with strides {:?} overflows i64", t.dims, t.strides)))?;
     if let Some(dt) = t.data_type {
         if extent.checked_mul(dt.size() as i64).is_none() {
             return Err(Error::InvalidGraph(format!("tensor \"{name}\": its size in bytes overflows i64")));

@@ -59,11 +59,7 @@ impl TensorDesc {
 
     /// A by-value scalar constant of shape `[1]`.
     pub fn scalar(name: impl Into<String>, value: f64, data_type: DataType) -> TensorDesc {
-        TensorDesc {
-            is_pass_by_value: true,
-            value: Some(value),
-            ..TensorDesc::new(name, &[1], data_type)
-        }
+        TensorDesc { is_pass_by_value: true, value: Some(value), ..TensorDesc::new(name, &[1], data_type) }
     }
 
     pub fn with_strides(mut self, strides: &[i64]) -> TensorDesc {

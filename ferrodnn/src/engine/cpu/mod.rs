@@ -111,7 +111,8 @@ fn check_pack(g: &Graph, pack: &VariantPack) -> Result<()> {
         let d = g.desc(id);
         let uid = d.uid.unwrap_or_default();
         known.insert(uid, id);
-        let buf = pack.buffers.get(&uid).ok_or_else(|| Error::InvalidArgument(format!("graph \"{}\": tensor \"{}\" (uid {uid}) has no buffer in the variant pack", g.name, d.name)))?;
+        let buf =
+            pack.buffers.get(&uid).ok_or_else(|| Error::InvalidArgument(format!("graph \"{}\": tensor \"{}\" (uid {uid}) has no buffer in the variant pack", g.name, d.name)))?;
         let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
         let need = required_bytes(d, dtype);
         if let Buffer::Device { .. } = buf {

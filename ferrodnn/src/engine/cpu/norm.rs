@@ -295,11 +295,7 @@ pub(crate) fn genstats(io: &mut NodeIo, _a: &NormAttrs) -> Result<()> {
     let dims = x.dims.clone();
     let sdims = NormAxes::Batch.stats_dims(&dims);
     let g = groups(io, "statistics", &dims, &sdims)?;
-    let sums: Vec<(f64, f64)> = g
-        .members
-        .par_iter()
-        .map(|m| m.iter().fold((0.0, 0.0), |(s, q), &i| (s + x.data[i], q + x.data[i] * x.data[i])))
-        .collect();
+    let sums: Vec<(f64, f64)> = g.members.par_iter().map(|m| m.iter().fold((0.0, 0.0), |(s, q), &i| (s + x.data[i], q + x.data[i] * x.data[i]))).collect();
     io.set("sum", Nd::new(sdims.clone(), sums.iter().map(|s| s.0).collect()));
     io.set("sq_sum", Nd::new(sdims, sums.iter().map(|s| s.1).collect()));
     Ok(())

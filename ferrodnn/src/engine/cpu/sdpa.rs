@@ -5,9 +5,9 @@
 use super::rng::{philox_uniform, seed_value};
 use super::NodeIo;
 use crate::error::Result;
+use crate::graph::ops::sdpa::alibi_slopes;
 use crate::graph::ops::sdpa::{CausalAlignment, SdpaAttrs};
 use crate::layout::{for_each_index, Nd};
-use crate::graph::ops::sdpa::alibi_slopes;
 use rayon::prelude::*;
 
 /// For each batch, the pool block of each page (`None` for pages never read).
@@ -48,13 +48,7 @@ fn lengths(io: &NodeIo, port: &str, b: usize, max: usize) -> Result<Vec<usize>> 
     nd.data
         .iter()
         .enumerate()
-        .map(|(i, &x)| {
-            if x.fract() != 0.0 || !(0.0..=max as f64).contains(&x) {
-                Err(io.err(format!("{port}[{i}] = {x} is outside [0, {max}]")))
-            } else {
-                Ok(x as usize)
-            }
-        })
+        .map(|(i, &x)| if x.fract() != 0.0 || !(0.0..=max as f64).contains(&x) { Err(io.err(format!("{port}[{i}] = {x} is outside [0, {max}]"))) } else { Ok(x as usize) })
         .collect()
 }
 

@@ -34,13 +34,50 @@ impl CudaEngine {
     }
 
     /// The kernel units of a validated graph: with `fused`, memory-bound chains are fused and
-    /// specialized kernels replace the fallback's where they apply.
-    fn units(graph: &Graph, fused: bool) -> Result<Vec<Unit>> {
+    /// specialized kernels (GEMM, attention, rows, spatial) replace the fallback's where they
+    /// apply on `target`.
+    fn units(graph: &Graph, target: &Target, fused: bool) -> Result<Vec<Unit>> {
         if fused {
-            super::fused::units(graph)
+            super::fused::units(graph, target)
         } else {
             fallback_units(graph)
         }
+    }
+
+    /// The device this engine generates kernels for.
+    pub fn target(&self) -> Target {
+        Target { arch: self.device.arch(), sm_count: self.device.sm_count() }
+    }
+}
+
+/// What kernel generation may assume about the device: the NVRTC architecture (`sm_80`,
+/// `sm_90a`, ...) and the number of SMs (for one-wave and persistent grids). A kernel source is
+/// a pure function of the graph and the target.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub arch: String,
+    pub sm_count: u32,
+}
+
+impl Target {
+    pub fn new(arch: &str, sm_count: u32) -> Target {
+        Target { arch: arch.to_string(), sm_count }
+    }
+    /// An A100 (sm_80, 108 SMs): the mma.sync / cp.async generation.
+    pub fn sm80() -> Target {
+        Target::new("sm_80", 108)
+    }
+    /// An H100 SXM (sm_90a, 132 SMs): wgmma, TMA, clusters.
+    pub fn sm90a() -> Target {
+        Target::new("sm_90a", 132)
+    }
+    /// The compute capability as a number: 80, 86, 89, 90, ...
+    pub fn cc(&self) -> u32 {
+        self.arch.trim_start_matches("sm_").trim_end_matches('a').parse().unwrap_or(80)
+    }
+    /// Hopper's arch-specific features (wgmma, setmaxnreg) need the `a` target (`sm_90a`).
+    pub fn hopper(&self) -> bool {
+        self.arch == "sm_90a"
     }
 }
 
@@ -53,6 +90,17 @@ pub struct Unit {
     /// Tensors the unit writes to memory (outputs consumed outside the unit, or graph outputs);
     /// tensors internal to the unit never reach memory.
     pub writes: Vec<TensorId>,
+    /// Kernels to run instead when a listed tensor's pointer is not 16-byte aligned at execute
+    /// time (fast kernels with TMA or vector accesses that need it; the pointer is only known
+    /// then). The alternative must compute the same outputs.
+    pub unaligned: Option<Box<Unaligned>>,
+}
+
+/// See [`Unit::unaligned`].
+#[derive(Clone, Debug)]
+pub struct Unaligned {
+    pub tensors: Vec<TensorId>,
+    pub kernels: NodeKernels,
 }
 
 /// One fallback unit per node, in topological order.
@@ -62,7 +110,7 @@ pub fn fallback_units(graph: &Graph) -> Result<Vec<Unit>> {
         .into_iter()
         .map(|ni| {
             let writes = graph.nodes[ni].outputs.iter().map(|p| p.tensor).collect();
-            Ok(Unit { nodes: vec![ni], kernels: fallback::generate(graph, ni)?, writes })
+            Ok(Unit { nodes: vec![ni], kernels: fallback::generate(graph, ni)?, writes, unaligned: None })
         })
         .collect()
 }
@@ -74,14 +122,15 @@ fn fused_knob(knobs: &[Knob]) -> bool {
 
 /// Every kernel source a graph's CUDA plan compiles, with its entry name: for tests that
 /// compile them without a GPU, and for `FERRODNN_LOG`-style inspection.
-pub fn kernel_sources(graph: &Graph) -> Result<Vec<(String, String)>> {
+pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, String)>> {
     let mut g = graph.clone();
     g.validate()?;
     let mut out = Vec::new();
-    let mut units = CudaEngine::units(&g, true)?;
-    units.extend(CudaEngine::units(&g, false)?);
+    let mut units = CudaEngine::units(&g, target, true)?;
+    units.extend(CudaEngine::units(&g, target, false)?);
     for u in units {
-        for l in u.kernels.launches {
+        let alternative = u.unaligned.map(|a| a.kernels.launches).unwrap_or_default();
+        for l in u.kernels.launches.into_iter().chain(alternative) {
             out.push((l.entry.clone(), format!("{PRELUDE}\n{}", l.source)));
         }
     }
@@ -99,7 +148,7 @@ impl Engine for CudaEngine {
                 return Err(Error::NotSupported(format!("tensor \"{}\": the CUDA engine needs by-value scalars to carry their value in the graph", t.name)));
             }
         }
-        Self::units(graph, false).map(|_| ())
+        Self::units(graph, &self.target(), false).map(|_| ())
     }
 
     /// Fused and specialized kernels first, then the plain per-node fallback.
@@ -114,20 +163,19 @@ impl Engine for CudaEngine {
 
     fn build(&self, graph: Arc<Graph>, knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
         let g = &*graph;
-        let kernels = Self::units(g, fused_knob(knobs))?;
-        let arch = self.device.arch();
-        let opts = CompileOptions::new(arch.clone());
+        let target = self.target();
+        let units = Self::units(g, &target, fused_knob(knobs))?;
+        let opts = CompileOptions::new(target.arch.clone());
         let cache = KernelCache::global();
 
-        // Compile every launch (in parallel: NVRTC is thread-safe), each as its own module.
-        let launches: Vec<(usize, usize, &fallback::Launch)> =
-            kernels.iter().enumerate().flat_map(|(k, u)| u.kernels.launches.iter().enumerate().map(move |(li, l)| (k, li, l))).collect();
-        let cubins: Vec<Arc<Vec<u8>>> = launches
-            .par_iter()
-            .map(|(_, _, l)| compile_cached(cache, &format!("{PRELUDE}\n{}", l.source), &l.entry, &opts))
-            .collect::<Result<_>>()?;
+        // Every launch of every unit (and of its unaligned alternative), compiled in parallel
+        // (NVRTC is thread-safe), each as its own module.
+        let lists: Vec<&NodeKernels> = units.iter().flat_map(|u| std::iter::once(&u.kernels).chain(u.unaligned.as_ref().map(|a| &a.kernels))).collect();
+        let launches: Vec<&fallback::Launch> = lists.iter().flat_map(|k| k.launches.iter()).collect();
+        let cubins: Vec<Arc<Vec<u8>>> = launches.par_iter().map(|l| compile_cached(cache, &format!("{PRELUDE}\n{}", l.source), &l.entry, &opts)).collect::<Result<_>>()?;
+        let mut cubins = cubins.into_iter();
 
-        // Workspace: a slice per produced virtual tensor, then per node's scratch buffers.
+        // Workspace: a slice per produced virtual tensor, then each kernel list's scratch buffers.
         let mut workspace = 0usize;
         let mut take = |bytes: usize| {
             let at = workspace;
@@ -135,7 +183,7 @@ impl Engine for CudaEngine {
             at
         };
         let mut virtual_at: HashMap<usize, usize> = HashMap::new();
-        for u in &kernels {
+        for u in &units {
             for &t in &u.writes {
                 let d = g.desc(t);
                 if d.is_virtual {
@@ -144,7 +192,6 @@ impl Engine for CudaEngine {
                 }
             }
         }
-        let scratch_at: Vec<Vec<usize>> = kernels.iter().map(|u| u.kernels.scratch.iter().map(|&b| take(b)).collect()).collect();
 
         // Constants: by-value scalars that carry their value, in their own type, uploaded once.
         let mut const_bytes = Vec::new();
@@ -160,25 +207,39 @@ impl Engine for CudaEngine {
         let constants = if const_bytes.is_empty() { None } else { Some(self.device.upload(&const_bytes)?) };
 
         let max_grid = self.device.sm_count().max(1) as u64 * 32;
-        let mut steps = Vec::with_capacity(launches.len());
-        for ((k, _, l), cubin) in launches.iter().zip(&cubins) {
-            let module = Module::load(&self.device, cubin)?;
-            let function = module.function(&l.entry)?;
-            if l.shared_bytes > 48 * 1024 {
-                function.set_max_dynamic_shared_memory(l.shared_bytes)?;
+        let mut steps_of = |kernels: &NodeKernels| -> Result<Vec<Step>> {
+            let scratch_at: Vec<usize> = kernels.scratch.iter().map(|&b| take(b)).collect();
+            let mut steps = Vec::with_capacity(kernels.launches.len());
+            for l in &kernels.launches {
+                let cubin = cubins.next().ok_or_else(|| Error::Device("internal: a launch was not compiled".into()))?;
+                let module = Module::load(&self.device, &cubin)?;
+                let function = module.function(&l.entry)?;
+                if l.shared_bytes > 48 * 1024 {
+                    function.set_max_dynamic_shared_memory(l.shared_bytes)?;
+                }
+                let grid = match l.exact_grid {
+                    Some(grid) => grid,
+                    None => (l.threads.div_ceil(l.block.max(1) as u64).clamp(1, max_grid) as u32, 1, 1),
+                };
+                steps.push(Step { function, grid, block: (l.block, 1, 1), cluster: l.cluster, shared_bytes: l.shared_bytes, args: l.args.clone(), scratch_at: scratch_at.clone() });
             }
-            let grid = match l.exact_grid {
-                Some(grid) => grid,
-                None => (l.threads.div_ceil(l.block.max(1) as u64).clamp(1, max_grid) as u32, 1, 1),
+            Ok(steps)
+        };
+        let mut plan_units = Vec::with_capacity(units.len());
+        for u in &units {
+            let primary = steps_of(&u.kernels)?;
+            let unaligned = match &u.unaligned {
+                Some(a) => Some((a.tensors.clone(), steps_of(&a.kernels)?)),
+                None => None,
             };
-            steps.push(Step { function, grid, block: (l.block, 1, 1), shared_bytes: l.shared_bytes, args: l.args.clone(), scratch_at: scratch_at[*k].clone() });
+            plan_units.push(UnitSteps { primary, unaligned });
         }
         let refs = g.tensors.iter().enumerate().map(|(i, _)| TRef::of(g, TensorId(i))).collect();
         Ok(Box::new(CudaPlan {
             graph: graph.clone(),
             device: self.device.clone(),
             stream: self.stream.clone(),
-            steps,
+            units: plan_units,
             refs,
             virtual_at,
             const_at,
@@ -189,10 +250,18 @@ impl Engine for CudaEngine {
     }
 }
 
+/// A unit's launches, and the ones to run instead when a tensor that needs 16-byte alignment
+/// does not have it.
+struct UnitSteps {
+    primary: Vec<Step>,
+    unaligned: Option<(Vec<TensorId>, Vec<Step>)>,
+}
+
 struct Step {
     function: Function,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
+    cluster: Option<(u32, u32, u32)>,
     shared_bytes: u32,
     args: Vec<Arg>,
     scratch_at: Vec<usize>,
@@ -202,7 +271,7 @@ struct CudaPlan {
     graph: Arc<Graph>,
     device: Arc<CudaDevice>,
     stream: SharedStream,
-    steps: Vec<Step>,
+    units: Vec<UnitSteps>,
     refs: Vec<TRef>,
     virtual_at: HashMap<usize, usize>,
     const_at: HashMap<usize, usize>,
@@ -233,52 +302,73 @@ impl CompiledPlan for CudaPlan {
         }
         let ptrs = self.resolve_pointers(pack, ws_ptr)?;
         let stream = self.stream.read().map_err(|_| Error::Device("the handle's stream lock is poisoned".into()))?.clone();
-        for step in &self.steps {
-            // Argument values live in these vectors until the launch returns; `params` points
-            // at them. Capacities are reserved up front so the pointers stay put.
-            let n = step.args.len();
-            let mut words: Vec<u64> = Vec::with_capacity(n);
-            let mut refs: Vec<TRef> = Vec::with_capacity(n);
-            let mut floats: Vec<f64> = Vec::with_capacity(n);
-            let mut params: Vec<*mut c_void> = Vec::with_capacity(n);
-            for arg in &step.args {
-                match arg {
-                    Arg::Ptr(t) => {
-                        words.push(ptrs[t.0]);
-                        params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
-                    }
-                    Arg::Scratch(i) => {
-                        let at = step.scratch_at.get(*i).copied().ok_or_else(|| Error::Device(format!("internal: scratch buffer {i} was not laid out")))?;
-                        words.push(ws_ptr + at as u64);
-                        params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
-                    }
-                    Arg::I64(v) => {
-                        words.push(*v as u64);
-                        params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
-                    }
-                    Arg::Ref(t) => {
-                        refs.push(self.refs[t.0]);
-                        params.push(refs.last_mut().map_or(std::ptr::null_mut(), |r| r as *mut TRef as *mut c_void));
-                    }
-                    Arg::F64(v) => {
-                        floats.push(*v);
-                        params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));
-                    }
-                }
+        for unit in &self.units {
+            let steps = match &unit.unaligned {
+                Some((tensors, alt)) if tensors.iter().any(|t| ptrs[t.0] % 16 != 0) => alt,
+                _ => &unit.primary,
+            };
+            for step in steps {
+                self.launch(step, &ptrs, ws_ptr, &stream)?;
             }
-            // SAFETY: the kernel was generated with exactly these parameters in this order (the
-            // family generators build source and args together); each params entry points at a
-            // value of the parameter's C type that lives until the call returns (the vectors do
-            // not reallocate: their capacity was reserved). Every pointer argument is device
-            // memory checked in resolve_pointers to hold the tensor's whole extent, or a slice
-            // of a workspace checked to be large enough.
-            unsafe { step.function.launch(&stream, step.grid, step.block, step.shared_bytes, &mut params)? };
         }
         Ok(())
     }
 }
 
 impl CudaPlan {
+    fn launch(&self, step: &Step, ptrs: &[u64], ws_ptr: u64, stream: &Stream) -> Result<()> {
+        // Argument values live in these vectors until the launch returns; `params` points at
+        // them. Capacities are reserved up front so the pointers stay put.
+        let n = step.args.len();
+        let mut words: Vec<u64> = Vec::with_capacity(n);
+        let mut refs: Vec<TRef> = Vec::with_capacity(n);
+        let mut floats: Vec<f64> = Vec::with_capacity(n);
+        let mut maps: Vec<cudarc::driver::sys::CUtensorMap> = Vec::with_capacity(n);
+        let mut params: Vec<*mut c_void> = Vec::with_capacity(n);
+        for arg in &step.args {
+            match arg {
+                Arg::Ptr(t) => {
+                    words.push(ptrs[t.0]);
+                    params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
+                }
+                Arg::Scratch(i) => {
+                    let at = step.scratch_at.get(*i).copied().ok_or_else(|| Error::Device(format!("internal: scratch buffer {i} was not laid out")))?;
+                    words.push(ws_ptr + at as u64);
+                    params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
+                }
+                Arg::I64(v) => {
+                    words.push(*v as u64);
+                    params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
+                }
+                Arg::Ref(t) => {
+                    refs.push(self.refs[t.0]);
+                    params.push(refs.last_mut().map_or(std::ptr::null_mut(), |r| r as *mut TRef as *mut c_void));
+                }
+                Arg::F64(v) => {
+                    floats.push(*v);
+                    params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));
+                }
+                Arg::TensorMap(desc) => {
+                    maps.push(desc.encode(ptrs[desc.tensor.0])?);
+                    params.push(maps.last_mut().map_or(std::ptr::null_mut(), |m| m as *mut cudarc::driver::sys::CUtensorMap as *mut c_void));
+                }
+            }
+        }
+        // SAFETY: the kernel was generated with exactly these parameters in this order (the
+        // generators build source and args together); each params entry points at a value of
+        // the parameter's C type (a tensor map is the 128-byte, 64-byte aligned CUtensorMap the
+        // kernel declares as TmaMap) that lives until the call returns (the vectors do not
+        // reallocate: their capacity was reserved). Every pointer argument is device memory
+        // checked in resolve_pointers to hold the tensor's whole extent, or a slice of a
+        // workspace checked to be large enough; a tensor map spans only its tensor's extent.
+        unsafe {
+            match step.cluster {
+                Some(cluster) => step.function.launch_cluster(stream, step.grid, step.block, cluster, step.shared_bytes, &mut params),
+                None => step.function.launch(stream, step.grid, step.block, step.shared_bytes, &mut params),
+            }
+        }
+    }
+
     fn is_device_pointer(&self, ptr: u64) -> bool {
         if self.device_pointers.lock().is_ok_and(|set| set.contains(&ptr)) {
             return true;

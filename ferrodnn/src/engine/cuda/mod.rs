@@ -27,16 +27,19 @@
 //! folder with `cuda_fp16.h`), `FERRODNN_CACHE_DIR` and `FERRODNN_KERNEL_CACHE=0` (the kernel
 //! cache's folder, or no disk cache).
 
+pub mod attention;
 pub mod cache;
 pub mod engine;
 pub mod fallback;
 pub mod fused;
+pub mod gemm;
 pub mod module;
 pub mod nvrtc;
 pub mod runtime;
+pub mod tma;
 
 pub use cache::{CacheStats, KernelCache, KernelKey};
-pub use engine::{kernel_sources, CudaEngine, SharedStream};
+pub use engine::{kernel_sources, CudaEngine, SharedStream, Target};
 pub use module::{synchronize_timeout, Event, Function, FunctionAttributes, Module};
 pub use nvrtc::{compile_cached, compile_cubin, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, CompileOptions, HeaderSearch, NvrtcInfo};
 pub use runtime::{device_count, driver_version, CudaDevice, DeviceBuffer, DeviceInfo, Stream, MIN_COMPUTE_CAPABILITY};

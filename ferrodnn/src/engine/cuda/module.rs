@@ -76,7 +76,10 @@ fn probe_api() -> std::result::Result<Api, String> {
     let has = |name: &str| unsafe { lib.get::<*const c_void>(name.as_bytes()) }.is_ok();
     let missing: Vec<&str> = REQUIRED_MODULE_SYMBOLS.iter().copied().filter(|n| !has(n)).collect();
     if !missing.is_empty() {
-        return Err(format!("the CUDA driver library lacks {} (the driver is too old for ferrodnn, which needs a CUDA 12 or 13 driver); update the NVIDIA driver", missing.join(", ")));
+        return Err(format!(
+            "the CUDA driver library lacks {} (the driver is too old for ferrodnn, which needs a CUDA 12 or 13 driver); update the NVIDIA driver",
+            missing.join(", ")
+        ));
     }
     let mut elapsed = None;
     for name in ["cuEventElapsedTime_v2", "cuEventElapsedTime"] {
@@ -467,7 +470,11 @@ impl Event {
     /// Mark the current end of `stream`'s work.
     pub fn record(&self, stream: &Stream) -> Result<()> {
         if stream.device().ordinal() != self.device.ordinal() {
-            return Err(Error::InvalidArgument(format!("Event::record: the event belongs to device {}, the stream to device {}", self.device.ordinal(), stream.device().ordinal())));
+            return Err(Error::InvalidArgument(format!(
+                "Event::record: the event belongs to device {}, the stream to device {}",
+                self.device.ordinal(),
+                stream.device().ordinal()
+            )));
         }
         self.device.bind()?;
         // SAFETY: a live event and a stream of the same (current) context.

@@ -215,7 +215,7 @@ impl DeviceInfo {
         // the driver writes a NUL-terminated string inside it.
         check(unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev) }, "cuDeviceGetName")?;
         name[255] = 0; // in case a driver filled the buffer completely
-        // SAFETY: the buffer now holds a NUL (the driver's terminator, or the last byte).
+                       // SAFETY: the buffer now holds a NUL (the driver's terminator, or the last byte).
         let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
         let attr = |a: sys::CUdevice_attribute, what: &str| -> Result<u32> {
             let mut v = 0;
@@ -384,7 +384,8 @@ impl CudaDevice {
         if bytes > 0 {
             // SAFETY: the context is current and `ptr` is a valid out pointer; a zero-byte request
             // is skipped because the driver rejects it.
-            check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc").map_err(|e| Error::Device(format!("allocating {bytes} bytes on device {}: {e}", self.ordinal())))?;
+            check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")
+                .map_err(|e| Error::Device(format!("allocating {bytes} bytes on device {}: {e}", self.ordinal())))?;
         }
         Ok(DeviceBuffer { ptr, bytes, device: self.clone() })
     }

@@ -101,7 +101,8 @@ impl ConvAttrs {
 
     /// Check the attribute lists against the number of spatial dims and their values.
     pub fn check(&self, spatial_rank: usize) -> std::result::Result<(), String> {
-        let lists: [(&str, &Vec<i64>, i64); 4] = [("pre_padding", &self.pre_padding, 0), ("post_padding", &self.post_padding, 0), ("stride", &self.stride, 1), ("dilation", &self.dilation, 1)];
+        let lists: [(&str, &Vec<i64>, i64); 4] =
+            [("pre_padding", &self.pre_padding, 0), ("post_padding", &self.post_padding, 0), ("stride", &self.stride, 1), ("dilation", &self.dilation, 1)];
         for (name, list, min) in lists {
             if list.len() != spatial_rank {
                 return Err(format!("{name} has {} entries {list:?} but the tensors have {spatial_rank} spatial dims (one entry per spatial dim)", list.len()));
@@ -140,7 +141,9 @@ impl ConvAttrs {
         }
         let groups = c_image / c_filter;
         if k % groups != 0 {
-            return Err(format!("filter {filter_name} has {k} output channels (dim 0), which is not divisible by groups = {groups} (image channels {c_image} / filter channels {c_filter})"));
+            return Err(format!(
+                "filter {filter_name} has {k} output channels (dim 0), which is not divisible by groups = {groups} (image channels {c_image} / filter channels {c_filter})"
+            ));
         }
         let mut out = vec![image[0], k];
         for d in 0..spatial {

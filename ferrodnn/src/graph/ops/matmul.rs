@@ -64,8 +64,12 @@ pub(crate) fn infer(ctx: &mut InferCtx, _attrs: &MatmulAttrs) -> Result<()> {
         )));
     }
     let (batch_a, batch_b) = (&a.dims[..ra - 2], &b.dims[..rb - 2]);
-    let mut dims = broadcast_shape(&[batch_a, batch_b])
-        .ok_or_else(|| ctx.err(format!("batch dims do not broadcast: `a` has batch dims {batch_a:?} (of {:?}) and `b` has {batch_b:?} (of {:?}); each pair, aligned on the right, must be equal or 1", a.dims, b.dims)))?;
+    let mut dims = broadcast_shape(&[batch_a, batch_b]).ok_or_else(|| {
+        ctx.err(format!(
+            "batch dims do not broadcast: `a` has batch dims {batch_a:?} (of {:?}) and `b` has {batch_b:?} (of {:?}); each pair, aligned on the right, must be equal or 1",
+            a.dims, b.dims
+        ))
+    })?;
     dims.extend([m, n]);
     let default_type = if ta.is_integer() {
         if ta == DataType::I64 || tb == DataType::I64 {

@@ -196,7 +196,15 @@ impl Graph {
     /// elements per channel as the local x has. The running variance is updated with the
     /// unbiased variance (times `n / (n - 1)`, `n` counting the peers' elements too), as
     /// PyTorch does; `inv_variance` uses the biased one.
-    pub fn batchnorm(&mut self, x: TensorId, scale: TensorId, bias: TensorId, running: Option<(TensorId, TensorId)>, peer_stats: &[TensorId], attrs: BatchnormAttrs) -> BatchnormOutputs {
+    pub fn batchnorm(
+        &mut self,
+        x: TensorId,
+        scale: TensorId,
+        bias: TensorId,
+        running: Option<(TensorId, TensorId)>,
+        peer_stats: &[TensorId],
+        attrs: BatchnormAttrs,
+    ) -> BatchnormOutputs {
         let mut inputs = vec![("x", x), ("scale", scale), ("bias", bias)];
         let mut outs = vec!["y", "mean", "inv_variance"];
         if let Some((m, v)) = running {
@@ -217,12 +225,8 @@ impl Graph {
     /// Batchnorm with given statistics: `y = (x - mean) * inv_variance * scale + bias`. Ports:
     /// `x`, `scale`, `bias`, `mean`, `inv_variance` (all but x `[1, C, 1, ...]`) in; `y` out.
     pub fn batchnorm_inference(&mut self, x: TensorId, scale: TensorId, bias: TensorId, mean: TensorId, inv_variance: TensorId) -> TensorId {
-        self.add_node(
-            Op::BatchnormInference(NormAttrs::default()),
-            None,
-            vec![("x", x), ("scale", scale), ("bias", bias), ("mean", mean), ("inv_variance", inv_variance)],
-            &["y"],
-        )[0]
+        self.add_node(Op::BatchnormInference(NormAttrs::default()), None, vec![("x", x), ("scale", scale), ("bias", bias), ("mean", mean), ("inv_variance", inv_variance)], &["y"])
+            [0]
     }
 
     /// Gradient of training-mode batchnorm (through the batch statistics). Ports: `dy`, `x`,
@@ -250,7 +254,15 @@ impl Graph {
     /// optional `prev_running_mean`, `prev_running_var` in (all `[1, C, 1, ...]`); `eq_scale`,
     /// `eq_bias`, `saved_mean`, `saved_inv_std` and, with running inputs, `next_running_mean`,
     /// `next_running_var` (unbiased variance, as batchnorm) out.
-    pub fn bn_finalize(&mut self, sum: TensorId, sq_sum: TensorId, scale: TensorId, bias: TensorId, running: Option<(TensorId, TensorId)>, attrs: BnFinalizeAttrs) -> BnFinalizeOutputs {
+    pub fn bn_finalize(
+        &mut self,
+        sum: TensorId,
+        sq_sum: TensorId,
+        scale: TensorId,
+        bias: TensorId,
+        running: Option<(TensorId, TensorId)>,
+        attrs: BnFinalizeAttrs,
+    ) -> BnFinalizeOutputs {
         let mut inputs = vec![("sum", sum), ("sq_sum", sq_sum), ("scale", scale), ("bias", bias)];
         let mut outs = vec!["eq_scale", "eq_bias", "saved_mean", "saved_inv_std"];
         if let Some((m, v)) = running {
@@ -620,7 +632,10 @@ pub(crate) fn peer_ports(node: &crate::graph::Node) -> std::result::Result<Vec<(
     peers.sort_by_key(|&(i, _)| i);
     for (k, &(i, _)) in peers.iter().enumerate() {
         if i != k {
-            return Err(format!("peer statistics ports must be numbered {PEER_STATS_PREFIX}0 to {PEER_STATS_PREFIX}{} without gaps or repeats, but `{PEER_STATS_PREFIX}{k}` is missing or repeated", peers.len() - 1));
+            return Err(format!(
+                "peer statistics ports must be numbered {PEER_STATS_PREFIX}0 to {PEER_STATS_PREFIX}{} without gaps or repeats, but `{PEER_STATS_PREFIX}{k}` is missing or repeated",
+                peers.len() - 1
+            ));
         }
     }
     Ok(peers)
@@ -651,12 +666,7 @@ fn check_optional_outputs(ctx: &InferCtx, ports: &[&str], present: bool, because
 }
 
 pub(crate) fn infer_batchnorm(ctx: &mut InferCtx, a: &BatchnormAttrs) -> Result<()> {
-    check_ports(
-        ctx,
-        &["x", "scale", "bias", "in_running_mean", "in_running_var"],
-        &["y", "mean", "inv_variance", "out_running_mean", "out_running_var"],
-        true,
-    )?;
+    check_ports(ctx, &["x", "scale", "bias", "in_running_mean", "in_running_var"], &["y", "mean", "inv_variance", "out_running_mean", "out_running_var"], true)?;
     check_epsilon(ctx, a.epsilon)?;
     check_momentum(ctx, a.momentum)?;
     let axes = NormAxes::Batch;
@@ -678,7 +688,9 @@ pub(crate) fn infer_batchnorm(ctx: &mut InferCtx, a: &BatchnormAttrs) -> Result<
         let port = format!("{PEER_STATS_PREFIX}{i}");
         let p = float_input(ctx, &port)?;
         if p.dims != peer_dims {
-            return Err(ctx.err(format!("input `{port}` has dims {:?}, but peer statistics for x {:?} must be {peer_dims:?} (row 0 the sum, row 1 the sum of squares)", p.dims, x.dims)));
+            return Err(
+                ctx.err(format!("input `{port}` has dims {:?}, but peer statistics for x {:?} must be {peer_dims:?} (row 0 the sum, row 1 the sum of squares)", p.dims, x.dims))
+            );
         }
     }
     for p in ["y", "mean", "inv_variance"] {

@@ -249,7 +249,31 @@ impl PointwiseMode {
     pub fn arity(&self) -> usize {
         use PointwiseMode::*;
         match self {
-            Abs | Neg | Exp | Log | Sqrt | Rsqrt | Reciprocal | Sin | Cos | Tan | Tanh | Sigmoid | Erf | Floor | Ceil | Identity | Relu { .. } | LeakyRelu { .. } | Elu { .. } | Gelu | GeluApproxTanh | Swish { .. } | Softplus { .. } | LogicalNot | GenIndex { .. } => 1,
+            Abs
+            | Neg
+            | Exp
+            | Log
+            | Sqrt
+            | Rsqrt
+            | Reciprocal
+            | Sin
+            | Cos
+            | Tan
+            | Tanh
+            | Sigmoid
+            | Erf
+            | Floor
+            | Ceil
+            | Identity
+            | Relu { .. }
+            | LeakyRelu { .. }
+            | Elu { .. }
+            | Gelu
+            | GeluApproxTanh
+            | Swish { .. }
+            | Softplus { .. }
+            | LogicalNot
+            | GenIndex { .. } => 1,
             BinarySelect => 3,
             _ => 2,
         }
@@ -592,7 +616,14 @@ mod tests {
     #[test]
     fn erf_matches_known_values() {
         // Values from the closed-form tables of erf.
-        for (x, want) in [(0.0, 0.0), (0.5, 0.520_499_877_813_046_5), (1.0, 0.842_700_792_949_714_9), (2.0, 0.995_322_265_018_952_7), (3.0, 0.999_977_909_503_001_4), (-1.0, -0.842_700_792_949_714_9)] {
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (3.0, 0.999_977_909_503_001_4),
+            (-1.0, -0.842_700_792_949_714_9),
+        ] {
             assert!((erf(x) - want).abs() < 1e-14, "erf({x}) = {} want {want}", erf(x));
         }
     }

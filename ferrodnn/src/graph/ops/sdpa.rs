@@ -339,11 +339,7 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
 pub(crate) fn infer(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
     let dims = check_common(ctx, a)?;
     if ctx.has_output("stats") != a.generate_stats {
-        return Err(ctx.err(format!(
-            "output `stats` is {} but generate_stats is {}",
-            if ctx.has_output("stats") { "connected" } else { "not connected" },
-            a.generate_stats
-        )));
+        return Err(ctx.err(format!("output `stats` is {} but generate_stats is {}", if ctx.has_output("stats") { "connected" } else { "not connected" }, a.generate_stats)));
     }
     let Dims { b, h_q, s_q, d_v, q, .. } = dims;
     let qt = q.data_type.unwrap_or(DataType::F32);

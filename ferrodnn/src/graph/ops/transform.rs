@@ -265,7 +265,12 @@ pub(crate) fn infer_concatenate(ctx: &mut InferCtx, a: &ConcatenateAttrs) -> Res
     let mut dims = first.dims.clone();
     for (i, d) in descs.iter().enumerate().skip(1) {
         if d.dims.len() != rank {
-            return Err(ctx.err(format!("input `x{i}` has rank {} (dims {:?}) but `x0` has rank {rank} (dims {:?}); all inputs need the same rank", d.dims.len(), d.dims, first.dims)));
+            return Err(ctx.err(format!(
+                "input `x{i}` has rank {} (dims {:?}) but `x0` has rank {rank} (dims {:?}); all inputs need the same rank",
+                d.dims.len(),
+                d.dims,
+                first.dims
+            )));
         }
         for ax in 0..rank {
             if ax != a.axis && d.dims[ax] != first.dims[ax] {

@@ -259,7 +259,7 @@ mod tests {
             assert!(names.insert(c.name.clone()), "duplicate case {}", c.name);
             let mut g = c.graph.clone();
             g.validate().unwrap_or_else(|e| panic!("{}: {e}", c.name));
-            let fast = rows::unit(&g, 0).unwrap_or_else(|e| panic!("{}: {e}", c.name)).is_some();
+            let fast = rows::unit(&g, 0, &crate::engine::cuda::Target::sm90a()).unwrap_or_else(|e| panic!("{}: {e}", c.name)).is_some();
             let want = !["transposed", "axis0", "bcast_scale"].iter().any(|w| c.name.contains(w));
             assert_eq!(fast, want, "{}: fast path {}", c.name, if fast { "taken" } else { "not taken" });
             let n: i64 = g.tensors.iter().map(|t| t.element_count()).max().unwrap_or(0);

@@ -34,11 +34,8 @@ fn mode_case(mode: PointwiseMode, dt: DataType, out_dt: Option<DataType>) -> Cas
 pub(super) fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     for mode in PointwiseMode::all() {
-        let float_types: &[DataType] = if mode.is_predicate() || matches!(mode, PointwiseMode::GenIndex { .. }) {
-            &[DataType::F32]
-        } else {
-            &[DataType::F32, DataType::F16, DataType::Bf16, DataType::F64]
-        };
+        let float_types: &[DataType] =
+            if mode.is_predicate() || matches!(mode, PointwiseMode::GenIndex { .. }) { &[DataType::F32] } else { &[DataType::F32, DataType::F16, DataType::Bf16, DataType::F64] };
         for &dt in float_types {
             v.push(mode_case(mode, dt, None));
         }
@@ -56,7 +53,9 @@ pub(super) fn cases() -> Vec<Case> {
         v.push(mode_case(mode, DataType::Bool, None));
     }
     // Casts through identity, saturating into small types.
-    for (from, to) in [(DataType::F32, DataType::Fp8E4m3), (DataType::F32, DataType::I8), (DataType::F16, DataType::Bool), (DataType::Bf16, DataType::F16), (DataType::F64, DataType::Bf16)] {
+    for (from, to) in
+        [(DataType::F32, DataType::Fp8E4m3), (DataType::F32, DataType::I8), (DataType::F16, DataType::Bool), (DataType::Bf16, DataType::F16), (DataType::F64, DataType::Bf16)]
+    {
         let mut c = mode_case(PointwiseMode::Identity, from, Some(to));
         c.name = format!("identity_{from}_to_{to}");
         v.push(c);

@@ -117,9 +117,7 @@ fn transpose_cases(v: &mut Vec<Case>) {
 fn slice_cases(v: &mut Vec<Case>) {
     for dt in FLOATS {
         for store in [Store::Packed, Store::Reversed, Store::Padded] {
-            v.push(one_op(format!("slice_steps_{}_{dt}", store.name()), &[7, 9, 11], dt, store, None, |g, x| {
-                g.slice_with_steps(x, &[1, 0, 2], &[7, 9, 11], &[2, 3, 4])
-            }));
+            v.push(one_op(format!("slice_steps_{}_{dt}", store.name()), &[7, 9, 11], dt, store, None, |g, x| g.slice_with_steps(x, &[1, 0, 2], &[7, 9, 11], &[2, 3, 4])));
         }
         v.push(one_op(format!("slice_nosteps_nhwc_{dt}"), &[3, 5, 7, 6], dt, Store::ChannelsLast, None, |g, x| g.slice(x, &[1, 2, 0, 3], &[3, 5, 6, 5])));
     }
@@ -129,7 +127,9 @@ fn slice_cases(v: &mut Vec<Case>) {
     // A single element; a step longer than the axis; a cast.
     v.push(one_op("slice_one_element_f32".into(), &[5, 7], DataType::F32, Store::Padded, None, |g, x| g.slice(x, &[4, 6], &[5, 7])));
     v.push(one_op("slice_big_step_f32".into(), &[5, 7, 3], DataType::F32, Store::Reversed, None, |g, x| g.slice_with_steps(x, &[0, 3, 0], &[5, 7, 3], &[9, 2, 1])));
-    v.push(one_op("slice_cast_bf16_to_f16".into(), &[6, 5, 7], DataType::Bf16, Store::Padded, Some(DataType::F16), |g, x| g.slice_with_steps(x, &[1, 1, 1], &[6, 4, 7], &[1, 1, 3])));
+    v.push(one_op("slice_cast_bf16_to_f16".into(), &[6, 5, 7], DataType::Bf16, Store::Padded, Some(DataType::F16), |g, x| {
+        g.slice_with_steps(x, &[1, 1, 1], &[6, 4, 7], &[1, 1, 3])
+    }));
 }
 
 /// Concatenate `dims_list` (stored as `stores`) along `axis`.

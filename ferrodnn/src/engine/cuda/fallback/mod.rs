@@ -45,12 +45,14 @@ pub struct Launch {
     pub exact_grid: Option<(u32, u32, u32)>,
     pub shared_bytes: u32,
     pub args: Vec<Arg>,
+    /// Thread-block cluster dims (sm_90+): the grid (then `exact_grid`) must be a multiple.
+    pub cluster: Option<(u32, u32, u32)>,
 }
 
 impl Launch {
     /// A grid-stride launch over `threads` work items with 256-thread blocks.
     pub fn elementwise(source: String, entry: &str, threads: u64, args: Vec<Arg>) -> Launch {
-        Launch { source, entry: entry.to_string(), threads, block: 256, exact_grid: None, shared_bytes: 0, args }
+        Launch { source, entry: entry.to_string(), threads, block: 256, exact_grid: None, shared_bytes: 0, args, cluster: None }
     }
 }
 
@@ -66,6 +68,9 @@ pub enum Arg {
     Scratch(usize),
     I64(i64),
     F64(f64),
+    /// A TMA tensor map (`const __grid_constant__ TmaMap`, 128 bytes) over a tensor, encoded
+    /// when the plan executes from the tensor's pointer (see [`crate::engine::cuda::tma`]).
+    TensorMap(Box<crate::engine::cuda::tma::TmaDesc>),
 }
 
 /// What a node needs: its launches, in order, and the sizes in bytes of its scratch buffers.
@@ -309,7 +314,11 @@ pub fn c_double(v: f64) -> String {
     if v.is_nan() {
         "(0.0/0.0)".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "(1.0/0.0)".into() } else { "(-1.0/0.0)".into() }
+        if v > 0.0 {
+            "(1.0/0.0)".into()
+        } else {
+            "(-1.0/0.0)".into()
+        }
     } else {
         format!("{v:e}")
     }

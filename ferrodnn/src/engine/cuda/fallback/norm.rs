@@ -98,7 +98,7 @@ fn grouping(x: &[i64], target: &[i64]) -> (i64, i64, i64) {
 /// A launch of one `NB`-thread block per group (grid-stride over groups beyond the cap).
 fn group_launch(source: String, entry: &str, groups: i64, sig: Sig) -> Launch {
     let blocks = groups.clamp(1, 65535) as u32;
-    Launch { source, entry: entry.to_string(), threads: blocks as u64 * NB as u64, block: NB, exact_grid: Some((blocks, 1, 1)), shared_bytes: 0, args: sig.args }
+    Launch { source, entry: entry.to_string(), threads: blocks as u64 * NB as u64, block: NB, exact_grid: Some((blocks, 1, 1)), shared_bytes: 0, args: sig.args, cluster: None }
 }
 
 /// Forward of layernorm, rmsnorm (`rms`), instancenorm, adalayernorm: statistics per group,

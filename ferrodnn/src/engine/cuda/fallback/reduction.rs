@@ -164,6 +164,7 @@ extern "C" __global__ void {fin_entry}(void* y, TRef ty, const double* part, TRe
         exact_grid: Some((grid, 1, 1)),
         shared_bytes: 0,
         args: vec![Arg::Scratch(0), Arg::Ptr(x), Arg::Ref(x), Arg::Ref(y), Arg::I64(chunks as i64)],
+        cluster: None,
     };
     let fin = Launch::elementwise(fin_source, &fin_entry, outputs, vec![Arg::Ptr(y), Arg::Ref(y), Arg::Scratch(0), Arg::Ref(x), Arg::I64(chunks as i64)]);
     Ok(NodeKernels { launches: vec![part, fin], scratch: vec![(blocks * 8) as usize] })

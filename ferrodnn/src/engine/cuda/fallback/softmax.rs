@@ -63,7 +63,7 @@ fn launch(source: String, entry: &str, rows: u64, len: i64, args: Vec<Arg>) -> L
     } else {
         let block = block_for(len);
         let grid = rows.clamp(1, 1 << 20) as u32;
-        Launch { source, entry: entry.to_string(), threads: rows * block as u64, block, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args }
+        Launch { source, entry: entry.to_string(), threads: rows * block as u64, block, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args, cluster: None }
     }
 }
 

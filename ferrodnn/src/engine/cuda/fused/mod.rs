@@ -1,7 +1,9 @@
 //! Fused and specialized kernels for memory-bound work: chains of pointwise ops fused into one
 //! kernel ([`pointwise`]), fast row kernels for normalizations and softmax ([`rows`]), and
-//! fast kernels for batchnorm and pooling ([`spatial`]). Each unit here replaces one or more
-//! fallback units; whatever this module does not cover runs on the fallback.
+//! fast kernels for batchnorm and pooling ([`spatial`]). This module also picks the units of a
+//! whole graph: GEMM groups (matmul with its epilogue, [`super::gemm`]) and attention
+//! ([`super::attention`]) first, then the memory-bound kernels here; whatever none of them
+//! covers runs on the fallback.
 //!
 //! A specialized kernel computes in f32 (f64 for f64 tensors) with 16-byte vector accesses
 //! where layout and alignment allow; its results are checked against the CPU engine within the
@@ -12,19 +14,23 @@ pub mod pointwise;
 pub mod rows;
 pub mod spatial;
 
-use super::engine::Unit;
-use super::fallback;
+use super::engine::{Target, Unit};
+use super::{attention, fallback, gemm};
 use crate::error::Result;
 use crate::graph::Graph;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The units of a validated graph with fusion and specialized kernels applied.
-pub fn units(graph: &Graph) -> Result<Vec<Unit>> {
+pub fn units(graph: &Graph, target: &Target) -> Result<Vec<Unit>> {
     let order = graph.topological_order()?;
-    // Pointwise groups: each runs where its last node (in topological order) would.
-    let groups = pointwise::groups(graph, &order);
+    // Multi-node groups: GEMM groups first (a matmul and the epilogue it absorbs), then
+    // pointwise chains among the remaining nodes. Each group runs where its last node (in
+    // topological order) would.
+    let mut groups: Vec<(bool, Vec<usize>)> = gemm::groups(graph, &order, target).into_iter().map(|g| (true, g)).collect();
+    let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+    groups.extend(pointwise::groups(graph, &order, &claimed).into_iter().map(|g| (false, g)));
     let mut group_of: HashMap<usize, usize> = HashMap::new();
-    for (gi, grp) in groups.iter().enumerate() {
+    for (gi, (_, grp)) in groups.iter().enumerate() {
         for &n in grp {
             group_of.insert(n, gi);
         }
@@ -33,36 +39,43 @@ pub fn units(graph: &Graph) -> Result<Vec<Unit>> {
     let mut out = Vec::new();
     for &ni in &order {
         if let Some(&gi) = group_of.get(&ni) {
-            let grp = &groups[gi];
+            let (is_gemm, grp) = &groups[gi];
             let last = grp.iter().copied().max_by_key(|n| position[n]).unwrap_or(ni);
             if ni == last {
-                match pointwise::unit(graph, grp)? {
+                let unit = if *is_gemm { gemm::unit(graph, grp, target)? } else { pointwise::unit(graph, grp)? };
+                match unit {
                     Some(u) => out.push(u),
                     // The group could not be generated after all: run its nodes one by one.
                     None => {
                         let mut nodes = grp.clone();
                         nodes.sort_by_key(|n| position[n]);
                         for n in nodes {
-                            out.push(single(graph, n)?);
+                            out.push(single(graph, n, target)?);
                         }
                     }
                 }
             }
             continue;
         }
-        out.push(single(graph, ni)?);
+        out.push(single(graph, ni, target)?);
     }
     Ok(out)
 }
 
 /// One node: a specialized kernel when one applies, else the fallback's.
-fn single(graph: &Graph, ni: usize) -> Result<Unit> {
-    if let Some(u) = rows::unit(graph, ni)? {
+fn single(graph: &Graph, ni: usize, target: &Target) -> Result<Unit> {
+    if let Some(u) = gemm::unit(graph, &[ni], target)? {
         return Ok(u);
     }
-    if let Some(u) = spatial::unit(graph, ni)? {
+    if let Some(u) = attention::unit(graph, ni, target)? {
+        return Ok(u);
+    }
+    if let Some(u) = rows::unit(graph, ni, target)? {
+        return Ok(u);
+    }
+    if let Some(u) = spatial::unit(graph, ni, target)? {
         return Ok(u);
     }
     let writes = graph.nodes[ni].outputs.iter().map(|p| p.tensor).collect();
-    Ok(Unit { nodes: vec![ni], kernels: fallback::generate(graph, ni)?, writes })
+    Ok(Unit { nodes: vec![ni], kernels: fallback::generate(graph, ni)?, writes, unaligned: None })
 }

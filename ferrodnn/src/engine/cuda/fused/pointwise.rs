@@ -133,7 +133,7 @@ fn consumers(graph: &Graph) -> HashMap<usize, Vec<usize>> {
 
 /// Disjoint groups of pointwise nodes to fuse (each at least two nodes), each in topological
 /// order.
-pub fn groups(graph: &Graph, order: &[usize]) -> Vec<Vec<usize>> {
+pub fn groups(graph: &Graph, order: &[usize], exclude: &std::collections::HashSet<usize>) -> Vec<Vec<usize>> {
     let nn = graph.nodes.len();
     let mut position = vec![usize::MAX; nn];
     for (i, &n) in order.iter().enumerate() {
@@ -142,7 +142,7 @@ pub fn groups(graph: &Graph, order: &[usize]) -> Vec<Vec<usize>> {
         }
     }
     let cons = consumers(graph);
-    let cand: Vec<bool> = (0..nn).map(|ni| position[ni] != usize::MAX && candidate(graph, ni)).collect();
+    let cand: Vec<bool> = (0..nn).map(|ni| position[ni] != usize::MAX && !exclude.contains(&ni) && candidate(graph, ni)).collect();
     let out_of = |ni: usize| graph.nodes[ni].outputs[0].tensor;
     // A node is inner when its output may stay in registers: virtual, read only by candidates
     // that produce the same dims.
@@ -781,8 +781,8 @@ pub fn unit(graph: &Graph, nodes: &[usize]) -> Result<Option<Unit>> {
         Some(v) => (p.n as u64).div_ceil(v as u64),
         None => p.n as u64,
     };
-    let launch = Launch { source: src, entry, threads: threads.max(1), block: BLOCK, exact_grid: None, shared_bytes: 0, args };
-    Ok(Some(Unit { nodes: p.order.clone(), kernels: NodeKernels::one(launch), writes: vec![p.y] }))
+    let launch = Launch { source: src, entry, threads: threads.max(1), block: BLOCK, exact_grid: None, shared_bytes: 0, args, cluster: None };
+    Ok(Some(Unit { nodes: p.order.clone(), kernels: NodeKernels::one(launch), writes: vec![p.y], unaligned: None }))
 }
 
 #[cfg(test)]
@@ -798,7 +798,7 @@ mod tests {
 
     fn names(g: &Graph) -> Vec<Vec<String>> {
         let order = g.topological_order().unwrap();
-        groups(g, &order).iter().map(|grp| grp.iter().map(|&n| mode_of(g, n).map_or("?", |m| m.name()).to_string()).collect()).collect()
+        groups(g, &order, &Default::default()).iter().map(|grp| grp.iter().map(|&n| mode_of(g, n).map_or("?", |m| m.name()).to_string()).collect()).collect()
     }
 
     fn the_plan(g: &Graph, grp: &[usize]) -> Plan {
@@ -814,7 +814,7 @@ mod tests {
     fn chain5_is_one_vector_group() {
         let g = case("fast_pw_chain5_48x1024_bf16");
         let order = g.topological_order().unwrap();
-        let gs = groups(&g, &order);
+        let gs = groups(&g, &order, &Default::default());
         assert_eq!(gs.len(), 1);
         assert_eq!(gs[0].len(), 5);
         let p = the_plan(&g, &gs[0]);
@@ -847,7 +847,7 @@ mod tests {
         let path = |name: &str| {
             let g = case(name);
             let order = g.topological_order().unwrap();
-            let gs = groups(&g, &order);
+            let gs = groups(&g, &order, &Default::default());
             let p = the_plan(&g, &gs[0]);
             if std::env::var_os("FZ_PRINT").is_some() {
                 println!("// {name}\n{}", source(&g, &p, "k"));
@@ -868,7 +868,7 @@ mod tests {
         assert_eq!(path("fast_pw_bf16_intermediates_f32").0, Some(4));
         let g = case("fast_pw_bf16_intermediates_f32");
         let order = g.topological_order().unwrap();
-        assert!(the_plan(&g, &groups(&g, &order)[0]).dbl);
+        assert!(the_plan(&g, &groups(&g, &order, &Default::default())[0]).dbl);
     }
 
     /// For every fused case, the plan's offsets (merged dims, flat, zero and strided access)
@@ -888,7 +888,7 @@ mod tests {
             let mut g = c.graph;
             g.validate().unwrap();
             let order = g.topological_order().unwrap();
-            for grp in groups(&g, &order) {
+            for grp in groups(&g, &order, &Default::default()) {
                 let p = the_plan(&g, &grp);
                 let yd = g.desc(p.y).clone();
                 // Output offset -> logical multi-index.

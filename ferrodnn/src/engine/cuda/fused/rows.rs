@@ -34,14 +34,14 @@
 //! at plan time (so is the scratch and the order of the sums).
 
 use crate::dtype::DataType;
-use crate::engine::cuda::engine::Unit;
+use crate::engine::cuda::engine::{Target, Unit};
 use crate::engine::cuda::fallback::{entry_name, Arg, Launch, NodeKernels};
 use crate::error::Result;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
 
 /// A specialized unit for node `ni`, or None when no fast kernel applies.
-pub fn unit(graph: &Graph, ni: usize) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, ni: usize, _target: &Target) -> Result<Option<Unit>> {
     let node = &graph.nodes[ni];
     if graph.compute_type(node) == DataType::F64 {
         return Ok(None);
@@ -57,7 +57,7 @@ pub fn unit(graph: &Graph, ni: usize) -> Result<Option<Unit>> {
         Op::Adalayernorm(a) => g.adalayernorm(a.epsilon),
         _ => None,
     };
-    Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect() }))
+    Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect(), unaligned: None }))
 }
 
 /// Longest row the forward kernels take (elements).
@@ -621,7 +621,7 @@ impl Gen<'_> {
             &row_loop(ts, bs, &body),
         );
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args }))
+        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
     }
 
     /// The block-per-row forward norms (rows longer than 1024 elements): persistent blocks
@@ -749,16 +749,7 @@ impl Gen<'_> {
             &entry,
             &sig,
             (bs, per_sm),
-            &[
-                ("N", rows),
-                ("C", c),
-                ("V", v),
-                ("CPT", cpt),
-                ("BS", bs as i64),
-                ("PRE", pre as i64),
-                ("RMS", rms as i64),
-                ("NR", if rms { 1 } else { 2 }),
-            ],
+            &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("BS", bs as i64), ("PRE", pre as i64), ("RMS", rms as i64), ("NR", if rms { 1 } else { 2 })],
             h,
             &eps,
             &decl,
@@ -767,7 +758,7 @@ impl Gen<'_> {
             &body,
         );
         let grid = grid as u32;
-        NodeKernels::one(Launch { source, entry, threads: grid as u64 * bs as u64, block: bs, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args: sig.args })
+        NodeKernels::one(Launch { source, entry, threads: grid as u64 * bs as u64, block: bs, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args: sig.args, cluster: None })
     }
 
     /// Softmax / log-softmax forward over `axis` (every later axis of size 1).
@@ -878,7 +869,7 @@ impl Gen<'_> {
             &row_loop(ts, bs, &body),
         );
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args }))
+        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
     }
 
     /// Softmax / log-softmax backward over `axis` (every later axis of size 1): `y`, `dy` ->
@@ -909,12 +900,8 @@ impl Gen<'_> {
         sig.ptr("yp", y, false);
         sig.ptr("dyp", dy, false);
         sig.ptr("dxp", dx, true);
-        let decl = format!(
-            "    const {ty}* y = (const {ty}*)yp;\n    const {tdy}* dy = (const {tdy}*)dyp;\n    {tdx}* dx = ({tdx}*)dxp;\n",
-            ty = yt.ty,
-            tdy = dyt.ty,
-            tdx = dxt.ty
-        );
+        let decl =
+            format!("    const {ty}* y = (const {ty}*)yp;\n    const {tdy}* dy = (const {tdy}*)dyp;\n    {tdx}* dx = ({tdx}*)dxp;\n", ty = yt.ty, tdy = dyt.ty, tdx = dxt.ty);
         let al = Self::align_flag(v, &[("y", &yt), ("dy", &dyt), ("dx", &dxt)]);
         let exp = if self.dt(dx) == DataType::F32 { "expf" } else { "__expf" };
         let (term, out) = if log { ("g[k][i]", format!("g[k][i] - {exp}(u[k][i]) * s")) } else { ("g[k][i] * u[k][i]", "u[k][i] * (g[k][i] - s)".to_string()) };
@@ -980,7 +967,7 @@ impl Gen<'_> {
             &row_loop(ts, bs, &body),
         );
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args }))
+        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
     }
 
     /// A scale-like tensor of adalayernorm over an x of dims `xd`: dims `[B or 1, S or 1...,
@@ -1162,7 +1149,7 @@ impl Gen<'_> {
             &row_loop(ts, bs, &body),
         );
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args }))
+        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
     }
 
     /// A kernel: helpers, constants, pointer declarations, the alignment flag, the reduction
@@ -1398,7 +1385,8 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
         let entry1 = self.entry(if rms { "rmsnorm_bwd_rows" } else { "layernorm_bwd_rows" });
         let source1 = self.kernel(&entry1, &sig, (bs, per_sm), &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("BS", bs as i64)], h, "0.0f", &decl, &al, 2 * rpi as usize, &body);
         let grid = blocks as u32;
-        let launch1 = Launch { source: source1, entry: entry1, threads: grid as u64 * bs as u64, block: bs, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args: sig.args };
+        let launch1 =
+            Launch { source: source1, entry: entry1, threads: grid as u64 * bs as u64, block: bs, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args: sig.args, cluster: None };
 
         // Finalize: column sums of the partials in block order.
         let mut sig2 = Sig::default();
@@ -1476,6 +1464,7 @@ extern "C" __global__ void __launch_bounds__(@threads@) @entry@(@params@) {
             exact_grid: Some((grid2, 1, 1)),
             shared_bytes: 0,
             args: sig2.args,
+            cluster: None,
         };
         let mut scratch = vec![part_bytes];
         if db {

@@ -21,7 +21,7 @@
 //! 16-byte loads (neighbouring windows overlap and hit L1/L2); max with the CPU's NaN rule
 //! (a NaN wins), averages summed in f32 with the CPU's divisors.
 use crate::dtype::DataType;
-use crate::engine::cuda::engine::Unit;
+use crate::engine::cuda::engine::{Target, Unit};
 use crate::engine::cuda::fallback::{c_double, entry_name, type_suffix, Arg, Launch, NodeKernels};
 use crate::error::Result;
 use crate::graph::ops::norm::{peer_ports, BatchnormAttrs};
@@ -40,7 +40,7 @@ const UNROLL: i64 = 4;
 const POOL_THREADS: u32 = 256;
 
 /// A specialized unit for node `ni`, or None when no fast kernel applies.
-pub fn unit(graph: &Graph, ni: usize) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, ni: usize, _target: &Target) -> Result<Option<Unit>> {
     let node = &graph.nodes[ni];
     let kernels = match &node.op {
         Op::Batchnorm(a) => batchnorm(graph, ni, node, a),
@@ -49,7 +49,7 @@ pub fn unit(graph: &Graph, ni: usize) -> Result<Option<Unit>> {
         Op::Genstats(_) => genstats(graph, ni, node),
         _ => None,
     };
-    Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect() }))
+    Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect(), unaligned: None }))
 }
 
 /// `a / b` rounded up, for positive `a` and `b`.
@@ -442,6 +442,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) {apply_entry}(const void*
         exact_grid: Some((grid as u32, 1, 1)),
         shared_bytes: 0,
         args,
+        cluster: None,
     };
     Some(NodeKernels {
         launches: vec![
@@ -569,7 +570,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) {entry}({params}) {{
 }}
 "#
         );
-        let launch = Launch { source, entry, threads: (g.blocks * g.block) as u64, block: g.block as u32, exact_grid: Some((g.blocks as u32, 1, 1)), shared_bytes: 0, args };
+        let launch =
+            Launch { source, entry, threads: (g.blocks * g.block) as u64, block: g.block as u32, exact_grid: Some((g.blocks as u32, 1, 1)), shared_bytes: 0, args, cluster: None };
         return Some(NodeKernels::one(launch));
     }
     if !row_major(&xd.dims, &xd.strides) || !row_major(&yd.dims, &yd.strides) {
@@ -614,7 +616,7 @@ extern "C" __global__ void __launch_bounds__(256) {entry}({params}) {{
 }}
 "#
     );
-    let launch = Launch { source, entry, threads: items as u64, block: 256, exact_grid: None, shared_bytes: 0, args };
+    let launch = Launch { source, entry, threads: items as u64, block: 256, exact_grid: None, shared_bytes: 0, args, cluster: None };
     Some(NodeKernels::one(launch))
 }
 
@@ -681,6 +683,7 @@ extern "C" __global__ void __launch_bounds__(1024) {fin_entry}(const void* xv, c
         exact_grid: Some((grid as u32, 1, 1)),
         shared_bytes: 0,
         args,
+        cluster: None,
     };
     Some(NodeKernels {
         launches: vec![
@@ -727,7 +730,9 @@ fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<N
         _ => "                for (int k = 0; k < VEC; ++k) m[k] += f[k];",
     };
     let (init, finish) = match a.mode {
-        ResampleMode::Max => ("__uint_as_float(0xff800000u)", "    if (cnt == 0) {\n        for (int k = 0; k < VEC; ++k) m[k] = __uint_as_float(0x7fc00000u);\n    }\n".to_string()),
+        ResampleMode::Max => {
+            ("__uint_as_float(0xff800000u)", "    if (cnt == 0) {\n        for (int k = 0; k < VEC; ++k) m[k] = __uint_as_float(0x7fc00000u);\n    }\n".to_string())
+        }
         ResampleMode::AvgIncludePadding => (
             "0.f",
             // Window clipped at the padded input's end (the start never passes the padding).
@@ -807,7 +812,7 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}) {entry}(const void*
         posth = a.post_padding[0],
         postw = a.post_padding[1],
     );
-    let launch = Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(x), Arg::Ptr(y)] };
+    let launch = Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(x), Arg::Ptr(y)], cluster: None };
     Some(NodeKernels::one(launch))
 }
 
@@ -992,7 +997,7 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}, 3) {entry}(const vo
         posth = a.post_padding[0],
         postw = a.post_padding[1],
     );
-    Some(Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])] })
+    Some(Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])], cluster: None })
 }
 
 #[cfg(test)]

@@ -1,0 +1,158 @@
+//! TMA (Hopper's tensor memory accelerator) descriptors: a kernel that loads tiles with
+//! `cp.async.bulk.tensor` takes a 128-byte `CUtensorMap` by value (`const __grid_constant__`).
+//! The map holds the tensor's global address, so it is encoded when the plan executes, from the
+//! pointer in the variant pack: `cuTensorMapEncodeTiled` is a pure host function (no device
+//! work, no allocation), about a microsecond.
+//!
+//! Kernels declare the parameter with their own type of the same size and alignment:
+//! `struct alignas(64) TmaMap { unsigned long long opaque[16]; };` (see [`TMA_MAP_DECL`]).
+
+use super::runtime::{check, driver};
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::graph::TensorId;
+use cudarc::driver::sys;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+/// The C declaration kernels use for a tensor-map parameter.
+pub const TMA_MAP_DECL: &str = "struct alignas(64) TmaMap { unsigned long long opaque[16]; };\n";
+
+/// How to encode one tiled tensor map over a tensor of the graph.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TmaDesc {
+    /// The tensor whose device pointer is the map's global address.
+    pub tensor: TensorId,
+    /// Element type as TMA sees it (fp8 and 1-byte integers are moved as u8).
+    pub dtype: DataType,
+    /// Extents, innermost (contiguous) dim first; 1 to 5 dims.
+    pub dims: Vec<u64>,
+    /// Byte strides of dims 1.. (the innermost dim is contiguous); each a multiple of 16.
+    pub strides: Vec<u64>,
+    /// The box (tile) a copy moves, innermost first; each at most 256.
+    pub boxes: Vec<u32>,
+    /// Shared-memory swizzle span in bytes: 0 (none), 32, 64 or 128.
+    pub swizzle: u32,
+}
+
+impl TmaDesc {
+    /// Checks what can be checked before a pointer is known; `Err` says why this tensor cannot
+    /// be loaded with TMA (the caller then uses another kernel).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let rank = self.dims.len();
+        if !(1..=5).contains(&rank) || self.strides.len() + 1 != rank || self.boxes.len() != rank {
+            return Err(format!("rank {rank} with {} strides and {} box dims", self.strides.len(), self.boxes.len()));
+        }
+        if tma_type(self.dtype).is_none() {
+            return Err(format!("type {} has no TMA element type", self.dtype));
+        }
+        if let Some(s) = self.strides.iter().find(|&&s| s % 16 != 0 || s >= 1 << 40) {
+            return Err(format!("stride {s} bytes is not a multiple of 16 below 2^40"));
+        }
+        if let Some(d) = self.dims.iter().find(|&&d| d == 0 || d > 1 << 32) {
+            return Err(format!("extent {d} is outside [1, 2^32]"));
+        }
+        if let Some(b) = self.boxes.iter().find(|&&b| b == 0 || b > 256) {
+            return Err(format!("box dim {b} is outside [1, 256]"));
+        }
+        let inner_bytes = self.boxes[0] as usize * self.dtype.size();
+        if inner_bytes % 16 != 0 {
+            return Err(format!("the box's inner extent is {inner_bytes} bytes, not a multiple of 16"));
+        }
+        if self.swizzle != 0 && inner_bytes > self.swizzle as usize {
+            return Err(format!("the box's inner extent ({inner_bytes} bytes) exceeds the {}-byte swizzle span", self.swizzle));
+        }
+        if !matches!(self.swizzle, 0 | 32 | 64 | 128) {
+            return Err(format!("swizzle {} is not 0, 32, 64 or 128", self.swizzle));
+        }
+        Ok(())
+    }
+
+    /// Encodes the map for the tensor at device address `ptr` (16-byte aligned).
+    pub fn encode(&self, ptr: u64) -> Result<sys::CUtensorMap> {
+        self.check().map_err(|why| Error::Device(format!("internal: TMA descriptor for tensor {}: {why}", self.tensor.0)))?;
+        if ptr % 16 != 0 {
+            return Err(Error::InvalidArgument(format!("TMA load of tensor {}: address {ptr:#x} is not 16-byte aligned", self.tensor.0)));
+        }
+        let encode = encode_fn()?;
+        let dtype = tma_type(self.dtype).ok_or_else(|| Error::Device(format!("internal: no TMA type for {}", self.dtype)))?;
+        let ones = [1u32; 5];
+        let swizzle = match self.swizzle {
+            32 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
+            64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+            128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            _ => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+        };
+        // SAFETY: all-zero bytes are a valid CUtensorMap (opaque words), overwritten by the call.
+        let mut map: sys::CUtensorMap = unsafe { std::mem::zeroed() };
+        // SAFETY: `encode` is cuTensorMapEncodeTiled, found in the driver by the probe; the
+        // arrays hold `rank` entries (rank - 1 for strides), checked above; the call only
+        // writes `map` and reads the arrays, and does not dereference the global address.
+        let code = unsafe {
+            encode(
+                &mut map,
+                dtype,
+                self.dims.len() as u32,
+                ptr as *mut c_void,
+                self.dims.as_ptr(),
+                self.strides.as_ptr(),
+                self.boxes.as_ptr(),
+                ones.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        };
+        check(code, &format!("cuTensorMapEncodeTiled(dims {:?}, strides {:?}, box {:?}, swizzle {})", self.dims, self.strides, self.boxes, self.swizzle))?;
+        Ok(map)
+    }
+}
+
+fn tma_type(dt: DataType) -> Option<sys::CUtensorMapDataType> {
+    use sys::CUtensorMapDataType as T;
+    Some(match dt {
+        DataType::F16 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DataType::Bf16 => T::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        DataType::F32 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        DataType::F64 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
+        DataType::I32 => T::CU_TENSOR_MAP_DATA_TYPE_INT32,
+        DataType::I64 => T::CU_TENSOR_MAP_DATA_TYPE_INT64,
+        DataType::Fp8E4m3 | DataType::Fp8E5m2 | DataType::I8 | DataType::U8 | DataType::Bool => T::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+    })
+}
+
+type EncodeFn = unsafe extern "C" fn(
+    *mut sys::CUtensorMap,
+    sys::CUtensorMapDataType,
+    u32,
+    *mut c_void,
+    *const u64,
+    *const u64,
+    *const u32,
+    *const u32,
+    sys::CUtensorMapInterleave,
+    sys::CUtensorMapSwizzle,
+    sys::CUtensorMapL2promotion,
+    sys::CUtensorMapFloatOOBfill,
+) -> sys::CUresult;
+
+/// `cuTensorMapEncodeTiled` from the driver (CUDA 12.0+), looked up once.
+fn encode_fn() -> Result<EncodeFn> {
+    driver()?;
+    static ENCODE: OnceLock<Option<EncodeFn>> = OnceLock::new();
+    let f = ENCODE.get_or_init(|| {
+        // SAFETY: driver() succeeded, so culib() returns the loaded driver library, which lives
+        // in a static and is never closed.
+        let lib = unsafe { sys::culib() };
+        // SAFETY: the symbol has exactly EncodeFn's C signature (cuda.h, CUDA 12.0+); the library
+        // stays loaded, so the copied function pointer stays valid.
+        unsafe { lib.get::<EncodeFn>(b"cuTensorMapEncodeTiled") }.ok().map(|f| *f)
+    });
+    f.ok_or_else(|| Error::Device("the CUDA driver lacks cuTensorMapEncodeTiled (CUDA 12.0+), which Hopper's TMA kernels need; update the NVIDIA driver".into()))
+}
+
+/// Whether the driver can encode tensor maps (so TMA kernels may be planned).
+pub fn tma_available() -> bool {
+    encode_fn().is_ok()
+}
