@@ -70,3 +70,4 @@ pub fn groups(_graph: &Graph, _order: &[usize], _target: &Target) -> Vec<Vec<usi
 pub fn unit(_graph: &Graph, _nodes: &[usize], _target: &Target) -> Result<Option<Unit>> {
     Ok(None)
 }
+pub mod sm90;

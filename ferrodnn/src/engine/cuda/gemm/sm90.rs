@@ -1,0 +1,623 @@
+//! The Hopper GEMM kernel: wgmma with both operands in shared memory, brought in by TMA through
+//! an mbarrier pipeline, warp-specialized, persistent.
+//!
+//! One CTA per SM (384 threads) loops over output tiles in a grouped order (`GROUP_M` tiles down
+//! M before moving along N, so that concurrently running CTAs share A and B panels in L2):
+//! - warpgroup 0, the producer, gives most of its registers back (`setmaxnreg.dec`) and one of its
+//!   threads issues the TMA copies of each k-slice (A: `BM x 64`, B: `64 x BN`) into a ring of
+//!   `STAGES` shared-memory stages, each guarded by a "full" barrier (TMA transaction count) and
+//!   an "empty" barrier (consumers done);
+//! - warpgroups 1 and 2, the consumers, each own 64 rows of the `128 x BN` tile and run
+//!   `wgmma.m64nBNk16` on each stage (four k-steps of 16 per 64-wide slice), keeping one wgmma
+//!   group in flight; then the epilogue applies the fused pointwise chain to each accumulator
+//!   and stores straight from registers, while the producer already loads the next tile.
+//!
+//! Shared-memory tiles use the 128-byte swizzle that TMA writes and wgmma reads. Operands may be
+//! K-major (the usual row-major A, or B stored `n x k`) or M/N-major (B stored `k x n`, A
+//! stored column-major): wgmma's transpose flags take both for 16-bit types. Out-of-range rows,
+//! columns and k are zero-filled by TMA, so any M, N and K work; stores are guarded. TMA needs
+//! 16-byte aligned row strides and base pointers: the strides are checked here, the pointers
+//! when the plan executes (the unit's `unaligned` alternative runs otherwise).
+
+use super::{Epilogue, GemmProblem, Operand};
+use crate::dtype::DataType;
+use crate::engine::cuda::engine::Target;
+use crate::engine::cuda::fallback::{Arg, Launch, NodeKernels};
+use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
+use std::fmt::Write;
+
+/// Rows of A per CTA tile (two consumer warpgroups of 64 rows).
+const BM: usize = 128;
+/// k per pipeline stage: 64 16-bit elements, one 128-byte swizzle span.
+const BK: usize = 64;
+/// Bytes of one swizzle atom row; 8 rows make the 1024-byte atom.
+const SWIZZLE: u32 = 128;
+
+/// How one operand sits in shared memory and how wgmma reads it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Major {
+    /// k is the contiguous dim: tile rows of 64 k (128 bytes), one row per m (or n).
+    K,
+    /// m (or n) is contiguous: chunks of 64 m/n (128 bytes) per k row, chunk after chunk.
+    Mn,
+}
+
+/// A tile configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// Columns per CTA tile: 128 or 256.
+    pub bn: usize,
+    /// Pipeline stages.
+    pub stages: usize,
+    /// Tiles down M per group of the tile order.
+    pub group_m: usize,
+    /// Store C through shared memory with TMA (16-bit row-major C): the stores drain while the
+    /// next tile's main loop runs, instead of stalling every SM's epilogue at once.
+    pub tma_store: bool,
+}
+
+impl Config {
+    fn stage_bytes(&self) -> usize {
+        (BM + self.bn) * BK * 2
+    }
+    /// Bytes of C staged in shared memory for the TMA store (two 64 x BN 16-bit blocks).
+    fn c_bytes(&self) -> usize {
+        if self.tma_store {
+            2 * 64 * self.bn * 2
+        } else {
+            0
+        }
+    }
+    /// Dynamic shared memory: the stages, the C blocks, 1 KiB to align them to the swizzle
+    /// atom, barriers.
+    pub fn shared_bytes(&self) -> usize {
+        self.stages * self.stage_bytes() + self.c_bytes() + 1024 + 2 * self.stages * 8
+    }
+}
+
+/// The configuration for a problem: the widest tile that still gives every SM work, and as
+/// many stages as fit in 227 KiB of shared memory.
+pub fn choose(p: &GemmProblem, target: &Target) -> Config {
+    let tiles = |bn: usize| p.batch * p.m.div_ceil(BM) * p.n.div_ceil(bn);
+    let sms = target.sm_count.max(1) as usize;
+    let bn = if p.n > 128 && tiles(256) >= sms { 256 } else { 128 };
+    let tma_store = tma_store_ok(p);
+    let mut cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store };
+    cfg.stages = ((227 * 1024 - cfg.shared_bytes() + 2 * cfg.stage_bytes()) / cfg.stage_bytes()).clamp(2, 8);
+    cfg
+}
+
+/// C can be stored with TMA: 16-bit, row-major, rows (and batches) 16-byte aligned.
+fn tma_store_ok(p: &GemmProblem) -> bool {
+    let c = &p.c;
+    c.dtype.size() == 2 && c.col_stride == 1 && (c.row_stride * 2) % 16 == 0 && (p.batch == 1 || (c.batch_stride * 2) % 16 == 0) && c.batch_stride != 0
+}
+
+/// The TMA map of C for the store epilogue: boxes of 64 columns (128 bytes) x 64 rows.
+fn tma_of_c(p: &GemmProblem) -> TmaDesc {
+    let c = &p.c;
+    let mut d = TmaDesc { tensor: c.tensor, dtype: c.dtype, dims: vec![p.n as u64, p.m as u64], strides: vec![c.row_stride as u64 * 2], boxes: vec![64, 64], swizzle: SWIZZLE };
+    if p.batch > 1 {
+        d.dims.push(p.batch as u64);
+        d.strides.push(c.batch_stride as u64 * 2);
+        d.boxes.push(1);
+    }
+    d
+}
+
+/// Why this kernel cannot run `p` (or `None` when it can).
+pub fn reject(p: &GemmProblem, target: &Target) -> Option<String> {
+    if !target.hopper() {
+        return Some(format!("wgmma needs sm_90a, the target is {}", target.arch));
+    }
+    let t = p.a.dtype;
+    if !matches!(t, DataType::Bf16 | DataType::F16) || p.b.dtype != t {
+        return Some(format!("inputs {} x {}: this kernel takes bf16 x bf16 or f16 x f16", p.a.dtype, p.b.dtype));
+    }
+    if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
+        return Some(format!("output {}: this kernel stores bf16, f16 or f32", p.c.dtype));
+    }
+    let limit = i32::MAX as usize;
+    if p.m > limit || p.n > limit || p.k > limit || p.batch > limit {
+        return Some("an extent above 2^31".into());
+    }
+    if p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0 {
+        return Some("an empty extent".into());
+    }
+    for (name, op) in [("a", &p.a), ("b", &p.b)] {
+        if let Err(why) = tma_of(op, name == "a", 128, p.batch).check() {
+            return Some(format!("operand {name}: {why}"));
+        }
+    }
+    None
+}
+
+/// The major-ness of an operand: A is `m x k` (rows = m), B is `k x n` (rows = k).
+fn major(op: &Operand, is_a: bool) -> Option<Major> {
+    let (k_stride, mn_stride) = if is_a { (op.col_stride, op.row_stride) } else { (op.row_stride, op.col_stride) };
+    if k_stride == 1 && (mn_stride != 1 || op.cols == 1) {
+        Some(Major::K)
+    } else if mn_stride == 1 {
+        Some(Major::Mn)
+    } else {
+        None
+    }
+}
+
+/// The TMA map of an operand: dims innermost first (the contiguous dim, then the other matrix
+/// dim, then the batch when the operand is not broadcast over it).
+fn tma_of(op: &Operand, is_a: bool, bn: usize, batch: usize) -> TmaDesc {
+    let es = op.dtype.size() as u64;
+    let (mn, kdim) = if is_a { (op.rows as u64, op.cols as u64) } else { (op.cols as u64, op.rows as u64) };
+    let (k_stride, mn_stride) = if is_a { (op.col_stride, op.row_stride) } else { (op.row_stride, op.col_stride) };
+    let tile_mn = if is_a { BM } else { bn.max(64) } as u32;
+    let (mut dims, mut strides, mut boxes) = match major(op, is_a) {
+        Some(Major::K) => (vec![kdim, mn], vec![mn_stride as u64 * es], vec![BK as u32, tile_mn]),
+        Some(Major::Mn) => (vec![mn, kdim], vec![k_stride as u64 * es], vec![64, BK as u32]),
+        // Not loadable: a descriptor that check() rejects (stride 1 byte).
+        None => (vec![mn, kdim], vec![1], vec![64, BK as u32]),
+    };
+    if op.batch_stride != 0 && batch > 1 {
+        dims.push(batch as u64);
+        strides.push(op.batch_stride as u64 * es);
+        boxes.push(1);
+    }
+    TmaDesc { tensor: op.tensor, dtype: op.dtype, dims, strides, boxes, swizzle: SWIZZLE }
+}
+
+fn ctype(dt: DataType) -> &'static str {
+    match dt {
+        DataType::Bf16 => "bf16",
+        _ => "f16",
+    }
+}
+
+/// The kernel's launches: one persistent launch.
+pub fn kernels(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str) -> Option<NodeKernels> {
+    kernels_with(p, epi, target, entry, choose(p, target))
+}
+
+/// [`kernels`] with a given configuration (for tuning; `None` when it cannot run `p`).
+pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
+    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 128 | 256) || cfg.shared_bytes() > 227 * 1024 {
+        return None;
+    }
+    let (ma, mb) = (major(&p.a, true)?, major(&p.b, false)?);
+    let ta = tma_of(&p.a, true, cfg.bn, p.batch);
+    let tb = tma_of(&p.b, false, cfg.bn, p.batch);
+    if ta.check().is_err() || tb.check().is_err() {
+        return None;
+    }
+    let tiles = p.batch * p.m.div_ceil(BM) * p.n.div_ceil(cfg.bn);
+    let grid = tiles.min(target.sm_count.max(1) as usize) as u32;
+    let source = source(p, epi, &cfg, ma, mb, ta.dims.len() == 3, tb.dims.len() == 3, entry);
+    let mut args = vec![Arg::TensorMap(Box::new(ta)), Arg::TensorMap(Box::new(tb))];
+    if cfg.tma_store {
+        args.push(Arg::TensorMap(Box::new(tma_of_c(p))));
+    }
+    args.push(Arg::Ptr(p.c.tensor));
+    args.extend(epi.args.iter().cloned());
+    let launch = Launch {
+        source,
+        entry: entry.to_string(),
+        threads: grid as u64 * 384,
+        block: 384,
+        exact_grid: Some((grid, 1, 1)),
+        shared_bytes: cfg.shared_bytes() as u32,
+        args,
+        cluster: None,
+    };
+    Some(NodeKernels::one(launch))
+}
+
+/// Inline-asm wrapper of one `wgmma.m64n{bn}k16` with both operands from shared memory.
+fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
+    let nd = bn / 2;
+    let regs: Vec<String> = (0..nd).map(|i| format!("%{i}")).collect();
+    let outs: Vec<String> = (0..nd).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    let ty = ctype(t);
+    format!(
+        r#"__device__ __forceinline__ void wgmma_tile(float (&d)[{nd}], unsigned long long da, unsigned long long db, int scale_d) {{
+    asm volatile(
+        "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ty}.{ty} {{{regs}}}, %{da}, %{db}, p, 1, 1, {ta}, {tb};\n}}\n"
+        : {outs}
+        : "l"(da), "l"(db), "r"(scale_d));
+}}
+"#,
+        sd = nd + 2,
+        da = nd,
+        db = nd + 1,
+        regs = regs.join(", "),
+        outs = outs.join(", "),
+        ta = trans_a as u8,
+        tb = trans_b as u8,
+    )
+}
+
+/// The kernel source (without the prelude).
+#[allow(clippy::too_many_arguments)]
+fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a3: bool, b3: bool, entry: &str) -> String {
+    let bn = cfg.bn;
+    let nd = bn / 2;
+    let a_bytes = BM * BK * 2;
+    let b_bytes = bn * BK * 2;
+    let mut s = String::new();
+    s.push_str(TMA_MAP_DECL);
+    s.push_str(&epi.code);
+    s.push_str(SM90_HELPERS);
+    s.push_str(&wgmma_fn(bn, p.a.dtype, ma == Major::Mn, mb == Major::Mn));
+    // TMA coordinates (innermost first) of the slices of one stage.
+    let a_load = match ma {
+        Major::K => format!("tma_load(sa, &ta, full, kt * {BK}, tm * {BM}, bt, {a3});"),
+        Major::Mn => format!("for (int q = 0; q < {BM} / 64; ++q) tma_load(sa + q * 8192u, &ta, full, tm * {BM} + q * 64, kt * {BK}, bt, {a3});"),
+    };
+    let b_load = match mb {
+        Major::K => format!("tma_load(sb, &tb, full, kt * {BK}, tn * {bn}, bt, {b3});"),
+        Major::Mn => format!("for (int q = 0; q < {bn} / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * {bn} + q * 64, kt * {BK}, bt, {b3});"),
+    };
+    // Shared-memory descriptors of k-step kk (16 elements) for this consumer's 64 rows of A and
+    // the whole of B. K-major: rows of 128 bytes, 8-row atoms 1024 bytes apart, k steps 32 bytes
+    // along the row. M/N-major: k rows of 128 bytes (64 m or n), atoms of 8 k rows 1024 bytes
+    // apart, 64-wide chunks 8192 bytes apart (64 k rows each), k steps 16 rows = 2048 bytes.
+    let desc_a = match ma {
+        Major::K => "make_desc(sa + cw * 8192u + kk * 32u, 16u, 1024u)",
+        Major::Mn => "make_desc(sa + cw * 8192u + kk * 2048u, 8192u, 1024u)",
+    };
+    let desc_b = match mb {
+        Major::K => "make_desc(sb + kk * 32u, 16u, 1024u)",
+        Major::Mn => "make_desc(sb + kk * 2048u, 8192u, 1024u)",
+    };
+    let c = &p.c;
+    let pair = c.col_stride == 1 && c.row_stride % 2 == 0 && c.batch_stride % 2 == 0;
+    let (st1, st2) = match c.dtype {
+        DataType::Bf16 => ("*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v0);", "*(__nv_bfloat162*)(cp) = __floats2bfloat162_rn(v0, v1);"),
+        DataType::F16 => ("*(__half*)(cp) = __float2half_rn(v0);", "*(__half2*)(cp) = __floats2half2_rn(v0, v1);"),
+        _ => ("*(float*)(cp) = v0;", "*(float2*)(cp) = make_float2(v0, v1);"),
+    };
+    let esz = c.dtype.size() as i64;
+    let names = &epi.names;
+    // Row pointer `rp` (batch and row applied), then one or two elements at column `col`.
+    let store = if pair {
+        format!(
+            r#"if (col + 1 < N_) {{
+                            const float v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
+                            const float v1 = epilogue(d[4 * j + 2 * h + 1], bt, row, col + 1{names});
+                            unsigned char* cp = rp + col * {esz}LL;
+                            {st2}
+                        }} else if (col < N_) {{
+                            const float v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
+                            unsigned char* cp = rp + col * {esz}LL;
+                            {st1}
+                        }}"#
+        )
+    } else {
+        format!(
+            r#"for (int e = 0; e < 2; ++e) {{
+                            if (col + e < N_) {{
+                                const float v0 = epilogue(d[4 * j + 2 * h + e], bt, row, col + e{names});
+                                unsigned char* cp = rp + (col + e) * {ccs}LL;
+                                {st1}
+                            }}
+                        }}"#,
+            ccs = c.col_stride * esz,
+        )
+    };
+    let (epilogue, tail) = if cfg.tma_store {
+        let pack = if c.dtype == DataType::Bf16 { "bf16x2_bits(v0, v1)" } else { "f16x2_bits(v0, v1)" };
+        let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
+        (
+            format!(
+                r#"            // Epilogue through shared memory: this warpgroup's 64 x {bn} block, in boxes of
+            // 64 columns (128-byte swizzled rows, as the TMA store reads them), then one thread
+            // stores the boxes with TMA (clipped at the matrix edges) and the warps go on to the
+            // next tile while the copy drains. The block is reused once the last store has read it.
+            const unsigned cbuf = base + STAGES * STAGE_BYTES + cw * {cblock}u;
+            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            consumer_sync(cw);
+            const long long row0 = (long long)tm * {BM} + cw * 64 + w * 16 + (l >> 2);
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const int cl = 8 * j + 2 * (l & 3);
+                const long long col = (long long)tn * {bn} + cl;
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const int rl = w * 16 + (l >> 2) + 8 * h;
+                    const long long row = row0 + 8 * h;
+                    float v0 = 0.f, v1 = 0.f;
+                    if (row < M_ && col < N_) v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
+                    if (row < M_ && col + 1 < N_) v1 = epilogue(d[4 * j + 2 * h + 1], bt, row, col + 1{names});
+                    const int cin = cl & 63;
+                    const unsigned addr = cbuf + (cl >> 6) * 8192u + rl * 128u + ((((cin * 2) >> 4) ^ (rl & 7)) << 4) + ((cin * 2) & 15);
+                    asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"({pack}) : "memory");
+                }}
+            }}
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            consumer_sync(cw);
+            if (tid == 0) {{
+                #pragma unroll
+                for (int q = 0; q < {bn} / 64; ++q) tma_store(cbuf + q * 8192u, &tcm, tn * {bn} + q * 64, tm * {BM} + cw * 64, {coords});
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }}
+"#,
+                cblock = 64 * bn * 2,
+            ),
+            "        if (tid == 0) asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n".to_string(),
+        )
+    } else {
+        (
+            format!(
+                r#"            // Epilogue: accumulator (j, h) of this thread is row 16w + l/4 + 8h, columns
+            // 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN block.
+            const long long row0 = (long long)tm * {BM} + cw * 64 + w * 16 + (l >> 2);
+            const long long bofs = (long long)bt * {cbs}LL;
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const long long col = (long long)tn * {bn} + 8 * j + 2 * (l & 3);
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const long long row = row0 + 8 * h;
+                    if (row < M_) {{
+                        unsigned char* rp = cbase + bofs + row * {crs}LL;
+                        {store}
+                    }}
+                }}
+            }}
+"#,
+                cbs = c.batch_stride * esz,
+                crs = c.row_stride * esz,
+            ),
+            String::new(),
+        )
+    };
+    let tiles_m = p.m.div_ceil(BM);
+    let tiles_n = p.n.div_ceil(bn);
+    let _ = write!(
+        s,
+        r#"
+#define STAGES {stages}
+static constexpr long long M_ = {m}, N_ = {n};
+static constexpr int KT = {kt}, TILES_M = {tiles_m}, TILES_N = {tiles_n}, GROUP_M = {group_m};
+static constexpr long long TILES = {tiles}LL;
+static constexpr unsigned A_BYTES = {a_bytes}u, STAGE_BYTES = {stage_bytes}u;
+
+// Tile `t` in grouped order: GROUP_M tiles down M, then the next column; batches outermost.
+__device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& tn) {{
+    const long long per_batch = (long long)TILES_M * TILES_N;
+    bt = (int)(t / per_batch);
+    const int r = (int)(t - (long long)bt * per_batch);
+    const int per_group = GROUP_M * TILES_N;
+    const int g = r / per_group;
+    const int first_m = g * GROUP_M;
+    const int gm = min(TILES_M - first_m, GROUP_M);
+    const int in_group = r - g * per_group;
+    tm = first_m + in_group % gm;
+    tn = in_group / gm;
+}}
+
+extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, {tcm}void* __restrict__ c{params}) {{
+    extern __shared__ unsigned char smem_raw[];
+    const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned bars = base + STAGES * STAGE_BYTES + {c_bytes}u;
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {{
+        for (int s = 0; s < STAGES; ++s) {{
+            mbar_init(bars + 8u * s, 1u);
+            mbar_init(bars + 8u * (STAGES + s), 256u);
+        }}
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }}
+    __syncthreads();
+    if (wg == 0) {{
+        // Producer.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == 0) {{
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&ta) : "memory");
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&tb) : "memory");
+            int s = 0;
+            unsigned phase = 0;
+            for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {{
+                int bt, tm, tn;
+                tile_coords(t, bt, tm, tn);
+                for (int kt = 0; kt < KT; ++kt) {{
+                    mbar_wait(bars + 8u * (STAGES + s), phase ^ 1u);
+                    const unsigned full = bars + 8u * s;
+                    mbar_expect_tx(full, STAGE_BYTES);
+                    const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
+                    {a_load}
+                    {b_load}
+                    if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
+                }}
+            }}
+        }}
+    }} else {{
+        // Consumers: warpgroup cw owns rows cw * 64 .. cw * 64 + 63 of each tile.
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int cw = wg - 1;
+        const int tid = threadIdx.x % 128, w = tid / 32, l = tid % 32;
+        unsigned char* const cbase = (unsigned char*)c;
+        float d[{nd}];
+        #pragma unroll
+        for (int i = 0; i < {nd}; ++i) d[i] = 0.f;
+        int s = 0;
+        unsigned phase = 0;
+        for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {{
+            int bt, tm, tn;
+            tile_coords(t, bt, tm, tn);
+            int prev = 0;
+            for (int kt = 0; kt < KT; ++kt) {{
+                mbar_wait(bars + 8u * s, phase);
+                const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
+                wgmma_fence();
+                #pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {{
+                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > 0 || kk > 0) ? 1 : 0);
+                }}
+                wgmma_commit();
+                // The previous stage's wgmmas are done: hand its buffers back to the producer.
+                wgmma_wait1();
+                if (kt > 0) mbar_arrive(bars + 8u * (STAGES + prev));
+                prev = s;
+                if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
+            }}
+            wgmma_wait0();
+            mbar_arrive(bars + 8u * (STAGES + prev));
+{epilogue}        }}
+{tail}    }}
+}}
+"#,
+        epilogue = epilogue,
+        tail = tail,
+        c_bytes = cfg.c_bytes(),
+        tcm = if cfg.tma_store { "const __grid_constant__ TmaMap tcm, " } else { "" },
+        stages = cfg.stages,
+        m = p.m,
+        n = p.n,
+        kt = p.k.div_ceil(BK),
+        group_m = cfg.group_m,
+        tiles = p.batch * tiles_m * tiles_n,
+        stage_bytes = a_bytes + b_bytes,
+        params = epi.params,
+    );
+    s
+}
+
+/// Shared memory, mbarrier, TMA and wgmma helpers.
+const SM90_HELPERS: &str = r#"
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT_LOOP:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_LOOP;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+// One TMA tile copy into shared memory, completing on barrier `bar`; `batched` maps have a
+// third (batch) coordinate.
+__device__ __forceinline__ void tma_load(unsigned dst, const TmaMap* map, unsigned bar, int c0, int c1, int c2, bool batched) {
+    if (batched) {
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+            :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
+    } else {
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+            :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+    }
+}
+// One TMA tile store from shared memory (bulk-group completion).
+__device__ __forceinline__ void tma_store(unsigned src, const TmaMap* map, int c0, int c1, int c2, bool batched) {
+    if (batched) {
+        asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
+            :: "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(src) : "memory");
+    } else {
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+            :: "l"(map), "r"(c0), "r"(c1), "r"(src) : "memory");
+    }
+}
+// A barrier among one consumer warpgroup's 128 threads (named barriers 1 and 2, constant ids).
+__device__ __forceinline__ void consumer_sync(int cw) {
+    if (cw == 0) asm volatile("bar.sync 1, 128;" ::: "memory");
+    else asm volatile("bar.sync 2, 128;" ::: "memory");
+}
+__device__ __forceinline__ unsigned bf16x2_bits(float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *(unsigned*)&v;
+}
+__device__ __forceinline__ unsigned f16x2_bits(float a, float b) {
+    __half2 v = __floats2half2_rn(a, b);
+    return *(unsigned*)&v;
+}
+// A wgmma shared-memory descriptor with the 128-byte swizzle.
+__device__ __forceinline__ unsigned long long make_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4)
+         | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16)
+         | ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32)
+         | (1ull << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::cuda::{compile_cubin, nvrtc_available, CompileOptions};
+    use crate::graph::TensorId;
+
+    fn operand(t: usize, dtype: DataType, rows: usize, cols: usize, row_stride: i64, col_stride: i64, batch_stride: i64) -> Operand {
+        Operand { tensor: TensorId(t), dtype, rows, cols, row_stride, col_stride, batch_stride }
+    }
+
+    fn problem(batch: usize, m: usize, n: usize, k: usize, a_kmajor: bool, b_kmajor: bool, out: DataType) -> GemmProblem {
+        let t = DataType::Bf16;
+        let a = if a_kmajor { operand(0, t, m, k, k as i64, 1, (m * k) as i64) } else { operand(0, t, m, k, 1, m as i64, (m * k) as i64) };
+        let b = if b_kmajor { operand(1, t, k, n, 1, k as i64, 0) } else { operand(1, t, k, n, n as i64, 1, 0) };
+        let c = operand(2, out, m, n, n as i64, 1, (m * n) as i64);
+        GemmProblem { batch, m, n, k, a, b, c, allow_tf32: false }
+    }
+
+    fn identity() -> Epilogue {
+        Epilogue { code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c) { return acc; }\n".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn picks_and_rejects() {
+        let t = Target::sm90a();
+        let p = problem(1, 8192, 8192, 8192, true, false, DataType::Bf16);
+        assert_eq!(reject(&p, &t), None);
+        assert_eq!(choose(&p, &t).bn, 256);
+        assert!(choose(&p, &t).shared_bytes() <= 227 * 1024);
+        assert!(reject(&p, &Target::sm80()).is_some());
+        // k = 7: a row stride of 14 bytes cannot be a TMA stride.
+        assert!(reject(&problem(1, 64, 64, 7, true, false, DataType::Bf16), &t).is_some());
+    }
+
+    #[test]
+    fn kernels_compile_for_sm90a() {
+        if !nvrtc_available() {
+            eprintln!("skipped: NVRTC not found");
+            return;
+        }
+        let t = Target::sm90a();
+        for (p, what) in [
+            (problem(1, 8192, 8192, 8192, true, false, DataType::Bf16), "A K-major, B N-major"),
+            (problem(3, 304, 200, 136, false, true, DataType::F32), "A M-major, B K-major, batched"),
+        ] {
+            let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel"));
+            let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
+            compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+}
+#[cfg(test)]
+#[test]
+fn dump_source_for_inspection() {
+    if let Ok(path) = std::env::var("FERRODNN_DUMP_SM90") {
+        let t = Target::sm90a();
+        let mut p = tests_support::problem();
+        p.m = 8192;
+        let e = Epilogue { code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c) { return acc; }\n".into(), ..Default::default() };
+        let k = kernels(&p, &e, &t, "gemm_test").unwrap();
+        std::fs::write(path, format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source)).unwrap();
+    }
+}
+#[cfg(test)]
+mod tests_support {
+    use super::*;
+    use crate::graph::TensorId;
+    pub fn problem() -> GemmProblem {
+        let t = DataType::Bf16;
+        let (m, n, k) = (8192usize, 8192usize, 8192usize);
+        let op = |i, rows, cols, rs, cs| Operand { tensor: TensorId(i), dtype: t, rows, cols, row_stride: rs, col_stride: cs, batch_stride: 0 };
+        GemmProblem { batch: 1, m, n, k, a: op(0, m, k, k as i64, 1), b: op(1, k, n, n as i64, 1), c: op(2, m, n, n as i64, 1), allow_tf32: false }
+    }
+}

@@ -1,0 +1,206 @@
+//! The Hopper GEMM kernel (engine/cuda/gemm/sm90.rs) launched directly on an sm_90 GPU, against
+//! f64 references computed here: odd sizes, both major-nesses of A and B, batches with a
+//! broadcast B, bf16 and f32 outputs, C poisoned first. Skips (saying so) without an sm_90 GPU.
+//! With FERRODNN_SM90_TIMING=1 it also prints TFLOP/s of the large shapes (no assertion on
+//! speed: that lives in the benchmark harness).
+
+use ferrodnn::engine::cuda::fallback::{Arg, PRELUDE};
+use ferrodnn::engine::cuda::gemm::sm90;
+use ferrodnn::engine::cuda::gemm::{Epilogue, GemmProblem, Operand};
+use ferrodnn::engine::cuda::{compile_cubin, gpu_available, CompileOptions, CudaDevice, Event, Module, Target};
+use ferrodnn::graph::TensorId;
+use ferrodnn::testing::SplitMix64;
+use ferrodnn::DataType;
+use half::bf16;
+use std::ffi::c_void;
+
+struct Case {
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a_kmajor: bool,
+    b_kmajor: bool,
+    out: DataType,
+}
+
+fn problem(c: &Case) -> GemmProblem {
+    let (m, n, k) = (c.m, c.n, c.k);
+    let t = DataType::Bf16;
+    let op = |i, dtype, rows, cols, rs: usize, cs: usize, bs: usize| Operand { tensor: TensorId(i), dtype, rows, cols, row_stride: rs as i64, col_stride: cs as i64, batch_stride: bs as i64 };
+    let a = if c.a_kmajor { op(0, t, m, k, k, 1, m * k) } else { op(0, t, m, k, 1, m, m * k) };
+    let b = if c.b_kmajor { op(1, t, k, n, 1, k, 0) } else { op(1, t, k, n, n, 1, 0) };
+    GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), allow_tf32: false }
+}
+
+fn identity() -> Epilogue {
+    Epilogue { code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c) { return acc; }\n".into(), ..Default::default() }
+}
+
+fn at(op: &Operand, b: usize, r: usize, c: usize) -> usize {
+    (b as i64 * op.batch_stride + r as i64 * op.row_stride + c as i64 * op.col_stride) as usize
+}
+
+/// Runs one case; returns the relative L2 error over the checked elements and, when timing,
+/// the TFLOP/s.
+fn run(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing: bool, cfg: Option<sm90::Config>) -> (f64, Option<f64>) {
+    let target = Target::new(&dev.arch(), dev.sm_count());
+    let p = problem(c);
+    let nk = match cfg {
+        Some(cfg) => sm90::kernels_with(&p, &identity(), &target, "gemm_probe", cfg),
+        None => sm90::kernels(&p, &identity(), &target, "gemm_probe"),
+    }
+    .unwrap_or_else(|| panic!("no kernel: {:?} {cfg:?}", sm90::reject(&p, &target)));
+    let l = &nk.launches[0];
+    let cubin = compile_cubin(&format!("{PRELUDE}\n{}", l.source), &l.entry, &CompileOptions::new(dev.arch())).expect("compile");
+    let module = Module::load(dev, &cubin).expect("load");
+    let f = module.function(&l.entry).expect("function");
+    f.set_max_dynamic_shared_memory(l.shared_bytes).expect("smem");
+
+    let mut rng = SplitMix64::new(0x5eed ^ (c.m * 31 + c.n * 7 + c.k) as u64);
+    let a_len = c.batch * c.m * c.k;
+    let b_len = c.k * c.n;
+    let a: Vec<bf16> = (0..a_len).map(|_| bf16::from_f64(rng.next_f64() * 2.0 - 1.0)).collect();
+    let b: Vec<bf16> = (0..b_len).map(|_| bf16::from_f64(rng.next_f64() * 2.0 - 1.0)).collect();
+    let bytes = |v: &[bf16]| v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect::<Vec<u8>>();
+    let da = dev.upload(&bytes(&a)).unwrap();
+    let db = dev.upload(&bytes(&b)).unwrap();
+    let c_bytes = c.batch * c.m * c.n * c.out.size();
+    let dc = dev.upload(&vec![0xFFu8; c_bytes]).unwrap(); // NaN everywhere first
+    let stream = dev.new_stream().unwrap();
+
+    let ptr_of = |t: TensorId| [da.device_ptr(), db.device_ptr(), dc.device_ptr()][t.0];
+    let mut maps = Vec::new();
+    let mut words = Vec::new();
+    for arg in &l.args {
+        match arg {
+            Arg::TensorMap(d) => maps.push(d.encode(ptr_of(d.tensor)).unwrap()),
+            Arg::Ptr(t) => words.push(ptr_of(*t)),
+            other => panic!("unexpected arg {other:?}"),
+        }
+    }
+    let mut params: Vec<*mut c_void> = maps.iter_mut().map(|m| m as *mut _ as *mut c_void).collect();
+    params.extend(words.iter_mut().map(|w| w as *mut u64 as *mut c_void));
+    let grid = l.exact_grid.unwrap();
+    // SAFETY: the params match the kernel's (map a, map b, c) parameters; the buffers hold the
+    // problem's whole extents and outlive the launches (we synchronize before dropping them).
+    let launch = |params: &mut Vec<*mut c_void>| unsafe { f.launch(&stream, grid, (l.block, 1, 1), l.shared_bytes, params) }.expect("launch");
+    launch(&mut params);
+    stream.synchronize().expect("kernel ran");
+    let out = dc.to_host().unwrap();
+    let read = |i: usize| -> f64 {
+        match c.out {
+            DataType::F32 => f32::from_le_bytes(out[4 * i..4 * i + 4].try_into().unwrap()) as f64,
+            _ => bf16::from_bits(u16::from_le_bytes([out[2 * i], out[2 * i + 1]])).to_f64(),
+        }
+    };
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    let mut check = |bt: usize, i: usize, j: usize| {
+        let mut acc = 0.0f64;
+        for kk in 0..c.k {
+            acc += a[at(&p.a, bt, i, kk)].to_f64() * b[at(&p.b, 0, kk, j)].to_f64();
+        }
+        let got = read(at(&p.c, bt, i, j));
+        assert!(got.is_finite(), "element ({bt}, {i}, {j}) is {got} (unwritten or wrong)");
+        num += (got - acc) * (got - acc);
+        den += acc * acc;
+    };
+    match sample {
+        None => {
+            for bt in 0..c.batch {
+                for i in 0..c.m {
+                    for j in 0..c.n {
+                        check(bt, i, j);
+                    }
+                }
+            }
+        }
+        Some(s) => {
+            for _ in 0..s {
+                let (bt, i, j) = ((rng.next_u64() as usize) % c.batch, (rng.next_u64() as usize) % c.m, (rng.next_u64() as usize) % c.n);
+                check(bt, i, j);
+            }
+            // The corners and edges, where tiles are partial.
+            for (i, j) in [(0, 0), (c.m - 1, c.n - 1), (c.m - 1, 0), (0, c.n - 1)] {
+                check(c.batch - 1, i, j);
+            }
+        }
+    }
+    let err = (num / den.max(1e-300)).sqrt();
+    let mut tflops = None;
+    if timing {
+        let (start, end) = (Event::new(dev).unwrap(), Event::new(dev).unwrap());
+        for _ in 0..3 {
+            launch(&mut params);
+        }
+        let iters = 20;
+        start.record(&stream).unwrap();
+        for _ in 0..iters {
+            launch(&mut params);
+        }
+        end.record(&stream).unwrap();
+        end.synchronize().unwrap();
+        let ms = start.elapsed_ms(&end).unwrap() as f64 / iters as f64;
+        tflops = Some(2.0 * (c.batch * c.m * c.n * c.k) as f64 / (ms * 1e-3) / 1e12);
+    }
+    stream.synchronize().unwrap();
+    (err, tflops)
+}
+
+#[test]
+fn sm90_gemm_matches_f64_reference() {
+    if !gpu_available() {
+        eprintln!("skipped: no GPU");
+        return;
+    }
+    let dev = CudaDevice::open(0).unwrap();
+    if !dev.arch().starts_with("sm_90") {
+        eprintln!("skipped: {} is not sm_90", dev.arch());
+        return;
+    }
+    let timing = std::env::var_os("FERRODNN_SM90_TIMING").is_some();
+    let small = [
+        Case { batch: 1, m: 256, n: 512, k: 128, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 1, m: 200, n: 136, k: 72, a_kmajor: true, b_kmajor: true, out: DataType::F32 },
+        Case { batch: 3, m: 264, n: 200, k: 136, a_kmajor: false, b_kmajor: true, out: DataType::F32 },
+        Case { batch: 2, m: 72, n: 328, k: 200, a_kmajor: false, b_kmajor: false, out: DataType::F32 },
+        Case { batch: 1, m: 1000, n: 1000, k: 1000, a_kmajor: true, b_kmajor: false, out: DataType::F32 },
+        Case { batch: 1, m: 16, n: 520, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 3, m: 200, n: 328, k: 136, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 2, m: 136, n: 264, k: 1000, a_kmajor: false, b_kmajor: true, out: DataType::Bf16 },
+    ];
+    for c in &small {
+        let (err, _) = run(&dev, c, None, false, None);
+        let tol = if c.out == DataType::F32 { 1e-5 } else { 8e-3 };
+        eprintln!("{}x{}x{}x{} a_kmajor {} b_kmajor {} {}: rel err {err:.2e}", c.batch, c.m, c.n, c.k, c.a_kmajor, c.b_kmajor, c.out);
+        assert!(err < tol, "rel err {err} >= {tol}");
+    }
+    let big = [
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 1, m: 4096, n: 4096, k: 4096, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 1, m: 16384, n: 4096, k: 1024, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: true, out: DataType::Bf16 },
+        Case { batch: 64, m: 512, n: 512, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+    ];
+    // Under compute-sanitizer, the small cases are enough (FERRODNN_SM90_SMALL_ONLY=1).
+    let big: &[Case] = if std::env::var_os("FERRODNN_SM90_SMALL_ONLY").is_some() { &[] } else { &big };
+    for c in big {
+        let (err, tflops) = run(&dev, c, Some(256), timing, None);
+        eprintln!("{}x{}x{}x{} a_kmajor {} b_kmajor {}: rel err {err:.2e}, TFLOP/s {:?}", c.batch, c.m, c.n, c.k, c.a_kmajor, c.b_kmajor, tflops.map(|t| (t * 10.0).round() / 10.0));
+        assert!(err < 8e-3, "rel err {err}");
+        if timing {
+            // Other configurations, for tuning the heuristic.
+            let target = Target::new(&dev.arch(), dev.sm_count());
+            let base = sm90::choose(&problem(c), &target);
+            for (bn, stages, tma_store) in [(256, 4, false), (256, 3, true), (128, 6, true), (128, 7, false)] {
+                let cfg = sm90::Config { bn, stages, tma_store, ..base };
+                if cfg == base || sm90::kernels_with(&problem(c), &identity(), &target, "gemm_probe", cfg).is_none() {
+                    continue;
+                }
+                let (err, tflops) = run(&dev, c, Some(64), true, Some(cfg));
+                eprintln!("    bn {bn} stages {stages} tma_store {tma_store}: rel err {err:.2e}, TFLOP/s {:.1}", tflops.unwrap_or(0.0));
+                assert!(err < 8e-3, "rel err {err}");
+            }
+        }
+    }
+}
