@@ -598,26 +598,3 @@ mod tests {
         }
     }
 }
-#[cfg(test)]
-#[test]
-fn dump_source_for_inspection() {
-    if let Ok(path) = std::env::var("FERRODNN_DUMP_SM90") {
-        let t = Target::sm90a();
-        let mut p = tests_support::problem();
-        p.m = 8192;
-        let e = Epilogue { code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c) { return acc; }\n".into(), ..Default::default() };
-        let k = kernels(&p, &e, &t, "gemm_test").unwrap();
-        std::fs::write(path, format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source)).unwrap();
-    }
-}
-#[cfg(test)]
-mod tests_support {
-    use super::*;
-    use crate::graph::TensorId;
-    pub fn problem() -> GemmProblem {
-        let t = DataType::Bf16;
-        let (m, n, k) = (8192usize, 8192usize, 8192usize);
-        let op = |i, rows, cols, rs, cs| Operand { tensor: TensorId(i), dtype: t, rows, cols, row_stride: rs, col_stride: cs, batch_stride: 0 };
-        GemmProblem { batch: 1, m, n, k, a: op(0, m, k, k as i64, 1), b: op(1, k, n, n as i64, 1), c: op(2, m, n, n as i64, 1), allow_tf32: false }
-    }
-}
