@@ -51,12 +51,17 @@ fn run(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing
         None => sm90::kernels(&p, &identity(), &target, "gemm_probe"),
     }
     .unwrap_or_else(|| panic!("no kernel: {:?} {cfg:?}", sm90::reject(&p, &target)));
-    let l = &nk.launches[0];
-    let cubin = compile_cubin(&format!("{PRELUDE}\n{}", l.source), &l.entry, &CompileOptions::new(dev.arch())).expect("compile");
-    let module = Module::load(dev, &cubin).expect("load");
-    let f = module.function(&l.entry).expect("function");
-    f.set_max_dynamic_shared_memory(l.shared_bytes).expect("smem");
-
+    let mut fns = Vec::new();
+    for l in &nk.launches {
+        let cubin = compile_cubin(&format!("{PRELUDE}\n{}", l.source), &l.entry, &CompileOptions::new(dev.arch())).expect("compile");
+        let module = Module::load(dev, &cubin).expect("load");
+        let f = module.function(&l.entry).expect("function");
+        if l.shared_bytes > 48 * 1024 {
+            f.set_max_dynamic_shared_memory(l.shared_bytes).expect("smem");
+        }
+        fns.push(f);
+    }
+    let scratch: Vec<_> = nk.scratch.iter().map(|&b| dev.alloc(b).unwrap()).collect();
     let mut rng = SplitMix64::new(0x5eed ^ (c.m * 31 + c.n * 7 + c.k) as u64);
     let a_len = c.batch * c.m * c.k;
     let b_len = c.k * c.n;
@@ -70,22 +75,37 @@ fn run(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing
     let stream = dev.new_stream().unwrap();
 
     let ptr_of = |t: TensorId| [da.device_ptr(), db.device_ptr(), dc.device_ptr()][t.0];
-    let mut maps = Vec::new();
-    let mut words = Vec::new();
-    for arg in &l.args {
-        match arg {
-            Arg::TensorMap(d) => maps.push(d.encode(ptr_of(d.tensor)).unwrap()),
-            Arg::Ptr(t) => words.push(ptr_of(*t)),
-            other => panic!("unexpected arg {other:?}"),
+    // Parameter values per launch: tensor maps and 8-byte words, in the order of the args.
+    let mut maps: Vec<Vec<_>> = Vec::new();
+    let mut words: Vec<Vec<u64>> = Vec::new();
+    for l in &nk.launches {
+        let (mut m, mut w) = (Vec::new(), Vec::new());
+        for arg in &l.args {
+            match arg {
+                Arg::TensorMap(d) => m.push(d.encode(ptr_of(d.tensor)).unwrap()),
+                Arg::Ptr(t) => w.push(ptr_of(*t)),
+                Arg::Scratch(i) => w.push(scratch[*i].device_ptr()),
+                Arg::I64(v) => w.push(*v as u64),
+                other => panic!("unexpected arg {other:?}"),
+            }
         }
+        maps.push(m);
+        words.push(w);
     }
-    let mut params: Vec<*mut c_void> = maps.iter_mut().map(|m| m as *mut _ as *mut c_void).collect();
-    params.extend(words.iter_mut().map(|w| w as *mut u64 as *mut c_void));
-    let grid = l.exact_grid.unwrap();
-    // SAFETY: the params match the kernel's (map a, map b, c) parameters; the buffers hold the
-    // problem's whole extents and outlive the launches (we synchronize before dropping them).
-    let launch = |params: &mut Vec<*mut c_void>| unsafe { f.launch(&stream, grid, (l.block, 1, 1), l.shared_bytes, params) }.expect("launch");
-    launch(&mut params);
+    let launch = || {
+        for (i, (l, f)) in nk.launches.iter().zip(&fns).enumerate() {
+            let mut m = maps[i].clone();
+            let mut w = words[i].clone();
+            let mut params: Vec<*mut c_void> = m.iter_mut().map(|m| m as *mut _ as *mut c_void).collect();
+            params.extend(w.iter_mut().map(|w| w as *mut u64 as *mut c_void));
+            let grid = l.exact_grid.unwrap_or(((l.threads.div_ceil(l.block as u64)).clamp(1, dev.sm_count() as u64 * 32) as u32, 1, 1));
+            // SAFETY: the params match the kernel's parameters (maps first, then pointers and
+            // words, as the generator orders them); the buffers hold the problem's whole extents
+            // and outlive the launches (we synchronize before dropping them).
+            unsafe { f.launch(&stream, grid, (l.block, 1, 1), l.shared_bytes, &mut params) }.expect("launch");
+        }
+    };
+    launch();
     stream.synchronize().expect("kernel ran");
     let out = dc.to_host().unwrap();
     let read = |i: usize| -> f64 {
@@ -131,12 +151,12 @@ fn run(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing
     if timing {
         let (start, end) = (Event::new(dev).unwrap(), Event::new(dev).unwrap());
         for _ in 0..3 {
-            launch(&mut params);
+            launch();
         }
         let iters = 20;
         start.record(&stream).unwrap();
         for _ in 0..iters {
-            launch(&mut params);
+            launch();
         }
         end.record(&stream).unwrap();
         end.synchronize().unwrap();
@@ -168,6 +188,9 @@ fn sm90_gemm_matches_f64_reference() {
         Case { batch: 1, m: 16, n: 520, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
         Case { batch: 3, m: 200, n: 328, k: 136, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
         Case { batch: 2, m: 136, n: 264, k: 1000, a_kmajor: false, b_kmajor: true, out: DataType::Bf16 },
+        // Few tiles, long k: split k (and its reduce launch).
+        Case { batch: 1, m: 16, n: 200, k: 2048, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 2, m: 40, n: 136, k: 1032, a_kmajor: true, b_kmajor: true, out: DataType::F32 },
     ];
     for c in &small {
         let (err, _) = run(&dev, c, None, false, None);
@@ -181,6 +204,7 @@ fn sm90_gemm_matches_f64_reference() {
         Case { batch: 1, m: 16384, n: 4096, k: 1024, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
         Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: true, out: DataType::Bf16 },
         Case { batch: 64, m: 512, n: 512, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 1, m: 16, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
     ];
     // Under compute-sanitizer, the small cases are enough (FERRODNN_SM90_SMALL_ONLY=1).
     let big: &[Case] = if std::env::var_os("FERRODNN_SM90_SMALL_ONLY").is_some() { &[] } else { &big };
@@ -192,8 +216,8 @@ fn sm90_gemm_matches_f64_reference() {
             // Other configurations, for tuning the heuristic.
             let target = Target::new(&dev.arch(), dev.sm_count());
             let base = sm90::choose(&problem(c), &target);
-            for (bn, stages, tma_store) in [(256, 4, false), (256, 3, true), (128, 6, true), (128, 7, false)] {
-                let cfg = sm90::Config { bn, stages, tma_store, ..base };
+            for (bn, stages, tma_store, splits) in [(256, 4, false, 1), (256, 3, true, 1), (128, 6, true, 1), (128, 7, false, 1), (128, 7, false, 4)] {
+                let cfg = sm90::Config { bn, stages, tma_store, splits, ..base };
                 if cfg == base || sm90::kernels_with(&problem(c), &identity(), &target, "gemm_probe", cfg).is_none() {
                     continue;
                 }

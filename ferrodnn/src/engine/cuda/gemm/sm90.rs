@@ -54,6 +54,10 @@ pub struct Config {
     /// Store C through shared memory with TMA (16-bit row-major C): the stores drain while the
     /// next tile's main loop runs, instead of stalling every SM's epilogue at once.
     pub tma_store: bool,
+    /// Ways the k range is split (1: none). Split partial sums go to the workspace in f32 and
+    /// a second launch adds them in order, so few-tile problems (decode: M = 16) still keep
+    /// every SM streaming.
+    pub splits: usize,
 }
 
 impl Config {
@@ -80,9 +84,14 @@ impl Config {
 pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     let tiles = |bn: usize| p.batch * p.m.div_ceil(BM) * p.n.div_ceil(bn);
     let sms = target.sm_count.max(1) as usize;
-    let bn = if p.n > 128 && tiles(256) >= sms { 256 } else { 128 };
-    let tma_store = tma_store_ok(p);
-    let mut cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store };
+    // BN 256 halves the B traffic per flop, but leaves SMs idle when tiles are few, and short
+    // k loops (K <= 256) gain more from more tiles than from wider ones.
+    let bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
+    let kt = p.k.div_ceil(BK);
+    let t0 = tiles(bn);
+    let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
+    let tma_store = splits == 1 && tma_store_ok(p);
+    let mut cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store, splits };
     cfg.stages = ((227 * 1024 - cfg.shared_bytes() + 2 * cfg.stage_bytes()) / cfg.stage_bytes()).clamp(2, 8);
     cfg
 }
@@ -179,7 +188,9 @@ pub fn kernels(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str) ->
 
 /// [`kernels`] with a given configuration (for tuning; `None` when it cannot run `p`).
 pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
-    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 128 | 256) || cfg.shared_bytes() > 227 * 1024 {
+    let kt = p.k.div_ceil(BK);
+    let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && cfg.tma_store);
+    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 128 | 256) || cfg.shared_bytes() > 227 * 1024 || bad_split {
         return None;
     }
     let (ma, mb) = (major(&p.a, true)?, major(&p.b, false)?);
@@ -188,7 +199,7 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
     if ta.check().is_err() || tb.check().is_err() {
         return None;
     }
-    let tiles = p.batch * p.m.div_ceil(BM) * p.n.div_ceil(cfg.bn);
+    let tiles = p.batch * p.m.div_ceil(BM) * p.n.div_ceil(cfg.bn) * cfg.splits;
     let grid = tiles.min(target.sm_count.max(1) as usize) as u32;
     let source = source(p, epi, &cfg, ma, mb, ta.dims.len() == 3, tb.dims.len() == 3, entry);
     let mut args = vec![Arg::TensorMap(Box::new(ta)), Arg::TensorMap(Box::new(tb))];
@@ -196,6 +207,8 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
         args.push(Arg::TensorMap(Box::new(tma_of_c(p))));
     }
     args.push(Arg::Ptr(p.c.tensor));
+    // The split partials (a null pointer when there is no split).
+    args.push(if cfg.splits > 1 { Arg::Scratch(0) } else { Arg::I64(0) });
     args.extend(epi.args.iter().cloned());
     let launch = Launch {
         source,
@@ -207,7 +220,12 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
         args,
         cluster: None,
     };
-    Some(NodeKernels::one(launch))
+    if cfg.splits == 1 {
+        return Some(NodeKernels::one(launch));
+    }
+    let part_bytes = cfg.splits * p.batch * p.m * (p.n + p.n % 2) * 4;
+    let reduce = reduce_launch(p, epi, cfg.splits, &format!("{entry}_reduce"));
+    Some(NodeKernels { launches: vec![launch, reduce], scratch: vec![part_bytes] })
 }
 
 /// Inline-asm wrapper of one `wgmma.m64n{bn}k16` with both operands from shared memory.
@@ -269,41 +287,34 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         Major::Mn => "make_desc(sb + kk * 2048u, 8192u, 1024u)",
     };
     let c = &p.c;
-    let pair = c.col_stride == 1 && c.row_stride % 2 == 0 && c.batch_stride % 2 == 0;
-    let (st1, st2) = match c.dtype {
-        DataType::Bf16 => ("*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v0);", "*(__nv_bfloat162*)(cp) = __floats2bfloat162_rn(v0, v1);"),
-        DataType::F16 => ("*(__half*)(cp) = __float2half_rn(v0);", "*(__half2*)(cp) = __floats2half2_rn(v0, v1);"),
-        _ => ("*(float*)(cp) = v0;", "*(float2*)(cp) = make_float2(v0, v1);"),
-    };
-    let esz = c.dtype.size() as i64;
     let names = &epi.names;
-    // Row pointer `rp` (batch and row applied), then one or two elements at column `col`.
-    let store = if pair {
-        format!(
-            r#"if (col + 1 < N_) {{
-                            const float v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
-                            const float v1 = epilogue(d[4 * j + 2 * h + 1], bt, row, col + 1{names});
-                            unsigned char* cp = rp + col * {esz}LL;
-                            {st2}
-                        }} else if (col < N_) {{
-                            const float v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
-                            unsigned char* cp = rp + col * {esz}LL;
-                            {st1}
-                        }}"#
+    let store = store_code(p, names, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]");
+    let esz = c.dtype.size() as i64;
+    let (epilogue, tail) = if cfg.splits > 1 {
+        (
+            format!(
+                r#"            // Split k: this split's f32 partial sums go to the workspace, [split][batch][M][NP];
+            // the reduce launch adds the splits in order and applies the epilogue.
+            const int sp = (int)(t % SPLITS);
+            const long long row0 = (long long)tm * {BM} + cw * 64 + w * 16 + (l >> 2);
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const long long col = (long long)tn * {bn} + 8 * j + 2 * (l & 3);
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const long long row = row0 + 8 * h;
+                    if (row < M_ && col < N_) {{
+                        float* pp = part + (((long long)sp * {batch} + bt) * M_ + row) * NP + col;
+                        *(float2*)pp = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                    }}
+                }}
+            }}
+"#,
+                batch = p.batch,
+            ),
+            String::new(),
         )
-    } else {
-        format!(
-            r#"for (int e = 0; e < 2; ++e) {{
-                            if (col + e < N_) {{
-                                const float v0 = epilogue(d[4 * j + 2 * h + e], bt, row, col + e{names});
-                                unsigned char* cp = rp + (col + e) * {ccs}LL;
-                                {st1}
-                            }}
-                        }}"#,
-            ccs = c.col_stride * esz,
-        )
-    };
-    let (epilogue, tail) = if cfg.tma_store {
+    } else if cfg.tma_store {
         let pack = if c.dtype == DataType::Bf16 { "bf16x2_bits(v0, v1)" } else { "f16x2_bits(v0, v1)" };
         let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
         (
@@ -376,13 +387,19 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         s,
         r#"
 #define STAGES {stages}
-static constexpr long long M_ = {m}, N_ = {n};
+static constexpr long long M_ = {m}, N_ = {n}, NP = {np};
 static constexpr int KT = {kt}, TILES_M = {tiles_m}, TILES_N = {tiles_n}, GROUP_M = {group_m};
-static constexpr long long TILES = {tiles}LL;
+static constexpr int SPLITS = {splits};
+static constexpr long long TILES = {tiles}LL * SPLITS;
 static constexpr unsigned A_BYTES = {a_bytes}u, STAGE_BYTES = {stage_bytes}u;
 
-// Tile `t` in grouped order: GROUP_M tiles down M, then the next column; batches outermost.
-__device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& tn) {{
+// Work item `t`: split SPLITS ways along k (k tiles [k0, k1)), then output tiles in grouped
+// order: GROUP_M tiles down M, then the next column; batches outermost.
+__device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& tn, int& k0, int& k1) {{
+    const int sp = (int)(t % SPLITS);
+    t /= SPLITS;
+    k0 = (int)((long long)sp * KT / SPLITS);
+    k1 = (int)((long long)(sp + 1) * KT / SPLITS);
     const long long per_batch = (long long)TILES_M * TILES_N;
     bt = (int)(t / per_batch);
     const int r = (int)(t - (long long)bt * per_batch);
@@ -395,7 +412,7 @@ __device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& 
     tn = in_group / gm;
 }}
 
-extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, {tcm}void* __restrict__ c{params}) {{
+extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, {tcm}void* __restrict__ c, float* __restrict__ part{params}) {{
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned bars = base + STAGES * STAGE_BYTES + {c_bytes}u;
@@ -417,9 +434,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
             int s = 0;
             unsigned phase = 0;
             for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {{
-                int bt, tm, tn;
-                tile_coords(t, bt, tm, tn);
-                for (int kt = 0; kt < KT; ++kt) {{
+                int bt, tm, tn, k0, k1;
+                tile_coords(t, bt, tm, tn, k0, k1);
+                for (int kt = k0; kt < k1; ++kt) {{
                     mbar_wait(bars + 8u * (STAGES + s), phase ^ 1u);
                     const unsigned full = bars + 8u * s;
                     mbar_expect_tx(full, STAGE_BYTES);
@@ -442,21 +459,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
         int s = 0;
         unsigned phase = 0;
         for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {{
-            int bt, tm, tn;
-            tile_coords(t, bt, tm, tn);
+            int bt, tm, tn, k0, k1;
+            tile_coords(t, bt, tm, tn, k0, k1);
             int prev = 0;
-            for (int kt = 0; kt < KT; ++kt) {{
+            for (int kt = k0; kt < k1; ++kt) {{
                 mbar_wait(bars + 8u * s, phase);
                 const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
                 wgmma_fence();
                 #pragma unroll
                 for (int kk = 0; kk < 4; ++kk) {{
-                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > 0 || kk > 0) ? 1 : 0);
+                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
                 }}
                 wgmma_commit();
                 // The previous stage's wgmmas are done: hand its buffers back to the producer.
                 wgmma_wait1();
-                if (kt > 0) mbar_arrive(bars + 8u * (STAGES + prev));
+                if (kt > k0) mbar_arrive(bars + 8u * (STAGES + prev));
                 prev = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
             }}
@@ -471,6 +488,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
         c_bytes = cfg.c_bytes(),
         tcm = if cfg.tma_store { "const __grid_constant__ TmaMap tcm, " } else { "" },
         stages = cfg.stages,
+        splits = cfg.splits,
+        np = p.n + p.n % 2,
         m = p.m,
         n = p.n,
         kt = p.k.div_ceil(BK),
@@ -480,6 +499,89 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
         params = epi.params,
     );
     s
+}
+
+/// Stores of accumulators `a0` (column `col`) and `a1` (column `col + 1`) of row `row` through
+/// the epilogue, at row pointer `rp` (batch and row applied): pairs when C is row-major with
+/// even strides, else one element at a time.
+fn store_code(p: &GemmProblem, names: &str, a0: &str, a1: &str) -> String {
+    let c = &p.c;
+    let pair = c.col_stride == 1 && c.row_stride % 2 == 0 && c.batch_stride % 2 == 0;
+    let (st1, st2) = match c.dtype {
+        DataType::Bf16 => ("*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v0);", "*(__nv_bfloat162*)(cp) = __floats2bfloat162_rn(v0, v1);"),
+        DataType::F16 => ("*(__half*)(cp) = __float2half_rn(v0);", "*(__half2*)(cp) = __floats2half2_rn(v0, v1);"),
+        _ => ("*(float*)(cp) = v0;", "*(float2*)(cp) = make_float2(v0, v1);"),
+    };
+    let esz = c.dtype.size() as i64;
+    if pair {
+        format!(
+            r#"if (col + 1 < N_) {{
+                            const float v0 = epilogue({a0}, bt, row, col{names});
+                            const float v1 = epilogue({a1}, bt, row, col + 1{names});
+                            unsigned char* cp = rp + col * {esz}LL;
+                            {st2}
+                        }} else if (col < N_) {{
+                            const float v0 = epilogue({a0}, bt, row, col{names});
+                            unsigned char* cp = rp + col * {esz}LL;
+                            {st1}
+                        }}"#
+        )
+    } else {
+        format!(
+            r#"for (int e = 0; e < 2; ++e) {{
+                            if (col + e < N_) {{
+                                const float v0 = epilogue(e == 0 ? {a0} : {a1}, bt, row, col + e{names});
+                                unsigned char* cp = rp + (col + e) * {ccs}LL;
+                                {st1}
+                            }}
+                        }}"#,
+            ccs = c.col_stride * esz,
+        )
+    }
+}
+
+/// The split-k reduce launch: for each pair of columns, the splits' partial sums added in
+/// order (deterministic), then the epilogue and the store.
+fn reduce_launch(p: &GemmProblem, epi: &Epilogue, splits: usize, entry: &str) -> Launch {
+    let c = &p.c;
+    let esz = c.dtype.size() as i64;
+    let np = p.n + p.n % 2;
+    let store = store_code(p, &epi.names, "acc.x", "acc.y");
+    let source = format!(
+        r#"{code}
+static constexpr long long M_ = {m}, N_ = {n}, NP = {np};
+extern "C" __global__ void {entry}(void* __restrict__ c, const float* __restrict__ part{params}) {{
+    unsigned char* const cbase = (unsigned char*)c;
+    const long long pairs = {batch}LL * M_ * (NP / 2);
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < pairs; e += (long long)gridDim.x * blockDim.x) {{
+        const long long col = (e % (NP / 2)) * 2;
+        const long long rowg = e / (NP / 2);
+        const long long row = rowg % M_;
+        const int bt = (int)(rowg / M_);
+        float2 acc = make_float2(0.f, 0.f);
+        #pragma unroll 4
+        for (int s = 0; s < {splits}; ++s) {{
+            const float2 v = *(const float2*)(part + (((long long)s * {batch} + bt) * M_ + row) * NP + col);
+            acc.x += v.x;
+            acc.y += v.y;
+        }}
+        unsigned char* rp = cbase + (long long)bt * {cbs}LL + row * {crs}LL;
+        {store}
+    }}
+}}
+"#,
+        code = epi.code,
+        m = p.m,
+        n = p.n,
+        batch = p.batch,
+        params = epi.params,
+        cbs = c.batch_stride * esz,
+        crs = c.row_stride * esz,
+    );
+    let pairs = (p.batch * p.m * np / 2) as u64;
+    let mut args = vec![Arg::Ptr(c.tensor), Arg::Scratch(0)];
+    args.extend(epi.args.iter().cloned());
+    Launch::elementwise(source, entry, pairs, args)
 }
 
 /// Shared memory, mbarrier, TMA and wgmma helpers.
