@@ -217,10 +217,18 @@ impl Engine for CudaEngine {
                 if l.shared_bytes > 48 * 1024 {
                     function.set_max_dynamic_shared_memory(l.shared_bytes)?;
                 }
-                let grid = match l.exact_grid {
+                let mut grid = match l.exact_grid {
                     Some(grid) => grid,
                     None => (l.threads.div_ceil(l.block.max(1) as u64).clamp(1, max_grid) as u32, 1, 1),
                 };
+                // Cluster launches are persistent (they stride over their work by the grid): run
+                // no more clusters than fit on the device at once, so none waits for a second
+                // wave.
+                if let Some(cluster) = l.cluster {
+                    if let Some(fit) = function.max_active_clusters((l.block, 1, 1), cluster, l.shared_bytes) {
+                        grid.0 = grid.0.min(fit * cluster.0).max(cluster.0);
+                    }
+                }
                 steps.push(Step { function, grid, block: (l.block, 1, 1), cluster: l.cluster, shared_bytes: l.shared_bytes, args: l.args.clone(), scratch_at: scratch_at.clone() });
             }
             Ok(steps)

@@ -360,6 +360,37 @@ impl Function {
         check(r, &format!("cuLaunchKernel(`{}`, grid {grid:?}, block {block:?}, {shared_bytes} B shared)", self.name))
     }
 
+    /// How many clusters of `cluster` blocks of this kernel can run at once on the device
+    /// (`cuOccupancyMaxActiveClusters`): the grid of a persistent cluster kernel. `None` when
+    /// the driver cannot say (no `cuLaunchKernelEx`-era API, or an error).
+    pub fn max_active_clusters(&self, block: (u32, u32, u32), cluster: (u32, u32, u32), shared_bytes: u32) -> Option<u32> {
+        let api = api().ok()?;
+        if !api.launch_ex || self.module.device.bind().is_err() {
+            return None;
+        }
+        // SAFETY: all-zero bytes are a valid CUlaunchAttribute (see launch_cluster).
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster.0, y: cluster.1, z: cluster.2 };
+        let config = sys::CUlaunchConfig {
+            gridDimX: cluster.0,
+            gridDimY: cluster.1,
+            gridDimZ: cluster.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: shared_bytes,
+            hStream: std::ptr::null_mut(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY: the symbol exists in drivers that have cuLaunchKernelEx (CUDA 12.0+, probed
+        // above); `config` and `attr` live across the call, which only writes `n`.
+        let r = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, self.raw, &config) };
+        (r == sys::CUresult::CUDA_SUCCESS && n > 0).then_some(n as u32)
+    }
+
     /// As [`launch`](Self::launch), with thread-block clusters of `cluster` blocks
     /// (`cuLaunchKernelEx` with `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`; sm_90 or newer). Each grid
     /// dimension must be a multiple of the cluster's; clusters above 8 blocks also need the

@@ -45,7 +45,9 @@ pub struct Launch {
     pub exact_grid: Option<(u32, u32, u32)>,
     pub shared_bytes: u32,
     pub args: Vec<Arg>,
-    /// Thread-block cluster dims (sm_90+): the grid (then `exact_grid`) must be a multiple.
+    /// Thread-block cluster dims (sm_90+): the grid (then `exact_grid`) must be a multiple. A
+    /// cluster kernel must be persistent (stride over its work by `gridDim`): the engine lowers
+    /// `grid.x` to the clusters that fit on the device at once.
     pub cluster: Option<(u32, u32, u32)>,
 }
 

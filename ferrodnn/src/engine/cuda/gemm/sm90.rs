@@ -58,6 +58,10 @@ pub struct Config {
     /// a second launch adds them in order, so few-tile problems (decode: M = 16) still keep
     /// every SM streaming.
     pub splits: usize,
+    /// CTAs per cluster along M (1 or 2): a pair of CTAs computes two tiles in the same
+    /// columns, each loading its own A and half of the shared B tile, multicast by TMA into
+    /// both CTAs' shared memory, which halves B's traffic from L2.
+    pub cluster_m: usize,
 }
 
 impl Config {
@@ -91,7 +95,10 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     let t0 = tiles(bn);
     let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
     let tma_store = splits == 1 && tma_store_ok(p);
-    let mut cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store, splits };
+    // Clusters of two with B multicast are correct but measured 2.3x slower than single CTAs
+    // (bench/NOTES.md, session 9): off until that is understood.
+    let cluster_m = 1;
+    let mut cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store, splits, cluster_m };
     cfg.stages = ((227 * 1024 - cfg.shared_bytes() + 2 * cfg.stage_bytes()) / cfg.stage_bytes()).clamp(2, 8);
     cfg
 }
@@ -189,18 +196,20 @@ pub fn kernels(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str) ->
 /// [`kernels`] with a given configuration (for tuning; `None` when it cannot run `p`).
 pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
     let kt = p.k.div_ceil(BK);
-    let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && cfg.tma_store);
+    let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.cluster_m != 1)) || !matches!(cfg.cluster_m, 1 | 2);
     if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 128 | 256) || cfg.shared_bytes() > 227 * 1024 || bad_split {
         return None;
     }
     let (ma, mb) = (major(&p.a, true)?, major(&p.b, false)?);
     let ta = tma_of(&p.a, true, cfg.bn, p.batch);
-    let tb = tma_of(&p.b, false, cfg.bn, p.batch);
+    // With a cluster, each CTA loads (and multicasts) its share of B.
+    let tb = tma_of(&p.b, false, cfg.bn / cfg.cluster_m, p.batch);
     if ta.check().is_err() || tb.check().is_err() {
         return None;
     }
-    let tiles = p.batch * p.m.div_ceil(BM) * p.n.div_ceil(cfg.bn) * cfg.splits;
-    let grid = tiles.min(target.sm_count.max(1) as usize) as u32;
+    let cm = cfg.cluster_m;
+    let tiles = p.batch * p.m.div_ceil(BM).div_ceil(cm) * p.n.div_ceil(cfg.bn) * cfg.splits;
+    let grid = (tiles * cm).min(target.sm_count.max(1) as usize / cm * cm).max(cm) as u32;
     let source = source(p, epi, &cfg, ma, mb, ta.dims.len() == 3, tb.dims.len() == 3, entry);
     let mut args = vec![Arg::TensorMap(Box::new(ta)), Arg::TensorMap(Box::new(tb))];
     if cfg.tma_store {
@@ -218,7 +227,7 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
         exact_grid: Some((grid, 1, 1)),
         shared_bytes: cfg.shared_bytes() as u32,
         args,
-        cluster: None,
+        cluster: (cfg.cluster_m > 1).then_some((cfg.cluster_m as u32, 1, 1)),
     };
     if cfg.splits == 1 {
         return Some(NodeKernels::one(launch));
@@ -270,9 +279,16 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         Major::K => format!("tma_load(sa, &ta, full, kt * {BK}, tm * {BM}, bt, {a3});"),
         Major::Mn => format!("for (int q = 0; q < {BM} / 64; ++q) tma_load(sa + q * 8192u, &ta, full, tm * {BM} + q * 64, kt * {BK}, bt, {a3});"),
     };
-    let b_load = match mb {
-        Major::K => format!("tma_load(sb, &tb, full, kt * {BK}, tn * {bn}, bt, {b3});"),
-        Major::Mn => format!("for (int q = 0; q < {bn} / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * {bn} + q * 64, kt * {BK}, bt, {b3});"),
+    let b_load = match (mb, cfg.cluster_m) {
+        (Major::K, 1) => format!("tma_load(sb, &tb, full, kt * {BK}, tn * {bn}, bt, {b3});"),
+        (Major::Mn, 1) => format!("for (int q = 0; q < {bn} / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * {bn} + q * 64, kt * {BK}, bt, {b3});"),
+        // Cluster of two: this CTA's half of B (rows of n for K-major, 64-wide chunks for
+        // N-major), multicast into both CTAs at the same offsets.
+        (Major::K, _) => format!("tma_load_mc(sb + rank * {half_bytes}u, &tb, full, kt * {BK}, tn * {bn} + rank * {half}, bt, {b3}, (unsigned short)3);", half = bn / 2, half_bytes = bn / 2 * 128),
+        (Major::Mn, _) => format!(
+            "for (int q = rank * {qh}; q < (rank + 1) * {qh}; ++q) tma_load_mc(sb + q * 8192u, &tb, full, tn * {bn} + q * 64, kt * {BK}, bt, {b3}, (unsigned short)3);",
+            qh = bn / 128
+        ),
     };
     // Shared-memory descriptors of k-step kk (16 elements) for this consumer's 64 rows of A and
     // the whole of B. K-major: rows of 128 bytes, 8-row atoms 1024 bytes apart, k steps 32 bytes
@@ -388,14 +404,40 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         r#"
 #define STAGES {stages}
 static constexpr long long M_ = {m}, N_ = {n}, NP = {np};
-static constexpr int KT = {kt}, TILES_M = {tiles_m}, TILES_N = {tiles_n}, GROUP_M = {group_m};
+// TILES_M counts cluster rows of tiles: CM CTAs of a cluster take CM adjacent tile rows.
+static constexpr int CM = {cm}, KT = {kt}, TILES_M = {tiles_mc}, TILES_N = {tiles_n}, GROUP_M = {group_m};
 static constexpr int SPLITS = {splits};
 static constexpr long long TILES = {tiles}LL * SPLITS;
 static constexpr unsigned A_BYTES = {a_bytes}u, STAGE_BYTES = {stage_bytes}u;
 
+__device__ __forceinline__ unsigned cta_rank() {{
+    if (CM == 1) return 0u;
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}}
+__device__ __forceinline__ void cluster_sync() {{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}}
+// A consumer is done with a stage: every thread arrives on this CTA's "empty" barrier, or,
+// in a cluster, one lane per warp arrives on the barrier of every CTA of the cluster (each
+// producer multicasts into all of them, so it waits for all of their consumers).
+__device__ __forceinline__ void release_stage(unsigned bar, int lane) {{
+    if (CM == 1) {{
+        mbar_arrive(bar);
+    }} else {{
+        __syncwarp();
+        if (lane == 0) {{
+            for (unsigned cta = 0; cta < CM; ++cta) {{
+                asm volatile("{{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}}" :: "r"(bar), "r"(cta) : "memory");
+            }}
+        }}
+    }}
+}}
+
 // Work item `t`: split SPLITS ways along k (k tiles [k0, k1)), then output tiles in grouped
 // order: GROUP_M tiles down M, then the next column; batches outermost.
-__device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& tn, int& k0, int& k1) {{
+__device__ __forceinline__ void tile_coords(long long t, int rank, int& bt, int& tm, int& tn, int& k0, int& k1) {{
     const int sp = (int)(t % SPLITS);
     t /= SPLITS;
     k0 = (int)((long long)sp * KT / SPLITS);
@@ -408,7 +450,7 @@ __device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& 
     const int first_m = g * GROUP_M;
     const int gm = min(TILES_M - first_m, GROUP_M);
     const int in_group = r - g * per_group;
-    tm = first_m + in_group % gm;
+    tm = (first_m + in_group % gm) * CM + rank;
     tn = in_group / gm;
 }}
 
@@ -420,11 +462,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
     if (threadIdx.x == 0) {{
         for (int s = 0; s < STAGES; ++s) {{
             mbar_init(bars + 8u * s, 1u);
-            mbar_init(bars + 8u * (STAGES + s), 256u);
+            mbar_init(bars + 8u * (STAGES + s), {empty_count}u);
         }}
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }}
-    __syncthreads();
+    {start_sync}
+    const int rank = (int)cta_rank();
     if (wg == 0) {{
         // Producer.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
@@ -433,9 +476,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tb) : "memory");
             int s = 0;
             unsigned phase = 0;
-            for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {{
+            for (long long t = blockIdx.x / CM; t < TILES; t += gridDim.x / CM) {{
                 int bt, tm, tn, k0, k1;
-                tile_coords(t, bt, tm, tn, k0, k1);
+                tile_coords(t, rank, bt, tm, tn, k0, k1);
                 for (int kt = k0; kt < k1; ++kt) {{
                     mbar_wait(bars + 8u * (STAGES + s), phase ^ 1u);
                     const unsigned full = bars + 8u * s;
@@ -458,9 +501,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
         for (int i = 0; i < {nd}; ++i) d[i] = 0.f;
         int s = 0;
         unsigned phase = 0;
-        for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {{
+        for (long long t = blockIdx.x / CM; t < TILES; t += gridDim.x / CM) {{
             int bt, tm, tn, k0, k1;
-            tile_coords(t, bt, tm, tn, k0, k1);
+            tile_coords(t, rank, bt, tm, tn, k0, k1);
             int prev = 0;
             for (int kt = k0; kt < k1; ++kt) {{
                 mbar_wait(bars + 8u * s, phase);
@@ -473,15 +516,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
                 wgmma_commit();
                 // The previous stage's wgmmas are done: hand its buffers back to the producer.
                 wgmma_wait1();
-                if (kt > k0) mbar_arrive(bars + 8u * (STAGES + prev));
+                if (kt > k0) release_stage(bars + 8u * (STAGES + prev), l);
                 prev = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
             }}
             wgmma_wait0();
-            mbar_arrive(bars + 8u * (STAGES + prev));
+            release_stage(bars + 8u * (STAGES + prev), l);
 {epilogue}        }}
 {tail}    }}
-}}
+{cluster_end}}}
 "#,
         epilogue = epilogue,
         tail = tail,
@@ -489,12 +532,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
         tcm = if cfg.tma_store { "const __grid_constant__ TmaMap tcm, " } else { "" },
         stages = cfg.stages,
         splits = cfg.splits,
+        cm = cfg.cluster_m,
+        tiles_mc = tiles_m.div_ceil(cfg.cluster_m),
+        empty_count = if cfg.cluster_m == 1 { 256 } else { 8 * cfg.cluster_m },
+        cluster_end = if cfg.cluster_m > 1 { "    cluster_sync();\n" } else { "" },
+        start_sync = if cfg.cluster_m > 1 { "cluster_sync();" } else { "__syncthreads();" },
         np = p.n + p.n % 2,
         m = p.m,
         n = p.n,
         kt = p.k.div_ceil(BK),
         group_m = cfg.group_m,
-        tiles = p.batch * tiles_m * tiles_n,
+        tiles = p.batch * tiles_m.div_ceil(cfg.cluster_m) * tiles_n,
         stage_bytes = a_bytes + b_bytes,
         params = epi.params,
     );
@@ -611,6 +659,16 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TmaMap* map, unsign
     } else {
         asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
             :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+    }
+}
+// As tma_load, multicast to the CTAs of the cluster in `mask` (same shared offsets there).
+__device__ __forceinline__ void tma_load_mc(unsigned dst, const TmaMap* map, unsigned bar, int c0, int c1, int c2, bool batched, unsigned short mask) {
+    if (batched) {
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;"
+            :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask) : "memory");
+    } else {
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
+            :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
     }
 }
 // One TMA tile store from shared memory (bulk-group completion).
