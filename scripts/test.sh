@@ -12,6 +12,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest
+export PATH="$VENV/bin:$PATH"
 # pip builds python/ in place (release, abi3), so python/target keeps the Rust build between runs.
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation ./python
 "$VENV/bin/python" -m pytest python/tests -q
