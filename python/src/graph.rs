@@ -519,7 +519,16 @@ impl PyGraph {
             if !built.plans.is_empty() && !all {
                 return Ok(());
             }
-            (st.handle.clone(), built.lowered.clone(), st.generation)
+            // By-value scalars get their values at execution; a placeholder lets every engine
+            // build (these plans give the workspace size and the plan list; execution builds its
+            // own with the real values).
+            let mut g = built.lowered.clone();
+            for t in &mut g.tensors {
+                if t.is_pass_by_value && t.value.is_none() && !t.is_virtual {
+                    t.value = Some(1.0);
+                }
+            }
+            (st.handle.clone(), g, st.generation)
         };
         let policy = PlanPolicy { all_candidates: all, ..Default::default() };
         let plans = py.allow_threads(|| handle.build_plans(&lowered, &policy)).map_err(to_py_err)?;
