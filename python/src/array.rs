@@ -99,9 +99,7 @@ fn element_strides(dims: &[i64], byte_strides: Option<Vec<i64>>, itemsize: usize
                 // A stride of a size-1 axis never moves; any value is harmless.
                 Ok(if s < 0 || s % item != 0 { 0 } else { s / item })
             } else if s < 0 {
-                Err(PyValueError::new_err(format!(
-                    "{what}: negative strides (byte strides {bs:?}) are not supported; pass a copy (numpy.ascontiguousarray, tensor.contiguous())"
-                )))
+                Err(PyValueError::new_err(format!("{what}: negative strides (byte strides {bs:?}) are not supported; pass a copy (numpy.ascontiguousarray, tensor.contiguous())")))
             } else if s % item != 0 {
                 Err(PyValueError::new_err(format!("{what}: byte strides {bs:?} are not multiples of the element size {itemsize}")))
             } else {

@@ -203,10 +203,7 @@ fn placeholder(g: &Graph, node: usize, kind: AttrKind) -> f64 {
 
 fn apply_attr(op: &mut Op, kind: AttrKind, v: f64) {
     match (op, kind) {
-        (
-            Op::Layernorm(a) | Op::Rmsnorm(a) | Op::Instancenorm(a) | Op::Adalayernorm(a) | Op::BatchnormInference(a) | Op::Genstats(a),
-            AttrKind::Epsilon,
-        ) => a.epsilon = v,
+        (Op::Layernorm(a) | Op::Rmsnorm(a) | Op::Instancenorm(a) | Op::Adalayernorm(a) | Op::BatchnormInference(a) | Op::Genstats(a), AttrKind::Epsilon) => a.epsilon = v,
         (Op::Batchnorm(a), AttrKind::Epsilon) => a.epsilon = v,
         (Op::Batchnorm(a), AttrKind::Momentum) => a.momentum = v,
         (Op::BnFinalize(a), AttrKind::Epsilon) => a.epsilon = v,
@@ -373,10 +370,13 @@ impl PyTensor {
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other.downcast::<PyTensor>().map(|o| {
-            let o = o.borrow();
-            Arc::ptr_eq(&o.state, &self.state) && o.id == self.id
-        }) .unwrap_or(false)
+        other
+            .downcast::<PyTensor>()
+            .map(|o| {
+                let o = o.borrow();
+                Arc::ptr_eq(&o.state, &self.state) && o.id == self.id
+            })
+            .unwrap_or(false)
     }
 }
 
@@ -618,16 +618,7 @@ impl PyGraph {
         }
         let dt = parse_dtype(data_type)?;
         let strides = stride.filter(|s| !s.is_empty()).unwrap_or_else(|| packed_strides(&dim));
-        let desc = TensorDesc {
-            uid: if uid == -1 { None } else { Some(uid) },
-            name,
-            dims: dim,
-            strides,
-            data_type: dt,
-            is_virtual,
-            is_pass_by_value,
-            value: None,
-        };
+        let desc = TensorDesc { uid: if uid == -1 { None } else { Some(uid) }, name, dims: dim, strides, data_type: dt, is_virtual, is_pass_by_value, value: None };
         let id = {
             let mut st = lock(&self.state)?;
             if let Some(u) = desc.uid {
@@ -651,7 +642,16 @@ impl PyGraph {
             let st = lock(&t.state)?;
             let d = st.desc(t.id)?;
             let dt = d.data_type.or_else(|| st.graph.resolved_data_type(TensorId(t.id)));
-            TensorDesc { uid: None, name: if name.is_empty() { d.name.clone() } else { name }, dims: d.dims.clone(), strides: d.strides.clone(), data_type: dt, is_virtual: false, is_pass_by_value: d.is_pass_by_value, value: d.value }
+            TensorDesc {
+                uid: None,
+                name: if name.is_empty() { d.name.clone() } else { name },
+                dims: d.dims.clone(),
+                strides: d.strides.clone(),
+                data_type: dt,
+                is_virtual: false,
+                is_pass_by_value: d.is_pass_by_value,
+                value: d.value,
+            }
         } else if array::is_array(input) {
             let a = array::describe(input)?;
             let dt = a.dtype.ok_or_else(|| PyTypeError::new_err(format!("tensor_like: unsupported element type {}", a.type_name)))?;
@@ -690,11 +690,8 @@ impl PyGraph {
                     continue;
                 }
                 let key: String = k.extract()?;
-                let value = if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() {
-                    serde_json::json!(v.extract::<i64>()?)
-                } else {
-                    serde_json::json!(v.extract::<f64>()?)
-                };
+                let value =
+                    if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() { serde_json::json!(v.extract::<i64>()?) } else { serde_json::json!(v.extract::<f64>()?) };
                 obj.insert(key, value);
             }
         }
@@ -774,7 +771,15 @@ impl PyGraph {
 
     #[pyo3(signature = (A, B, compute_data_type = None, padding = 0.0, name = String::new()))]
     #[allow(non_snake_case)]
-    fn matmul(&self, py: Python<'_>, A: &Bound<'_, PyAny>, B: &Bound<'_, PyAny>, compute_data_type: Option<&Bound<'_, PyAny>>, padding: f64, name: String) -> PyResult<Py<PyTensor>> {
+    fn matmul(
+        &self,
+        py: Python<'_>,
+        A: &Bound<'_, PyAny>,
+        B: &Bound<'_, PyAny>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        padding: f64,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
         if padding != 0.0 {
             return Err(NotSupportedError::new_err("matmul padding values are not supported by ferrodnn"));
         }
@@ -786,7 +791,15 @@ impl PyGraph {
     /// A reduction; the axes are those its output's dims (set with `set_dim`) collapse to 1, as
     /// in the frontend, or `axes` (ferrodnn's addition).
     #[pyo3(signature = (input, mode, compute_data_type = None, name = String::new(), axes = None))]
-    fn reduction(&self, py: Python<'_>, input: &Bound<'_, PyAny>, mode: PyReductionMode, compute_data_type: Option<&Bound<'_, PyAny>>, name: String, axes: Option<Vec<i64>>) -> PyResult<Py<PyTensor>> {
+    fn reduction(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        mode: PyReductionMode,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+        axes: Option<Vec<i64>>,
+    ) -> PyResult<Py<PyTensor>> {
         let x = self.tid(input, "input")?;
         let rank = self.dims_of(x)?.len() as i64;
         let m = match mode {
@@ -1510,7 +1523,13 @@ impl PyGraph {
     /// run on the CPU engine, device arrays on the handle's CUDA engine (on its stream); by-value
     /// scalars may be one-element host arrays or Python numbers.
     #[pyo3(signature = (variant_pack, workspace = None, handle = None, **_kwargs))]
-    fn execute(&self, variant_pack: &Bound<'_, PyDict>, workspace: Option<&Bound<'_, PyAny>>, handle: Option<&Bound<'_, PyAny>>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    fn execute(
+        &self,
+        variant_pack: &Bound<'_, PyDict>,
+        workspace: Option<&Bound<'_, PyAny>>,
+        handle: Option<&Bound<'_, PyAny>>,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<()> {
         self.execute_inner(variant_pack, workspace, handle, None)
     }
 
@@ -1628,7 +1647,8 @@ fn norm_axis(axis: i64, rank: usize) -> PyResult<usize> {
 
 /// Keyword arguments of the frontend's sdpa that ferrodnn has no use for: accepted when unset.
 fn check_unsupported_kwargs(op: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
-    const IGNORED: [&str; 7] = ["implementation", "max_total_seq_len_q", "max_total_seq_len_kv", "paged_attention_max_seq_len_kv", "use_deterministic_algorithm", "unfuse_fma", "score_mod"];
+    const IGNORED: [&str; 7] =
+        ["implementation", "max_total_seq_len_q", "max_total_seq_len_kv", "paged_attention_max_seq_len_kv", "use_deterministic_algorithm", "unfuse_fma", "score_mod"];
     let Some(kw) = kwargs else { return Ok(()) };
     for (k, v) in kw.iter() {
         let key: String = k.extract()?;
@@ -1868,15 +1888,13 @@ impl PyGraph {
         }
         let engine = if device.is_empty() { EngineKind::Cpu } else { EngineKind::Cuda };
 
-        // Values written into the graph: attributes carried by tensors, and on the GPU every
-        // by-value scalar.
+        // Values written into the graph: attributes carried by tensors, and every by-value
+        // scalar (the CUDA engine takes them only as constants of the graph).
         let mut values: BTreeMap<usize, f64> = BTreeMap::new();
         let mut need_value: Vec<usize> = attr_refs.iter().map(|&(_, _, t)| t).collect();
-        if engine == EngineKind::Cuda {
-            for (new, d) in lowered.tensors.iter().enumerate() {
-                if d.is_pass_by_value && d.value.is_none() && !d.is_virtual {
-                    need_value.push(new_to_old[new]);
-                }
+        for (new, d) in lowered.tensors.iter().enumerate() {
+            if d.is_pass_by_value && d.value.is_none() && !d.is_virtual {
+                need_value.push(new_to_old[new]);
             }
         }
         for t in need_value {
@@ -1906,10 +1924,19 @@ impl PyGraph {
         };
         if let Some((k, _)) = &knobs {
             if *k != engine {
-                return Err(InvalidArgumentError::new_err(format!("plan {} runs on the {} engine but the arrays are {}", plan_index.unwrap_or(0), k.name(), if device.is_empty() { "host arrays" } else { "device arrays" })));
+                return Err(InvalidArgumentError::new_err(format!(
+                    "plan {} runs on the {} engine but the arrays are {}",
+                    plan_index.unwrap_or(0),
+                    k.name(),
+                    if device.is_empty() { "host arrays" } else { "device arrays" }
+                )));
             }
         }
-        let key = (engine, knobs.as_ref().map(|k| serde_json::to_string(&k.1).unwrap_or_default()).unwrap_or_default(), values.iter().flat_map(|(&t, v)| [t as u64, v.to_bits()]).collect::<Vec<u64>>());
+        let key = (
+            engine,
+            knobs.as_ref().map(|k| serde_json::to_string(&k.1).unwrap_or_default()).unwrap_or_default(),
+            values.iter().flat_map(|(&t, v)| [t as u64, v.to_bits()]).collect::<Vec<u64>>(),
+        );
         if !exec.contains_key(&key) {
             let mut g = lowered.clone();
             for &(ni, kind, t) in &attr_refs {
@@ -1917,7 +1944,7 @@ impl PyGraph {
                     apply_attr(&mut node.op, kind, *v);
                 }
             }
-            if engine == EngineKind::Cuda {
+            {
                 for (&t, &v) in &values {
                     if let Some(&new) = old_to_new.get(&t) {
                         let d = &mut g.tensors[new];
@@ -1937,9 +1964,9 @@ impl PyGraph {
                 None => {
                     let policy = PlanPolicy { engine: Some(engine), ..Default::default() };
                     let mut plans = handle.build_plans(&g, &policy).map_err(|e| match (engine, &e) {
-                        (EngineKind::Cuda, ferrodnn::Error::NotSupported(_)) if handle.cuda_device().is_none() => {
-                            InvalidArgumentError::new_err(format!("graph \"{graph_name}\": the arrays are in device memory but the handle has no GPU engine (no usable CUDA device)"))
-                        }
+                        (EngineKind::Cuda, ferrodnn::Error::NotSupported(_)) if handle.cuda_device().is_none() => InvalidArgumentError::new_err(format!(
+                            "graph \"{graph_name}\": the arrays are in device memory but the handle has no GPU engine (no usable CUDA device)"
+                        )),
                         _ => to_py_err(e),
                     })?;
                     plans.remove(0)

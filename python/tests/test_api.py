@@ -225,3 +225,20 @@ def test_device_arrays_without_gpu_raise():
     g, X, Y = simple_graph()
     with pytest.raises(cudnn.FerrodnnError):
         g.execute({X: FakeDevice(), Y: FakeDevice()}, None)
+
+
+def test_by_value_scalar_operand():
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=cudnn.create_cpu_handle())
+    X = g.tensor(name="X", dim=[2, 2])
+    ALPHA = g.tensor(name="alpha", dim=[1, 1], is_pass_by_value=True)
+    Y = g.scale(input=X, scale=ALPHA)
+    Y.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    y = np.zeros_like(x)
+    g.execute({X: x, ALPHA: 2.5, Y: y}, None)
+    np.testing.assert_array_equal(y, 2.5 * x)
+    g.execute({X: x, ALPHA: np.full((1, 1), -1.0, np.float32), Y: y}, None)
+    np.testing.assert_array_equal(y, -x)
+    with pytest.raises(cudnn.InvalidArgumentError, match="alpha"):
+        g.execute({X: x, Y: y}, None)
