@@ -62,7 +62,7 @@ pub fn dtype_from_name(name: &str) -> Option<DataType> {
 
 /// Bytes that dims with element strides reach from the first element.
 fn extent_bytes(dims: &[i64], strides: &[i64], itemsize: usize, what: &str) -> PyResult<usize> {
-    if dims.iter().any(|&d| d == 0) {
+    if dims.contains(&0) {
         return Ok(0);
     }
     let overflow = || PyValueError::new_err(format!("{what}: the extent of shape {dims:?} with strides {strides:?} overflows"));

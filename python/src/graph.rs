@@ -469,6 +469,7 @@ impl PyGraph {
         Ok(st.desc(t.0)?.dims.clone())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn conv_attrs(
         &self,
         rank_of: TensorId,
@@ -1901,7 +1902,7 @@ impl PyGraph {
             if values.contains_key(&t) {
                 continue;
             }
-            if let Some(v) = st_value(lowered, &old_to_new, t) {
+            if let Some(v) = st_value(lowered, old_to_new, t) {
                 values.insert(t, v);
                 continue;
             }
