@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Build the abi3 wheel (and pytest's wheels, for a machine with no network) into target/wheels,
+# to install elsewhere with `pip install --no-index --target DIR target/wheels/ferrodnn-*.whl`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="$PWD/target/pyenv/venv"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check maturin
+rm -f target/wheels/ferrodnn-*.whl
+(cd python && "$VENV/bin/maturin" build --release -o ../target/wheels)
+"$VENV/bin/python" -m pip download --quiet --disable-pip-version-check -d target/wheels/deps pytest
+ls target/wheels target/wheels/deps

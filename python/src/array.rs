@@ -1,0 +1,329 @@
+//! Reading arrays of other libraries at run time, with no build-time dependency on them:
+//! PyTorch tensors (CPU and CUDA), numpy arrays (`__array_interface__`), anything with
+//! `__cuda_array_interface__` (CuPy, Numba, PyTorch) and anything with `__dlpack__`.
+//!
+//! What comes out is an [`ArrayDesc`]: the address of element `[0, ..., 0]`, the number of bytes
+//! from there that the array's shape and strides reach, its dims and strides in elements, its
+//! type, and whether it lives on the host or on a CUDA device.
+
+use ferrodnn::DataType;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use std::ffi::{c_void, CStr};
+
+/// An array's memory as the array protocols describe it.
+pub struct ArrayDesc {
+    /// Address of element `[0, ..., 0]`.
+    pub ptr: usize,
+    /// Bytes from `ptr` that the shape and strides reach (0 for an empty array).
+    pub bytes: usize,
+    pub dims: Vec<i64>,
+    /// Strides in elements (non-negative).
+    pub strides: Vec<i64>,
+    /// The element type, when ferrodnn has one for it.
+    pub dtype: Option<DataType>,
+    pub itemsize: usize,
+    /// The library's name of the type (for messages).
+    pub type_name: String,
+    /// Device (CUDA) memory rather than host memory.
+    pub device: bool,
+    /// The producer says the memory must not be written.
+    pub readonly: bool,
+    /// Objects that must stay alive while the memory is used (a DLPack capsule): held, never read.
+    #[allow(dead_code)]
+    pub keep_alive: Vec<Py<PyAny>>,
+}
+
+impl ArrayDesc {
+    pub fn element_count(&self) -> i64 {
+        self.dims.iter().product()
+    }
+}
+
+/// The ferrodnn type of a type name as numpy, PyTorch or DLPack spell it.
+pub fn dtype_from_name(name: &str) -> Option<DataType> {
+    let n = name.strip_prefix("torch.").unwrap_or(name);
+    Some(match n {
+        "float64" | "double" | "f64" => DataType::F64,
+        "float32" | "float" | "f32" => DataType::F32,
+        "float16" | "half" | "f16" => DataType::F16,
+        "bfloat16" | "bf16" => DataType::Bf16,
+        "float8_e4m3fn" | "float8_e4m3" | "fp8_e4m3" => DataType::Fp8E4m3,
+        "float8_e5m2" | "fp8_e5m2" => DataType::Fp8E5m2,
+        "int8" | "i8" => DataType::I8,
+        "uint8" | "u8" => DataType::U8,
+        "int32" | "int" | "i32" => DataType::I32,
+        "int64" | "long" | "i64" => DataType::I64,
+        "bool" | "bool_" => DataType::Bool,
+        _ => return None,
+    })
+}
+
+/// Bytes that dims with element strides reach from the first element.
+fn extent_bytes(dims: &[i64], strides: &[i64], itemsize: usize, what: &str) -> PyResult<usize> {
+    if dims.contains(&0) {
+        return Ok(0);
+    }
+    let overflow = || PyValueError::new_err(format!("{what}: the extent of shape {dims:?} with strides {strides:?} overflows"));
+    let mut last = 0usize;
+    for (&d, &s) in dims.iter().zip(strides) {
+        if d < 0 {
+            return Err(PyValueError::new_err(format!("{what}: negative dim in shape {dims:?}")));
+        }
+        let span = usize::try_from(d - 1).ok().and_then(|d| d.checked_mul(s as usize)).ok_or_else(overflow)?;
+        last = last.checked_add(span).ok_or_else(overflow)?;
+    }
+    last.checked_mul(itemsize).and_then(|b| b.checked_add(itemsize)).ok_or_else(overflow)
+}
+
+/// Element strides from byte strides (`None`: C-contiguous).
+fn element_strides(dims: &[i64], byte_strides: Option<Vec<i64>>, itemsize: usize, what: &str) -> PyResult<Vec<i64>> {
+    let Some(bs) = byte_strides else {
+        let mut strides = vec![0i64; dims.len()];
+        let mut acc = 1i64;
+        for i in (0..dims.len()).rev() {
+            strides[i] = acc;
+            acc = acc.saturating_mul(dims[i].max(1));
+        }
+        return Ok(strides);
+    };
+    if bs.len() != dims.len() {
+        return Err(PyValueError::new_err(format!("{what}: {} strides for {} dims", bs.len(), dims.len())));
+    }
+    let item = itemsize as i64;
+    bs.iter()
+        .zip(dims)
+        .map(|(&s, &d)| {
+            if d <= 1 {
+                // A stride of a size-1 axis never moves; any value is harmless.
+                Ok(if s < 0 || s % item != 0 { 0 } else { s / item })
+            } else if s < 0 {
+                Err(PyValueError::new_err(format!("{what}: negative strides (byte strides {bs:?}) are not supported; pass a copy (numpy.ascontiguousarray, tensor.contiguous())")))
+            } else if s % item != 0 {
+                Err(PyValueError::new_err(format!("{what}: byte strides {bs:?} are not multiples of the element size {itemsize}")))
+            } else {
+                Ok(s / item)
+            }
+        })
+        .collect()
+}
+
+/// Type from an array-interface typestr (`<f4`, `|b1`, `<V2`, ...): (type, itemsize).
+fn parse_typestr(ts: &str, what: &str) -> PyResult<(Option<DataType>, usize)> {
+    let bytes = ts.as_bytes();
+    if bytes.len() < 3 {
+        return Err(PyValueError::new_err(format!("{what}: unreadable typestr {ts:?}")));
+    }
+    let (order, kind) = (bytes[0], bytes[1]);
+    let size: usize = ts[2..].parse().map_err(|_| PyValueError::new_err(format!("{what}: unreadable typestr {ts:?}")))?;
+    let big_endian = order == b'>' || (order == b'=' && cfg!(target_endian = "big"));
+    if big_endian && size > 1 {
+        return Err(PyValueError::new_err(format!("{what}: big-endian data ({ts}) is not supported")));
+    }
+    let dt = match (kind, size) {
+        (b'f', 8) => Some(DataType::F64),
+        (b'f', 4) => Some(DataType::F32),
+        (b'f', 2) => Some(DataType::F16),
+        (b'i', 1) => Some(DataType::I8),
+        (b'u', 1) => Some(DataType::U8),
+        (b'i', 4) => Some(DataType::I32),
+        (b'i', 8) => Some(DataType::I64),
+        (b'b', 1) => Some(DataType::Bool),
+        _ => None,
+    };
+    Ok((dt, size))
+}
+
+fn ints(obj: &Bound<PyAny>) -> PyResult<Vec<i64>> {
+    obj.try_iter()?.map(|v| v?.extract::<i64>()).collect()
+}
+
+/// `__array_interface__` or `__cuda_array_interface__`.
+fn from_interface(obj: &Bound<PyAny>, iface: &Bound<PyAny>, device: bool) -> PyResult<ArrayDesc> {
+    let what = if device { "__cuda_array_interface__" } else { "__array_interface__" };
+    let d = iface.downcast::<PyDict>().map_err(|_| PyTypeError::new_err(format!("{what} is not a dict")))?;
+    let get = |k: &str| -> PyResult<Option<Bound<PyAny>>> { Ok(d.get_item(k)?.filter(|v| !v.is_none())) };
+    if get("mask")?.is_some() {
+        return Err(PyValueError::new_err(format!("{what}: masked arrays are not supported")));
+    }
+    let typestr: String = get("typestr")?.ok_or_else(|| PyValueError::new_err(format!("{what} has no typestr")))?.extract()?;
+    let (dtype, itemsize) = parse_typestr(&typestr, what)?;
+    let dims = ints(&get("shape")?.ok_or_else(|| PyValueError::new_err(format!("{what} has no shape")))?)?;
+    let byte_strides = match get("strides")? {
+        Some(s) => Some(ints(&s)?),
+        None => None,
+    };
+    let data = get("data")?.ok_or_else(|| PyValueError::new_err(format!("{what}: the array exports no data pointer (data is None)")))?;
+    let data = data.downcast::<PyTuple>().map_err(|_| PyTypeError::new_err(format!("{what}: data is not a (pointer, read_only) tuple")))?;
+    let ptr: usize = data.get_item(0)?.extract()?;
+    let readonly: bool = data.get_item(1)?.extract()?;
+    let offset: usize = match get("offset")? {
+        Some(o) => o.extract()?,
+        None => 0,
+    };
+    let strides = element_strides(&dims, byte_strides, itemsize, what)?;
+    let bytes = extent_bytes(&dims, &strides, itemsize, what)?;
+    let type_name = format!("{} ({typestr})", obj.get_type().name().map(|n| n.to_string()).unwrap_or_default());
+    Ok(ArrayDesc { ptr: ptr + offset, bytes, dims, strides, dtype, itemsize, type_name, device, readonly, keep_alive: Vec::new() })
+}
+
+/// A PyTorch tensor, read through its methods (no import of torch).
+fn from_torch(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
+    let dtype_name: String = obj.getattr("dtype")?.str()?.extract()?;
+    let dtype = dtype_from_name(&dtype_name);
+    let itemsize: usize = obj.call_method0("element_size")?.extract()?;
+    let dims = ints(&obj.getattr("shape")?)?;
+    let strides = ints(&obj.call_method0("stride")?)?;
+    if strides.iter().zip(&dims).any(|(&s, &d)| s < 0 && d > 1) {
+        return Err(PyValueError::new_err("torch tensor with negative strides; pass tensor.contiguous()"));
+    }
+    let strides: Vec<i64> = strides.iter().map(|&s| s.max(0)).collect();
+    let ptr: usize = obj.call_method0("data_ptr")?.extract()?;
+    let device: bool = obj.getattr("is_cuda")?.extract()?;
+    let bytes = extent_bytes(&dims, &strides, itemsize, "torch tensor")?;
+    Ok(ArrayDesc { ptr, bytes, dims, strides, dtype, itemsize, type_name: dtype_name, device, readonly: false, keep_alive: Vec::new() })
+}
+
+// DLPack's C structures (dlpack.h, the unversioned ABI that `__dlpack__()` returns by default).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DLDevice {
+    device_type: i32,
+    device_id: i32,
+}
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DLDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+#[repr(C)]
+struct DLTensor {
+    data: *mut c_void,
+    device: DLDevice,
+    ndim: i32,
+    dtype: DLDataType,
+    shape: *const i64,
+    strides: *const i64,
+    byte_offset: u64,
+}
+#[repr(C)]
+struct DLManagedTensor {
+    dl_tensor: DLTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+const KDL_CPU: i32 = 1;
+const KDL_CUDA: i32 = 2;
+const KDL_CUDA_HOST: i32 = 3;
+const KDL_CUDA_MANAGED: i32 = 13;
+
+fn dl_dtype(t: DLDataType) -> Option<DataType> {
+    if t.lanes != 1 {
+        return None;
+    }
+    Some(match (t.code, t.bits) {
+        (2, 64) => DataType::F64,
+        (2, 32) => DataType::F32,
+        (2, 16) => DataType::F16,
+        (4, 16) => DataType::Bf16,
+        (0, 8) => DataType::I8,
+        (1, 8) => DataType::U8,
+        (0, 32) => DataType::I32,
+        (0, 64) => DataType::I64,
+        (6, 8) => DataType::Bool,
+        _ => return None,
+    })
+}
+
+/// Anything with `__dlpack__`: the capsule is kept alive (and so the tensor it manages) for as
+/// long as the description is; it is not consumed, so its own destructor frees it.
+fn from_dlpack(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
+    let capsule = obj.call_method0("__dlpack__")?;
+    const NAME: &CStr = c"dltensor";
+    // SAFETY: `capsule` is a live object; PyCapsule_GetPointer checks that it is a capsule named
+    // "dltensor" and returns null (with an exception set) otherwise.
+    let raw = unsafe { pyo3::ffi::PyCapsule_GetPointer(capsule.as_ptr(), NAME.as_ptr()) } as *const DLManagedTensor;
+    if raw.is_null() {
+        let _ = PyErr::take(obj.py());
+        return Err(PyTypeError::new_err("__dlpack__() did not return an unused \"dltensor\" capsule"));
+    }
+    // SAFETY: the DLPack protocol makes the capsule's pointer a valid DLManagedTensor, whose
+    // shape (ndim entries) and strides (ndim entries or null) stay valid while the capsule is
+    // alive, which it is for this whole function (and after, through `keep_alive`).
+    let t = unsafe { &(*raw).dl_tensor };
+    let ndim = usize::try_from(t.ndim).map_err(|_| PyValueError::new_err("DLPack tensor with negative ndim"))?;
+    let dims: Vec<i64> = if ndim == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec() };
+    let itemsize = (t.dtype.bits as usize).div_ceil(8) * t.dtype.lanes.max(1) as usize;
+    let strides = if t.strides.is_null() || ndim == 0 {
+        element_strides(&dims, None, itemsize, "DLPack tensor")?
+    } else {
+        let s = unsafe { std::slice::from_raw_parts(t.strides, ndim) }.to_vec();
+        if s.iter().zip(&dims).any(|(&s, &d)| s < 0 && d > 1) {
+            return Err(PyValueError::new_err("DLPack tensor with negative strides; pass a contiguous copy"));
+        }
+        s.iter().map(|&s| s.max(0)).collect()
+    };
+    let device = match t.device.device_type {
+        KDL_CPU | KDL_CUDA_HOST => false,
+        KDL_CUDA | KDL_CUDA_MANAGED => true,
+        other => return Err(PyValueError::new_err(format!("DLPack tensor on device type {other}; only CPU and CUDA memory are supported"))),
+    };
+    let ptr = (t.data as usize).checked_add(t.byte_offset as usize).ok_or_else(|| PyValueError::new_err("DLPack data pointer overflows"))?;
+    let bytes = extent_bytes(&dims, &strides, itemsize, "DLPack tensor")?;
+    let dtype = dl_dtype(t.dtype);
+    let type_name = format!("DLPack code {} bits {}", t.dtype.code, t.dtype.bits);
+    Ok(ArrayDesc { ptr, bytes, dims, strides, dtype, itemsize, type_name, device, readonly: false, keep_alive: vec![capsule.unbind()] })
+}
+
+fn is_torch_tensor(obj: &Bound<PyAny>) -> bool {
+    let module = obj.get_type().getattr("__module__").ok().and_then(|m| m.extract::<String>().ok()).unwrap_or_default();
+    module.starts_with("torch") && obj.hasattr("data_ptr").unwrap_or(false) && obj.hasattr("element_size").unwrap_or(false)
+}
+
+/// Describe any supported array object.
+pub fn describe(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
+    if is_torch_tensor(obj) {
+        return from_torch(obj);
+    }
+    if let Ok(iface) = obj.getattr("__cuda_array_interface__") {
+        return from_interface(obj, &iface, true);
+    }
+    if let Ok(iface) = obj.getattr("__array_interface__") {
+        return from_interface(obj, &iface, false);
+    }
+    if obj.hasattr("__dlpack__")? {
+        return from_dlpack(obj);
+    }
+    Err(PyTypeError::new_err(format!(
+        "expected an array (a PyTorch tensor, a numpy array, or an object with __cuda_array_interface__, __array_interface__ or __dlpack__), got {}",
+        obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+    )))
+}
+
+/// Whether the object looks like an array at all (for tensor_like's overloads).
+pub fn is_array(obj: &Bound<PyAny>) -> bool {
+    is_torch_tensor(obj)
+        || obj.hasattr("__cuda_array_interface__").unwrap_or(false)
+        || obj.hasattr("__array_interface__").unwrap_or(false)
+        || obj.hasattr("__dlpack__").unwrap_or(false)
+}
+
+/// The first element of a host array as f64 (a by-value scalar's value).
+pub fn read_scalar(a: &ArrayDesc, what: &str) -> PyResult<f64> {
+    if a.device {
+        return Err(PyValueError::new_err(format!("{what}: a by-value scalar must be given in host memory (a CPU tensor, a numpy array or a Python number), not device memory")));
+    }
+    let dt = a.dtype.ok_or_else(|| PyValueError::new_err(format!("{what}: unsupported element type {}", a.type_name)))?;
+    if a.bytes < dt.size() || a.ptr == 0 {
+        return Err(PyValueError::new_err(format!("{what}: the array is empty")));
+    }
+    // SAFETY: `a` describes live host memory of at least `a.bytes >= dt.size()` bytes from
+    // `a.ptr` (the object it came from is alive in the caller), and nothing writes it while this
+    // shared slice exists (the GIL is held and no plan runs).
+    let bytes = unsafe { std::slice::from_raw_parts(a.ptr as *const u8, dt.size()) };
+    Ok(dt.read(bytes, 0))
+}

@@ -1,0 +1,2118 @@
+//! The graph and its tensors: `pygraph` (through its base class `_Graph`) and `tensor`.
+//!
+//! A `_Graph` holds a ferrodnn [`Graph`] that its builder methods extend as the frontend's do,
+//! plus what the frontend keeps that a ferrodnn graph expresses otherwise:
+//!
+//! - attributes given as tensors (a norm's `epsilon`, batchnorm's `momentum`, sdpa's
+//!   `attn_scale`): ferrodnn takes them as numbers, so their tensors are left out of the graph
+//!   that runs and their values, read from the variant pack at execution, are written into the
+//!   node's attributes (plans are cached by those values);
+//! - reductions whose axes are given by the output dims (`set_dim` after `reduction`);
+//! - tensors no op uses (a `dBias` the frontend's caller creates, an unused input), which are
+//!   left out too.
+//!
+//! `validate` lowers this to the graph that runs (a compact ferrodnn graph, validated);
+//! `build_plans` builds its plans on the handle; `execute` picks the engine from where the
+//! buffers live (host arrays: the CPU engine; device arrays: the CUDA engine), fills in by-value
+//! scalars and attribute values, and runs the plan on the buffers.
+
+use crate::array::{self, ArrayDesc};
+use crate::{
+    default_handle, parse_dtype, to_py_err, FerrodnnError, InvalidArgumentError, NotSupportedError, PyBuildPlanPolicy, PyConvolutionMode, PyDataType, PyDiagonalAlignment,
+    PyHandle, PyHeurMode, PyNormPhase, PyPaddingMode, PyReductionMode, PyResampleMode, PyReshapeMode, PyRngDistribution, SerializationError,
+};
+use ferrodnn::engine::{Buffer, EngineKind, Knob, Plan, PlanPolicy, VariantPack};
+use ferrodnn::graph::ops::conv::{ConvAttrs, ConvMode};
+use ferrodnn::graph::ops::norm::{BatchnormAttrs, BnFinalizeAttrs, NormAttrs};
+use ferrodnn::graph::ops::pointwise::PointwiseMode;
+use ferrodnn::graph::ops::reduction::ReductionMode;
+use ferrodnn::graph::ops::resample::{ResampleAttrs, ResampleMode};
+use ferrodnn::graph::ops::rng::Distribution;
+use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
+use ferrodnn::graph::ops::Op;
+use ferrodnn::graph::{packed_strides, Port};
+use ferrodnn::{DataType, Graph, Handle, TensorDesc, TensorId};
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySlice, PyString, PyTuple};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// An attribute of a node that the frontend lets a tensor carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum AttrKind {
+    Epsilon,
+    Momentum,
+    AttnScale,
+}
+
+/// What the binding keeps beside the ferrodnn graph (serialized with it).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Meta {
+    /// (node index, attribute, tensor index): the attribute's value is the tensor's.
+    attr_refs: Vec<(usize, AttrKind, usize)>,
+    /// Reductions (node indices) whose axes come from their output's dims.
+    reductions: Vec<usize>,
+    /// Tensors whose strides the user set (set_dim leaves them alone).
+    user_strides: Vec<usize>,
+}
+
+/// The lowered graph and its plans.
+struct Built {
+    /// The graph that runs: only tensors some op uses, validated.
+    lowered: Graph,
+    new_to_old: Vec<usize>,
+    old_to_new: HashMap<usize, usize>,
+    /// Plans built by build_plans (with placeholder attribute values).
+    plans: Vec<Plan>,
+    /// Plans by (engine, knobs, the values written into the graph at execution).
+    exec: HashMap<(EngineKind, String, Vec<u64>), Plan>,
+}
+
+struct State {
+    graph: Graph,
+    meta: Meta,
+    handle: Arc<Handle>,
+    built: Option<Built>,
+    /// Bumped by every change, so a build that ran without the lock can tell it is stale.
+    generation: u64,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(s: &Shared) -> PyResult<MutexGuard<'_, State>> {
+    s.lock().map_err(|_| FerrodnnError::new_err("the graph's state is poisoned by an earlier panic"))
+}
+
+impl State {
+    fn changed(&mut self) {
+        self.built = None;
+        self.generation += 1;
+    }
+
+    fn desc(&self, id: usize) -> PyResult<&TensorDesc> {
+        self.graph.tensors.get(id).ok_or_else(|| PyIndexError::new_err(format!("tensor #{id} is not in the graph")))
+    }
+
+    fn desc_mut(&mut self, id: usize) -> PyResult<&mut TensorDesc> {
+        self.changed();
+        self.graph.tensors.get_mut(id).ok_or_else(|| PyIndexError::new_err(format!("tensor #{id} is not in the graph")))
+    }
+
+    fn produced(&self, id: usize) -> bool {
+        self.graph.nodes.iter().any(|n| n.outputs.iter().any(|p| p.tensor.0 == id))
+    }
+
+    /// Give every tensor without a uid one that no other tensor has.
+    fn ensure_uids(&mut self) {
+        let mut used: HashSet<i64> = self.graph.tensors.iter().filter_map(|t| t.uid).collect();
+        let mut next = used.iter().copied().max().unwrap_or(0).max(0) + 1;
+        for t in &mut self.graph.tensors {
+            if t.uid.is_none() {
+                while used.contains(&next) {
+                    next += 1;
+                }
+                t.uid = Some(next);
+                used.insert(next);
+                next += 1;
+            }
+        }
+    }
+
+    fn find_uid(&self, uid: i64) -> Option<usize> {
+        self.graph.tensors.iter().position(|t| t.uid == Some(uid))
+    }
+
+    /// Lower and validate the graph (see the module docs); writes the inferred dims and strides
+    /// back so that `get_dim` and `get_stride` see them.
+    fn lower(&mut self) -> PyResult<()> {
+        if self.built.is_some() {
+            return Ok(());
+        }
+        self.ensure_uids();
+        let mut g = self.graph.clone();
+        // Reductions: the axes are those the output collapses to 1.
+        for &ni in &self.meta.reductions {
+            let Some(node) = g.nodes.get(ni) else { continue };
+            let (Some(x), Some(y)) = (node.input("x"), node.output("y")) else { continue };
+            let xd = g.tensors[x.0].dims.clone();
+            let yd = g.tensors[y.0].dims.clone();
+            if yd.len() == xd.len() {
+                let axes: Vec<usize> = (0..xd.len()).filter(|&i| yd[i] == 1 && xd[i] != 1).collect();
+                if let Op::Reduction(a) = &mut g.nodes[ni].op {
+                    a.axes = axes;
+                }
+            }
+        }
+        // Attributes carried by tensors: a placeholder (or the tensor's constant) until execution.
+        for &(ni, kind, t) in &self.meta.attr_refs {
+            let v = g.tensors.get(t).and_then(|d| d.value).unwrap_or_else(|| placeholder(&g, ni, kind));
+            if let Some(node) = g.nodes.get_mut(ni) {
+                apply_attr(&mut node.op, kind, v);
+            }
+        }
+        // Keep only the tensors some op uses.
+        let mut used = vec![false; g.tensors.len()];
+        for n in &g.nodes {
+            for p in n.inputs.iter().chain(&n.outputs) {
+                if let Some(u) = used.get_mut(p.tensor.0) {
+                    *u = true;
+                }
+            }
+        }
+        let mut old_to_new = HashMap::new();
+        let mut new_to_old = Vec::new();
+        let mut tensors = Vec::new();
+        for (i, t) in g.tensors.iter().enumerate() {
+            if used[i] {
+                old_to_new.insert(i, tensors.len());
+                new_to_old.push(i);
+                tensors.push(t.clone());
+            }
+        }
+        let remap = |p: &Port| Port { name: p.name.clone(), tensor: TensorId(old_to_new.get(&p.tensor.0).copied().unwrap_or(usize::MAX)) };
+        for n in &mut g.nodes {
+            n.inputs = n.inputs.iter().map(remap).collect();
+            n.outputs = n.outputs.iter().map(remap).collect();
+        }
+        g.tensors = tensors;
+        g.validate().map_err(to_py_err)?;
+        for (new, &old) in new_to_old.iter().enumerate() {
+            let (dims, strides) = (g.tensors[new].dims.clone(), g.tensors[new].strides.clone());
+            let t = &mut self.graph.tensors[old];
+            t.dims = dims;
+            t.strides = strides;
+        }
+        self.built = Some(Built { lowered: g, new_to_old, old_to_new, plans: Vec::new(), exec: HashMap::new() });
+        Ok(())
+    }
+}
+
+/// What an attribute carried by a tensor is assumed to be until its value is known.
+fn placeholder(g: &Graph, node: usize, kind: AttrKind) -> f64 {
+    match kind {
+        AttrKind::Epsilon => 1e-5,
+        AttrKind::Momentum => 0.1,
+        AttrKind::AttnScale => {
+            let d = g.nodes.get(node).and_then(|n| n.input("q")).and_then(|q| g.tensors.get(q.0)).and_then(|t| t.dims.get(3).copied()).unwrap_or(1);
+            1.0 / (d.max(1) as f64).sqrt()
+        }
+    }
+}
+
+fn apply_attr(op: &mut Op, kind: AttrKind, v: f64) {
+    match (op, kind) {
+        (Op::Layernorm(a) | Op::Rmsnorm(a) | Op::Instancenorm(a) | Op::Adalayernorm(a) | Op::BatchnormInference(a) | Op::Genstats(a), AttrKind::Epsilon) => a.epsilon = v,
+        (Op::Batchnorm(a), AttrKind::Epsilon) => a.epsilon = v,
+        (Op::Batchnorm(a), AttrKind::Momentum) => a.momentum = v,
+        (Op::BnFinalize(a), AttrKind::Epsilon) => a.epsilon = v,
+        (Op::BnFinalize(a), AttrKind::Momentum) => a.momentum = v,
+        (Op::Sdpa(a) | Op::SdpaBackward(a), AttrKind::AttnScale) => a.attn_scale = Some(v),
+        _ => {}
+    }
+}
+
+/// A number or a tensor carrying it.
+enum Scalar {
+    Default,
+    Value(f64),
+    Tensor(usize),
+}
+
+/// One entry of a variant pack.
+enum PackValue {
+    Array(ArrayDesc),
+    Number(f64),
+}
+
+/// `cudnn.tensor`: a tensor of one graph.
+#[pyclass(name = "tensor", module = "ferrodnn")]
+pub struct PyTensor {
+    state: Shared,
+    id: usize,
+}
+
+impl PyTensor {
+    fn with<R>(&self, f: impl FnOnce(&State, &TensorDesc) -> PyResult<R>) -> PyResult<R> {
+        let st = lock(&self.state)?;
+        let d = st.desc(self.id)?;
+        f(&st, d)
+    }
+
+    fn modify(slf: &Bound<'_, Self>, f: impl FnOnce(&mut State, usize) -> PyResult<()>) -> PyResult<Py<Self>> {
+        {
+            let me = slf.borrow();
+            let mut st = lock(&me.state)?;
+            st.desc_mut(me.id)?;
+            f(&mut st, me.id)?;
+        }
+        Ok(slf.clone().unbind())
+    }
+}
+
+#[pymethods]
+impl PyTensor {
+    /// Mark the tensor as a graph output (it gets a buffer) or, with False, as virtual.
+    #[pyo3(signature = (is_output = true))]
+    fn set_output(slf: &Bound<'_, Self>, is_output: bool) -> PyResult<Py<Self>> {
+        Self::modify(slf, |st, id| {
+            st.graph.tensors[id].is_virtual = !is_output;
+            Ok(())
+        })
+    }
+
+    #[pyo3(signature = (data_type = None))]
+    fn set_data_type(slf: &Bound<'_, Self>, data_type: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Self>> {
+        let dt = parse_dtype(data_type)?;
+        Self::modify(slf, |st, id| {
+            st.graph.tensors[id].data_type = dt;
+            Ok(())
+        })
+    }
+
+    fn set_dim(slf: &Bound<'_, Self>, dim: Vec<i64>) -> PyResult<Py<Self>> {
+        Self::modify(slf, |st, id| {
+            let produced = st.produced(id);
+            let keep_strides = st.meta.user_strides.contains(&id);
+            let t = &mut st.graph.tensors[id];
+            if t.dims != dim {
+                if produced && !keep_strides {
+                    t.strides.clear();
+                } else if !produced && !keep_strides {
+                    t.strides = packed_strides(&dim);
+                }
+                t.dims = dim;
+            }
+            Ok(())
+        })
+    }
+
+    fn set_stride(slf: &Bound<'_, Self>, stride: Vec<i64>) -> PyResult<Py<Self>> {
+        Self::modify(slf, |st, id| {
+            st.graph.tensors[id].strides = stride;
+            if !st.meta.user_strides.contains(&id) {
+                st.meta.user_strides.push(id);
+            }
+            Ok(())
+        })
+    }
+
+    fn set_uid(slf: &Bound<'_, Self>, uid: i64) -> PyResult<Py<Self>> {
+        Self::modify(slf, |st, id| {
+            if let Some(other) = st.find_uid(uid).filter(|&o| o != id) {
+                return Err(PyValueError::new_err(format!("uid {uid} is already the uid of tensor \"{}\"", st.graph.tensors[other].name)));
+            }
+            st.graph.tensors[id].uid = Some(uid);
+            Ok(())
+        })
+    }
+
+    fn set_name(slf: &Bound<'_, Self>, name: String) -> PyResult<Py<Self>> {
+        Self::modify(slf, |st, id| {
+            st.graph.tensors[id].name = name;
+            Ok(())
+        })
+    }
+
+    fn set_is_virtual(slf: &Bound<'_, Self>, value: bool) -> PyResult<Py<Self>> {
+        Self::modify(slf, |st, id| {
+            st.graph.tensors[id].is_virtual = value;
+            Ok(())
+        })
+    }
+
+    fn set_is_pass_by_value(slf: &Bound<'_, Self>, value: bool) -> PyResult<Py<Self>> {
+        Self::modify(slf, |st, id| {
+            st.graph.tensors[id].is_pass_by_value = value;
+            Ok(())
+        })
+    }
+
+    /// The frontend's ragged (THD) layouts are not supported.
+    fn set_ragged_offset(&self, _offset: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(NotSupportedError::new_err("ragged offsets are not supported by ferrodnn"))
+    }
+
+    /// The uid (assigned by validate when none was set; -1 before).
+    fn get_uid(&self) -> PyResult<i64> {
+        self.with(|_, d| Ok(d.uid.unwrap_or(-1)))
+    }
+    fn get_name(&self) -> PyResult<String> {
+        self.with(|_, d| Ok(d.name.clone()))
+    }
+    fn get_dim(&self) -> PyResult<Vec<i64>> {
+        self.with(|_, d| Ok(d.dims.clone()))
+    }
+    fn get_stride(&self) -> PyResult<Vec<i64>> {
+        self.with(|_, d| Ok(d.strides.clone()))
+    }
+    /// The tensor's own type (NOT_SET when the graph's io or intermediate type decides it).
+    fn get_data_type(&self) -> PyResult<PyDataType> {
+        self.with(|_, d| Ok(PyDataType::from_rust(d.data_type)))
+    }
+    fn get_is_virtual(&self) -> PyResult<bool> {
+        self.with(|_, d| Ok(d.is_virtual))
+    }
+    fn get_is_pass_by_value(&self) -> PyResult<bool> {
+        self.with(|_, d| Ok(d.is_pass_by_value))
+    }
+    fn get_is_output(&self) -> PyResult<bool> {
+        self.with(|st, d| Ok(!d.is_virtual && st.produced(self.id)))
+    }
+
+    fn __repr__(&self) -> PyResult<String> {
+        self.with(|_, d| Ok(format!("<ferrodnn.tensor {}>", serde_json::to_string(d).unwrap_or_default())))
+    }
+
+    fn __hash__(&self) -> isize {
+        (Arc::as_ptr(&self.state) as usize as isize).wrapping_mul(31).wrapping_add(self.id as isize)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .downcast::<PyTensor>()
+            .map(|o| {
+                let o = o.borrow();
+                Arc::ptr_eq(&o.state, &self.state) && o.id == self.id
+            })
+            .unwrap_or(false)
+    }
+}
+
+/// The graph (`pygraph` is its Python subclass, which adds the pointwise ops).
+#[pyclass(subclass, name = "_Graph", module = "ferrodnn")]
+pub struct PyGraph {
+    state: Shared,
+}
+
+impl PyGraph {
+    fn tensor_obj(&self, py: Python<'_>, id: usize) -> PyResult<Py<PyTensor>> {
+        Py::new(py, PyTensor { state: self.state.clone(), id })
+    }
+
+    fn outs(&self, py: Python<'_>, ids: Vec<Option<TensorId>>) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        ids.into_iter().map(|t| t.map(|t| self.tensor_obj(py, t.0)).transpose()).collect()
+    }
+
+    fn one(&self, py: Python<'_>, ids: Vec<Option<TensorId>>) -> PyResult<Py<PyTensor>> {
+        let id = ids.into_iter().next().flatten().ok_or_else(|| FerrodnnError::new_err("internal: the op produced no output"))?;
+        self.tensor_obj(py, id.0)
+    }
+
+    /// A tensor argument of this graph.
+    fn tid(&self, t: &Bound<'_, PyAny>, what: &str) -> PyResult<TensorId> {
+        let t = t.downcast::<PyTensor>().map_err(|_| PyTypeError::new_err(format!("{what} must be a tensor of this graph, got {}", type_name(t))))?;
+        let t = t.borrow();
+        if !Arc::ptr_eq(&t.state, &self.state) {
+            return Err(PyValueError::new_err(format!("{what} is a tensor of another graph; use tensor_like to bring it into this one")));
+        }
+        Ok(TensorId(t.id))
+    }
+
+    fn opt_tid(&self, t: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<TensorId>> {
+        match t {
+            Some(t) if !t.is_none() => Ok(Some(self.tid(t, what)?)),
+            _ => Ok(None),
+        }
+    }
+
+    fn scalar(&self, v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Scalar> {
+        let Some(v) = v.filter(|v| !v.is_none()) else { return Ok(Scalar::Default) };
+        if v.downcast::<PyTensor>().is_ok() {
+            return Ok(Scalar::Tensor(self.tid(v, what)?.0));
+        }
+        v.extract::<f64>().map(Scalar::Value).map_err(|_| PyTypeError::new_err(format!("{what} must be a number or a tensor, got {}", type_name(v))))
+    }
+
+    /// Run a builder on the state, then name the new nodes, set their compute type and forget
+    /// any build. `attrs` are attributes carried by tensors, for the last node added.
+    fn add_op(
+        &self,
+        name: &str,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        attrs: Vec<(AttrKind, Scalar)>,
+        f: impl FnOnce(&mut Graph) -> PyResult<Vec<Option<TensorId>>>,
+    ) -> PyResult<Vec<Option<TensorId>>> {
+        let cdt = parse_dtype(compute_data_type)?;
+        let mut st = lock(&self.state)?;
+        let before = st.graph.nodes.len();
+        let outs = f(&mut st.graph)?;
+        st.changed();
+        let after = st.graph.nodes.len();
+        for ni in before..after {
+            let node = &mut st.graph.nodes[ni];
+            node.compute_data_type = cdt;
+            if !name.is_empty() {
+                node.name = name.to_string();
+                let ports: Vec<(String, usize)> = node.outputs.iter().map(|p| (p.name.clone(), p.tensor.0)).collect();
+                for (port, t) in ports {
+                    st.graph.tensors[t].name = format!("{name}::{port}");
+                }
+            }
+        }
+        if after > before {
+            let last = after - 1;
+            for (kind, s) in attrs {
+                match s {
+                    Scalar::Default => {}
+                    Scalar::Value(v) => apply_attr(&mut st.graph.nodes[last].op, kind, v),
+                    Scalar::Tensor(t) => st.meta.attr_refs.push((last, kind, t)),
+                }
+            }
+        }
+        Ok(outs)
+    }
+
+    fn dims_of(&self, t: TensorId) -> PyResult<Vec<i64>> {
+        let st = lock(&self.state)?;
+        Ok(st.desc(t.0)?.dims.clone())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn conv_attrs(
+        &self,
+        rank_of: TensorId,
+        padding: Option<Vec<i64>>,
+        pre_padding: Option<Vec<i64>>,
+        post_padding: Option<Vec<i64>>,
+        stride: Option<Vec<i64>>,
+        dilation: Option<Vec<i64>>,
+        mode: Option<PyConvolutionMode>,
+    ) -> PyResult<ConvAttrs> {
+        let rank = self.dims_of(rank_of)?.len();
+        let given = [&padding, &pre_padding, &post_padding, &stride, &dilation].iter().filter_map(|l| l.as_ref().filter(|l| !l.is_empty()).map(|l| l.len())).next();
+        let spatial = given.unwrap_or(rank.saturating_sub(2));
+        let nonempty = |l: Option<Vec<i64>>| l.filter(|l| !l.is_empty());
+        let padding = nonempty(padding);
+        let mut a = ConvAttrs::new(spatial);
+        if let Some(p) = nonempty(pre_padding).or_else(|| padding.clone()) {
+            a.pre_padding = p;
+        }
+        if let Some(p) = nonempty(post_padding).or(padding) {
+            a.post_padding = p;
+        }
+        if let Some(s) = nonempty(stride) {
+            a.stride = s;
+        }
+        if let Some(d) = nonempty(dilation) {
+            a.dilation = d;
+        }
+        if mode == Some(PyConvolutionMode::CONVOLUTION) {
+            a.mode = ConvMode::Convolution;
+        }
+        Ok(a)
+    }
+
+    fn norm_attrs(phase: Option<PyNormPhase>) -> NormAttrs {
+        match phase {
+            Some(PyNormPhase::INFERENCE) => NormAttrs::inference(),
+            _ => NormAttrs::default(),
+        }
+    }
+
+    /// Build plans for the lowered graph on the graph's handle, without holding the GIL.
+    fn build_plans_inner(&self, py: Python<'_>, all: bool) -> PyResult<()> {
+        let (handle, lowered, generation) = {
+            let mut st = lock(&self.state)?;
+            st.lower()?;
+            let built = st.built.as_ref().expect("lowered");
+            if !built.plans.is_empty() && !all {
+                return Ok(());
+            }
+            // By-value scalars get their values at execution; a placeholder lets every engine
+            // build (these plans give the workspace size and the plan list; execution builds its
+            // own with the real values).
+            let mut g = built.lowered.clone();
+            for t in &mut g.tensors {
+                if t.is_pass_by_value && t.value.is_none() && !t.is_virtual {
+                    t.value = Some(1.0);
+                }
+            }
+            (st.handle.clone(), g, st.generation)
+        };
+        let policy = PlanPolicy { all_candidates: all, ..Default::default() };
+        let plans = py.allow_threads(|| handle.build_plans(&lowered, &policy)).map_err(to_py_err)?;
+        let mut st = lock(&self.state)?;
+        if st.generation == generation {
+            if let Some(b) = st.built.as_mut() {
+                b.plans = plans;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+}
+
+/// Python slices over a dim: (start, end, step), step >= 1.
+fn slice_bounds(s: &Bound<'_, PyAny>, dim: i64) -> PyResult<(i64, i64, i64)> {
+    let s = s.downcast::<PySlice>().map_err(|_| PyTypeError::new_err("slices must be Python slice objects"))?;
+    let idx = s.indices(dim as isize)?;
+    if idx.step < 1 {
+        return Err(PyValueError::new_err(format!("slice steps must be positive, got {}", idx.step)));
+    }
+    let end = if idx.slicelength == 0 { idx.start as i64 } else { idx.start as i64 + (idx.slicelength as i64 - 1) * idx.step as i64 + 1 };
+    Ok((idx.start as i64, end, idx.step as i64))
+}
+
+/// Whether an array of type `have` may be the buffer of a tensor of type `want`: the same
+/// type, or a same-size stand-in for a type the array's library lacks (uint16 for bfloat16,
+/// uint8 for fp8 and bool).
+fn compatible(a: &ArrayDesc, want: DataType) -> bool {
+    match a.dtype {
+        Some(d) if d == want => true,
+        Some(d) => {
+            d.size() == want.size()
+                && matches!(want, DataType::Bf16 | DataType::Fp8E4m3 | DataType::Fp8E5m2 | DataType::Bool)
+                && matches!(d, DataType::U8 | DataType::I8 | DataType::Bool)
+        }
+        None => a.itemsize == want.size() && matches!(want, DataType::Bf16 | DataType::Fp8E4m3 | DataType::Fp8E5m2 | DataType::Bool),
+    }
+}
+
+#[pymethods]
+impl PyGraph {
+    #[new]
+    #[pyo3(signature = (name = "test_graph".to_string(), io_data_type = None, intermediate_data_type = None, compute_data_type = None, handle = None, **_kwargs))]
+    fn new(
+        name: String,
+        io_data_type: Option<&Bound<'_, PyAny>>,
+        intermediate_data_type: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        handle: Option<&Bound<'_, PyAny>>,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let mut g = Graph::new(name);
+        g.io_data_type = parse_dtype(io_data_type)?;
+        g.intermediate_data_type = parse_dtype(intermediate_data_type)?;
+        g.compute_data_type = parse_dtype(compute_data_type)?;
+        let handle = match handle.filter(|h| !h.is_none()) {
+            Some(h) => h.downcast::<PyHandle>().map_err(|_| PyTypeError::new_err("handle must come from create_handle()"))?.get().inner.clone(),
+            None => default_handle(),
+        };
+        Ok(PyGraph { state: Arc::new(Mutex::new(State { graph: g, meta: Meta::default(), handle, built: None, generation: 0 })) })
+    }
+
+    /// A tensor of the graph (an input, or a by-value scalar with is_pass_by_value).
+    #[pyo3(signature = (dim, stride = None, data_type = None, is_virtual = false, is_pass_by_value = false, ragged_offset = None, reordering_type = None, name = String::new(), uid = -1, **_kwargs))]
+    #[allow(clippy::too_many_arguments)]
+    fn tensor(
+        &self,
+        py: Python<'_>,
+        dim: Vec<i64>,
+        stride: Option<Vec<i64>>,
+        data_type: Option<&Bound<'_, PyAny>>,
+        is_virtual: bool,
+        is_pass_by_value: bool,
+        ragged_offset: Option<&Bound<'_, PyAny>>,
+        reordering_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+        uid: i64,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyTensor>> {
+        let _ = reordering_type;
+        if ragged_offset.is_some_and(|r| !r.is_none()) {
+            return Err(NotSupportedError::new_err("ragged offsets are not supported by ferrodnn"));
+        }
+        let dt = parse_dtype(data_type)?;
+        let strides = stride.filter(|s| !s.is_empty()).unwrap_or_else(|| packed_strides(&dim));
+        let desc = TensorDesc { uid: if uid == -1 { None } else { Some(uid) }, name, dims: dim, strides, data_type: dt, is_virtual, is_pass_by_value, value: None };
+        let id = {
+            let mut st = lock(&self.state)?;
+            if let Some(u) = desc.uid {
+                if st.find_uid(u).is_some() {
+                    return Err(PyValueError::new_err(format!("uid {u} is already taken in this graph")));
+                }
+            }
+            st.changed();
+            st.graph.tensor(desc).0
+        };
+        self.tensor_obj(py, id)
+    }
+
+    /// A tensor like `input`: another graph's tensor (same dims, strides, type, by-value flag),
+    /// or an array (its dims, strides and type; by-value when it is a one-element host array,
+    /// as the frontend does for CPU tensors).
+    #[pyo3(signature = (input, name = String::new()))]
+    fn tensor_like(&self, py: Python<'_>, input: &Bound<'_, PyAny>, name: String) -> PyResult<Py<PyTensor>> {
+        let desc = if let Ok(t) = input.downcast::<PyTensor>() {
+            let t = t.borrow();
+            let st = lock(&t.state)?;
+            let d = st.desc(t.id)?;
+            let dt = d.data_type.or_else(|| st.graph.resolved_data_type(TensorId(t.id)));
+            TensorDesc {
+                uid: None,
+                name: if name.is_empty() { d.name.clone() } else { name },
+                dims: d.dims.clone(),
+                strides: d.strides.clone(),
+                data_type: dt,
+                is_virtual: false,
+                is_pass_by_value: d.is_pass_by_value,
+                value: d.value,
+            }
+        } else if array::is_array(input) {
+            let a = array::describe(input)?;
+            let dt = a.dtype.ok_or_else(|| PyTypeError::new_err(format!("tensor_like: unsupported element type {}", a.type_name)))?;
+            let by_value = !a.device && a.element_count() == 1;
+            let dims = if a.dims.is_empty() { vec![1] } else { a.dims.clone() };
+            let strides = if a.dims.is_empty() { vec![1] } else { a.strides.clone() };
+            TensorDesc { uid: None, name, dims, strides, data_type: Some(dt), is_virtual: false, is_pass_by_value: by_value, value: None }
+        } else {
+            return Err(PyTypeError::new_err(format!("tensor_like takes a tensor or an array, got {}", type_name(input))));
+        };
+        let id = {
+            let mut st = lock(&self.state)?;
+            st.changed();
+            st.graph.tensor(desc).0
+        };
+        self.tensor_obj(py, id)
+    }
+
+    /// Any pointwise op by ferrodnn's mode name and parameters (the pointwise methods of
+    /// `pygraph` call this).
+    #[pyo3(signature = (mode, inputs, params = None, compute_data_type = None, name = String::new()))]
+    fn _pointwise(
+        &self,
+        py: Python<'_>,
+        mode: &str,
+        inputs: Vec<Bound<'_, PyAny>>,
+        params: Option<&Bound<'_, PyDict>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        let mut obj = serde_json::Map::new();
+        obj.insert("name".into(), serde_json::Value::String(mode.to_string()));
+        if let Some(p) = params {
+            for (k, v) in p.iter() {
+                if v.is_none() {
+                    continue;
+                }
+                let key: String = k.extract()?;
+                let value =
+                    if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() { serde_json::json!(v.extract::<i64>()?) } else { serde_json::json!(v.extract::<f64>()?) };
+                obj.insert(key, value);
+            }
+        }
+        let mode: PointwiseMode = serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| PyValueError::new_err(format!("pointwise mode: {e}")))?;
+        let ids = inputs.iter().enumerate().map(|(i, t)| self.tid(t, &format!("input {i}"))).collect::<PyResult<Vec<_>>>()?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.pointwise(mode, &ids))]))?;
+        self.one(py, outs)
+    }
+
+    #[pyo3(signature = (image, weight, padding = None, stride = None, dilation = None, pre_padding = None, post_padding = None, convolution_mode = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn conv_fprop(
+        &self,
+        py: Python<'_>,
+        image: &Bound<'_, PyAny>,
+        weight: &Bound<'_, PyAny>,
+        padding: Option<Vec<i64>>,
+        stride: Option<Vec<i64>>,
+        dilation: Option<Vec<i64>>,
+        pre_padding: Option<Vec<i64>>,
+        post_padding: Option<Vec<i64>>,
+        convolution_mode: Option<PyConvolutionMode>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        let (x, w) = (self.tid(image, "image")?, self.tid(weight, "weight")?);
+        let a = self.conv_attrs(x, padding, pre_padding, post_padding, stride, dilation, convolution_mode)?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.conv_fprop(x, w, a))]))?;
+        self.one(py, outs)
+    }
+
+    /// The data gradient; give its dims with `set_dim` (as the frontend requires).
+    #[pyo3(signature = (loss, filter, padding = None, stride = None, dilation = None, pre_padding = None, post_padding = None, convolution_mode = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn conv_dgrad(
+        &self,
+        py: Python<'_>,
+        loss: &Bound<'_, PyAny>,
+        filter: &Bound<'_, PyAny>,
+        padding: Option<Vec<i64>>,
+        stride: Option<Vec<i64>>,
+        dilation: Option<Vec<i64>>,
+        pre_padding: Option<Vec<i64>>,
+        post_padding: Option<Vec<i64>>,
+        convolution_mode: Option<PyConvolutionMode>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        let (dy, w) = (self.tid(loss, "loss")?, self.tid(filter, "filter")?);
+        let a = self.conv_attrs(dy, padding, pre_padding, post_padding, stride, dilation, convolution_mode)?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.conv_dgrad(dy, w, &[], a))]))?;
+        self.one(py, outs)
+    }
+
+    /// The weight gradient; give its dims with `set_dim` (as the frontend requires).
+    #[pyo3(signature = (image, loss, padding = None, stride = None, dilation = None, pre_padding = None, post_padding = None, convolution_mode = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn conv_wgrad(
+        &self,
+        py: Python<'_>,
+        image: &Bound<'_, PyAny>,
+        loss: &Bound<'_, PyAny>,
+        padding: Option<Vec<i64>>,
+        stride: Option<Vec<i64>>,
+        dilation: Option<Vec<i64>>,
+        pre_padding: Option<Vec<i64>>,
+        post_padding: Option<Vec<i64>>,
+        convolution_mode: Option<PyConvolutionMode>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        let (x, dy) = (self.tid(image, "image")?, self.tid(loss, "loss")?);
+        let a = self.conv_attrs(x, padding, pre_padding, post_padding, stride, dilation, convolution_mode)?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.conv_wgrad(dy, x, &[], a))]))?;
+        self.one(py, outs)
+    }
+
+    #[pyo3(signature = (A, B, compute_data_type = None, padding = 0.0, name = String::new()))]
+    #[allow(non_snake_case)]
+    fn matmul(
+        &self,
+        py: Python<'_>,
+        A: &Bound<'_, PyAny>,
+        B: &Bound<'_, PyAny>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        padding: f64,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        if padding != 0.0 {
+            return Err(NotSupportedError::new_err("matmul padding values are not supported by ferrodnn"));
+        }
+        let (a, b) = (self.tid(A, "A")?, self.tid(B, "B")?);
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.matmul(a, b))]))?;
+        self.one(py, outs)
+    }
+
+    /// A reduction; the axes are those its output's dims (set with `set_dim`) collapse to 1, as
+    /// in the frontend, or `axes` (ferrodnn's addition).
+    #[pyo3(signature = (input, mode, compute_data_type = None, name = String::new(), axes = None))]
+    fn reduction(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        mode: PyReductionMode,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+        axes: Option<Vec<i64>>,
+    ) -> PyResult<Py<PyTensor>> {
+        let x = self.tid(input, "input")?;
+        let rank = self.dims_of(x)?.len() as i64;
+        let m = match mode {
+            PyReductionMode::ADD => ReductionMode::Add,
+            PyReductionMode::MUL => ReductionMode::Mul,
+            PyReductionMode::MIN => ReductionMode::Min,
+            PyReductionMode::MAX => ReductionMode::Max,
+            PyReductionMode::AMAX => ReductionMode::Amax,
+            PyReductionMode::AVG => ReductionMode::Avg,
+            PyReductionMode::NORM1 => ReductionMode::Norm1,
+            PyReductionMode::NORM2 => ReductionMode::Norm2,
+            PyReductionMode::MUL_NO_ZEROS => ReductionMode::MulNoZeros,
+        };
+        let explicit: Option<Vec<usize>> = axes.map(|a| a.iter().map(|&v| if v < 0 { (v + rank) as usize } else { v as usize }).collect());
+        let deferred = explicit.is_none();
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.reduction(x, m, explicit.as_deref().unwrap_or(&[])))]))?;
+        if deferred {
+            let mut st = lock(&self.state)?;
+            let ni = st.graph.nodes.len() - 1;
+            st.meta.reductions.push(ni);
+        }
+        self.one(py, outs)
+    }
+
+    #[pyo3(signature = (input, compute_data_type = None, name = String::new()))]
+    fn genstats(&self, py: Python<'_>, input: &Bound<'_, PyAny>, compute_data_type: Option<&Bound<'_, PyAny>>, name: String) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let x = self.tid(input, "input")?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| {
+            let (s, q) = g.genstats(x);
+            Ok(vec![Some(s), Some(q)])
+        })?;
+        self.outs(py, outs)
+    }
+
+    /// Returns [y, mean, inv_variance]; the statistics are None in the inference phase.
+    #[pyo3(signature = (norm_forward_phase, input, scale = None, bias = None, epsilon = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm(
+        &self,
+        py: Python<'_>,
+        norm_forward_phase: Option<PyNormPhase>,
+        input: &Bound<'_, PyAny>,
+        scale: Option<&Bound<'_, PyAny>>,
+        bias: Option<&Bound<'_, PyAny>>,
+        epsilon: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        self.norm3(py, "layernorm", norm_forward_phase, input, scale, bias, epsilon, compute_data_type, name)
+    }
+
+    #[pyo3(signature = (norm_forward_phase, input, scale = None, bias = None, epsilon = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn instancenorm(
+        &self,
+        py: Python<'_>,
+        norm_forward_phase: Option<PyNormPhase>,
+        input: &Bound<'_, PyAny>,
+        scale: Option<&Bound<'_, PyAny>>,
+        bias: Option<&Bound<'_, PyAny>>,
+        epsilon: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        self.norm3(py, "instancenorm", norm_forward_phase, input, scale, bias, epsilon, compute_data_type, name)
+    }
+
+    #[pyo3(signature = (norm_forward_phase, input, scale = None, bias = None, epsilon = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn adalayernorm(
+        &self,
+        py: Python<'_>,
+        norm_forward_phase: Option<PyNormPhase>,
+        input: &Bound<'_, PyAny>,
+        scale: Option<&Bound<'_, PyAny>>,
+        bias: Option<&Bound<'_, PyAny>>,
+        epsilon: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        self.norm3(py, "adalayernorm", norm_forward_phase, input, scale, bias, epsilon, compute_data_type, name)
+    }
+
+    /// Returns [y, inv_variance] (None in the inference phase).
+    #[pyo3(signature = (norm_forward_phase, input, scale = None, bias = None, epsilon = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn rmsnorm(
+        &self,
+        py: Python<'_>,
+        norm_forward_phase: Option<PyNormPhase>,
+        input: &Bound<'_, PyAny>,
+        scale: Option<&Bound<'_, PyAny>>,
+        bias: Option<&Bound<'_, PyAny>>,
+        epsilon: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let x = self.tid(input, "input")?;
+        let s = self.opt_tid(scale, "scale")?.ok_or_else(|| PyValueError::new_err("rmsnorm needs a scale tensor"))?;
+        let b = self.opt_tid(bias, "bias")?;
+        let eps = self.scalar(epsilon, "epsilon")?;
+        let attrs = Self::norm_attrs(norm_forward_phase);
+        let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::Epsilon, eps)], |g| {
+            let (y, inv) = g.rmsnorm(x, s, b, attrs);
+            Ok(vec![Some(y), inv])
+        })?;
+        self.outs(py, outs)
+    }
+
+    /// Returns [y, mean, inv_variance, next_running_mean, next_running_var] (the running
+    /// statistics None when no input running statistics are given).
+    #[pyo3(signature = (input, scale, bias, in_running_mean = None, in_running_var = None, epsilon = None, momentum = None, peer_stats = None, compute_data_type = None, name = String::new(), norm_forward_phase = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn batchnorm(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        bias: &Bound<'_, PyAny>,
+        in_running_mean: Option<&Bound<'_, PyAny>>,
+        in_running_var: Option<&Bound<'_, PyAny>>,
+        epsilon: Option<&Bound<'_, PyAny>>,
+        momentum: Option<&Bound<'_, PyAny>>,
+        peer_stats: Option<Vec<Bound<'_, PyAny>>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+        norm_forward_phase: Option<PyNormPhase>,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        if norm_forward_phase == Some(PyNormPhase::INFERENCE) {
+            return Err(PyValueError::new_err("batchnorm is the training op; use batchnorm_inference for the inference phase"));
+        }
+        let (x, s, b) = (self.tid(input, "input")?, self.tid(scale, "scale")?, self.tid(bias, "bias")?);
+        let rm = self.opt_tid(in_running_mean, "in_running_mean")?;
+        let rv = self.opt_tid(in_running_var, "in_running_var")?;
+        let running = match (rm, rv) {
+            (Some(m), Some(v)) => Some((m, v)),
+            (None, None) => None,
+            _ => return Err(PyValueError::new_err("give both in_running_mean and in_running_var, or neither")),
+        };
+        let peers = peer_stats.unwrap_or_default().iter().enumerate().map(|(i, t)| self.tid(t, &format!("peer_stats[{i}]"))).collect::<PyResult<Vec<_>>>()?;
+        let eps = self.scalar(epsilon, "epsilon")?;
+        let mom = self.scalar(momentum, "momentum")?;
+        let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::Epsilon, eps), (AttrKind::Momentum, mom)], |g| {
+            let (y, mean, inv, run) = g.batchnorm(x, s, b, running, &peers, BatchnormAttrs::default());
+            Ok(vec![Some(y), Some(mean), Some(inv), run.map(|r| r.0), run.map(|r| r.1)])
+        })?;
+        self.outs(py, outs)
+    }
+
+    #[pyo3(signature = (input, mean, inv_variance, scale, bias, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn batchnorm_inference(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        mean: &Bound<'_, PyAny>,
+        inv_variance: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        bias: &Bound<'_, PyAny>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        let (x, m, v) = (self.tid(input, "input")?, self.tid(mean, "mean")?, self.tid(inv_variance, "inv_variance")?);
+        let (s, b) = (self.tid(scale, "scale")?, self.tid(bias, "bias")?);
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.batchnorm_inference(x, s, b, m, v))]))?;
+        self.one(py, outs)
+    }
+
+    /// Returns [dx, dscale, dbias].
+    #[pyo3(signature = (grad, input, scale, mean, inv_variance, peer_stats = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn batchnorm_backward(
+        &self,
+        py: Python<'_>,
+        grad: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        mean: &Bound<'_, PyAny>,
+        inv_variance: &Bound<'_, PyAny>,
+        peer_stats: Option<Vec<Bound<'_, PyAny>>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        if peer_stats.is_some_and(|p| !p.is_empty()) {
+            return Err(NotSupportedError::new_err("batchnorm_backward with peer statistics is not supported by ferrodnn"));
+        }
+        self.norm_bwd(py, "batchnorm_backward", grad, input, scale, Some(mean), Some(inv_variance), compute_data_type, name)
+    }
+
+    /// Returns [dx, dscale, dbias].
+    #[pyo3(signature = (grad, input, scale, mean, inv_variance, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm_backward(
+        &self,
+        py: Python<'_>,
+        grad: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        mean: &Bound<'_, PyAny>,
+        inv_variance: &Bound<'_, PyAny>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        self.norm_bwd(py, "layernorm_backward", grad, input, scale, Some(mean), Some(inv_variance), compute_data_type, name)
+    }
+
+    /// Returns [dx, dscale, dbias].
+    #[pyo3(signature = (grad, input, scale, mean = None, inv_variance = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn instancenorm_backward(
+        &self,
+        py: Python<'_>,
+        grad: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        mean: Option<&Bound<'_, PyAny>>,
+        inv_variance: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        self.norm_bwd(py, "instancenorm_backward", grad, input, scale, mean, inv_variance, compute_data_type, name)
+    }
+
+    /// Returns [dx, dscale, dbias].
+    #[pyo3(signature = (grad, input, scale, mean, inv_variance, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn adalayernorm_backward(
+        &self,
+        py: Python<'_>,
+        grad: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        mean: &Bound<'_, PyAny>,
+        inv_variance: &Bound<'_, PyAny>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        self.norm_bwd(py, "adalayernorm_backward", grad, input, scale, Some(mean), Some(inv_variance), compute_data_type, name)
+    }
+
+    /// Returns [dx, dscale, dbias] (dbias None unless has_dbias).
+    #[pyo3(signature = (grad, input, scale, inv_variance, has_dbias = false, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn rmsnorm_backward(
+        &self,
+        py: Python<'_>,
+        grad: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        inv_variance: &Bound<'_, PyAny>,
+        has_dbias: bool,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let (dy, x, s, inv) = (self.tid(grad, "grad")?, self.tid(input, "input")?, self.tid(scale, "scale")?, self.tid(inv_variance, "inv_variance")?);
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| {
+            let (dx, ds, db) = g.rmsnorm_backward(dy, x, s, inv, has_dbias);
+            Ok(vec![Some(dx), Some(ds), db])
+        })?;
+        self.outs(py, outs)
+    }
+
+    /// ferrodnn's bn_finalize: per-channel statistics from genstats' sums. Returns
+    /// [eq_scale, eq_bias, saved_mean, saved_inv_std, next_running_mean, next_running_var].
+    #[pyo3(signature = (sum, sq_sum, scale, bias, accum_count, epsilon = None, momentum = None, prev_running_mean = None, prev_running_var = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn bn_finalize(
+        &self,
+        py: Python<'_>,
+        sum: &Bound<'_, PyAny>,
+        sq_sum: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        bias: &Bound<'_, PyAny>,
+        accum_count: i64,
+        epsilon: Option<&Bound<'_, PyAny>>,
+        momentum: Option<&Bound<'_, PyAny>>,
+        prev_running_mean: Option<&Bound<'_, PyAny>>,
+        prev_running_var: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let (s1, s2, sc, b) = (self.tid(sum, "sum")?, self.tid(sq_sum, "sq_sum")?, self.tid(scale, "scale")?, self.tid(bias, "bias")?);
+        let running = match (self.opt_tid(prev_running_mean, "prev_running_mean")?, self.opt_tid(prev_running_var, "prev_running_var")?) {
+            (Some(m), Some(v)) => Some((m, v)),
+            (None, None) => None,
+            _ => return Err(PyValueError::new_err("give both prev_running_mean and prev_running_var, or neither")),
+        };
+        let eps = self.scalar(epsilon, "epsilon")?;
+        let mom = self.scalar(momentum, "momentum")?;
+        let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::Epsilon, eps), (AttrKind::Momentum, mom)], |g| {
+            let (a, b2, c, d, run) = g.bn_finalize(s1, s2, sc, b, running, BnFinalizeAttrs::new(accum_count));
+            Ok(vec![Some(a), Some(b2), Some(c), Some(d), run.map(|r| r.0), run.map(|r| r.1)])
+        })?;
+        self.outs(py, outs)
+    }
+
+    /// ferrodnn's softmax over `axis` (log-softmax with `use_log`). Returns y, or [y, stats]
+    /// with generate_stats.
+    #[pyo3(signature = (input, axis = -1, use_log = false, generate_stats = false, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn softmax(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        axis: i64,
+        use_log: bool,
+        generate_stats: bool,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Py<PyAny>> {
+        let x = self.tid(input, "input")?;
+        let axis = norm_axis(axis, self.dims_of(x)?.len())?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| {
+            let (y, s) = g.softmax(x, axis, use_log, generate_stats);
+            Ok(vec![Some(y), s])
+        })?;
+        if generate_stats {
+            Ok(self.outs(py, outs)?.into_pyobject(py)?.into_any().unbind())
+        } else {
+            Ok(self.one(py, outs)?.into_any())
+        }
+    }
+
+    /// ferrodnn's softmax backward: dx from the forward output y and its gradient.
+    #[pyo3(signature = (y, loss, axis = -1, use_log = false, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn softmax_backward(
+        &self,
+        py: Python<'_>,
+        y: &Bound<'_, PyAny>,
+        loss: &Bound<'_, PyAny>,
+        axis: i64,
+        use_log: bool,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        let (yt, dy) = (self.tid(y, "y")?, self.tid(loss, "loss")?);
+        let axis = norm_axis(axis, self.dims_of(yt)?.len())?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.softmax_backward(yt, dy, axis, use_log))]))?;
+        self.one(py, outs)
+    }
+
+    /// Pooling. Returns [y, index] (index is always None: ferrodnn's max-pool backward reads x).
+    #[pyo3(signature = (input, resampling_mode, padding_mode = None, window = None, stride = None, pre_padding = None, post_padding = None, generate_index = false, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn resample(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        resampling_mode: PyResampleMode,
+        padding_mode: Option<PyPaddingMode>,
+        window: Option<Vec<i64>>,
+        stride: Option<Vec<i64>>,
+        pre_padding: Option<Vec<i64>>,
+        post_padding: Option<Vec<i64>>,
+        generate_index: bool,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let _ = (padding_mode, generate_index);
+        let x = self.tid(input, "input")?;
+        let a = self.resample_attrs(x, resampling_mode, window, stride, pre_padding, post_padding)?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.resample(x, a)), None]))?;
+        self.outs(py, outs)
+    }
+
+    /// ferrodnn's pooling backward: dx from dy and the forward input x.
+    #[pyo3(signature = (loss, input, resampling_mode, window = None, stride = None, pre_padding = None, post_padding = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn resample_backward(
+        &self,
+        py: Python<'_>,
+        loss: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        resampling_mode: PyResampleMode,
+        window: Option<Vec<i64>>,
+        stride: Option<Vec<i64>>,
+        pre_padding: Option<Vec<i64>>,
+        post_padding: Option<Vec<i64>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        let (dy, x) = (self.tid(loss, "loss")?, self.tid(input, "input")?);
+        let a = self.resample_attrs(x, resampling_mode, window, stride, pre_padding, post_padding)?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.resample_backward(dy, x, a))]))?;
+        self.one(py, outs)
+    }
+
+    /// Scaled dot-product attention. Returns [o, stats] (stats None unless generate_stats).
+    #[pyo3(signature = (q, k, v, is_inference = None, attn_scale = None, bias = None, use_alibi_mask = false, use_padding_mask = false, seq_len_q = None, seq_len_kv = None,
+        use_causal_mask = false, use_causal_mask_bottom_right = false, sliding_window_length = None, diagonal_alignment = None, diagonal_band_left_bound = None,
+        diagonal_band_right_bound = None, dropout = None, paged_attention_k_table = None, paged_attention_v_table = None, compute_data_type = None, name = String::new(),
+        generate_stats = None, **kwargs))]
+    #[allow(clippy::too_many_arguments)]
+    fn sdpa(
+        &self,
+        py: Python<'_>,
+        q: &Bound<'_, PyAny>,
+        k: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyAny>,
+        is_inference: Option<bool>,
+        attn_scale: Option<&Bound<'_, PyAny>>,
+        bias: Option<&Bound<'_, PyAny>>,
+        use_alibi_mask: bool,
+        use_padding_mask: bool,
+        seq_len_q: Option<&Bound<'_, PyAny>>,
+        seq_len_kv: Option<&Bound<'_, PyAny>>,
+        use_causal_mask: bool,
+        use_causal_mask_bottom_right: bool,
+        sliding_window_length: Option<i64>,
+        diagonal_alignment: Option<PyDiagonalAlignment>,
+        diagonal_band_left_bound: Option<i64>,
+        diagonal_band_right_bound: Option<i64>,
+        dropout: Option<&Bound<'_, PyAny>>,
+        paged_attention_k_table: Option<&Bound<'_, PyAny>>,
+        paged_attention_v_table: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+        generate_stats: Option<bool>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        check_unsupported_kwargs("sdpa", kwargs)?;
+        let (qt, kt, vt) = (self.tid(q, "q")?, self.tid(k, "k")?, self.tid(v, "v")?);
+        let mut attrs = SdpaAttrs {
+            generate_stats: match (generate_stats, is_inference) {
+                (Some(_), Some(_)) => return Err(PyValueError::new_err("set one of generate_stats and is_inference, not both")),
+                (Some(g), None) => g,
+                (None, Some(i)) => !i,
+                (None, None) => false,
+            },
+            alibi: use_alibi_mask,
+            padding_mask: use_padding_mask,
+            ..Default::default()
+        };
+        sdpa_masks(&mut attrs, use_causal_mask, use_causal_mask_bottom_right, sliding_window_length, diagonal_alignment, diagonal_band_left_bound, diagonal_band_right_bound)?;
+        let mut inputs = SdpaInputs {
+            bias: self.opt_tid(bias, "bias")?,
+            seq_len_q: self.opt_tid(seq_len_q, "seq_len_q")?,
+            seq_len_kv: self.opt_tid(seq_len_kv, "seq_len_kv")?,
+            page_table_k: self.opt_tid(paged_attention_k_table, "paged_attention_k_table")?,
+            page_table_v: self.opt_tid(paged_attention_v_table, "paged_attention_v_table")?,
+            ..Default::default()
+        };
+        self.sdpa_dropout(dropout, &mut attrs, &mut inputs)?;
+        let scale = self.scalar(attn_scale, "attn_scale")?;
+        let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::AttnScale, scale)], |g| {
+            let (o, stats) = g.sdpa(qt, kt, vt, inputs, attrs);
+            Ok(vec![Some(o), stats])
+        })?;
+        self.outs(py, outs)
+    }
+
+    /// The backward pass of sdpa. Returns [dQ, dK, dV]; with a bias, the bias gradient goes to
+    /// `dBias` when given.
+    #[pyo3(signature = (q, k, v, o, dO, stats, attn_scale = None, bias = None, dBias = None, use_alibi_mask = false, use_padding_mask = false, seq_len_q = None,
+        seq_len_kv = None, use_causal_mask = false, use_causal_mask_bottom_right = false, sliding_window_length = None, diagonal_alignment = None,
+        diagonal_band_left_bound = None, diagonal_band_right_bound = None, dropout = None, use_deterministic_algorithm = false, compute_data_type = None,
+        name = String::new(), **kwargs))]
+    #[allow(clippy::too_many_arguments, non_snake_case)]
+    fn sdpa_backward(
+        &self,
+        py: Python<'_>,
+        q: &Bound<'_, PyAny>,
+        k: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyAny>,
+        o: &Bound<'_, PyAny>,
+        dO: &Bound<'_, PyAny>,
+        stats: &Bound<'_, PyAny>,
+        attn_scale: Option<&Bound<'_, PyAny>>,
+        bias: Option<&Bound<'_, PyAny>>,
+        dBias: Option<&Bound<'_, PyAny>>,
+        use_alibi_mask: bool,
+        use_padding_mask: bool,
+        seq_len_q: Option<&Bound<'_, PyAny>>,
+        seq_len_kv: Option<&Bound<'_, PyAny>>,
+        use_causal_mask: bool,
+        use_causal_mask_bottom_right: bool,
+        sliding_window_length: Option<i64>,
+        diagonal_alignment: Option<PyDiagonalAlignment>,
+        diagonal_band_left_bound: Option<i64>,
+        diagonal_band_right_bound: Option<i64>,
+        dropout: Option<&Bound<'_, PyAny>>,
+        use_deterministic_algorithm: bool,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let _ = use_deterministic_algorithm;
+        check_unsupported_kwargs("sdpa_backward", kwargs)?;
+        let (qt, kt, vt) = (self.tid(q, "q")?, self.tid(k, "k")?, self.tid(v, "v")?);
+        let (ot, dot, st) = (self.tid(o, "o")?, self.tid(dO, "dO")?, self.tid(stats, "stats")?);
+        let dbias_user = self.opt_tid(dBias, "dBias")?;
+        let mut attrs = SdpaAttrs { alibi: use_alibi_mask, padding_mask: use_padding_mask, ..Default::default() };
+        sdpa_masks(&mut attrs, use_causal_mask, use_causal_mask_bottom_right, sliding_window_length, diagonal_alignment, diagonal_band_left_bound, diagonal_band_right_bound)?;
+        let mut inputs = SdpaInputs {
+            bias: self.opt_tid(bias, "bias")?,
+            seq_len_q: self.opt_tid(seq_len_q, "seq_len_q")?,
+            seq_len_kv: self.opt_tid(seq_len_kv, "seq_len_kv")?,
+            ..Default::default()
+        };
+        if dbias_user.is_some() && inputs.bias.is_none() {
+            return Err(PyValueError::new_err("dBias needs the forward pass's bias"));
+        }
+        self.sdpa_dropout(dropout, &mut attrs, &mut inputs)?;
+        let scale = self.scalar(attn_scale, "attn_scale")?;
+        let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::AttnScale, scale)], |g| {
+            let grads = g.sdpa_backward(qt, kt, vt, ot, dot, st, inputs, attrs);
+            // The frontend's caller makes dBias; the node's dbias output takes its place.
+            if let (Some(user), Some(made)) = (dbias_user, grads.dbias) {
+                let u = g.tensors[user.0].clone();
+                let t = &mut g.tensors[made.0];
+                t.uid = u.uid;
+                t.name = u.name.clone();
+                t.data_type = u.data_type;
+                t.is_virtual = u.is_virtual;
+                if !u.dims.is_empty() {
+                    t.dims = u.dims.clone();
+                    t.strides = u.strides.clone();
+                }
+                let ut = &mut g.tensors[user.0];
+                ut.uid = None;
+            }
+            Ok(vec![Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias])
+        })?;
+        // Point the caller's dBias object at the node's output.
+        if let (Some(obj), Some(Some(made))) = (dBias, outs.get(3)) {
+            let mut t = obj.downcast::<PyTensor>()?.borrow_mut();
+            t.id = made.0;
+        }
+        let outs = outs.into_iter().take(3).collect();
+        self.outs(py, outs)
+    }
+
+    /// `slices`: one Python slice per dim (positive steps).
+    #[pyo3(signature = (input, slices = Vec::new(), compute_data_type = None, name = String::new()))]
+    fn slice(&self, py: Python<'_>, input: &Bound<'_, PyAny>, slices: Vec<Bound<'_, PyAny>>, compute_data_type: Option<&Bound<'_, PyAny>>, name: String) -> PyResult<Py<PyTensor>> {
+        let x = self.tid(input, "input")?;
+        let dims = self.dims_of(x)?;
+        if slices.len() > dims.len() {
+            return Err(PyValueError::new_err(format!("{} slices for a tensor of rank {}", slices.len(), dims.len())));
+        }
+        let (mut starts, mut ends, mut steps) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, &d) in dims.iter().enumerate() {
+            let (s, e, st) = match slices.get(i) {
+                Some(sl) => slice_bounds(sl, d)?,
+                None => (0, d, 1),
+            };
+            starts.push(s);
+            ends.push(e);
+            steps.push(st);
+        }
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.slice_with_steps(x, &starts, &ends, &steps))]))?;
+        self.one(py, outs)
+    }
+
+    /// Output axis i is input axis permutation[i].
+    #[pyo3(signature = (input, permutation, compute_data_type = None, name = String::new()))]
+    fn transpose(&self, py: Python<'_>, input: &Bound<'_, PyAny>, permutation: Vec<i64>, compute_data_type: Option<&Bound<'_, PyAny>>, name: String) -> PyResult<Py<PyTensor>> {
+        let x = self.tid(input, "input")?;
+        let rank = self.dims_of(x)?.len();
+        let perm = permutation.iter().map(|&p| norm_axis(p, rank)).collect::<PyResult<Vec<_>>>()?;
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.transpose(x, &perm))]))?;
+        self.one(py, outs)
+    }
+
+    /// A logical (row-major) reshape; the target dims are set on the output with `set_dim`, as in
+    /// the frontend, or given as `dim` (ferrodnn's addition, one entry may be -1).
+    #[pyo3(signature = (input, name = String::new(), reshape_mode = None, dim = None))]
+    fn reshape(&self, py: Python<'_>, input: &Bound<'_, PyAny>, name: String, reshape_mode: Option<PyReshapeMode>, dim: Option<Vec<i64>>) -> PyResult<Py<PyTensor>> {
+        let _ = reshape_mode;
+        let x = self.tid(input, "input")?;
+        let outs = self.add_op(&name, None, vec![], |g| Ok(vec![Some(g.reshape(x, dim.as_deref().unwrap_or(&[])))]))?;
+        self.one(py, outs)
+    }
+
+    #[pyo3(signature = (inputs, axis, in_place_index = None, name = String::new()))]
+    fn concatenate(&self, py: Python<'_>, inputs: Vec<Bound<'_, PyAny>>, axis: i64, in_place_index: Option<i64>, name: String) -> PyResult<Py<PyTensor>> {
+        if in_place_index.is_some() {
+            return Err(NotSupportedError::new_err("in-place concatenation is not supported by ferrodnn"));
+        }
+        let ids = inputs.iter().enumerate().map(|(i, t)| self.tid(t, &format!("inputs[{i}]"))).collect::<PyResult<Vec<_>>>()?;
+        let rank = match ids.first() {
+            Some(&t) => self.dims_of(t)?.len(),
+            None => return Err(PyValueError::new_err("concatenate needs at least one input")),
+        };
+        let axis = norm_axis(axis, rank)?;
+        let outs = self.add_op(&name, None, vec![], |g| Ok(vec![Some(g.concatenate(&ids, axis))]))?;
+        self.one(py, outs)
+    }
+
+    /// ferrodnn's copy: the same logical tensor stored with `stride` and cast to `data_type`.
+    #[pyo3(signature = (input, stride = None, data_type = None, name = String::new()))]
+    fn copy(&self, py: Python<'_>, input: &Bound<'_, PyAny>, stride: Option<Vec<i64>>, data_type: Option<&Bound<'_, PyAny>>, name: String) -> PyResult<Py<PyTensor>> {
+        let x = self.tid(input, "input")?;
+        let dt = parse_dtype(data_type)?;
+        let outs = self.add_op(&name, None, vec![], |g| Ok(vec![Some(g.copy(x, stride.as_deref(), dt))]))?;
+        self.one(py, outs)
+    }
+
+    /// Random numbers from Philox (seed and offset are one-element integer tensors): uniform in
+    /// [low, high), or Bernoulli with `bernoulli_probability`. The output dims are `dim` or set
+    /// with `set_dim`.
+    #[pyo3(signature = (seed, offset, dim = None, distribution = None, bernoulli_probability = None, low = 0.0, high = 1.0, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn rng(
+        &self,
+        py: Python<'_>,
+        seed: &Bound<'_, PyAny>,
+        offset: &Bound<'_, PyAny>,
+        dim: Option<Vec<i64>>,
+        distribution: Option<PyRngDistribution>,
+        bernoulli_probability: Option<f64>,
+        low: f64,
+        high: f64,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        let (s, o) = (self.tid(seed, "seed")?, self.tid(offset, "offset")?);
+        let dist = match (distribution, bernoulli_probability) {
+            (Some(PyRngDistribution::BERNOULLI), p) | (None, p @ Some(_)) => Distribution::Bernoulli { probability: p.unwrap_or(0.5) },
+            _ => Distribution::Uniform { low, high },
+        };
+        let outs = self.add_op(&name, None, vec![], |g| Ok(vec![Some(g.rng(s, o, dim.as_deref().unwrap_or(&[]), dist))]))?;
+        self.one(py, outs)
+    }
+
+    /// Infer every shape and type and check the graph; assigns uids.
+    fn validate(&self) -> PyResult<()> {
+        lock(&self.state)?.lower()
+    }
+
+    fn build_operation_graph(&self) -> PyResult<()> {
+        lock(&self.state)?.lower()
+    }
+
+    /// Heuristic modes pick among cuDNN's engines; ferrodnn's handle ranks its own, so they are
+    /// accepted and the graph is checked.
+    #[pyo3(signature = (heur_modes = None))]
+    fn create_execution_plans(&self, heur_modes: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let _ = heur_modes;
+        lock(&self.state)?.lower()
+    }
+
+    /// Build the plans (compiling kernels on a GPU handle); errors say why no engine can run the
+    /// graph.
+    fn check_support(&self, py: Python<'_>) -> PyResult<()> {
+        self.build_plans_inner(py, false)
+    }
+
+    #[pyo3(signature = (policy = None))]
+    fn build_plans(&self, py: Python<'_>, policy: Option<PyBuildPlanPolicy>) -> PyResult<()> {
+        self.build_plans_inner(py, policy == Some(PyBuildPlanPolicy::ALL))
+    }
+
+    #[pyo3(signature = (index))]
+    fn build_plan_at_index(&self, py: Python<'_>, index: usize) -> PyResult<()> {
+        self.build_plans_inner(py, true)?;
+        let st = lock(&self.state)?;
+        let n = st.built.as_ref().map_or(0, |b| b.plans.len());
+        if index >= n {
+            return Err(PyIndexError::new_err(format!("plan index {index} out of range: the graph has {n} plans")));
+        }
+        Ok(())
+    }
+
+    /// validate + build_operation_graph + create_execution_plans + check_support + build_plans.
+    #[pyo3(signature = (heur_modes = None))]
+    fn build(&self, py: Python<'_>, heur_modes: Option<Vec<PyHeurMode>>) -> PyResult<()> {
+        let _ = heur_modes;
+        self.build_plans_inner(py, false)
+    }
+
+    fn get_execution_plan_count(&self) -> PyResult<usize> {
+        Ok(lock(&self.state)?.built.as_ref().map_or(0, |b| b.plans.len()))
+    }
+
+    fn get_engine_count(&self) -> PyResult<usize> {
+        Ok(lock(&self.state)?.handle.engines().count())
+    }
+
+    fn get_plan_name_at_index(&self, index: usize) -> PyResult<String> {
+        let st = lock(&self.state)?;
+        let p = st.built.as_ref().and_then(|b| b.plans.get(index)).ok_or_else(|| PyIndexError::new_err(format!("no plan at index {index}")))?;
+        let knobs: Vec<String> = p.desc.knobs.iter().map(|k| format!("{}={}", k.name, k.value)).collect();
+        Ok(format!("{}[{}]", p.engine().name(), knobs.join(",")))
+    }
+
+    /// The largest workspace of the built plans, in bytes (builds them when needed).
+    #[pyo3(signature = (handle = None, **_kwargs))]
+    fn get_workspace_size(&self, py: Python<'_>, handle: Option<&Bound<'_, PyAny>>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<usize> {
+        let _ = handle;
+        self.build_plans_inner(py, false)?;
+        let st = lock(&self.state)?;
+        Ok(st.built.as_ref().map_or(0, |b| b.plans.iter().map(|p| p.workspace_size()).max().unwrap_or(0)))
+    }
+
+    fn get_workspace_size_plan_at_index(&self, py: Python<'_>, index: usize) -> PyResult<usize> {
+        self.build_plans_inner(py, false)?;
+        let st = lock(&self.state)?;
+        Ok(st.built.as_ref().and_then(|b| b.plans.get(index)).map_or(0, |p| p.workspace_size()))
+    }
+
+    /// The behavior notes of the first plan, by name.
+    fn get_behavior_notes(&self, py: Python<'_>) -> PyResult<Vec<&'static str>> {
+        self.build_plans_inner(py, false)?;
+        let st = lock(&self.state)?;
+        let Some(p) = st.built.as_ref().and_then(|b| b.plans.first()) else { return Ok(Vec::new()) };
+        let mut notes = Vec::new();
+        if p.notes.runtime_compiled {
+            notes.push("RUNTIME_COMPILATION");
+        }
+        if p.notes.deterministic {
+            notes.push("DETERMINISTIC");
+        }
+        if p.notes.reduced_precision {
+            notes.push("REDUCED_PRECISION");
+        }
+        Ok(notes)
+    }
+
+    /// Run the graph on the arrays of `variant_pack` (keyed by tensor or by uid). Host arrays
+    /// run on the CPU engine, device arrays on the handle's CUDA engine (on its stream); by-value
+    /// scalars may be one-element host arrays or Python numbers.
+    #[pyo3(signature = (variant_pack, workspace = None, handle = None, **_kwargs))]
+    fn execute(
+        &self,
+        variant_pack: &Bound<'_, PyDict>,
+        workspace: Option<&Bound<'_, PyAny>>,
+        handle: Option<&Bound<'_, PyAny>>,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<()> {
+        self.execute_inner(variant_pack, workspace, handle, None)
+    }
+
+    #[pyo3(signature = (variant_pack, workspace, index, handle = None, **_kwargs))]
+    fn execute_plan_at_index(
+        &self,
+        variant_pack: &Bound<'_, PyDict>,
+        workspace: Option<&Bound<'_, PyAny>>,
+        index: usize,
+        handle: Option<&Bound<'_, PyAny>>,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<()> {
+        self.execute_inner(variant_pack, workspace, handle, Some(index))
+    }
+
+    /// The graph and what the binding keeps beside it, as JSON bytes.
+    fn serialize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let mut st = lock(&self.state)?;
+        st.ensure_uids();
+        let env = serde_json::json!({ "format": FORMAT, "graph": st.graph, "meta": st.meta });
+        let text = serde_json::to_vec(&env).map_err(|e| SerializationError::new_err(format!("the graph could not be serialized: {e}")))?;
+        Ok(PyBytes::new(py, &text))
+    }
+
+    /// Replace this graph by a serialized one (bytes, a list of ints or a str); `handle` first
+    /// is accepted as the frontend allows. The graph is validated; execute it with a variant
+    /// pack keyed by uid.
+    #[pyo3(signature = (first, second = None))]
+    fn deserialize(&self, first: &Bound<'_, PyAny>, second: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let (handle, data) = match second {
+            Some(d) => (Some(first), d),
+            None => (None, first),
+        };
+        let bytes: Vec<u8> = if let Ok(s) = data.downcast::<PyString>() {
+            s.to_str()?.as_bytes().to_vec()
+        } else if let Ok(b) = data.downcast::<PyBytes>() {
+            b.as_bytes().to_vec()
+        } else {
+            data.extract::<Vec<u8>>().map_err(|_| PyTypeError::new_err("deserialize takes bytes, a list of ints or a str"))?
+        };
+        if bytes.len() > 64 << 20 {
+            return Err(SerializationError::new_err(format!("serialized graph is {} bytes; at most 64 MiB are accepted", bytes.len())));
+        }
+        #[derive(Deserialize)]
+        struct Env {
+            format: String,
+            graph: Graph,
+            #[serde(default)]
+            meta: Meta,
+        }
+        let env: Env = serde_json::from_slice(&bytes).map_err(|e| SerializationError::new_err(format!("serialized graph is malformed: {e}")))?;
+        if env.format != FORMAT {
+            return Err(SerializationError::new_err(format!("serialized graph has format {:?}; this version reads {FORMAT:?}", env.format)));
+        }
+        let (nt, nn) = (env.graph.tensors.len(), env.graph.nodes.len());
+        if nt > 1 << 16 || nn > 1 << 15 {
+            return Err(SerializationError::new_err(format!("serialized graph has {nt} tensors and {nn} nodes; at most 65536 and 32768 are accepted")));
+        }
+        for &(ni, _, t) in &env.meta.attr_refs {
+            if ni >= nn || t >= nt {
+                return Err(SerializationError::new_err("serialized graph: an attribute refers to a missing node or tensor"));
+            }
+        }
+        if env.meta.user_strides.iter().any(|&t| t >= nt) || env.meta.reductions.iter().any(|&n| n >= nn) {
+            return Err(SerializationError::new_err("serialized graph: metadata refers to a missing node or tensor"));
+        }
+        let mut st = lock(&self.state)?;
+        if let Some(h) = handle.filter(|h| !h.is_none()) {
+            st.handle = h.downcast::<PyHandle>().map_err(|_| PyTypeError::new_err("handle must come from create_handle()"))?.get().inner.clone();
+        }
+        let (old_graph, old_meta) = (std::mem::replace(&mut st.graph, env.graph), std::mem::replace(&mut st.meta, env.meta));
+        st.changed();
+        if let Err(e) = st.lower() {
+            st.graph = old_graph;
+            st.meta = old_meta;
+            st.changed();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The key of the lowered graph (equal graphs, equal keys).
+    fn key(&self) -> PyResult<u64> {
+        let mut st = lock(&self.state)?;
+        st.lower()?;
+        Ok(st.built.as_ref().map_or(0, |b| b.lowered.key()))
+    }
+
+    fn query_tensor_attributes_of_uid(&self, py: Python<'_>, uid: i64) -> PyResult<Py<PyTensor>> {
+        let id = lock(&self.state)?.find_uid(uid).ok_or_else(|| PyValueError::new_err(format!("no tensor has uid {uid}")))?;
+        self.tensor_obj(py, id)
+    }
+
+    /// The graph as JSON (ferrodnn's graph format).
+    fn to_json(&self) -> PyResult<String> {
+        lock(&self.state)?.graph.to_json().map_err(to_py_err)
+    }
+
+    fn __repr__(&self) -> PyResult<String> {
+        let st = lock(&self.state)?;
+        Ok(format!("<ferrodnn.pygraph \"{}\": {} tensors, {} ops>", st.graph.name, st.graph.tensors.len(), st.graph.nodes.len()))
+    }
+}
+
+const FORMAT: &str = "ferrodnn-python-graph/1";
+
+fn norm_axis(axis: i64, rank: usize) -> PyResult<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r.max(1) {
+        return Err(PyValueError::new_err(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    Ok(a as usize)
+}
+
+/// Keyword arguments of the frontend's sdpa that ferrodnn has no use for: accepted when unset.
+fn check_unsupported_kwargs(op: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    const IGNORED: [&str; 7] =
+        ["implementation", "max_total_seq_len_q", "max_total_seq_len_kv", "paged_attention_max_seq_len_kv", "use_deterministic_algorithm", "unfuse_fma", "score_mod"];
+    let Some(kw) = kwargs else { return Ok(()) };
+    for (k, v) in kw.iter() {
+        let key: String = k.extract()?;
+        let unset = v.is_none() || v.extract::<bool>().is_ok_and(|b| !b);
+        if unset || (IGNORED.contains(&key.as_str()) && key != "score_mod") {
+            continue;
+        }
+        return Err(NotSupportedError::new_err(format!("{op}: argument `{key}` is not supported by ferrodnn")));
+    }
+    Ok(())
+}
+
+/// The frontend's causal / band masks as ferrodnn's: causal (right bound 0) with its diagonal
+/// alignment, a left bound of `w` (w keys up to the diagonal, as sliding_window_length) and a
+/// positive right bound on the top-left diagonal.
+fn sdpa_masks(
+    attrs: &mut SdpaAttrs,
+    causal: bool,
+    causal_br: bool,
+    sliding: Option<i64>,
+    alignment: Option<PyDiagonalAlignment>,
+    left: Option<i64>,
+    right: Option<i64>,
+) -> PyResult<()> {
+    if causal && causal_br {
+        return Err(PyValueError::new_err("use_causal_mask and use_causal_mask_bottom_right cannot both be true"));
+    }
+    if sliding.is_some() && left.is_some() {
+        return Err(PyValueError::new_err("sliding_window_length and diagonal_band_left_bound cannot both be set"));
+    }
+    if (causal || causal_br) && right.is_some() {
+        return Err(PyValueError::new_err("a causal mask and diagonal_band_right_bound cannot both be set"));
+    }
+    let left = sliding.or(left);
+    let (align, right) = if causal {
+        (PyDiagonalAlignment::TOP_LEFT, Some(0))
+    } else if causal_br {
+        (PyDiagonalAlignment::BOTTOM_RIGHT, Some(0))
+    } else {
+        (alignment.unwrap_or(PyDiagonalAlignment::TOP_LEFT), right)
+    };
+    let causal_align = if align == PyDiagonalAlignment::BOTTOM_RIGHT { CausalAlignment::BottomRight } else { CausalAlignment::TopLeft };
+    match right {
+        Some(0) => attrs.causal = Some(causal_align),
+        Some(r) if r > 0 => {
+            if align == PyDiagonalAlignment::BOTTOM_RIGHT {
+                return Err(NotSupportedError::new_err("a positive diagonal_band_right_bound on the bottom-right diagonal is not supported by ferrodnn"));
+            }
+            attrs.sliding_window_right = Some(r);
+        }
+        Some(r) => return Err(PyValueError::new_err(format!("diagonal_band_right_bound must be >= 0, got {r}"))),
+        None => {
+            if align == PyDiagonalAlignment::BOTTOM_RIGHT && left.is_some() {
+                return Err(NotSupportedError::new_err("a left bound on the bottom-right diagonal needs the causal mask in ferrodnn"));
+            }
+        }
+    }
+    if let Some(l) = left {
+        if l < 1 {
+            return Err(PyValueError::new_err(format!("the sliding window length must be >= 1, got {l}")));
+        }
+        attrs.sliding_window_left = Some(l - 1);
+    }
+    Ok(())
+}
+
+impl PyGraph {
+    #[allow(clippy::too_many_arguments)]
+    fn norm3(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        phase: Option<PyNormPhase>,
+        input: &Bound<'_, PyAny>,
+        scale: Option<&Bound<'_, PyAny>>,
+        bias: Option<&Bound<'_, PyAny>>,
+        epsilon: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let x = self.tid(input, "input")?;
+        let s = self.opt_tid(scale, "scale")?.ok_or_else(|| PyValueError::new_err(format!("{op} needs a scale tensor")))?;
+        let b = self.opt_tid(bias, "bias")?.ok_or_else(|| PyValueError::new_err(format!("{op} needs a bias tensor")))?;
+        let eps = self.scalar(epsilon, "epsilon")?;
+        let attrs = Self::norm_attrs(phase);
+        let op = op.to_string();
+        let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::Epsilon, eps)], move |g| {
+            let (y, m, v) = match op.as_str() {
+                "layernorm" => g.layernorm(x, s, b, attrs),
+                "instancenorm" => g.instancenorm(x, s, b, attrs),
+                _ => g.adalayernorm(x, s, b, attrs),
+            };
+            Ok(vec![Some(y), m, v])
+        })?;
+        self.outs(py, outs)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn norm_bwd(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        grad: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        mean: Option<&Bound<'_, PyAny>>,
+        inv_variance: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let (dy, x, s) = (self.tid(grad, "grad")?, self.tid(input, "input")?, self.tid(scale, "scale")?);
+        let m = self.opt_tid(mean, "mean")?.ok_or_else(|| PyValueError::new_err(format!("{op} needs the saved mean")))?;
+        let v = self.opt_tid(inv_variance, "inv_variance")?.ok_or_else(|| PyValueError::new_err(format!("{op} needs the saved inv_variance")))?;
+        let op = op.to_string();
+        let outs = self.add_op(&name, compute_data_type, vec![], move |g| {
+            let (dx, ds, db) = match op.as_str() {
+                "batchnorm_backward" => g.batchnorm_backward(dy, x, s, m, v),
+                "layernorm_backward" => g.layernorm_backward(dy, x, s, m, v),
+                "instancenorm_backward" => g.instancenorm_backward(dy, x, s, m, v),
+                _ => g.adalayernorm_backward(dy, x, s, m, v),
+            };
+            Ok(vec![Some(dx), Some(ds), Some(db)])
+        })?;
+        self.outs(py, outs)
+    }
+
+    fn resample_attrs(
+        &self,
+        x: TensorId,
+        mode: PyResampleMode,
+        window: Option<Vec<i64>>,
+        stride: Option<Vec<i64>>,
+        pre_padding: Option<Vec<i64>>,
+        post_padding: Option<Vec<i64>>,
+    ) -> PyResult<ResampleAttrs> {
+        let spatial = self.dims_of(x)?.len().saturating_sub(2);
+        let window = window.ok_or_else(|| PyValueError::new_err("resample needs a window"))?;
+        let mode = match mode {
+            PyResampleMode::MAXPOOL => ResampleMode::Max,
+            PyResampleMode::AVGPOOL_INCLUDE_PADDING => ResampleMode::AvgIncludePadding,
+            PyResampleMode::AVGPOOL_EXCLUDE_PADDING => ResampleMode::AvgExcludePadding,
+        };
+        Ok(ResampleAttrs {
+            mode,
+            stride: stride.unwrap_or_else(|| window.clone()),
+            pre_padding: pre_padding.unwrap_or_else(|| vec![0; spatial]),
+            post_padding: post_padding.unwrap_or_else(|| vec![0; spatial]),
+            window,
+        })
+    }
+
+    /// `dropout = (probability, seed tensor, offset tensor)`.
+    fn sdpa_dropout(&self, dropout: Option<&Bound<'_, PyAny>>, attrs: &mut SdpaAttrs, inputs: &mut SdpaInputs) -> PyResult<()> {
+        let Some(d) = dropout.filter(|d| !d.is_none()) else { return Ok(()) };
+        let t = d.downcast::<PyTuple>().map_err(|_| PyTypeError::new_err("dropout must be a tuple (probability, seed tensor, offset tensor)"))?;
+        if t.len() != 3 || !t.get_item(0)?.is_instance_of::<PyFloat>() {
+            return Err(NotSupportedError::new_err("dropout must be (probability, seed tensor, offset tensor); dropout masks are not supported by ferrodnn"));
+        }
+        attrs.dropout = Some(t.get_item(0)?.extract()?);
+        inputs.seed = Some(self.tid(&t.get_item(1)?, "dropout seed")?);
+        inputs.offset = Some(self.tid(&t.get_item(2)?, "dropout offset")?);
+        Ok(())
+    }
+
+    fn execute_inner(&self, variant_pack: &Bound<'_, PyDict>, workspace: Option<&Bound<'_, PyAny>>, handle: Option<&Bound<'_, PyAny>>, plan_index: Option<usize>) -> PyResult<()> {
+        let handle_override = match handle.filter(|h| !h.is_none()) {
+            Some(h) => Some(h.downcast::<PyHandle>().map_err(|_| PyTypeError::new_err("handle must come from create_handle()"))?.get().inner.clone()),
+            None => None,
+        };
+        // Read the pack before taking the lock (reading runs Python code).
+        let mut entries: Vec<(Option<usize>, i64, PackValue)> = Vec::new();
+        for (k, v) in variant_pack.iter() {
+            let (tensor, uid) = if let Ok(t) = k.downcast::<PyTensor>() {
+                let t = t.borrow();
+                if !Arc::ptr_eq(&t.state, &self.state) {
+                    return Err(PyValueError::new_err("the variant pack has a tensor of another graph"));
+                }
+                (Some(t.id), 0)
+            } else if let Ok(uid) = k.extract::<i64>() {
+                (None, uid)
+            } else {
+                return Err(PyTypeError::new_err(format!("variant pack keys must be tensors or uids, got {}", type_name(&k))));
+            };
+            let value = if (v.is_instance_of::<PyFloat>() || v.is_instance_of::<PyInt>()) && !array::is_array(&v) {
+                PackValue::Number(v.extract::<f64>()?)
+            } else {
+                PackValue::Array(array::describe(&v)?)
+            };
+            entries.push((tensor, uid, value));
+        }
+        let ws_desc = match workspace.filter(|w| !w.is_none()) {
+            Some(w) => Some(array::describe(w)?),
+            None => None,
+        };
+
+        let mut st = lock(&self.state)?;
+        st.lower()?;
+        let handle = handle_override.unwrap_or_else(|| st.handle.clone());
+        // Entries by tensor index.
+        let mut by_tensor: HashMap<usize, PackValue> = HashMap::new();
+        for (tensor, uid, value) in entries {
+            let id = match tensor {
+                Some(id) => id,
+                None => st.find_uid(uid).ok_or_else(|| InvalidArgumentError::new_err(format!("the variant pack has uid {uid}, which no tensor of the graph has")))?,
+            };
+            if by_tensor.insert(id, value).is_some() {
+                return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" is given twice in the variant pack", st.graph.tensors[id].name)));
+            }
+        }
+        let graph_name = st.graph.name.clone();
+        let attr_refs = st.meta.attr_refs.clone();
+        let tensor_names: Vec<String> = st.graph.tensors.iter().map(|t| t.name.clone()).collect();
+        let Built { lowered, new_to_old, old_to_new, plans, exec } = st.built.as_mut().expect("lowered");
+        let lowered: &Graph = lowered;
+
+        // The engine: where the data lives.
+        let (mut host, mut device) = (Vec::new(), Vec::new());
+        for new in lowered.io_tensors() {
+            let d = lowered.desc(new);
+            if d.is_pass_by_value {
+                continue;
+            }
+            if let Some(PackValue::Array(a)) = by_tensor.get(&new_to_old[new.0]) {
+                if a.device {
+                    device.push(d.name.clone());
+                } else {
+                    host.push(d.name.clone());
+                }
+            }
+        }
+        if !host.is_empty() && !device.is_empty() {
+            return Err(InvalidArgumentError::new_err(format!(
+                "graph \"{graph_name}\": the variant pack mixes host arrays ({}) and device arrays ({}); give all in one place",
+                host.join(", "),
+                device.join(", ")
+            )));
+        }
+        let engine = if device.is_empty() { EngineKind::Cpu } else { EngineKind::Cuda };
+
+        // Values written into the graph: attributes carried by tensors, and every by-value
+        // scalar (the CUDA engine takes them only as constants of the graph).
+        let mut values: BTreeMap<usize, f64> = BTreeMap::new();
+        let mut need_value: Vec<usize> = attr_refs.iter().map(|&(_, _, t)| t).collect();
+        for (new, d) in lowered.tensors.iter().enumerate() {
+            if d.is_pass_by_value && d.value.is_none() && !d.is_virtual {
+                need_value.push(new_to_old[new]);
+            }
+        }
+        for t in need_value {
+            if values.contains_key(&t) {
+                continue;
+            }
+            if let Some(v) = st_value(lowered, old_to_new, t) {
+                values.insert(t, v);
+                continue;
+            }
+            let name = &tensor_names[t];
+            let v = match by_tensor.get(&t) {
+                Some(PackValue::Number(v)) => *v,
+                Some(PackValue::Array(a)) => array::read_scalar(a, &format!("tensor \"{name}\""))?,
+                None => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": by-value tensor \"{name}\" has no value in the variant pack"))),
+            };
+            values.insert(t, v);
+        }
+
+        // The plan for these values.
+        let knobs: Option<(EngineKind, Vec<Knob>)> = match plan_index {
+            Some(i) => {
+                let p = plans.get(i).ok_or_else(|| PyIndexError::new_err(format!("no plan at index {i}; build the plans first")))?;
+                Some((p.engine(), p.desc.knobs.clone()))
+            }
+            None => None,
+        };
+        if let Some((k, _)) = &knobs {
+            if *k != engine {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "plan {} runs on the {} engine but the arrays are {}",
+                    plan_index.unwrap_or(0),
+                    k.name(),
+                    if device.is_empty() { "host arrays" } else { "device arrays" }
+                )));
+            }
+        }
+        let key = (
+            engine,
+            knobs.as_ref().map(|k| serde_json::to_string(&k.1).unwrap_or_default()).unwrap_or_default(),
+            values.iter().flat_map(|(&t, v)| [t as u64, v.to_bits()]).collect::<Vec<u64>>(),
+        );
+        if !exec.contains_key(&key) {
+            let mut g = lowered.clone();
+            for &(ni, kind, t) in &attr_refs {
+                if let (Some(v), Some(node)) = (values.get(&t), g.nodes.get_mut(ni)) {
+                    apply_attr(&mut node.op, kind, *v);
+                }
+            }
+            {
+                for (&t, &v) in &values {
+                    if let Some(&new) = old_to_new.get(&t) {
+                        let d = &mut g.tensors[new];
+                        if d.is_pass_by_value && d.value.is_none() {
+                            d.value = Some(v);
+                        }
+                    }
+                }
+            }
+            let plan = match &knobs {
+                Some((k, kn)) => {
+                    let mut vg = g.clone();
+                    vg.validate().map_err(to_py_err)?;
+                    let desc = ferrodnn::PlanDesc { engine: *k, knobs: kn.clone(), graph_key: vg.key() };
+                    handle.plan_from_desc(&g, &desc).map_err(to_py_err)?
+                }
+                None => {
+                    let policy = PlanPolicy { engine: Some(engine), ..Default::default() };
+                    let mut plans = handle.build_plans(&g, &policy).map_err(|e| match (engine, &e) {
+                        (EngineKind::Cuda, ferrodnn::Error::NotSupported(_)) if handle.cuda_device().is_none() => InvalidArgumentError::new_err(format!(
+                            "graph \"{graph_name}\": the arrays are in device memory but the handle has no GPU engine (no usable CUDA device)"
+                        )),
+                        _ => to_py_err(e),
+                    })?;
+                    plans.remove(0)
+                }
+            };
+            if exec.len() >= 64 {
+                exec.clear();
+            }
+            exec.insert(key.clone(), plan);
+        }
+        let plan = &exec[&key];
+        let pg = plan.graph();
+
+        // The buffers of the plan's graph, each checked against its tensor.
+        let produced: HashSet<usize> = pg.nodes.iter().flat_map(|n| n.outputs.iter().map(|p| p.tensor.0)).collect();
+        struct Slot<'a> {
+            uid: i64,
+            a: &'a ArrayDesc,
+            output: bool,
+            name: String,
+        }
+        let mut slots: Vec<Slot> = Vec::new();
+        for new in pg.io_tensors() {
+            let d = pg.desc(new);
+            let old = new_to_old[new.0];
+            let uid = d.uid.unwrap_or_default();
+            let a = match by_tensor.get(&old) {
+                Some(PackValue::Array(a)) => a,
+                Some(PackValue::Number(_)) => {
+                    return Err(InvalidArgumentError::new_err(format!("tensor \"{}\": a Python number is only accepted for a by-value scalar", d.name)));
+                }
+                None => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": tensor \"{}\" (uid {uid}) has no buffer in the variant pack", d.name))),
+            };
+            let want = pg.resolved_data_type(new).unwrap_or(DataType::F32);
+            if !compatible(a, want) {
+                return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}) is {want} but its array holds {}", d.name, a.type_name)));
+            }
+            if a.dims == d.dims && d.dims.iter().zip(a.strides.iter().zip(&d.strides)).any(|(&n, (&s1, &s2))| n > 1 && s1 != s2) {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "tensor \"{}\" (uid {uid}) has strides {:?} but its array has strides {:?} (in elements); give the graph the array's layout (tensor_like) or pass an array with the tensor's",
+                    d.name, d.strides, a.strides
+                )));
+            }
+            let output = produced.contains(&new.0);
+            if output && a.readonly {
+                return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}) is an output but its array is read-only", d.name)));
+            }
+            if engine == EngineKind::Cuda && !a.device && !d.is_pass_by_value {
+                return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}): the CUDA engine needs device arrays", d.name)));
+            }
+            slots.push(Slot { uid, a, output, name: d.name.clone() });
+        }
+        for old in by_tensor.keys() {
+            if let Some(&new) = old_to_new.get(old) {
+                if pg.tensors[new].is_virtual {
+                    return Err(InvalidArgumentError::new_err(format!(
+                        "tensor \"{}\" is virtual: it has no buffer (call set_output(True) on it to get its values)",
+                        pg.tensors[new].name
+                    )));
+                }
+            }
+        }
+
+        // Host memory: an output may not share bytes with another buffer, except that an input
+        // sharing bytes with an output is read from a copy taken before the plan runs (in-place
+        // updates such as batchnorm's running statistics).
+        let range = |a: &ArrayDesc| (a.ptr, a.ptr.saturating_add(a.bytes));
+        let overlaps = |x: &ArrayDesc, y: &ArrayDesc| {
+            let ((a0, a1), (b0, b1)) = (range(x), range(y));
+            x.bytes > 0 && y.bytes > 0 && a0 < b1 && b0 < a1
+        };
+        let mut copies: Vec<Option<Vec<u8>>> = vec![None; slots.len()];
+        if engine == EngineKind::Cpu {
+            for i in 0..slots.len() {
+                for j in 0..slots.len() {
+                    if i == j || !slots[i].output || slots[i].a.device || slots[j].a.device || !overlaps(slots[i].a, slots[j].a) {
+                        continue;
+                    }
+                    if slots[j].output {
+                        return Err(InvalidArgumentError::new_err(format!("outputs \"{}\" and \"{}\" share memory", slots[i].name, slots[j].name)));
+                    }
+                    if copies[j].is_none() {
+                        let a = slots[j].a;
+                        // SAFETY: `a` describes `a.bytes` bytes of live host memory (its object is
+                        // held by the variant pack dict for this call); no mutable reference to
+                        // it exists yet.
+                        copies[j] = Some(unsafe { std::slice::from_raw_parts(a.ptr as *const u8, a.bytes) }.to_vec());
+                    }
+                }
+            }
+        }
+        let mut pack = VariantPack::new();
+        for (slot, copy) in slots.iter().zip(&copies) {
+            let a = slot.a;
+            if a.device {
+                pack.device(slot.uid, a.ptr as u64, a.bytes);
+            } else if let Some(c) = copy {
+                pack.input(slot.uid, c);
+            } else if a.bytes == 0 {
+                pack.input(slot.uid, &[]);
+            } else if slot.output {
+                // SAFETY: `a.ptr .. a.ptr + a.bytes` is host memory of an array that the
+                // variant-pack dict keeps alive for this whole call, as its protocol
+                // (__array_interface__, torch's data_ptr/stride/element_size, DLPack) describes
+                // it, and it is writable (read-only arrays are refused above). No other buffer of
+                // this pack overlaps it (checked above: overlapping inputs were copied, overlapping
+                // outputs refused), so this is the only reference to these bytes while the plan
+                // runs. The GIL is held until execute returns, so no Python code can free or
+                // resize the array meanwhile.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(a.ptr as *mut u8, a.bytes) };
+                pack.output(slot.uid, bytes);
+            } else {
+                // SAFETY: as above, for memory the plan only reads; other shared references to
+                // it are fine, and no mutable one overlaps it.
+                let bytes = unsafe { std::slice::from_raw_parts(a.ptr as *const u8, a.bytes) };
+                pack.input(slot.uid, bytes);
+            }
+        }
+
+        // The workspace.
+        let need = plan.workspace_size();
+        let mut host_ws: Vec<u8> = Vec::new();
+        let ws = if need == 0 {
+            None
+        } else if engine == EngineKind::Cpu {
+            host_ws.resize(need, 0);
+            Some(Buffer::HostMut(&mut host_ws))
+        } else {
+            match &ws_desc {
+                Some(w) if w.device => Some(Buffer::Device { ptr: w.ptr as u64, bytes: w.bytes }),
+                Some(_) => return Err(InvalidArgumentError::new_err("the workspace of a CUDA plan must be device memory")),
+                None => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": the plan needs a workspace of {need} bytes"))),
+            }
+        };
+        plan.execute(&mut pack, ws).map_err(to_py_err)
+    }
+}
+
+/// The value a tensor carries in the graph, if any.
+fn st_value(lowered: &Graph, old_to_new: &HashMap<usize, usize>, old: usize) -> Option<f64> {
+    old_to_new.get(&old).and_then(|&n| lowered.tensors.get(n)).and_then(|d| d.value)
+}
+
+/// The frontend returns lists of tensors (or None); keep that shape for Python.
+#[allow(dead_code)]
+fn to_list<'py>(py: Python<'py>, items: Vec<Option<Py<PyTensor>>>) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, items)
+}
