@@ -422,6 +422,9 @@ __device__ __forceinline__ void cluster_sync() {{
 // A consumer is done with a stage: every thread arrives on this CTA's "empty" barrier, or,
 // in a cluster, one lane per warp arrives on the barrier of every CTA of the cluster (each
 // producer multicasts into all of them, so it waits for all of their consumers).
+// The arrive is a release at CTA scope (the default): the consumers only read the stage, and
+// the producer's next TMA write is ordered after the barrier completes; a cluster-scope
+// release would fence every k step.
 __device__ __forceinline__ void release_stage(unsigned bar, int lane) {{
     if (CM == 1) {{
         mbar_arrive(bar);
@@ -429,7 +432,7 @@ __device__ __forceinline__ void release_stage(unsigned bar, int lane) {{
         __syncwarp();
         if (lane == 0) {{
             for (unsigned cta = 0; cta < CM; ++cta) {{
-                asm volatile("{{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}}" :: "r"(bar), "r"(cta) : "memory");
+                asm volatile("{{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [remote];\n}}" :: "r"(bar), "r"(cta) : "memory");
             }}
         }}
     }}
