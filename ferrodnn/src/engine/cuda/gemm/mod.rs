@@ -363,3 +363,43 @@ mod tests {
         assert_eq!(linear_batch_stride(&[1, 1], &[5, 5], &[4, 3]), Some(0));
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use crate::engine::cuda::engine::Target;
+    use crate::testing::cases;
+
+    /// Which kernels each GEMM case runs (`GEMM_PRINT=1` prints them, `GEMM_SOURCE=<case>` the
+    /// sources of one case).
+    #[test]
+    fn gemm_cases_take_the_tensor_core_path() {
+        let target = Target::sm90a();
+        let mut taken = 0;
+        let mut all = 0;
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_") || c.name.starts_with("matmul_")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let units = crate::engine::cuda::fused::units(&g, &target).unwrap();
+            let entries: Vec<String> = units.iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.entry.clone())).collect();
+            let gemm = entries.iter().any(|e| e.contains("gemm"));
+            all += 1;
+            taken += gemm as usize;
+            if std::env::var_os("GEMM_PRINT").is_some() {
+                let alt = units.iter().filter(|u| u.unaligned.is_some()).count();
+                println!("{:<60} {} units={} alt={alt} {:?}", c.name, if gemm { "GEMM" } else { "    " }, units.len(), entries);
+            }
+            if std::env::var("GEMM_SOURCE").is_ok_and(|s| s == c.name) {
+                for u in &units {
+                    for l in &u.kernels.launches {
+                        println!("// ===== {} grid {:?} block {} smem {}\n{}", l.entry, l.exact_grid, l.block, l.shared_bytes, l.source);
+                    }
+                }
+            }
+            let expect_fallback = ["no_flatten", "mixed_", "_f64", "i8", "u8", "i32", "i64"].iter().any(|s| c.name.contains(s));
+            if c.name.starts_with("fast_gemm_") && !expect_fallback {
+                assert!(gemm, "{}: no GEMM kernel", c.name);
+            }
+        }
+        assert!(taken * 2 > all, "{taken} of {all}");
+    }
+}
