@@ -214,3 +214,21 @@ impl WithC for Case {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{random_inputs, run_cpu};
+
+    #[test]
+    fn gemm_cases_validate_and_run_on_the_cpu() {
+        for c in super::cases() {
+            let mut g = c.graph.clone();
+            g.validate().unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            for id in g.io_tensors() {
+                let n = g.desc(id).element_count();
+                assert!(n <= 300_000 || c.name.contains("1536x1408"), "{}: {} has {n} elements", c.name, g.desc(id).name);
+            }
+            run_cpu(&c.graph, &random_inputs(&g, 1)).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        }
+    }
+}
