@@ -159,6 +159,12 @@ pub(super) fn cases() -> Vec<Case> {
     v.push(mm("fp8_e5m2_e4m3_bt_to_f32", t("a", &[33, 57], Fp8E5m2), transposed("b", &[57, 70], Fp8E4m3), F32));
     v.push(mm("fp8_e4m3_at_to_bf16", transposed("a", &[64, 64], Fp8E4m3), t("b", &[64, 48], Fp8E4m3), Bf16));
     v.push(mm("fp8_e4m3_to_fp8", t("a", &[40, 64], Fp8E4m3), t("b", &[64, 48], Fp8E4m3), Fp8E4m3));
+    // Mixed input types, converted exactly on load: f16 x bf16 (tf32), f32 x bf16 (3xTF32),
+    // fp8 x bf16 and fp8 x f16.
+    v.push(mm("mixed_f16_bf16_to_f32", t("a", &[33, 72], F16), t("b", &[72, 40], Bf16), F32));
+    v.push(mm("mixed_f32_bf16_to_f32", transposed("a", &[40, 57], F32), t("b", &[57, 33], Bf16), F32));
+    v.push(mm("mixed_fp8_bf16_to_bf16", t("a", &[40, 64], Fp8E4m3), t("b", &[64, 48], Bf16), Bf16));
+    v.push(mm("mixed_f16_fp8_e5m2_to_f16", t("a", &[40, 64], F16), transposed("b", &[64, 48], Fp8E5m2), F16));
     // Output casts from the matmul itself.
     v.push(mm("bf16_to_f32", t("a", &[70, 72], Bf16), t("b", &[72, 36], Bf16), F32));
     v.push(mm("f16_to_bf16", t("a", &[70, 72], F16), t("b", &[72, 36], F16), Bf16));

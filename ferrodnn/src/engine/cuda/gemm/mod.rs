@@ -300,8 +300,8 @@ fn operand(graph: &Graph, id: TensorId, out_batch: &[i64]) -> Option<Operand> {
 }
 
 /// The GEMM of matmul node `mm` storing into `out` (its own c, or the last node of its
-/// epilogue, with c's dims), when the tensor-core kernels take it: float inputs of one family
-/// (f16 x f16, bf16 x bf16, f32 x f32, fp8 x fp8 on sm_89+), batch dims that flatten to one
+/// epilogue, with c's dims), when the tensor-core kernels take it: float inputs other than f64
+/// (mixed types as `sm80::mma_kind` allows; fp8 on sm_89+), batch dims that flatten to one
 /// stride per operand, a C type of f32/f16/bf16/fp8, and a compute type that leaves the inputs
 /// as they are (the CPU engine rounds inputs to it).
 pub(crate) fn problem(graph: &Graph, mm: usize, out: TensorId, target: &Target) -> Option<GemmProblem> {
@@ -311,11 +311,7 @@ pub(crate) fn problem(graph: &Graph, mm: usize, out: TensorId, target: &Target) 
     }
     let (a, b, c) = (node.input("a")?, node.input("b")?, node.output("c")?);
     let (ta, tb, tc) = (dtype(graph, a), dtype(graph, b), dtype(graph, out));
-    let family_ok = match (ta, tb) {
-        (DataType::F16, DataType::F16) | (DataType::Bf16, DataType::Bf16) | (DataType::F32, DataType::F32) => true,
-        (x, y) if x.is_fp8() && y.is_fp8() => target.cc() >= 89,
-        _ => false,
-    };
+    let family_ok = sm80::mma_kind(ta, tb, false, target).is_some();
     if !family_ok || !store_type(tc) || !store_type(dtype(graph, c)) {
         return None;
     }
@@ -376,7 +372,7 @@ mod case_tests {
         let target = Target::sm90a();
         let mut taken = 0;
         let mut all = 0;
-        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_") || c.name.starts_with("matmul_")) {
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_") || c.name.contains("matmul") || c.name.starts_with("multi_")) {
             let mut g = c.graph.clone();
             g.validate().unwrap();
             let units = crate::engine::cuda::fused::units(&g, &target).unwrap();
@@ -395,7 +391,7 @@ mod case_tests {
                     }
                 }
             }
-            let expect_fallback = ["no_flatten", "mixed_", "_f64", "i8", "u8", "i32", "i64"].iter().any(|s| c.name.contains(s));
+            let expect_fallback = ["no_flatten", "_f64", "i8", "u8", "i32", "i64"].iter().any(|s| c.name.contains(s));
             if c.name.starts_with("fast_gemm_") && !expect_fallback {
                 assert!(gemm, "{}: no GEMM kernel", c.name);
             }

@@ -181,10 +181,36 @@ fn layout(op: &Operand, k_stride: i64, mn_stride: i64, kind: MmaKind, batch: usi
     let esize = op.dtype.size() as i64;
     let other = if major == Major::K { mn_stride } else { k_stride };
     let contiguous = if major == Major::K { k_stride == 1 } else { mn_stride == 1 };
-    let same_type = op.dtype.size() == kind.esize() && !op.dtype.is_fp8();
+    let same_type = matches!(
+        (op.dtype, kind),
+        (DataType::F16, MmaKind::F16) | (DataType::Bf16, MmaKind::Bf16) | (DataType::F32, MmaKind::Tf32 | MmaKind::Tf32x3)
+    );
     let aligned = (other * esize) % 16 == 0 && (batch == 1 || (op.batch_stride * esize) % 16 == 0);
     let load = if contiguous && same_type && aligned { Load::Async16 } else { Load::Scalar };
     (major, load)
+}
+
+/// What the tensor cores multiply for inputs of types `a` and `b`, when this path takes them.
+/// Operands of another type are converted exactly while loaded: fp8 fits f16 and bf16; f16
+/// and bf16 fit tf32 (so f16 x bf16 runs one tf32 mma with no rounding); f32 with anything runs
+/// 3xTF32 (tf32 when the graph allows reduced precision). fp8 only on sm_89 and later.
+pub fn mma_kind(a: DataType, b: DataType, allow_tf32: bool, target: &Target) -> Option<MmaKind> {
+    use DataType::*;
+    if (a.is_fp8() || b.is_fp8()) && target.cc() < 89 {
+        return None;
+    }
+    let f32_kind = if allow_tf32 { MmaKind::Tf32 } else { MmaKind::Tf32x3 };
+    Some(match (a, b) {
+        (F16, F16) => MmaKind::F16,
+        (Bf16, Bf16) => MmaKind::Bf16,
+        (x, y) if x.is_fp8() && y.is_fp8() => MmaKind::F16,
+        (x, F16) | (F16, x) if x.is_fp8() => MmaKind::F16,
+        (x, Bf16) | (Bf16, x) if x.is_fp8() => MmaKind::Bf16,
+        (F16, Bf16) | (Bf16, F16) => MmaKind::Tf32,
+        (F32, y) if y == F32 || y == F16 || y == Bf16 || y.is_fp8() => f32_kind,
+        (x, F32) if x == F16 || x == Bf16 || x.is_fp8() => f32_kind,
+        _ => return None,
+    })
 }
 
 /// The configuration for a problem on a target, or None when this path does not take it.
@@ -192,19 +218,7 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     if target.cc() < 80 || p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0 {
         return None;
     }
-    let kind = match (p.a.dtype, p.b.dtype) {
-        (DataType::F16, DataType::F16) => MmaKind::F16,
-        (DataType::Bf16, DataType::Bf16) => MmaKind::Bf16,
-        (DataType::F32, DataType::F32) => {
-            if p.allow_tf32 {
-                MmaKind::Tf32
-            } else {
-                MmaKind::Tf32x3
-            }
-        }
-        (x, y) if x.is_fp8() && y.is_fp8() && target.cc() >= 89 => MmaKind::F16,
-        _ => return None,
-    };
+    let kind = mma_kind(p.a.dtype, p.b.dtype, p.allow_tf32, target)?;
     let sm = target.sm_count.max(1) as usize;
     let tiles = |bm: usize, bn: usize| ceil(p.m, bm) * ceil(p.n, bn) * p.batch;
     let (bm, bn, warps_m, warps_n) = if p.m <= 16 {
@@ -283,11 +297,17 @@ __device__ __forceinline__ unsigned gm_tf32(float x) { unsigned r; asm("cvt.rna.
 
 /// A scalar load expression of global type `gt` at element offset `o` of `g` (a `const
 /// char*`), as the shared-memory type of `kind`.
+/// Every conversion here is exact (see [`mma_kind`]).
 fn load_expr(gt: DataType, kind: MmaKind, o: &str) -> String {
-    match (gt, kind.sixteen_bit()) {
-        (DataType::F16 | DataType::Bf16, true) => format!("((const unsigned short*)g)[{o}]"),
-        (DataType::Fp8E4m3, true) => format!("(unsigned short)__nv_cvt_fp8_to_halfraw(((const __nv_fp8_storage_t*)g)[{o}], __NV_E4M3).x"),
-        (DataType::Fp8E5m2, true) => format!("(unsigned short)__nv_cvt_fp8_to_halfraw(((const __nv_fp8_storage_t*)g)[{o}], __NV_E5M2).x"),
+    let fp8_half = |e: &str| format!("__half(__nv_cvt_fp8_to_halfraw(((const __nv_fp8_storage_t*)g)[{o}], {e}))");
+    let fp8 = if gt == DataType::Fp8E5m2 { "__NV_E5M2" } else { "__NV_E4M3" };
+    match (gt, kind) {
+        (DataType::F16, MmaKind::F16) | (DataType::Bf16, MmaKind::Bf16) => format!("((const unsigned short*)g)[{o}]"),
+        (DataType::Fp8E4m3 | DataType::Fp8E5m2, MmaKind::F16) => format!("__half_as_ushort({})", fp8_half(fp8)),
+        (DataType::Fp8E4m3 | DataType::Fp8E5m2, MmaKind::Bf16) => format!("__bfloat16_as_ushort(__float2bfloat16_rn(__half2float({})))", fp8_half(fp8)),
+        (DataType::F16, _) => format!("__half2float(((const __half*)g)[{o}])"),
+        (DataType::Bf16, _) => format!("__bfloat162float(((const __nv_bfloat16*)g)[{o}])"),
+        (DataType::Fp8E4m3 | DataType::Fp8E5m2, _) => format!("__half2float({})", fp8_half(fp8)),
         _ => format!("((const float*)g)[{o}]"),
     }
 }
@@ -805,6 +825,11 @@ mod tests {
         let c = choose(&problem(DataType::F32, 2, 130, 257, 33), &h).unwrap();
         assert_eq!(c.kind, MmaKind::Tf32x3);
         assert!(choose(&problem(DataType::Fp8E4m3, 1, 64, 64, 64), &Target::sm80()).is_none());
+        assert_eq!(mma_kind(DataType::F16, DataType::Bf16, false, &h), Some(MmaKind::Tf32));
+        assert_eq!(mma_kind(DataType::F32, DataType::Bf16, false, &h), Some(MmaKind::Tf32x3));
+        assert_eq!(mma_kind(DataType::Fp8E5m2, DataType::Bf16, false, &h), Some(MmaKind::Bf16));
+        assert_eq!(mma_kind(DataType::F16, DataType::Fp8E4m3, false, &Target::sm80()), None);
+        assert_eq!(mma_kind(DataType::F64, DataType::F32, false, &h), None);
         assert_eq!(choose(&problem(DataType::Fp8E4m3, 1, 64, 64, 64), &h).unwrap().kind, MmaKind::F16);
         for dt in [DataType::F16, DataType::F32] {
             for (m, n, k) in [(8192, 8192, 8192), (64, 64, 64), (16, 8192, 8192)] {
