@@ -342,22 +342,23 @@ pub fn tile_loader(t: &TileLoad) -> String {
             let total = t.rows * t.cols;
             let iters = ceil(total, t.threads);
             let zero = if t.kind.sixteen_bit() { "(unsigned short)0" } else { "0.0f" };
-            // Loads first, then stores: the loads of all iterations are in flight together.
-            let _ = writeln!(s, "    {st} v[{iters}];");
-            let _ = writeln!(s, "    #pragma unroll\n    for (int it = 0; it < {iters}; ++it) {{");
-            let _ = writeln!(s, "        const int idx = tid + it * {};", t.threads);
-            let _ = writeln!(s, "        const int r = idx / {c}, c = idx % {c};", c = t.cols);
+            // Loads in chunks of 4, then their stores: a few loads in flight per thread without
+            // holding the whole tile in registers next to the accumulators.
+            let chunk = iters.min(4);
             let bound = if total % t.threads != 0 { format!("idx < {total} && ") } else { String::new() };
             let o = format!("(long long)r * {}LL + (long long)c * {}LL", t.row_stride, t.col_stride);
-            let _ = writeln!(s, "        v[it] = ({bound}r < rows_valid && c < cols_valid) ? {} : {zero};", load_expr(t.gtype, t.kind, &o));
-            s += "    }\n";
-            let _ = writeln!(s, "    #pragma unroll\n    for (int it = 0; it < {iters}; ++it) {{");
-            let _ = writeln!(s, "        const int idx = tid + it * {};", t.threads);
-            if total % t.threads != 0 {
-                let _ = writeln!(s, "        if (idx >= {total}) break;");
-            }
-            let _ = writeln!(s, "        s[(idx / {c}) * {p} + idx % {c}] = v[it];", c = t.cols, p = t.pitch);
-            s += "    }\n";
+            let _ = writeln!(s, "    #pragma unroll 1\n    for (int it0 = 0; it0 < {iters}; it0 += {chunk}) {{");
+            let _ = writeln!(s, "        {st} v[{chunk}];");
+            let _ = writeln!(s, "        #pragma unroll\n        for (int u = 0; u < {chunk}; ++u) {{");
+            let _ = writeln!(s, "            const int idx = tid + (it0 + u) * {};", t.threads);
+            let _ = writeln!(s, "            const int r = idx / {c}, c = idx % {c};", c = t.cols);
+            let guard = if iters % chunk != 0 { format!("it0 + u < {iters} && ") } else { String::new() };
+            let _ = writeln!(s, "            v[u] = ({guard}{bound}r < rows_valid && c < cols_valid) ? {} : {zero};", load_expr(t.gtype, t.kind, &o));
+            s += "        }\n";
+            let _ = writeln!(s, "        #pragma unroll\n        for (int u = 0; u < {chunk}; ++u) {{");
+            let _ = writeln!(s, "            const int idx = tid + (it0 + u) * {};", t.threads);
+            let _ = writeln!(s, "            if ({guard}idx < {total}) s[(idx / {c}) * {p} + idx % {c}] = v[u];", c = t.cols, p = t.pitch);
+            s += "        }\n    }\n";
         }
     }
     s += "}\n";
@@ -618,7 +619,9 @@ __device__ __forceinline__ void gm_load_stage({st}* sa, {st}* sb, const char* ga
         b_step = cfg.bk as i64 * b.row_stride * esb as i64,
     );
     let params = if split { "float* __restrict__ gm_ws".to_string() } else { format!("void* __restrict__ gm_c{}", epi.params) };
-    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}(const void* __restrict__ gm_a, const void* __restrict__ gm_b, {params}) {{");
+    // Two blocks per SM for the 16-bit 8-warp tile (at most 128 registers a thread).
+    let min_blocks = if threads == 256 && cfg.kind.sixteen_bit() { 2 } else { 1 };
+    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__({threads}, {min_blocks}) {entry}(const void* __restrict__ gm_a, const void* __restrict__ gm_b, {params}) {{");
     let _ = writeln!(
         s,
         r#"    extern __shared__ __align__(16) unsigned char gm_shared[];
