@@ -46,17 +46,21 @@ pub struct GemmProblem {
     pub a: Operand,
     pub b: Operand,
     pub c: Operand,
-    /// f32 inputs may run as tf32 (the graph allows reduced precision).
+    /// f32 inputs may run as tf32 (the graph allows reduced precision). Always false for now:
+    /// no per-graph or per-plan flag says so yet (`PlanPolicy::no_reduced_precision` filters
+    /// plans by their behavior notes), so f32 runs as 3xTF32 (about f32 accuracy).
     pub allow_tf32: bool,
 }
 
 /// What happens to each accumulator before it is stored: the group's pointwise nodes after the
 /// matmul, as one device function
 /// `__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col EPI_PARAMS)`
-/// (the `code`), whose extra parameters are declared by `params` (e.g.
-/// `, const void* __restrict__ e0, TRef e0r`) and passed by `names` (`, e0, e0r`); a kernel
-/// appends `params` to its own parameter list and `args` to its own args. An empty epilogue
-/// returns `acc`.
+/// (the `code`, which also defines the `fz_*` helpers of `fused/pointwise.rs`), whose extra
+/// parameters are declared by `params` (`, const void* __restrict__ e0, ...`: one pointer per
+/// side input, offsets baked in) and passed by `names` (`, e0, ...`); a kernel appends `params`
+/// to its own parameter list and `args` to its own args, and names no variable `e<i>`. `batch`
+/// is the row-major flat index over C's batch dims. An empty epilogue returns `acc`; C's
+/// rounding to its type is the kernel's store.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Epilogue {
     /// The pointwise nodes absorbed, in topological order.
