@@ -3,7 +3,8 @@ GPU, the same workloads through PyTorch (cuDNN, cuBLAS, flash attention inside),
 ceilings (a large device-to-device copy and a large bf16 GEMM). Writes <out>/<gpu>.json in the
 shape BENCHMARKS.md is rendered from (bench/render.py).
 
-Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound]
+Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|gemm]
+The memory-bound suite writes <out>/<gpu>.json, other suites <out>/<gpu>-<suite>.json.
 """
 import argparse, datetime, json, os, subprocess, sys, tempfile
 
@@ -75,6 +76,70 @@ def torch_memory_bound():
     return out
 
 
+GEMM_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 4096, 1024)]
+
+
+def torch_gemm():
+    """PyTorch's (cuBLAS) time for each workload id of the gemm suite: row-major A [m, k] and
+    B [k, n] as on our side; bias + relu through addmm then relu; tf32 with allow_tf32."""
+    out = {}
+    bf = torch.bfloat16
+    for (m, n, k) in GEMM_SHAPES:
+        a = torch.randn(m, k, device=dev, dtype=bf)
+        b = torch.randn(k, n, device=dev, dtype=bf)
+        bias = torch.randn(n, device=dev, dtype=bf)
+        out[f"matmul_bf16_{m}x{n}x{k}"] = bench(lambda: a @ b)
+        out[f"matmul_bias_relu_bf16_{m}x{n}x{k}"] = bench(lambda: F.relu(torch.addmm(bias, a, b)))
+        del a, b, bias
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.float16)
+    b = torch.randn_like(a)
+    out["matmul_fp16_8192x8192x8192"] = bench(lambda: a @ b)
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.float32)
+    b = torch.randn_like(a)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    out["matmul_tf32_8192x8192x8192"] = bench(lambda: a @ b)
+    torch.backends.cuda.matmul.allow_tf32 = old
+    del a, b
+    a = torch.randn(64, 512, 64, device=dev, dtype=bf)
+    b = torch.randn(64, 64, 512, device=dev, dtype=bf)
+    out["matmul_bf16_batch64_512x512x64"] = bench(lambda: torch.bmm(a, b))
+    a = torch.randn(16, 8192, device=dev, dtype=bf)
+    b = torch.randn(8192, 8192, device=dev, dtype=bf)
+    out["matmul_bf16_16x8192x8192"] = bench(lambda: a @ b)
+    return out
+
+
+def cudnn_gemm():
+    """cuDNN's own graph-API matmul + bias + relu (cudnn-frontend), when its Python module
+    imports: workload id -> ms. Optional: {} when cudnn is missing or a graph does not build."""
+    try:
+        import cudnn
+    except Exception as ex:  # noqa: BLE001 - any import failure means "not available"
+        print(f"cudnn frontend not available: {ex}", flush=True)
+        return {}
+    out = {}
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    for (m, n, k) in GEMM_SHAPES:
+        try:
+            A = torch.randn(1, m, k, device=dev, dtype=torch.bfloat16)
+            B = torch.randn(1, k, n, device=dev, dtype=torch.bfloat16)
+            bias = torch.randn(1, 1, n, device=dev, dtype=torch.bfloat16)
+            Y = torch.empty(1, m, n, device=dev, dtype=torch.bfloat16)
+            g = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.BFLOAT16, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+            a, bb, bi = g.tensor_like(A), g.tensor_like(B), g.tensor_like(bias)
+            y = g.relu(input=g.add(a=g.matmul(A=a, B=bb), b=bi))
+            y.set_output(True).set_data_type(cudnn.data_type.BFLOAT16)
+            g.build([cudnn.heur_mode.A])
+            ws = torch.empty(max(g.get_workspace_size(), 1), device=dev, dtype=torch.uint8)
+            vp = {a: A, bb: B, bi: bias, y: Y}
+            out[f"matmul_bias_relu_bf16_{m}x{n}x{k}"] = bench(lambda: g.execute(vp, ws, handle=handle))
+        except Exception as ex:  # noqa: BLE001 - report and go on without this shape
+            print(f"cudnn matmul+bias+relu {m}x{n}x{k} failed: {ex}", flush=True)
+    return out
+
+
 def ours(exe, suite, cache_dir, runs):
     env = dict(os.environ, FERRODNN_CACHE_DIR=cache_dir)
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -101,10 +166,24 @@ def main():
     cache = tempfile.mkdtemp(prefix="ferrodnn-kernels-")
     cold, cold_handle = ours(args.ferrodnn, args.suite, cache, 3)  # first process: empty kernel cache
     warm, warm_handle = ours(args.ferrodnn, args.suite, cache, args.runs)  # second process: warm disk cache
-    theirs = torch_memory_bound() if args.suite == "memory-bound" else {}
+    cudnn_ms = {}
+    if args.suite == "memory-bound":
+        theirs = torch_memory_bound()
+    elif args.suite == "gemm":
+        theirs = torch_gemm()
+        cudnn_ms = cudnn_gemm()
+    else:
+        theirs = {}
     workloads = []
     for wid, w in warm.items():
         row = {"id": wid, "ours_ms": w.get("ours_ms"), "torch_ms": theirs.get(wid), "bytes": w.get("bytes"), "flops": w.get("flops")}
+        if w.get("ours_ms") and w.get("flops"):
+            row["ours_tflops"] = w["flops"] / w["ours_ms"] / 1e9
+            if row["torch_ms"]:
+                row["torch_tflops"] = w["flops"] / row["torch_ms"] / 1e9
+        if wid in cudnn_ms:
+            row["cudnn_graph_ms"] = cudnn_ms[wid]
+            row["ratio_vs_cudnn_graph"] = cudnn_ms[wid] / w["ours_ms"] if w.get("ours_ms") else None
         if w.get("ours_ms") and row["torch_ms"]:
             row["ratio"] = row["torch_ms"] / w["ours_ms"]
         else:
@@ -130,7 +209,7 @@ def main():
         "workloads": workloads,
     }
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"{gpu}.json")
+    path = os.path.join(args.out, f"{gpu}.json" if args.suite == "memory-bound" else f"{gpu}-{args.suite}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result, indent=1))

@@ -119,10 +119,45 @@ fn memory_bound() -> Vec<Workload> {
     v
 }
 
+/// `a [batch.., m, k] x b [batch.., k, n]`, both row-major, optionally `+ bias [1, n]` then
+/// relu, output in the input type: the GEMM suite's workloads.
+fn matmul_workload(id: &str, dt: DataType, batch: i64, m: i64, n: i64, k: i64, bias_relu: bool) -> Workload {
+    let mut g = Graph::new(id).io_data_type(dt);
+    let lead: Vec<i64> = if batch > 1 { vec![batch] } else { vec![] };
+    let a = g.tensor(TensorDesc::new("a", &[lead.clone(), vec![m, k]].concat(), dt));
+    let b = g.tensor(TensorDesc::new("b", &[lead, vec![k, n]].concat(), dt));
+    let mut y = g.matmul(a, b);
+    if bias_relu {
+        let bias = g.tensor(TensorDesc::new("bias", &[1, n], dt));
+        let t = g.bias(y, bias);
+        y = g.relu(t);
+    }
+    out(&mut g, y, dt);
+    Workload { id: id.to_string(), graph: g, flops: Some(2 * (batch * m * n * k) as u64) }
+}
+
+/// The GEMM suite of the tensor-core matmul issue. `matmul_tf32_*` has f32 inputs and output.
+fn gemm() -> Vec<Workload> {
+    let (bf, h, f) = (DataType::Bf16, DataType::F16, DataType::F32);
+    let mut v = Vec::new();
+    for (m, n, k) in [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 4096, 1024)] {
+        v.push(matmul_workload(&format!("matmul_bf16_{m}x{n}x{k}"), bf, 1, m, n, k, false));
+    }
+    for (m, n, k) in [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 4096, 1024)] {
+        v.push(matmul_workload(&format!("matmul_bias_relu_bf16_{m}x{n}x{k}"), bf, 1, m, n, k, true));
+    }
+    v.push(matmul_workload("matmul_fp16_8192x8192x8192", h, 1, 8192, 8192, 8192, false));
+    v.push(matmul_workload("matmul_tf32_8192x8192x8192", f, 1, 8192, 8192, 8192, false));
+    v.push(matmul_workload("matmul_bf16_batch64_512x512x64", bf, 64, 512, 512, 64, false));
+    v.push(matmul_workload("matmul_bf16_16x8192x8192", bf, 1, 16, 8192, 8192, false));
+    v
+}
+
 pub fn suite(name: &str) -> Result<Vec<Workload>, String> {
     match name {
         "memory-bound" => Ok(memory_bound()),
-        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound")),
+        "gemm" => Ok(gemm()),
+        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound, gemm")),
     }
 }
 
@@ -221,9 +256,13 @@ pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Opt
         times.sort_by(|a, b| a.total_cmp(b));
         let median = times[times.len() / 2];
         let gbs = bytes as f64 / median / 1e6;
-        println!("{:<48} {median:>10.4} ms  {gbs:>8.1} GB/s  build {build_first_ms:.1} ms, again {build_again_ms:.3} ms  ({} runs)", w.id, times.len());
+        let rate = match w.flops {
+            Some(fl) => format!("{:>8.1} TFLOP/s", fl as f64 / median / 1e9),
+            None => format!("{gbs:>8.1} GB/s"),
+        };
+        println!("{:<48} {median:>10.4} ms  {rate}  build {build_first_ms:.1} ms, again {build_again_ms:.3} ms  ({} runs)", w.id, times.len());
         results.push(json!({
-            "id": w.id, "ours_ms": median, "bytes": bytes, "flops": w.flops, "runs": times.len(),
+            "id": w.id, "ours_ms": median, "bytes": bytes, "flops": w.flops, "tflops": w.flops.map(|f| f as f64 / median / 1e9), "runs": times.len(),
             "build_ms_first": build_first_ms, "build_ms_in_process": build_again_ms,
             "engine": plan.engine().name(), "workspace_bytes": plan.workspace_size(),
         }));
@@ -247,5 +286,16 @@ mod tests {
             assert!(super::min_bytes(&g) > 1 << 20, "{}", w.id);
         }
         assert!(super::suite("nope").is_err());
+    }
+
+    #[test]
+    fn every_gemm_workload_validates_and_counts_flops() {
+        let ws = super::suite("gemm").unwrap();
+        assert_eq!(ws.len(), 10);
+        for w in ws {
+            let mut g = w.graph.clone();
+            g.validate().unwrap_or_else(|e| panic!("{}: {e}", w.id));
+            assert!(w.flops.unwrap_or(0) >= 1 << 30, "{}", w.id);
+        }
     }
 }

@@ -27,7 +27,15 @@ struct Case {
 fn problem(c: &Case) -> GemmProblem {
     let (m, n, k) = (c.m, c.n, c.k);
     let t = DataType::Bf16;
-    let op = |i, dtype, rows, cols, rs: usize, cs: usize, bs: usize| Operand { tensor: TensorId(i), dtype, rows, cols, row_stride: rs as i64, col_stride: cs as i64, batch_stride: bs as i64 };
+    let op = |i, dtype, rows, cols, rs: usize, cs: usize, bs: usize| Operand {
+        tensor: TensorId(i),
+        dtype,
+        rows,
+        cols,
+        row_stride: rs as i64,
+        col_stride: cs as i64,
+        batch_stride: bs as i64,
+    };
     let a = if c.a_kmajor { op(0, t, m, k, k, 1, m * k) } else { op(0, t, m, k, 1, m, m * k) };
     let b = if c.b_kmajor { op(1, t, k, n, 1, k, 0) } else { op(1, t, k, n, n, 1, 0) };
     GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), allow_tf32: false }
@@ -235,7 +243,16 @@ fn sm90_gemm_matches_f64_reference() {
         let chosen = sm90::choose(&problem(c), &Target::new(&dev.arch(), dev.sm_count()));
         eprintln!("chosen: {chosen:?}");
         let (err, tflops) = run(&dev, c, Some(256), timing, None);
-        eprintln!("{}x{}x{}x{} a_kmajor {} b_kmajor {}: rel err {err:.2e}, TFLOP/s {:?}", c.batch, c.m, c.n, c.k, c.a_kmajor, c.b_kmajor, tflops.map(|t| (t * 10.0).round() / 10.0));
+        eprintln!(
+            "{}x{}x{}x{} a_kmajor {} b_kmajor {}: rel err {err:.2e}, TFLOP/s {:?}",
+            c.batch,
+            c.m,
+            c.n,
+            c.k,
+            c.a_kmajor,
+            c.b_kmajor,
+            tflops.map(|t| (t * 10.0).round() / 10.0)
+        );
         assert!(err < 8e-3, "rel err {err}");
         if timing {
             // Other configurations, for tuning the heuristic.

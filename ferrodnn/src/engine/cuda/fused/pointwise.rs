@@ -427,7 +427,7 @@ fn plan(graph: &Graph, nodes: &[usize], position: &[usize]) -> Option<Plan> {
 }
 
 /// A literal of the kernel's arithmetic type (parenthesized when negative).
-fn lit(v: f64, dbl: bool) -> String {
+pub(crate) fn lit(v: f64, dbl: bool) -> String {
     if dbl {
         let s = c_double(v);
         if v < 0.0 && !s.starts_with('(') {
@@ -456,7 +456,7 @@ fn lit(v: f64, dbl: bool) -> String {
 /// The C expression of a mode over `a`, `b`, `c` of the arithmetic type (float, or double
 /// when `dbl`): the fallback's formulas (fallback/pointwise.rs) in either type, with `__expf`
 /// for exp when `fast`.
-fn formula(mode: PointwiseMode, dbl: bool, fast: bool) -> String {
+pub(crate) fn formula(mode: PointwiseMode, dbl: bool, fast: bool) -> String {
     use PointwiseMode::*;
     let f = |name: &str| match (dbl, fast && name == "exp") {
         (true, _) => name.to_string(),
@@ -546,7 +546,7 @@ fn formula(mode: PointwiseMode, dbl: bool, fast: bool) -> String {
 }
 
 /// Conversions and math helpers for the arithmetic type.
-fn helpers(dbl: bool, fast: bool) -> &'static str {
+pub(crate) fn helpers(dbl: bool, fast: bool) -> &'static str {
     if fast {
         r#"
 typedef float fz_t;

@@ -8,11 +8,18 @@
 //! multiply (operands as strided matrices), an [`Epilogue`] what to do with each accumulator
 //! before it is stored, and the kernel generators (`sm90`, `sm80`) how.
 
+pub mod epilogue;
+pub mod sm80;
+pub mod sm90;
+
 use super::engine::{Target, Unit};
 use super::fallback::Arg;
 use crate::dtype::DataType;
 use crate::error::Result;
-use crate::graph::{Graph, TensorId};
+use crate::graph::ops::pointwise::PointwiseMode;
+use crate::graph::ops::Op;
+use crate::graph::{Graph, TensorDesc, TensorId};
+use std::collections::HashMap;
 
 /// One matrix operand: element `(batch, row, col)` lies at
 /// `batch * batch_stride + row * row_stride + col * col_stride` elements from the tensor's
@@ -39,17 +46,21 @@ pub struct GemmProblem {
     pub a: Operand,
     pub b: Operand,
     pub c: Operand,
-    /// f32 inputs may run as tf32 (the graph allows reduced precision).
+    /// f32 inputs may run as tf32 (the graph allows reduced precision). Always false for now:
+    /// no per-graph or per-plan flag says so yet (`PlanPolicy::no_reduced_precision` filters
+    /// plans by their behavior notes), so f32 runs as 3xTF32 (about f32 accuracy).
     pub allow_tf32: bool,
 }
 
 /// What happens to each accumulator before it is stored: the group's pointwise nodes after the
 /// matmul, as one device function
 /// `__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col EPI_PARAMS)`
-/// (the `code`), whose extra parameters are declared by `params` (e.g.
-/// `, const void* __restrict__ e0, TRef e0r`) and passed by `names` (`, e0, e0r`); a kernel
-/// appends `params` to its own parameter list and `args` to its own args. An empty epilogue
-/// returns `acc`.
+/// (the `code`, which also defines the `fz_*` helpers of `fused/pointwise.rs`), whose extra
+/// parameters are declared by `params` (`, const void* __restrict__ e0, ...`: one pointer per
+/// side input, offsets baked in) and passed by `names` (`, e0, ...`); a kernel appends `params`
+/// to its own parameter list and `args` to its own args, and names no variable `e<i>`. `batch`
+/// is the row-major flat index over C's batch dims. An empty epilogue returns `acc`; C's
+/// rounding to its type is the kernel's store.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Epilogue {
     /// The pointwise nodes absorbed, in topological order.
@@ -61,13 +72,356 @@ pub struct Epilogue {
 }
 
 /// Groups of nodes to run as one GEMM: the matmul first, then the epilogue nodes it absorbs,
-/// in topological order.
-pub fn groups(_graph: &Graph, _order: &[usize], _target: &Target) -> Vec<Vec<usize>> {
-    Vec::new()
+/// in topological order. Only matmuls this engine runs and that absorb at least one node form
+/// a group (a lone matmul is asked for through [`unit`] with one node).
+pub fn groups(graph: &Graph, order: &[usize], target: &Target) -> Vec<Vec<usize>> {
+    let cons = consumers(graph);
+    let mut out = Vec::new();
+    for &ni in order {
+        if !matches!(graph.nodes.get(ni).map(|n| &n.op), Some(Op::Matmul(_))) {
+            continue;
+        }
+        let chain = epilogue_chain(graph, ni, &cons);
+        if chain.is_empty() {
+            continue;
+        }
+        let mut nodes = vec![ni];
+        nodes.extend(chain);
+        if plan_group(graph, &nodes, target).is_some() {
+            out.push(nodes);
+        }
+    }
+    out
 }
 
 /// The unit of a GEMM group (or of a single matmul node), when this engine runs it.
-pub fn unit(_graph: &Graph, _nodes: &[usize], _target: &Target) -> Result<Option<Unit>> {
-    Ok(None)
+pub fn unit(graph: &Graph, nodes: &[usize], target: &Target) -> Result<Option<Unit>> {
+    let Some((problem, epi)) = plan_group(graph, nodes, target) else { return Ok(None) };
+    if target.hopper() {
+        if let Some(u) = sm90::unit(graph, nodes, &problem, &epi, target)? {
+            return Ok(Some(u));
+        }
+    }
+    sm80::unit(graph, nodes, &problem, &epi, target)
 }
-pub mod sm90;
+
+/// The problem and epilogue of a group `[matmul, epilogue nodes...]`, when this engine takes
+/// it: the nodes must form a valid epilogue chain (checked again here: `unit` is also asked
+/// about single nodes of any kind).
+fn plan_group(graph: &Graph, nodes: &[usize], target: &Target) -> Option<(GemmProblem, Epilogue)> {
+    let (&mm, chain) = nodes.split_first()?;
+    if !matches!(graph.nodes.get(mm)?.op, Op::Matmul(_)) {
+        return None;
+    }
+    let cons = consumers(graph);
+    let full = epilogue_chain(graph, mm, &cons);
+    if full.len() < chain.len() || full[..chain.len()] != *chain {
+        return None;
+    }
+    let c = graph.nodes[mm].output("c")?;
+    let out = match chain.last() {
+        Some(&n) => graph.nodes[n].outputs.first()?.tensor,
+        None => c,
+    };
+    let p = problem(graph, mm, out, target)?;
+    let epi = epilogue::build(graph, mm, chain)?;
+    Some((p, epi))
+}
+
+/// Nodes reading each tensor (each node once).
+fn consumers(graph: &Graph) -> HashMap<usize, Vec<usize>> {
+    let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for p in &node.inputs {
+            let v = m.entry(p.tensor.0).or_default();
+            if !v.contains(&ni) {
+                v.push(ni);
+            }
+        }
+    }
+    m
+}
+
+fn dtype(graph: &Graph, id: TensorId) -> DataType {
+    graph.resolved_data_type(id).unwrap_or(DataType::F32)
+}
+
+/// Types an epilogue reads side inputs in, and keeps intermediate values in.
+fn side_type(dt: DataType) -> bool {
+    matches!(dt, DataType::F32 | DataType::F16 | DataType::Bf16)
+}
+
+/// Types a GEMM kernel stores C in.
+fn store_type(dt: DataType) -> bool {
+    matches!(dt, DataType::F32 | DataType::F16 | DataType::Bf16 | DataType::Fp8E4m3 | DataType::Fp8E5m2)
+}
+
+/// Whether `d` broadcasts to `out` (numpy: right-aligned, each dim equal or 1) with
+/// non-negative strides.
+fn broadcasts_to(d: &TensorDesc, out: &[i64]) -> bool {
+    d.dims.len() <= out.len()
+        && d.strides.len() == d.dims.len()
+        && d.strides.iter().all(|&s| s >= 0)
+        && d.dims.iter().zip(&out[out.len() - d.dims.len()..]).all(|(&a, &b)| a == 1 || a == b)
+}
+
+/// The pointwise nodes after matmul `mm` that can run in its epilogue, in order: each reads
+/// the previous value (virtual, read by this node only, with c's dims) and otherwise only
+/// by-value constants and non-virtual float tensors that broadcast to c; computes in f32; gives
+/// c's dims. Cut so that intermediate values are f32 (or 16-bit under a 16-bit or fp8 output,
+/// rounded as the CPU engine stores them) and the last output is a type C can be stored in.
+pub(crate) fn epilogue_chain(graph: &Graph, mm: usize, cons: &HashMap<usize, Vec<usize>>) -> Vec<usize> {
+    let Some(c) = graph.nodes.get(mm).and_then(|n| n.output("c")) else { return Vec::new() };
+    let cdims = graph.desc(c).dims.clone();
+    let mut chain = Vec::new();
+    let mut prev = c;
+    loop {
+        let pd = graph.desc(prev);
+        if !pd.is_virtual || pd.is_pass_by_value {
+            break;
+        }
+        let Some(readers) = cons.get(&prev.0) else { break };
+        if readers.len() != 1 {
+            break;
+        }
+        let p = readers[0];
+        let node = &graph.nodes[p];
+        let Op::Pointwise(attrs) = &node.op else { break };
+        let mode = attrs.mode;
+        if matches!(mode, PointwiseMode::GenIndex { .. }) || node.outputs.len() != 1 || node.outputs[0].name != "y" {
+            break;
+        }
+        let ports = ["a", "b", "c"];
+        let arity = mode.arity();
+        if arity > 3 || node.inputs.len() != arity || node.inputs.iter().any(|q| !ports[..arity].contains(&q.name.as_str())) {
+            break;
+        }
+        if graph.compute_type(node) != DataType::F32 {
+            break;
+        }
+        let y = node.outputs[0].tensor;
+        let yd = graph.desc(y);
+        if yd.is_pass_by_value || yd.dims != cdims || yd.strides.len() != yd.dims.len() || !store_type(dtype(graph, y)) {
+            break;
+        }
+        let sides_ok = node.inputs.iter().all(|q| {
+            if q.tensor == prev {
+                return true;
+            }
+            let d = graph.desc(q.tensor);
+            if d.is_pass_by_value {
+                return d.value.is_some();
+            }
+            !d.is_virtual && side_type(dtype(graph, q.tensor)) && broadcasts_to(d, &cdims)
+        });
+        if !sides_ok {
+            break;
+        }
+        chain.push(p);
+        prev = y;
+    }
+    // Cut to the longest prefix whose value types work.
+    while !chain.is_empty() {
+        let outs: Vec<TensorId> = std::iter::once(c).chain(chain.iter().map(|&n| graph.nodes[n].outputs[0].tensor)).collect();
+        let (last, inner) = outs.split_last().expect("non-empty");
+        let lt = dtype(graph, *last);
+        let ok = store_type(lt)
+            && inner.iter().all(|&t| {
+                let dt = dtype(graph, t);
+                dt == DataType::F32 || (lt != DataType::F32 && side_type(dt))
+            });
+        if ok {
+            break;
+        }
+        chain.pop();
+    }
+    chain
+}
+
+/// One linear batch stride for an operand whose batch dims (right-aligned with `out_batch`,
+/// size-1 dims broadcast) are `dims`/`strides`, when the row-major flat batch index over
+/// `out_batch` times it gives the operand's batch offset; None otherwise.
+fn linear_batch_stride(dims: &[i64], strides: &[i64], out_batch: &[i64]) -> Option<i64> {
+    if dims.len() > out_batch.len() {
+        return None;
+    }
+    let shift = out_batch.len() - dims.len();
+    // (size, effective stride) of the output's batch dims of size > 1, innermost first.
+    let mut axes = Vec::new();
+    for a in (0..out_batch.len()).rev() {
+        if out_batch[a] == 1 {
+            continue;
+        }
+        let e = if a < shift {
+            0
+        } else {
+            let (d, s) = (dims[a - shift], strides[a - shift]);
+            if d == 1 {
+                0
+            } else if d == out_batch[a] {
+                s
+            } else {
+                return None;
+            }
+        };
+        axes.push((out_batch[a], e));
+    }
+    if axes.iter().all(|&(_, e)| e == 0) {
+        return Some(0);
+    }
+    for w in axes.windows(2) {
+        let ((d0, e0), (_, e1)) = (w[0], w[1]);
+        if e1 != e0.checked_mul(d0)? {
+            return None;
+        }
+    }
+    Some(axes[0].1)
+}
+
+/// A strided matrix operand over the output's batch: `rows x cols` are the last two dims of
+/// `id`; dims of size 1 get stride 0.
+fn operand(graph: &Graph, id: TensorId, out_batch: &[i64]) -> Option<Operand> {
+    let d = graph.desc(id);
+    let r = d.dims.len();
+    if r < 2 || d.strides.len() != r || d.strides.iter().any(|&s| s < 0) {
+        return None;
+    }
+    let (rows, cols) = (d.dims[r - 2], d.dims[r - 1]);
+    if rows <= 0 || cols <= 0 || rows > i32::MAX as i64 || cols > i32::MAX as i64 {
+        return None;
+    }
+    let norm = |dim: i64, s: i64| if dim == 1 { 0 } else { s };
+    let batch = out_batch.iter().product::<i64>();
+    let bs = linear_batch_stride(&d.dims[..r - 2], &d.strides[..r - 2], out_batch)?;
+    Some(Operand {
+        tensor: id,
+        dtype: dtype(graph, id),
+        rows: rows as usize,
+        cols: cols as usize,
+        row_stride: norm(rows, d.strides[r - 2]),
+        col_stride: norm(cols, d.strides[r - 1]),
+        batch_stride: if batch == 1 { 0 } else { bs },
+    })
+}
+
+/// The GEMM of matmul node `mm` storing into `out` (its own c, or the last node of its
+/// epilogue, with c's dims), when the tensor-core kernels take it: float inputs other than f64
+/// (mixed types as `sm80::mma_kind` allows; fp8 on sm_89+), batch dims that flatten to one
+/// stride per operand, a C type of f32/f16/bf16/fp8, and a compute type that leaves the inputs
+/// as they are (the CPU engine rounds inputs to it).
+pub(crate) fn problem(graph: &Graph, mm: usize, out: TensorId, target: &Target) -> Option<GemmProblem> {
+    let node = graph.nodes.get(mm)?;
+    if !matches!(node.op, Op::Matmul(_)) {
+        return None;
+    }
+    let (a, b, c) = (node.input("a")?, node.input("b")?, node.output("c")?);
+    let (ta, tb, tc) = (dtype(graph, a), dtype(graph, b), dtype(graph, out));
+    let family_ok = sm80::mma_kind(ta, tb, false, target).is_some();
+    if !family_ok || !store_type(tc) || !store_type(dtype(graph, c)) {
+        return None;
+    }
+    let ct = graph.compute_type(node);
+    if !(ct == DataType::F32 || (ct == ta && ct == tb)) {
+        return None;
+    }
+    let cd = graph.desc(c);
+    let od = graph.desc(out);
+    if od.dims != cd.dims || od.dims.len() < 2 || od.dims.len() > 8 {
+        return None;
+    }
+    let rc = od.dims.len();
+    let out_batch = &od.dims[..rc - 2];
+    if out_batch.iter().any(|&d| d <= 0) {
+        return None;
+    }
+    let batch: i64 = out_batch.iter().product();
+    let (pa, pb, pc) = (operand(graph, a, out_batch)?, operand(graph, b, out_batch)?, operand(graph, out, out_batch)?);
+    if pa.cols != pb.rows || pc.rows != pa.rows || pc.cols != pb.cols {
+        return None;
+    }
+    // Every element of C is written once: no stride-0 output dims.
+    if (pc.rows > 1 && pc.row_stride == 0) || (pc.cols > 1 && pc.col_stride == 0) || (batch > 1 && pc.batch_stride == 0) {
+        return None;
+    }
+    if batch > u32::MAX as i64 {
+        return None;
+    }
+    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: false })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_strides_flatten_or_refuse() {
+        assert_eq!(linear_batch_stride(&[4, 3], &[21, 7], &[4, 3]), Some(7));
+        assert_eq!(linear_batch_stride(&[3], &[7], &[4, 3]), None);
+        assert_eq!(linear_batch_stride(&[], &[], &[4, 3]), Some(0));
+        assert_eq!(linear_batch_stride(&[1, 3], &[0, 7], &[1, 3]), Some(7));
+        assert_eq!(linear_batch_stride(&[4, 1], &[9, 9], &[4, 1]), Some(9));
+        assert_eq!(linear_batch_stride(&[4, 1], &[9, 0], &[4, 3]), None);
+        assert_eq!(linear_batch_stride(&[1, 1], &[5, 5], &[4, 3]), Some(0));
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use crate::engine::cuda::engine::Target;
+    use crate::testing::cases;
+
+    /// Which kernels each GEMM case runs (`GEMM_PRINT=1` prints them, `GEMM_SOURCE=<case>` the
+    /// sources of one case).
+    #[test]
+    fn gemm_cases_take_the_tensor_core_path() {
+        let target = Target::sm90a();
+        let mut taken = 0;
+        let mut all = 0;
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_") || c.name.contains("matmul") || c.name.starts_with("multi_")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let units = crate::engine::cuda::fused::units(&g, &target).unwrap();
+            let entries: Vec<String> = units.iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.entry.clone())).collect();
+            let gemm = entries.iter().any(|e| e.contains("gemm"));
+            all += 1;
+            taken += gemm as usize;
+            if std::env::var_os("GEMM_PRINT").is_some() {
+                let alt = units.iter().filter(|u| u.unaligned.is_some()).count();
+                println!("{:<60} {} units={} alt={alt} {:?}", c.name, if gemm { "GEMM" } else { "    " }, units.len(), entries);
+            }
+            if std::env::var("GEMM_SOURCE").is_ok_and(|s| s == c.name) {
+                for u in &units {
+                    for l in &u.kernels.launches {
+                        println!("// ===== {} grid {:?} block {} smem {}\n{}", l.entry, l.exact_grid, l.block, l.shared_bytes, l.source);
+                    }
+                }
+            }
+            let expect_fallback = ["no_flatten", "_f64", "i8", "u8", "i32", "i64"].iter().any(|s| c.name.contains(s));
+            if c.name.starts_with("fast_gemm_") && !expect_fallback {
+                assert!(gemm, "{}: no GEMM kernel", c.name);
+            }
+        }
+        assert!(taken * 2 > all, "{taken} of {all}");
+    }
+
+    /// On sm_90a the wgmma kernel takes the 16-bit cases whose strides TMA can use, with the
+    /// mma.sync kernel as the unaligned alternative; on sm_80 it never appears.
+    #[test]
+    fn hopper_cases_take_the_wgmma_kernel() {
+        let mut hopper = 0;
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            for target in [Target::sm80(), Target::sm90a()] {
+                let units = crate::engine::cuda::fused::units(&g, &target).unwrap();
+                for u in units.iter().filter(|u| u.kernels.launches.iter().any(|l| l.entry.contains("gemm_sm90"))) {
+                    assert!(target.hopper(), "{}: wgmma kernel for {}", c.name, target.arch);
+                    let alt = u.unaligned.as_ref().unwrap_or_else(|| panic!("{}: no unaligned alternative", c.name));
+                    assert!(alt.kernels.launches.iter().all(|l| !l.entry.contains("gemm_sm90")), "{}", c.name);
+                    hopper += 1;
+                }
+            }
+        }
+        assert!(hopper >= 5, "only {hopper} cases take the wgmma kernel");
+    }
+}

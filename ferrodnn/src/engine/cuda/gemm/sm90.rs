@@ -21,9 +21,11 @@
 
 use super::{Epilogue, GemmProblem, Operand};
 use crate::dtype::DataType;
-use crate::engine::cuda::engine::Target;
-use crate::engine::cuda::fallback::{Arg, Launch, NodeKernels};
+use crate::engine::cuda::engine::{Target, Unaligned, Unit};
+use crate::engine::cuda::fallback::{entry_name, Arg, Launch, NodeKernels};
 use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
+use crate::error::Result;
+use crate::graph::Graph;
 use std::fmt::Write;
 
 /// Rows of A per CTA tile (two consumer warpgroups of 64 rows).
@@ -106,7 +108,7 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
 /// C can be stored with TMA: 16-bit, row-major, rows (and batches) 16-byte aligned.
 fn tma_store_ok(p: &GemmProblem) -> bool {
     let c = &p.c;
-    c.dtype.size() == 2 && c.col_stride == 1 && (c.row_stride * 2) % 16 == 0 && (p.batch == 1 || (c.batch_stride * 2) % 16 == 0) && c.batch_stride != 0
+    c.dtype.size() == 2 && c.col_stride == 1 && (c.row_stride * 2) % 16 == 0 && c.row_stride > 0 && (p.batch == 1 || (c.batch_stride > 0 && (c.batch_stride * 2) % 16 == 0))
 }
 
 /// The TMA map of C for the store epilogue: boxes of 64 columns (128 bytes) x 64 rows.
@@ -237,6 +239,19 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
     Some(NodeKernels { launches: vec![launch, reduce], scratch: vec![part_bytes] })
 }
 
+/// The Hopper unit of a GEMM group: the wgmma kernel, with the mma.sync kernel (scalar loads,
+/// no alignment needs) as the alternative for buffers that are not 16-byte aligned at execute
+/// time (TMA needs aligned base addresses). `None` when this kernel cannot run the problem.
+pub fn unit(_graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, target: &Target) -> Result<Option<Unit>> {
+    let Some(&last) = nodes.last() else { return Ok(None) };
+    let Some(kernels) = kernels(p, epi, target, &entry_name(last, "gemm_sm90")) else { return Ok(None) };
+    let Some(alt) = super::sm80::choose(p, target) else { return Ok(None) };
+    let alternative = super::sm80::kernels(&alt.scalar(), p, epi, last, "_u");
+    let mut tensors = vec![p.a.tensor, p.b.tensor, p.c.tensor];
+    tensors.dedup();
+    Ok(Some(Unit { nodes: nodes.to_vec(), kernels, writes: vec![p.c.tensor], unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })) }))
+}
+
 /// Inline-asm wrapper of one `wgmma.m64n{bn}k16` with both operands from shared memory.
 fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
     let nd = bn / 2;
@@ -284,7 +299,11 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         (Major::Mn, 1) => format!("for (int q = 0; q < {bn} / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * {bn} + q * 64, kt * {BK}, bt, {b3});"),
         // Cluster of two: this CTA's half of B (rows of n for K-major, 64-wide chunks for
         // N-major), multicast into both CTAs at the same offsets.
-        (Major::K, _) => format!("tma_load_mc(sb + rank * {half_bytes}u, &tb, full, kt * {BK}, tn * {bn} + rank * {half}, bt, {b3}, (unsigned short)3);", half = bn / 2, half_bytes = bn / 2 * 128),
+        (Major::K, _) => format!(
+            "tma_load_mc(sb + rank * {half_bytes}u, &tb, full, kt * {BK}, tn * {bn} + rank * {half}, bt, {b3}, (unsigned short)3);",
+            half = bn / 2,
+            half_bytes = bn / 2 * 128
+        ),
         (Major::Mn, _) => format!(
             "for (int q = rank * {qh}; q < (rank + 1) * {qh}; ++q) tma_load_mc(sb + q * 8192u, &tb, full, tn * {bn} + q * 64, kt * {BK}, bt, {b3}, (unsigned short)3);",
             qh = bn / 128

@@ -1,0 +1,240 @@
+//! Cases for the tensor-core GEMM engine (engine/cuda/gemm): M, N, K that are multiples of
+//! nothing; row- and column-major A and B (transposes as strides); padded rows that are not
+//! 16-byte aligned (the scalar loaders); batches with broadcast batch dims (and one that does not
+//! flatten, which falls back); f16, bf16, f32 (3xTF32) and fp8 inputs; every epilogue kind
+//! (row and column bias, relu, gelu, silu, residual add, scale by a by-value scalar, casts to
+//! f32/f16/bf16/fp8, 16-bit intermediates); split-K shapes (the partial-sum reduce launch) and
+//! the tile shapes the heuristic picks (16x128 for M <= 16, 64x64, and 128x128, which needs
+//! at least one tile per SM and so a 1536x1408 output).
+
+use super::Case;
+use crate::graph::ops::pointwise::PointwiseMode;
+use crate::graph::TensorId;
+use crate::{DataType, Graph, TensorDesc};
+
+/// A `[..., rows, cols]` tensor stored transposed (its last two dims swapped in memory).
+fn transposed(name: &str, dims: &[i64], dt: DataType) -> TensorDesc {
+    let r = dims.len();
+    let mut order: Vec<usize> = (0..r).collect();
+    order.swap(r - 2, r - 1);
+    TensorDesc::new(name, dims, dt).with_layout(&order)
+}
+
+fn out(g: &mut Graph, id: TensorId, name: &str, dt: DataType) {
+    g.set_output(id);
+    let d = g.desc_mut(id);
+    d.name = name.into();
+    d.data_type = Some(dt);
+}
+
+/// A plain matmul `a x b -> c` (c of type `ct`).
+fn mm(name: &str, a: TensorDesc, b: TensorDesc, ct: DataType) -> Case {
+    let name = format!("fast_gemm_{name}");
+    let mut g = Graph::new(name.clone());
+    let (a, b) = (g.tensor(a), g.tensor(b));
+    let c = g.matmul(a, b);
+    out(&mut g, c, "c", ct);
+    Case::new(name, g)
+}
+
+/// The epilogues: what follows the matmul's (virtual) result `x`.
+#[derive(Clone, Copy, Debug)]
+enum Epi {
+    /// + bias [1, n], relu
+    BiasRowRelu,
+    /// + bias [m, 1], gelu
+    BiasColGelu,
+    /// silu (swish with beta 1)
+    Silu,
+    /// + residual [m, n] (stored transposed)
+    Residual,
+    /// * by-value scalar
+    Scale,
+    /// bias row, gelu, * scalar, + residual: four nodes
+    Chain4,
+}
+
+impl Epi {
+    fn name(self) -> &'static str {
+        match self {
+            Epi::BiasRowRelu => "bias_relu",
+            Epi::BiasColGelu => "biascol_gelu",
+            Epi::Silu => "silu",
+            Epi::Residual => "residual",
+            Epi::Scale => "scale",
+            Epi::Chain4 => "chain4",
+        }
+    }
+}
+
+/// `epilogue(a x b)` for a `[batch.., m, k] x [k, n]` problem with A and B in the given
+/// layouts, inputs of `dt`, output of `ot`.
+fn with_epi(epi: Epi, dt: DataType, ot: DataType, batch: &[i64], (m, n, k): (i64, i64, i64), at: bool, bt: bool) -> Case {
+    let name = format!(
+        "fast_gemm_{}_{}{m}x{n}x{k}{}{}_{dt}_to_{ot}",
+        epi.name(),
+        batch.iter().map(|b| format!("{b}x")).collect::<String>(),
+        if at { "_at" } else { "" },
+        if bt { "_bt" } else { "" }
+    );
+    let mut g = Graph::new(name.clone());
+    let adims: Vec<i64> = batch.iter().copied().chain([m, k]).collect();
+    let a = g.tensor(if at { transposed("a", &adims, dt) } else { TensorDesc::new("a", &adims, dt) });
+    let b = g.tensor(if bt { transposed("b", &[k, n], dt) } else { TensorDesc::new("b", &[k, n], dt) });
+    let x = g.matmul(a, b);
+    let full: Vec<i64> = batch.iter().copied().chain([m, n]).collect();
+    let y = match epi {
+        Epi::BiasRowRelu => {
+            let bias = g.tensor(TensorDesc::new("bias", &[1, n], dt));
+            let t = g.bias(x, bias);
+            g.relu(t)
+        }
+        Epi::BiasColGelu => {
+            let bias = g.tensor(TensorDesc::new("bias", &[m, 1], DataType::F32));
+            let t = g.bias(x, bias);
+            g.gelu(t)
+        }
+        Epi::Silu => g.pointwise(PointwiseMode::Swish { beta: 1.0 }, &[x]),
+        Epi::Residual => {
+            let r = g.tensor(transposed("residual", &full, dt));
+            g.add(r, x)
+        }
+        Epi::Scale => {
+            let s = g.scalar("s", 0.375);
+            g.scale(x, s)
+        }
+        Epi::Chain4 => {
+            let bias = g.tensor(TensorDesc::new("bias", &[n], dt));
+            let t = g.bias(x, bias);
+            let t = g.gelu(t);
+            let s = g.scalar("s", -1.5);
+            let t = g.scale(t, s);
+            let r = g.tensor(TensorDesc::new("residual", &full, dt));
+            g.add(t, r)
+        }
+    };
+    out(&mut g, y, "y", ot);
+    Case::new(name, g)
+}
+
+pub(super) fn cases() -> Vec<Case> {
+    use DataType::*;
+    let t = TensorDesc::new;
+    let mut v = Vec::new();
+    // Sizes that are multiples of nothing, each type, row-major A and B.
+    for dt in [Bf16, F16, F32] {
+        for (m, n, k) in [(1, 7, 33), (7, 33, 130), (33, 130, 257), (130, 257, 7), (257, 1, 130)] {
+            v.push(mm(&format!("{m}x{n}x{k}_{dt}"), t("a", &[m, k], dt), t("b", &[k, n], dt), dt));
+        }
+    }
+    // Layouts: A and/or B column-major, aligned (cp.async of the MN-major tiles) and odd.
+    for dt in [Bf16, F16, F32] {
+        for (m, n, k) in [(130, 96, 72), (33, 130, 57)] {
+            v.push(mm(&format!("at_{m}x{n}x{k}_{dt}"), transposed("a", &[m, k], dt), t("b", &[k, n], dt), dt));
+            v.push(mm(&format!("bt_{m}x{n}x{k}_{dt}"), t("a", &[m, k], dt), transposed("b", &[k, n], dt), dt));
+            v.push(mm(&format!("atbt_{m}x{n}x{k}_{dt}"), transposed("a", &[m, k], dt), transposed("b", &[k, n], dt), dt));
+        }
+    }
+    // Padded rows: leading dims that break 16-byte alignment (scalar loads), and ones that keep it.
+    v.push(mm("padded_a3_bf16", t("a", &[70, 64], Bf16).with_strides(&[67, 1]), t("b", &[64, 48], Bf16), Bf16));
+    v.push(mm("padded_b5_f16", t("a", &[70, 64], F16), t("b", &[64, 48], F16).with_strides(&[53, 1]), F16));
+    v.push(mm("padded_a8_b8_bf16", t("a", &[70, 64], Bf16).with_strides(&[72, 1]), t("b", &[64, 48], Bf16).with_strides(&[56, 1]), Bf16));
+    v.push(mm("padded_f32", t("a", &[45, 33], F32).with_strides(&[40, 1]), transposed("b", &[33, 29], F32), F32));
+    // Neither dim contiguous (a strided view): scalar loads.
+    v.push(mm("strided_a_bf16", t("a", &[40, 24], Bf16).with_strides(&[2, 100]), t("b", &[24, 40], Bf16), Bf16));
+    // Output layouts: column-major C, padded C.
+    v.push(mm("c_col_major_bf16", t("a", &[2, 45, 40], Bf16), t("b", &[2, 40, 37], Bf16), Bf16).with_c_strides(&[45 * 37, 1, 45]));
+    v.push(mm("c_padded_f16", t("a", &[45, 40], F16), t("b", &[40, 38], F16), F16).with_c_strides(&[41, 1]));
+    v.push(mm("c_padded_odd_f32", t("a", &[45, 40], F32), t("b", &[40, 38], F32), F32).with_c_strides(&[39, 1]));
+    // Batches: same batch, broadcast B, broadcast A through a stride-0 dim, ranks that differ,
+    // and batch dims that do not flatten to one stride (falls back).
+    v.push(mm("batch_bf16", t("a", &[3, 2, 33, 40], Bf16), t("b", &[3, 2, 40, 24], Bf16), Bf16));
+    v.push(mm("batch_bcast_b_f16", t("a", &[4, 3, 65, 40], F16), t("b", &[40, 72], F16), F16));
+    v.push(mm("batch_bcast_a_stride0_bf16", t("a", &[4, 65, 40], Bf16).with_strides(&[0, 40, 1]), transposed("b", &[4, 40, 72], Bf16), Bf16));
+    v.push(mm("batch_bcast_a_rank_f32", t("a", &[65, 40], F32), t("b", &[6, 40, 24], F32), F32));
+    v.push(mm("batch_no_flatten_bf16", t("a", &[2, 1, 33, 40], Bf16), t("b", &[1, 3, 40, 24], Bf16), Bf16));
+    v.push(mm("batch64_32x32x16_bf16", t("a", &[64, 32, 16], Bf16), t("b", &[64, 16, 32], Bf16), Bf16));
+    // fp8 inputs (converted to f16 on load; sm_89+), f32 / bf16 / fp8 outputs.
+    v.push(mm("fp8_e4m3_to_f32", t("a", &[65, 96], Fp8E4m3), t("b", &[96, 40], Fp8E4m3), F32));
+    v.push(mm("fp8_e5m2_e4m3_bt_to_f32", t("a", &[33, 57], Fp8E5m2), transposed("b", &[57, 70], Fp8E4m3), F32));
+    v.push(mm("fp8_e4m3_at_to_bf16", transposed("a", &[64, 64], Fp8E4m3), t("b", &[64, 48], Fp8E4m3), Bf16));
+    v.push(mm("fp8_e4m3_to_fp8", t("a", &[40, 64], Fp8E4m3), t("b", &[64, 48], Fp8E4m3), Fp8E4m3));
+    // Mixed input types, converted exactly on load: f16 x bf16 (tf32), f32 x bf16 (3xTF32),
+    // fp8 x bf16 and fp8 x f16.
+    v.push(mm("mixed_f16_bf16_to_f32", t("a", &[33, 72], F16), t("b", &[72, 40], Bf16), F32));
+    v.push(mm("mixed_f32_bf16_to_f32", transposed("a", &[40, 57], F32), t("b", &[57, 33], Bf16), F32));
+    v.push(mm("mixed_fp8_bf16_to_bf16", t("a", &[40, 64], Fp8E4m3), t("b", &[64, 48], Bf16), Bf16));
+    v.push(mm("mixed_f16_fp8_e5m2_to_f16", t("a", &[40, 64], F16), transposed("b", &[64, 48], Fp8E5m2), F16));
+    // Output casts from the matmul itself.
+    v.push(mm("bf16_to_f32", t("a", &[70, 72], Bf16), t("b", &[72, 36], Bf16), F32));
+    v.push(mm("f16_to_bf16", t("a", &[70, 72], F16), t("b", &[72, 36], F16), Bf16));
+    v.push(mm("f32_to_f16", t("a", &[70, 72], F32), t("b", &[72, 36], F32), F16));
+    // Epilogues.
+    for epi in [Epi::BiasRowRelu, Epi::BiasColGelu, Epi::Silu, Epi::Residual, Epi::Scale, Epi::Chain4] {
+        v.push(with_epi(epi, Bf16, Bf16, &[], (130, 96, 72), false, false));
+        v.push(with_epi(epi, F16, F32, &[], (33, 130, 57), true, false));
+        v.push(with_epi(epi, F32, F32, &[2], (33, 40, 65), false, true));
+    }
+    v.push(with_epi(Epi::BiasRowRelu, Bf16, F16, &[3], (40, 72, 64), false, false));
+    v.push(with_epi(Epi::Chain4, Bf16, Bf16, &[2, 3], (17, 24, 40), true, true));
+    v.push(with_epi(Epi::Residual, Fp8E4m3, Bf16, &[], (40, 48, 64), false, false));
+    // Split-K: few tiles, long K (the reduce launch applies the epilogue).
+    v.push(mm("splitk_64x64x4096_bf16", t("a", &[64, 4096], Bf16), t("b", &[4096, 64], Bf16), Bf16));
+    v.push(mm("splitk_64x48x2048_f32", t("a", &[64, 2048], F32), transposed("b", &[2048, 48], F32), F32));
+    v.push(mm("splitk_16x64x4096_bf16_to_f32", t("a", &[16, 4096], Bf16), t("b", &[4096, 64], Bf16), F32));
+    v.push(mm("splitk_odd_33x31x1999_f16", t("a", &[33, 1999], F16), t("b", &[1999, 31], F16), F16));
+    v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (64, 64, 4096), false, false));
+    v.push(with_epi(Epi::Chain4, F16, F32, &[2], (7, 40, 1500), false, true));
+    // M <= 16 (the 16x128 tile), as in decoding.
+    v.push(mm("decode_16x1000x256_bf16", t("a", &[16, 256], Bf16), transposed("b", &[256, 1000], Bf16), Bf16));
+    v.push(mm("decode_5x300x130_f16", t("a", &[5, 130], F16), t("b", &[130, 300], F16), F16));
+    // 16-bit intermediates under a 16-bit output: the CPU rounds them, so the epilogue does.
+    {
+        let name = "fast_gemm_bf16_intermediates_bias_gelu_bf16".to_string();
+        let mut g = Graph::new(name.clone()).intermediate_data_type(Bf16);
+        let a = g.tensor(t("a", &[40, 72], Bf16));
+        let b = g.tensor(t("b", &[72, 56], Bf16));
+        let bias = g.tensor(t("bias", &[1, 56], Bf16));
+        let x = g.matmul(a, b);
+        let y = g.bias(x, bias);
+        let y = g.gelu(y);
+        out(&mut g, y, "y", Bf16);
+        v.push(Case::new(name, g));
+    }
+    // The 128x128 tile needs at least one tile per SM (132 on an H100): 12 x 11 tiles.
+    v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1536, 1408, 40), false, false));
+    v.push(mm("big_tiles_1536x1408x24_at_f32", transposed("a", &[1536, 24], F32), t("b", &[24, 1408], F32), F32));
+    v
+}
+
+trait WithC {
+    fn with_c_strides(self, strides: &[i64]) -> Case;
+}
+
+impl WithC for Case {
+    /// The case with C (the graph's only output) stored with these strides.
+    fn with_c_strides(mut self, strides: &[i64]) -> Case {
+        if let Some(id) = self.graph.output_tensors().first().copied() {
+            self.graph.desc_mut(id).strides = strides.to_vec();
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{random_inputs, run_cpu};
+
+    #[test]
+    fn gemm_cases_validate_and_run_on_the_cpu() {
+        for c in super::cases() {
+            let mut g = c.graph.clone();
+            g.validate().unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            for id in g.io_tensors() {
+                let n = g.desc(id).element_count();
+                assert!(n <= 300_000 || c.name.contains("1536x1408"), "{}: {} has {n} elements", c.name, g.desc(id).name);
+            }
+            run_cpu(&c.graph, &random_inputs(&g, 1)).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        }
+    }
+}
