@@ -4,6 +4,7 @@
 //! for sm_80 and sm_90a.
 
 mod conv;
+mod fast_attn;
 mod fast_pw;
 mod fast_rows;
 mod fast_spatial;
@@ -51,5 +52,6 @@ pub fn all() -> Vec<Case> {
     v.extend(fast_pw::cases());
     v.extend(fast_rows::cases());
     v.extend(fast_spatial::cases());
+    v.extend(fast_attn::cases());
     v
 }
