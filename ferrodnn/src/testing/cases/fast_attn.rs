@@ -28,7 +28,6 @@ enum Layout {
 }
 
 #[derive(Clone, Copy, PartialEq)]
-#[allow(dead_code)]
 enum Bwd {
     No,
     /// Backward with o, do and stats (f32) as inputs.
@@ -131,7 +130,6 @@ impl Spec {
         self.stats_f32 = true;
         self
     }
-    #[allow(dead_code)]
     fn bwd(mut self, b: Bwd) -> Spec {
         self.bwd = b;
         self
@@ -346,6 +344,76 @@ fn forward() -> Vec<Spec> {
     v
 }
 
+fn backward() -> Vec<Spec> {
+    use Bwd::{Alone, Chained};
+    use CausalAlignment::{BottomRight, TopLeft};
+    use DataType::{Bf16, F16};
+    let mut v = Vec::new();
+    // Head dims (two column chunks above 128), both types, partial tiles.
+    for (d, s_q, s_kv, dt, how) in [
+        (32, 7, 200, Bf16, Alone),
+        (64, 65, 200, Bf16, Alone),
+        (96, 130, 33, Bf16, Chained),
+        (128, 130, 33, F16, Chained),
+        (128, 65, 200, Bf16, Alone),
+        (160, 65, 33, Bf16, Alone),
+        (192, 7, 200, F16, Alone),
+        (256, 65, 33, Bf16, Chained),
+    ] {
+        v.push(Spec::new(&format!("bwd_d{d}_sq{s_q}_skv{s_kv}"), dt).dims(d, d).seq(s_q, s_kv).bwd(how));
+    }
+    v.push(Spec::new("bwd_d64_dv128", Bf16).dims(64, 128).seq(65, 33).bwd(Alone));
+    v.push(Spec::new("bwd_d256_dv64", F16).dims(256, 64).seq(7, 200).b(1).bwd(Alone));
+    v.push(Spec::new("bwd_skv1", Bf16).seq(65, 1).bwd(Alone));
+    // Layouts, stats in f32.
+    v.push(Spec::new("bwd_bshd", Bf16).layout(Layout::Bshd).seq(130, 200).attrs(|a| a.attn_scale = Some(0.3)).bwd(Chained));
+    v.push(Spec::new("bwd_gaps", F16).layout(Layout::Gaps).seq(65, 33).bwd(Alone));
+    v.push(Spec::new("bwd_odd_strides", Bf16).layout(Layout::Odd).dims(64, 32).seq(65, 33).bwd(Chained));
+    v.push(Spec::new("bwd_stats_f32", Bf16).seq(130, 200).stats_f32().bwd(Chained));
+    // Masks.
+    v.push(Spec::new("bwd_causal_tl", Bf16).seq(130, 130).attrs(|a| a.causal = Some(TopLeft)).bwd(Chained));
+    v.push(Spec::new("bwd_causal_tl_d128", F16).seq(130, 200).dims(128, 128).attrs(|a| a.causal = Some(TopLeft)).bwd(Chained));
+    v.push(Spec::new("bwd_causal_br_empty_rows", Bf16).seq(130, 33).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    v.push(Spec::new("bwd_causal_br", F16).seq(65, 200).attrs(|a| a.causal = Some(BottomRight)).bwd(Chained));
+    v.push(
+        Spec::new("bwd_window", Bf16)
+            .seq(130, 200)
+            .attrs(|a| {
+                a.sliding_window_left = Some(40);
+                a.sliding_window_right = Some(9);
+            })
+            .bwd(Chained),
+    );
+    v.push(Spec::new("bwd_padding_long", F16).b(3).seq(130, 200).padding(40).bwd(Chained));
+    v.push(Spec::new("bwd_padding_causal_br", Bf16).b(3).seq(65, 200).padding(30).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    // Bias: dbias straight from dS, summed over batch or heads, and a row-broadcast bias (falls back).
+    v.push(Spec::new("bwd_bias_full", Bf16).seq(65, 200).bias([2, 2, 65, 200]).bwd(Alone));
+    v.push(Spec::new("bwd_bias_1_h_q_k", F16).seq(65, 33).bias([1, 2, 65, 33]).bwd(Chained));
+    v.push(Spec::new("bwd_bias_b_1_q_k_gqa", Bf16).heads(4, 2).seq(130, 33).bias([2, 1, 130, 33]).attrs(|a| a.causal = Some(TopLeft)).bwd(Alone));
+    v.push(Spec::new("bwd_bias_1_1_q_k", Bf16).seq(7, 200).bias([1, 1, 7, 200]).bwd(Alone));
+    v.push(Spec::new("bwd_bias_1_1_1_1_fallback", Bf16).seq(7, 33).bias([1, 1, 1, 1]).bwd(Alone));
+    // ALiBi, dropout.
+    v.push(Spec::new("bwd_alibi_h6", Bf16).heads(6, 6).seq(65, 33).attrs(|a| a.alibi = true).bwd(Chained));
+    v.push(Spec::new("bwd_dropout", Bf16).seq(65, 200).attrs(|a| a.dropout = Some(0.2)).bwd(Chained));
+    v.push(Spec::new("bwd_dropout_seed_tensors", F16).seq(130, 33).seed_tensors().attrs(|a| a.dropout = Some(0.5)).bwd(Alone));
+    // GQA, MQA, decode, paged (falls back).
+    v.push(Spec::new("bwd_gqa", Bf16).heads(8, 2).seq(65, 200).bwd(Chained));
+    v.push(Spec::new("bwd_mqa", F16).heads(4, 1).seq(130, 33).dims(128, 128).bwd(Alone));
+    v.push(Spec::new("bwd_decode_gqa", Bf16).heads(8, 2).seq(1, 200).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    v.push(Spec::new("bwd_paged_fallback", Bf16).heads(4, 2).seq(65, 192).paged(32, 6).bwd(Alone));
+    // Everything at once.
+    let all = |a: &mut SdpaAttrs| {
+        a.causal = Some(BottomRight);
+        a.sliding_window_left = Some(50);
+        a.alibi = true;
+        a.dropout = Some(0.25);
+        a.attn_scale = Some(0.2);
+    };
+    v.push(Spec::new("bwd_all", F16).heads(6, 2).seq(65, 200).padding(20).bias([1, 6, 65, 200]).attrs(all).bwd(Chained));
+    v.push(Spec::new("bwd_all_bshd", Bf16).layout(Layout::Bshd).heads(4, 2).seq(130, 33).padding(3).bias([2, 1, 130, 33]).attrs(all).bwd(Alone));
+    v
+}
+
 pub(super) fn cases() -> Vec<Case> {
-    forward().iter().map(build).collect()
+    forward().iter().chain(&backward()).map(build).collect()
 }
