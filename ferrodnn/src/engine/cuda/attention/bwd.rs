@@ -519,7 +519,19 @@ fn strides_def(p: &Problem, prefix: &str, t: TensorId) -> String {
 /// One launch: `defs` (node + kernel defines), HELPERS, `extra` (functions using HELPERS), then
 /// the kernel with the given parameters and body.
 #[allow(clippy::too_many_arguments)]
-fn launch(p: &Problem, defs: &str, extra: &str, what: &str, params: &[String], args: Vec<Arg>, body: &str, grid: Option<(i64, i64, i64)>, threads: u64, block: u32, shared: usize) -> Option<Launch> {
+fn launch(
+    p: &Problem,
+    defs: &str,
+    extra: &str,
+    what: &str,
+    params: &[String],
+    args: Vec<Arg>,
+    body: &str,
+    grid: Option<(i64, i64, i64)>,
+    threads: u64,
+    block: u32,
+    shared: usize,
+) -> Option<Launch> {
     let entry = p.entry(what);
     let source = format!("{defs}{HELPERS}{extra}\nextern \"C\" __global__ void __launch_bounds__({block}) {entry}({})\n{body}", params.join(", "));
     let exact_grid = match grid {
@@ -542,11 +554,14 @@ fn generate(p: &Problem, ports: &Ports, mode: Dbias, vec: bool) -> Option<NodeKe
     base += &strides_def(p, "DO", ports.d_o);
     base += &format!("#define DO_VEC {}\n", flag(vec && p.vec_ok(ports.d_o)));
     base += &format!("#define FA_LDQ {}\n#define FA_NT {}\n", p.d + 8, NW * 32);
-    base += &format!("#define FA_DBIAS {}\n", match mode {
-        Dbias::None => 0,
-        Dbias::Direct => 1,
-        Dbias::Scratch => 2,
-    });
+    base += &format!(
+        "#define FA_DBIAS {}\n",
+        match mode {
+            Dbias::None => 0,
+            Dbias::Direct => 1,
+            Dbias::Scratch => 2,
+        }
+    );
     if let Some(db) = ports.dbias {
         base += &strides_def(p, "DB", db);
         let d = &g.desc(db).dims;
