@@ -172,6 +172,10 @@ def main():
     elif args.suite == "gemm":
         theirs = torch_gemm()
         cudnn_ms = cudnn_gemm()
+    elif args.suite == "attention":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from torch_attention import torch_attention
+        theirs = torch_attention(bench)
     else:
         theirs = {}
     workloads = []

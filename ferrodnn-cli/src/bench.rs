@@ -157,7 +157,8 @@ pub fn suite(name: &str) -> Result<Vec<Workload>, String> {
     match name {
         "memory-bound" => Ok(memory_bound()),
         "gemm" => Ok(gemm()),
-        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound, gemm")),
+        "attention" => Ok(crate::bench_attention::attention_workloads()),
+        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound, gemm, attention")),
     }
 }
 

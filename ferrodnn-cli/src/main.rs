@@ -1,6 +1,7 @@
 //! The `ferrodnn` command: the op-by-engine table, running a graph from JSON, and the demo.
 
 mod bench;
+mod bench_attention;
 mod demo;
 mod gpu_check;
 mod gpu_smoke;

@@ -4,6 +4,7 @@
 //! for sm_80 and sm_90a.
 
 mod conv;
+mod fast_attn;
 mod fast_gemm;
 mod fast_pw;
 mod fast_rows;
@@ -53,5 +54,6 @@ pub fn all() -> Vec<Case> {
     v.extend(fast_rows::cases());
     v.extend(fast_spatial::cases());
     v.extend(fast_gemm::cases());
+    v.extend(fast_attn::cases());
     v
 }

@@ -1,0 +1,419 @@
+//! Cases for the flash-attention kernels (engine/cuda/attention): bf16 and f16, head dims 32 to
+//! 256 (and 40, which must fall back), odd lengths (s_q 1, 7, 65, 130; s_kv 1, 33, 200: partial
+//! tiles, one-row decode), BSHD and BHSD, strides with gaps (16-byte loads still possible) and
+//! odd strides (element-wise loads), every mask (causal top-left and bottom-right with empty
+//! rows, sliding windows, padding long enough to empty whole q and K/V tiles), bias shapes,
+//! ALiBi, dropout, GQA/MQA, paged K/V, stats in the io type and in f32; forward, and backward
+//! alone (o, do, stats as inputs) or chained after the forward.
+//!
+//! Lengths are computed in the graph from random integer inputs x in [-4, 4]:
+//! `max(s - step * |x|, 0)`; page-table entries are `|x|` (pools of at least 5 blocks).
+
+use super::Case;
+use crate::graph::ops::pointwise::PointwiseMode;
+use crate::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
+use crate::graph::TensorId;
+use crate::{DataType, Graph, TensorDesc};
+
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    /// Packed [b, h, s, d].
+    Bhsd,
+    /// Packed [b, s, h, d].
+    Bshd,
+    /// Rows of d + 8 and 8 more elements between heads: strided, 16-byte loads still apply.
+    Gaps,
+    /// Rows of d + 3 (no 16-byte loads) and K with d outermost within a head.
+    Odd,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Bwd {
+    No,
+    /// Backward with o, do and stats (f32) as inputs.
+    Alone,
+    /// Forward, then backward on its o and stats.
+    Chained,
+}
+
+#[derive(Clone)]
+struct Spec {
+    name: String,
+    dt: DataType,
+    b: i64,
+    h_q: i64,
+    h_kv: i64,
+    s_q: i64,
+    s_kv: i64,
+    d: i64,
+    d_v: i64,
+    layout: Layout,
+    attrs: SdpaAttrs,
+    bias: Option<[i64; 4]>,
+    /// Padding lengths drop by multiples of this (with `padding_mask`).
+    pad_step: i64,
+    seed_tensors: bool,
+    /// K/V block size and pool blocks (s_kv a multiple of the block size).
+    paged: Option<(i64, i64)>,
+    /// The forward's stats in f32 rather than the io type.
+    stats_f32: bool,
+    bwd: Bwd,
+}
+
+impl Spec {
+    fn new(name: &str, dt: DataType) -> Spec {
+        Spec {
+            name: name.to_string(),
+            dt,
+            b: 2,
+            h_q: 2,
+            h_kv: 2,
+            s_q: 65,
+            s_kv: 200,
+            d: 64,
+            d_v: 64,
+            layout: Layout::Bhsd,
+            attrs: SdpaAttrs { generate_stats: true, ..Default::default() },
+            bias: None,
+            pad_step: 1,
+            seed_tensors: false,
+            paged: None,
+            stats_f32: false,
+            bwd: Bwd::No,
+        }
+    }
+    fn b(mut self, b: i64) -> Spec {
+        self.b = b;
+        self
+    }
+    fn heads(mut self, h_q: i64, h_kv: i64) -> Spec {
+        self.h_q = h_q;
+        self.h_kv = h_kv;
+        self
+    }
+    fn seq(mut self, s_q: i64, s_kv: i64) -> Spec {
+        self.s_q = s_q;
+        self.s_kv = s_kv;
+        self
+    }
+    fn dims(mut self, d: i64, d_v: i64) -> Spec {
+        self.d = d;
+        self.d_v = d_v;
+        self
+    }
+    fn layout(mut self, l: Layout) -> Spec {
+        self.layout = l;
+        self
+    }
+    fn attrs(mut self, f: impl FnOnce(&mut SdpaAttrs)) -> Spec {
+        f(&mut self.attrs);
+        self
+    }
+    fn bias(mut self, dims: [i64; 4]) -> Spec {
+        self.bias = Some(dims);
+        self
+    }
+    fn padding(mut self, step: i64) -> Spec {
+        self.attrs.padding_mask = true;
+        self.pad_step = step;
+        self
+    }
+    fn seed_tensors(mut self) -> Spec {
+        self.seed_tensors = true;
+        self
+    }
+    fn paged(mut self, block: i64, blocks: i64) -> Spec {
+        self.paged = Some((block, blocks));
+        self
+    }
+    fn stats_f32(mut self) -> Spec {
+        self.stats_f32 = true;
+        self
+    }
+    fn bwd(mut self, b: Bwd) -> Spec {
+        self.bwd = b;
+        self
+    }
+}
+
+/// A [b, h, s, d] tensor in a layout (`key` selects K's variant of the odd layout).
+fn bhsd(name: &str, dims: [i64; 4], dt: DataType, layout: Layout, key: bool) -> TensorDesc {
+    let t = TensorDesc::new(name, &dims, dt);
+    let [_, h, s, d] = dims;
+    match layout {
+        Layout::Bhsd => t,
+        Layout::Bshd => t.with_layout(&[0, 2, 1, 3]),
+        Layout::Gaps => {
+            let row = d + 8;
+            let head = s * row + 8;
+            t.with_strides(&[h * head + 16, head, row, 1])
+        }
+        Layout::Odd if key => t.with_layout(&[0, 1, 3, 2]),
+        Layout::Odd => {
+            let row = d + 3;
+            let head = s * row + 5;
+            t.with_strides(&[h * head + 2, head, row, 1])
+        }
+    }
+}
+
+fn int_scalar(g: &mut Graph, name: &str, v: f64) -> TensorId {
+    g.tensor(TensorDesc::scalar(name, v, DataType::I32))
+}
+
+/// A [b, 1, 1, 1] i32 length `max(s - step * |x|, 0)` from a random input x.
+fn length(g: &mut Graph, name: &str, b: i64, s: i64, step: i64) -> TensorId {
+    let x = g.tensor(TensorDesc::new(format!("{name}_x"), &[b, 1, 1, 1], DataType::I32));
+    let a = g.pointwise(PointwiseMode::Abs, &[x]);
+    g.desc_mut(a).data_type = Some(DataType::I32);
+    let k = int_scalar(g, &format!("{name}_step"), step as f64);
+    let a = g.mul(a, k);
+    g.desc_mut(a).data_type = Some(DataType::I32);
+    let top = int_scalar(g, &format!("{name}_s"), s as f64);
+    let l = g.sub(top, a);
+    g.desc_mut(l).data_type = Some(DataType::I32);
+    let zero = int_scalar(g, &format!("{name}_zero"), 0.0);
+    let y = g.pointwise(PointwiseMode::Max, &[l, zero]);
+    g.desc_mut(y).data_type = Some(DataType::I32);
+    y
+}
+
+/// A [b, 1, pages, 1] page table `|x|` (entries 0..=4).
+fn page_table(g: &mut Graph, name: &str, b: i64, pages: i64, dt: DataType) -> TensorId {
+    let x = g.tensor(TensorDesc::new(format!("{name}_x"), &[b, 1, pages, 1], dt));
+    let y = g.pointwise(PointwiseMode::Abs, &[x]);
+    g.desc_mut(y).data_type = Some(dt);
+    y
+}
+
+fn build(s: &Spec) -> Case {
+    let dt = s.dt;
+    let name = format!("fast_attn_{}_{}", s.name, dt);
+    let mut g = Graph::new(name.clone()).io_data_type(dt);
+    let q = g.tensor(bhsd("q", [s.b, s.h_q, s.s_q, s.d], dt, s.layout, false));
+    let mut inputs = SdpaInputs::default();
+    let (k, v) = match s.paged {
+        Some((bs, blocks)) => {
+            assert!(blocks >= 5 && s.s_kv % bs == 0);
+            let k = g.tensor(bhsd("k_pool", [blocks, s.h_kv, bs, s.d], dt, s.layout, true));
+            let v = g.tensor(bhsd("v_pool", [blocks, s.h_kv, bs, s.d_v], dt, s.layout, false));
+            inputs.page_table_k = Some(page_table(&mut g, "page_table_k", s.b, s.s_kv / bs, DataType::I32));
+            inputs.page_table_v = Some(page_table(&mut g, "page_table_v", s.b, s.s_kv / bs, DataType::I64));
+            (k, v)
+        }
+        None => {
+            let k = g.tensor(bhsd("k", [s.b, s.h_kv, s.s_kv, s.d], dt, s.layout, true));
+            let v = g.tensor(bhsd("v", [s.b, s.h_kv, s.s_kv, s.d_v], dt, s.layout, false));
+            (k, v)
+        }
+    };
+    if let Some(dims) = s.bias {
+        inputs.bias = Some(g.tensor(TensorDesc::new("bias", &dims, dt)));
+    }
+    if s.attrs.padding_mask {
+        inputs.seq_len_q = Some(length(&mut g, "seq_len_q", s.b, s.s_q, s.pad_step));
+        inputs.seq_len_kv = Some(length(&mut g, "seq_len_kv", s.b, s.s_kv, s.pad_step));
+    }
+    if s.attrs.dropout.is_some() {
+        let (seed, offset) = if s.seed_tensors {
+            (g.tensor(TensorDesc::new("seed", &[1], DataType::I64)), g.tensor(TensorDesc::new("offset", &[1, 1], DataType::I32)))
+        } else {
+            // High words set, so every counter and key word matters.
+            (g.tensor(TensorDesc::scalar("seed", 1_099_511_627_813.0, DataType::I64)), g.tensor(TensorDesc::scalar("offset", 77.0, DataType::I64)))
+        };
+        inputs.seed = Some(seed);
+        inputs.offset = Some(offset);
+    }
+    let o_dims = [s.b, s.h_q, s.s_q, s.d_v];
+    match s.bwd {
+        Bwd::No => {
+            let (o, stats) = g.sdpa(q, k, v, inputs, s.attrs.clone());
+            g.set_output(o);
+            if let Some(st) = stats {
+                g.set_output(st);
+                if s.stats_f32 {
+                    g.desc_mut(st).data_type = Some(DataType::F32);
+                }
+            }
+        }
+        Bwd::Alone => {
+            let o = g.tensor(bhsd("o", o_dims, dt, s.layout, false));
+            let d_o = g.tensor(bhsd("do", o_dims, dt, s.layout, false));
+            let stats = g.tensor(TensorDesc::new("stats", &[s.b, s.h_q, s.s_q, 1], DataType::F32));
+            let grads = g.sdpa_backward(q, k, v, o, d_o, stats, inputs, s.attrs.clone());
+            for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
+                g.set_output(t);
+            }
+        }
+        Bwd::Chained => {
+            let attrs = SdpaAttrs { generate_stats: true, ..s.attrs.clone() };
+            let (o, stats) = g.sdpa(q, k, v, inputs, attrs.clone());
+            g.set_output(o);
+            let stats = stats.expect("stats");
+            if s.stats_f32 {
+                g.desc_mut(stats).data_type = Some(DataType::F32);
+            }
+            let d_o = g.tensor(bhsd("do", o_dims, dt, s.layout, false));
+            let grads = g.sdpa_backward(q, k, v, o, d_o, stats, inputs, attrs);
+            for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
+                g.set_output(t);
+            }
+        }
+    }
+    Case::new(name, g)
+}
+
+fn forward() -> Vec<Spec> {
+    use CausalAlignment::{BottomRight, TopLeft};
+    use DataType::{Bf16, F16};
+    let mut v = Vec::new();
+    // Head dims (d = d_v), in both types, with partial q and K/V tiles.
+    for (d, s_q, s_kv) in [(32, 130, 200), (64, 65, 200), (96, 7, 33), (128, 130, 33), (160, 65, 33), (192, 7, 200), (256, 65, 33)] {
+        v.push(Spec::new(&format!("fwd_d{d}_sq{s_q}_skv{s_kv}"), Bf16).dims(d, d).seq(s_q, s_kv));
+    }
+    for d in [32, 64, 128, 256] {
+        v.push(Spec::new(&format!("fwd_d{d}"), F16).dims(d, d).seq(130, 200).b(1));
+    }
+    // d != d_v, a head dim that must fall back, one key, one query.
+    v.push(Spec::new("fwd_d64_dv128", Bf16).dims(64, 128).seq(65, 33));
+    v.push(Spec::new("fwd_d256_dv64", F16).dims(256, 64).seq(7, 200));
+    v.push(Spec::new("fwd_d40_fallback", Bf16).dims(40, 40).seq(7, 33));
+    v.push(Spec::new("fwd_skv1", Bf16).seq(65, 1));
+    v.push(Spec::new("fwd_sq1_skv1", F16).seq(1, 1).dims(128, 128));
+    // Layouts, scale, no stats, f32 stats.
+    v.push(Spec::new("fwd_bshd", Bf16).layout(Layout::Bshd).seq(130, 200).attrs(|a| a.attn_scale = Some(0.3)));
+    v.push(Spec::new("fwd_bshd_d128", F16).layout(Layout::Bshd).dims(128, 128).seq(65, 33));
+    v.push(Spec::new("fwd_gaps", Bf16).layout(Layout::Gaps).seq(65, 200));
+    v.push(Spec::new("fwd_odd_strides", Bf16).layout(Layout::Odd).dims(64, 32).seq(65, 33));
+    v.push(Spec::new("fwd_odd_strides_d128", F16).layout(Layout::Odd).dims(128, 128).seq(7, 200));
+    v.push(Spec::new("fwd_no_stats", Bf16).seq(130, 33).attrs(|a| a.generate_stats = false));
+    v.push(Spec::new("fwd_stats_f32", Bf16).seq(130, 200).stats_f32());
+    v.push(Spec::new("fwd_stats_f32", F16).seq(65, 200).dims(128, 128).stats_f32());
+    // Causal masks (diagonal tiles, skipped tiles, empty rows) and sliding windows.
+    v.push(Spec::new("fwd_causal_tl", Bf16).seq(130, 130).attrs(|a| a.causal = Some(TopLeft)));
+    v.push(Spec::new("fwd_causal_tl_d128", F16).seq(130, 200).dims(128, 128).attrs(|a| a.causal = Some(TopLeft)));
+    v.push(Spec::new("fwd_causal_br", Bf16).seq(65, 200).attrs(|a| a.causal = Some(BottomRight)));
+    v.push(Spec::new("fwd_causal_br_empty_rows", F16).seq(130, 33).attrs(|a| a.causal = Some(BottomRight)));
+    v.push(Spec::new("fwd_causal_tl_d256", Bf16).seq(130, 200).dims(256, 256).b(1).attrs(|a| a.causal = Some(TopLeft)));
+    v.push(Spec::new("fwd_window", Bf16).seq(130, 200).attrs(|a| {
+        a.sliding_window_left = Some(40);
+        a.sliding_window_right = Some(9);
+    }));
+    v.push(Spec::new("fwd_window_causal_br", F16).seq(65, 200).attrs(|a| {
+        a.causal = Some(BottomRight);
+        a.sliding_window_left = Some(70);
+    }));
+    v.push(Spec::new("fwd_window_right0", Bf16).seq(130, 33).attrs(|a| a.sliding_window_right = Some(0)));
+    // Padding: short rows and keys, whole q tiles and K/V tiles padded.
+    v.push(Spec::new("fwd_padding", Bf16).b(3).seq(65, 200).padding(1));
+    v.push(Spec::new("fwd_padding_long", F16).b(3).seq(130, 200).padding(40));
+    v.push(Spec::new("fwd_padding_causal_br", Bf16).b(3).seq(130, 200).padding(30).attrs(|a| a.causal = Some(BottomRight)));
+    // Bias shapes.
+    v.push(Spec::new("fwd_bias_full", Bf16).seq(65, 200).bias([2, 2, 65, 200]));
+    v.push(Spec::new("fwd_bias_1_h_1_k", F16).seq(130, 33).bias([1, 2, 1, 33]));
+    v.push(Spec::new("fwd_bias_b_1_q_1", Bf16).seq(65, 33).bias([2, 1, 65, 1]));
+    v.push(Spec::new("fwd_bias_1_1_1_1_causal", Bf16).seq(65, 200).bias([1, 1, 1, 1]).attrs(|a| a.causal = Some(TopLeft)));
+    // ALiBi (6 heads: not a power of two), dropout.
+    v.push(Spec::new("fwd_alibi_h6_causal", Bf16).heads(6, 3).seq(65, 33).attrs(|a| {
+        a.alibi = true;
+        a.causal = Some(TopLeft);
+    }));
+    v.push(Spec::new("fwd_alibi_h4", F16).heads(4, 4).seq(7, 200).attrs(|a| a.alibi = true));
+    v.push(Spec::new("fwd_dropout", Bf16).seq(65, 200).attrs(|a| a.dropout = Some(0.2)));
+    v.push(Spec::new("fwd_dropout_seed_tensors", F16).seq(130, 33).seed_tensors().attrs(|a| a.dropout = Some(0.5)));
+    v.push(Spec::new("fwd_dropout_zero", Bf16).seq(7, 33).attrs(|a| a.dropout = Some(0.0)));
+    // GQA, MQA, decode.
+    v.push(Spec::new("fwd_gqa", Bf16).heads(8, 2).seq(65, 200));
+    v.push(Spec::new("fwd_mqa", F16).heads(4, 1).seq(130, 33).dims(128, 128));
+    v.push(Spec::new("fwd_decode_gqa", Bf16).heads(8, 2).seq(1, 200).dims(128, 128).attrs(|a| a.causal = Some(BottomRight)));
+    v.push(Spec::new("fwd_decode_padding", F16).b(3).heads(4, 2).seq(1, 200).padding(30));
+    // Paged K/V.
+    v.push(Spec::new("fwd_paged", Bf16).heads(4, 2).seq(65, 192).paged(32, 6));
+    v.push(Spec::new("fwd_paged_padding_decode", F16).b(3).heads(4, 2).seq(1, 200).paged(8, 25).padding(9).attrs(|a| a.causal = Some(BottomRight)));
+    v.push(Spec::new("fwd_paged_bshd", Bf16).layout(Layout::Bshd).heads(2, 2).seq(7, 48).paged(16, 5));
+    // Everything at once.
+    let all = |a: &mut SdpaAttrs| {
+        a.causal = Some(BottomRight);
+        a.sliding_window_left = Some(50);
+        a.alibi = true;
+        a.dropout = Some(0.25);
+        a.attn_scale = Some(0.2);
+    };
+    v.push(Spec::new("fwd_all", F16).heads(6, 2).seq(65, 200).padding(20).bias([1, 6, 65, 200]).attrs(all));
+    v.push(Spec::new("fwd_all_bshd", Bf16).layout(Layout::Bshd).heads(4, 2).seq(130, 33).padding(3).bias([2, 1, 130, 33]).attrs(all));
+    v
+}
+
+fn backward() -> Vec<Spec> {
+    use Bwd::{Alone, Chained};
+    use CausalAlignment::{BottomRight, TopLeft};
+    use DataType::{Bf16, F16};
+    let mut v = Vec::new();
+    // Head dims (two column chunks above 128), both types, partial tiles.
+    for (d, s_q, s_kv, dt, how) in [
+        (32, 7, 200, Bf16, Alone),
+        (64, 65, 200, Bf16, Alone),
+        (96, 130, 33, Bf16, Chained),
+        (128, 130, 33, F16, Chained),
+        (128, 65, 200, Bf16, Alone),
+        (160, 65, 33, Bf16, Alone),
+        (192, 7, 200, F16, Alone),
+        (256, 65, 33, Bf16, Chained),
+    ] {
+        v.push(Spec::new(&format!("bwd_d{d}_sq{s_q}_skv{s_kv}"), dt).dims(d, d).seq(s_q, s_kv).bwd(how));
+    }
+    v.push(Spec::new("bwd_d64_dv128", Bf16).dims(64, 128).seq(65, 33).bwd(Alone));
+    v.push(Spec::new("bwd_d256_dv64", F16).dims(256, 64).seq(7, 200).b(1).bwd(Alone));
+    v.push(Spec::new("bwd_skv1", Bf16).seq(65, 1).bwd(Alone));
+    // Layouts, stats in f32.
+    v.push(Spec::new("bwd_bshd", Bf16).layout(Layout::Bshd).seq(130, 200).attrs(|a| a.attn_scale = Some(0.3)).bwd(Chained));
+    v.push(Spec::new("bwd_gaps", F16).layout(Layout::Gaps).seq(65, 33).bwd(Alone));
+    v.push(Spec::new("bwd_odd_strides", Bf16).layout(Layout::Odd).dims(64, 32).seq(65, 33).bwd(Chained));
+    v.push(Spec::new("bwd_stats_f32", Bf16).seq(130, 200).stats_f32().bwd(Chained));
+    // Masks.
+    v.push(Spec::new("bwd_causal_tl", Bf16).seq(130, 130).attrs(|a| a.causal = Some(TopLeft)).bwd(Chained));
+    v.push(Spec::new("bwd_causal_tl_d128", F16).seq(130, 200).dims(128, 128).attrs(|a| a.causal = Some(TopLeft)).bwd(Chained));
+    v.push(Spec::new("bwd_causal_br_empty_rows", Bf16).seq(130, 33).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    v.push(Spec::new("bwd_causal_br", F16).seq(65, 200).attrs(|a| a.causal = Some(BottomRight)).bwd(Chained));
+    v.push(
+        Spec::new("bwd_window", Bf16)
+            .seq(130, 200)
+            .attrs(|a| {
+                a.sliding_window_left = Some(40);
+                a.sliding_window_right = Some(9);
+            })
+            .bwd(Chained),
+    );
+    v.push(Spec::new("bwd_padding_long", F16).b(3).seq(130, 200).padding(40).bwd(Chained));
+    v.push(Spec::new("bwd_padding_causal_br", Bf16).b(3).seq(65, 200).padding(30).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    // Bias: dbias straight from dS, summed over batch or heads, and a row-broadcast bias (falls back).
+    v.push(Spec::new("bwd_bias_full", Bf16).seq(65, 200).bias([2, 2, 65, 200]).bwd(Alone));
+    v.push(Spec::new("bwd_bias_1_h_q_k", F16).seq(65, 33).bias([1, 2, 65, 33]).bwd(Chained));
+    v.push(Spec::new("bwd_bias_b_1_q_k_gqa", Bf16).heads(4, 2).seq(130, 33).bias([2, 1, 130, 33]).attrs(|a| a.causal = Some(TopLeft)).bwd(Alone));
+    v.push(Spec::new("bwd_bias_1_1_q_k", Bf16).seq(7, 200).bias([1, 1, 7, 200]).bwd(Alone));
+    v.push(Spec::new("bwd_bias_1_1_1_1_fallback", Bf16).seq(7, 33).bias([1, 1, 1, 1]).bwd(Alone));
+    // ALiBi, dropout.
+    v.push(Spec::new("bwd_alibi_h6", Bf16).heads(6, 6).seq(65, 33).attrs(|a| a.alibi = true).bwd(Chained));
+    v.push(Spec::new("bwd_dropout", Bf16).seq(65, 200).attrs(|a| a.dropout = Some(0.2)).bwd(Chained));
+    v.push(Spec::new("bwd_dropout_seed_tensors", F16).seq(130, 33).seed_tensors().attrs(|a| a.dropout = Some(0.5)).bwd(Alone));
+    // GQA, MQA, decode, paged (falls back).
+    v.push(Spec::new("bwd_gqa", Bf16).heads(8, 2).seq(65, 200).bwd(Chained));
+    v.push(Spec::new("bwd_mqa", F16).heads(4, 1).seq(130, 33).dims(128, 128).bwd(Alone));
+    v.push(Spec::new("bwd_decode_gqa", Bf16).heads(8, 2).seq(1, 200).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    v.push(Spec::new("bwd_paged_fallback", Bf16).heads(4, 2).seq(65, 192).paged(32, 6).bwd(Alone));
+    // Everything at once.
+    let all = |a: &mut SdpaAttrs| {
+        a.causal = Some(BottomRight);
+        a.sliding_window_left = Some(50);
+        a.alibi = true;
+        a.dropout = Some(0.25);
+        a.attn_scale = Some(0.2);
+    };
+    v.push(Spec::new("bwd_all", F16).heads(6, 2).seq(65, 200).padding(20).bias([1, 6, 65, 200]).attrs(all).bwd(Chained));
+    v.push(Spec::new("bwd_all_bshd", Bf16).layout(Layout::Bshd).heads(4, 2).seq(130, 33).padding(3).bias([2, 1, 130, 33]).attrs(all).bwd(Alone));
+    v
+}
+
+pub(super) fn cases() -> Vec<Case> {
+    forward().iter().chain(&backward()).map(build).collect()
+}
