@@ -41,12 +41,12 @@ use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
 
 /// A specialized unit for node `ni`, or None when no fast kernel applies.
-pub fn unit(graph: &Graph, ni: usize, _target: &Target) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     let node = &graph.nodes[ni];
     if graph.compute_type(node) == DataType::F64 {
         return Ok(None);
     }
-    let g = Gen { graph, node, ni };
+    let g = Gen { graph, node, ni, sms: target.sm_count.max(1) as i64 };
     let kernels = match &node.op {
         Op::Layernorm(a) => g.norm_forward(a.epsilon, false),
         Op::Rmsnorm(a) => g.norm_forward(a.epsilon, true),
@@ -384,6 +384,8 @@ struct Gen<'a> {
     graph: &'a Graph,
     node: &'a Node,
     ni: usize,
+    /// SMs of the target (for one-wave and persistent grids).
+    sms: i64,
 }
 
 impl Gen<'_> {
@@ -640,7 +642,7 @@ impl Gen<'_> {
         let pre = 2 * raw <= BLOCK_NORM_DATA_REGS;
         let keep = raw + if pre { raw } else { 0 } + e * ps / 4 <= BLOCK_NORM_DATA_REGS;
         let per_sm = block_norm_per_sm(bs);
-        let slots = 132 * per_sm as i64;
+        let slots = self.sms * per_sm as i64;
         // At least 3 rows per block (when there are that many): the prefetch and the reuse of
         // the reduction buffers run even on small problems (and in the check cases).
         let per_block = ((rows + slots - 1) / slots).max(3);
@@ -1216,10 +1218,10 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
         let it = self.rows(inv, 1, 1, false)?;
         let db = dbt.is_some();
 
-        // Blocks: one wave of about 512 threads per SM of an H100 (132 SMs; the launch bounds
-        // keep that many resident), at least 8 rows each.
+        // Blocks: one wave of about 512 threads per SM of the target (the launch bounds keep
+        // that many resident), at least 8 rows each.
         let per_sm = (512 / bs).max(1);
-        let blocks = (132 * per_sm as i64).min((rows + 7) / 8).max(1);
+        let blocks = (self.sms * per_sm as i64).min((rows + 7) / 8).max(1);
         let part_bytes = (blocks * h) as usize * 4;
 
         let mut sig = Sig::default();

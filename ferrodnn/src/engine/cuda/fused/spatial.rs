@@ -29,9 +29,9 @@ use crate::graph::ops::resample::{ResampleAttrs, ResampleMode};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
 
-/// Blocks the batchnorm launches aim for: 4 blocks of ~256 threads per SM of an H100 (132
-/// SMs), one wave; every thread keeps several 16-byte loads in flight.
-const BN_BLOCKS: i64 = 132 * 4;
+/// Blocks per SM the batchnorm launches aim for: 4 blocks of ~256 threads per SM (of the
+/// target's SM count), one wave; every thread keeps several 16-byte loads in flight.
+const BN_BLOCKS_PER_SM: i64 = 4;
 /// Threads per batchnorm block (rounded down to a multiple of the vectors per row).
 const BN_THREADS: i64 = 256;
 /// Loads in flight per thread in the batchnorm loops.
@@ -40,13 +40,14 @@ const UNROLL: i64 = 4;
 const POOL_THREADS: u32 = 256;
 
 /// A specialized unit for node `ni`, or None when no fast kernel applies.
-pub fn unit(graph: &Graph, ni: usize, _target: &Target) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     let node = &graph.nodes[ni];
+    let sms = target.sm_count.max(1) as i64;
     let kernels = match &node.op {
-        Op::Batchnorm(a) => batchnorm(graph, ni, node, a),
+        Op::Batchnorm(a) => batchnorm(graph, ni, node, a, sms),
         Op::Resample(a) => pooling(graph, ni, node, a),
-        Op::BatchnormInference(_) => bn_inference(graph, ni, node),
-        Op::Genstats(_) => genstats(graph, ni, node),
+        Op::BatchnormInference(_) => bn_inference(graph, ni, node, sms),
+        Op::Genstats(_) => genstats(graph, ni, node, sms),
         _ => None,
     };
     Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect(), unaligned: None }))
@@ -185,12 +186,12 @@ struct StatsGeom {
 }
 
 impl StatsGeom {
-    fn new(c: i64, vec: i64, positions: i64) -> StatsGeom {
+    fn new(c: i64, vec: i64, positions: i64, sms: i64) -> StatsGeom {
         let cv = c / vec;
         let lanes = cv.min(BN_THREADS);
         let rows = (BN_THREADS / lanes).max(1);
         let block = lanes * rows;
-        let want = BN_BLOCKS.min(ceil_div(positions, rows * UNROLL)).max(1);
+        let want = (sms * BN_BLOCKS_PER_SM).min(ceil_div(positions, rows * UNROLL)).max(1);
         let slab = ceil_div(positions, want);
         let blocks = ceil_div(positions, slab);
         StatsGeom { c, cv, lanes, rows, block, positions, slab, blocks }
@@ -275,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) {stats_entry}(const void*
 // Batchnorm
 // ----------------------------------------------------------------------------------------------
 
-fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs) -> Option<NodeKernels> {
+fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms: i64) -> Option<NodeKernels> {
     if !peer_ports(node).ok()?.is_empty() {
         return None;
     }
@@ -321,7 +322,7 @@ fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs) -> Optio
             chans.push(chan(t)?);
         }
     }
-    let g = StatsGeom::new(c, vec, positions);
+    let g = StatsGeom::new(c, vec, positions, sms);
     let (block, blocks) = (g.block, g.blocks);
     let defs = g.defs(&helpers);
     let stats_entry = entry_name(ni, "bn_nhwc_stats");
@@ -489,7 +490,7 @@ fn row_major(dims: &[i64], strides: &[i64]) -> bool {
 
 /// y = (x - mean) * inv_variance * scale + bias for NHWC-packed (16-byte vectors of channels)
 /// or NCHW-packed (each (n, c) plane contiguous) x and y.
-fn bn_inference(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
+fn bn_inference(graph: &Graph, ni: usize, node: &Node, sms: i64) -> Option<NodeKernels> {
     let x = node.input("x")?;
     let y = node.output("y")?;
     let ports = [node.input("scale")?, node.input("bias")?, node.input("mean")?, node.input("inv_variance")?];
@@ -528,7 +529,7 @@ fn bn_inference(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
         // NHWC: threads own one vector of channels (coefficients in registers) and walk
         // the positions of a slab.
         let positions = total / c;
-        let g = StatsGeom::new(c, vec, positions);
+        let g = StatsGeom::new(c, vec, positions, sms);
         let defs = g.defs(&helpers);
         let entry = entry_name(ni, "bn_infer_nhwc");
         let source = format!(
@@ -622,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(256) {entry}({params}) {{
 
 /// Per-channel sum and sum of squares of NHWC-packed x: the batchnorm statistics pass, then
 /// a deterministic finalize (f64, fixed order) that undoes the shift.
-fn genstats(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
+fn genstats(graph: &Graph, ni: usize, node: &Node, sms: i64) -> Option<NodeKernels> {
     let x = node.input("x")?;
     let sum = node.output("sum")?;
     let sq = node.output("sq_sum")?;
@@ -641,7 +642,7 @@ fn genstats(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
     let (ss, st) = chan_of(graph, sum, rank, c)?;
     let (qs, qt) = chan_of(graph, sq, rank, c)?;
     let positions = xd.element_count() / c;
-    let g = StatsGeom::new(c, vec, positions);
+    let g = StatsGeom::new(c, vec, positions, sms);
     let defs = g.defs(&helpers);
     let stats_entry = entry_name(ni, "genstats_nhwc_stats");
     let stats = stats_source(&defs, &stats_entry);
