@@ -1120,7 +1120,7 @@ fn chan_stats(defs: &str, entry: &str, extra: &str, dy: bool, setup: &str, accum
     let d = dy_parts(dy);
     super::rows::fill(
         r#"@defs@
-extern "C" __global__ void __launch_bounds__(BLOCK, 4) @entry@(const void* xv@dyp@@extra@, float* part) {
+extern "C" __global__ void __launch_bounds__(BLOCK, @minb@) @entry@(const void* xv@dyp@@extra@, float* part) {
     const XT* x = (const XT*)xv;
 @dyd@    const bool al = ((unsigned long long)x & 15) == 0@dyal@;
     const int lane = threadIdx.x % LANES, r = threadIdx.x / LANES;
@@ -1179,6 +1179,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) @entry@(const void* xv@dy
         &[
             ("defs", defs.into()),
             ("entry", entry.into()),
+            ("minb", if dy { "2" } else { "4" }.into()),
             ("dyp", d.param.into()),
             ("extra", extra.into()),
             ("dyd", d.decl.into()),
@@ -1245,7 +1246,7 @@ fn chan_apply(defs: &str, entry: &str, dy: bool, nco: usize, formula: &str) -> S
     super::rows::fill(
         r#"@defs@
 #define NCO @nco@
-extern "C" __global__ void __launch_bounds__(BLOCK, 4) @entry@(const void* xv@dyp@, const float* co, void* yv) {
+extern "C" __global__ void __launch_bounds__(BLOCK, @minb@) @entry@(const void* xv@dyp@, const float* co, void* yv) {
     const XT* x = (const XT*)xv;
 @dyd@    YT* y = (YT*)yv;
     const bool al = ((unsigned long long)x & 15) == 0@dyal@ && ((unsigned long long)y & (YAL - 1)) == 0;
@@ -1288,6 +1289,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) @entry@(const void* xv@dy
             ("defs", defs.into()),
             ("nco", nco.to_string()),
             ("entry", entry.into()),
+            ("minb", if dy { "2" } else { "4" }.into()),
             ("dyp", d.param.into()),
             ("dyd", d.decl.into()),
             ("dyal", d.align.into()),
@@ -1525,7 +1527,8 @@ fn strided(source: String, entry: String, threads: i64, args: Vec<Arg>) -> Launc
 /// (per (n, c) over the spatial axes; `groups` N): dx, dscale, dbias. NHWC: the statistics
 /// pass sums dy and dy * xhat per (group, channel) from x and dy, the finalize writes dscale
 /// and dbias (summed over the groups in order) and the coefficients of dx, the apply pass
-/// computes `dx = inv * scale * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n)`. NCHW
+/// computes `dx = inv * scale * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n)` as
+/// `A * dy + B * (x - mean) + Cs` (A, B, Cs per (group, channel), in f64). NCHW
 /// (batchnorm only; instancenorm NCHW is a row kernel): the same three passes over planes.
 fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64) -> Option<NodeKernels> {
     let dy = node.input("dy")?;
@@ -1555,7 +1558,7 @@ fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64
     let total = xd.element_count();
     let what = if instance { "in" } else { "bn" };
     let per_group = format!(
-        "            const double mnv = {lm}, ivv = {li}, scv = {ls};\n            co[((i64)0 * G_ + g) * C_ + c] = (float)mnv;\n            co[((i64)1 * G_ + g) * C_ + c] = (float)ivv;\n            co[((i64)2 * G_ + g) * C_ + c] = (float)(ivv * scv);\n            co[((i64)3 * G_ + g) * C_ + c] = (float)(s / n);\n            co[((i64)4 * G_ + g) * C_ + c] = (float)(q / n);\n            a0 += q;\n            a1 += s;",
+        "            const double mnv = {lm}, ivv = {li}, scv = {ls};\n            const double ca = ivv * scv;\n            co[((i64)0 * G_ + g) * C_ + c] = (float)mnv;\n            co[((i64)1 * G_ + g) * C_ + c] = (float)ca;\n            co[((i64)2 * G_ + g) * C_ + c] = (float)(-ca * ivv * (q / n));\n            co[((i64)3 * G_ + g) * C_ + c] = (float)(-ca * (s / n));\n            a0 += q;\n            a1 += s;",
         lm = mn.ld("mn", "g", "c"),
         li = iv.ld("iv", "g", "c"),
         ls = sc.ld("sc", "0", "c"),
@@ -1578,8 +1581,8 @@ fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64
         let accum = "                        const float xh = (f[k] - M[k]) * R[k];\n                        s[k] += d[k];\n                        q[k] = fmaf(d[k], xh, q[k]);";
         let stats = chan_stats(&defs, &stats_entry, ", const void* mn, const void* iv", true, &setup, accum);
         let fin = chan_finalize(&defs, &fin_entry, fin_params, &per_group, &per_channel);
-        let apply = chan_apply(&defs, &apply_entry, true, 5, "cf[2][k] * (d[k] - cf[3][k] - (f[k] - cf[0][k]) * cf[1][k] * cf[4][k])");
-        let scratch = vec![(2 * geom.grid() * c * 4) as usize, (5 * groups * c * 4) as usize];
+        let apply = chan_apply(&defs, &apply_entry, true, 4, "fmaf(cf[1][k], d[k], fmaf(cf[2][k], f[k] - cf[0][k], cf[3][k]))");
+        let scratch = vec![(2 * geom.grid() * c * 4) as usize, (4 * groups * c * 4) as usize];
         return Some(NodeKernels {
             launches: vec![
                 exact(stats, stats_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Ptr(mean), Arg::Ptr(inv), Arg::Scratch(0)]),
@@ -1599,8 +1602,8 @@ fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64
     let accum = "                        const float xh = (f - M) * R;\n                        s += d;\n                        q = fmaf(d, xh, q);";
     let stats = plane_stats(&defs, &geom, &stats_entry, ", const void* mn, const void* iv", true, &setup, accum);
     let fin = chan_finalize(&defs, &fin_entry, fin_params, &per_group, &per_channel);
-    let apply = plane_apply(&defs, &geom, &apply_entry, true, 5, "cf[2] * (d - cf[3] - (f - cf[0]) * cf[1] * cf[4])");
-    let scratch = vec![(2 * n0 * c * 4) as usize, (5 * c * 4) as usize];
+    let apply = plane_apply(&defs, &geom, &apply_entry, true, 4, "fmaf(cf[1], d, fmaf(cf[2], f - cf[0], cf[3]))");
+    let scratch = vec![(2 * n0 * c * 4) as usize, (4 * c * 4) as usize];
     Some(NodeKernels {
         launches: vec![
             exact(stats, stats_entry, geom.stats_grid(sms), 256, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Ptr(mean), Arg::Ptr(inv), Arg::Scratch(0)]),
