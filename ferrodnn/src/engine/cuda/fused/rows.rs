@@ -3,7 +3,10 @@
 //! backward (`dx`, `dscale`, `dbias`); softmax and log-softmax backward (`y`, `dy` -> `dx`, rows
 //! of at most 16384 elements) and adalayernorm forward (over the last axis; scale and bias
 //! `[B or 1, S or 1..., D]`, the row's offset into them from its outer index), both in the
-//! forward kernels' lane-team / block-per-row scheme.
+//! forward kernels' lane-team / block-per-row scheme. Also: instancenorm forward and backward
+//! with packed spatial axes (a row per (n, c)), adalayernorm backward (the norm backward with
+//! rows grouped by scale row), and the prologue fusion of a pointwise chain (add, sub, mul of
+//! full-size tensors) into layernorm / rmsnorm ([`prologue_groups`], [`prologue_unit`]).
 //!
 //! What they accept (anything else returns `None` and runs on the fallback):
 //! - f32, f16 and bf16 tensors (any mix); nothing f64, and no node computing in f64;

@@ -1,5 +1,9 @@
 //! Fast batchnorm (training forward) and 2D pooling (forward) kernels for channels-last
-//! (NHWC-packed) tensors.
+//! (NHWC-packed) tensors; below them (sections "Channel statistics" and "Pooling backward"):
+//! batchnorm backward (NHWC and NCHW), batchnorm training forward and genstats on NCHW
+//! (planes), instancenorm forward and backward on NHWC (statistics per image and channel),
+//! bn_finalize, and NHWC 2D max and average pooling backward. All statistics are deterministic
+//! (per-block partials to scratch, summed in f64 in a fixed order by a finalize launch).
 //!
 //! Both see x as rows of C contiguous channels (one row per position) and move 16 bytes of
 //! channels at a time (8 f16/bf16 or 4 f32: a "vector"); C times the element size must be a
