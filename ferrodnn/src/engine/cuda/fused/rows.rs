@@ -3,7 +3,10 @@
 //! backward (`dx`, `dscale`, `dbias`); softmax and log-softmax backward (`y`, `dy` -> `dx`, rows
 //! of at most 16384 elements) and adalayernorm forward (over the last axis; scale and bias
 //! `[B or 1, S or 1..., D]`, the row's offset into them from its outer index), both in the
-//! forward kernels' lane-team / block-per-row scheme.
+//! forward kernels' lane-team / block-per-row scheme. Also: instancenorm forward and backward
+//! with packed spatial axes (a row per (n, c)), adalayernorm backward (the norm backward with
+//! rows grouped by scale row), and the prologue fusion of a pointwise chain (add, sub, mul of
+//! full-size tensors) into layernorm / rmsnorm ([`prologue_groups`], [`prologue_unit`]).
 //!
 //! What they accept (anything else returns `None` and runs on the fallback):
 //! - f32, f16 and bf16 tensors (any mix); nothing f64, and no node computing in f64;
@@ -39,20 +42,24 @@ use crate::engine::cuda::fallback::{entry_name, Arg, Launch, NodeKernels};
 use crate::error::Result;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
+use std::collections::HashMap;
 
 /// A specialized unit for node `ni`, or None when no fast kernel applies.
-pub fn unit(graph: &Graph, ni: usize, _target: &Target) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     let node = &graph.nodes[ni];
     if graph.compute_type(node) == DataType::F64 {
         return Ok(None);
     }
-    let g = Gen { graph, node, ni };
+    let g = Gen { graph, node, ni, sms: target.sm_count.max(1) as i64 };
     let kernels = match &node.op {
         Op::Layernorm(a) => g.norm_forward(a.epsilon, false),
         Op::Rmsnorm(a) => g.norm_forward(a.epsilon, true),
         Op::Softmax(a) => g.softmax(a.axis, a.log),
-        Op::LayernormBackward(_) => g.norm_backward(false),
-        Op::RmsnormBackward(_) => g.norm_backward(true),
+        Op::LayernormBackward(_) => g.norm_backward(false, false),
+        Op::RmsnormBackward(_) => g.norm_backward(true, false),
+        Op::AdalayernormBackward(_) => g.norm_backward(false, true),
+        Op::Instancenorm(a) => g.instancenorm(a.epsilon),
+        Op::InstancenormBackward(_) => g.instancenorm_backward(),
         Op::SoftmaxBackward(a) => g.softmax_backward(a.axis, a.log),
         Op::Adalayernorm(a) => g.adalayernorm(a.epsilon),
         _ => None,
@@ -275,7 +282,7 @@ impl Sig {
 }
 
 /// Replace each `@key@` of a template.
-fn fill(template: &str, subs: &[(&str, String)]) -> String {
+pub(super) fn fill(template: &str, subs: &[(&str, String)]) -> String {
     let mut s = template.to_string();
     for (k, v) in subs {
         s = s.replace(&format!("@{k}@"), v);
@@ -384,6 +391,8 @@ struct Gen<'a> {
     graph: &'a Graph,
     node: &'a Node,
     ni: usize,
+    /// SMs of the target (for one-wave and persistent grids).
+    sms: i64,
 }
 
 impl Gen<'_> {
@@ -640,7 +649,7 @@ impl Gen<'_> {
         let pre = 2 * raw <= BLOCK_NORM_DATA_REGS;
         let keep = raw + if pre { raw } else { 0 } + e * ps / 4 <= BLOCK_NORM_DATA_REGS;
         let per_sm = block_norm_per_sm(bs);
-        let slots = 132 * per_sm as i64;
+        let slots = self.sms * per_sm as i64;
         // At least 3 rows per block (when there are that many): the prefetch and the reuse of
         // the reduction buffers run even on small problems (and in the check cases).
         let per_block = ((rows + slots - 1) / slots).max(3);
@@ -1158,7 +1167,7 @@ impl Gen<'_> {
     fn kernel(&self, entry: &str, sig: &Sig, (bs, min_blocks): (u32, u32), ints: &[(&str, i64)], h: i64, eps: &str, decl: &str, al: &str, k: usize, body: &str) -> String {
         let mut consts = String::new();
         for (name, value) in ints {
-            let ty = if *name == "N" { "i64" } else { "int" };
+            let ty = if *name == "N" || *name == "RG" { "i64" } else { "int" };
             consts += &format!("    constexpr {ty} {name} = {value};\n");
         }
         format!(
@@ -1178,7 +1187,12 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
     }
 
     /// layernorm (`rms` false) and rmsnorm backward: dx, then dscale and dbias from partials.
-    fn norm_backward(&self, rms: bool) -> Option<NodeKernels> {
+    ///
+    /// With `ada` (adalayernorm backward): rows over x's last axis; scale, dscale and dbias
+    /// `[G..., 1..., D]` packed (full leading axes, then ones), so the rows sharing a scale row
+    /// are G groups of consecutive rows; each block takes rows of one group (BPG blocks per
+    /// group) and the finalize sums each group's partials into its row of dscale and dbias.
+    fn norm_backward(&self, rms: bool, ada: bool) -> Option<NodeKernels> {
         let n = self.node;
         let dy = n.input("dy")?;
         let x = n.input("x")?;
@@ -1195,31 +1209,61 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
         if xd.len() < 2 || self.dims(dy) != xd.as_slice() || self.dims(dx) != xd.as_slice() {
             return None;
         }
-        let rows: i64 = xd[0];
-        let h: i64 = xd[1..].iter().product();
+        // Rows over the axes before `first`; scale rows shared by groups of `rg` rows.
+        let first = if ada { xd.len() - 1 } else { 1 };
+        let rows: i64 = xd[..first].iter().product();
+        let h: i64 = xd[first..].iter().product();
         let v = vec_width(self.dt(x), h);
         let c = h / v;
         let (bs, cpt, rpi) = backward_team(c, v, if dbias.is_some() { 2 } else { 1 }, (self.dt(x).size() + self.dt(dy).size()) as i64)?;
-        let xt = self.rows(x, 1, v, true)?;
-        let dyt = self.rows(dy, 1, v, true)?;
-        let dxt = self.rows(dx, 1, v, true)?;
-        let st = self.param(scale, &xd, v)?;
-        let dst = self.param(dscale, &xd, 1)?;
-        let dbt = match dbias {
-            Some(b) => Some(self.param(b, &xd, 1)?),
-            None => None,
+        let xt = self.rows(x, first, v, true)?;
+        let dyt = self.rows(dy, first, v, true)?;
+        let dxt = self.rows(dx, first, v, true)?;
+        let (groups, st, dst, dbt) = if ada {
+            let sd = self.dims(scale).to_vec();
+            if sd.len() != xd.len() || sd[first] != h {
+                return None;
+            }
+            let k = (0..first).take_while(|&a| sd[a] == xd[a]).count();
+            if sd[k..first].iter().any(|&d| d != 1) {
+                return None;
+            }
+            let groups: i64 = xd[..k].iter().product();
+            let grouped = |id: TensorId, v: i64| -> Option<RowT> {
+                let d = self.graph.desc(id);
+                if d.dims != sd || !packed_row_major(&d.dims, &d.strides) {
+                    return None;
+                }
+                self.rows(id, first, v, true)
+            };
+            let dbt = match dbias {
+                Some(b) => Some(grouped(b, 1)?),
+                None => None,
+            };
+            (groups, grouped(scale, v)?, grouped(dscale, 1)?, dbt)
+        } else {
+            let dbt = match dbias {
+                Some(b) => Some(self.param(b, &xd, 1)?),
+                None => None,
+            };
+            (1, self.param(scale, &xd, v)?, self.param(dscale, &xd, 1)?, dbt)
         };
+        let rg = rows / groups;
         let mt = match mean {
-            Some(m) => Some(self.rows(m, 1, 1, false)?),
+            Some(m) => Some(self.rows(m, first, 1, false)?),
             None => None,
         };
-        let it = self.rows(inv, 1, 1, false)?;
+        let it = self.rows(inv, first, 1, false)?;
         let db = dbt.is_some();
 
-        // Blocks: one wave of about 512 threads per SM of an H100 (132 SMs; the launch bounds
-        // keep that many resident), at least 8 rows each.
+        // Blocks: one wave of about 512 threads per SM of the target (the launch bounds keep
+        // that many resident), at least 8 rows each; BPG blocks per group of rows.
         let per_sm = (512 / bs).max(1);
-        let blocks = (132 * per_sm as i64).min((rows + 7) / 8).max(1);
+        let bpg = ((self.sms * per_sm as i64 + groups - 1) / groups).min((rg + 7) / 8).max(1);
+        let blocks = groups * bpg;
+        if blocks > i32::MAX as i64 || groups > 65535 {
+            return None;
+        }
         let part_bytes = (blocks * h) as usize * 4;
 
         let mut sig = Sig::default();
@@ -1271,11 +1315,17 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
     FrRaw<@tx@, V> rx[RPI][CPT];
     FrRaw<@tdy@, V> rd[RPI][CPT];
     float pmu[RPI], prs[RPI];
+    // This block's group of rows [gb, rend) and the group's row of scale (at so).
+    const i64 gb = (i64)(blockIdx.x / BPG) * RG;
+    const i64 rend = gb + RG;
+    const i64 so = (i64)(blockIdx.x / BPG) * ((i64)C * V);
+    const i64 rfirst = gb + (i64)(blockIdx.x % BPG) * RPI;
+    (void)so;
     auto fetch = [&](i64 r0) {
 #pragma unroll
         for (int j = 0; j < RPI; ++j) {
             const i64 r = r0 + j;
-            const bool ok = r < N;
+            const bool ok = r < rend;
             const i64 xo = @offx@, dyo = @offdy@;
             pmu[j] = ok ? @load_mean@ : 0.0f;
             prs[j] = ok ? fr_tof(iv[@offi@]) : 0.0f;
@@ -1292,9 +1342,9 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
             }
         }
     };
-    const i64 step = (i64)gridDim.x * RPI;
-    if ((i64)blockIdx.x * RPI < N) fetch((i64)blockIdx.x * RPI);
-    for (i64 r0 = (i64)blockIdx.x * RPI; r0 < N; r0 += step) {
+    const i64 step = (i64)BPG * RPI;
+    if (rfirst < rend) fetch(rfirst);
+    for (i64 r0 = rfirst; r0 < rend; r0 += step) {
         float xv[RPI][CPT][V], gv[RPI][CPT][V], mu[RPI], rs[RPI];
 #pragma unroll
         for (int j = 0; j < RPI; ++j) {
@@ -1306,7 +1356,7 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
                 fr_cvt(rd[j][k], gv[j][k]);
             }
         }
-        if (r0 + step < N) fetch(r0 + step);
+        if (r0 + step < rend) fetch(r0 + step);
         // Per row j: t[2j] = sum(dy * scale), t[2j + 1] = sum(dy * scale * xhat).
         float t[2 * RPI];
 #pragma unroll
@@ -1316,7 +1366,7 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
             const int c = lt + k * BS;
             if (c < C) {
                 float s[V];
-                fr_ld<@tsc@, V>(sc + (i64)c * V, s, al);
+                fr_ld<@tsc@, V>(sc + so + (i64)c * V, s, al);
 #pragma unroll
                 for (int j = 0; j < RPI; ++j) {
 #pragma unroll
@@ -1337,7 +1387,7 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
 #pragma unroll
         for (int j = 0; j < RPI; ++j) {
             const i64 r = r0 + j;
-            if (r < N) {
+            if (r < rend) {
                 const i64 dxo = @offdx@;
                 const float mg = @mg@;
                 const float mgx = t[2 * j + 1] / HF;
@@ -1382,8 +1432,25 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
                 ("store_b", store_b.into()),
             ],
         );
-        let entry1 = self.entry(if rms { "rmsnorm_bwd_rows" } else { "layernorm_bwd_rows" });
-        let source1 = self.kernel(&entry1, &sig, (bs, per_sm), &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("BS", bs as i64)], h, "0.0f", &decl, &al, 2 * rpi as usize, &body);
+        let entry1 = self.entry(if ada {
+            "adalayernorm_bwd_rows"
+        } else if rms {
+            "rmsnorm_bwd_rows"
+        } else {
+            "layernorm_bwd_rows"
+        });
+        let source1 = self.kernel(
+            &entry1,
+            &sig,
+            (bs, per_sm),
+            &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("BS", bs as i64), ("BPG", bpg), ("RG", rg)],
+            h,
+            "0.0f",
+            &decl,
+            &al,
+            2 * rpi as usize,
+            &body,
+        );
         let grid = blocks as u32;
         let launch1 =
             Launch { source: source1, entry: entry1, threads: grid as u64 * bs as u64, block: bs, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args: sig.args, cluster: None };
@@ -1402,16 +1469,22 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
                 decl2 += &format!("    {t}* db = ({t}*)dbp;\n", t = b.ty);
                 (
                     "    float b = 0.0f;\n",
-                    "            b += pb[(i64)p * H + col];\n",
+                    "            b += pb[gofs + (i64)p * H + col];\n",
                     "    __shared__ float sb[FS][33];\n    sb[s][l] = b;\n",
                     "        float tb = sb[0][l];\n",
                     "            tb += sb[i][l];\n",
-                    "        fr_fromf(tb, db[col]);\n",
+                    "        fr_fromf(tb, db[(i64)blockIdx.y * H + col]);\n",
                 )
             }
             None => ("", "", "", "", "", ""),
         };
-        let entry2 = self.entry(if rms { "rmsnorm_bwd_params" } else { "layernorm_bwd_params" });
+        let entry2 = self.entry(if ada {
+            "adalayernorm_bwd_params"
+        } else if rms {
+            "rmsnorm_bwd_params"
+        } else {
+            "layernorm_bwd_params"
+        });
         let source2 = fill(
             r#"@helpers@
 extern "C" __global__ void __launch_bounds__(@threads@) @entry@(@params@) {
@@ -1420,11 +1493,13 @@ extern "C" __global__ void __launch_bounds__(@threads@) @entry@(@params@) {
 @decl@    __shared__ float sa[FS][33];
     const int l = threadIdx.x & 31, s = threadIdx.x >> 5;
     const i64 col = (i64)blockIdx.x * 32 + l;
+    // This group's partials (blocks blockIdx.y * P ...).
+    const i64 gofs = (i64)blockIdx.y * P * H;
     float a = 0.0f;
 @zero_b@    if (col < H) {
 #pragma unroll 8
         for (int p = s; p < P; p += FS) {
-            a += pa[(i64)p * H + col];
+            a += pa[gofs + (i64)p * H + col];
 @sum_b@        }
     }
     sa[s][l] = a;
@@ -1434,7 +1509,7 @@ extern "C" __global__ void __launch_bounds__(@threads@) @entry@(@params@) {
 @init_b@        for (int i = 1; i < FS; ++i) {
             ta += sa[i][l];
 @fold_b@        }
-        fr_fromf(ta, ds[col]);
+        fr_fromf(ta, ds[(i64)blockIdx.y * H + col]);
 @store_b@    }
 }
 "#,
@@ -1444,7 +1519,7 @@ extern "C" __global__ void __launch_bounds__(@threads@) @entry@(@params@) {
                 ("entry", entry2.clone()),
                 ("params", sig2.list()),
                 ("h", h.to_string()),
-                ("p", blocks.to_string()),
+                ("p", bpg.to_string()),
                 ("fs", FIN_SLICES.to_string()),
                 ("decl", decl2),
                 ("zero_b", zero_b.into()),
@@ -1459,9 +1534,9 @@ extern "C" __global__ void __launch_bounds__(@threads@) @entry@(@params@) {
         let launch2 = Launch {
             source: source2,
             entry: entry2,
-            threads: grid2 as u64 * 32 * FIN_SLICES as u64,
+            threads: grid2 as u64 * groups as u64 * 32 * FIN_SLICES as u64,
             block: 32 * FIN_SLICES,
-            exact_grid: Some((grid2, 1, 1)),
+            exact_grid: Some((grid2, groups as u32, 1)),
             shared_bytes: 0,
             args: sig2.args,
             cluster: None,
@@ -1507,3 +1582,735 @@ fn block_norm_per_sm(bs: u32) -> u32 {
 /// Registers a thread of the block-per-row forward norms may spend on data kept across the
 /// row's reduction (64 minus room for addresses, indices, statistics and the conversions).
 const BLOCK_NORM_DATA_REGS: i64 = 32;
+
+/// Whether `dims`/`strides` are packed row-major (axes of size 1 may have any stride).
+fn packed_row_major(dims: &[i64], strides: &[i64]) -> bool {
+    if dims.len() != strides.len() {
+        return false;
+    }
+    let mut expect = 1i64;
+    for a in (0..dims.len()).rev() {
+        if dims[a] > 1 && strides[a] != expect {
+            return false;
+        }
+        match expect.checked_mul(dims[a]) {
+            Some(e) => expect = e,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// A per-channel tensor `[1, C, 1, ...]` read (or written) at the channel of row `r` (rows
+/// over axes 0 and 1 of an x of dims `xd`: channel `r % C`).
+struct ChanT {
+    id: TensorId,
+    ty: &'static str,
+    /// Element stride between channels.
+    stride: i64,
+}
+
+impl Gen<'_> {
+    fn chan(&self, id: TensorId, xd: &[i64]) -> Option<ChanT> {
+        let d = self.graph.desc(id);
+        let ty = ctype(self.dt(id))?;
+        if d.dims.len() != xd.len() || d.strides.len() != xd.len() || d.dims[0] != 1 || d.dims[1] != xd[1] || d.dims[2..].iter().any(|&n| n != 1) {
+            return None;
+        }
+        Some(ChanT { id, ty, stride: if xd[1] > 1 { d.strides[1] } else { 0 } })
+    }
+
+    /// Instancenorm forward with the spatial axes packed (NCHW and the like): a row per
+    /// (n, c) of HW elements, scale and bias the row's channel's; the lane-team / block-per-row
+    /// scheme of adalayernorm (the row read once, kept in registers).
+    fn instancenorm(&self, eps: f64) -> Option<NodeKernels> {
+        let n = self.node;
+        let x = n.input("x")?;
+        let scale = n.input("scale")?;
+        let bias = n.input("bias")?;
+        let y = n.output("y")?;
+        let mean = n.output("mean");
+        let inv = n.output("inv_variance");
+        let xd = self.dims(x).to_vec();
+        if xd.len() < 3 || self.dims(y) != xd.as_slice() {
+            return None;
+        }
+        let rows: i64 = xd[0] * xd[1];
+        let h: i64 = xd[2..].iter().product();
+        let v = vec_width(self.dt(x), h);
+        let c = h / v;
+        let (ts, bs, cpt) = norm_team(h, c, v)?;
+        let eps = f32_literal(eps)?;
+        let xt = self.rows(x, 2, v, true)?;
+        let yt = self.rows(y, 2, v, true)?;
+        let st = self.chan(scale, &xd)?;
+        let bt = self.chan(bias, &xd)?;
+        let mt = match mean {
+            Some(m) => Some(self.rows(m, 2, 1, false)?),
+            None => None,
+        };
+        let it = match inv {
+            Some(i) => Some(self.rows(i, 2, 1, false)?),
+            None => None,
+        };
+        let mut sig = Sig::default();
+        sig.ptr("xp", x, false);
+        sig.ptr("scp", st.id, false);
+        sig.ptr("bip", bt.id, false);
+        sig.ptr("yp", y, true);
+        let mut decl = format!(
+            "    const {tx}* x = (const {tx}*)xp;\n    const {ts}* sc = (const {ts}*)scp;\n    const {tb}* bi = (const {tb}*)bip;\n    {ty}* y = ({ty}*)yp;\n",
+            tx = xt.ty,
+            ts = st.ty,
+            tb = bt.ty,
+            ty = yt.ty
+        );
+        let mut stats = String::new();
+        if let Some(m) = &mt {
+            sig.ptr("mop", m.id, true);
+            decl += &format!("    {t}* mo = ({t}*)mop;\n", t = m.ty);
+            stats += &format!("            fr_fromf(mean, mo[{}]);\n", m.off);
+        }
+        if let Some(i) = &it {
+            sig.ptr("ivp", i.id, true);
+            decl += &format!("    {t}* iv = ({t}*)ivp;\n", t = i.ty);
+            stats += &format!("            fr_fromf(inv, iv[{}]);\n", i.off);
+        }
+        let al = Self::align_flag(v, &[("x", &xt), ("y", &yt)]);
+        let body = fill(
+            r#"        const i64 xo = @offx@, yo = @offy@;
+        const i64 ch = r % @nc@LL;
+        float v[CPT][V];
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+                fr_ld<@tx@, V>(x + xo + (i64)c * V, v[k], al);
+            } else {
+#pragma unroll
+                for (int i = 0; i < V; ++i) v[k][i] = 0.0f;
+            }
+        }
+        float mean = 0.0f;
+        {
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < CPT; ++k)
+#pragma unroll
+                for (int i = 0; i < V; ++i) s += v[k][i];
+            fr_sum<TS, 1>(&s, red + (rb++ & 1) * 32);
+            mean = s / HF;
+        }
+        float q = 0.0f;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            if (lt + k * TS < C) {
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    const float d = v[k][i] - mean;
+                    q += d * d;
+                }
+            }
+        }
+        fr_sum<TS, 1>(&q, red + (rb++ & 1) * 32);
+        const float inv = 1.0f / sqrtf(q / HF + EPS);
+        if (ok && lt == 0) {
+@stats@        }
+        const float a = ok ? inv * fr_tof(sc[ch * @ss@LL]) : 0.0f;
+        const float b = ok ? fr_tof(bi[ch * @bs@LL]) : 0.0f;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+                float o[V];
+#pragma unroll
+                for (int i = 0; i < V; ++i) o[i] = (v[k][i] - mean) * a + b;
+                fr_st<@ty@, V>(y + yo + (i64)c * V, o, al);
+            }
+        }
+"#,
+            &[
+                ("offx", xt.off.clone()),
+                ("offy", yt.off.clone()),
+                ("nc", xd[1].to_string()),
+                ("tx", xt.ty.into()),
+                ("stats", stats),
+                ("ss", st.stride.to_string()),
+                ("bs", bt.stride.to_string()),
+                ("ty", yt.ty.into()),
+            ],
+        );
+        let entry = self.entry("instancenorm_rows");
+        let source = self.kernel(
+            &entry,
+            &sig,
+            (bs, 1),
+            &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("TS", ts as i64), ("BS", bs as i64)],
+            h,
+            &eps,
+            &decl,
+            &al,
+            1,
+            &row_loop(ts, bs, &body),
+        );
+        let threads = rows as u64 * ts as u64;
+        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
+    }
+
+    /// Instancenorm backward with the spatial axes packed: a row per (n, c) (x and dy kept in
+    /// registers), `dx = inv * scale * (dy - sum(dy) / HW - xhat * sum(dy * xhat) / HW)`; each
+    /// row's two sums go to scratch, and a second launch adds them over n, in order, into
+    /// dscale and dbias.
+    fn instancenorm_backward(&self) -> Option<NodeKernels> {
+        let n = self.node;
+        let dy = n.input("dy")?;
+        let x = n.input("x")?;
+        let scale = n.input("scale")?;
+        let mean = n.input("mean")?;
+        let inv = n.input("inv_variance")?;
+        let dx = n.output("dx")?;
+        let dscale = n.output("dscale")?;
+        let dbias = n.output("dbias")?;
+        let xd = self.dims(x).to_vec();
+        if xd.len() < 3 || self.dims(dy) != xd.as_slice() || self.dims(dx) != xd.as_slice() {
+            return None;
+        }
+        let (nb, nc) = (xd[0], xd[1]);
+        let rows = nb * nc;
+        let h: i64 = xd[2..].iter().product();
+        if h > MAX_ROW / 2 {
+            return None;
+        }
+        let v = vec_width(self.dt(x), h);
+        let c = h / v;
+        let (ts, bs, cpt) = norm_team(h, c, v)?;
+        let xt = self.rows(x, 2, v, true)?;
+        let dyt = self.rows(dy, 2, v, true)?;
+        let dxt = self.rows(dx, 2, v, true)?;
+        let st = self.chan(scale, &xd)?;
+        let dst = self.chan(dscale, &xd)?;
+        let dbt = self.chan(dbias, &xd)?;
+        let mt = self.rows(mean, 2, 1, false)?;
+        let it = self.rows(inv, 2, 1, false)?;
+        let mut sig = Sig::default();
+        sig.ptr("xp", x, false);
+        sig.ptr("dyp", dy, false);
+        sig.ptr("scp", st.id, false);
+        sig.ptr("mnp", mt.id, false);
+        sig.ptr("ivp", it.id, false);
+        sig.ptr("dxp", dx, true);
+        sig.scratch("part", 0, true);
+        let decl = format!(
+            "    const {tx}* x = (const {tx}*)xp;\n    const {tdy}* dy = (const {tdy}*)dyp;\n    const {ts}* sc = (const {ts}*)scp;\n    const {tm}* mn = (const {tm}*)mnp;\n    const {ti}* iv = (const {ti}*)ivp;\n    {tdx}* dx = ({tdx}*)dxp;\n",
+            tx = xt.ty,
+            tdy = dyt.ty,
+            ts = st.ty,
+            tm = mt.ty,
+            ti = it.ty,
+            tdx = dxt.ty
+        );
+        let al = Self::align_flag(v, &[("x", &xt), ("dy", &dyt), ("dx", &dxt)]);
+        let body = fill(
+            r#"        const i64 xo = @offx@, dyo = @offdy@, dxo = @offdx@;
+        const i64 ch = r % @nc@LL;
+        float u[CPT][V], g[CPT][V];
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+                fr_ld<@tx@, V>(x + xo + (i64)c * V, u[k], al);
+                fr_ld<@tdy@, V>(dy + dyo + (i64)c * V, g[k], al);
+            } else {
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    u[k][i] = 0.0f;
+                    g[k][i] = 0.0f;
+                }
+            }
+        }
+        const float mu = ok ? fr_tof(mn[@offm@]) : 0.0f;
+        const float rs = ok ? fr_tof(iv[@offi@]) : 0.0f;
+        // t[0] = sum(dy), t[1] = sum(dy * xhat).
+        float t[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            if (lt + k * TS < C) {
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    u[k][i] = (u[k][i] - mu) * rs;
+                    t[0] += g[k][i];
+                    t[1] += g[k][i] * u[k][i];
+                }
+            }
+        }
+        fr_sum<TS, 2>(t, red + (rb++ & 1) * 64);
+        const float a = ok ? rs * fr_tof(sc[ch * @ss@LL]) : 0.0f;
+        const float m0 = t[0] / HF, m1 = t[1] / HF;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+                float o[V];
+#pragma unroll
+                for (int i = 0; i < V; ++i) o[i] = a * (g[k][i] - m0 - u[k][i] * m1);
+                fr_st<@tdx@, V>(dx + dxo + (i64)c * V, o, al);
+            }
+        }
+        if (ok && lt == 0) {
+            part[r] = t[1];
+            part[N + r] = t[0];
+        }
+"#,
+            &[
+                ("offx", xt.off.clone()),
+                ("offdy", dyt.off.clone()),
+                ("offdx", dxt.off.clone()),
+                ("nc", nc.to_string()),
+                ("tx", xt.ty.into()),
+                ("tdy", dyt.ty.into()),
+                ("offm", mt.off.clone()),
+                ("offi", it.off.clone()),
+                ("ss", st.stride.to_string()),
+                ("tdx", dxt.ty.into()),
+            ],
+        );
+        let entry = self.entry("instancenorm_bwd_rows");
+        let source = self.kernel(
+            &entry,
+            &sig,
+            (bs, 1),
+            &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("TS", ts as i64), ("BS", bs as i64)],
+            h,
+            "0.0f",
+            &decl,
+            &al,
+            2,
+            &row_loop(ts, bs, &body),
+        );
+        let launch1 = Launch { source, entry, threads: rows as u64 * ts as u64, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None };
+        // dscale[c] = sum over n of part[n * C + c], dbias[c] of part[N + n * C + c].
+        let entry2 = self.entry("instancenorm_bwd_params");
+        let source2 = fill(
+            r#"@helpers@
+extern "C" __global__ void __launch_bounds__(1024) @entry@(const float* part, void* dsp, void* dbp) {
+    @tds@* ds = (@tds@*)dsp;
+    @tdb@* db = (@tdb@*)dbp;
+    __shared__ double sa[32][33], sb[32][33];
+    const int l = threadIdx.x & 31, s = threadIdx.x >> 5;
+    const i64 col = (i64)blockIdx.x * 32 + l;
+    double a = 0.0, b = 0.0;
+    if (col < @nc@LL) {
+        for (i64 n = s; n < @nb@LL; n += 32) {
+            a += (double)part[n * @nc@LL + col];
+            b += (double)part[@rows@LL + n * @nc@LL + col];
+        }
+    }
+    sa[s][l] = a;
+    sb[s][l] = b;
+    __syncthreads();
+    if (s == 0 && col < @nc@LL) {
+        for (int i = 1; i < 32; ++i) {
+            a += sa[i][l];
+            b += sb[i][l];
+        }
+        fr_fromf((float)a, ds[col * @sds@LL]);
+        fr_fromf((float)b, db[col * @sdb@LL]);
+    }
+}
+"#,
+            &[
+                ("helpers", HELPERS.into()),
+                ("entry", entry2.clone()),
+                ("tds", dst.ty.into()),
+                ("tdb", dbt.ty.into()),
+                ("nc", nc.to_string()),
+                ("nb", nb.to_string()),
+                ("rows", rows.to_string()),
+                ("sds", dst.stride.to_string()),
+                ("sdb", dbt.stride.to_string()),
+            ],
+        );
+        let grid2 = ((nc + 31) / 32) as u32;
+        let launch2 = Launch {
+            source: source2,
+            entry: entry2,
+            threads: grid2 as u64 * 1024,
+            block: 1024,
+            exact_grid: Some((grid2, 1, 1)),
+            shared_bytes: 0,
+            args: vec![Arg::Scratch(0), Arg::Ptr(dscale), Arg::Ptr(dbias)],
+            cluster: None,
+        };
+        Some(NodeKernels { launches: vec![launch1, launch2], scratch: vec![(2 * rows * 4) as usize] })
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Prologue fusion: a pointwise chain computing a norm's x, in the norm's kernel
+// ----------------------------------------------------------------------------------------------
+
+/// Most pointwise nodes, and most external inputs, a prologue takes.
+const PROLOGUE_MAX_NODES: usize = 8;
+const PROLOGUE_MAX_INPUTS: usize = 6;
+
+/// The formula (in `a`, `b`) of a pointwise node a prologue can take: add, sub, mul (bias and
+/// scale too) of two tensors, computing in f32, output `y`.
+fn prologue_formula(graph: &Graph, ni: usize) -> Option<&'static str> {
+    use crate::graph::ops::pointwise::PointwiseMode;
+    let node = &graph.nodes[ni];
+    let Op::Pointwise(a) = &node.op else { return None };
+    let f = match a.mode {
+        PointwiseMode::Add | PointwiseMode::Bias => "a + b",
+        PointwiseMode::Sub => "a - b",
+        PointwiseMode::Mul | PointwiseMode::Scale => "a * b",
+        _ => return None,
+    };
+    if graph.compute_type(node) != DataType::F32 || node.outputs.len() != 1 || node.outputs[0].name != "y" || node.inputs.len() != 2 {
+        return None;
+    }
+    if node.inputs.iter().any(|p| !(p.name == "a" || p.name == "b") || graph.desc(p.tensor).is_pass_by_value) {
+        return None;
+    }
+    Some(f)
+}
+
+/// Nodes reading each tensor (each node once).
+fn readers(graph: &Graph) -> HashMap<usize, Vec<usize>> {
+    let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for p in &node.inputs {
+            let v = m.entry(p.tensor.0).or_default();
+            if !v.contains(&ni) {
+                v.push(ni);
+            }
+        }
+    }
+    m
+}
+
+/// The prologue chain of norm node `ni`: the pointwise nodes (add, sub, mul of tensors of x's
+/// dims) that compute its x, walking back from x through tensors that are virtual and read by
+/// one node only (a tensor read elsewhere, or produced by another kind of node, is an input
+/// the kernel loads). Empty when x does not come from such a node.
+fn prologue_chain(graph: &Graph, ni: usize, producer: &HashMap<usize, usize>, readers: &HashMap<usize, Vec<usize>>) -> Vec<usize> {
+    let Some(x) = graph.nodes[ni].input("x") else { return Vec::new() };
+    let xdims = graph.desc(x).dims.clone();
+    let mut chain = Vec::new();
+    let mut stack = vec![x];
+    while let Some(t) = stack.pop() {
+        let Some(&p) = producer.get(&t.0) else { continue };
+        if chain.contains(&p) || prologue_formula(graph, p).is_none() || graph.desc(t).dims != xdims {
+            continue;
+        }
+        if t != x {
+            let d = graph.desc(t);
+            if !d.is_virtual || readers.get(&t.0).is_none_or(|r| r.len() != 1) {
+                continue;
+            }
+        }
+        chain.push(p);
+        for port in &graph.nodes[p].inputs {
+            stack.push(port.tensor);
+        }
+    }
+    chain
+}
+
+/// Groups of a pointwise chain and the layernorm or rmsnorm that reads its result (the norm
+/// last, the chain in topological order), for [`prologue_unit`]: each external input of the
+/// chain is read once and the norm's x never goes through memory (unless it is a graph output
+/// or read elsewhere: then the kernel writes it too). Only groups `prologue_unit` generates.
+pub fn prologue_groups(graph: &Graph, order: &[usize], target: &Target) -> Vec<Vec<usize>> {
+    let mut producer = HashMap::new();
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        for p in &node.outputs {
+            producer.insert(p.tensor.0, ni);
+        }
+    }
+    let rd = readers(graph);
+    let position: HashMap<usize, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut taken = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for &ni in order {
+        if !matches!(graph.nodes[ni].op, Op::Layernorm(_) | Op::Rmsnorm(_)) {
+            continue;
+        }
+        let mut chain = prologue_chain(graph, ni, &producer, &rd);
+        if chain.is_empty() || chain.len() > PROLOGUE_MAX_NODES || chain.iter().any(|n| taken.contains(n) || !position.contains_key(n)) {
+            continue;
+        }
+        // The unit runs where the norm would: a node outside the group reading x (which the
+        // unit then writes) must come after the norm.
+        if let Some(x) = graph.nodes[ni].input("x") {
+            if rd.get(&x.0).is_some_and(|r| r.iter().any(|&q| q != ni && position.get(&q).is_none_or(|&pq| pq < position[&ni]))) {
+                continue;
+            }
+        }
+        chain.sort_by_key(|n| position[n]);
+        chain.push(ni);
+        if matches!(prologue_unit(graph, &chain, target), Ok(Some(_))) {
+            taken.extend(chain.iter().copied());
+            out.push(chain);
+        }
+    }
+    out
+}
+
+/// The unit of a group from [`prologue_groups`]: one kernel computing the chain per element of
+/// x and normalizing it (the row kernels' lane teams or block per row). None when the group
+/// or its tensors do not fit (the nodes then run one by one).
+pub fn prologue_unit(graph: &Graph, nodes: &[usize], target: &Target) -> Result<Option<Unit>> {
+    let Some((&ni, chain)) = nodes.split_last() else { return Ok(None) };
+    let node = &graph.nodes[ni];
+    if chain.is_empty() || !matches!(node.op, Op::Layernorm(_) | Op::Rmsnorm(_)) || graph.compute_type(node) == DataType::F64 {
+        return Ok(None);
+    }
+    let Some(x) = node.input("x") else { return Ok(None) };
+    let rd = readers(graph);
+    // Every chain tensor but x is read inside the group only, and virtual.
+    let mut x_made = false;
+    for &p in chain {
+        if prologue_formula(graph, p).is_none() {
+            return Ok(None);
+        }
+        let y = graph.nodes[p].outputs[0].tensor;
+        if y == x {
+            x_made = true;
+            continue;
+        }
+        let inside = rd.get(&y.0).is_some_and(|r| r.iter().all(|n| nodes.contains(n)));
+        if !graph.desc(y).is_virtual || !inside {
+            return Ok(None);
+        }
+    }
+    if !x_made {
+        return Ok(None);
+    }
+    let write_x = !graph.desc(x).is_virtual || rd.get(&x.0).is_some_and(|r| r.iter().any(|&n| n != ni));
+    let (eps, rms) = match &node.op {
+        Op::Layernorm(a) => (a.epsilon, false),
+        Op::Rmsnorm(a) => (a.epsilon, true),
+        _ => return Ok(None),
+    };
+    let g = Gen { graph, node, ni, sms: target.sm_count.max(1) as i64 };
+    let Some(kernels) = g.norm_prologue(chain, x, write_x, eps, rms) else { return Ok(None) };
+    let mut writes: Vec<TensorId> = node.outputs.iter().map(|p| p.tensor).collect();
+    if write_x {
+        writes.push(x);
+    }
+    Ok(Some(Unit { nodes: nodes.to_vec(), kernels, writes, unaligned: None }))
+}
+
+impl Gen<'_> {
+    /// layernorm / rmsnorm forward of an x computed per element by `chain` (pointwise nodes in
+    /// topological order, the last producing x): the lane-team / block-per-row scheme with the
+    /// row in registers; each chain value rounded to its tensor's type as the CPU stores it.
+    fn norm_prologue(&self, chain: &[usize], x: TensorId, write_x: bool, eps: f64, rms: bool) -> Option<NodeKernels> {
+        let n = self.node;
+        let scale = n.input("scale")?;
+        let bias = n.input("bias");
+        if !rms && bias.is_none() {
+            return None;
+        }
+        let y = n.output("y")?;
+        let mean = if rms { None } else { n.output("mean") };
+        let inv = n.output("inv_variance");
+        let xd = self.dims(x).to_vec();
+        if xd.len() < 2 || self.dims(y) != xd.as_slice() {
+            return None;
+        }
+        // External inputs, in order of first use.
+        let made: Vec<TensorId> = chain.iter().map(|&p| self.graph.nodes[p].outputs[0].tensor).collect();
+        let mut ext: Vec<TensorId> = Vec::new();
+        for &p in chain {
+            for port in &self.graph.nodes[p].inputs {
+                if !made.contains(&port.tensor) && !ext.contains(&port.tensor) {
+                    ext.push(port.tensor);
+                }
+            }
+        }
+        if ext.len() > PROLOGUE_MAX_INPUTS || ext.iter().chain(&made).any(|&t| self.dims(t) != xd.as_slice()) {
+            return None;
+        }
+        let rows: i64 = xd[0];
+        let h: i64 = xd[1..].iter().product();
+        // Vector width from the narrowest loaded type.
+        let narrow = ext.iter().map(|&t| self.dt(t)).min_by_key(|d| d.size()).unwrap_or(DataType::F32);
+        let v = vec_width(narrow, h);
+        let c = h / v;
+        let (ts, bs, cpt) = norm_team(h, c, v)?;
+        let eps = f32_literal(eps)?;
+        let ets: Vec<RowT> = ext.iter().map(|&t| self.rows(t, 1, v, true)).collect::<Option<_>>()?;
+        let yt = self.rows(y, 1, v, true)?;
+        let xt = if write_x { Some(self.rows(x, 1, v, true)?) } else { None };
+        let st = self.param(scale, &xd, v)?;
+        let bt = match bias {
+            Some(b) => Some(self.param(b, &xd, v)?),
+            None => None,
+        };
+        let mt = match mean {
+            Some(m) => Some(self.rows(m, 1, 1, false)?),
+            None => None,
+        };
+        let it = match inv {
+            Some(i) => Some(self.rows(i, 1, 1, false)?),
+            None => None,
+        };
+        let mut sig = Sig::default();
+        let mut decl = String::new();
+        let mut vec_tensors: Vec<(String, &RowT)> = Vec::new();
+        let mut offs = String::new();
+        let mut loads = String::new();
+        for (j, e) in ets.iter().enumerate() {
+            sig.ptr(&format!("e{j}p"), e.id, false);
+            decl += &format!("    const {t}* e{j} = (const {t}*)e{j}p;\n", t = e.ty);
+            vec_tensors.push((format!("e{j}"), e));
+            offs += &format!("        const i64 o{j} = {};\n", e.off);
+            loads += &format!("                float f{j}[V];\n                fr_ld<{t}, V>(e{j} + o{j} + (i64)c * V, f{j}, al);\n", t = e.ty);
+        }
+        sig.ptr("scp", scale, false);
+        decl += &format!("    const {t}* sc = (const {t}*)scp;\n", t = st.ty);
+        vec_tensors.push(("sc".into(), &st));
+        if let Some(b) = &bt {
+            sig.ptr("bip", b.id, false);
+            decl += &format!("    const {t}* bi = (const {t}*)bip;\n", t = b.ty);
+            vec_tensors.push(("bi".into(), b));
+        }
+        sig.ptr("yp", y, true);
+        decl += &format!("    {t}* y = ({t}*)yp;\n", t = yt.ty);
+        vec_tensors.push(("y".into(), &yt));
+        let mut store_x = String::new();
+        if let Some(t) = &xt {
+            sig.ptr("hp", x, true);
+            decl += &format!("    {ty}* hx = ({ty}*)hp;\n", ty = t.ty);
+            vec_tensors.push(("hx".into(), t));
+            offs += &format!("        const i64 oh = {};\n", t.off);
+            store_x = format!("                fr_st<{}, V>(hx + oh + (i64)c * V, v[k], al);\n", t.ty);
+        }
+        let mut stats = String::new();
+        if let Some(m) = &mt {
+            sig.ptr("mop", m.id, true);
+            decl += &format!("    {t}* mo = ({t}*)mop;\n", t = m.ty);
+            stats += &format!("            fr_fromf(mean, mo[{}]);\n", m.off);
+        }
+        if let Some(i) = &it {
+            sig.ptr("ivp", i.id, true);
+            decl += &format!("    {t}* iv = ({t}*)ivp;\n", t = i.ty);
+            stats += &format!("            fr_fromf(inv, iv[{}]);\n", i.off);
+        }
+        // The chain per element i: node outputs as floats, rounded to their tensors' types.
+        let mut exprs = String::new();
+        let name_of = |t: TensorId| -> String {
+            match ext.iter().position(|&e| e == t) {
+                Some(j) => format!("f{j}[i]"),
+                None => format!("t{}", t.0),
+            }
+        };
+        for &p in chain {
+            let node = &self.graph.nodes[p];
+            let f = prologue_formula(self.graph, p)?;
+            let out = node.outputs[0].tensor;
+            let ty = ctype(self.dt(out))?;
+            let (a, b) = (name_of(node.input("a")?), name_of(node.input("b")?));
+            let e = f.replace('a', "A_").replace('b', "B_").replace("A_", &a).replace("B_", &b);
+            exprs += &format!("                    const float t{} = fr_q<{ty}>({e});\n", out.0);
+        }
+        let refs: Vec<(&str, &RowT)> = vec_tensors.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        let al = Self::align_flag(v, &refs);
+        let mean_pass = if rms {
+            String::new()
+        } else {
+            r#"        {
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < CPT; ++k)
+#pragma unroll
+                for (int i = 0; i < V; ++i) s += v[k][i];
+            fr_sum<TS, 1>(&s, red + (rb++ & 1) * 32);
+            mean = s / HF;
+        }
+"#
+            .to_string()
+        };
+        let (load_bias, bias_term) = match &bt {
+            Some(b) => (format!("                float b[V];\n                fr_ld<{}, V>(bi + (i64)c * V, b, al);\n", b.ty), " + b[i]"),
+            None => (String::new(), ""),
+        };
+        let body = fill(
+            r#"        const i64 yo = @offy@;
+@offs@        float v[CPT][V];
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+@loads@#pragma unroll
+                for (int i = 0; i < V; ++i) {
+@exprs@                    v[k][i] = t@xid@;
+                }
+@store_x@            } else {
+#pragma unroll
+                for (int i = 0; i < V; ++i) v[k][i] = 0.0f;
+            }
+        }
+        float mean = 0.0f;
+@mean_pass@        float q = 0.0f;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            if (lt + k * TS < C) {
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    const float d = v[k][i] - mean;
+                    q += d * d;
+                }
+            }
+        }
+        fr_sum<TS, 1>(&q, red + (rb++ & 1) * 32);
+        const float inv = 1.0f / sqrtf(q / HF + EPS);
+        if (ok && lt == 0) {
+@stats@        }
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = lt + k * TS;
+            if (ok && c < C) {
+                float s[V], o[V];
+                fr_ld<@tsc@, V>(sc + (i64)c * V, s, al);
+@load_bias@#pragma unroll
+                for (int i = 0; i < V; ++i) o[i] = (v[k][i] - mean) * inv * s[i]@bias_term@;
+                fr_st<@ty@, V>(y + yo + (i64)c * V, o, al);
+            }
+        }
+"#,
+            &[
+                ("offy", yt.off.clone()),
+                ("offs", offs),
+                ("loads", loads),
+                ("exprs", exprs),
+                ("xid", x.0.to_string()),
+                ("store_x", store_x),
+                ("mean_pass", mean_pass),
+                ("stats", stats),
+                ("tsc", st.ty.into()),
+                ("load_bias", load_bias),
+                ("bias_term", bias_term.into()),
+                ("ty", yt.ty.into()),
+            ],
+        );
+        let entry = self.entry(if rms { "prologue_rmsnorm_rows" } else { "prologue_layernorm_rows" });
+        let source = self.kernel(
+            &entry,
+            &sig,
+            (bs, 1),
+            &[("N", rows), ("C", c), ("V", v), ("CPT", cpt), ("TS", ts as i64), ("BS", bs as i64)],
+            h,
+            &eps,
+            &decl,
+            &al,
+            1,
+            &row_loop(ts, bs, &body),
+        );
+        let frq = "// A value rounded to type T and back (the CPU stores each node's result in its tensor's type).\ntemplate <typename T>\n__device__ __forceinline__ float fr_q(float v) {\n    T t;\n    fr_fromf(v, t);\n    return fr_tof(t);\n}\n";
+        let source = source.replacen("extern \"C\"", &format!("{frq}extern \"C\""), 1);
+        let threads = rows as u64 * ts as u64;
+        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
+    }
+}

@@ -1,5 +1,9 @@
 //! Fast batchnorm (training forward) and 2D pooling (forward) kernels for channels-last
-//! (NHWC-packed) tensors.
+//! (NHWC-packed) tensors; below them (sections "Channel statistics" and "Pooling backward"):
+//! batchnorm backward (NHWC and NCHW), batchnorm training forward and genstats on NCHW
+//! (planes), instancenorm forward and backward on NHWC (statistics per image and channel),
+//! bn_finalize, and NHWC 2D max and average pooling backward. All statistics are deterministic
+//! (per-block partials to scratch, summed in f64 in a fixed order by a finalize launch).
 //!
 //! Both see x as rows of C contiguous channels (one row per position) and move 16 bytes of
 //! channels at a time (8 f16/bf16 or 4 f32: a "vector"); C times the element size must be a
@@ -24,14 +28,14 @@ use crate::dtype::DataType;
 use crate::engine::cuda::engine::{Target, Unit};
 use crate::engine::cuda::fallback::{c_double, entry_name, type_suffix, Arg, Launch, NodeKernels};
 use crate::error::Result;
-use crate::graph::ops::norm::{peer_ports, BatchnormAttrs};
+use crate::graph::ops::norm::{peer_ports, BatchnormAttrs, BnFinalizeAttrs};
 use crate::graph::ops::resample::{ResampleAttrs, ResampleMode};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
 
-/// Blocks the batchnorm launches aim for: 4 blocks of ~256 threads per SM of an H100 (132
-/// SMs), one wave; every thread keeps several 16-byte loads in flight.
-const BN_BLOCKS: i64 = 132 * 4;
+/// Blocks per SM the batchnorm launches aim for: 4 blocks of ~256 threads per SM (of the
+/// target's SM count), one wave; every thread keeps several 16-byte loads in flight.
+const BN_BLOCKS_PER_SM: i64 = 4;
 /// Threads per batchnorm block (rounded down to a multiple of the vectors per row).
 const BN_THREADS: i64 = 256;
 /// Loads in flight per thread in the batchnorm loops.
@@ -40,13 +44,19 @@ const UNROLL: i64 = 4;
 const POOL_THREADS: u32 = 256;
 
 /// A specialized unit for node `ni`, or None when no fast kernel applies.
-pub fn unit(graph: &Graph, ni: usize, _target: &Target) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     let node = &graph.nodes[ni];
+    let sms = target.sm_count.max(1) as i64;
     let kernels = match &node.op {
-        Op::Batchnorm(a) => batchnorm(graph, ni, node, a),
+        Op::Batchnorm(a) => batchnorm(graph, ni, node, a, sms).or_else(|| batchnorm_nchw(graph, ni, node, a, sms)),
         Op::Resample(a) => pooling(graph, ni, node, a),
-        Op::BatchnormInference(_) => bn_inference(graph, ni, node),
-        Op::Genstats(_) => genstats(graph, ni, node),
+        Op::BatchnormInference(_) => bn_inference(graph, ni, node, sms),
+        Op::Genstats(_) => genstats(graph, ni, node, sms).or_else(|| genstats_nchw(graph, ni, node, sms)),
+        Op::BatchnormBackward(_) => norm_backward(graph, ni, node, false, sms),
+        Op::InstancenormBackward(_) => norm_backward(graph, ni, node, true, sms),
+        Op::Instancenorm(a) => instancenorm_nhwc(graph, ni, node, a.epsilon, sms),
+        Op::BnFinalize(a) => bn_finalize(graph, ni, node, a),
+        Op::ResampleBackward(a) => pooling_backward(graph, ni, node, a),
         _ => None,
     };
     Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect(), unaligned: None }))
@@ -185,12 +195,12 @@ struct StatsGeom {
 }
 
 impl StatsGeom {
-    fn new(c: i64, vec: i64, positions: i64) -> StatsGeom {
+    fn new(c: i64, vec: i64, positions: i64, sms: i64) -> StatsGeom {
         let cv = c / vec;
         let lanes = cv.min(BN_THREADS);
         let rows = (BN_THREADS / lanes).max(1);
         let block = lanes * rows;
-        let want = BN_BLOCKS.min(ceil_div(positions, rows * UNROLL)).max(1);
+        let want = (sms * BN_BLOCKS_PER_SM).min(ceil_div(positions, rows * UNROLL)).max(1);
         let slab = ceil_div(positions, want);
         let blocks = ceil_div(positions, slab);
         StatsGeom { c, cv, lanes, rows, block, positions, slab, blocks }
@@ -275,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) {stats_entry}(const void*
 // Batchnorm
 // ----------------------------------------------------------------------------------------------
 
-fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs) -> Option<NodeKernels> {
+fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms: i64) -> Option<NodeKernels> {
     if !peer_ports(node).ok()?.is_empty() {
         return None;
     }
@@ -321,7 +331,7 @@ fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs) -> Optio
             chans.push(chan(t)?);
         }
     }
-    let g = StatsGeom::new(c, vec, positions);
+    let g = StatsGeom::new(c, vec, positions, sms);
     let (block, blocks) = (g.block, g.blocks);
     let defs = g.defs(&helpers);
     let stats_entry = entry_name(ni, "bn_nhwc_stats");
@@ -489,7 +499,7 @@ fn row_major(dims: &[i64], strides: &[i64]) -> bool {
 
 /// y = (x - mean) * inv_variance * scale + bias for NHWC-packed (16-byte vectors of channels)
 /// or NCHW-packed (each (n, c) plane contiguous) x and y.
-fn bn_inference(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
+fn bn_inference(graph: &Graph, ni: usize, node: &Node, sms: i64) -> Option<NodeKernels> {
     let x = node.input("x")?;
     let y = node.output("y")?;
     let ports = [node.input("scale")?, node.input("bias")?, node.input("mean")?, node.input("inv_variance")?];
@@ -528,7 +538,7 @@ fn bn_inference(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
         // NHWC: threads own one vector of channels (coefficients in registers) and walk
         // the positions of a slab.
         let positions = total / c;
-        let g = StatsGeom::new(c, vec, positions);
+        let g = StatsGeom::new(c, vec, positions, sms);
         let defs = g.defs(&helpers);
         let entry = entry_name(ni, "bn_infer_nhwc");
         let source = format!(
@@ -622,7 +632,7 @@ extern "C" __global__ void __launch_bounds__(256) {entry}({params}) {{
 
 /// Per-channel sum and sum of squares of NHWC-packed x: the batchnorm statistics pass, then
 /// a deterministic finalize (f64, fixed order) that undoes the shift.
-fn genstats(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
+fn genstats(graph: &Graph, ni: usize, node: &Node, sms: i64) -> Option<NodeKernels> {
     let x = node.input("x")?;
     let sum = node.output("sum")?;
     let sq = node.output("sq_sum")?;
@@ -641,7 +651,7 @@ fn genstats(graph: &Graph, ni: usize, node: &Node) -> Option<NodeKernels> {
     let (ss, st) = chan_of(graph, sum, rank, c)?;
     let (qs, qt) = chan_of(graph, sq, rank, c)?;
     let positions = xd.element_count() / c;
-    let g = StatsGeom::new(c, vec, positions);
+    let g = StatsGeom::new(c, vec, positions, sms);
     let defs = g.defs(&helpers);
     let stats_entry = entry_name(ni, "genstats_nhwc_stats");
     let stats = stats_source(&defs, &stats_entry);
@@ -998,6 +1008,1015 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}, 3) {entry}(const vo
         postw = a.post_padding[1],
     );
     Some(Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])], cluster: None })
+}
+
+// ----------------------------------------------------------------------------------------------
+// Channel statistics in groups (NHWC) and planes (NCHW): batchnorm backward, instancenorm
+// (NHWC), batchnorm training forward and genstats (NCHW)
+// ----------------------------------------------------------------------------------------------
+
+/// A per-(group, channel) tensor `[G or 1, C, 1, ...]` (statistics, scale, dscale, ...):
+/// element (g, c) at `g * s0 + c * s1`.
+struct StatT {
+    s0: i64,
+    s1: i64,
+    dt: DataType,
+}
+
+impl StatT {
+    /// A C expression loading element (g, c) of pointer `p` as double.
+    fn ld(&self, p: &str, g: &str, c: &str) -> String {
+        format!("ld_{}({p}, ({g}) * {}LL + ({c}) * {}LL)", type_suffix(self.dt), self.s0, self.s1)
+    }
+    /// A C statement storing double `v` to element (g, c) of `p`.
+    fn st(&self, p: &str, g: &str, c: &str, v: &str) -> String {
+        format!("st_{}({p}, ({g}) * {}LL + ({c}) * {}LL, {v});", type_suffix(self.dt), self.s0, self.s1)
+    }
+}
+
+/// Tensor `id` as a `[groups, C, 1, ...]` tensor of rank `rank` (f16, bf16 or f32).
+fn stat_of(graph: &Graph, id: TensorId, rank: usize, groups: i64, c: i64) -> Option<StatT> {
+    let d = graph.desc(id);
+    let t = dtype(graph, id);
+    if d.dims.len() != rank || d.strides.len() != rank || d.dims[0] != groups || d.dims[1] != c || d.dims[2..].iter().any(|&n| n != 1) || c_type(t).is_none() {
+        return None;
+    }
+    Some(StatT { s0: if groups > 1 { d.strides[0] } else { 0 }, s1: if c > 1 { d.strides[1] } else { 0 }, dt: t })
+}
+
+/// Whether x-like tensors `ids` (same dims as the first) put every element at the same offset.
+fn same_layout(graph: &Graph, ids: &[TensorId]) -> bool {
+    let d0 = graph.desc(ids[0]);
+    ids.iter().all(|&id| {
+        let d = graph.desc(id);
+        d.dims == d0.dims && d.strides.len() == d0.strides.len() && d.dims.iter().enumerate().all(|(i, &n)| n <= 1 || d.strides[i] == d0.strides[i])
+    })
+}
+
+/// The NHWC channel passes: `groups` groups (images for instancenorm, 1 for batchnorm) of
+/// `positions` positions of C channels each, packed one group after the other; NBLK blocks
+/// per group, each a slab of SLAB positions; a thread owns one vector of channels.
+struct ChanGeom {
+    c: i64,
+    cv: i64,
+    lanes: i64,
+    rows: i64,
+    block: i64,
+    groups: i64,
+    positions: i64,
+    slab: i64,
+    nblk: i64,
+}
+
+impl ChanGeom {
+    fn new(c: i64, vec: i64, groups: i64, positions: i64, sms: i64) -> ChanGeom {
+        let cv = c / vec;
+        let lanes = cv.min(BN_THREADS);
+        let rows = (BN_THREADS / lanes).max(1);
+        let block = lanes * rows;
+        let want = ceil_div(sms * BN_BLOCKS_PER_SM, groups).min(ceil_div(positions, rows * UNROLL)).max(1);
+        let slab = ceil_div(positions, want);
+        let nblk = ceil_div(positions, slab);
+        ChanGeom { c, cv, lanes, rows, block, groups, positions, slab, nblk }
+    }
+
+    fn grid(&self) -> i64 {
+        self.groups * self.nblk
+    }
+
+    fn defs(&self, helpers: &str) -> String {
+        let ChanGeom { c, cv, lanes, rows, block, groups, positions, slab, nblk } = self;
+        format!(
+            "{helpers}\n#define C_ {c}LL\n#define CV {cv}\n#define LANES {lanes}\n#define ROWS {rows}\n#define BLOCK {block}\n#define G_ {groups}LL\n#define P_ {positions}LL\n#define SLAB {slab}LL\n#define NBLK {nblk}\n#define UNR {UNROLL}\n"
+        )
+    }
+}
+
+/// Pieces of the channel kernels that read dy beside x.
+struct DyParts {
+    param: &'static str,
+    decl: &'static str,
+    align: &'static str,
+    regs: &'static str,
+    load: &'static str,
+    cvt: &'static str,
+}
+
+fn dy_parts(dy: bool) -> DyParts {
+    if dy {
+        DyParts {
+            param: ", const void* dyv",
+            decl: "    const XT* dy = (const XT*)dyv;\n",
+            align: " && ((unsigned long long)dy & 15) == 0",
+            regs: "            uint4 w[UNR];\n",
+            load: "                    w[j] = ldx_raw(dy + pj * C_ + (i64)v * VEC, al);\n",
+            cvt: "                    float d[VEC];\n                    cvt_x(w[j], d);\n",
+        }
+    } else {
+        DyParts { param: "", decl: "", align: "", regs: "", load: "", cvt: "" }
+    }
+}
+
+/// The NHWC statistics pass: per block (group g, slab), per channel, the sums `s` and `q`
+/// that `accum` adds up from x's `f[k]` (and dy's `d[k]`) over the slab, reduced over the
+/// block in a fixed order, to `part[2][G * NBLK][C]`. `setup` runs once per channel vector.
+fn chan_stats(defs: &str, entry: &str, extra: &str, dy: bool, setup: &str, accum: &str) -> String {
+    let d = dy_parts(dy);
+    super::rows::fill(
+        r#"@defs@
+extern "C" __global__ void __launch_bounds__(BLOCK, @minb@) @entry@(const void* xv@dyp@@extra@, float* part) {
+    const XT* x = (const XT*)xv;
+@dyd@    const bool al = ((unsigned long long)x & 15) == 0@dyal@;
+    const int lane = threadIdx.x % LANES, r = threadIdx.x / LANES;
+    const i64 g = blockIdx.x / NBLK;
+    const i64 q0 = g * P_;
+    const i64 p0 = q0 + (i64)(blockIdx.x % NBLK) * SLAB;
+    const i64 p1 = min(p0 + SLAB, q0 + P_);
+    (void)g;
+    __shared__ float sh[2][ROWS][LANES][VEC];
+    for (int v0 = 0; v0 < CV; v0 += LANES) {
+        const int v = v0 + lane;
+        float s[VEC], q[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) { s[k] = 0.f; q[k] = 0.f; }
+        if (v < CV) {
+@setup@
+            for (i64 p = p0 + r; p < p1; p += (i64)ROWS * UNR) {
+            uint4 u[UNR];
+@dyr@#pragma unroll
+            for (int j = 0; j < UNR; ++j) {
+                const i64 pj = p + (i64)j * ROWS;
+                if (pj < p1) {
+                    u[j] = ldx_raw(x + pj * C_ + (i64)v * VEC, al);
+@dyl@                }
+            }
+#pragma unroll
+            for (int j = 0; j < UNR; ++j) {
+                if (p + (i64)j * ROWS < p1) {
+                    float f[VEC];
+                    cvt_x(u[j], f);
+@dyc@#pragma unroll
+                    for (int k = 0; k < VEC; ++k) {
+@accum@
+                    }
+                }
+            }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) { sh[0][r][lane][k] = s[k]; sh[1][r][lane][k] = q[k]; }
+        __syncthreads();
+        // Sum over the block's rows, in row order; write the block's partials.
+        for (int t = threadIdx.x; t < 2 * LANES * VEC; t += BLOCK) {
+            const int which = t / (LANES * VEC), lv = t % (LANES * VEC);
+            const int ln = lv / VEC, k = lv % VEC;
+            if (v0 + ln < CV) {
+                float acc = 0.f;
+                for (int rr = 0; rr < ROWS; ++rr) acc += sh[which][rr][ln][k];
+                part[((i64)which * (G_ * NBLK) + blockIdx.x) * C_ + (i64)(v0 + ln) * VEC + k] = acc;
+            }
+        }
+        __syncthreads();
+    }
+}
+"#,
+        &[
+            ("defs", defs.into()),
+            ("entry", entry.into()),
+            ("minb", if dy { "2" } else { "4" }.into()),
+            ("dyp", d.param.into()),
+            ("extra", extra.into()),
+            ("dyd", d.decl.into()),
+            ("dyal", d.align.into()),
+            ("setup", setup.into()),
+            ("dyr", d.regs.into()),
+            ("dyl", d.load.into()),
+            ("dyc", d.cvt.into()),
+            ("accum", accum.into()),
+        ],
+    )
+}
+
+/// The finalize pass (32 channels per block, 32 segments of partials per channel): for each
+/// group g in order, the partials of (g, c) summed in f64 in a fixed order into `s` and `q`,
+/// then `per_group` (with `n`, the positions per group); then `per_channel`. `a0`, `a1` are
+/// free f64 accumulators across groups.
+fn chan_finalize(defs: &str, entry: &str, params: &str, per_group: &str, per_channel: &str) -> String {
+    super::rows::fill(
+        r#"@defs@
+extern "C" __global__ void __launch_bounds__(1024) @entry@(@params@) {
+    __shared__ double fin_s[32][33], fin_q[32][33];
+    const int ln = threadIdx.x & 31, seg = threadIdx.x >> 5;
+    const i64 c = (i64)blockIdx.x * 32 + ln;
+    double a0 = 0.0, a1 = 0.0;
+    (void)a0;
+    (void)a1;
+    for (i64 g = 0; g < G_; ++g) {
+        double s = 0.0, q = 0.0;
+        if (c < C_) {
+            for (int b = seg; b < NBLK; b += 32) {
+                const i64 bi = g * NBLK + b;
+                s += (double)part[bi * C_ + c];
+                q += (double)part[((i64)G_ * NBLK + bi) * C_ + c];
+            }
+        }
+        fin_s[seg][ln] = s;
+        fin_q[seg][ln] = q;
+        __syncthreads();
+        if (seg == 0 && c < C_) {
+            s = 0.0;
+            q = 0.0;
+            for (int k = 0; k < 32; ++k) { s += fin_s[k][ln]; q += fin_q[k][ln]; }
+            const double n = (double)P_;
+            (void)n;
+@per_group@
+        }
+        __syncthreads();
+    }
+    if (seg == 0 && c < C_) {
+@per_channel@
+    }
+}
+"#,
+        &[("defs", defs.into()), ("entry", entry.into()), ("params", params.into()), ("per_group", per_group.into()), ("per_channel", per_channel.into())],
+    )
+}
+
+/// The NHWC apply pass: the statistics pass's slabs walked backwards (its last rows are the
+/// likeliest still in L2); per channel vector, NCO coefficients `cf[m][k]` from
+/// `co[m][G][C]`; each output element `formula` of x's `f[k]` (and dy's `d[k]`).
+fn chan_apply(defs: &str, entry: &str, dy: bool, nco: usize, formula: &str) -> String {
+    let d = dy_parts(dy);
+    super::rows::fill(
+        r#"@defs@
+#define NCO @nco@
+extern "C" __global__ void __launch_bounds__(BLOCK, @minb@) @entry@(const void* xv@dyp@, const float* co, void* yv) {
+    const XT* x = (const XT*)xv;
+@dyd@    YT* y = (YT*)yv;
+    const bool al = ((unsigned long long)x & 15) == 0@dyal@ && ((unsigned long long)y & (YAL - 1)) == 0;
+    const int lane = threadIdx.x % LANES, r = threadIdx.x / LANES;
+    const i64 g = blockIdx.x / NBLK;
+    const i64 q0 = g * P_;
+    const i64 p0 = q0 + (i64)(blockIdx.x % NBLK) * SLAB;
+    const i64 p1 = min(p0 + SLAB, q0 + P_);
+    for (int v = lane; v < CV; v += LANES) {
+        float cf[NCO][VEC];
+#pragma unroll
+        for (int m = 0; m < NCO; ++m)
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) cf[m][k] = co[((i64)m * G_ + g) * C_ + (i64)v * VEC + k];
+        for (i64 p = p1 - 1 - r; p >= p0; p -= (i64)ROWS * UNR) {
+            uint4 u[UNR];
+@dyr@#pragma unroll
+            for (int j = 0; j < UNR; ++j) {
+                const i64 pj = p - (i64)j * ROWS;
+                if (pj >= p0) {
+                    u[j] = ldx_raw(x + pj * C_ + (i64)v * VEC, al);
+@dyl@                }
+            }
+#pragma unroll
+            for (int j = 0; j < UNR; ++j) {
+                const i64 pj = p - (i64)j * ROWS;
+                if (pj >= p0) {
+                    float f[VEC];
+                    cvt_x(u[j], f);
+@dyc@#pragma unroll
+                    for (int k = 0; k < VEC; ++k) f[k] = @formula@;
+                    st_y(y + pj * C_ + (i64)v * VEC, al, f);
+                }
+            }
+        }
+    }
+}
+"#,
+        &[
+            ("defs", defs.into()),
+            ("nco", nco.to_string()),
+            ("entry", entry.into()),
+            ("minb", if dy { "2" } else { "4" }.into()),
+            ("dyp", d.param.into()),
+            ("dyd", d.decl.into()),
+            ("dyal", d.align.into()),
+            ("dyr", d.regs.into()),
+            ("dyl", d.load.into()),
+            ("dyc", d.cvt.into()),
+            ("formula", formula.into()),
+        ],
+    )
+}
+
+/// The NCHW passes: planes of HW contiguous elements (plane `pl = n * C + c`), read in
+/// vectors of VEC elements when a plane is a multiple of 16 bytes (else one element at a
+/// time). The statistics pass gives each plane to a team (a warp, or a block for few planes)
+/// and writes `part[2][N][C]` (the layout of the NHWC pass with G = 1 and NBLK = N, so the
+/// same finalize serves).
+struct PlaneGeom {
+    c: i64,
+    n: i64,
+    hw: i64,
+    vw: i64,
+    ts: i64,
+}
+
+impl PlaneGeom {
+    fn new(c: i64, n: i64, hw: i64, vec: i64, esize: i64, sms: i64) -> PlaneGeom {
+        let vw = if hw * esize % 16 == 0 { vec } else { 1 };
+        // A warp per plane when there are enough planes to fill the GPU with warps.
+        let ts = if n * c >= sms * 32 || hw / vw <= 512 { 32 } else { 256 };
+        PlaneGeom { c, n, hw, vw, ts }
+    }
+
+    fn defs(&self, helpers: &str) -> String {
+        let PlaneGeom { c, n, hw, vw, ts } = self;
+        let ldv = if *vw > 1 {
+            "__device__ __forceinline__ void ldv(const XT* p, i64 i, bool al, float* f) { cvt_x(ldx_raw(p + i * VEC, al), f); }\n__device__ __forceinline__ void stv(YT* p, i64 i, bool al, const float* f) { st_y(p + i * VEC, al, f); }\n"
+        } else {
+            "__device__ __forceinline__ void ldv(const XT* p, i64 i, bool al, float* f) { (void)al; f[0] = x2f(p[i]); }\n__device__ __forceinline__ void stv(YT* p, i64 i, bool al, const float* f) { (void)al; p[i] = f2y(f[0]); }\n"
+        };
+        format!(
+            "{helpers}\n{ldv}#define C_ {c}LL\n#define N_ {n}LL\n#define HW_ {hw}LL\n#define VW {vw}\n#define ITEMS {items}LL\n#define PLANES {planes}LL\n#define TS {ts}\n#define UNR {UNROLL}\n// For the shared finalize: one group of N blocks (planes) per channel.\n#define G_ 1LL\n#define NBLK {n}\n#define P_ {count}LL\n",
+            items = hw / vw,
+            planes = n * c,
+            count = n * hw,
+        )
+    }
+
+    /// Blocks of the statistics pass.
+    fn stats_grid(&self, sms: i64) -> i64 {
+        let planes = self.n * self.c;
+        if self.ts == 32 {
+            ceil_div(planes, 8).min(sms * 8).max(1)
+        } else {
+            planes.min(sms * 8).max(1)
+        }
+    }
+
+    fn vec_align(&self, dy: bool, y: bool) -> String {
+        if self.vw == 1 {
+            return "false".into();
+        }
+        let mut a = "((unsigned long long)x & 15) == 0".to_string();
+        if dy {
+            a += " && ((unsigned long long)dy & 15) == 0";
+        }
+        if y {
+            a += " && ((unsigned long long)y & (YAL - 1)) == 0";
+        }
+        a
+    }
+}
+
+/// The NCHW statistics pass: per plane, the sums `s` and `q` that `accum` adds up from x's `f`
+/// (and dy's `d`), reduced over the plane's team in a fixed order, to `part[2][PLANES]`.
+/// `setup` runs once per plane (with `ch`, the plane's channel).
+fn plane_stats(defs: &str, geom: &PlaneGeom, entry: &str, extra: &str, dy: bool, setup: &str, accum: &str) -> String {
+    let (dyp, dyd, dyr, dyl, dyg) = if dy {
+        (
+            ", const void* dyv",
+            "    const XT* dy = (const XT*)dyv;\n",
+            "            float fd[UNR][VW];\n",
+            "                    ldv(dyp, i, al, fd[j]);\n",
+            "                        const float d = fd[j][k];\n",
+        )
+    } else {
+        ("", "", "", "", "")
+    };
+    super::rows::fill(
+        r#"@defs@
+extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv@dyp@@extra@, float* part) {
+    const XT* x = (const XT*)xv;
+@dyd@    const bool al = @al@;
+    (void)al;
+    const int t = TS == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+    const i64 team = TS == 32 ? (((i64)blockIdx.x * 256 + threadIdx.x) >> 5) : (i64)blockIdx.x;
+    const i64 nteams = TS == 32 ? (i64)gridDim.x * 8 : (i64)gridDim.x;
+    __shared__ float red[2][2][8];
+    int rb = 0;
+    (void)red;
+    (void)rb;
+    for (i64 pl = team; pl < PLANES; pl += nteams) {
+        const i64 ch = pl % C_;
+        (void)ch;
+@setup@
+        float s = 0.f, q = 0.f;
+        const XT* xp = x + pl * HW_;
+@dypl@        for (i64 i0 = t; i0 < ITEMS; i0 += (i64)TS * UNR) {
+            float fx[UNR][VW];
+@dyr@#pragma unroll
+            for (int j = 0; j < UNR; ++j) {
+                const i64 i = i0 + (i64)j * TS;
+                if (i < ITEMS) {
+                    ldv(xp, i, al, fx[j]);
+@dyl@                }
+            }
+#pragma unroll
+            for (int j = 0; j < UNR; ++j) {
+                if (i0 + (i64)j * TS < ITEMS) {
+#pragma unroll
+                    for (int k = 0; k < VW; ++k) {
+                        const float f = fx[j][k];
+@dyg@@accum@
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+            q += __shfl_xor_sync(0xffffffffu, q, o);
+        }
+        if (TS > 32) {
+            if ((threadIdx.x & 31) == 0) {
+                red[rb][0][threadIdx.x >> 5] = s;
+                red[rb][1][threadIdx.x >> 5] = q;
+            }
+            __syncthreads();
+            s = 0.f;
+            q = 0.f;
+#pragma unroll
+            for (int w = 0; w < 8; ++w) {
+                s += red[rb][0][w];
+                q += red[rb][1][w];
+            }
+            rb ^= 1;
+        }
+        if (t == 0) {
+            part[pl] = s;
+            part[PLANES + pl] = q;
+        }
+    }
+}
+"#,
+        &[
+            ("defs", defs.into()),
+            ("entry", entry.into()),
+            ("dyp", dyp.into()),
+            ("extra", extra.into()),
+            ("dyd", dyd.into()),
+            ("al", geom.vec_align(dy, false)),
+            ("setup", setup.into()),
+            ("dypl", if dy { "        const XT* dyp = dy + pl * HW_;\n".into() } else { String::new() }),
+            ("dyr", dyr.into()),
+            ("dyl", dyl.into()),
+            ("dyg", dyg.into()),
+            ("accum", accum.into()),
+        ],
+    )
+}
+
+/// The NCHW apply pass: a thread per item (vector or element), walking backwards (the
+/// statistics pass read the last planes last); NCO coefficients `cf[m]` from `co[m][C]`,
+/// reloaded when the plane changes; each output element `formula` of x's `f` (and dy's `d`).
+fn plane_apply(defs: &str, geom: &PlaneGeom, entry: &str, dy: bool, nco: usize, formula: &str) -> String {
+    let (dyp, dyd, dyl, dyg) = if dy {
+        (", const void* dyv", "    const XT* dy = (const XT*)dyv;\n", "        float fd[VW];\n        ldv(dy, it, al, fd);\n", "            const float d = fd[k];\n")
+    } else {
+        ("", "", "", "")
+    };
+    super::rows::fill(
+        r#"@defs@
+#define NCO @nco@
+extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv@dyp@, const float* co, void* yv) {
+    const XT* x = (const XT*)xv;
+@dyd@    YT* y = (YT*)yv;
+    const bool al = @al@;
+    (void)al;
+    i64 cur = -1;
+    float cf[NCO];
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 it = PLANES * ITEMS - 1 - ((i64)blockIdx.x * blockDim.x + threadIdx.x); it >= 0; it -= stride) {
+        const i64 pl = it / ITEMS;
+        if (pl != cur) {
+            cur = pl;
+            const i64 ch = pl % C_;
+#pragma unroll
+            for (int m = 0; m < NCO; ++m) cf[m] = co[(i64)m * C_ + ch];
+        }
+        float fx[VW], o[VW];
+        ldv(x, it, al, fx);
+@dyl@#pragma unroll
+        for (int k = 0; k < VW; ++k) {
+            const float f = fx[k];
+@dyg@            o[k] = @formula@;
+        }
+        stv(y, it, al, o);
+    }
+}
+"#,
+        &[
+            ("defs", defs.into()),
+            ("nco", nco.to_string()),
+            ("entry", entry.into()),
+            ("dyp", dyp.into()),
+            ("dyd", dyd.into()),
+            ("al", geom.vec_align(dy, true)),
+            ("dyl", dyl.into()),
+            ("dyg", dyg.into()),
+            ("formula", formula.into()),
+        ],
+    )
+}
+
+/// A launch with an exact grid.
+fn exact(source: String, entry: String, grid: i64, block: i64, args: Vec<Arg>) -> Launch {
+    Launch { source, entry, threads: (grid * block) as u64, block: block as u32, exact_grid: Some((grid as u32, 1, 1)), shared_bytes: 0, args, cluster: None }
+}
+
+/// A grid-stride launch over `threads` threads of 256.
+fn strided(source: String, entry: String, threads: i64, args: Vec<Arg>) -> Launch {
+    Launch { source, entry, threads: threads.max(1) as u64, block: 256, exact_grid: None, shared_bytes: 0, args, cluster: None }
+}
+
+/// Backward of batchnorm (per channel over every axis but 1; `groups` 1) and instancenorm
+/// (per (n, c) over the spatial axes; `groups` N): dx, dscale, dbias. NHWC: the statistics
+/// pass sums dy and dy * xhat per (group, channel) from x and dy, the finalize writes dscale
+/// and dbias (summed over the groups in order) and the coefficients of dx, the apply pass
+/// computes `dx = inv * scale * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n)` as
+/// `A * dy + B * (x - mean) + Cs` (A, B, Cs per (group, channel), in f64). NCHW
+/// (batchnorm only; instancenorm NCHW is a row kernel): the same three passes over planes.
+fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64) -> Option<NodeKernels> {
+    let dy = node.input("dy")?;
+    let x = node.input("x")?;
+    let scale = node.input("scale")?;
+    let mean = node.input("mean")?;
+    let inv = node.input("inv_variance")?;
+    let dx = node.output("dx")?;
+    let dscale = node.output("dscale")?;
+    let dbias = node.output("dbias")?;
+    let xd = graph.desc(x).clone();
+    let (xt, dxt) = (dtype(graph, x), dtype(graph, dx));
+    if dtype(graph, dy) != xt || xd.dims.len() < if instance { 3 } else { 2 } || !same_layout(graph, &[x, dy, dx]) {
+        return None;
+    }
+    let helpers = vec_helpers(xt, dxt)?;
+    let rank = xd.dims.len();
+    let c = xd.dims[1];
+    let n0 = xd.dims[0];
+    let groups = if instance { n0 } else { 1 };
+    let sc = stat_of(graph, scale, rank, 1, c)?;
+    let mn = stat_of(graph, mean, rank, groups, c)?;
+    let iv = stat_of(graph, inv, rank, groups, c)?;
+    let ds = stat_of(graph, dscale, rank, 1, c)?;
+    let db = stat_of(graph, dbias, rank, 1, c)?;
+    let vec = (16 / xt.size()) as i64;
+    let total = xd.element_count();
+    let what = if instance { "in" } else { "bn" };
+    let per_group = format!(
+        "            const double mnv = {lm}, ivv = {li}, scv = {ls};\n            const double ca = ivv * scv;\n            co[((i64)0 * G_ + g) * C_ + c] = (float)mnv;\n            co[((i64)1 * G_ + g) * C_ + c] = (float)ca;\n            co[((i64)2 * G_ + g) * C_ + c] = (float)(-ca * ivv * (q / n));\n            co[((i64)3 * G_ + g) * C_ + c] = (float)(-ca * (s / n));\n            a0 += q;\n            a1 += s;",
+        lm = mn.ld("mn", "g", "c"),
+        li = iv.ld("iv", "g", "c"),
+        ls = sc.ld("sc", "0", "c"),
+    );
+    let per_channel = format!("        {}\n        {}", ds.st("ds", "0", "c", "a0"), db.st("db", "0", "c", "a1"));
+    let fin_params = "const float* part, float* co, const void* mn, const void* iv, const void* sc, void* ds, void* db";
+    let fin_args = vec![Arg::Scratch(0), Arg::Scratch(1), Arg::Ptr(mean), Arg::Ptr(inv), Arg::Ptr(scale), Arg::Ptr(dscale), Arg::Ptr(dbias)];
+    let stats_entry = entry_name(ni, &format!("{what}_bwd_stats"));
+    let fin_entry = entry_name(ni, &format!("{what}_bwd_finalize"));
+    let apply_entry = entry_name(ni, &format!("{what}_bwd_apply"));
+    if channels_last(&xd.dims, &xd.strides, instance) && c % vec == 0 {
+        let positions = total / c / groups;
+        let geom = ChanGeom::new(c, vec, groups, positions, sms);
+        let defs = geom.defs(&helpers);
+        let setup = format!(
+            "            float M[VEC], R[VEC];\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) {{\n                const i64 ch = (i64)v * VEC + k;\n                M[k] = (float){};\n                R[k] = (float){};\n            }}",
+            mn.ld("mn", "g", "ch"),
+            iv.ld("iv", "g", "ch")
+        );
+        let accum = "                        const float xh = (f[k] - M[k]) * R[k];\n                        s[k] += d[k];\n                        q[k] = fmaf(d[k], xh, q[k]);";
+        let stats = chan_stats(&defs, &stats_entry, ", const void* mn, const void* iv", true, &setup, accum);
+        let fin = chan_finalize(&defs, &fin_entry, fin_params, &per_group, &per_channel);
+        let apply = chan_apply(&defs, &apply_entry, true, 4, "fmaf(cf[1][k], d[k], fmaf(cf[2][k], f[k] - cf[0][k], cf[3][k]))");
+        let scratch = vec![(2 * geom.grid() * c * 4) as usize, (4 * groups * c * 4) as usize];
+        return Some(NodeKernels {
+            launches: vec![
+                exact(stats, stats_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Ptr(mean), Arg::Ptr(inv), Arg::Scratch(0)]),
+                exact(fin, fin_entry, ceil_div(c, 32), 1024, fin_args),
+                exact(apply, apply_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Scratch(1), Arg::Ptr(dx)]),
+            ],
+            scratch,
+        });
+    }
+    if instance || !row_major(&xd.dims, &xd.strides) {
+        return None;
+    }
+    let hw: i64 = xd.dims[2..].iter().product();
+    let geom = PlaneGeom::new(c, n0, hw, vec, xt.size() as i64, sms);
+    let defs = geom.defs(&helpers);
+    let setup = format!("        const float M = (float){}, R = (float){};", mn.ld("mn", "0", "ch"), iv.ld("iv", "0", "ch"));
+    let accum = "                        const float xh = (f - M) * R;\n                        s += d;\n                        q = fmaf(d, xh, q);";
+    let stats = plane_stats(&defs, &geom, &stats_entry, ", const void* mn, const void* iv", true, &setup, accum);
+    let fin = chan_finalize(&defs, &fin_entry, fin_params, &per_group, &per_channel);
+    let apply = plane_apply(&defs, &geom, &apply_entry, true, 4, "fmaf(cf[1], d, fmaf(cf[2], f - cf[0], cf[3]))");
+    let scratch = vec![(2 * n0 * c * 4) as usize, (4 * c * 4) as usize];
+    Some(NodeKernels {
+        launches: vec![
+            exact(stats, stats_entry, geom.stats_grid(sms), 256, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Ptr(mean), Arg::Ptr(inv), Arg::Scratch(0)]),
+            exact(fin, fin_entry, ceil_div(c, 32), 1024, fin_args),
+            strided(apply, apply_entry, n0 * c * hw / geom.vw, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Scratch(1), Arg::Ptr(dx)]),
+        ],
+        scratch,
+    })
+}
+
+/// Instancenorm forward on NHWC-packed x (N outermost): per (n, c) the shifted sums over the
+/// image's positions (shift: the image's first value of the channel), a finalize writing mean
+/// and inv_variance (training) and the coefficients, and the apply pass.
+fn instancenorm_nhwc(graph: &Graph, ni: usize, node: &Node, eps: f64, sms: i64) -> Option<NodeKernels> {
+    let x = node.input("x")?;
+    let scale = node.input("scale")?;
+    let bias = node.input("bias")?;
+    let y = node.output("y")?;
+    let xd = graph.desc(x).clone();
+    let (xt, yt) = (dtype(graph, x), dtype(graph, y));
+    if xd.dims.len() < 3 || !same_layout(graph, &[x, y]) || !channels_last(&xd.dims, &xd.strides, true) {
+        return None;
+    }
+    let helpers = vec_helpers(xt, yt)?;
+    let rank = xd.dims.len();
+    let (n0, c) = (xd.dims[0], xd.dims[1]);
+    let vec = (16 / xt.size()) as i64;
+    if c % vec != 0 {
+        return None;
+    }
+    let sc = stat_of(graph, scale, rank, 1, c)?;
+    let bi = stat_of(graph, bias, rank, 1, c)?;
+    let stats = match (node.output("mean"), node.output("inv_variance")) {
+        (Some(m), Some(v)) => Some((m, stat_of(graph, m, rank, n0, c)?, v, stat_of(graph, v, rank, n0, c)?)),
+        (None, None) => None,
+        _ => return None,
+    };
+    let positions = xd.element_count() / c / n0;
+    let geom = ChanGeom::new(c, vec, n0, positions, sms);
+    let defs = geom.defs(&helpers);
+    let stats_entry = entry_name(ni, "in_nhwc_stats");
+    let fin_entry = entry_name(ni, "in_nhwc_finalize");
+    let apply_entry = entry_name(ni, "in_nhwc_apply");
+    let setup = "            float K[VEC];\n            cvt_x(ldx_raw(x + q0 * C_ + (i64)v * VEC, al), K);";
+    let accum = "                        const float e = f[k] - K[k];\n                        s[k] += e;\n                        q[k] = fmaf(e, e, q[k]);";
+    let stats_src = chan_stats(&defs, &stats_entry, "", false, setup, accum);
+    let mut fin_params = "const void* xv, const float* part, float* co, const void* sc, const void* bi".to_string();
+    let mut fin_args = vec![Arg::Ptr(x), Arg::Scratch(0), Arg::Scratch(1), Arg::Ptr(scale), Arg::Ptr(bias)];
+    let mut store = String::new();
+    if let Some((m, ms, v, vs)) = &stats {
+        fin_params += ", void* mo, void* vo";
+        fin_args.extend([Arg::Ptr(*m), Arg::Ptr(*v)]);
+        store = format!("            {}\n            {}\n", ms.st("mo", "g", "c", "mu"), vs.st("vo", "g", "c", "inv"));
+    }
+    let per_group = format!(
+        "            const double K = (double)x2f(((const XT*)xv)[g * P_ * C_ + c]);\n            const double dm = s / n;\n            const double mu = K + dm;\n            const double var = fmax(q / n - dm * dm, 0.0);\n            const double inv = 1.0 / sqrt(var + {eps});\n{store}            co[((i64)0 * G_ + g) * C_ + c] = (float)mu;\n            co[((i64)1 * G_ + g) * C_ + c] = (float)(inv * {ls});\n            co[((i64)2 * G_ + g) * C_ + c] = (float){lb};",
+        eps = c_double(eps),
+        ls = sc.ld("sc", "0", "c"),
+        lb = bi.ld("bi", "0", "c"),
+    );
+    let fin = chan_finalize(&defs, &fin_entry, &fin_params, &per_group, "");
+    let apply = chan_apply(&defs, &apply_entry, false, 3, "fmaf(f[k] - cf[0][k], cf[1][k], cf[2][k])");
+    Some(NodeKernels {
+        launches: vec![
+            exact(stats_src, stats_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Scratch(0)]),
+            exact(fin, fin_entry, ceil_div(c, 32), 1024, fin_args),
+            exact(apply, apply_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Scratch(1), Arg::Ptr(y)]),
+        ],
+        scratch: vec![(2 * geom.grid() * c * 4) as usize, (3 * n0 * c * 4) as usize],
+    })
+}
+
+/// The NCHW statistics pass of batchnorm and genstats: per plane the sums of `x - K` and
+/// `(x - K)^2` (K: the channel's first value, in plane (0, c)).
+fn plane_shift_stats(defs: &str, geom: &PlaneGeom, entry: &str) -> String {
+    plane_stats(
+        defs,
+        geom,
+        entry,
+        "",
+        false,
+        "        const float K = x2f(x[ch * HW_]);",
+        "                        const float e = f - K;\n                        s += e;\n                        q = fmaf(e, e, q);",
+    )
+}
+
+/// Batchnorm training forward (no peers) on NCHW-packed x: plane statistics, a finalize with
+/// the running statistics, the apply pass.
+fn batchnorm_nchw(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms: i64) -> Option<NodeKernels> {
+    if !peer_ports(node).ok()?.is_empty() {
+        return None;
+    }
+    let x = node.input("x")?;
+    let scale = node.input("scale")?;
+    let bias = node.input("bias")?;
+    let y = node.output("y")?;
+    let mean = node.output("mean")?;
+    let inv = node.output("inv_variance")?;
+    let xd = graph.desc(x).clone();
+    let (xt, yt) = (dtype(graph, x), dtype(graph, y));
+    if !same_layout(graph, &[x, y]) || !row_major(&xd.dims, &xd.strides) {
+        return None;
+    }
+    let helpers = vec_helpers(xt, yt)?;
+    let rank = xd.dims.len();
+    let (n0, c) = (xd.dims[0], xd.dims[1]);
+    let hw: i64 = xd.dims[2..].iter().product();
+    let sc = stat_of(graph, scale, rank, 1, c)?;
+    let bi = stat_of(graph, bias, rank, 1, c)?;
+    let ms = stat_of(graph, mean, rank, 1, c)?;
+    let vs = stat_of(graph, inv, rank, 1, c)?;
+    let mut fin_params = "const void* xv, const float* part, float* co, const void* sc, const void* bi, void* mo, void* vo".to_string();
+    let mut fin_args = vec![Arg::Ptr(x), Arg::Scratch(0), Arg::Scratch(1), Arg::Ptr(scale), Arg::Ptr(bias), Arg::Ptr(mean), Arg::Ptr(inv)];
+    let mut running = String::new();
+    match (node.input("in_running_mean"), node.input("in_running_var"), node.output("out_running_mean"), node.output("out_running_var")) {
+        (Some(rm), Some(rv), Some(orm), Some(orv)) => {
+            let [rms, rvs, orms, orvs] = [rm, rv, orm, orv].map(|t| stat_of(graph, t, rank, 1, c));
+            let (rms, rvs, orms, orvs) = (rms?, rvs?, orms?, orvs?);
+            fin_params += ", const void* rm, const void* rv, void* orm, void* orv";
+            fin_args.extend([Arg::Ptr(rm), Arg::Ptr(rv), Arg::Ptr(orm), Arg::Ptr(orv)]);
+            let mo = c_double(a.momentum);
+            let cnt = (n0 * hw) as f64;
+            running = format!(
+                "            const double unbias = {unbias};\n            {}\n            {}\n",
+                orms.st("orm", "0", "c", &format!("(1.0 - {mo}) * {} + {mo} * mu", rms.ld("rm", "0", "c"))),
+                orvs.st("orv", "0", "c", &format!("(1.0 - {mo}) * {} + {mo} * var * unbias", rvs.ld("rv", "0", "c"))),
+                unbias = c_double(cnt / (cnt - 1.0)),
+            );
+        }
+        (None, None, None, None) => {}
+        _ => return None,
+    }
+    let vec = (16 / xt.size()) as i64;
+    let geom = PlaneGeom::new(c, n0, hw, vec, xt.size() as i64, sms);
+    let defs = geom.defs(&helpers);
+    let stats_entry = entry_name(ni, "bn_nchw_stats");
+    let fin_entry = entry_name(ni, "bn_nchw_finalize");
+    let apply_entry = entry_name(ni, "bn_nchw_apply");
+    let stats = plane_shift_stats(&defs, &geom, &stats_entry);
+    let per_group = format!(
+        "            const double K = (double)x2f(((const XT*)xv)[c * HW_]);\n            const double dm = s / n;\n            const double mu = K + dm;\n            const double var = fmax(q / n - dm * dm, 0.0);\n            const double inv = 1.0 / sqrt(var + {eps});\n            {stm}\n            {stv}\n{running}            co[c] = (float)mu;\n            co[C_ + c] = (float)(inv * {ls});\n            co[2 * C_ + c] = (float){lb};",
+        eps = c_double(a.epsilon),
+        stm = ms.st("mo", "0", "c", "mu"),
+        stv = vs.st("vo", "0", "c", "inv"),
+        ls = sc.ld("sc", "0", "c"),
+        lb = bi.ld("bi", "0", "c"),
+    );
+    let fin = chan_finalize(&defs, &fin_entry, &fin_params, &per_group, "");
+    let apply = plane_apply(&defs, &geom, &apply_entry, false, 3, "fmaf(f - cf[0], cf[1], cf[2])");
+    Some(NodeKernels {
+        launches: vec![
+            exact(stats, stats_entry, geom.stats_grid(sms), 256, vec![Arg::Ptr(x), Arg::Scratch(0)]),
+            exact(fin, fin_entry, ceil_div(c, 32), 1024, fin_args),
+            strided(apply, apply_entry, n0 * c * hw / geom.vw, vec![Arg::Ptr(x), Arg::Scratch(1), Arg::Ptr(y)]),
+        ],
+        scratch: vec![(2 * n0 * c * 4) as usize, (3 * c * 4) as usize],
+    })
+}
+
+/// Genstats on NCHW-packed x: plane statistics and a finalize that undoes the shift.
+fn genstats_nchw(graph: &Graph, ni: usize, node: &Node, sms: i64) -> Option<NodeKernels> {
+    let x = node.input("x")?;
+    let sum = node.output("sum")?;
+    let sq = node.output("sq_sum")?;
+    let xd = graph.desc(x).clone();
+    let xt = dtype(graph, x);
+    if !row_major(&xd.dims, &xd.strides) {
+        return None;
+    }
+    let helpers = vec_helpers(xt, xt)?;
+    let rank = xd.dims.len();
+    let (n0, c) = (xd.dims[0], xd.dims[1]);
+    let hw: i64 = xd.dims[2..].iter().product();
+    let ss = stat_of(graph, sum, rank, 1, c)?;
+    let qs = stat_of(graph, sq, rank, 1, c)?;
+    let geom = PlaneGeom::new(c, n0, hw, (16 / xt.size()) as i64, xt.size() as i64, sms);
+    let defs = geom.defs(&helpers);
+    let stats_entry = entry_name(ni, "genstats_nchw_stats");
+    let fin_entry = entry_name(ni, "genstats_nchw_finalize");
+    let stats = plane_shift_stats(&defs, &geom, &stats_entry);
+    let per_group = format!(
+        "            const double K = (double)x2f(((const XT*)xv)[c * HW_]);\n            {}\n            {}",
+        ss.st("su", "0", "c", "s + n * K"),
+        qs.st("sq", "0", "c", "q + 2.0 * K * s + n * K * K")
+    );
+    let fin = chan_finalize(&defs, &fin_entry, "const void* xv, const float* part, void* su, void* sq", &per_group, "");
+    Some(NodeKernels {
+        launches: vec![
+            exact(stats, stats_entry, geom.stats_grid(sms), 256, vec![Arg::Ptr(x), Arg::Scratch(0)]),
+            exact(fin, fin_entry, ceil_div(c, 32), 1024, vec![Arg::Ptr(x), Arg::Scratch(0), Arg::Ptr(sum), Arg::Ptr(sq)]),
+        ],
+        scratch: vec![(2 * n0 * c * 4) as usize],
+    })
+}
+
+/// bn_finalize: one thread per channel, in f64 (C values; a single small launch with the
+/// offsets baked in).
+fn bn_finalize(graph: &Graph, ni: usize, node: &Node, a: &BnFinalizeAttrs) -> Option<NodeKernels> {
+    let sum = node.input("sum")?;
+    let d = graph.desc(sum);
+    let rank = d.dims.len();
+    let c = *d.dims.get(1)?;
+    let mut ins = vec![("su", sum), ("sq", node.input("sq_sum")?), ("sc", node.input("scale")?), ("bi", node.input("bias")?)];
+    let mut outs = vec![("es", node.output("eq_scale")?), ("eb", node.output("eq_bias")?), ("sm", node.output("saved_mean")?), ("si", node.output("saved_inv_std")?)];
+    let running = match (node.input("prev_running_mean"), node.input("prev_running_var"), node.output("next_running_mean"), node.output("next_running_var")) {
+        (Some(rm), Some(rv), Some(nrm), Some(nrv)) => {
+            ins.extend([("rm", rm), ("rv", rv)]);
+            outs.extend([("nm", nrm), ("nv", nrv)]);
+            true
+        }
+        (None, None, None, None) => false,
+        _ => return None,
+    };
+    let mut params = Vec::new();
+    let mut args = Vec::new();
+    let mut offs = std::collections::HashMap::new();
+    for &(name, id) in ins.iter().chain(&outs) {
+        let t = graph.desc(id);
+        let dt = dtype(graph, id);
+        if t.dims.len() != rank || t.dims[1] != c || t.dims.iter().enumerate().any(|(i, &n)| i != 1 && n != 1) || !dt.is_float() {
+            return None;
+        }
+        let write = outs.iter().any(|o| o.0 == name);
+        params.push(format!("{}void* {name}", if write { "" } else { "const " }));
+        args.push(Arg::Ptr(id));
+        offs.insert(name, (if c > 1 { t.strides[1] } else { 0 }, type_suffix(dt)));
+    }
+    let ld = |n: &str| format!("ld_{}({n}, c * {}LL)", offs[n].1, offs[n].0);
+    let st = |n: &str, v: &str| format!("st_{}({n}, c * {}LL, {v});", offs[n].1, offs[n].0);
+    let count = a.accum_count as f64;
+    let mo = c_double(a.momentum);
+    let mut body = format!(
+        "        const double mean = {su} / {cnt};\n        const double var = fmax({sq} / {cnt} - mean * mean, 0.0);\n        const double inv = 1.0 / sqrt(var + {eps});\n        const double eqs = {sc} * inv;\n        {w1}\n        {w2}\n        {w3}\n        {w4}\n",
+        su = ld("su"),
+        sq = ld("sq"),
+        sc = ld("sc"),
+        cnt = c_double(count),
+        eps = c_double(a.epsilon),
+        w1 = st("es", "eqs"),
+        w2 = st("eb", &format!("{} - mean * eqs", ld("bi"))),
+        w3 = st("sm", "mean"),
+        w4 = st("si", "inv"),
+    );
+    if running {
+        body += &format!(
+            "        {}\n        {}\n",
+            st("nm", &format!("(1.0 - {mo}) * {} + {mo} * mean", ld("rm"))),
+            st("nv", &format!("(1.0 - {mo}) * {} + {mo} * var * {}", ld("rv"), c_double(count / (count - 1.0)))),
+        );
+    }
+    let entry = entry_name(ni, "bn_finalize_fast");
+    let source = format!(
+        "extern \"C\" __global__ void __launch_bounds__(256) {entry}({}) {{\n    for (i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x; c < {c}LL; c += (i64)gridDim.x * blockDim.x) {{\n{body}    }}\n}}\n",
+        params.join(", ")
+    );
+    Some(NodeKernels::one(strided(source, entry, c, args)))
+}
+
+// ----------------------------------------------------------------------------------------------
+// Pooling backward
+// ----------------------------------------------------------------------------------------------
+
+/// 2D max and average pooling backward on NHWC-packed x, dy and dx of one type (f16, bf16,
+/// f32), C a multiple of 16 bytes. Averages: one gather launch, a thread per input vector
+/// (8 f16/bf16 or 4 f32 channels of one position) summing `dy / divisor` over the outputs
+/// whose windows cover it (ascending p, then q, as the CPU adds them). Max: the first launch
+/// finds each output's argmax (the CPU's rule: the first maximal real element of the window
+/// in row-major order, a NaN beating any number) and stores its window tap as a byte to
+/// scratch (`[N, P, Q, C]`); the gather launch adds dy of each covering output whose argmax
+/// is this position. Each x, dy and dx element moves once; the argmax bytes once each way.
+fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<NodeKernels> {
+    let dy = node.input("dy")?;
+    let x = node.input("x")?;
+    let dx = node.output("dx")?;
+    let (xd, dyd, dxd) = (graph.desc(x), graph.desc(dy), graph.desc(dx));
+    let xt = dtype(graph, x);
+    if dtype(graph, dy) != xt || dtype(graph, dx) != xt || xd.dims.len() != 4 || [&a.window, &a.stride, &a.pre_padding, &a.post_padding].iter().any(|l| l.len() != 2) {
+        return None;
+    }
+    let helpers = vec_helpers(xt, xt)?;
+    if !channels_last(&xd.dims, &xd.strides, true) || !channels_last(&dyd.dims, &dyd.strides, true) || !channels_last(&dxd.dims, &dxd.strides, true) || dxd.dims != xd.dims {
+        return None;
+    }
+    if a.output_dims(&xd.dims).ok()? != dyd.dims {
+        return None;
+    }
+    let vec = (16 / xt.size()) as i64;
+    let (n, c, h, w) = (xd.dims[0], xd.dims[1], xd.dims[2], xd.dims[3]);
+    let (p, q) = (dyd.dims[2], dyd.dims[3]);
+    let (kh, kw, sh, sw) = (a.window[0], a.window[1], a.stride[0], a.stride[1]);
+    let max = a.mode == ResampleMode::Max;
+    if c % vec != 0 || (max && kh * kw > 254) {
+        return None;
+    }
+    let cv = c / vec;
+    let defs = format!(
+        "{helpers}\n#define C_ {c}LL\n#define CV {cv}LL\n#define H_ {h}LL\n#define W_ {w}LL\n#define P_ {p}LL\n#define Q_ {q}LL\n#define KH {kh}LL\n#define KW {kw}LL\n#define SH {sh}LL\n#define SW {sw}LL\n#define PREH {preh}LL\n#define PREW {prew}LL\n#define POSTH {posth}LL\n#define POSTW {postw}LL\n// VEC argmax bytes of one output vector.\ntypedef {ity} IDXW;\nunion IdxV {{ IDXW u; unsigned char b[VEC]; }};\n",
+        preh = a.pre_padding[0],
+        prew = a.pre_padding[1],
+        posth = a.post_padding[0],
+        postw = a.post_padding[1],
+        ity = if vec == 8 { "unsigned long long" } else { "unsigned int" },
+    );
+    let mut launches = Vec::new();
+    let mut scratch = Vec::new();
+    let outs = n * p * q * cv;
+    if max {
+        let entry = entry_name(ni, "pool_bwd_argmax");
+        let source = super::rows::fill(
+            r#"@defs@
+extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv, IDXW* idx) {
+    const XT* x = (const XT*)xv;
+    const bool al = ((unsigned long long)x & 15) == 0;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < @outs@LL; i += (i64)gridDim.x * blockDim.x) {
+        // Output vector i = ((n * P + p) * Q + q) * CV + v.
+        const i64 v = i % CV;
+        i64 t = i / CV;
+        const i64 oq = t % Q_;
+        t /= Q_;
+        const i64 op = t % P_;
+        const i64 on = t / P_;
+        const i64 h0 = op * SH - PREH, w0 = oq * SW - PREW;
+        const XT* base = x + on * (H_ * W_ * C_) + v * VEC;
+        float best[VEC];
+        IdxV r;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) { best[k] = 0.f; r.b[k] = 255; }
+        for (i64 dh = 0; dh < KH; ++dh) {
+            const i64 hh = h0 + dh;
+            if (hh < 0 || hh >= H_) continue;
+            for (i64 dw = 0; dw < KW; ++dw) {
+                const i64 ww = w0 + dw;
+                if (ww < 0 || ww >= W_) continue;
+                float f[VEC];
+                cvt_x(ldx_raw(base + (hh * W_ + ww) * C_, al), f);
+                const unsigned char tap = (unsigned char)(dh * KW + dw);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    const float e = f[k], b = best[k];
+                    if (r.b[k] == 255 || e > b || (e != e && b == b)) { best[k] = e; r.b[k] = tap; }
+                }
+            }
+        }
+        idx[i] = r.u;
+    }
+}
+"#,
+            &[("defs", defs.clone()), ("entry", entry.clone()), ("outs", outs.to_string())],
+        );
+        launches.push(strided(source, entry, outs, vec![Arg::Ptr(x), Arg::Scratch(0)]));
+        scratch.push((outs * vec) as usize);
+    }
+    let (idx_param, idx_arg, take): (&str, Option<Arg>, String) = if max {
+        (
+            ", const IDXW* idx",
+            Some(Arg::Scratch(0)),
+            "                IdxV r;\n                r.u = idx[o / VEC];\n                const unsigned char tap = (unsigned char)((h - oh) * KW + (w - ow));\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) if (r.b[k] == tap) acc[k] += g[k];\n".to_string(),
+        )
+    } else {
+        let div = if a.mode == ResampleMode::AvgIncludePadding {
+            "(float)((min(oh + KH, H_ + POSTH) - oh) * (min(ow + KW, W_ + POSTW) - ow))"
+        } else {
+            "(float)((min(oh + KH, H_) - max(oh, 0LL)) * (min(ow + KW, W_) - max(ow, 0LL)))"
+        };
+        ("", None, format!("                const float div = {div};\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) acc[k] += g[k] / div;\n"))
+    };
+    let entry = entry_name(ni, &format!("pool_bwd_{}", a.mode.name()));
+    let total = n * h * w * cv;
+    let source = super::rows::fill(
+        r#"@defs@
+extern "C" __global__ void __launch_bounds__(256) @entry@(const void* dyv@idxp@, void* dxv) {
+    const XT* dy = (const XT*)dyv;
+    YT* dx = (YT*)dxv;
+    const bool al = ((unsigned long long)dy & 15) == 0 && ((unsigned long long)dx & 15) == 0;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < @total@LL; i += (i64)gridDim.x * blockDim.x) {
+        // Input vector i = ((n * H + h) * W + w) * CV + v.
+        const i64 v = i % CV;
+        i64 t = i / CV;
+        const i64 w = t % W_;
+        t /= W_;
+        const i64 h = t % H_;
+        const i64 n = t / H_;
+        // Outputs whose windows cover (h, w): p * SH - PREH <= h < p * SH - PREH + KH.
+        const i64 ah = h + PREH - KH + 1, aw = w + PREW - KW + 1;
+        const i64 plo = ah <= 0 ? 0 : (ah + SH - 1) / SH, phi = min(P_ - 1, (h + PREH) / SH);
+        const i64 qlo = aw <= 0 ? 0 : (aw + SW - 1) / SW, qhi = min(Q_ - 1, (w + PREW) / SW);
+        float acc[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc[k] = 0.f;
+        for (i64 p = plo; p <= phi; ++p) {
+            const i64 oh = p * SH - PREH;
+            for (i64 q = qlo; q <= qhi; ++q) {
+                const i64 ow = q * SW - PREW;
+                const i64 o = ((n * P_ + p) * Q_ + q) * C_ + v * VEC;
+                float g[VEC];
+                cvt_x(ldx_raw(dy + o, al), g);
+@take@            }
+        }
+        st_y(dx + i * VEC, al, acc);
+    }
+}
+"#,
+        &[("defs", defs), ("entry", entry.clone()), ("idxp", idx_param.into()), ("total", total.to_string()), ("take", take)],
+    );
+    let mut args = vec![Arg::Ptr(dy)];
+    args.extend(idx_arg);
+    args.push(Arg::Ptr(dx));
+    launches.push(strided(source, entry, total, args));
+    Some(NodeKernels { launches, scratch })
 }
 
 #[cfg(test)]
