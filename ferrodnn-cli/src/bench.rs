@@ -116,6 +116,7 @@ fn memory_bound() -> Vec<Workload> {
     let y = g.mul(t, b);
     out(&mut g, y, bf);
     v.push(Workload { id: "pointwise_chain5_bf16_16384x4096".into(), graph: g, flops: None });
+    v.extend(crate::bench_memory::workloads());
     v
 }
 
@@ -204,7 +205,7 @@ pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Opt
         let build_again_ms = t1.elapsed().as_secs_f64() * 1e3;
 
         // Input sets: enough copies that one run's inputs are not left in L2 by the last.
-        let bytes = min_bytes(&g);
+        let bytes = crate::bench_memory::min_bytes_override(&w.id).unwrap_or_else(|| min_bytes(&g));
         let sets = if bytes < 4 * l2 as u64 { (4 * l2 as u64).div_ceil(bytes.max(1)).min(64) as usize } else { 1 };
         let mut rng = SplitMix64::new(1);
         let mut buffers: Vec<Vec<(i64, DeviceBuffer)>> = Vec::new();

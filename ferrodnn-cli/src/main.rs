@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_attention;
+mod bench_memory;
 mod demo;
 mod gpu_check;
 mod gpu_smoke;

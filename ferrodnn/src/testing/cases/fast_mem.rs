@@ -209,7 +209,13 @@ fn pool_bwd(what: &str, dt: DataType, dims: &[i64], l: L, mode: ResampleMode, wi
 /// layernorm or rmsnorm of `h`; `h` is a graph output when `keep`, and read by a later
 /// pointwise node for `shared`.
 fn prologue(what: &str, dt: DataType, rms: bool, keep: bool, dims: &[i64], b_dims: Option<&[i64]>, train: bool) -> Case {
-    let name = format!("fast_mem_prologue_{}_{what}_{}_{}{}_{dt}", if rms { "rmsnorm" } else { "layernorm" }, tag(dims), if train { "train" } else { "infer" }, if keep { "_keep" } else { "" });
+    let name = format!(
+        "fast_mem_prologue_{}_{what}_{}_{}{}_{dt}",
+        if rms { "rmsnorm" } else { "layernorm" },
+        tag(dims),
+        if train { "train" } else { "infer" },
+        if keep { "_keep" } else { "" }
+    );
     let mut g = Graph::new(name.clone()).io_data_type(dt);
     let pt = param_type(dt);
     let a = g.tensor(TensorDesc::new("a", dims, dt));

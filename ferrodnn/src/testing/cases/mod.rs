@@ -6,6 +6,7 @@
 mod conv;
 mod fast_attn;
 mod fast_gemm;
+mod fast_mem;
 mod fast_pw;
 mod fast_rows;
 mod fast_spatial;
@@ -55,5 +56,6 @@ pub fn all() -> Vec<Case> {
     v.extend(fast_spatial::cases());
     v.extend(fast_gemm::cases());
     v.extend(fast_attn::cases());
+    v.extend(fast_mem::cases());
     v
 }

@@ -20,15 +20,25 @@ use crate::error::Result;
 use crate::graph::Graph;
 use std::collections::{HashMap, HashSet};
 
+/// The kinds of multi-node groups.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Group {
+    Gemm,
+    NormPrologue,
+    Pointwise,
+}
+
 /// The units of a validated graph with fusion and specialized kernels applied.
 pub fn units(graph: &Graph, target: &Target) -> Result<Vec<Unit>> {
     let order = graph.topological_order()?;
-    // Multi-node groups: GEMM groups first (a matmul and the epilogue it absorbs), then
-    // pointwise chains among the remaining nodes. Each group runs where its last node (in
-    // topological order) would.
-    let mut groups: Vec<(bool, Vec<usize>)> = gemm::groups(graph, &order, target).into_iter().map(|g| (true, g)).collect();
+    // Multi-node groups: GEMM groups first (a matmul and the epilogue it absorbs), then norms
+    // with the pointwise prologue that makes their input, then pointwise chains among the
+    // remaining nodes. Each group runs where its last node (in topological order) would.
+    let mut groups: Vec<(Group, Vec<usize>)> = gemm::groups(graph, &order, target).into_iter().map(|g| (Group::Gemm, g)).collect();
     let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
-    groups.extend(pointwise::groups(graph, &order, &claimed).into_iter().map(|g| (false, g)));
+    groups.extend(rows::prologue_groups(graph, &order, target).into_iter().filter(|g| g.iter().all(|n| !claimed.contains(n))).map(|g| (Group::NormPrologue, g)));
+    let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+    groups.extend(pointwise::groups(graph, &order, &claimed).into_iter().map(|g| (Group::Pointwise, g)));
     let mut group_of: HashMap<usize, usize> = HashMap::new();
     for (gi, (_, grp)) in groups.iter().enumerate() {
         for &n in grp {
@@ -39,10 +49,14 @@ pub fn units(graph: &Graph, target: &Target) -> Result<Vec<Unit>> {
     let mut out = Vec::new();
     for &ni in &order {
         if let Some(&gi) = group_of.get(&ni) {
-            let (is_gemm, grp) = &groups[gi];
+            let (kind, grp) = &groups[gi];
             let last = grp.iter().copied().max_by_key(|n| position[n]).unwrap_or(ni);
             if ni == last {
-                let unit = if *is_gemm { gemm::unit(graph, grp, target)? } else { pointwise::unit(graph, grp)? };
+                let unit = match kind {
+                    Group::Gemm => gemm::unit(graph, grp, target)?,
+                    Group::NormPrologue => rows::prologue_unit(graph, grp, target)?,
+                    Group::Pointwise => pointwise::unit(graph, grp)?,
+                };
                 match unit {
                     Some(u) => out.push(u),
                     // The group could not be generated after all: run its nodes one by one.
