@@ -73,6 +73,21 @@ enum Command {
         #[arg(long, value_parser = parse_shard)]
         shard: Option<(usize, usize)>,
     },
+    /// Compile every kernel the check cases need for one target into the kernel cache
+    /// ($FERRODNN_CACHE_DIR): NVRTC needs no GPU, so a build machine can fill the cache that a
+    /// GPU machine with the same NVRTC then reads (kernels are keyed by source, arch and NVRTC
+    /// version).
+    CompileCases {
+        /// The NVRTC architecture, e.g. sm_90a.
+        #[arg(long, default_value = "sm_90a")]
+        arch: String,
+        /// The SM count the target device has (one-wave grids are generated for it).
+        #[arg(long, default_value_t = 132)]
+        sm_count: u32,
+        /// Only cases whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+    },
     /// Smoke-check the CUDA runtime on the GPU: NVRTC compile, kernel cache, module load, launches
     /// checked element by element against the CPU, wrapped streams, event timing, an mma.sync
     /// tile and a cluster launch. Prints JSON; exits non-zero if a check fails (0 with
@@ -99,6 +114,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::GpuCheckRuntime { out, device } => return gpu_smoke::main(device, out.as_deref()),
         Command::Ops { json } => ops(json),
+        Command::CompileCases { arch, sm_count, filter } => compile_cases(&arch, sm_count, filter.as_deref()),
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
@@ -223,4 +239,28 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
         return Err(format!("`{s}`: need 0 <= I < N"));
     }
     Ok((i, n))
+}
+
+/// See [`Command::CompileCases`].
+fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>) -> Result<(), String> {
+    use ferrodnn::engine::cuda::{compile_cached, CompileOptions, KernelCache, Target};
+    use rayon::prelude::*;
+    let target = Target::new(arch, sm_count);
+    let mut sources = std::collections::BTreeMap::new();
+    for case in ferrodnn::testing::cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.name.contains(f))) {
+        if let Ok(list) = ferrodnn::engine::cuda::kernel_sources(&case.graph, &target) {
+            for (entry, src) in list {
+                sources.entry(src).or_insert(entry);
+            }
+        }
+    }
+    let opts = CompileOptions::new(arch);
+    let cache = KernelCache::global();
+    let failed: Vec<String> = sources.par_iter().filter_map(|(src, entry)| compile_cached(cache, src, entry, &opts).err().map(|e| format!("{entry}: {e}"))).collect();
+    println!("compiled {} kernels for {arch} into the kernel cache; {} failed", sources.len(), failed.len());
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("\n"))
+    }
 }
