@@ -12,7 +12,7 @@ export FERRODNN_CACHE_DIR=/tmp/ferrodnn-kernel-cache
 mkdir -p "$FERRODNN_CACHE_DIR"
 [ -f .gpu/kcache.tar.gz ] && tar -xzf .gpu/kcache.tar.gz -C "$FERRODNN_CACHE_DIR" && echo "kernel cache: $(ls "$FERRODNN_CACHE_DIR" | wc -l) entries carried in"
 SHARDS=${SHARDS:-4}
-STEPS=${STEPS:-check,tests,memcheck,bench}
+STEPS=${STEPS:-check,tests,python,memcheck,bench}
 if [[ ",$STEPS," == *",check,"* ]]; then
   echo "== gpu-check ($SHARDS processes)"
   for i in $(seq 0 $((SHARDS - 1))); do
@@ -26,7 +26,13 @@ fi
 if [[ ",$STEPS," == *",tests,"* ]]; then
   echo "== CUDA runtime check and tests"
   timeout 120 .gpu/ferrodnn gpu-check-runtime --out "$OUT/runtime.json" | tail -1
-  for t in .gpu/test_*; do FERRODNN_REQUIRE_NVRTC=1 timeout 120 "$t" 2>&1 | grep -E "test result|FAILED|panicked" ; done
+  for t in .gpu/test_*; do FERRODNN_REQUIRE_NVRTC=1 FERRODNN_SM90_SMALL_ONLY=1 timeout 200 "$t" 2>&1 | grep -E "test result|FAILED|panicked" ; done
+fi
+if [[ ",$STEPS," == *",python,"* ]]; then
+  echo "== Python package on the GPU (PyTorch references)"
+  rm -rf /tmp/fdnn && pip install -q --no-index --target /tmp/fdnn .gpu/wheels/ferrodnn-*.whl 2>&1 | tail -2
+  python3 -c "import pytest" 2>/dev/null || pip install -q --no-index --target /tmp/fdnn .gpu/wheels/deps/*.whl 2>&1 | tail -2
+  (cd python/tests && PYTHONPATH=/tmp/fdnn timeout 300 python3 -m pytest -q -rs -p no:cacheprovider . > "$OUT/pytest.log" 2>&1; tail -15 "$OUT/pytest.log")
 fi
 if [[ ",$STEPS," == *",memcheck,"* ]]; then
   echo "== compute-sanitizer memcheck on gpu-check"
@@ -47,10 +53,17 @@ if [[ ",$STEPS," == *",racecheck,"* ]]; then
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|^gpu-check:" /tmp/racecheck_*.log
 fi
 if [[ ",$STEPS," == *",bench,"* ]]; then
-  echo "== bench"
-  FERRODNN_COMMIT=$(cat .gpu/COMMIT 2>/dev/null) timeout 400 python3 bench/run.py --ferrodnn .gpu/ferrodnn --out "$OUT" > "$OUT/bench.log" 2>&1
-  echo "bench rc=$?"; grep -vE '^\s' "$OUT/bench.log" | tail -25
+  for suite in ${SUITES:-memory-bound gemm attention}; do
+    echo "== bench $suite"
+    FERRODNN_COMMIT=$(cat .gpu/COMMIT 2>/dev/null) timeout 400 python3 bench/run.py --ferrodnn .gpu/ferrodnn --out "$OUT" --suite "$suite" > "$OUT/bench-$suite.log" 2>&1
+    echo "bench $suite rc=$?"; grep -vE '^\s' "$OUT/bench-$suite.log" | tail -${BENCH_TAIL:-16}
+  done
 fi
-
+if [[ ",$STEPS," == *",probe,"* ]]; then
+  echo "== sm90 GEMM probe (configurations beside torch.matmul)"
+  FERRODNN_SM90_TIMING=1 timeout 300 .gpu/test_cuda_sm90 --nocapture 2>&1 | grep -E "^chosen|TFLOP|    bn|panicked|test result" | tail -40
+fi
 # Send the kernel cache back for the next machine.
 tar -czf "$OUT/kcache.tar.gz" -C "$FERRODNN_CACHE_DIR" . 2>/dev/null && ls -la "$OUT/kcache.tar.gz"
+# At most 8 files come back: everything else in one archive.
+(cd "$OUT" && tar -czf /tmp/results.tar.gz --exclude=kcache.tar.gz . && find . -mindepth 1 ! -name kcache.tar.gz -delete && mv /tmp/results.tar.gz results.tar.gz && ls -la)
