@@ -45,6 +45,18 @@ fn identity() -> Epilogue {
     Epilogue { code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c) { return acc; }\n".into(), ..Default::default() }
 }
 
+/// relu(acc + bias[col]) with a bf16 bias of n elements (tensor 3), as the GEMM engine's
+/// epilogue generator writes it.
+fn bias_relu() -> Epilogue {
+    Epilogue {
+        code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c, const void* __restrict__ e0) { return fmaxf(acc + __bfloat162float(((const __nv_bfloat16*)e0)[c]), 0.f); }\n".into(),
+        params: ", const void* __restrict__ e0".into(),
+        names: ", e0".into(),
+        args: vec![Arg::Ptr(TensorId(3))],
+        ..Default::default()
+    }
+}
+
 fn at(op: &Operand, b: usize, r: usize, c: usize) -> usize {
     (b as i64 * op.batch_stride + r as i64 * op.row_stride + c as i64 * op.col_stride) as usize
 }
@@ -52,11 +64,16 @@ fn at(op: &Operand, b: usize, r: usize, c: usize) -> usize {
 /// Runs one case; returns the relative L2 error over the checked elements and, when timing,
 /// the TFLOP/s.
 fn run(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing: bool, cfg: Option<sm90::Config>) -> (f64, Option<f64>) {
+    run_with(dev, c, sample, timing, cfg, false)
+}
+
+fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing: bool, cfg: Option<sm90::Config>, with_bias: bool) -> (f64, Option<f64>) {
     let target = Target::new(&dev.arch(), dev.sm_count());
     let p = problem(c);
+    let epi = if with_bias { bias_relu() } else { identity() };
     let nk = match cfg {
-        Some(cfg) => sm90::kernels_with(&p, &identity(), &target, "gemm_probe", cfg),
-        None => sm90::kernels(&p, &identity(), &target, "gemm_probe"),
+        Some(cfg) => sm90::kernels_with(&p, &epi, &target, "gemm_probe", cfg),
+        None => sm90::kernels(&p, &epi, &target, "gemm_probe"),
     }
     .unwrap_or_else(|| panic!("no kernel: {:?} {cfg:?}", sm90::reject(&p, &target)));
     let mut fns = Vec::new();
@@ -78,11 +95,13 @@ fn run(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing
     let bytes = |v: &[bf16]| v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect::<Vec<u8>>();
     let da = dev.upload(&bytes(&a)).unwrap();
     let db = dev.upload(&bytes(&b)).unwrap();
+    let bias: Vec<bf16> = (0..c.n).map(|_| bf16::from_f64(rng.next_f64() * 2.0 - 1.0)).collect();
+    let dbias = dev.upload(&bytes(&bias)).unwrap();
     let c_bytes = c.batch * c.m * c.n * c.out.size();
     let dc = dev.upload(&vec![0xFFu8; c_bytes]).unwrap(); // NaN everywhere first
     let stream = dev.new_stream().unwrap();
 
-    let ptr_of = |t: TensorId| [da.device_ptr(), db.device_ptr(), dc.device_ptr()][t.0];
+    let ptr_of = |t: TensorId| [da.device_ptr(), db.device_ptr(), dc.device_ptr(), dbias.device_ptr()][t.0];
     // Parameter values per launch: tensor maps and 8-byte words, in the order of the args.
     let mut maps: Vec<Vec<_>> = Vec::new();
     let mut words: Vec<Vec<u64>> = Vec::new();
@@ -141,6 +160,9 @@ fn run(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing
         let mut acc = 0.0f64;
         for kk in 0..c.k {
             acc += a[at(&p.a, bt, i, kk)].to_f64() * b[at(&p.b, 0, kk, j)].to_f64();
+        }
+        if with_bias {
+            acc = (acc + bias[j].to_f64()).max(0.0);
         }
         let got = read(at(&p.c, bt, i, j));
         assert!(got.is_finite(), "element ({bt}, {i}, {j}) is {got} (unwritten or wrong)");
@@ -220,6 +242,12 @@ fn sm90_gemm_matches_f64_reference() {
         eprintln!("{}x{}x{}x{} a_kmajor {} b_kmajor {} {}: rel err {err:.2e}", c.batch, c.m, c.n, c.k, c.a_kmajor, c.b_kmajor, c.out);
         assert!(err < tol, "rel err {err} >= {tol}");
     }
+    // A fused bias + relu epilogue, through both store paths.
+    for c in small.iter().filter(|c| c.out == DataType::Bf16) {
+        let (err, _) = run_with(&dev, c, None, false, None, true);
+        eprintln!("{}x{}x{}x{} bias+relu: rel err {err:.2e}", c.batch, c.m, c.n, c.k);
+        assert!(err < 8e-3, "rel err {err}");
+    }
     // The same cases with 2-CTA clusters (B multicast) where they have more than one tile row.
     let target = Target::new(&dev.arch(), dev.sm_count());
     for c in small.iter().filter(|c| c.m > 128) {
@@ -255,6 +283,9 @@ fn sm90_gemm_matches_f64_reference() {
         );
         assert!(err < 8e-3, "rel err {err}");
         if timing {
+            let (err, tflops) = run_with(&dev, c, Some(64), true, None, true);
+            eprintln!("    with bias + relu epilogue: rel err {err:.2e}, TFLOP/s {:.1}", tflops.unwrap_or(0.0));
+            assert!(err < 8e-3, "rel err {err}");
             // Other configurations, for tuning the heuristic.
             let target = Target::new(&dev.arch(), dev.sm_count());
             let base = sm90::choose(&problem(c), &target);

@@ -328,8 +328,17 @@ pub fn tile_loader(t: &TileLoad) -> String {
             let _ = writeln!(s, "        const int r = idx / {per_row}, c = (idx % {per_row}) * {vec};");
             let _ = writeln!(s, "        const long long left = r < rows_valid ? cols_valid - c : 0;");
             let _ = writeln!(s, "        const int n = left <= 0 ? 0 : (left >= {vec} ? {vec} : (int)left);");
-            let _ = writeln!(s, "        const char* src = n > 0 ? g + ((long long)r * {}LL + c) * {es} : g;", t.row_stride);
-            let _ = writeln!(s, "        gm_cp16(gm_saddr(s + r * {} + c), src, n * {es});", t.pitch);
+            // Whole 16-byte chunks by cp.async; a chunk cut by the edge (or wholly outside) by
+            // plain loads of its valid elements and zeros, so that nothing past the tensor's
+            // extent is ever addressed.
+            let zero = if t.kind.sixteen_bit() { "(unsigned short)0" } else { "0.0f" };
+            let _ = writeln!(s, "        {st}* const d = s + r * {} + c;", t.pitch);
+            let _ = writeln!(s, "        if (n == {vec}) {{");
+            let _ = writeln!(s, "            gm_cp16(gm_saddr(d), g + ((long long)r * {}LL + c) * {es}, 16);", t.row_stride);
+            let _ = writeln!(s, "        }} else {{");
+            let _ = writeln!(s, "            const {st}* const src = (const {st}*)(g + ((long long)r * {}LL + c) * {es});", t.row_stride);
+            let _ = writeln!(s, "            #pragma unroll\n            for (int e = 0; e < {vec}; ++e) d[e] = e < n ? src[e] : {zero};");
+            let _ = writeln!(s, "        }}");
             s += "    }\n";
         }
         Load::Scalar => {
