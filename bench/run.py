@@ -75,6 +75,50 @@ def torch_memory_bound():
     a = torch.randn(16384, 4096, device=dev, dtype=bf)
     b = torch.randn_like(a)
     out["pointwise_chain5_bf16_16384x4096"] = bench(lambda: torch.sigmoid((a * b + a) * 0.5) * b)
+    del a, b
+    # The workloads of ferrodnn-cli/src/bench_memory.rs.
+    h16 = torch.float16
+    for layout in ["nhwc", "nchw"]:
+        fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+        X = torch.randn(32, 256, 56, 56, device=dev, dtype=h16).to(memory_format=fmt).requires_grad_(True)
+        bn = torch.nn.BatchNorm2d(256).to(dev).half().to(memory_format=fmt).train()
+        Y = bn(X)
+        dY = torch.randn_like(Y)
+        out[f"batchnorm_bwd_fp16_{layout}_32x256x56x56"] = bench(lambda: torch.autograd.grad(Y, (X, bn.weight, bn.bias), dY, retain_graph=True))
+        del X, Y, dY
+    X = torch.randn(32, 64, 112, 112, device=dev, dtype=h16).to(memory_format=torch.channels_last).requires_grad_(True)
+    for name, fn in [("maxpool3x3s2", lambda x: F.max_pool2d(x, 3, 2, 1)), ("avgpool3x3s2", lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=True))]:
+        Y = fn(X)
+        dY = torch.randn_like(Y)
+        out[f"{name}_bwd_fp16_nhwc_32x64x112x112"] = bench(lambda: torch.autograd.grad(Y, X, dY, retain_graph=True))
+    del X, Y, dY
+    for layout in ["nchw", "nhwc"]:
+        fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+        X = torch.randn(32, 128, 64, 64, device=dev, dtype=bf).to(memory_format=fmt).requires_grad_(True)
+        w = torch.randn(128, device=dev, dtype=bf, requires_grad=True)
+        b2 = torch.randn(128, device=dev, dtype=bf, requires_grad=True)
+        out[f"instancenorm_fwd_bf16_{layout}_32x128x64x64"] = bench(lambda: F.instance_norm(X, weight=w, bias=b2))
+        Y = F.instance_norm(X, weight=w, bias=b2)
+        dY = torch.randn_like(Y)
+        out[f"instancenorm_bwd_bf16_{layout}_32x128x64x64"] = bench(lambda: torch.autograd.grad(Y, (X, w, b2), dY, retain_graph=True))
+        del X, Y, dY
+    for (t, hd) in [(16384, 4096), (65536, 1024)]:
+        a = torch.randn(t, hd, device=dev, dtype=bf)
+        b = torch.randn_like(a)
+        g = torch.randn(hd, device=dev, dtype=bf)
+        bb = torch.randn_like(g)
+
+        def add_ln():
+            h = a + b
+            return h, F.layer_norm(h, (hd,), g, bb)
+
+        def add_rms():
+            h = a + b
+            return h, F.rms_norm(h, (hd,), g)
+
+        out[f"add_layernorm_fwd_bf16_{t}x{hd}"] = bench(add_ln)
+        out[f"add_rmsnorm_fwd_bf16_{t}x{hd}"] = bench(add_rms)
+        del a, b
     return out
 
 

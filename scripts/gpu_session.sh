@@ -53,6 +53,11 @@ if [[ ",$STEPS," == *",racecheck,"* ]]; then
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|^gpu-check:" /tmp/racecheck_*.log
 fi
 if [[ ",$STEPS," == *",bench,"* ]]; then
+  # cuDNN's own graph API (cudnn-frontend), when its wheel was staged: the gemm suite's third column.
+  if ls .gpu/wheels/cudnnfe/*.whl > /dev/null 2>&1; then
+    pip install -q --no-index --no-deps --target /tmp/cudnnfe .gpu/wheels/cudnnfe/*.whl 2>&1 | grep -v WARNING | tail -2
+    export PYTHONPATH="/tmp/cudnnfe${PYTHONPATH:+:$PYTHONPATH}"
+  fi
   for suite in ${SUITES:-memory-bound gemm attention}; do
     echo "== bench $suite"
     FERRODNN_COMMIT=$(cat .gpu/COMMIT 2>/dev/null) timeout 400 python3 bench/run.py --ferrodnn .gpu/ferrodnn --out "$OUT" --suite "$suite" > "$OUT/bench-$suite.log" 2>&1

@@ -15,6 +15,11 @@ if [ "${WHEEL:-1}" = 1 ]; then
   bash python/build_wheel.sh > /dev/null
   rm -rf .gpu/wheels && mkdir -p .gpu/wheels && cp -r target/wheels/* .gpu/wheels/
 fi
+# cuDNN's Python frontend for the device's Python (3.12), for bench/run.py's cuDNN column.
+if [ "${CUDNN_FRONTEND:-1}" = 1 ]; then
+  mkdir -p .gpu/wheels/cudnnfe
+  python3 -m pip download --quiet --no-deps --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 -d .gpu/wheels/cudnnfe nvidia-cudnn-frontend || echo "cudnn-frontend wheel not downloaded"
+fi
 if [ -n "${KCACHE_DIR:-}" ]; then
   tar -czf .gpu/kcache.tar.gz -C "$KCACHE_DIR" .
 fi
