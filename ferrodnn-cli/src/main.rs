@@ -87,6 +87,13 @@ enum Command {
         /// Only cases whose name contains this.
         #[arg(long)]
         filter: Option<String>,
+        /// Generate the experimental kernels too (see FERRODNN_EXPERIMENTAL).
+        #[arg(long)]
+        experimental: bool,
+        /// Also write each kernel's full source (prelude included) to DIR/<entry>_<n>.cu, for
+        /// inspection with NVRTC or nvcc (register use, spills).
+        #[arg(long)]
+        dump: Option<std::path::PathBuf>,
     },
     /// Smoke-check the CUDA runtime on the GPU: NVRTC compile, kernel cache, module load, launches
     /// checked element by element against the CPU, wrapped streams, event timing, an mma.sync
@@ -114,7 +121,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::GpuCheckRuntime { out, device } => return gpu_smoke::main(device, out.as_deref()),
         Command::Ops { json } => ops(json),
-        Command::CompileCases { arch, sm_count, filter } => compile_cases(&arch, sm_count, filter.as_deref()),
+        Command::CompileCases { arch, sm_count, filter, experimental, dump } => compile_cases(&arch, sm_count, filter.as_deref(), experimental, dump.as_deref()),
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
@@ -242,16 +249,23 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 }
 
 /// See [`Command::CompileCases`].
-fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>) -> Result<(), String> {
+fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, experimental: bool, dump: Option<&std::path::Path>) -> Result<(), String> {
     use ferrodnn::engine::cuda::{compile_cached, CompileOptions, KernelCache, Target};
     use rayon::prelude::*;
-    let target = Target::new(arch, sm_count);
+    let target = Target { experimental, ..Target::new(arch, sm_count) };
     let mut sources = std::collections::BTreeMap::new();
     for case in ferrodnn::testing::cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.name.contains(f))) {
         if let Ok(list) = ferrodnn::engine::cuda::kernel_sources(&case.graph, &target) {
             for (entry, src) in list {
                 sources.entry(src).or_insert(entry);
             }
+        }
+    }
+    if let Some(dir) = dump {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for (i, (src, entry)) in sources.iter().enumerate() {
+            let path = dir.join(format!("{entry}_{i}.cu"));
+            std::fs::write(&path, src).map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
     let opts = CompileOptions::new(arch);

@@ -46,8 +46,14 @@ impl CudaEngine {
 
     /// The device this engine generates kernels for.
     pub fn target(&self) -> Target {
-        Target { arch: self.device.arch(), sm_count: self.device.sm_count() }
+        Target { arch: self.device.arch(), sm_count: self.device.sm_count(), experimental: experimental_from_env() }
     }
+}
+
+/// Whether `FERRODNN_EXPERIMENTAL=1` asks for the kernels that compile and are generated for the
+/// check cases, but have not yet passed the GPU check on a device (see [`Target::experimental`]).
+pub fn experimental_from_env() -> bool {
+    std::env::var("FERRODNN_EXPERIMENTAL").is_ok_and(|v| v == "1")
 }
 
 /// What kernel generation may assume about the device: the NVRTC architecture (`sm_80`,
@@ -57,11 +63,20 @@ impl CudaEngine {
 pub struct Target {
     pub arch: String,
     pub sm_count: u32,
+    /// Also generate the kernels that are written and compile but have not yet passed the GPU
+    /// check against the CPU engine on a device (off by default; `FERRODNN_EXPERIMENTAL=1` turns
+    /// it on for the engine). A kernel leaves this set once a GPU run has checked it.
+    pub experimental: bool,
 }
 
 impl Target {
     pub fn new(arch: &str, sm_count: u32) -> Target {
-        Target { arch: arch.to_string(), sm_count }
+        Target { arch: arch.to_string(), sm_count, experimental: false }
+    }
+    /// This target with the experimental kernels on.
+    pub fn with_experimental(mut self) -> Target {
+        self.experimental = true;
+        self
     }
     /// An A100 (sm_80, 108 SMs): the mma.sync / cp.async generation.
     pub fn sm80() -> Target {

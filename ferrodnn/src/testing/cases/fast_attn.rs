@@ -341,6 +341,19 @@ fn forward() -> Vec<Spec> {
     };
     v.push(Spec::new("fwd_all", F16).heads(6, 2).seq(65, 200).padding(20).bias([1, 6, 65, 200]).attrs(all));
     v.push(Spec::new("fwd_all_bshd", Bf16).layout(Layout::Bshd).heads(4, 2).seq(130, 33).padding(3).bias([2, 1, 130, 33]).attrs(all));
+    // The Hopper kernel (head dims 64/128, no padding or paging): several q tiles and many K/V
+    // tiles, so both stages turn over several times; partial last tiles.
+    v.push(Spec::new("fwd90_long", Bf16).b(1).dims(128, 128).seq(300, 700));
+    v.push(Spec::new("fwd90_causal_tl", F16).b(1).seq(390, 390).attrs(|a| a.causal = Some(TopLeft)));
+    v.push(Spec::new("fwd90_causal_br_gqa", Bf16).b(1).heads(4, 2).dims(128, 128).seq(200, 520).attrs(|a| a.causal = Some(BottomRight)));
+    v.push(Spec::new("fwd90_window_dropout", Bf16).b(1).seq(257, 600).attrs(|a| {
+        a.sliding_window_left = Some(100);
+        a.sliding_window_right = Some(20);
+        a.dropout = Some(0.1);
+    }));
+    v.push(Spec::new("fwd90_bias_alibi_dv64", F16).b(1).dims(128, 64).seq(200, 300).bias([1, 2, 200, 300]).attrs(|a| a.alibi = true));
+    v.push(Spec::new("fwd90_bshd", Bf16).b(1).layout(Layout::Bshd).dims(128, 128).seq(260, 450).stats_f32());
+    v.push(Spec::new("fwd90_gaps_d64_dv128", F16).b(1).layout(Layout::Gaps).dims(64, 128).seq(129, 257));
     v
 }
 

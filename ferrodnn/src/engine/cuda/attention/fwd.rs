@@ -232,7 +232,7 @@ fn tiles(p: &Problem) -> (i64, i64, i64) {
     (nw, nw * 16, bn)
 }
 
-fn generate(p: &Problem, vec: bool) -> Option<NodeKernels> {
+pub(super) fn generate(p: &Problem, vec: bool) -> Option<NodeKernels> {
     let node = p.node;
     let o = node.output("o")?;
     let stats = node.output("stats");

@@ -23,6 +23,7 @@
 
 mod bwd;
 mod fwd;
+mod fwd90;
 
 use super::engine::{Target, Unit};
 use super::fallback::{ld, st, Arg};
@@ -47,7 +48,7 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     if backward {
         Ok(bwd::unit(&p, target))
     } else {
-        Ok(fwd::unit(&p, target))
+        Ok(fwd90::unit(&p, target).or_else(|| fwd::unit(&p, target)))
     }
 }
 

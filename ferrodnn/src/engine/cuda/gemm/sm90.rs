@@ -655,7 +655,7 @@ extern "C" __global__ void {entry}(void* __restrict__ c, const float* __restrict
 }
 
 /// Shared memory, mbarrier, TMA and wgmma helpers.
-const SM90_HELPERS: &str = r#"
+pub(crate) const SM90_HELPERS: &str = r#"
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");

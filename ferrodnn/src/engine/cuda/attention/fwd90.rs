@@ -1,0 +1,455 @@
+//! The Hopper forward kernel: FlashAttention-3's recipe on `wgmma`, TMA and warp specialization.
+//!
+//! One CTA (384 threads) per (q tile of 128 rows, query head, batch), heaviest tiles first:
+//! - warpgroup 0, the producer, gives its registers back (`setmaxnreg.dec`); one thread loads
+//!   the Q tile once and then the K and V tiles of 128 keys with TMA into two stages each
+//!   (128-byte swizzle), K and V on separate "full" / "empty" mbarriers so that the next K tile
+//!   streams in as soon as its stage's scores are computed;
+//! - warpgroups 1 and 2, the consumers, each own 64 query rows. S = Q K^T is one chain of
+//!   `wgmma.m64n128k16` with both operands in shared memory (K-major); O += P V takes P from
+//!   registers (the f32 score accumulators rounded to the io type already sit in wgmma's A
+//!   fragment layout) and V from shared memory (N-major, the transpose flag). Inside a
+//!   warpgroup the two products are pipelined: tile t's scores are issued together with tile
+//!   t-1's P V, and the online softmax of tile t runs while that P V is on the tensor cores;
+//!   O is rescaled once the P V is done. The two consumers interleave on the SM naturally.
+//!
+//! The softmax, masks, bias, ALiBi and dropout are those of the general kernel ([`super::fwd`])
+//! on the wgmma accumulator layout (thread `l` of warp `w` holds rows `16w + l/4` and `+8`,
+//! columns `8n + 2(l%4)` and `+1`). Taken for head dims 64 and 128 (q/k and v), q, k and v with
+//! TMA-compatible strides (contiguous head dim, other strides multiples of 16 bytes), no page
+//! table and no padding mask (TMA would read K/V rows past a sequence's length; the general
+//! kernel zero-fills them), `s_q > 64`. Base pointers that are not 16-byte aligned run the
+//! general kernel (the unit's `unaligned` alternative).
+
+use super::{fa_init, Problem, HELPERS};
+use crate::dtype::DataType;
+use crate::engine::cuda::engine::{Target, Unaligned, Unit};
+use crate::engine::cuda::fallback::{st, Arg, Launch, NodeKernels};
+use crate::engine::cuda::gemm::sm90::SM90_HELPERS;
+use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
+use crate::graph::TensorId;
+
+/// Query rows per CTA (two consumer warpgroups of 64).
+const BM: i64 = 128;
+/// Keys per K/V tile.
+const BN: i64 = 128;
+
+/// Whether this kernel takes the problem (the target is checked by the caller).
+fn takes(p: &Problem) -> bool {
+    matches!(p.d, 64 | 128)
+        && matches!(p.d_v, 64 | 128)
+        && p.paged.is_none()
+        && p.seq_len_q.is_none()
+        && p.s_q > 64
+        && p.s_q < 1 << 31
+        && p.s_kv < 1 << 31
+        && [p.q, p.k, p.v].iter().all(|&t| p.vec_ok(t))
+        && [tma_of(p, p.q, p.d, BM), tma_of(p, p.k, p.d, BN), tma_of(p, p.v, p.d_v, BN)].iter().all(|t| t.check().is_ok())
+}
+
+/// The TMA map of q, k or v: dims (head dim, sequence, heads, batch), boxes of 64 channels
+/// (128 bytes, the swizzle span) by `rows`. Size-1 dims get a stride that TMA accepts (their
+/// coordinate is always 0).
+fn tma_of(p: &Problem, t: TensorId, width: i64, rows: i64) -> TmaDesc {
+    let d = p.graph.desc(t);
+    let es = 2u64;
+    let dims: Vec<u64> = vec![width as u64, d.dims[2] as u64, d.dims[1] as u64, d.dims[0] as u64];
+    let mut strides = Vec::new();
+    let mut prev = width as u64 * es;
+    for axis in [2usize, 1, 0] {
+        let s = if d.dims[axis] == 1 { prev } else { d.strides[axis] as u64 * es };
+        strides.push(s);
+        prev = s.saturating_mul(d.dims[axis].max(1) as u64);
+    }
+    TmaDesc { tensor: t, dtype: p.dt, dims, strides, boxes: vec![64, rows as u32, 1, 1], swizzle: 128 }
+}
+
+/// Dynamic shared memory: Q, two stages of K and of V, 1 KiB of alignment slack, barriers.
+fn shared_bytes(p: &Problem) -> usize {
+    (BM * p.d * 2 + 2 * BN * p.d * 2 + 2 * BN * p.d_v * 2) as usize + 1024 + 9 * 8
+}
+
+/// `wgmma` with both operands in shared memory (S = Q K^T: n = BN) and with A from registers
+/// (O += P V: n = d_v, V N-major).
+fn wgmma_fns(p: &Problem) -> String {
+    let ty = if p.dt == DataType::Bf16 { "bf16" } else { "f16" };
+    let regs = |n: i64| (0..n / 2).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", ");
+    let outs = |n: i64| (0..n / 2).map(|i| format!("\"+f\"(d[{i}])")).collect::<Vec<_>>().join(", ");
+    let (ns, no) = (BN, p.d_v);
+    format!(
+        r#"__device__ __forceinline__ void fa90_wgmma_s(float (&d)[{hs}], u64 da, u64 db, int scale_d) {{
+    asm volatile(
+        "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n{ns}k16.f32.{ty}.{ty} {{{rs}}}, %{da}, %{db}, p, 1, 1, 0, 0;\n}}\n"
+        : {os}
+        : "l"(da), "l"(db), "r"(scale_d));
+}}
+__device__ __forceinline__ void fa90_wgmma_o(float (&d)[{ho}], const u32 (&a)[4], u64 db) {{
+    asm volatile(
+        "{{\n.reg .pred p;\nsetp.ne.b32 p, %{od}, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n{no}k16.f32.{ty}.{ty} {{{ro}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, %{ob}, p, 1, 1, 1;\n}}\n"
+        : {oo}
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}}
+"#,
+        hs = ns / 2,
+        ho = no / 2,
+        rs = regs(ns),
+        os = outs(ns),
+        ro = regs(no),
+        oo = outs(no),
+        da = ns / 2,
+        db = ns / 2 + 1,
+        sd = ns / 2 + 2,
+        a0 = no / 2,
+        a1 = no / 2 + 1,
+        a2 = no / 2 + 2,
+        a3 = no / 2 + 3,
+        ob = no / 2 + 4,
+        od = no / 2 + 5,
+    )
+}
+
+const BODY: &str = r#"
+// One 4-d TMA tile copy (channel, row, head, batch) into shared memory, completing on `bar`.
+__device__ __forceinline__ void fa90_tma(unsigned dst, const TmaMap* map, unsigned bar, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+        :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+}
+
+// Scores of one K/V tile (keys j0..j0+BN-1) for this thread's rows r0 and r0 + 8: to log2
+// units, masked, bias and ALiBi added; the running max and sum updated (alpha: the factor O
+// must be rescaled by); sc left holding P (dropout applied).
+__device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                             i64 r0, i64 wq0, i64 j0, i64 lq, i64 lkv, i64 off, i64 bi, i64 h, int tg) {
+    const bool need = fa_tile_needs_mask(wq0, 64, j0, FA_BN, lq, lkv, off);
+    if (need || FA_HAS_BIAS || FA_ALIBI) {
+        #pragma unroll
+        for (int n = 0; n < FA_BN / 8; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const i64 i = r0 + (e >> 1) * 8;
+                const i64 j = j0 + n * 8 + tg * 2 + (e & 1);
+                float x = sc[4 * n + e] * FA_SCALE_LOG2;
+                if (need && !fa_visible(i, j, lq, lkv, off)) x = FA_NINF;
+#if FA_HAS_BIAS || FA_ALIBI
+                else x = fmaf(fa_add(A, bi, h, i, j), FA_LOG2E, x);
+#endif
+                sc[4 * n + e] = x;
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int n = 0; n < FA_BN / 2; ++n) sc[n] *= FA_SCALE_LOG2;
+    }
+    float mx[2] = {m[0], m[1]};
+    #pragma unroll
+    for (int n = 0; n < FA_BN / 8; ++n) {
+        mx[0] = fmaxf(mx[0], fmaxf(sc[4 * n], sc[4 * n + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
+    }
+    float mu[2];
+    #pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+        // A row with every key masked so far keeps max -inf: exponentiate against 0.
+        mu[hh] = mx[hh] == FA_NINF ? 0.0f : mx[hh];
+        alpha[hh] = fa_exp2(m[hh] - mu[hh]);
+        m[hh] = mx[hh];
+        l[hh] *= alpha[hh];
+    }
+    #pragma unroll
+    for (int n = 0; n < FA_BN / 8; ++n) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float pv = fa_exp2(sc[4 * n + e] - mu[e >> 1]);
+            l[e >> 1] += pv;
+            sc[4 * n + e] = pv;
+        }
+    }
+#if FA_DROPOUT
+    // Dropped elements leave the sum (taken before dropout) but not the output.
+    #pragma unroll
+    for (int n = 0; n < FA_BN / 8; ++n) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            if (sc[4 * n + e] != 0.0f && !fa_keep(A, bi, h, r0 + (e >> 1) * 8, j0 + n * 8 + tg * 2 + (e & 1))) sc[4 * n + e] = 0.0f;
+        }
+    }
+#endif
+    (void)A; (void)bi; (void)h;
+}
+
+// P (f32 accumulators) as wgmma A fragments of the io type: keys 16kt..16kt+15 are
+// accumulators 8kt..8kt+7, already in the A layout (rows g, g+8; columns 2t, 2t+8).
+__device__ __forceinline__ void fa90_pack(u32 (&pf)[FA_BN / 16][4], const float (&sc)[FA_BN / 2]) {
+    #pragma unroll
+    for (int kt = 0; kt < FA_BN / 16; ++kt) {
+        pf[kt][0] = fa_pack(sc[8 * kt], sc[8 * kt + 1]);
+        pf[kt][1] = fa_pack(sc[8 * kt + 2], sc[8 * kt + 3]);
+        pf[kt][2] = fa_pack(sc[8 * kt + 4], sc[8 * kt + 5]);
+        pf[kt][3] = fa_pack(sc[8 * kt + 6], sc[8 * kt + 7]);
+    }
+}
+
+// S = Q K^T for this warpgroup's 64 rows: Q rows at sq (d-chunks of 64 are 128 * 128 bytes
+// apart), K tile at sk (chunks BN * 128 bytes apart); 16 channels (32 bytes) per k step.
+__device__ __forceinline__ void fa90_scores(float (&sc)[FA_BN / 2], unsigned sq, unsigned sk) {
+    #pragma unroll
+    for (int kk = 0; kk < FA_D / 16; ++kk) {
+        fa90_wgmma_s(sc, make_desc(sq + (kk >> 2) * (FA_BM * 128u) + (kk & 3) * 32u, 16u, 1024u),
+                     make_desc(sk + (kk >> 2) * (FA_BN * 128u) + (kk & 3) * 32u, 16u, 1024u), kk > 0 ? 1 : 0);
+    }
+}
+
+// O += P V: V tile at sv, N-major (rows of 64 channels, 128 bytes; 64-channel chunks BN * 128
+// bytes apart); 16 keys (2048 bytes) per k step.
+__device__ __forceinline__ void fa90_pv(float (&o)[FA_DV / 2], const u32 (&pf)[FA_BN / 16][4], unsigned sv) {
+    #pragma unroll
+    for (int kt = 0; kt < FA_BN / 16; ++kt) fa90_wgmma_o(o, pf[kt], make_desc(sv + kt * 2048u, FA_BN * 128u, 1024u));
+}
+
+// Ping-pong between the two consumer warpgroups (FA_PINGPONG): warpgroup cw issues its matrix
+// products only in its turn (named barrier 1 + cw) and then hands the turn to the other
+// (barrier 2 - cw), so one's softmax runs while the other's products occupy the tensor cores.
+__device__ __forceinline__ void fa90_turn_begin(int cw) {
+#if FA_PINGPONG
+    asm volatile("bar.sync %0, 256;" :: "r"(1 + cw) : "memory");
+#else
+    (void)cw;
+#endif
+}
+__device__ __forceinline__ void fa90_turn_end(int cw, bool pass) {
+#if FA_PINGPONG
+    if (pass) asm volatile("bar.arrive %0, 256;" :: "r"(2 - cw) : "memory");
+#else
+    (void)cw; (void)pass;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
+{
+    extern __shared__ unsigned char fa_smem_raw[];
+    const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
+    constexpr unsigned Q_BYTES = FA_BM * FA_D * 2, K_BYTES = FA_BN * FA_D * 2, V_BYTES = FA_BN * FA_DV * 2;
+    const unsigned sQ = base, sK = sQ + Q_BYTES, sV = sK + 2 * K_BYTES, bars = sV + 2 * V_BYTES;
+    // Barriers: Q; K full, V full, K empty, V empty (two stages each).
+    const unsigned qbar = bars;
+#define KFULL(s) (bars + 8u + 8u * (s))
+#define VFULL(s) (bars + 24u + 8u * (s))
+#define KEMPTY(s) (bars + 40u + 8u * (s))
+#define VEMPTY(s) (bars + 56u + 8u * (s))
+FA_INIT
+    const int wg = threadIdx.x >> 7;
+    const i64 qt = (i64)gridDim.x - 1 - blockIdx.x;
+    const i64 h = blockIdx.y, bi = blockIdx.z, kh = h / FA_GROUP;
+    i64 lq, lkv;
+    fa_lens(A, bi, lq, lkv);
+    const i64 off = fa_diag_off(lq, lkv);
+    const i64 q0 = qt * FA_BM;
+    const i64 imax = fa_min(q0 + FA_BM, lq) - 1;
+    i64 jlo, jhi;
+    fa_key_range(q0, imax, lkv, off, jlo, jhi);
+    const bool any = q0 < lq && jlo < jhi;
+    const int t0 = any ? (int)(jlo / FA_BN) : 0, t1 = any ? (int)((jhi + FA_BN - 1) / FA_BN) : 0;
+    if (threadIdx.x == 0) {
+        mbar_init(qbar, 1u);
+        for (int s = 0; s < 2; ++s) {
+            mbar_init(KFULL(s), 1u);
+            mbar_init(VFULL(s), 1u);
+            mbar_init(KEMPTY(s), 256u);
+            mbar_init(VEMPTY(s), 256u);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        // Producer: Q once, then K and V of each tile into stage (t - t0) % 2.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+        if (threadIdx.x == 0 && any) {
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&tk) : "memory");
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&tv) : "memory");
+            mbar_expect_tx(qbar, Q_BYTES);
+            #pragma unroll
+            for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sQ + c * (FA_BM * 128u), &tq, qbar, c * 64, (int)q0, (int)h, (int)bi);
+            for (int t = t0; t < t1; ++t) {
+                const int s = (t - t0) & 1;
+                const unsigned ph = ((t - t0) >> 1) & 1;
+                mbar_wait(KEMPTY(s), ph ^ 1u);
+                mbar_expect_tx(KFULL(s), K_BYTES);
+                #pragma unroll
+                for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sK + s * K_BYTES + c * (FA_BN * 128u), &tk, KFULL(s), c * 64, t * FA_BN, (int)kh, (int)bi);
+                mbar_wait(VEMPTY(s), ph ^ 1u);
+                mbar_expect_tx(VFULL(s), V_BYTES);
+                #pragma unroll
+                for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sV + s * V_BYTES + c * (FA_BN * 128u), &tv, VFULL(s), c * 64, t * FA_BN, (int)kh, (int)bi);
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+        const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+        const i64 wq0 = q0 + cw * 64;
+        const i64 r0 = wq0 + w * 16 + g;
+        const unsigned sq = sQ + cw * 8192u;
+        float m[2] = {FA_NINF, FA_NINF};
+        float l[2] = {0.0f, 0.0f};
+        float o[FA_DV / 2];
+        #pragma unroll
+        for (int i = 0; i < FA_DV / 2; ++i) o[i] = 0.0f;
+        if (any) {
+            float sc[FA_BN / 2];
+            u32 pf[FA_BN / 16][4];
+            float alpha[2];
+            // Turns: one per tile (its scores with the previous tile's P V) and one for the
+            // last P V; warpgroup 0 goes first, and warpgroup 1 does not pass its last turn on
+            // (no turn of warpgroup 0 follows it).
+#if FA_PINGPONG
+            if (cw == 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
+#endif
+            mbar_wait(qbar, 0u);
+            // Tile t0: scores, softmax, P.
+            mbar_wait(KFULL(0), 0u);
+            fa90_turn_begin(cw);
+            wgmma_fence();
+            fa90_scores(sc, sq, sK);
+            wgmma_commit();
+            fa90_turn_end(cw, true);
+            wgmma_wait0();
+            mbar_arrive(KEMPTY(0));
+            fa90_softmax(A, sc, m, l, alpha, r0, wq0, (i64)t0 * FA_BN, lq, lkv, off, bi, h, tg);
+            fa90_pack(pf, sc);
+            for (int t = t0 + 1; t < t1; ++t) {
+                const int s = (t - t0) & 1, ps = s ^ 1;
+                const unsigned ph = ((t - t0) >> 1) & 1, pph = ((t - 1 - t0) >> 1) & 1;
+                // Issue tile t's scores and tile t-1's P V together.
+                mbar_wait(KFULL(s), ph);
+                mbar_wait(VFULL(ps), pph);
+                fa90_turn_begin(cw);
+                wgmma_fence();
+                fa90_scores(sc, sq, sK + s * K_BYTES);
+                wgmma_commit();
+                fa90_pv(o, pf, sV + ps * V_BYTES);
+                wgmma_commit();
+                fa90_turn_end(cw, true);
+                // Scores done (the P V may still run): free K, softmax while P V runs.
+                wgmma_wait1();
+                mbar_arrive(KEMPTY(s));
+                fa90_softmax(A, sc, m, l, alpha, r0, wq0, (i64)t * FA_BN, lq, lkv, off, bi, h, tg);
+                wgmma_wait0();
+                mbar_arrive(VEMPTY(ps));
+                #pragma unroll
+                for (int n = 0; n < FA_DV / 8; ++n) {
+                    o[4 * n] *= alpha[0]; o[4 * n + 1] *= alpha[0];
+                    o[4 * n + 2] *= alpha[1]; o[4 * n + 3] *= alpha[1];
+                }
+                fa90_pack(pf, sc);
+            }
+            {
+                const int s = (t1 - 1 - t0) & 1;
+                const unsigned ph = ((t1 - 1 - t0) >> 1) & 1;
+                mbar_wait(VFULL(s), ph);
+                fa90_turn_begin(cw);
+                wgmma_fence();
+                fa90_pv(o, pf, sV + s * V_BYTES);
+                wgmma_commit();
+                fa90_turn_end(cw, cw == 0);
+                wgmma_wait0();
+                mbar_arrive(VEMPTY(s));
+            }
+        }
+        // Normalize and store; empty rows (padded, or every key masked) give o = 0, stats = +inf.
+        #pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float lsum = l[hh];
+            lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+            lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+            const i64 i = r0 + hh * 8;
+            const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
+            const float inv = empty ? 0.0f : FA_KEEP_SCALE / lsum;
+            if (i < FA_SQ) {
+                const i64 ob = bi * O_S0 + h * O_S1 + i * O_S2;
+                #pragma unroll
+                for (int n = 0; n < FA_DV / 8; ++n) {
+                    const i64 c = n * 8 + tg * 2;
+                    fa_store_o(o_p, ob + c * O_S3, o[4 * n + 2 * hh] * inv, o[4 * n + 2 * hh + 1] * inv);
+                }
+#if FA_HAS_STATS
+                if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
+#endif
+            }
+        }
+    }
+#undef KFULL
+#undef VFULL
+#undef KEMPTY
+#undef VEMPTY
+}
+"#;
+
+/// Whether the consumers take turns (FA_PINGPONG); `FERRODNN_ATTN_PINGPONG=0` turns it off to
+/// compare (a tuning switch while the kernel is experimental).
+fn pingpong() -> bool {
+    !std::env::var("FERRODNN_ATTN_PINGPONG").is_ok_and(|v| v == "0")
+}
+
+fn generate(p: &Problem) -> Option<NodeKernels> {
+    let node = p.node;
+    let o = node.output("o")?;
+    let stats = node.output("stats");
+    let c = p.common(true);
+    let mut defs = c.defines.clone();
+    defs += &format!("#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong() as u8);
+    let stores = p.output_store("o", "O", o, p.pair_ok(o));
+    let mut params = vec!["void* o_p".to_string()];
+    let (tq, tk, tv) = (tma_of(p, p.q, p.d, BM), tma_of(p, p.k, p.d, BN), tma_of(p, p.v, p.d_v, BN));
+    let mut args = vec![Arg::TensorMap(Box::new(tq)), Arg::TensorMap(Box::new(tk)), Arg::TensorMap(Box::new(tv)), Arg::Ptr(o)];
+    if let Some(s) = stats {
+        let sd = p.graph.desc(s);
+        defs += &format!("#define ST_STATS {}\n#define ST_S0 {}LL\n#define ST_S1 {}LL\n#define ST_S2 {}LL\n", st(p.graph, s), sd.strides[0], sd.strides[1], sd.strides[2]);
+        params.push("void* stats_p".into());
+        args.push(Arg::Ptr(s));
+    }
+    params.extend(c.params.iter().cloned());
+    args.extend(c.args.iter().cloned());
+    let entry = p.entry("attn_fwd_sm90");
+    let body = BODY.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
+    let source = format!("{defs}{HELPERS}{stores}{TMA_MAP_DECL}{SM90_HELPERS}{}{body}", wgmma_fns(p));
+    let grid = ((p.s_q + BM - 1) / BM, p.h_q, p.b);
+    if grid.0 > i32::MAX as i64 {
+        return None;
+    }
+    Some(NodeKernels::one(Launch {
+        source,
+        entry,
+        threads: (grid.0 * grid.1 * grid.2 * 384) as u64,
+        block: 384,
+        exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
+        shared_bytes: shared_bytes(p) as u32,
+        args,
+        cluster: None,
+    }))
+}
+
+/// The Hopper unit of a forward node, when this kernel takes it; the general kernel with
+/// element-wise loads is the alternative for base pointers TMA cannot take.
+pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
+    // Not yet run on a GPU: experimental until the GPU check has passed it.
+    if !target.hopper() || !target.experimental || !takes(p) || shared_bytes(p) > 227 * 1024 {
+        return None;
+    }
+    let kernels = generate(p)?;
+    let alternative = super::fwd::generate(p, false)?;
+    let node = p.node;
+    // TMA needs 16-byte aligned bases; o is stored in 4-byte pairs when its strides allow.
+    let mut tensors = vec![p.q, p.k, p.v];
+    if p.pair_ok(node.output("o")?) {
+        tensors.push(node.output("o")?);
+    }
+    Some(Unit {
+        nodes: vec![p.ni],
+        kernels,
+        writes: node.outputs.iter().map(|x| x.tensor).collect(),
+        unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })),
+    })
+}
