@@ -49,19 +49,30 @@ def render(paths):
         png = os.path.splitext(path)[0] + "-ratios.png"
         has_chart = chart(r, png)
         roof = r["roofline"]
-        out += [f"## {r['device']} ({r['gpu']})", "",
+        out += [f"## {r['device']} ({r['gpu']}): {r.get('suite', '')}", "",
                 f"{r['date']}, commit `{r['commit'][:12]}`, {r.get('software', '')}; suite `{r.get('suite', '')}`.",
                 f"Ceilings measured in this run: copy {roof['copy_gbs']:.0f} GB/s, bf16 GEMM {roof['gemm_bf16_tflops']:.0f} TFLOP/s."
                 + (f" Handle creation (device, NVRTC, kernel cache): {r['handle_ms']['warm_disk']:.0f} ms." if (r.get('handle_ms') or {}).get('warm_disk') else ""), "",
-                "| workload | ours ms | torch ms | ratio | % of roofline | build cold / warm disk / in process (ms) |",
-                "|---|---:|---:|---:|---:|---|"]
+                ]
+        # Compute-bound suites also show TFLOP/s, and the gemm suite cuDNN's own graph API.
+        flops = any(w.get("ours_tflops") is not None for w in r["workloads"])
+        cudnn = any(w.get("cudnn_graph_ms") is not None for w in r["workloads"])
+        head = ["workload", "ours ms", "torch ms", "ratio"]
+        head += ["ours TFLOP/s", "torch TFLOP/s"] if flops else []
+        head += ["cuDNN graph ms", "ratio vs cuDNN graph"] if cudnn else []
+        head += ["% of roofline", "build cold / warm disk / in process (ms)"]
+        out += ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 2) + "|---|"]
         for w in r["workloads"]:
             b = w.get("build_ms") or {}
             build = " / ".join(fmt(b.get(k), ".3g") for k in ("cold", "warm_disk", "in_process"))
             if w.get("error"):
-                out.append(f"| {w['id']} | not run: {w['error']} | {fmt(w.get('torch_ms'), '.4f')} | - | - | - |")
+                out.append(f"| {w['id']} | not run: {w['error']} | {fmt(w.get('torch_ms'), '.4f')} |" + " - |" * (len(head) - 3))
                 continue
-            out.append(f"| {w['id']} | {fmt(w.get('ours_ms'), '.4f')} | {fmt(w.get('torch_ms'), '.4f')} | {fmt(w.get('ratio'), '.3f')} | {fmt(w.get('pct_roofline'), '.1f')} | {build} |")
+            cells = [w["id"], fmt(w.get("ours_ms"), ".4f"), fmt(w.get("torch_ms"), ".4f"), fmt(w.get("ratio"), ".3f")]
+            cells += [fmt(w.get("ours_tflops"), ".0f"), fmt(w.get("torch_tflops"), ".0f")] if flops else []
+            cells += [fmt(w.get("cudnn_graph_ms"), ".4f"), fmt(w.get("ratio_vs_cudnn_graph"), ".3f")] if cudnn else []
+            cells += [fmt(w.get("pct_roofline"), ".1f"), build]
+            out.append("| " + " | ".join(cells) + " |")
         if has_chart:
             out += ["", f"![ratios]({os.path.relpath(png, ROOT)})"]
         out.append("")
