@@ -20,7 +20,7 @@
 //! Not taken (`None`, the fallback runs): paged K/V (a pool block may gather gradients from
 //! several pages), a bias broadcast over query rows or keys when dbias is wanted.
 
-use super::{fa_init, max_shared, Problem, HELPERS};
+use super::{fa_init, max_shared, Common, Problem, HELPERS};
 use crate::engine::cuda::engine::{Target, Unaligned, Unit};
 use crate::engine::cuda::fallback::{ld, st, Arg, Launch, NodeKernels};
 use crate::graph::TensorId;
@@ -469,7 +469,7 @@ FA_INIT
 
 /// Where dS goes for dbias.
 #[derive(Clone, Copy, PartialEq)]
-enum Dbias {
+pub(super) enum Dbias {
     None,
     /// Straight into dbias (it has the scores' dims).
     Direct,
@@ -502,24 +502,24 @@ fn dkdv_shared(p: &Problem) -> usize {
 }
 
 /// The tensors of a backward node.
-struct Ports {
-    o: TensorId,
-    d_o: TensorId,
-    stats: TensorId,
-    dq: TensorId,
-    dk: TensorId,
-    dv: TensorId,
-    dbias: Option<TensorId>,
+pub(super) struct Ports {
+    pub o: TensorId,
+    pub d_o: TensorId,
+    pub stats: TensorId,
+    pub dq: TensorId,
+    pub dk: TensorId,
+    pub dv: TensorId,
+    pub dbias: Option<TensorId>,
 }
 
-fn strides_def(p: &Problem, prefix: &str, t: TensorId) -> String {
+pub(super) fn strides_def(p: &Problem, prefix: &str, t: TensorId) -> String {
     p.graph.desc(t).strides.iter().enumerate().map(|(i, s)| format!("#define {prefix}_S{i} {s}LL\n")).collect()
 }
 
 /// One launch: `defs` (node + kernel defines), HELPERS, `extra` (functions using HELPERS), then
 /// the kernel with the given parameters and body.
 #[allow(clippy::too_many_arguments)]
-fn launch(
+pub(super) fn launch(
     p: &Problem,
     defs: &str,
     extra: &str,
@@ -546,9 +546,10 @@ fn launch(
     Some(Launch { source, entry, threads, block, exact_grid, shared_bytes: shared as u32, args, cluster: None })
 }
 
-fn generate(p: &Problem, ports: &Ports, mode: Dbias, vec: bool) -> Option<NodeKernels> {
+/// The `#define`s every backward launch shares: the node's (`c`), dO's strides, the dbias
+/// mode and target, the stats loader.
+pub(super) fn base_defines(p: &Problem, ports: &Ports, c: &Common, mode: Dbias, vec: bool) -> String {
     let g = p.graph;
-    let c = p.common(vec);
     let flag = |b: bool| if b { "1" } else { "0" };
     let mut base = c.defines.clone();
     base += &strides_def(p, "DO", ports.d_o);
@@ -569,14 +570,15 @@ fn generate(p: &Problem, ports: &Ports, mode: Dbias, vec: bool) -> Option<NodeKe
     }
     let sd = g.desc(ports.stats);
     base += &format!("#define LD_STATS {}\n#define ST_S0 {}LL\n#define ST_S1 {}LL\n#define ST_S2 {}LL\n", ld(g, ports.stats), sd.strides[0], sd.strides[1], sd.strides[2]);
-    let init = fa_init(&c);
-    let rows = (p.b * p.h_q * p.s_q) as u64;
-    let scores = (p.b * p.h_q * p.s_q * p.s_kv) as u64;
-    let mut launches = Vec::new();
+    base
+}
 
-    // 1. D.
+/// The launch of `D_i = do_i . o_i` into f32 scratch 0.
+pub(super) fn d_launch(p: &Problem, ports: &Ports, base: &str, vec: bool) -> Option<Launch> {
+    let g = p.graph;
+    let rows = (p.b * p.h_q * p.s_q) as u64;
     let d_defs = format!("{base}{}#define LD_OI {}\n#define LD_DO {}\n", strides_def(p, "OI", ports.o), ld(g, ports.o), ld(g, ports.d_o));
-    launches.push(launch(
+    launch(
         p,
         &d_defs,
         "",
@@ -588,7 +590,17 @@ fn generate(p: &Problem, ports: &Ports, mode: Dbias, vec: bool) -> Option<NodeKe
         rows * 32,
         256,
         0,
-    )?);
+    )
+}
+
+pub(super) fn generate(p: &Problem, ports: &Ports, mode: Dbias, vec: bool) -> Option<NodeKernels> {
+    let g = p.graph;
+    let c = p.common(vec);
+    let base = base_defines(p, ports, &c, mode, vec);
+    let init = fa_init(&c);
+    let rows = (p.b * p.h_q * p.s_q) as u64;
+    let scores = (p.b * p.h_q * p.s_q * p.s_kv) as u64;
+    let mut launches = vec![d_launch(p, ports, &base, vec)?];
 
     // 2. Zero the dS target.
     let ds_arg = match mode {

@@ -21,102 +21,22 @@
 //! kernel zero-fills them), `s_q > 64`. Base pointers that are not 16-byte aligned run the
 //! general kernel (the unit's `unaligned` alternative).
 
+use super::hopper::{self, tma_of};
 use super::{fa_init, Problem, HELPERS};
-use crate::dtype::DataType;
 use crate::engine::cuda::engine::{Target, Unaligned, Unit};
 use crate::engine::cuda::fallback::{st, Arg, Launch, NodeKernels};
-use crate::engine::cuda::gemm::sm90::SM90_HELPERS;
-use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
-use crate::graph::TensorId;
 
 /// Query rows per CTA (two consumer warpgroups of 64).
 const BM: i64 = 128;
 /// Keys per K/V tile.
 const BN: i64 = 128;
 
-/// Whether this kernel takes the problem (the target is checked by the caller).
-fn takes(p: &Problem) -> bool {
-    matches!(p.d, 64 | 128)
-        && matches!(p.d_v, 64 | 128)
-        && p.paged.is_none()
-        && p.seq_len_q.is_none()
-        && p.s_q > 64
-        && p.s_q < 1 << 31
-        && p.s_kv < 1 << 31
-        && [p.q, p.k, p.v].iter().all(|&t| p.vec_ok(t))
-        && [tma_of(p, p.q, p.d, BM), tma_of(p, p.k, p.d, BN), tma_of(p, p.v, p.d_v, BN)].iter().all(|t| t.check().is_ok())
-}
-
-/// The TMA map of q, k or v: dims (head dim, sequence, heads, batch), boxes of 64 channels
-/// (128 bytes, the swizzle span) by `rows`. Size-1 dims get a stride that TMA accepts (their
-/// coordinate is always 0).
-fn tma_of(p: &Problem, t: TensorId, width: i64, rows: i64) -> TmaDesc {
-    let d = p.graph.desc(t);
-    let es = 2u64;
-    let dims: Vec<u64> = vec![width as u64, d.dims[2] as u64, d.dims[1] as u64, d.dims[0] as u64];
-    let mut strides = Vec::new();
-    let mut prev = width as u64 * es;
-    for axis in [2usize, 1, 0] {
-        let s = if d.dims[axis] == 1 { prev } else { d.strides[axis] as u64 * es };
-        strides.push(s);
-        prev = s.saturating_mul(d.dims[axis].max(1) as u64);
-    }
-    TmaDesc { tensor: t, dtype: p.dt, dims, strides, boxes: vec![64, rows as u32, 1, 1], swizzle: 128 }
-}
-
 /// Dynamic shared memory: Q, two stages of K and of V, 1 KiB of alignment slack, barriers.
 fn shared_bytes(p: &Problem) -> usize {
     (BM * p.d * 2 + 2 * BN * p.d * 2 + 2 * BN * p.d_v * 2) as usize + 1024 + 9 * 8
 }
 
-/// `wgmma` with both operands in shared memory (S = Q K^T: n = BN) and with A from registers
-/// (O += P V: n = d_v, V N-major).
-fn wgmma_fns(p: &Problem) -> String {
-    let ty = if p.dt == DataType::Bf16 { "bf16" } else { "f16" };
-    let regs = |n: i64| (0..n / 2).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", ");
-    let outs = |n: i64| (0..n / 2).map(|i| format!("\"+f\"(d[{i}])")).collect::<Vec<_>>().join(", ");
-    let (ns, no) = (BN, p.d_v);
-    format!(
-        r#"__device__ __forceinline__ void fa90_wgmma_s(float (&d)[{hs}], u64 da, u64 db, int scale_d) {{
-    asm volatile(
-        "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n{ns}k16.f32.{ty}.{ty} {{{rs}}}, %{da}, %{db}, p, 1, 1, 0, 0;\n}}\n"
-        : {os}
-        : "l"(da), "l"(db), "r"(scale_d));
-}}
-__device__ __forceinline__ void fa90_wgmma_o(float (&d)[{ho}], const u32 (&a)[4], u64 db) {{
-    asm volatile(
-        "{{\n.reg .pred p;\nsetp.ne.b32 p, %{od}, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n{no}k16.f32.{ty}.{ty} {{{ro}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, %{ob}, p, 1, 1, 1;\n}}\n"
-        : {oo}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}}
-"#,
-        hs = ns / 2,
-        ho = no / 2,
-        rs = regs(ns),
-        os = outs(ns),
-        ro = regs(no),
-        oo = outs(no),
-        da = ns / 2,
-        db = ns / 2 + 1,
-        sd = ns / 2 + 2,
-        a0 = no / 2,
-        a1 = no / 2 + 1,
-        a2 = no / 2 + 2,
-        a3 = no / 2 + 3,
-        ob = no / 2 + 4,
-        od = no / 2 + 5,
-    )
-}
-
 const BODY: &str = r#"
-// One 4-d TMA tile copy (channel, row, head, batch) into shared memory, completing on `bar`.
-__device__ __forceinline__ void fa90_tma(unsigned dst, const TmaMap* map, unsigned bar, int c0, int c1, int c2, int c3) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
-        :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
-}
-
 // Scores of one K/V tile (keys j0..j0+BN-1) for this thread's rows r0 and r0 + 8: to log2
 // units, masked, bias and ALiBi added; the running max and sum updated (alpha: the factor O
 // must be rescaled by); sc left holding P (dropout applied).
@@ -179,18 +99,6 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
     }
 #endif
     (void)A; (void)bi; (void)h;
-}
-
-// P (f32 accumulators) as wgmma A fragments of the io type: keys 16kt..16kt+15 are
-// accumulators 8kt..8kt+7, already in the A layout (rows g, g+8; columns 2t, 2t+8).
-__device__ __forceinline__ void fa90_pack(u32 (&pf)[FA_BN / 16][4], const float (&sc)[FA_BN / 2]) {
-    #pragma unroll
-    for (int kt = 0; kt < FA_BN / 16; ++kt) {
-        pf[kt][0] = fa_pack(sc[8 * kt], sc[8 * kt + 1]);
-        pf[kt][1] = fa_pack(sc[8 * kt + 2], sc[8 * kt + 3]);
-        pf[kt][2] = fa_pack(sc[8 * kt + 4], sc[8 * kt + 5]);
-        pf[kt][3] = fa_pack(sc[8 * kt + 6], sc[8 * kt + 7]);
-    }
 }
 
 // S = Q K^T for this warpgroup's 64 rows: Q rows at sq (d-chunks of 64 are 128 * 128 bytes
@@ -318,7 +226,7 @@ FA_INIT
             wgmma_wait0();
             mbar_arrive(KEMPTY(0));
             fa90_softmax(A, sc, m, l, alpha, r0, wq0, (i64)t0 * FA_BN, lq, lkv, off, bi, h, tg);
-            fa90_pack(pf, sc);
+            fa90_pack<FA_BN>(pf, sc);
             for (int t = t0 + 1; t < t1; ++t) {
                 const int s = (t - t0) & 1, ps = s ^ 1;
                 const unsigned ph = ((t - t0) >> 1) & 1, pph = ((t - 1 - t0) >> 1) & 1;
@@ -343,7 +251,7 @@ FA_INIT
                     o[4 * n] *= alpha[0]; o[4 * n + 1] *= alpha[0];
                     o[4 * n + 2] *= alpha[1]; o[4 * n + 3] *= alpha[1];
                 }
-                fa90_pack(pf, sc);
+                fa90_pack<FA_BN>(pf, sc);
             }
             {
                 const int s = (t1 - 1 - t0) & 1;
@@ -402,7 +310,7 @@ fn generate(p: &Problem) -> Option<NodeKernels> {
     defs += &format!("#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong() as u8);
     let stores = p.output_store("o", "O", o, p.pair_ok(o));
     let mut params = vec!["void* o_p".to_string()];
-    let (tq, tk, tv) = (tma_of(p, p.q, p.d, BM), tma_of(p, p.k, p.d, BN), tma_of(p, p.v, p.d_v, BN));
+    let (tq, tk, tv) = (tma_of(p, p.q, BM), tma_of(p, p.k, BN), tma_of(p, p.v, BN));
     let mut args = vec![Arg::TensorMap(Box::new(tq)), Arg::TensorMap(Box::new(tk)), Arg::TensorMap(Box::new(tv)), Arg::Ptr(o)];
     if let Some(s) = stats {
         let sd = p.graph.desc(s);
@@ -414,7 +322,8 @@ fn generate(p: &Problem) -> Option<NodeKernels> {
     args.extend(c.args.iter().cloned());
     let entry = p.entry("attn_fwd_sm90");
     let body = BODY.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
-    let source = format!("{defs}{HELPERS}{stores}{TMA_MAP_DECL}{SM90_HELPERS}{}{body}", wgmma_fns(p));
+    let wgmma = format!("{}{}", hopper::wgmma_ss(p, "fa90_wgmma_s", BN), hopper::wgmma_rs(p, "fa90_wgmma_o", p.d_v));
+    let source = format!("{defs}{HELPERS}{stores}{}{wgmma}{body}", hopper::helpers());
     let grid = ((p.s_q + BM - 1) / BM, p.h_q, p.b);
     if grid.0 > i32::MAX as i64 {
         return None;
@@ -435,7 +344,7 @@ fn generate(p: &Problem) -> Option<NodeKernels> {
 /// element-wise loads is the alternative for base pointers TMA cannot take.
 pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     // Not yet run on a GPU: experimental until the GPU check has passed it.
-    if !target.hopper() || !target.experimental || !takes(p) || shared_bytes(p) > 227 * 1024 {
+    if !target.hopper() || !target.experimental || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p) > 227 * 1024 {
         return None;
     }
     let kernels = generate(p)?;

@@ -22,8 +22,10 @@
 //! any strides; paged K/V in the forward pass only.
 
 mod bwd;
+mod bwd90;
 mod fwd;
 mod fwd90;
+mod hopper;
 
 use super::engine::{Target, Unit};
 use super::fallback::{ld, st, Arg};
@@ -46,7 +48,7 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     }
     let Some(p) = Problem::new(graph, ni, attrs, backward) else { return Ok(None) };
     if backward {
-        Ok(bwd::unit(&p, target))
+        Ok(bwd90::unit(&p, target).or_else(|| bwd::unit(&p, target)))
     } else {
         Ok(fwd90::unit(&p, target).or_else(|| fwd::unit(&p, target)))
     }

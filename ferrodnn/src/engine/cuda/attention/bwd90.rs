@@ -1,0 +1,481 @@
+//! The Hopper backward kernels: the general backward's three passes ([`super::bwd`]: `D`, dQ,
+//! dK/dV; deterministic, no atomics) with the two heavy ones on `wgmma`, TMA and warp
+//! specialization (one producer warpgroup, two consumer warpgroups of 64 rows each).
+//!
+//! - dK/dV: a CTA per (128 keys, kv head, batch) keeps its K and V tiles in shared memory and
+//!   loops over the query heads sharing the kv head and their q tiles of 64 rows (Q and dO by
+//!   TMA, two stages; a producer warp stages each tile's lse and D in shared memory). Per step
+//!   and consumer: S^T = K Q^T and dP^T = V dO^T (both operands from shared memory), P^T =
+//!   exp2(S^T - lse) while dP^T is still on the tensor cores, dV += P^T dO with P^T from
+//!   registers, then dS^T = P^T (dP^T - D) and dK += dS^T Q, again from registers.
+//! - dQ: a CTA per (128 query rows, head, batch) keeps Q and dO and loops over the K/V tiles of
+//!   64 keys (two stages): S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
+//!
+//! Masks, bias, ALiBi and dropout as in the general kernels (the dropout mask is regenerated
+//! once per element and kept as bits between P and dS). Taken when [`super::hopper::takes`]
+//! holds (head dims 64 and 128, no paging or padding mask) and no dbias is asked for.
+
+use super::bwd::{self, Dbias, Ports};
+use super::hopper::{self, tma_of};
+use super::{fa_init, Problem, HELPERS};
+use crate::engine::cuda::engine::{Target, Unaligned, Unit};
+use crate::engine::cuda::fallback::{Arg, Launch, NodeKernels};
+
+/// dK/dV: keys per CTA (two consumers of 64) and query rows per step.
+const KV_BK: i64 = 128;
+const KV_BQ: i64 = 64;
+/// dQ: query rows per CTA (two consumers of 64) and keys per step.
+const Q_BM: i64 = 128;
+const Q_BN: i64 = 64;
+
+/// Scores of a 64 x 64 block to P (masked, bias and ALiBi added, against the rows' lse in
+/// log2 units), with the dropout keep bits (bit 4n + e for accumulator 4n + e); and dS from
+/// P and dP. `row(e)` / `col(n, e)` give the query row and key of accumulator 4n + e; `lse(n,
+/// e)` / `dd(n, e)` its row's lse and D.
+const SCORES: &str = r#"
+template <typename FQ, typename FK, typename FL>
+__device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], bool need, i64 lq, i64 lkv, i64 off, i64 bi, i64 h, FQ qi, FK kj, FL lse) {
+    unsigned keep = 0u;
+    #pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const i64 i = qi(n, e), j = kj(n, e);
+            float pv = 0.0f;
+            if (!need || fa_visible(i, j, lq, lkv, off)) {
+                float s2 = sc[4 * n + e] * FA_SCALE_LOG2;
+#if FA_HAS_BIAS || FA_ALIBI
+                s2 = fmaf(fa_add(A, bi, h, i, j), FA_LOG2E, s2);
+#endif
+                pv = fa_exp2(s2 - lse(n, e));
+#if FA_DROPOUT
+                if (fa_keep(A, bi, h, i, j)) keep |= 1u << (4 * n + e);
+#endif
+            }
+            sc[4 * n + e] = pv;
+        }
+    }
+    (void)A; (void)bi; (void)h;
+    return keep;
+}
+
+// P as the A operand of dV += P^T dO (with the dropout factor).
+__device__ __forceinline__ void fa90_p_frags(u32 (&a)[4][4], const float (&sc)[32], unsigned keep) {
+    float t[32];
+    #pragma unroll
+    for (int x = 0; x < 32; ++x) {
+#if FA_DROPOUT
+        t[x] = ((keep >> x) & 1u) ? sc[x] * FA_KEEP_SCALE : 0.0f;
+#else
+        t[x] = sc[x];
+#endif
+    }
+    (void)keep;
+    fa90_pack<64>(a, t);
+}
+
+// dS * scale = P (dP' - D) * scale into dp (dP' = dP with the dropout factor, 0 where dropped).
+template <typename FL>
+__device__ __forceinline__ void fa90_ds(float (&dp)[32], const float (&sc)[32], unsigned keep, FL dd) {
+    #pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float d = dp[4 * n + e];
+#if FA_DROPOUT
+            d = ((keep >> (4 * n + e)) & 1u) ? d * FA_KEEP_SCALE : 0.0f;
+#endif
+            dp[4 * n + e] = sc[4 * n + e] * (d - dd(n, e)) * FA_SCALE;
+        }
+    }
+    (void)keep;
+}
+
+// 64 x 64 products from shared memory, k = W channels: rows of A at sa and of B at sb, each a
+// K-major tile whose 64-channel chunks are ca / cb bytes apart.
+template <int W>
+__device__ __forceinline__ void fa90_block(float (&acc)[32], unsigned sa, unsigned ca, unsigned sb, unsigned cb) {
+    #pragma unroll
+    for (int kk = 0; kk < W / 16; ++kk) {
+        fa90_mma64(acc, make_desc(sa + (kk >> 2) * ca + (kk & 3) * 32u, 16u, 1024u), make_desc(sb + (kk >> 2) * cb + (kk & 3) * 32u, 16u, 1024u), kk > 0 ? 1 : 0);
+    }
+}
+"#;
+
+const DKDV: &str = r#"
+extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tdo, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
+{
+    extern __shared__ unsigned char fa_smem_raw[];
+    const unsigned raw = smem_u32(fa_smem_raw);
+    const unsigned base = (raw + 1023u) & ~1023u;
+    constexpr unsigned K_BYTES = FA_BK * FA_D * 2, V_BYTES = FA_BK * FA_DV * 2, Q_BYTES = FA_BQ * FA_D * 2, O_BYTES = FA_BQ * FA_DV * 2;
+    const unsigned sK = base, sV = sK + K_BYTES, sQ = sV + V_BYTES, sO = sQ + 2 * Q_BYTES, bars = sO + 2 * O_BYTES;
+    // Barriers: K/V; Q+dO full (TMA bytes and the 32 lanes that stage lse and D), empty.
+    const unsigned kvbar = bars;
+#define QFULL(s) (bars + 8u + 8u * (s))
+#define QEMPTY(s) (bars + 24u + 8u * (s))
+    float* sL = reinterpret_cast<float*>(fa_smem_raw + (bars + 64u - raw));
+    float* sD = sL + 2 * FA_BQ;
+FA_INIT
+    const float* dbuf = reinterpret_cast<const float*>(dbuf_p);
+    const int wg = threadIdx.x >> 7;
+    const i64 kh = blockIdx.y, bi = blockIdx.z;
+    i64 lq, lkv;
+    fa_lens(A, bi, lq, lkv);
+    const i64 off = fa_diag_off(lq, lkv);
+    const i64 j0 = (i64)blockIdx.x * FA_BK;
+    const i64 jmax = fa_min(j0 + FA_BK, lkv) - 1;
+    // Query rows [ilo, ihi) that see some key of the tile.
+    i64 ilo = 0, ihi = lq;
+#if FA_CAUSAL
+    ilo = fa_max(ilo, j0 - off);
+#endif
+#if FA_HAS_SWR
+    ilo = fa_max(ilo, j0 - off - FA_SWR);
+#endif
+#if FA_HAS_SWL
+    ihi = fa_min(ihi, jmax - off + FA_SWL + 1);
+#endif
+    (void)jmax;
+    const bool any = j0 < lkv && ilo < ihi;
+    const i64 qa = any ? ilo / FA_BQ : 0;
+    const i64 nq = any ? (ihi + FA_BQ - 1) / FA_BQ - qa : 0;
+    const i64 total = nq * FA_GROUP;
+    if (threadIdx.x == 0) {
+        mbar_init(kvbar, 1u);
+        for (int s = 0; s < 2; ++s) {
+            mbar_init(QFULL(s), 33u);
+            mbar_init(QEMPTY(s), 256u);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (warp == 0 && lane == 0 && any) {
+            // K and V once; then Q and dO of step `it`: query head kh * GROUP + it / nq, q tile qa + it % nq.
+            mbar_expect_tx(kvbar, K_BYTES + V_BYTES);
+            #pragma unroll
+            for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sK + c * (FA_BK * 128u), &tk, kvbar, c * 64, (int)j0, (int)kh, (int)bi);
+            #pragma unroll
+            for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sV + c * (FA_BK * 128u), &tv, kvbar, c * 64, (int)j0, (int)kh, (int)bi);
+            for (i64 it = 0; it < total; ++it) {
+                const int s = (int)(it & 1);
+                const unsigned ph = (unsigned)(it >> 1) & 1u;
+                const int h = (int)(kh * FA_GROUP + it / nq), i0 = (int)((qa + it % nq) * FA_BQ);
+                mbar_wait(QEMPTY(s), ph ^ 1u);
+                mbar_expect_tx(QFULL(s), Q_BYTES + O_BYTES);
+                #pragma unroll
+                for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sQ + s * Q_BYTES + c * (FA_BQ * 128u), &tq, QFULL(s), c * 64, i0, h, (int)bi);
+                #pragma unroll
+                for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sO + s * O_BYTES + c * (FA_BQ * 128u), &tdo, QFULL(s), c * 64, i0, h, (int)bi);
+            }
+        } else if (warp == 1 && any) {
+            // lse (log2 units) and D of each step's rows into shared memory.
+            for (i64 it = 0; it < total; ++it) {
+                const int s = (int)(it & 1);
+                const unsigned ph = (unsigned)(it >> 1) & 1u;
+                const i64 h = kh * FA_GROUP + it / nq, i0 = (qa + it % nq) * FA_BQ;
+                mbar_wait(QEMPTY(s), ph ^ 1u);
+                for (int r = lane; r < FA_BQ; r += 32) {
+                    const i64 i = i0 + r;
+                    const bool ok = i < lq;
+                    sL[s * FA_BQ + r] = ok ? (float)LD_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2) * FA_LOG2E : 0.0f;
+                    sD[s * FA_BQ + r] = ok ? dbuf[(bi * FA_HQ + h) * FA_SQ + i] : 0.0f;
+                }
+                mbar_arrive(QFULL(s));
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+        // This warpgroup's keys jw0 .. jw0 + 63; this thread's jt and jt + 8.
+        const i64 jw0 = j0 + cw * 64, jt = jw0 + w * 16 + g;
+        float dk[FA_D / 2], dv[FA_DV / 2];
+        #pragma unroll
+        for (int x = 0; x < FA_D / 2; ++x) dk[x] = 0.0f;
+        #pragma unroll
+        for (int x = 0; x < FA_DV / 2; ++x) dv[x] = 0.0f;
+        if (any) {
+            const unsigned sk = sK + cw * 8192u, sv = sV + cw * 8192u;
+            mbar_wait(kvbar, 0u);
+            for (i64 it = 0; it < total; ++it) {
+                const int s = (int)(it & 1);
+                const unsigned ph = (unsigned)(it >> 1) & 1u;
+                const i64 h = kh * FA_GROUP + it / nq, i0 = (qa + it % nq) * FA_BQ;
+                const unsigned sq = sQ + s * Q_BYTES, so = sO + s * O_BYTES;
+                const float* sLb = sL + s * FA_BQ;
+                const float* sDb = sD + s * FA_BQ;
+                mbar_wait(QFULL(s), ph);
+                float sc[32], dp[32];
+                u32 pa[4][4];
+                // S^T = K Q^T, dP^T = V dO^T.
+                wgmma_fence();
+                fa90_block<FA_D>(sc, sk, FA_BK * 128u, sq, FA_BQ * 128u);
+                wgmma_commit();
+                fa90_block<FA_DV>(dp, sv, FA_BK * 128u, so, FA_BQ * 128u);
+                wgmma_commit();
+                wgmma_wait1();
+                // P^T (key rows, query columns), while dP^T runs.
+                const bool need = fa_tile_needs_mask(i0, FA_BQ, jw0, 64, lq, lkv, off);
+                const unsigned keep = fa90_probs(A, sc, need, lq, lkv, off, bi, h,
+                    [&](int n, int e) { return i0 + n * 8 + tg * 2 + (e & 1); },
+                    [&](int n, int e) { (void)n; return jt + (e >> 1) * 8; },
+                    [&](int n, int e) { return sLb[n * 8 + tg * 2 + (e & 1)]; });
+                fa90_p_frags(pa, sc, keep);
+                // dV += P^T dO (dO N-major: 64-channel chunks FA_BQ * 128 bytes apart).
+                wgmma_fence();
+                #pragma unroll
+                for (int ks = 0; ks < FA_BQ / 16; ++ks) fa90_mma_dv(dv, pa[ks], make_desc(so + ks * 2048u, FA_BQ * 128u, 1024u));
+                wgmma_commit();
+                wgmma_wait1();
+                // dS^T, then dK += dS^T Q.
+                fa90_ds(dp, sc, keep, [&](int n, int e) { return sDb[n * 8 + tg * 2 + (e & 1)]; });
+                u32 da[4][4];
+                fa90_pack<64>(da, dp);
+                wgmma_fence();
+                #pragma unroll
+                for (int ks = 0; ks < FA_BQ / 16; ++ks) fa90_mma_d(dk, da[ks], make_desc(sq + ks * 2048u, FA_BQ * 128u, 1024u));
+                wgmma_commit();
+                wgmma_wait0();
+                mbar_arrive(QEMPTY(s));
+            }
+        }
+        #pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const i64 j = jt + hh * 8;
+            if (j < FA_SKV) {
+                const i64 kb = bi * DK_S0 + kh * DK_S1 + j * DK_S2;
+                #pragma unroll
+                for (int n = 0; n < FA_D / 8; ++n) fa_store_dk(dk_p, kb + (i64)(n * 8 + tg * 2) * DK_S3, dk[4 * n + 2 * hh], dk[4 * n + 2 * hh + 1]);
+                const i64 vb = bi * DV_S0 + kh * DV_S1 + j * DV_S2;
+                #pragma unroll
+                for (int n = 0; n < FA_DV / 8; ++n) fa_store_dv(dv_p, vb + (i64)(n * 8 + tg * 2) * DV_S3, dv[4 * n + 2 * hh], dv[4 * n + 2 * hh + 1]);
+            }
+        }
+    }
+#undef QFULL
+#undef QEMPTY
+}
+"#;
+
+const DQ: &str = r#"
+extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tdo, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
+{
+    extern __shared__ unsigned char fa_smem_raw[];
+    const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
+    constexpr unsigned Q_BYTES = FA_BM * FA_D * 2, O_BYTES = FA_BM * FA_DV * 2, K_BYTES = FA_BN * FA_D * 2, V_BYTES = FA_BN * FA_DV * 2;
+    const unsigned sQ = base, sO = sQ + Q_BYTES, sK = sO + O_BYTES, sV = sK + 2 * K_BYTES, bars = sV + 2 * V_BYTES;
+    // Barriers: Q+dO; K+V full and empty (two stages).
+    const unsigned qbar = bars;
+#define KFULL(s) (bars + 8u + 8u * (s))
+#define KEMPTY(s) (bars + 24u + 8u * (s))
+FA_INIT
+    const float* dbuf = reinterpret_cast<const float*>(dbuf_p);
+    const int wg = threadIdx.x >> 7;
+    const i64 qt = (i64)gridDim.x - 1 - blockIdx.x;
+    const i64 h = blockIdx.y, bi = blockIdx.z, kh = h / FA_GROUP;
+    i64 lq, lkv;
+    fa_lens(A, bi, lq, lkv);
+    const i64 off = fa_diag_off(lq, lkv);
+    const i64 q0 = qt * FA_BM;
+    const i64 imax = fa_min(q0 + FA_BM, lq) - 1;
+    i64 jlo, jhi;
+    fa_key_range(q0, imax, lkv, off, jlo, jhi);
+    const bool any = q0 < lq && jlo < jhi;
+    const int t0 = any ? (int)(jlo / FA_BN) : 0, t1 = any ? (int)((jhi + FA_BN - 1) / FA_BN) : 0;
+    if (threadIdx.x == 0) {
+        mbar_init(qbar, 1u);
+        for (int s = 0; s < 2; ++s) {
+            mbar_init(KFULL(s), 1u);
+            mbar_init(KEMPTY(s), 256u);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == 0 && any) {
+            mbar_expect_tx(qbar, Q_BYTES + O_BYTES);
+            #pragma unroll
+            for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sQ + c * (FA_BM * 128u), &tq, qbar, c * 64, (int)q0, (int)h, (int)bi);
+            #pragma unroll
+            for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sO + c * (FA_BM * 128u), &tdo, qbar, c * 64, (int)q0, (int)h, (int)bi);
+            for (int t = t0; t < t1; ++t) {
+                const int s = (t - t0) & 1;
+                const unsigned ph = ((t - t0) >> 1) & 1;
+                mbar_wait(KEMPTY(s), ph ^ 1u);
+                mbar_expect_tx(KFULL(s), K_BYTES + V_BYTES);
+                #pragma unroll
+                for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sK + s * K_BYTES + c * (FA_BN * 128u), &tk, KFULL(s), c * 64, t * FA_BN, (int)kh, (int)bi);
+                #pragma unroll
+                for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sV + s * V_BYTES + c * (FA_BN * 128u), &tv, KFULL(s), c * 64, t * FA_BN, (int)kh, (int)bi);
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+        const i64 wq0 = q0 + cw * 64, r0 = wq0 + w * 16 + g;
+        // lse (log2 units) and D of rows r0 and r0 + 8.
+        float lse2[2], dd[2];
+        #pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const i64 i = r0 + hh * 8;
+            const bool ok = i < lq;
+            lse2[hh] = ok ? (float)LD_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2) * FA_LOG2E : 0.0f;
+            dd[hh] = ok ? dbuf[(bi * FA_HQ + h) * FA_SQ + i] : 0.0f;
+        }
+        float dq[FA_D / 2];
+        #pragma unroll
+        for (int x = 0; x < FA_D / 2; ++x) dq[x] = 0.0f;
+        if (any) {
+            const unsigned sq = sQ + cw * 8192u, so = sO + cw * 8192u;
+            mbar_wait(qbar, 0u);
+            for (int t = t0; t < t1; ++t) {
+                const int s = (t - t0) & 1;
+                const unsigned ph = ((t - t0) >> 1) & 1;
+                const i64 j0 = (i64)t * FA_BN;
+                const unsigned sk = sK + s * K_BYTES, sv = sV + s * V_BYTES;
+                mbar_wait(KFULL(s), ph);
+                float sc[32], dp[32];
+                // S = Q K^T, dP = dO V^T.
+                wgmma_fence();
+                fa90_block<FA_D>(sc, sq, FA_BM * 128u, sk, FA_BN * 128u);
+                wgmma_commit();
+                fa90_block<FA_DV>(dp, so, FA_BM * 128u, sv, FA_BN * 128u);
+                wgmma_commit();
+                wgmma_wait1();
+                const bool need = fa_tile_needs_mask(wq0, 64, j0, FA_BN, lq, lkv, off);
+                const unsigned keep = fa90_probs(A, sc, need, lq, lkv, off, bi, h,
+                    [&](int n, int e) { (void)n; return r0 + (e >> 1) * 8; },
+                    [&](int n, int e) { return j0 + n * 8 + tg * 2 + (e & 1); },
+                    [&](int n, int e) { (void)n; return lse2[e >> 1]; });
+                wgmma_wait0();
+                fa90_ds(dp, sc, keep, [&](int n, int e) { (void)n; return dd[e >> 1]; });
+                u32 da[4][4];
+                fa90_pack<64>(da, dp);
+                // dQ += dS K (K N-major: 64-channel chunks FA_BN * 128 bytes apart).
+                wgmma_fence();
+                #pragma unroll
+                for (int ks = 0; ks < FA_BN / 16; ++ks) fa90_mma_d(dq, da[ks], make_desc(sk + ks * 2048u, FA_BN * 128u, 1024u));
+                wgmma_commit();
+                wgmma_wait0();
+                mbar_arrive(KEMPTY(s));
+            }
+        }
+        #pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const i64 i = r0 + hh * 8;
+            if (i < FA_SQ) {
+                const i64 ob = bi * DQ_S0 + h * DQ_S1 + i * DQ_S2;
+                #pragma unroll
+                for (int n = 0; n < FA_D / 8; ++n) fa_store_dq(dq_p, ob + (i64)(n * 8 + tg * 2) * DQ_S3, dq[4 * n + 2 * hh], dq[4 * n + 2 * hh + 1]);
+            }
+        }
+    }
+#undef KFULL
+#undef KEMPTY
+}
+"#;
+
+fn dkdv_shared(p: &Problem) -> usize {
+    (KV_BK * (p.d + p.d_v) * 2 + 2 * KV_BQ * (p.d + p.d_v) * 2) as usize + 1024 + 64 + 4 * KV_BQ as usize * 4
+}
+
+fn dq_shared(p: &Problem) -> usize {
+    (Q_BM * (p.d + p.d_v) * 2 + 2 * Q_BN * (p.d + p.d_v) * 2) as usize + 1024 + 64
+}
+
+fn generate(p: &Problem, ports: &Ports) -> Option<NodeKernels> {
+    let c = p.common(true);
+    let base = bwd::base_defines(p, ports, &c, Dbias::None, true);
+    let init = fa_init(&c);
+    let common = format!(
+        "{}{}{}{}{SCORES}",
+        hopper::helpers(),
+        hopper::wgmma_ss(p, "fa90_mma64", 64),
+        hopper::wgmma_rs(p, "fa90_mma_d", p.d),
+        hopper::wgmma_rs(p, "fa90_mma_dv", p.d_v)
+    );
+    let maps = |rows_q: i64, rows_k: i64| {
+        vec![
+            Arg::TensorMap(Box::new(tma_of(p, p.q, rows_q))),
+            Arg::TensorMap(Box::new(tma_of(p, ports.d_o, rows_q))),
+            Arg::TensorMap(Box::new(tma_of(p, p.k, rows_k))),
+            Arg::TensorMap(Box::new(tma_of(p, p.v, rows_k))),
+        ]
+    };
+    let kernel = |defs: String, stores: String, what: &str, params: Vec<String>, body: &str, grid: (i64, i64, i64), shared: usize| {
+        let entry = p.entry(what);
+        let body = body.replace("FA_INIT", &init).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
+        let source = format!("{defs}{HELPERS}{stores}{common}{body}");
+        if grid.0 > i32::MAX as i64 {
+            return None;
+        }
+        Some(Launch {
+            source,
+            entry,
+            threads: (grid.0 * grid.1 * grid.2 * 384) as u64,
+            block: 384,
+            exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
+            shared_bytes: shared as u32,
+            args: Vec::new(),
+            cluster: None,
+        })
+    };
+    let mut inputs = vec!["const void* dbuf_p".to_string(), "const void* stats_p".to_string()];
+    inputs.extend(c.params.iter().cloned());
+    let mut input_args = vec![Arg::Scratch(0), Arg::Ptr(ports.stats)];
+    input_args.extend(c.args.iter().cloned());
+
+    // dQ.
+    let dq_defs = format!("{base}#define FA_BM {Q_BM}\n#define FA_BN {Q_BN}\n");
+    let dq_store = p.output_store("dq", "DQ", ports.dq, p.pair_ok(ports.dq));
+    let mut params = vec!["void* dq_p".to_string()];
+    params.extend(inputs.iter().cloned());
+    let mut dq = kernel(dq_defs, dq_store, "attn_bwd_dq_sm90", params, DQ, ((p.s_q + Q_BM - 1) / Q_BM, p.h_q, p.b), dq_shared(p))?;
+    dq.args = maps(Q_BM, Q_BN);
+    dq.args.push(Arg::Ptr(ports.dq));
+    dq.args.extend(input_args.iter().cloned());
+
+    // dK, dV.
+    let kv_defs = format!("{base}#define FA_BK {KV_BK}\n#define FA_BQ {KV_BQ}\n");
+    let kv_store = format!("{}{}", p.output_store("dk", "DK", ports.dk, p.pair_ok(ports.dk)), p.output_store("dv", "DV", ports.dv, p.pair_ok(ports.dv)));
+    let mut params = vec!["void* dk_p".to_string(), "void* dv_p".to_string()];
+    params.extend(inputs);
+    let mut kv = kernel(kv_defs, kv_store, "attn_bwd_dkdv_sm90", params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p))?;
+    kv.args = maps(KV_BQ, KV_BK);
+    kv.args.extend([Arg::Ptr(ports.dk), Arg::Ptr(ports.dv)]);
+    kv.args.extend(input_args);
+
+    let rows = (p.b * p.h_q * p.s_q) as usize;
+    Some(NodeKernels { launches: vec![bwd::d_launch(p, ports, &base, true)?, dq, kv], scratch: vec![rows.max(1) * 4] })
+}
+
+/// The Hopper unit of a backward node without dbias, when these kernels take it; the general
+/// kernels with element-wise loads are the alternative for base pointers TMA cannot take.
+pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
+    let node = p.node;
+    let ports = Ports {
+        o: node.input("o")?,
+        d_o: node.input("do")?,
+        stats: node.input("stats")?,
+        dq: node.output("dq")?,
+        dk: node.output("dk")?,
+        dv: node.output("dv")?,
+        dbias: node.output("dbias"),
+    };
+    // Not yet run on a GPU: experimental until the GPU check has passed it.
+    if !target.hopper() || !target.experimental || ports.dbias.is_some() || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
+        return None;
+    }
+    if dq_shared(p).max(dkdv_shared(p)) > 227 * 1024 {
+        return None;
+    }
+    let kernels = generate(p, &ports)?;
+    let alternative = bwd::generate(p, &ports, Dbias::None, false)?;
+    let mut tensors = vec![p.q, p.k, p.v, ports.d_o];
+    tensors.extend([ports.dq, ports.dk, ports.dv].into_iter().filter(|&t| p.pair_ok(t)));
+    Some(Unit { nodes: vec![p.ni], kernels, writes: node.outputs.iter().map(|x| x.tensor).collect(), unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })) })
+}

@@ -1,0 +1,128 @@
+//! Pieces the Hopper attention kernels share ([`super::fwd90`], [`super::bwd90`]): TMA maps of
+//! the rank-4 attention tensors, `wgmma` wrappers, the 4-d TMA load, and the rule for which
+//! problems they take.
+//!
+//! Shared-memory tiles are rows of 64 channels (128 bytes, TMA's 128-byte swizzle), 8-row atoms
+//! 1024 bytes apart, 64-channel chunks one after the other. Read as a K-major operand (k = the
+//! channels, e.g. Q and K in S = Q K^T) a tile's descriptor is `make_desc(addr + 32 * kstep, 16,
+//! 1024)` within a chunk; read as an N-major operand (k = the rows, e.g. V in O = P V) it is
+//! `make_desc(addr + 2048 * kstep, chunk_bytes, 1024)`.
+
+use super::Problem;
+use crate::dtype::DataType;
+use crate::engine::cuda::gemm::sm90::SM90_HELPERS;
+use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
+use crate::graph::TensorId;
+
+/// Whether the Hopper kernels take the problem (the target is checked by the caller): head
+/// dims 64 and 128, no page table and no padding mask (TMA would read K/V rows past a
+/// sequence's length, which the general kernels zero-fill), TMA-compatible strides.
+pub(super) fn takes(p: &Problem, tensors: &[TensorId]) -> bool {
+    matches!(p.d, 64 | 128)
+        && matches!(p.d_v, 64 | 128)
+        && p.paged.is_none()
+        && p.seq_len_q.is_none()
+        && p.s_q > 64
+        && p.s_q < 1 << 31
+        && p.s_kv < 1 << 31
+        && tensors.iter().all(|&t| p.vec_ok(t) && tma_of(p, t, 64).check().is_ok())
+}
+
+/// The TMA map of a rank-4 io-type tensor [b, h, s, width]: dims (channel, row, head, batch),
+/// boxes of 64 channels (128 bytes, the swizzle span) by `rows`. Size-1 dims get a stride TMA
+/// accepts (their coordinate is always 0).
+pub(super) fn tma_of(p: &Problem, t: TensorId, rows: i64) -> TmaDesc {
+    let d = p.graph.desc(t);
+    let es = 2u64;
+    let dims: Vec<u64> = vec![d.dims[3] as u64, d.dims[2] as u64, d.dims[1] as u64, d.dims[0] as u64];
+    let mut strides = Vec::new();
+    let mut prev = d.dims[3] as u64 * es;
+    for axis in [2usize, 1, 0] {
+        let s = if d.dims[axis] == 1 { prev } else { d.strides[axis] as u64 * es };
+        strides.push(s);
+        prev = s.saturating_mul(d.dims[axis].max(1) as u64);
+    }
+    TmaDesc { tensor: t, dtype: p.dt, dims, strides, boxes: vec![64, rows as u32, 1, 1], swizzle: 128 }
+}
+
+fn mma_type(p: &Problem) -> &'static str {
+    if p.dt == DataType::Bf16 {
+        "bf16"
+    } else {
+        "f16"
+    }
+}
+
+/// `name(float (&d)[n/2], u64 da, u64 db, int scale_d)`: d (+)= A B, `wgmma.m64n{n}k16`, both
+/// operands K-major in shared memory; `scale_d` 0 overwrites d.
+pub(super) fn wgmma_ss(p: &Problem, name: &str, n: i64) -> String {
+    let h = n / 2;
+    format!(
+        r#"__device__ __forceinline__ void {name}(float (&d)[{h}], u64 da, u64 db, int scale_d) {{
+    asm volatile(
+        "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{regs}}}, %{h}, %{db}, p, 1, 1, 0, 0;\n}}\n"
+        : {outs}
+        : "l"(da), "l"(db), "r"(scale_d));
+}}
+"#,
+        ty = mma_type(p),
+        regs = (0..h).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", "),
+        outs = (0..h).map(|i| format!("\"+f\"(d[{i}])")).collect::<Vec<_>>().join(", "),
+        db = h + 1,
+        sd = h + 2,
+    )
+}
+
+/// `name(float (&d)[n/2], const u32 (&a)[4], u64 db)`: d += A B, `wgmma.m64n{n}k16`, A from
+/// registers (the io type, mma.sync's A fragment layout per warp), B N-major in shared memory.
+pub(super) fn wgmma_rs(p: &Problem, name: &str, n: i64) -> String {
+    let h = n / 2;
+    format!(
+        r#"__device__ __forceinline__ void {name}(float (&d)[{h}], const u32 (&a)[4], u64 db) {{
+    asm volatile(
+        "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{regs}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, %{db}, p, 1, 1, 1;\n}}\n"
+        : {outs}
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}}
+"#,
+        ty = mma_type(p),
+        regs = (0..h).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", "),
+        outs = (0..h).map(|i| format!("\"+f\"(d[{i}])")).collect::<Vec<_>>().join(", "),
+        a0 = h,
+        a1 = h + 1,
+        a2 = h + 2,
+        a3 = h + 3,
+        db = h + 4,
+        sd = h + 5,
+    )
+}
+
+/// Device code after the attention HELPERS: the TMA map type, the sm90 barrier / TMA / wgmma
+/// helpers, the 4-d tile load, and the packing of f32 accumulators into A fragments.
+pub(super) fn helpers() -> String {
+    format!("{TMA_MAP_DECL}{SM90_HELPERS}{TMA4}")
+}
+
+const TMA4: &str = r#"
+// One 4-d TMA tile copy (channel, row, head, batch) into shared memory, completing on `bar`.
+__device__ __forceinline__ void fa90_tma(unsigned dst, const TmaMap* map, unsigned bar, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+        :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+}
+
+// f32 accumulators of a 64 x N wgmma (thread: rows g, g + 8 of its warp's 16; columns
+// 8n + 2t, +1 in acc[4n..4n+3]) as the A fragments of a k = N product, in the io type: k step
+// kt (columns 16kt..16kt+15) is accumulators 8kt..8kt+7, already in the A layout.
+template <int N>
+__device__ __forceinline__ void fa90_pack(u32 (&a)[N / 16][4], const float (&acc)[N / 2]) {
+    #pragma unroll
+    for (int kt = 0; kt < N / 16; ++kt) {
+        a[kt][0] = fa_pack(acc[8 * kt], acc[8 * kt + 1]);
+        a[kt][1] = fa_pack(acc[8 * kt + 2], acc[8 * kt + 3]);
+        a[kt][2] = fa_pack(acc[8 * kt + 4], acc[8 * kt + 5]);
+        a[kt][3] = fa_pack(acc[8 * kt + 6], acc[8 * kt + 7]);
+    }
+}
+"#;
