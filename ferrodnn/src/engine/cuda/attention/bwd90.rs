@@ -246,12 +246,8 @@ FA_INIT
         for (int hh = 0; hh < 2; ++hh) {
             const i64 j = jt + hh * 8;
             if (j < FA_SKV) {
-                const i64 kb = bi * DK_S0 + kh * DK_S1 + j * DK_S2;
-                #pragma unroll
-                for (int n = 0; n < FA_D / 8; ++n) fa_store_dk(dk_p, kb + (i64)(n * 8 + tg * 2) * DK_S3, dk[4 * n + 2 * hh], dk[4 * n + 2 * hh + 1]);
-                const i64 vb = bi * DV_S0 + kh * DV_S1 + j * DV_S2;
-                #pragma unroll
-                for (int n = 0; n < FA_DV / 8; ++n) fa_store_dv(dv_p, vb + (i64)(n * 8 + tg * 2) * DV_S3, dv[4 * n + 2 * hh], dv[4 * n + 2 * hh + 1]);
+                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dk(dk_p, at, a, b); }, bi * DK_S0 + kh * DK_S1 + j * DK_S2, DK_S3, dk, hh, tg, 1.0f);
+                fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_dv(dv_p, at, a, b); }, bi * DV_S0 + kh * DV_S1 + j * DV_S2, DV_S3, dv, hh, tg, 1.0f);
             }
         }
     }
@@ -280,11 +276,8 @@ FA_INIT
     fa_lens(A, bi, lq, lkv);
     const i64 off = fa_diag_off(lq, lkv);
     const i64 q0 = qt * FA_BM;
-    const i64 imax = fa_min(q0 + FA_BM, lq) - 1;
-    i64 jlo, jhi;
-    fa_key_range(q0, imax, lkv, off, jlo, jhi);
-    const bool any = q0 < lq && jlo < jhi;
-    const int t0 = any ? (int)(jlo / FA_BN) : 0, t1 = any ? (int)((jhi + FA_BN - 1) / FA_BN) : 0;
+    int t0, t1;
+    const bool any = fa90_key_tiles(q0, FA_BM, FA_BN, lq, lkv, off, t0, t1);
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1u);
         for (int s = 0; s < 2; ++s) {
@@ -368,9 +361,7 @@ FA_INIT
         for (int hh = 0; hh < 2; ++hh) {
             const i64 i = r0 + hh * 8;
             if (i < FA_SQ) {
-                const i64 ob = bi * DQ_S0 + h * DQ_S1 + i * DQ_S2;
-                #pragma unroll
-                for (int n = 0; n < FA_D / 8; ++n) fa_store_dq(dq_p, ob + (i64)(n * 8 + tg * 2) * DQ_S3, dq[4 * n + 2 * hh], dq[4 * n + 2 * hh + 1]);
+                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dq(dq_p, at, a, b); }, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2, DQ_S3, dq, hh, tg, 1.0f);
             }
         }
     }

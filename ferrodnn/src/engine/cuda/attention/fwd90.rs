@@ -156,11 +156,8 @@ FA_INIT
     fa_lens(A, bi, lq, lkv);
     const i64 off = fa_diag_off(lq, lkv);
     const i64 q0 = qt * FA_BM;
-    const i64 imax = fa_min(q0 + FA_BM, lq) - 1;
-    i64 jlo, jhi;
-    fa_key_range(q0, imax, lkv, off, jlo, jhi);
-    const bool any = q0 < lq && jlo < jhi;
-    const int t0 = any ? (int)(jlo / FA_BN) : 0, t1 = any ? (int)((jhi + FA_BN - 1) / FA_BN) : 0;
+    int t0, t1;
+    const bool any = fa90_key_tiles(q0, FA_BM, FA_BN, lq, lkv, off, t0, t1);
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1u);
         for (int s = 0; s < 2; ++s) {
@@ -276,12 +273,7 @@ FA_INIT
             const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
             const float inv = empty ? 0.0f : FA_KEEP_SCALE / lsum;
             if (i < FA_SQ) {
-                const i64 ob = bi * O_S0 + h * O_S1 + i * O_S2;
-                #pragma unroll
-                for (int n = 0; n < FA_DV / 8; ++n) {
-                    const i64 c = n * 8 + tg * 2;
-                    fa_store_o(o_p, ob + c * O_S3, o[4 * n + 2 * hh] * inv, o[4 * n + 2 * hh + 1] * inv);
-                }
+                fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
 #if FA_HAS_STATS
                 if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
 #endif

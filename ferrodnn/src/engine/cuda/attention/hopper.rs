@@ -112,6 +112,25 @@ __device__ __forceinline__ void fa90_tma(unsigned dst, const TmaMap* map, unsign
         :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
 }
 
+// The K/V tiles [t0, t1) of BN keys that some row of the q tile [q0, q0 + BM) sees (empty,
+// with any false, when none does).
+__device__ __forceinline__ bool fa90_key_tiles(i64 q0, i64 bm, i64 bn, i64 lq, i64 lkv, i64 off, int& t0, int& t1) {
+    i64 jlo, jhi;
+    fa_key_range(q0, fa_min(q0 + bm, lq) - 1, lkv, off, jlo, jhi);
+    const bool any = q0 < lq && jlo < jhi;
+    t0 = any ? (int)(jlo / bn) : 0;
+    t1 = any ? (int)((jhi + bn - 1) / bn) : 0;
+    return any;
+}
+
+// Row hh (0: g, 1: g + 8) of a thread's 64 x W f32 accumulators, times `scale`, through
+// `store(offset, a, b)` of two adjacent columns: column c sits at base + c * cs.
+template <int W, typename F>
+__device__ __forceinline__ void fa90_store_row(F store, i64 base, i64 cs, const float (&acc)[W / 2], int hh, int tg, float scale) {
+    #pragma unroll
+    for (int n = 0; n < W / 8; ++n) store(base + (i64)(n * 8 + tg * 2) * cs, acc[4 * n + 2 * hh] * scale, acc[4 * n + 2 * hh + 1] * scale);
+}
+
 // f32 accumulators of a 64 x N wgmma (thread: rows g, g + 8 of its warp's 16; columns
 // 8n + 2t, +1 in acc[4n..4n+3]) as the A fragments of a k = N product, in the io type: k step
 // kt (columns 16kt..16kt+15) is accumulators 8kt..8kt+7, already in the A layout.
