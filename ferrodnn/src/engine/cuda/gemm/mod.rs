@@ -69,6 +69,21 @@ pub struct Epilogue {
     pub params: String,
     pub names: String,
     pub args: Vec<Arg>,
+    /// The side inputs' layouts, in parameter order, when `code` also defines
+    /// `float epilogue_v(float acc, float x0, ...)` (the chain as a function of the side values,
+    /// see `epilogue.rs`); None for a hand-written epilogue that defines only `epilogue`.
+    pub sides: Option<Vec<epilogue::Side>>,
+}
+
+impl Epilogue {
+    /// The empty epilogue (C = the accumulator), with `epilogue_v`.
+    pub fn identity() -> Epilogue {
+        Epilogue {
+            code: "__device__ __forceinline__ float epilogue_v(float acc) { return acc; }\n__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col) { (void)batch; (void)row; (void)col; return acc; }\n".into(),
+            sides: Some(Vec::new()),
+            ..Default::default()
+        }
+    }
 }
 
 /// Groups of nodes to run as one GEMM: the matmul first, then the epilogue nodes it absorbs,
@@ -423,5 +438,56 @@ mod case_tests {
             }
         }
         assert!(hopper >= 5, "only {hopper} cases take the wgmma kernel");
+    }
+}
+
+#[cfg(test)]
+mod dump {
+    use crate::engine::cuda::engine::Target;
+    use crate::{DataType, Graph, TensorDesc};
+
+    /// `GEMM_DUMP=<dir>` writes the full sources (prelude included) of the GEMM suite's bf16
+    /// kernels, plain and with bias + relu, for inspection with NVRTC's `--ptxas-options=-v`.
+    #[test]
+    fn dump_suite_sources() {
+        let Some(dir) = std::env::var_os("GEMM_DUMP") else { return };
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bf = DataType::Bf16;
+        for (m, n, k) in [(16384, 4096, 1024), (8192, 8192, 8192), (16, 8192, 8192)] {
+            for bias_relu in [false, true] {
+                let id = format!("{}{m}x{n}x{k}", if bias_relu { "bias_relu_" } else { "" });
+                let mut g = Graph::new(id.clone()).io_data_type(bf);
+                let a = g.tensor(TensorDesc::new("a", &[m, k], bf));
+                let b = g.tensor(TensorDesc::new("b", &[k, n], bf));
+                let mut y = g.matmul(a, b);
+                if bias_relu {
+                    let bias = g.tensor(TensorDesc::new("bias", &[1, n], bf));
+                    let t = g.bias(y, bias);
+                    y = g.relu(t);
+                }
+                g.set_output(y);
+                g.desc_mut(y).data_type = Some(bf);
+                g.validate().unwrap();
+                let units = crate::engine::cuda::fused::units(&g, &Target::sm90a()).unwrap();
+                for u in &units {
+                    for l in &u.kernels.launches {
+                        let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                        std::fs::write(dir.join(format!("{id}_{}.cu", l.entry)), src).unwrap();
+                    }
+                }
+            }
+        }
+        // And the wgmma kernels of the check cases.
+        for c in crate::testing::cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            for u in crate::engine::cuda::fused::units(&g, &Target::sm90a()).unwrap() {
+                for l in u.kernels.launches.iter().filter(|l| l.entry.contains("gemm_sm90")) {
+                    let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                    std::fs::write(dir.join(format!("{}_{}.cu", c.name, l.entry)), src).unwrap();
+                }
+            }
+        }
     }
 }

@@ -19,13 +19,14 @@
 //! 16-byte aligned row strides and base pointers: the strides are checked here, the pointers
 //! when the plan executes (the unit's `unaligned` alternative runs otherwise).
 
+use super::epilogue::{Side, SideKind};
 use super::{Epilogue, GemmProblem, Operand};
 use crate::dtype::DataType;
 use crate::engine::cuda::engine::{Target, Unaligned, Unit};
 use crate::engine::cuda::fallback::{entry_name, Arg, Launch, NodeKernels};
 use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
 use crate::error::Result;
-use crate::graph::Graph;
+use crate::graph::{Graph, TensorId};
 use std::fmt::Write;
 
 /// Rows of A per CTA tile (two consumer warpgroups of 64 rows).
@@ -248,8 +249,19 @@ pub fn unit(_graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, ta
     let Some(alt) = super::sm80::choose(p, target) else { return Ok(None) };
     let alternative = super::sm80::kernels(&alt.scalar(), p, epi, last, "_u");
     let mut tensors = vec![p.a.tensor, p.b.tensor, p.c.tensor];
+    tensors.extend(vector_sides(p, epi, &choose(p, target)));
+    tensors.sort_by_key(|t| t.0);
     tensors.dedup();
     Ok(Some(Unit { nodes: nodes.to_vec(), kernels, writes: vec![p.c.tensor], unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })) }))
+}
+
+/// Side inputs of the epilogue that the kernel of `cfg` reads as 2-element vectors: their base
+/// pointers must be 16-byte aligned (as A's, B's and C's for TMA).
+pub fn vector_sides(p: &GemmProblem, epi: &Epilogue, cfg: &Config) -> Vec<TensorId> {
+    match &epi.sides {
+        Some(sides) if cfg.splits == 1 => epi_code(p, sides, cfg.bn, "", "").aligned,
+        _ => Vec::new(),
+    }
 }
 
 /// Inline-asm wrapper of one `wgmma.m64n{bn}k16` with both operands from shared memory.
@@ -325,6 +337,19 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     let names = &epi.names;
     let store = store_code(p, names, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]");
     let esz = c.dtype.size() as i64;
+    // The epilogue from the side inputs' layouts (loads hoisted out of the store loop), when the
+    // epilogue gives them.
+    let ec = match &epi.sides {
+        Some(sides) if cfg.splits == 1 => Some(epi_code(p, sides, bn, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]")),
+        _ => None,
+    };
+    let prep = match &ec {
+        Some(ec) => format!(
+            "            // This thread's first row and column in the tile, and the side values it needs.\n            const long long row0 = (long long)tm * {BM} + cw * 64 + w * 16 + (l >> 2);\n            const long long colt = (long long)tn * {bn} + 2 * (l & 3);\n{}",
+            ec.prep
+        ),
+        None => String::new(),
+    };
     let (epilogue, tail) = if cfg.splits > 1 {
         (
             format!(
@@ -346,6 +371,75 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             }}
 "#,
                 batch = p.batch,
+            ),
+            String::new(),
+        )
+    } else if let (true, Some(ec)) = (cfg.tma_store, &ec) {
+        let pack = if c.dtype == DataType::Bf16 { "bf16x2_bits(v0, v1)" } else { "f16x2_bits(v0, v1)" };
+        let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
+        (
+            format!(
+                r#"            // Epilogue through shared memory: this warpgroup's 64 x {bn} block, in boxes of
+            // 64 columns (128-byte swizzled rows, as the TMA store reads them), then one thread
+            // stores the boxes with TMA (clipped at the matrix edges, so values outside C are
+            // computed but never stored) and the warps go on to the next tile while the copy
+            // drains. The block is reused once the last store has read it. Plain C++ stores to
+            // shared memory (no asm memory clobber), so the compiler may schedule the side loads
+            // of the loop ahead of them.
+            const unsigned cbuf = base + STAGES * STAGE_BYTES + cw * {cblock}u;
+            unsigned char* const cgen = smem_raw + (cbuf - smem_u32(smem_raw));
+            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            consumer_sync(cw);
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const long long col = colt + 8 * j;
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const long long row = row0 + 8 * h;
+                    (void)row; (void)col;
+{value}                    // Row rl of the block, byte 4 (l % 4) of 16-byte chunk j % 8 of box j / 8,
+                    // chunks swizzled by the row (rl % 8 == l / 4).
+                    const int rl = w * 16 + (l >> 2) + 8 * h;
+                    *(unsigned*)(cgen + (j >> 3) * 8192 + rl * 128 + (((j & 7) ^ (l >> 2)) << 4) + 4 * (l & 3)) = {pack};
+                }}
+            }}
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            consumer_sync(cw);
+            if (tid == 0) {{
+                #pragma unroll
+                for (int q = 0; q < {bn} / 64; ++q) tma_store(cbuf + q * 8192u, &tcm, tn * {bn} + q * 64, tm * {BM} + cw * 64, {coords});
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }}
+"#,
+                cblock = 64 * bn * 2,
+                value = ec.value,
+            ),
+            "        if (tid == 0) asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n".to_string(),
+        )
+    } else if let Some(ec) = &ec {
+        // Direct stores from registers, guarded.
+        let st = store_values(p);
+        (
+            format!(
+                r#"            // Epilogue: accumulator (j, h) of this thread is row 16w + l/4 + 8h, columns
+            // 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN block.
+            const long long bofs = (long long)bt * {cbs}LL;
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const long long col = colt + 8 * j;
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const long long row = row0 + 8 * h;
+{value}                    if (row < M_) {{
+                        unsigned char* rp = cbase + bofs + row * {crs}LL;
+                        {st}
+                    }}
+                }}
+            }}
+"#,
+                cbs = c.batch_stride * esz,
+                crs = c.row_stride * esz,
+                value = ec.value,
             ),
             String::new(),
         )
@@ -542,13 +636,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
                 prev = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
             }}
-            wgmma_wait0();
+{prep}            wgmma_wait0();
             release_stage(bars + 8u * (STAGES + prev), l);
 {epilogue}        }}
 {tail}    }}
 {cluster_end}}}
 "#,
         epilogue = epilogue,
+        prep = prep,
         tail = tail,
         c_bytes = cfg.c_bytes(),
         tcm = if cfg.tma_store { "const __grid_constant__ TmaMap tcm, " } else { "" },
@@ -569,6 +664,120 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
         params = epi.params,
     );
     s
+}
+
+/// The epilogue of one consumer thread's accumulators, from the side inputs' layouts (see
+/// `epilogue.rs`): side values that do not change along a tile's rows or columns are loaded
+/// once per tile, before the last k step's wgmmas complete (`prep`, which needs `bt`, `row0`:
+/// the thread's first row, and `colt`: its first column), so their latency hides under the
+/// tensor cores and the store loop carries no dependent loads:
+/// - scalars: one value; per-row values (`[.., m, 1]`): the thread's two rows;
+/// - per-column values (`[.., 1, n]`): the thread's `BN / 4` columns, as 2-element vectors
+///   (one 32-bit register for two 16-bit values) where [`Side::pairs`] allows, up to a budget of
+///   64 registers;
+/// - full tensors (and per-column ones beyond the budget): inside the loop, one (vector) load
+///   per accumulator pair, from row pointers computed once per tile.
+///
+/// `value` computes `v0` and `v1` (columns `col`, `col + 1` of row `row`) for accumulator pair
+/// `(j, h)` inside the loops over `j` and `h` (unrolled: the arrays indexed by them are
+/// registers), with `row`, `col` defined. Loads are guarded by the matrix extents (out-of-range
+/// values are computed from zeros and never stored by the caller). `aligned`: side inputs read as
+/// vectors, whose base pointers must be 16-byte aligned.
+struct EpiCode {
+    prep: String,
+    value: String,
+    aligned: Vec<TensorId>,
+}
+
+fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str) -> EpiCode {
+    let mut prep = String::new();
+    let mut value = String::new();
+    let mut aligned = Vec::new();
+    let (mut x0, mut x1) = (Vec::new(), Vec::new());
+    let mut budget = 64usize;
+    for (i, sd) in sides.iter().enumerate() {
+        let ct = sd.ctype();
+        let (rs, cs) = (sd.row_stride, sd.col_stride);
+        let pairs = sd.pairs(p.n);
+        // The 2-element vector type, its zero and its halves as floats.
+        let (vt, zero, lo, hi) = match sd.dtype {
+            DataType::Bf16 => ("__nv_bfloat162", "__float2bfloat162_rn(0.f)", "__low2float({})", "__high2float({})"),
+            DataType::F16 => ("__half2", "__float2half2_rn(0.f)", "__low2float({})", "__high2float({})"),
+            _ => ("float2", "make_float2(0.f, 0.f)", "{}.x", "{}.y"),
+        };
+        let half = |f: &str, v: &str| f.replace("{}", v);
+        let _ = writeln!(prep, "            long long bo{i} = 0;");
+        let bo = sd.batch_offset("bt", &format!("bo{i}"));
+        if !bo.is_empty() {
+            let _ = write!(prep, "            {bo}");
+        }
+        let _ = writeln!(prep, "            const {ct}* const p{i} = (const {ct}*)e{i} + bo{i};");
+        let regs = if pairs && sd.dtype.size() == 2 { bn / 8 } else { bn / 4 };
+        let kind = match sd.kind() {
+            SideKind::PerCol if regs > budget => SideKind::Full,
+            k => k,
+        };
+        match kind {
+            SideKind::Scalar => {
+                let _ = writeln!(prep, "            const float s{i} = fz_cv(p{i}[0]);");
+                x0.push(format!("s{i}"));
+                x1.push(format!("s{i}"));
+            }
+            SideKind::PerRow => {
+                let _ = writeln!(
+                    prep,
+                    "            float r{i}[2];\n            #pragma unroll\n            for (int h = 0; h < 2; ++h) r{i}[h] = row0 + 8 * h < M_ ? fz_cv(p{i}[(row0 + 8 * h) * {rs}LL]) : 0.f;"
+                );
+                x0.push(format!("r{i}[h]"));
+                x1.push(format!("r{i}[h]"));
+            }
+            SideKind::PerCol if pairs => {
+                budget -= regs;
+                aligned.push(sd.tensor);
+                let _ = writeln!(
+                    prep,
+                    "            {vt} c{i}[{n2}];\n            #pragma unroll\n            for (int j = 0; j < {n2}; ++j) c{i}[j] = colt + 8 * j < N_ ? *(const {vt}*)(p{i} + colt + 8 * j) : {zero};",
+                    n2 = bn / 8
+                );
+                x0.push(half(lo, &format!("c{i}[j]")));
+                x1.push(half(hi, &format!("c{i}[j]")));
+            }
+            SideKind::PerCol => {
+                budget -= regs;
+                let _ = writeln!(
+                    prep,
+                    "            float c{i}[{n4}];\n            #pragma unroll\n            for (int q = 0; q < {n4}; ++q) c{i}[q] = colt + 8 * (q >> 1) + (q & 1) < N_ ? fz_cv(p{i}[(colt + 8 * (q >> 1) + (q & 1)) * {cs}LL]) : 0.f;",
+                    n4 = bn / 4
+                );
+                x0.push(format!("c{i}[2 * j]"));
+                x1.push(format!("c{i}[2 * j + 1]"));
+            }
+            SideKind::Full => {
+                // Row pointers of the thread's two rows at its first column.
+                let _ = writeln!(
+                    prep,
+                    "            const {ct}* fr{i}[2];\n            #pragma unroll\n            for (int h = 0; h < 2; ++h) fr{i}[h] = p{i} + (row0 + 8 * h) * {rs}LL + colt * {cs}LL;"
+                );
+                if pairs {
+                    aligned.push(sd.tensor);
+                    let _ = writeln!(value, "                    const {vt} f{i} = (row < M_ && col < N_) ? *(const {vt}*)(fr{i}[h] + 8 * j) : {zero};");
+                    x0.push(half(lo, &format!("f{i}")));
+                    x1.push(half(hi, &format!("f{i}")));
+                } else {
+                    let _ = writeln!(
+                        value,
+                        "                    const float f{i}_0 = (row < M_ && col < N_) ? fz_cv(fr{i}[h][(8 * j) * {cs}LL]) : 0.f;\n                    const float f{i}_1 = (row < M_ && col + 1 < N_) ? fz_cv(fr{i}[h][(8 * j + 1) * {cs}LL]) : 0.f;"
+                    );
+                    x0.push(format!("f{i}_0"));
+                    x1.push(format!("f{i}_1"));
+                }
+            }
+        }
+    }
+    let a0: String = x0.iter().map(|x| format!(", {x}")).collect();
+    let a1: String = x1.iter().map(|x| format!(", {x}")).collect();
+    let _ = writeln!(value, "                    const float v0 = epilogue_v({acc0}{a0});\n                    const float v1 = epilogue_v({acc1}{a1});");
+    EpiCode { prep, value, aligned }
 }
 
 /// Stores of accumulators `a0` (column `col`) and `a1` (column `col + 1`) of row `row` through
@@ -604,6 +813,42 @@ fn store_code(p: &GemmProblem, names: &str, a0: &str, a1: &str) -> String {
                                 unsigned char* cp = rp + (col + e) * {ccs}LL;
                                 {st1}
                             }}
+                        }}"#,
+            ccs = c.col_stride * esz,
+        )
+    }
+}
+
+/// Stores of computed values `v0` (column `col`) and `v1` (column `col + 1`) of a row at row
+/// pointer `rp`: pairs when C is row-major with even strides, else one element at a time;
+/// guarded by N (the caller guards the row).
+fn store_values(p: &GemmProblem) -> String {
+    let c = &p.c;
+    let pair = c.col_stride == 1 && c.row_stride % 2 == 0 && c.batch_stride % 2 == 0;
+    let (st0, st1, st2) = match c.dtype {
+        DataType::Bf16 => ("*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v0);", "*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v1);", "*(__nv_bfloat162*)(cp) = __floats2bfloat162_rn(v0, v1);"),
+        DataType::F16 => ("*(__half*)(cp) = __float2half_rn(v0);", "*(__half*)(cp) = __float2half_rn(v1);", "*(__half2*)(cp) = __floats2half2_rn(v0, v1);"),
+        _ => ("*(float*)(cp) = v0;", "*(float*)(cp) = v1;", "*(float2*)(cp) = make_float2(v0, v1);"),
+    };
+    let esz = c.dtype.size() as i64;
+    if pair {
+        format!(
+            r#"unsigned char* cp = rp + col * {esz}LL;
+                        if (col + 1 < N_) {{
+                            {st2}
+                        }} else if (col < N_) {{
+                            {st0}
+                        }}"#
+        )
+    } else {
+        format!(
+            r#"if (col < N_) {{
+                            unsigned char* cp = rp + col * {ccs}LL;
+                            {st0}
+                        }}
+                        if (col + 1 < N_) {{
+                            unsigned char* cp = rp + (col + 1) * {ccs}LL;
+                            {st1}
                         }}"#,
             ccs = c.col_stride * esz,
         )
@@ -748,7 +993,7 @@ mod tests {
     }
 
     fn identity() -> Epilogue {
-        Epilogue { code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c) { return acc; }\n".into(), ..Default::default() }
+        Epilogue::identity()
     }
 
     #[test]
