@@ -259,6 +259,17 @@ pub(super) fn cases() -> Vec<Case> {
         out(&mut g, y, "y", Bf16);
         v.push(Case::new(name, g));
     }
+    // f32 inputs: the exact plan runs them as 3xTF32; the tf32 plan (knob `tf32`) on Hopper's
+    // wgmma kernel when A is row-major with K a multiple of 4 (B N-major through a transposed,
+    // tf32-rounded copy in the workspace; B K-major directly), on mma.sync otherwise.
+    v.push(mm("tf32_200x136x72_f32", t("a", &[200, 72], F32), t("b", &[72, 136], F32), F32));
+    v.push(mm("tf32_bt_130x200x136_f32", t("a", &[130, 136], F32), transposed("b", &[136, 200], F32), F32));
+    v.push(mm("tf32_odd_n_72x97x64_f32_to_bf16", t("a", &[72, 64], F32), t("b", &[64, 97], F32), Bf16));
+    v.push(mm("tf32_batch_bcast_b_3x72x100x64_f32", t("a", &[3, 72, 64], F32), t("b", &[64, 100], F32), F32));
+    v.push(mm("tf32_batch_2x40x72x36_f32", t("a", &[2, 40, 36], F32), t("b", &[2, 36, 72], F32), F32));
+    v.push(mm("tf32_splitk_64x48x4096_f32", t("a", &[64, 4096], F32), t("b", &[4096, 48], F32), F32));
+    v.push(with_epi(Epi::BiasRowRelu, F32, F32, &[], (200, 136, 72), false, false));
+    v.push(with_epi(Epi::BatchBiasResidual, F32, Bf16, &[2], (72, 130, 40), false, false));
     // The 128x128 tile needs at least one tile per SM (132 on an H100): 12 x 11 tiles.
     v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1536, 1408, 40), false, false));
     v.push(mm("big_tiles_1536x1408x24_at_f32", transposed("a", &[1536, 24], F32), t("b", &[24, 1408], F32), F32));

@@ -46,9 +46,8 @@ pub struct GemmProblem {
     pub a: Operand,
     pub b: Operand,
     pub c: Operand,
-    /// f32 inputs may run as tf32 (the graph allows reduced precision). Always false for now:
-    /// no per-graph or per-plan flag says so yet (`PlanPolicy::no_reduced_precision` filters
-    /// plans by their behavior notes), so f32 runs as 3xTF32 (about f32 accuracy).
+    /// f32 inputs may run as tf32 (the plan's `tf32` knob, `Target::allow_tf32`: its behavior
+    /// notes then say reduced precision); otherwise f32 runs as 3xTF32 (about f32 accuracy).
     pub allow_tf32: bool,
 }
 
@@ -331,7 +330,7 @@ pub(crate) fn problem(graph: &Graph, mm: usize, out: TensorId, target: &Target) 
     }
     let (a, b, c) = (node.input("a")?, node.input("b")?, node.output("c")?);
     let (ta, tb, tc) = (dtype(graph, a), dtype(graph, b), dtype(graph, out));
-    let family_ok = sm80::mma_kind(ta, tb, false, target).is_some();
+    let family_ok = sm80::mma_kind(ta, tb, target.allow_tf32, target).is_some();
     if !family_ok || !store_type(tc) || !store_type(dtype(graph, c)) {
         return None;
     }
@@ -361,7 +360,7 @@ pub(crate) fn problem(graph: &Graph, mm: usize, out: TensorId, target: &Target) 
     if batch > u32::MAX as i64 {
         return None;
     }
-    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: false })
+    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: target.allow_tf32 })
 }
 
 #[cfg(test)]
@@ -417,6 +416,41 @@ mod case_tests {
             }
         }
         assert!(taken * 2 > all, "{taken} of {all}");
+    }
+
+    /// With the `tf32` knob (`Target::allow_tf32`), f32 GEMMs get other kernels (one tf32 pass)
+    /// and 16-bit ones the same.
+    #[test]
+    fn tf32_target_changes_only_f32_gemms() {
+        let sources = |g: &crate::Graph, t: &Target| -> Vec<String> {
+            crate::engine::cuda::fused::units(g, t).unwrap().iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
+        };
+        let (mut f32s, mut others) = (0, 0);
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let f32_in = g.nodes.iter().any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.iter().any(|p| g.resolved_data_type(p.tensor) == Some(crate::DataType::F32)));
+            for target in [Target::sm80(), Target::sm90a()] {
+                let same = sources(&g, &target) == sources(&g, &target.clone().with_tf32(true));
+                if f32_in && !c.name.contains("no_flatten") {
+                    assert!(!same, "{}: tf32 changes nothing on {}", c.name, target.arch);
+                    f32s += 1;
+                } else if !f32_in {
+                    assert!(same, "{}: tf32 changes a GEMM without f32 inputs", c.name);
+                    others += 1;
+                }
+            }
+        }
+        assert!(f32s > 10 && others > 10, "{f32s} {others}");
+        // The tf32 cases (and f32 epilogue cases with row-major A, K % 4 == 0) take the wgmma
+        // kernel on sm_90a.
+        let t = Target::sm90a().with_tf32(true);
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_tf32_") || (c.name.contains("_f32_to_") && c.name.contains("x72_f32"))) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let units = crate::engine::cuda::fused::units(&g, &t).unwrap();
+            assert!(units.iter().any(|u| u.kernels.launches.iter().any(|l| l.source.contains("k8.f32.tf32.tf32"))), "{}: no wgmma tf32 kernel", c.name);
+        }
     }
 
     /// On sm_90a the wgmma kernel takes the 16-bit cases whose strides TMA can use, with the

@@ -31,8 +31,10 @@ use std::fmt::Write;
 
 /// Rows of A per CTA tile (two consumer warpgroups of 64 rows).
 const BM: usize = 128;
-/// k per pipeline stage: 64 16-bit elements, one 128-byte swizzle span.
-const BK: usize = 64;
+/// k per pipeline stage: one 128-byte swizzle span, 64 16-bit elements or 32 f32 (tf32).
+fn bk(t: DataType) -> usize {
+    128 / t.size()
+}
 /// Bytes of one swizzle atom row; 8 rows make the 1024-byte atom.
 const SWIZZLE: u32 = 128;
 
@@ -69,7 +71,7 @@ pub struct Config {
 
 impl Config {
     fn stage_bytes(&self) -> usize {
-        (BM + self.bn) * BK * 2
+        (BM + self.bn) * 128
     }
     /// Bytes of C staged in shared memory for the TMA store (two 64 x BN 16-bit blocks).
     fn c_bytes(&self) -> usize {
@@ -94,7 +96,7 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     // BN 256 halves the B traffic per flop, but leaves SMs idle when tiles are few, and short
     // k loops (K <= 256) gain more from more tiles than from wider ones.
     let bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
-    let kt = p.k.div_ceil(BK);
+    let kt = p.k.div_ceil(bk(p.a.dtype));
     let t0 = tiles(bn);
     let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
     let tma_store = splits == 1 && tma_store_ok(p);
@@ -130,8 +132,8 @@ pub fn reject(p: &GemmProblem, target: &Target) -> Option<String> {
         return Some(format!("wgmma needs sm_90a, the target is {}", target.arch));
     }
     let t = p.a.dtype;
-    if !matches!(t, DataType::Bf16 | DataType::F16) || p.b.dtype != t {
-        return Some(format!("inputs {} x {}: this kernel takes bf16 x bf16 or f16 x f16", p.a.dtype, p.b.dtype));
+    if !(matches!(t, DataType::Bf16 | DataType::F16) && p.b.dtype == t) && !tf32(p) {
+        return Some(format!("inputs {} x {}: this kernel takes bf16 x bf16, f16 x f16, or f32 x f32 as tf32 (reduced precision allowed)", p.a.dtype, p.b.dtype));
     }
     if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
         return Some(format!("output {}: this kernel stores bf16, f16 or f32", p.c.dtype));
@@ -143,12 +145,111 @@ pub fn reject(p: &GemmProblem, target: &Target) -> Option<String> {
     if p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0 {
         return Some("an empty extent".into());
     }
-    for (name, op) in [("a", &p.a), ("b", &p.b)] {
+    if tf32(p) && major(&p.a, true) != Some(Major::K) {
+        return Some("tf32: wgmma reads 32-bit operands K-major only, and A is not row-major".into());
+    }
+    let b = b_operand(p);
+    if tf32(p) && major(&b, false) != Some(Major::K) {
+        return Some("tf32: B is neither K-major nor N-major".into());
+    }
+    for (name, op) in [("a", &p.a), ("b", &b)] {
         if let Err(why) = tma_of(op, name == "a", 128, p.batch).check() {
             return Some(format!("operand {name}: {why}"));
         }
     }
     None
+}
+
+/// f32 inputs that run as tf32: `wgmma ... .tf32` reads the f32 bits and ignores the low 13
+/// (A is truncated; B, when copied, is rounded to nearest first).
+fn tf32(p: &GemmProblem) -> bool {
+    p.a.dtype == DataType::F32 && p.b.dtype == DataType::F32 && p.allow_tf32
+}
+
+/// tf32 with B stored `k x n` (N-major, the usual row-major B): wgmma takes 32-bit operands
+/// K-major only, so a first launch copies B transposed into the workspace, `n` rows of `KP`
+/// floats (k rounded up to 4: 16-byte rows for TMA) per batch (one copy when B is broadcast).
+fn b_transposed(p: &GemmProblem) -> bool {
+    tf32(p) && major(&p.b, false) == Some(Major::Mn)
+}
+
+/// Row length of the transposed copy of B.
+fn kp(p: &GemmProblem) -> usize {
+    p.k.next_multiple_of(4)
+}
+
+/// Batches of the transposed copy of B.
+fn bt_batches(p: &GemmProblem) -> usize {
+    if p.b.batch_stride != 0 && p.batch > 1 {
+        p.batch
+    } else {
+        1
+    }
+}
+
+/// B as the main kernel reads it: the operand itself, or its K-major copy in the workspace
+/// (the same tensor id, the copy's strides).
+fn b_operand(p: &GemmProblem) -> Operand {
+    if !b_transposed(p) {
+        return p.b.clone();
+    }
+    let kp = kp(p) as i64;
+    let batch_stride = if bt_batches(p) > 1 { p.n as i64 * kp } else { 0 };
+    Operand { row_stride: 1, col_stride: kp, batch_stride, ..p.b.clone() }
+}
+
+/// The launch that copies B (`k x n`, any strides) into scratch buffer `scratch` as `n` rows of
+/// KP floats per batch, each value rounded to nearest tf32 (`cvt.rna`), through 32 x 32 tiles in
+/// shared memory so that both the reads (along n) and the writes (along k) are coalesced.
+fn transpose_launch(p: &GemmProblem, entry: &str, scratch: usize, target: &Target) -> Launch {
+    let b = &p.b;
+    let (tk, tn) = (p.k.div_ceil(32), p.n.div_ceil(32));
+    let tiles = tk * tn * bt_batches(p);
+    let source = format!(
+        r#"extern "C" __global__ void __launch_bounds__(256) {entry}(const float* __restrict__ b, float* __restrict__ bt) {{
+    __shared__ float tile[32][33];
+    const long long K = {k}, N = {n}, KP = {kp}, TK = {tk}, TN = {tn}, TILES = {tiles};
+    const int x = threadIdx.x % 32, y = threadIdx.x / 32;
+    for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {{
+        const long long bb = t / (TK * TN), r = t % (TK * TN);
+        const long long k0 = (r / TN) * 32, n0 = (r % TN) * 32;
+        #pragma unroll
+        for (int i = y; i < 32; i += 8) {{
+            const long long k = k0 + i, n = n0 + x;
+            tile[i][x] = (k < K && n < N) ? b[bb * {bs}LL + k * {rs}LL + n * {cs}LL] : 0.f;
+        }}
+        __syncthreads();
+        #pragma unroll
+        for (int i = y; i < 32; i += 8) {{
+            const long long n = n0 + i, k = k0 + x;
+            if (n < N && k < K) {{
+                unsigned r32;
+                asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r32) : "f"(tile[x][i]));
+                bt[(bb * N + n) * KP + k] = __uint_as_float(r32);
+            }}
+        }}
+        __syncthreads();
+    }}
+}}
+"#,
+        k = p.k,
+        n = p.n,
+        kp = kp(p),
+        bs = if bt_batches(p) > 1 { b.batch_stride } else { 0 },
+        rs = b.row_stride,
+        cs = b.col_stride,
+    );
+    let grid = tiles.min(8 * target.sm_count.max(1) as usize).max(1) as u32;
+    Launch {
+        source,
+        entry: entry.to_string(),
+        threads: grid as u64 * 256,
+        block: 256,
+        exact_grid: Some((grid, 1, 1)),
+        shared_bytes: 0,
+        args: vec![Arg::Ptr(b.tensor), Arg::Scratch(scratch)],
+        cluster: None,
+    }
 }
 
 /// The major-ness of an operand: A is `m x k` (rows = m), B is `k x n` (rows = k).
@@ -170,11 +271,12 @@ fn tma_of(op: &Operand, is_a: bool, bn: usize, batch: usize) -> TmaDesc {
     let (mn, kdim) = if is_a { (op.rows as u64, op.cols as u64) } else { (op.cols as u64, op.rows as u64) };
     let (k_stride, mn_stride) = if is_a { (op.col_stride, op.row_stride) } else { (op.row_stride, op.col_stride) };
     let tile_mn = if is_a { BM } else { bn.max(64) } as u32;
+    let bk = bk(op.dtype) as u32;
     let (mut dims, mut strides, mut boxes) = match major(op, is_a) {
-        Some(Major::K) => (vec![kdim, mn], vec![mn_stride as u64 * es], vec![BK as u32, tile_mn]),
-        Some(Major::Mn) => (vec![mn, kdim], vec![k_stride as u64 * es], vec![64, BK as u32]),
+        Some(Major::K) => (vec![kdim, mn], vec![mn_stride as u64 * es], vec![bk, tile_mn]),
+        Some(Major::Mn) => (vec![mn, kdim], vec![k_stride as u64 * es], vec![64, bk]),
         // Not loadable: a descriptor that check() rejects (stride 1 byte).
-        None => (vec![mn, kdim], vec![1], vec![64, BK as u32]),
+        None => (vec![mn, kdim], vec![1], vec![64, bk]),
     };
     if op.batch_stride != 0 && batch > 1 {
         dims.push(batch as u64);
@@ -198,15 +300,26 @@ pub fn kernels(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str) ->
 
 /// [`kernels`] with a given configuration (for tuning; `None` when it cannot run `p`).
 pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
-    let kt = p.k.div_ceil(BK);
+    let kt = p.k.div_ceil(bk(p.a.dtype));
     let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.cluster_m != 1)) || !matches!(cfg.cluster_m, 1 | 2);
     if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 128 | 256) || cfg.shared_bytes() > 227 * 1024 || bad_split {
         return None;
     }
-    let (ma, mb) = (major(&p.a, true)?, major(&p.b, false)?);
+    if tf32(p) && cfg.cluster_m != 1 {
+        return None;
+    }
+    // Scratch buffers: B's transposed copy (tf32), then the split partials.
+    let mut launches = Vec::new();
+    let mut scratch = Vec::new();
+    let b = b_operand(p);
+    if b_transposed(p) {
+        scratch.push(bt_batches(p) * p.n * kp(p) * 4);
+        launches.push(transpose_launch(p, &format!("{entry}_bt"), 0, target));
+    }
+    let (ma, mb) = (major(&p.a, true)?, major(&b, false)?);
     let ta = tma_of(&p.a, true, cfg.bn, p.batch);
     // With a cluster, each CTA loads (and multicasts) its share of B.
-    let tb = tma_of(&p.b, false, cfg.bn / cfg.cluster_m, p.batch);
+    let tb = tma_of(&b, false, cfg.bn / cfg.cluster_m, p.batch);
     if ta.check().is_err() || tb.check().is_err() {
         return None;
     }
@@ -214,13 +327,15 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
     let tiles = p.batch * p.m.div_ceil(BM).div_ceil(cm) * p.n.div_ceil(cfg.bn) * cfg.splits;
     let grid = (tiles * cm).min(target.sm_count.max(1) as usize / cm * cm).max(cm) as u32;
     let source = source(p, epi, &cfg, ma, mb, ta.dims.len() == 3, tb.dims.len() == 3, entry);
-    let mut args = vec![Arg::TensorMap(Box::new(ta)), Arg::TensorMap(Box::new(tb))];
+    let tb_arg = if b_transposed(p) { Arg::ScratchTensorMap(0, Box::new(tb)) } else { Arg::TensorMap(Box::new(tb)) };
+    let mut args = vec![Arg::TensorMap(Box::new(ta)), tb_arg];
     if cfg.tma_store {
         args.push(Arg::TensorMap(Box::new(tma_of_c(p))));
     }
     args.push(Arg::Ptr(p.c.tensor));
     // The split partials (a null pointer when there is no split).
-    args.push(if cfg.splits > 1 { Arg::Scratch(0) } else { Arg::I64(0) });
+    let part = scratch.len();
+    args.push(if cfg.splits > 1 { Arg::Scratch(part) } else { Arg::I64(0) });
     args.extend(epi.args.iter().cloned());
     let launch = Launch {
         source,
@@ -232,12 +347,12 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
         args,
         cluster: (cfg.cluster_m > 1).then_some((cfg.cluster_m as u32, 1, 1)),
     };
-    if cfg.splits == 1 {
-        return Some(NodeKernels::one(launch));
+    launches.push(launch);
+    if cfg.splits > 1 {
+        scratch.push(cfg.splits * p.batch * p.m * (p.n + p.n % 2) * 4);
+        launches.push(reduce_launch(p, epi, cfg.splits, &format!("{entry}_reduce"), part));
     }
-    let part_bytes = cfg.splits * p.batch * p.m * (p.n + p.n % 2) * 4;
-    let reduce = reduce_launch(p, epi, cfg.splits, &format!("{entry}_reduce"));
-    Some(NodeKernels { launches: vec![launch, reduce], scratch: vec![part_bytes] })
+    Some(NodeKernels { launches, scratch })
 }
 
 /// The Hopper unit of a GEMM group: the wgmma kernel, with the mma.sync kernel (scalar loads,
@@ -269,12 +384,18 @@ fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
     let nd = bn / 2;
     let regs: Vec<String> = (0..nd).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..nd).map(|i| format!("\"+f\"(d[{i}])")).collect();
-    let ty = ctype(t);
+    // tf32: k 8 per instruction (32 bytes of a K-major row, as 16 16-bit elements), and no
+    // transpose operands (32-bit types are K-major only).
+    let (ty, kk, trans) = if t == DataType::F32 {
+        ("tf32", 8, String::new())
+    } else {
+        (ctype(t), 16, format!(", {}, {}", trans_a as u8, trans_b as u8))
+    };
     format!(
         r#"__device__ __forceinline__ void wgmma_tile(float (&d)[{nd}], unsigned long long da, unsigned long long db, int scale_d) {{
     asm volatile(
         "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ty}.{ty} {{{regs}}}, %{da}, %{db}, p, 1, 1, {ta}, {tb};\n}}\n"
+        "wgmma.mma_async.sync.aligned.m64n{bn}k{kk}.f32.{ty}.{ty} {{{regs}}}, %{da}, %{db}, p, 1, 1{trans};\n}}\n"
         : {outs}
         : "l"(da), "l"(db), "r"(scale_d));
 }}
@@ -284,8 +405,6 @@ fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
         db = nd + 1,
         regs = regs.join(", "),
         outs = outs.join(", "),
-        ta = trans_a as u8,
-        tb = trans_b as u8,
     )
 }
 
@@ -294,8 +413,10 @@ fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
 fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a3: bool, b3: bool, entry: &str) -> String {
     let bn = cfg.bn;
     let nd = bn / 2;
-    let a_bytes = BM * BK * 2;
-    let b_bytes = bn * BK * 2;
+    let a_bytes = BM * 128;
+    let b_bytes = bn * 128;
+    #[allow(non_snake_case)]
+    let BK = bk(p.a.dtype);
     let mut s = String::new();
     s.push_str(TMA_MAP_DECL);
     s.push_str(&epi.code);
@@ -857,7 +978,7 @@ fn store_values(p: &GemmProblem) -> String {
 
 /// The split-k reduce launch: for each pair of columns, the splits' partial sums added in
 /// order (deterministic), then the epilogue and the store.
-fn reduce_launch(p: &GemmProblem, epi: &Epilogue, splits: usize, entry: &str) -> Launch {
+fn reduce_launch(p: &GemmProblem, epi: &Epilogue, splits: usize, entry: &str, part: usize) -> Launch {
     let c = &p.c;
     let esz = c.dtype.size() as i64;
     let np = p.n + p.n % 2;
@@ -894,7 +1015,7 @@ extern "C" __global__ void {entry}(void* __restrict__ c, const float* __restrict
         crs = c.row_stride * esz,
     );
     let pairs = (p.batch * p.m * np / 2) as u64;
-    let mut args = vec![Arg::Ptr(c.tensor), Arg::Scratch(0)];
+    let mut args = vec![Arg::Ptr(c.tensor), Arg::Scratch(part)];
     args.extend(epi.args.iter().cloned());
     Launch::elementwise(source, entry, pairs, args)
 }
@@ -1023,5 +1144,42 @@ mod tests {
             let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
             compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}: {e}"));
         }
+        // tf32: B N-major (a transpose launch first), B K-major, batched with split k.
+        for (p, what, launches) in [
+            (tf32_problem(problem(1, 8192, 8192, 8192, true, false, DataType::F32)), "tf32, B N-major", 2),
+            (tf32_problem(problem(1, 300, 200, 136, true, true, DataType::Bf16)), "tf32, B K-major", 1),
+            (tf32_problem(problem(2, 64, 64, 4096, true, false, DataType::F32)), "tf32, split", 3),
+        ] {
+            let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel ({:?})", reject(&p, &t)));
+            assert_eq!(k.launches.len(), launches, "{what}");
+            for l in &k.launches {
+                let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                compile_cubin(&src, &l.entry, &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
+    }
+
+    /// The problem with f32 inputs allowed to run as tf32.
+    fn tf32_problem(mut p: GemmProblem) -> GemmProblem {
+        p.a.dtype = DataType::F32;
+        p.b.dtype = DataType::F32;
+        p.allow_tf32 = true;
+        p
+    }
+
+    #[test]
+    fn tf32_takes_k_major_a_and_copies_n_major_b() {
+        let t = Target::sm90a();
+        let p = tf32_problem(problem(1, 8192, 8192, 8192, true, false, DataType::F32));
+        assert_eq!(reject(&p, &t), None);
+        assert!(b_transposed(&p));
+        let k = kernels(&p, &identity(), &t, "g").unwrap();
+        assert_eq!(k.scratch, vec![8192 * 8192 * 4]);
+        assert!(k.launches[1].source.contains("m64n256k8.f32.tf32.tf32"));
+        // Without the knob, f32 is not taken; A column-major is not either (no transpose of A).
+        assert!(reject(&GemmProblem { allow_tf32: false, ..p.clone() }, &t).is_some());
+        assert!(reject(&tf32_problem(problem(1, 256, 256, 256, false, false, DataType::F32)), &t).is_some());
+        // K not a multiple of 4: A's rows are not 16-byte aligned for TMA.
+        assert!(reject(&tf32_problem(problem(1, 64, 64, 70, true, false, DataType::F32)), &t).is_some());
     }
 }
