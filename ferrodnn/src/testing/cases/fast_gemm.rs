@@ -270,6 +270,11 @@ pub(super) fn cases() -> Vec<Case> {
     v.push(mm("tf32_splitk_64x48x4096_f32", t("a", &[64, 4096], F32), t("b", &[4096, 48], F32), F32));
     v.push(with_epi(Epi::BiasRowRelu, F32, F32, &[], (200, 136, 72), false, false));
     v.push(with_epi(Epi::BatchBiasResidual, F32, Bf16, &[2], (72, 130, 40), false, false));
+    // M <= 64 with 67 to 132 64-wide column tiles: the Hopper kernel's BN 64 (no split k), the
+    // second consumer idle; TMA-store and direct-store epilogues.
+    v.push(mm("bn64_16x4296x64_bf16", t("a", &[16, 64], Bf16), t("b", &[64, 4296], Bf16), Bf16));
+    v.push(mm("bn64_33x4296x32_bf16_to_f32", t("a", &[33, 32], Bf16), transposed("b", &[32, 4296], Bf16), F32));
+    v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (40, 4296, 48), false, false));
     // The 128x128 tile needs at least one tile per SM (132 on an H100): 12 x 11 tiles.
     v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1536, 1408, 40), false, false));
     v.push(mm("big_tiles_1536x1408x24_at_f32", transposed("a", &[1536, 24], F32), t("b", &[24, 1408], F32), F32));

@@ -50,7 +50,7 @@ enum Major {
 /// A tile configuration.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Config {
-    /// Columns per CTA tile: 128 or 256.
+    /// Columns per CTA tile: 64, 128 or 256.
     pub bn: usize,
     /// Pipeline stages.
     pub stages: usize,
@@ -95,7 +95,14 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     let sms = target.sm_count.max(1) as usize;
     // BN 256 halves the B traffic per flop, but leaves SMs idle when tiles are few, and short
     // k loops (K <= 256) gain more from more tiles than from wider ones.
-    let bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
+    let mut bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
+    // Few rows (M <= 64, as in decoding: B streams from memory and most of each tile's rows are
+    // empty) and 128-wide tiles for at most half the SMs: 64-wide tiles that fill more than half
+    // of them stream B at the same rate per SM as a 2-way split k, without its partial sums and
+    // reduce launch.
+    if bn == 128 && p.m <= 64 && 2 * tiles(128) <= sms && 2 * tiles(64) > sms {
+        bn = 64;
+    }
     let kt = p.k.div_ceil(bk(p.a.dtype));
     let t0 = tiles(bn);
     let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
@@ -302,7 +309,7 @@ pub fn kernels(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str) ->
 pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
     let kt = p.k.div_ceil(bk(p.a.dtype));
     let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.cluster_m != 1)) || !matches!(cfg.cluster_m, 1 | 2);
-    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 128 | 256) || cfg.shared_bytes() > 227 * 1024 || bad_split {
+    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 64 | 128 | 256) || cfg.shared_bytes() > 227 * 1024 || bad_split || (cfg.bn == 64 && cfg.cluster_m != 1) {
         return None;
     }
     if tf32(p) && cfg.cluster_m != 1 {
@@ -742,13 +749,18 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
             int bt, tm, tn, k0, k1;
             tile_coords(t, rank, bt, tm, tn, k0, k1);
             int prev = 0;
+            const bool idle = (long long)tm * {BM} + cw * 64 >= M_;
             for (int kt = k0; kt < k1; ++kt) {{
                 mbar_wait(bars + 8u * s, phase);
                 const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
                 wgmma_fence();
-                #pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {{
-                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
+                // A warpgroup whose 64 rows all lie below M (M <= 64) has nothing to compute: it
+                // only hands the stages back (its stores are clipped or guarded).
+                if (!idle) {{
+                    #pragma unroll
+                    for (int kk = 0; kk < 4; ++kk) {{
+                        wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
+                    }}
                 }}
                 wgmma_commit();
                 // The previous stage's wgmmas are done: hand its buffers back to the producer.
@@ -1127,6 +1139,12 @@ mod tests {
         assert!(reject(&p, &Target::sm80()).is_some());
         // k = 7: a row stride of 14 bytes cannot be a TMA stride.
         assert!(reject(&problem(1, 64, 64, 7, true, false, DataType::Bf16), &t).is_some());
+        // Decode: 64-wide tiles on 128 SMs instead of a 2-way split k with a reduce launch.
+        let d = choose(&problem(1, 16, 8192, 8192, true, false, DataType::Bf16), &t);
+        assert_eq!((d.bn, d.splits, d.tma_store, d.stages), (64, 1, true, 8));
+        // Fewer columns: 128-wide tiles and split k, as before.
+        let d = choose(&problem(1, 16, 2048, 8192, true, false, DataType::Bf16), &t);
+        assert_eq!((d.bn, d.splits > 1), (128, true));
     }
 
     #[test]
@@ -1139,6 +1157,8 @@ mod tests {
         for (p, what) in [
             (problem(1, 8192, 8192, 8192, true, false, DataType::Bf16), "A K-major, B N-major"),
             (problem(3, 304, 200, 136, false, true, DataType::F32), "A M-major, B K-major, batched"),
+            (problem(1, 16, 8192, 8192, true, false, DataType::Bf16), "decode, BN 64"),
+            (problem(1, 40, 4296, 48, true, true, DataType::F32), "BN 64, B K-major, f32 out"),
         ] {
             let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel"));
             let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
