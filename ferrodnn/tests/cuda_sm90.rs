@@ -22,11 +22,14 @@ struct Case {
     a_kmajor: bool,
     b_kmajor: bool,
     out: DataType,
+    /// f32 inputs (holding bf16-representable values, so tf32 multiplies them exactly) run as
+    /// tf32; otherwise bf16 inputs.
+    tf32: bool,
 }
 
 fn problem(c: &Case) -> GemmProblem {
     let (m, n, k) = (c.m, c.n, c.k);
-    let t = DataType::Bf16;
+    let t = if c.tf32 { DataType::F32 } else { DataType::Bf16 };
     let op = |i, dtype, rows, cols, rs: usize, cs: usize, bs: usize| Operand {
         tensor: TensorId(i),
         dtype,
@@ -38,7 +41,7 @@ fn problem(c: &Case) -> GemmProblem {
     };
     let a = if c.a_kmajor { op(0, t, m, k, k, 1, m * k) } else { op(0, t, m, k, 1, m, m * k) };
     let b = if c.b_kmajor { op(1, t, k, n, 1, k, 0) } else { op(1, t, k, n, n, 1, 0) };
-    GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), allow_tf32: false }
+    GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), allow_tf32: c.tf32 }
 }
 
 fn identity() -> Epilogue {
@@ -131,8 +134,10 @@ fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, t
     let a: Vec<bf16> = (0..a_len).map(|_| bf16::from_f64(rng.next_f64() * 2.0 - 1.0)).collect();
     let b: Vec<bf16> = (0..b_len).map(|_| bf16::from_f64(rng.next_f64() * 2.0 - 1.0)).collect();
     let bytes = |v: &[bf16]| v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect::<Vec<u8>>();
-    let da = dev.upload(&bytes(&a)).unwrap();
-    let db = dev.upload(&bytes(&b)).unwrap();
+    let f32_bytes = |v: &[bf16]| v.iter().flat_map(|x| x.to_f32().to_le_bytes()).collect::<Vec<u8>>();
+    let input_bytes = |v: &[bf16]| if c.tf32 { f32_bytes(v) } else { bytes(v) };
+    let da = dev.upload(&input_bytes(&a)).unwrap();
+    let db = dev.upload(&input_bytes(&b)).unwrap();
     let bias: Vec<bf16> = (0..c.n).map(|_| bf16::from_f64(rng.next_f64() * 2.0 - 1.0)).collect();
     let dbias = dev.upload(&bytes(&bias)).unwrap();
     let c_bytes = c.batch * c.m * c.n * c.out.size();
@@ -148,6 +153,7 @@ fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, t
         for arg in &l.args {
             match arg {
                 Arg::TensorMap(d) => m.push(d.encode(ptr_of(d.tensor)).unwrap()),
+                Arg::ScratchTensorMap(i, d) => m.push(d.encode(scratch[*i].device_ptr()).unwrap()),
                 Arg::Ptr(t) => w.push(ptr_of(*t)),
                 Arg::Scratch(i) => w.push(scratch[*i].device_ptr()),
                 Arg::I64(v) => w.push(*v as u64),
@@ -262,22 +268,36 @@ fn sm90_gemm_matches_f64_reference() {
     }
     let timing = std::env::var_os("FERRODNN_SM90_TIMING").is_some();
     let small = [
-        Case { batch: 1, m: 256, n: 512, k: 128, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 200, n: 136, k: 72, a_kmajor: true, b_kmajor: true, out: DataType::F32 },
-        Case { batch: 3, m: 264, n: 200, k: 136, a_kmajor: false, b_kmajor: true, out: DataType::F32 },
-        Case { batch: 2, m: 72, n: 328, k: 200, a_kmajor: false, b_kmajor: false, out: DataType::F32 },
-        Case { batch: 1, m: 1000, n: 1000, k: 1000, a_kmajor: true, b_kmajor: false, out: DataType::F32 },
-        Case { batch: 1, m: 16, n: 520, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 3, m: 200, n: 328, k: 136, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 2, m: 136, n: 264, k: 1000, a_kmajor: false, b_kmajor: true, out: DataType::Bf16 },
+        Case { batch: 1, m: 256, n: 512, k: 128, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 200, n: 136, k: 72, a_kmajor: true, b_kmajor: true, out: DataType::F32, tf32: false },
+        Case { batch: 3, m: 264, n: 200, k: 136, a_kmajor: false, b_kmajor: true, out: DataType::F32, tf32: false },
+        Case { batch: 2, m: 72, n: 328, k: 200, a_kmajor: false, b_kmajor: false, out: DataType::F32, tf32: false },
+        Case { batch: 1, m: 1000, n: 1000, k: 1000, a_kmajor: true, b_kmajor: false, out: DataType::F32, tf32: false },
+        Case { batch: 1, m: 16, n: 520, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 3, m: 200, n: 328, k: 136, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 2, m: 136, n: 264, k: 1000, a_kmajor: false, b_kmajor: true, out: DataType::Bf16, tf32: false },
         // Few tiles, long k: split k (and its reduce launch).
-        Case { batch: 1, m: 16, n: 200, k: 2048, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 2, m: 40, n: 136, k: 1032, a_kmajor: true, b_kmajor: true, out: DataType::F32 },
+        Case { batch: 1, m: 16, n: 200, k: 2048, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 2, m: 40, n: 136, k: 1032, a_kmajor: true, b_kmajor: true, out: DataType::F32, tf32: false },
     ];
     for c in &small {
         let (err, _) = run(&dev, c, None, false, None);
         let tol = if c.out == DataType::F32 { 1e-5 } else { 8e-3 };
         eprintln!("{}x{}x{}x{} a_kmajor {} b_kmajor {} {}: rel err {err:.2e}", c.batch, c.m, c.n, c.k, c.a_kmajor, c.b_kmajor, c.out);
+        assert!(err < tol, "rel err {err} >= {tol}");
+    }
+    // tf32 (f32 inputs, wgmma .tf32): B N-major through the transposed copy, B K-major,
+    // batches with a broadcast B, split k; bf16-representable inputs, so f32 accuracy.
+    let tf32_small = [
+        Case { batch: 1, m: 200, n: 136, k: 72, a_kmajor: true, b_kmajor: false, out: DataType::F32, tf32: true },
+        Case { batch: 3, m: 264, n: 200, k: 136, a_kmajor: true, b_kmajor: true, out: DataType::F32, tf32: true },
+        Case { batch: 2, m: 72, n: 328, k: 200, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: true },
+        Case { batch: 1, m: 16, n: 200, k: 2048, a_kmajor: true, b_kmajor: false, out: DataType::F32, tf32: true },
+    ];
+    for c in &tf32_small {
+        let (err, _) = run(&dev, c, None, false, None);
+        let tol = if c.out == DataType::F32 { 1e-5 } else { 8e-3 };
+        eprintln!("tf32 {}x{}x{}x{} b_kmajor {} {}: rel err {err:.2e}", c.batch, c.m, c.n, c.k, c.b_kmajor, c.out);
         assert!(err < tol, "rel err {err} >= {tol}");
     }
     // A fused bias + relu epilogue, through both store paths.
@@ -298,12 +318,15 @@ fn sm90_gemm_matches_f64_reference() {
         assert!(err < tol, "rel err {err} >= {tol}");
     }
     let big = [
-        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 4096, n: 4096, k: 4096, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 16384, n: 4096, k: 1024, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: true, out: DataType::Bf16 },
-        Case { batch: 64, m: 512, n: 512, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 16, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 4096, n: 4096, k: 4096, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 16384, n: 4096, k: 1024, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: true, out: DataType::Bf16, tf32: false },
+        Case { batch: 64, m: 512, n: 512, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 16, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        // tf32 (matmul_tf32_8192x8192x8192: f32 in and out; B N-major includes its transpose launch).
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::F32, tf32: true },
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: true, out: DataType::F32, tf32: true },
     ];
     // Under compute-sanitizer, the small cases are enough (FERRODNN_SM90_SMALL_ONLY=1).
     let big: &[Case] = if std::env::var_os("FERRODNN_SM90_SMALL_ONLY").is_some() { &[] } else { &big };
@@ -312,7 +335,8 @@ fn sm90_gemm_matches_f64_reference() {
         eprintln!("chosen: {chosen:?}");
         let (err, tflops) = run(&dev, c, Some(256), timing, None);
         eprintln!(
-            "{}x{}x{}x{} a_kmajor {} b_kmajor {}: rel err {err:.2e}, TFLOP/s {:?}",
+            "{}{}x{}x{}x{} a_kmajor {} b_kmajor {}: rel err {err:.2e}, TFLOP/s {:?}",
+            if c.tf32 { "tf32 " } else { "" },
             c.batch,
             c.m,
             c.n,
