@@ -139,7 +139,8 @@ pub fn reject(p: &GemmProblem, target: &Target) -> Option<String> {
         return Some(format!("wgmma needs sm_90a, the target is {}", target.arch));
     }
     let t = p.a.dtype;
-    if !(matches!(t, DataType::Bf16 | DataType::F16) && p.b.dtype == t) && !tf32(p) {
+    let sixteen = matches!(t, DataType::Bf16 | DataType::F16) && p.b.dtype == t;
+    if !sixteen && !tf32(p) {
         return Some(format!("inputs {} x {}: this kernel takes bf16 x bf16, f16 x f16, or f32 x f32 as tf32 (reduced precision allowed)", p.a.dtype, p.b.dtype));
     }
     if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
