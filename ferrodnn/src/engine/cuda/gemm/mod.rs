@@ -512,14 +512,32 @@ mod dump {
                 }
             }
         }
+        // matmul_tf32_8192x8192x8192 with the tf32 knob.
+        {
+            let f = DataType::F32;
+            let mut g = Graph::new("tf32").io_data_type(f);
+            let a = g.tensor(TensorDesc::new("a", &[8192, 8192], f));
+            let b = g.tensor(TensorDesc::new("b", &[8192, 8192], f));
+            let y = g.matmul(a, b);
+            g.set_output(y);
+            g.validate().unwrap();
+            for u in crate::engine::cuda::fused::units(&g, &Target::sm90a().with_tf32(true)).unwrap() {
+                for l in &u.kernels.launches {
+                    let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                    std::fs::write(dir.join(format!("tf32_8192_{}.cu", l.entry)), src).unwrap();
+                }
+            }
+        }
         // And the wgmma kernels of the check cases.
         for c in crate::testing::cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
             let mut g = c.graph.clone();
             g.validate().unwrap();
-            for u in crate::engine::cuda::fused::units(&g, &Target::sm90a()).unwrap() {
-                for l in u.kernels.launches.iter().filter(|l| l.entry.contains("gemm_sm90")) {
-                    let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
-                    std::fs::write(dir.join(format!("{}_{}.cu", c.name, l.entry)), src).unwrap();
+            for (t, tag) in [(Target::sm90a(), ""), (Target::sm90a().with_tf32(true), "tf32_")] {
+                for u in crate::engine::cuda::fused::units(&g, &t).unwrap() {
+                    for l in u.kernels.launches.iter().filter(|l| l.entry.contains("gemm_sm90")) {
+                        let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                        std::fs::write(dir.join(format!("{tag}{}_{}.cu", c.name, l.entry)), src).unwrap();
+                    }
                 }
             }
         }

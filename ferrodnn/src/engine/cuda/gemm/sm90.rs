@@ -750,18 +750,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
             int bt, tm, tn, k0, k1;
             tile_coords(t, rank, bt, tm, tn, k0, k1);
             int prev = 0;
-            const bool idle = (long long)tm * {BM} + cw * 64 >= M_;
             for (int kt = k0; kt < k1; ++kt) {{
                 mbar_wait(bars + 8u * s, phase);
                 const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
                 wgmma_fence();
-                // A warpgroup whose 64 rows all lie below M (M <= 64) has nothing to compute: it
-                // only hands the stages back (its stores are clipped or guarded).
-                if (!idle) {{
-                    #pragma unroll
-                    for (int kk = 0; kk < 4; ++kk) {{
-                        wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
-                    }}
+                // (A warpgroup whose rows all lie below M could skip its wgmmas, but a branch
+                // around them makes ptxas serialize every wgmma of the kernel: C7520.)
+                #pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {{
+                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
                 }}
                 wgmma_commit();
                 // The previous stage's wgmmas are done: hand its buffers back to the producer.
