@@ -512,6 +512,21 @@ mod dump {
                 }
             }
         }
+        // The 2-CTA cluster variant (B multicast) of 8192^3, off by default.
+        {
+            let mut g = Graph::new("cluster").io_data_type(bf);
+            let a = g.tensor(TensorDesc::new("a", &[8192, 8192], bf));
+            let b = g.tensor(TensorDesc::new("b", &[8192, 8192], bf));
+            let y = g.matmul(a, b);
+            g.set_output(y);
+            g.validate().unwrap();
+            let t = Target::sm90a();
+            let (p, epi) = super::plan_group(&g, &[0], &t).unwrap();
+            let cfg = super::sm90::Config { cluster_m: 2, ..super::sm90::choose(&p, &t) };
+            let k = super::sm90::kernels_with(&p, &epi, &t, "cluster_gemm_sm90", cfg).unwrap();
+            let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
+            std::fs::write(dir.join("cluster_8192_gemm_sm90.cu"), src).unwrap();
+        }
         // matmul_tf32_8192x8192x8192 with the tf32 knob.
         {
             let f = DataType::F32;
