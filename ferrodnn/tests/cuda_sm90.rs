@@ -6,11 +6,11 @@
 
 use ferrodnn::engine::cuda::fallback::{Arg, PRELUDE};
 use ferrodnn::engine::cuda::gemm::sm90;
-use ferrodnn::engine::cuda::gemm::{Epilogue, GemmProblem, Operand};
+use ferrodnn::engine::cuda::gemm::{epilogue, Epilogue, GemmProblem, Operand};
 use ferrodnn::engine::cuda::{compile_cubin, gpu_available, CompileOptions, CudaDevice, Event, Module, Target};
 use ferrodnn::graph::TensorId;
 use ferrodnn::testing::SplitMix64;
-use ferrodnn::DataType;
+use ferrodnn::{DataType, Graph, TensorDesc};
 use half::bf16;
 use std::ffi::c_void;
 
@@ -22,11 +22,14 @@ struct Case {
     a_kmajor: bool,
     b_kmajor: bool,
     out: DataType,
+    /// f32 inputs (holding bf16-representable values, so tf32 multiplies them exactly) run as
+    /// tf32; otherwise bf16 inputs.
+    tf32: bool,
 }
 
 fn problem(c: &Case) -> GemmProblem {
     let (m, n, k) = (c.m, c.n, c.k);
-    let t = DataType::Bf16;
+    let t = if c.tf32 { DataType::F32 } else { DataType::Bf16 };
     let op = |i, dtype, rows, cols, rs: usize, cs: usize, bs: usize| Operand {
         tensor: TensorId(i),
         dtype,
@@ -38,16 +41,39 @@ fn problem(c: &Case) -> GemmProblem {
     };
     let a = if c.a_kmajor { op(0, t, m, k, k, 1, m * k) } else { op(0, t, m, k, 1, m, m * k) };
     let b = if c.b_kmajor { op(1, t, k, n, 1, k, 0) } else { op(1, t, k, n, n, 1, 0) };
-    GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), allow_tf32: false }
+    GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), allow_tf32: c.tf32 }
 }
 
 fn identity() -> Epilogue {
-    Epilogue { code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c) { return acc; }\n".into(), ..Default::default() }
+    Epilogue::identity()
 }
 
-/// relu(acc + bias[col]) with a bf16 bias of n elements (tensor 3), as the GEMM engine's
-/// epilogue generator writes it.
-fn bias_relu() -> Epilogue {
+/// The epilogue of `relu(a x b + bias)` with a bf16 bias `[1, n]` (tensor 3) from the GEMM
+/// engine's generator (side loads hoisted per tile, `epilogue_v`), as a plan builds it.
+fn bias_relu(c: &Case) -> Epilogue {
+    let bf = DataType::Bf16;
+    let lead: Vec<i64> = if c.batch > 1 { vec![c.batch as i64] } else { vec![] };
+    let (m, n, k) = (c.m as i64, c.n as i64, c.k as i64);
+    let mut g = Graph::new("probe_bias_relu").io_data_type(bf);
+    let a = g.tensor(TensorDesc::new("a", &[lead.clone(), vec![m, k]].concat(), bf));
+    let b = g.tensor(TensorDesc::new("b", &[k, n], bf));
+    let x = g.matmul(a, b);
+    let bias = g.tensor(TensorDesc::new("bias", &[1, n], bf));
+    assert_eq!((a.0, b.0, x.0, bias.0), (0, 1, 2, 3), "tensor ids of the probe graph");
+    let t = g.bias(x, bias);
+    let y = g.relu(t);
+    g.set_output(y);
+    g.desc_mut(y).data_type = Some(c.out);
+    g.validate().expect("probe graph");
+    assert_eq!(g.nodes.len(), 3);
+    let epi = epilogue::build(&g, 0, &[1, 2]).expect("epilogue");
+    assert_eq!(epi.args, vec![Arg::Ptr(TensorId(3))]);
+    epi
+}
+
+/// relu(acc + bias[col]) with a bf16 bias of n elements (tensor 3), hand-written: a kernel
+/// without the side inputs' layouts evaluates `epilogue` per element.
+fn bias_relu_hand() -> Epilogue {
     Epilogue {
         code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c, const void* __restrict__ e0) { return fmaxf(acc + __bfloat162float(((const __nv_bfloat16*)e0)[c]), 0.f); }\n".into(),
         params: ", const void* __restrict__ e0".into(),
@@ -64,13 +90,28 @@ fn at(op: &Operand, b: usize, r: usize, c: usize) -> usize {
 /// Runs one case; returns the relative L2 error over the checked elements and, when timing,
 /// the TFLOP/s.
 fn run(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing: bool, cfg: Option<sm90::Config>) -> (f64, Option<f64>) {
-    run_with(dev, c, sample, timing, cfg, false)
+    run_with(dev, c, sample, timing, cfg, Epi::Identity)
 }
 
-fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing: bool, cfg: Option<sm90::Config>, with_bias: bool) -> (f64, Option<f64>) {
+/// The epilogue a run uses.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Epi {
+    Identity,
+    /// relu(acc + bias) from the engine's generator.
+    BiasRelu,
+    /// The same, hand-written (per-element loads).
+    BiasReluHand,
+}
+
+fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, timing: bool, cfg: Option<sm90::Config>, epi_kind: Epi) -> (f64, Option<f64>) {
     let target = Target::new(&dev.arch(), dev.sm_count());
     let p = problem(c);
-    let epi = if with_bias { bias_relu() } else { identity() };
+    let with_bias = epi_kind != Epi::Identity;
+    let epi = match epi_kind {
+        Epi::Identity => identity(),
+        Epi::BiasRelu => bias_relu(c),
+        Epi::BiasReluHand => bias_relu_hand(),
+    };
     let nk = match cfg {
         Some(cfg) => sm90::kernels_with(&p, &epi, &target, "gemm_probe", cfg),
         None => sm90::kernels(&p, &epi, &target, "gemm_probe"),
@@ -93,8 +134,10 @@ fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, t
     let a: Vec<bf16> = (0..a_len).map(|_| bf16::from_f64(rng.next_f64() * 2.0 - 1.0)).collect();
     let b: Vec<bf16> = (0..b_len).map(|_| bf16::from_f64(rng.next_f64() * 2.0 - 1.0)).collect();
     let bytes = |v: &[bf16]| v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect::<Vec<u8>>();
-    let da = dev.upload(&bytes(&a)).unwrap();
-    let db = dev.upload(&bytes(&b)).unwrap();
+    let f32_bytes = |v: &[bf16]| v.iter().flat_map(|x| x.to_f32().to_le_bytes()).collect::<Vec<u8>>();
+    let input_bytes = |v: &[bf16]| if c.tf32 { f32_bytes(v) } else { bytes(v) };
+    let da = dev.upload(&input_bytes(&a)).unwrap();
+    let db = dev.upload(&input_bytes(&b)).unwrap();
     let bias: Vec<bf16> = (0..c.n).map(|_| bf16::from_f64(rng.next_f64() * 2.0 - 1.0)).collect();
     let dbias = dev.upload(&bytes(&bias)).unwrap();
     let c_bytes = c.batch * c.m * c.n * c.out.size();
@@ -110,6 +153,7 @@ fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, t
         for arg in &l.args {
             match arg {
                 Arg::TensorMap(d) => m.push(d.encode(ptr_of(d.tensor)).unwrap()),
+                Arg::ScratchTensorMap(i, d) => m.push(d.encode(scratch[*i].device_ptr()).unwrap()),
                 Arg::Ptr(t) => w.push(ptr_of(*t)),
                 Arg::Scratch(i) => w.push(scratch[*i].device_ptr()),
                 Arg::I64(v) => w.push(*v as u64),
@@ -224,17 +268,17 @@ fn sm90_gemm_matches_f64_reference() {
     }
     let timing = std::env::var_os("FERRODNN_SM90_TIMING").is_some();
     let small = [
-        Case { batch: 1, m: 256, n: 512, k: 128, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 200, n: 136, k: 72, a_kmajor: true, b_kmajor: true, out: DataType::F32 },
-        Case { batch: 3, m: 264, n: 200, k: 136, a_kmajor: false, b_kmajor: true, out: DataType::F32 },
-        Case { batch: 2, m: 72, n: 328, k: 200, a_kmajor: false, b_kmajor: false, out: DataType::F32 },
-        Case { batch: 1, m: 1000, n: 1000, k: 1000, a_kmajor: true, b_kmajor: false, out: DataType::F32 },
-        Case { batch: 1, m: 16, n: 520, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 3, m: 200, n: 328, k: 136, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 2, m: 136, n: 264, k: 1000, a_kmajor: false, b_kmajor: true, out: DataType::Bf16 },
+        Case { batch: 1, m: 256, n: 512, k: 128, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 200, n: 136, k: 72, a_kmajor: true, b_kmajor: true, out: DataType::F32, tf32: false },
+        Case { batch: 3, m: 264, n: 200, k: 136, a_kmajor: false, b_kmajor: true, out: DataType::F32, tf32: false },
+        Case { batch: 2, m: 72, n: 328, k: 200, a_kmajor: false, b_kmajor: false, out: DataType::F32, tf32: false },
+        Case { batch: 1, m: 1000, n: 1000, k: 1000, a_kmajor: true, b_kmajor: false, out: DataType::F32, tf32: false },
+        Case { batch: 1, m: 16, n: 520, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 3, m: 200, n: 328, k: 136, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 2, m: 136, n: 264, k: 1000, a_kmajor: false, b_kmajor: true, out: DataType::Bf16, tf32: false },
         // Few tiles, long k: split k (and its reduce launch).
-        Case { batch: 1, m: 16, n: 200, k: 2048, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 2, m: 40, n: 136, k: 1032, a_kmajor: true, b_kmajor: true, out: DataType::F32 },
+        Case { batch: 1, m: 16, n: 200, k: 2048, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 2, m: 40, n: 136, k: 1032, a_kmajor: true, b_kmajor: true, out: DataType::F32, tf32: false },
     ];
     for c in &small {
         let (err, _) = run(&dev, c, None, false, None);
@@ -242,11 +286,27 @@ fn sm90_gemm_matches_f64_reference() {
         eprintln!("{}x{}x{}x{} a_kmajor {} b_kmajor {} {}: rel err {err:.2e}", c.batch, c.m, c.n, c.k, c.a_kmajor, c.b_kmajor, c.out);
         assert!(err < tol, "rel err {err} >= {tol}");
     }
+    // tf32 (f32 inputs, wgmma .tf32): B N-major through the transposed copy, B K-major,
+    // batches with a broadcast B, split k; bf16-representable inputs, so f32 accuracy.
+    let tf32_small = [
+        Case { batch: 1, m: 200, n: 136, k: 72, a_kmajor: true, b_kmajor: false, out: DataType::F32, tf32: true },
+        Case { batch: 3, m: 264, n: 200, k: 136, a_kmajor: true, b_kmajor: true, out: DataType::F32, tf32: true },
+        Case { batch: 2, m: 72, n: 328, k: 200, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: true },
+        Case { batch: 1, m: 16, n: 200, k: 2048, a_kmajor: true, b_kmajor: false, out: DataType::F32, tf32: true },
+    ];
+    for c in &tf32_small {
+        let (err, _) = run(&dev, c, None, false, None);
+        let tol = if c.out == DataType::F32 { 1e-5 } else { 8e-3 };
+        eprintln!("tf32 {}x{}x{}x{} b_kmajor {} {}: rel err {err:.2e}", c.batch, c.m, c.n, c.k, c.b_kmajor, c.out);
+        assert!(err < tol, "rel err {err} >= {tol}");
+    }
     // A fused bias + relu epilogue, through both store paths.
     for c in small.iter().filter(|c| c.out == DataType::Bf16) {
-        let (err, _) = run_with(&dev, c, None, false, None, true);
-        eprintln!("{}x{}x{}x{} bias+relu: rel err {err:.2e}", c.batch, c.m, c.n, c.k);
-        assert!(err < 8e-3, "rel err {err}");
+        for kind in [Epi::BiasRelu, Epi::BiasReluHand] {
+            let (err, _) = run_with(&dev, c, None, false, None, kind);
+            eprintln!("{}x{}x{}x{} {kind:?}: rel err {err:.2e}", c.batch, c.m, c.n, c.k);
+            assert!(err < 8e-3, "rel err {err}");
+        }
     }
     // The same cases with 2-CTA clusters (B multicast) where they have more than one tile row.
     let target = Target::new(&dev.arch(), dev.sm_count());
@@ -258,12 +318,15 @@ fn sm90_gemm_matches_f64_reference() {
         assert!(err < tol, "rel err {err} >= {tol}");
     }
     let big = [
-        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 4096, n: 4096, k: 4096, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 16384, n: 4096, k: 1024, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: true, out: DataType::Bf16 },
-        Case { batch: 64, m: 512, n: 512, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
-        Case { batch: 1, m: 16, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16 },
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 4096, n: 4096, k: 4096, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 16384, n: 4096, k: 1024, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: true, out: DataType::Bf16, tf32: false },
+        Case { batch: 64, m: 512, n: 512, k: 64, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        Case { batch: 1, m: 16, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
+        // tf32 (matmul_tf32_8192x8192x8192: f32 in and out; B N-major includes its transpose launch).
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::F32, tf32: true },
+        Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: true, out: DataType::F32, tf32: true },
     ];
     // Under compute-sanitizer, the small cases are enough (FERRODNN_SM90_SMALL_ONLY=1).
     let big: &[Case] = if std::env::var_os("FERRODNN_SM90_SMALL_ONLY").is_some() { &[] } else { &big };
@@ -272,7 +335,8 @@ fn sm90_gemm_matches_f64_reference() {
         eprintln!("chosen: {chosen:?}");
         let (err, tflops) = run(&dev, c, Some(256), timing, None);
         eprintln!(
-            "{}x{}x{}x{} a_kmajor {} b_kmajor {}: rel err {err:.2e}, TFLOP/s {:?}",
+            "{}{}x{}x{}x{} a_kmajor {} b_kmajor {}: rel err {err:.2e}, TFLOP/s {:?}",
+            if c.tf32 { "tf32 " } else { "" },
             c.batch,
             c.m,
             c.n,
@@ -283,13 +347,16 @@ fn sm90_gemm_matches_f64_reference() {
         );
         assert!(err < 8e-3, "rel err {err}");
         if timing {
-            let (err, tflops) = run_with(&dev, c, Some(64), true, None, true);
-            eprintln!("    with bias + relu epilogue: rel err {err:.2e}, TFLOP/s {:.1}", tflops.unwrap_or(0.0));
-            assert!(err < 8e-3, "rel err {err}");
+            for kind in [Epi::BiasRelu, Epi::BiasReluHand] {
+                let (err, tflops) = run_with(&dev, c, Some(64), true, None, kind);
+                let what = if kind == Epi::BiasRelu { "generated (hoisted loads)" } else { "hand-written (per element)" };
+                eprintln!("    with bias + relu epilogue, {what}: rel err {err:.2e}, TFLOP/s {:.1}", tflops.unwrap_or(0.0));
+                assert!(err < 8e-3, "rel err {err}");
+            }
             // Other configurations, for tuning the heuristic.
             let target = Target::new(&dev.arch(), dev.sm_count());
             let base = sm90::choose(&problem(c), &target);
-            for (bn, stages, tma_store, splits, cluster_m) in [(256, 3, true, 1, 2), (256, 4, false, 1, 1), (128, 6, true, 1, 1), (128, 7, false, 4, 1)] {
+            for (bn, stages, tma_store, splits, cluster_m) in [(256, 3, true, 1, 2), (256, 4, false, 1, 1), (128, 6, true, 1, 1), (128, 7, false, 4, 1), (128, 6, false, 2, 1), (64, 8, true, 1, 1)] {
                 let cfg = sm90::Config { bn, stages, tma_store, splits, cluster_m, ..base };
                 if cfg == base || sm90::kernels_with(&problem(c), &identity(), &target, "gemm_probe", cfg).is_none() {
                     continue;

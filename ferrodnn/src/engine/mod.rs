@@ -113,7 +113,8 @@ pub struct PlanPolicy {
     pub engine: Option<EngineKind>,
     /// Only plans whose behavior notes say deterministic.
     pub deterministic_only: bool,
-    /// Refuse plans that use reduced precision.
+    /// Refuse plans that use reduced precision (such as the CUDA engine's `tf32` plan for
+    /// graphs with f32 matmuls, ranked first otherwise).
     pub no_reduced_precision: bool,
     /// Build every candidate plan of every engine (for autotuning or inspection). By default
     /// only each engine's best candidate that builds is compiled.

@@ -46,7 +46,7 @@ impl CudaEngine {
 
     /// The device this engine generates kernels for.
     pub fn target(&self) -> Target {
-        Target { arch: self.device.arch(), sm_count: self.device.sm_count(), experimental: experimental_from_env() }
+        Target { arch: self.device.arch(), sm_count: self.device.sm_count(), experimental: experimental_from_env(), allow_tf32: false }
     }
 }
 
@@ -67,15 +67,24 @@ pub struct Target {
     /// check against the CPU engine on a device (off by default; `FERRODNN_EXPERIMENTAL=1` turns
     /// it on for the engine). A kernel leaves this set once a GPU run has checked it.
     pub experimental: bool,
+    /// The plan lets f32 matmuls run as tf32 (one tensor-core pass on inputs rounded to a
+    /// 10-bit mantissa) instead of 3xTF32 (about f32 accuracy): the `tf32` knob, which makes
+    /// the plan's behavior notes say reduced precision.
+    pub allow_tf32: bool,
 }
 
 impl Target {
     pub fn new(arch: &str, sm_count: u32) -> Target {
-        Target { arch: arch.to_string(), sm_count, experimental: false }
+        Target { arch: arch.to_string(), sm_count, experimental: false, allow_tf32: false }
     }
     /// This target with the experimental kernels on.
     pub fn with_experimental(mut self) -> Target {
         self.experimental = true;
+        self
+    }
+    /// This target with f32 matmuls allowed (or not) to run as tf32.
+    pub fn with_tf32(mut self, allow: bool) -> Target {
+        self.allow_tf32 = allow;
         self
     }
     /// An A100 (sm_80, 108 SMs): the mma.sync / cp.async generation.
@@ -135,6 +144,20 @@ fn fused_knob(knobs: &[Knob]) -> bool {
     knobs.iter().find(|k| k.name == "fused").is_none_or(|k| k.value != 0)
 }
 
+/// Whether a plan's knobs let f32 matmuls run as tf32 (off unless asked for; only with fusion,
+/// since the fallback computes in double).
+fn tf32_knob(knobs: &[Knob]) -> bool {
+    fused_knob(knobs) && knobs.iter().any(|k| k.name == "tf32" && k.value != 0)
+}
+
+/// Whether the graph has a matmul with an f32 input: the `tf32` knob changes its kernels.
+fn has_f32_matmul(graph: &Graph) -> bool {
+    graph.nodes.iter().any(|n| {
+        matches!(n.op, crate::graph::ops::Op::Matmul(_))
+            && n.inputs.iter().any(|p| graph.resolved_data_type(p.tensor).unwrap_or(DataType::F32) == DataType::F32)
+    })
+}
+
 /// Every kernel source a graph's CUDA plan compiles, with its entry name: for tests that
 /// compile them without a GPU, and for `FERRODNN_LOG`-style inspection.
 pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, String)>> {
@@ -143,6 +166,9 @@ pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, Str
     let mut out = Vec::new();
     let mut units = CudaEngine::units(&g, target, true)?;
     units.extend(CudaEngine::units(&g, target, false)?);
+    if has_f32_matmul(&g) {
+        units.extend(CudaEngine::units(&g, &target.clone().with_tf32(true), true)?);
+    }
     for u in units {
         let alternative = u.unaligned.map(|a| a.kernels.launches).unwrap_or_default();
         for l in u.kernels.launches.into_iter().chain(alternative) {
@@ -166,19 +192,28 @@ impl Engine for CudaEngine {
         Self::units(graph, &self.target(), false).map(|_| ())
     }
 
-    /// Fused and specialized kernels first, then the plain per-node fallback.
-    fn candidates(&self, _graph: &Graph) -> Vec<Vec<Knob>> {
-        vec![vec![Knob { name: "fused".into(), value: 1 }], vec![Knob { name: "fused".into(), value: 0 }]]
+    /// Fused and specialized kernels first, then the plain per-node fallback. A graph with an
+    /// f32 matmul gets a tf32 plan first (reduced precision, as cuBLAS's and cuDNN's default
+    /// tf32 math: `PlanPolicy::no_reduced_precision` skips it for the exact 3xTF32 plan).
+    fn candidates(&self, graph: &Graph) -> Vec<Vec<Knob>> {
+        let fused = |v| Knob { name: "fused".into(), value: v };
+        let mut v = vec![vec![fused(1)], vec![fused(0)]];
+        if has_f32_matmul(graph) {
+            v.insert(0, vec![fused(1), Knob { name: "tf32".into(), value: 1 }]);
+        }
+        v
     }
 
-    fn behavior(&self, _graph: &Graph, _knobs: &[Knob]) -> BehaviorNotes {
-        // The fallback computes in double with no atomics: same inputs, same bits.
-        BehaviorNotes { runtime_compiled: true, deterministic: true, reduced_precision: false }
+    fn behavior(&self, _graph: &Graph, knobs: &[Knob]) -> BehaviorNotes {
+        // No atomics on any path (split-k partial sums are added in order): same inputs, same
+        // bits. The fallback computes in double; f32 matmuls run as 3xTF32 unless the `tf32`
+        // knob asks for one tf32 pass.
+        BehaviorNotes { runtime_compiled: true, deterministic: true, reduced_precision: tf32_knob(knobs) }
     }
 
     fn build(&self, graph: Arc<Graph>, knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
         let g = &*graph;
-        let target = self.target();
+        let target = self.target().with_tf32(tf32_knob(knobs));
         let units = Self::units(g, &target, fused_knob(knobs))?;
         let opts = CompileOptions::new(target.arch.clone());
         let cache = KernelCache::global();
@@ -375,6 +410,11 @@ impl CudaPlan {
                     maps.push(desc.encode(ptrs[desc.tensor.0])?);
                     params.push(maps.last_mut().map_or(std::ptr::null_mut(), |m| m as *mut cudarc::driver::sys::CUtensorMap as *mut c_void));
                 }
+                Arg::ScratchTensorMap(i, desc) => {
+                    let at = step.scratch_at.get(*i).copied().ok_or_else(|| Error::Device(format!("internal: scratch buffer {i} was not laid out")))?;
+                    maps.push(desc.encode(ws_ptr + at as u64)?);
+                    params.push(maps.last_mut().map_or(std::ptr::null_mut(), |m| m as *mut cudarc::driver::sys::CUtensorMap as *mut c_void));
+                }
             }
         }
         // SAFETY: the kernel was generated with exactly these parameters in this order (the
@@ -383,7 +423,7 @@ impl CudaPlan {
         // kernel declares as TmaMap) that lives until the call returns (the vectors do not
         // reallocate: their capacity was reserved). Every pointer argument is device memory
         // checked in resolve_pointers to hold the tensor's whole extent, or a slice of a
-        // workspace checked to be large enough; a tensor map spans only its tensor's extent.
+        // workspace checked to be large enough; a tensor map spans only its tensor's extent (or its scratch buffer's).
         unsafe {
             match step.cluster {
                 Some(cluster) => step.function.launch_cluster(stream, step.grid, step.block, cluster, step.shared_bytes, &mut params),

@@ -52,6 +52,12 @@ enum Epi {
     Scale,
     /// bias row, gelu, * scalar, + residual: four nodes
     Chain4,
+    /// + bias [m, 1] in the input type, relu
+    BiasColRelu,
+    /// * a [1, 1] tensor (a scalar side input, not by value), + bias [1, n] in f32
+    ScaleTensorBiasF32,
+    /// + bias [batch.., 1, n] (a per-batch row of bias), + residual [batch.., m, n] row-major
+    BatchBiasResidual,
 }
 
 impl Epi {
@@ -63,6 +69,9 @@ impl Epi {
             Epi::Residual => "residual",
             Epi::Scale => "scale",
             Epi::Chain4 => "chain4",
+            Epi::BiasColRelu => "biascol_relu",
+            Epi::ScaleTensorBiasF32 => "scalet_biasf32",
+            Epi::BatchBiasResidual => "bbias_residual",
         }
     }
 }
@@ -109,6 +118,24 @@ fn with_epi(epi: Epi, dt: DataType, ot: DataType, batch: &[i64], (m, n, k): (i64
             let t = g.gelu(t);
             let s = g.scalar("s", -1.5);
             let t = g.scale(t, s);
+            let r = g.tensor(TensorDesc::new("residual", &full, dt));
+            g.add(t, r)
+        }
+        Epi::BiasColRelu => {
+            let bias = g.tensor(TensorDesc::new("bias", &[m, 1], dt));
+            let t = g.bias(x, bias);
+            g.relu(t)
+        }
+        Epi::ScaleTensorBiasF32 => {
+            let s = g.tensor(TensorDesc::new("s", &[1, 1], dt));
+            let t = g.scale(x, s);
+            let bias = g.tensor(TensorDesc::new("bias", &[1, n], DataType::F32));
+            g.bias(t, bias)
+        }
+        Epi::BatchBiasResidual => {
+            let bdims: Vec<i64> = batch.iter().copied().chain([1, n]).collect();
+            let bias = g.tensor(TensorDesc::new("bias", &bdims, dt));
+            let t = g.bias(x, bias);
             let r = g.tensor(TensorDesc::new("residual", &full, dt));
             g.add(t, r)
         }
@@ -201,6 +228,53 @@ pub(super) fn cases() -> Vec<Case> {
         out(&mut g, y, "y", Bf16);
         v.push(Case::new(name, g));
     }
+    // Epilogue side inputs by layout on the Hopper kernel's paths (TMA store for 16-bit row-major
+    // C, direct stores otherwise): per-row, scalar tensor, f32 per-column, per-batch bias rows and
+    // row-major residuals (vector loads), odd N (scalar loads), partial edge tiles.
+    for (dt, ot, batch, shape, bt) in [
+        (Bf16, Bf16, &[][..], (200, 136, 72), false),
+        (F16, F16, &[][..], (130, 97, 64), true),
+        (Bf16, F32, &[][..], (72, 264, 136), false),
+        (Bf16, Bf16, &[3][..], (40, 72, 64), false),
+    ] {
+        for epi in [Epi::BiasColRelu, Epi::ScaleTensorBiasF32, Epi::BatchBiasResidual] {
+            v.push(with_epi(epi, dt, ot, batch, shape, false, bt));
+        }
+    }
+    v.push(with_epi(Epi::Residual, Bf16, Bf16, &[], (200, 136, 72), false, false));
+    v.push(with_epi(Epi::Chain4, F16, F16, &[2], (72, 130, 64), true, true));
+    // BN 256 (at least one 128 x 256 tile per SM and K > 256): f32 bias columns fill the
+    // epilogue's register budget (64), the residual is loaded in the loop.
+    {
+        let name = "fast_gemm_big_tiles_bias_f32_residual_1536x2816x264_bf16".to_string();
+        let mut g = Graph::new(name.clone());
+        let a = g.tensor(t("a", &[1536, 264], Bf16));
+        let b = g.tensor(t("b", &[264, 2816], Bf16));
+        let x = g.matmul(a, b);
+        let bias = g.tensor(t("bias", &[1, 2816], F32));
+        let y = g.bias(x, bias);
+        let r = g.tensor(t("residual", &[1536, 2816], Bf16));
+        let y = g.add(y, r);
+        let y = g.relu(y);
+        out(&mut g, y, "y", Bf16);
+        v.push(Case::new(name, g));
+    }
+    // f32 inputs: the exact plan runs them as 3xTF32; the tf32 plan (knob `tf32`) on Hopper's
+    // wgmma kernel when A is row-major with K a multiple of 4 (B N-major through a transposed,
+    // tf32-rounded copy in the workspace; B K-major directly), on mma.sync otherwise.
+    v.push(mm("tf32_200x136x72_f32", t("a", &[200, 72], F32), t("b", &[72, 136], F32), F32));
+    v.push(mm("tf32_bt_130x200x136_f32", t("a", &[130, 136], F32), transposed("b", &[136, 200], F32), F32));
+    v.push(mm("tf32_odd_n_72x97x64_f32_to_bf16", t("a", &[72, 64], F32), t("b", &[64, 97], F32), Bf16));
+    v.push(mm("tf32_batch_bcast_b_3x72x100x64_f32", t("a", &[3, 72, 64], F32), t("b", &[64, 100], F32), F32));
+    v.push(mm("tf32_batch_2x40x72x36_f32", t("a", &[2, 40, 36], F32), t("b", &[2, 36, 72], F32), F32));
+    v.push(mm("tf32_splitk_64x48x4096_f32", t("a", &[64, 4096], F32), t("b", &[4096, 48], F32), F32));
+    v.push(with_epi(Epi::BiasRowRelu, F32, F32, &[], (200, 136, 72), false, false));
+    v.push(with_epi(Epi::BatchBiasResidual, F32, Bf16, &[2], (72, 130, 40), false, false));
+    // M <= 64 with 67 to 132 64-wide column tiles: the Hopper kernel's BN 64 (no split k), the
+    // second consumer idle; TMA-store and direct-store epilogues.
+    v.push(mm("bn64_16x4296x64_bf16", t("a", &[16, 64], Bf16), t("b", &[64, 4296], Bf16), Bf16));
+    v.push(mm("bn64_33x4296x32_bf16_to_f32", t("a", &[33, 32], Bf16), transposed("b", &[32, 4296], Bf16), F32));
+    v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (40, 4296, 48), false, false));
     // The 128x128 tile needs at least one tile per SM (132 on an H100): 12 x 11 tiles.
     v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1536, 1408, 40), false, false));
     v.push(mm("big_tiles_1536x1408x24_at_f32", transposed("a", &[1536, 24], F32), t("b", &[24, 1408], F32), F32));
@@ -232,7 +306,7 @@ mod tests {
             g.validate().unwrap_or_else(|e| panic!("{}: {e}", c.name));
             for id in g.io_tensors() {
                 let n = g.desc(id).element_count();
-                assert!(n <= 300_000 || c.name.contains("1536x1408"), "{}: {} has {n} elements", c.name, g.desc(id).name);
+                assert!(n <= 300_000 || c.name.contains("big_tiles") || c.name.contains("1536x1408"), "{}: {} has {n} elements", c.name, g.desc(id).name);
             }
             run_cpu(&c.graph, &random_inputs(&g, 1)).unwrap_or_else(|e| panic!("{}: {e}", c.name));
         }

@@ -73,6 +73,9 @@ pub enum Arg {
     /// A TMA tensor map (`const __grid_constant__ TmaMap`, 128 bytes) over a tensor, encoded
     /// when the plan executes from the tensor's pointer (see [`crate::engine::cuda::tma`]).
     TensorMap(Box<crate::engine::cuda::tma::TmaDesc>),
+    /// A TMA tensor map over scratch buffer `i` of this node (the descriptor's `tensor` is not
+    /// used): for a copy that an earlier launch of the node wrote there.
+    ScratchTensorMap(usize, Box<crate::engine::cuda::tma::TmaDesc>),
 }
 
 /// What a node needs: its launches, in order, and the sizes in bytes of its scratch buffers.

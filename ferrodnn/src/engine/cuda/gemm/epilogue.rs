@@ -9,11 +9,18 @@
 //! their tensor's type, as the CPU engine does). Intermediate values are rounded to their
 //! tensor's type when it is 16-bit (the chain allows that only under a 16-bit or fp8 output,
 //! see `epilogue_chain`); f32 intermediates need nothing.
+//!
+//! The same chain is also written as a pure function of the accumulator and the side inputs'
+//! values, `float epilogue_v(float acc, float x0, ...)`, with each side input's layout
+//! ([`Side`]): a kernel that knows which elements a thread stores can then load a bias once per
+//! tile instead of once per element (`sm90.rs`), and `epilogue` is a wrapper that loads the
+//! values of one element and calls `epilogue_v`.
 
 use super::{dtype, Epilogue};
 use crate::dtype::DataType;
 use crate::engine::cuda::fallback::Arg;
 use crate::engine::cuda::fused::pointwise::{formula, helpers, lit};
+use crate::graph::ops::pointwise::PointwiseMode;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, TensorId};
 use std::collections::HashMap;
@@ -37,6 +44,91 @@ fn round_to(dt: DataType, v: &str) -> Option<String> {
     }
 }
 
+/// The f32 formula of a pointwise mode in the epilogue: the fused engine's, except the plain
+/// relu, whose general form (clips, slope, a NaN test) costs seven instructions per element
+/// where three give the same values: `0 + 0 * a` below zero (+0, or NaN for -inf, as the CPU
+/// engine computes it), `a` otherwise (NaN included).
+fn node_formula(mode: PointwiseMode, fast: bool) -> String {
+    let zero = |v: Option<f64>| v.is_none_or(|v| v == 0.0);
+    match mode {
+        PointwiseMode::Relu { lower_clip, upper_clip: None, negative_slope } if zero(lower_clip) && zero(negative_slope) => "a < 0.f ? fmaf(0.f, a, 0.f) : a".into(),
+        _ => formula(mode, false, fast),
+    }
+}
+
+/// How a side input varies over C's elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SideKind {
+    /// One value (per batch at most): by-value-like, e.g. a `[1, 1]` scale.
+    Scalar,
+    /// One value per row of C: a `[.., m, 1]` bias.
+    PerRow,
+    /// One value per column of C: a `[.., 1, n]` bias.
+    PerCol,
+    /// One value per element: a residual `[.., m, n]`.
+    Full,
+}
+
+/// A side input of the epilogue (parameter `e<i>` of `epilogue`, value `x<i>` of
+/// `epilogue_v`): element `(batch, row, col)` of C reads it at
+/// `batch offset + row * row_stride + col * col_stride` elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Side {
+    pub tensor: TensorId,
+    pub dtype: DataType,
+    /// Element strides along C's rows and columns (0: broadcast).
+    pub row_stride: i64,
+    pub col_stride: i64,
+    /// (extent, stride) of C's batch dims, outermost first (stride 0: broadcast).
+    pub batch: Vec<(i64, i64)>,
+}
+
+impl Side {
+    pub fn kind(&self) -> SideKind {
+        match (self.row_stride != 0, self.col_stride != 0) {
+            (false, false) => SideKind::Scalar,
+            (true, false) => SideKind::PerRow,
+            (false, true) => SideKind::PerCol,
+            (true, true) => SideKind::Full,
+        }
+    }
+
+    /// The C type of the tensor's elements.
+    pub fn ctype(&self) -> &'static str {
+        ctype(self.dtype).unwrap_or("float")
+    }
+
+    /// Whether any batch dim moves the side input.
+    pub fn batched(&self) -> bool {
+        self.batch.iter().any(|&(_, s)| s != 0)
+    }
+
+    /// Statements adding the batch offset of row-major flat batch index `bt` (a C expression)
+    /// to the `long long` variable `var`.
+    pub fn batch_offset(&self, bt: &str, var: &str) -> String {
+        let mut s = String::new();
+        if !self.batched() {
+            return s;
+        }
+        let _ = writeln!(s, "{{\n        long long q = {bt};");
+        for &(extent, stride) in self.batch.iter().rev() {
+            if stride != 0 {
+                let _ = writeln!(s, "        {var} += (q % {extent}LL) * {stride}LL;");
+            }
+            let _ = writeln!(s, "        q /= {extent}LL;");
+        }
+        let _ = writeln!(s, "        (void)q;\n    }}");
+        s
+    }
+
+    /// Two adjacent columns `(col, col + 1)` with `col` even can be read as one 2-element vector
+    /// (with a 16-byte aligned base pointer): contiguous columns, an even number of them, and even
+    /// row and batch strides.
+    pub fn pairs(&self, n: usize) -> bool {
+        self.col_stride == 1 && n % 2 == 0 && self.row_stride % 2 == 0 && self.batch.iter().all(|&(_, s)| s % 2 == 0)
+    }
+}
+
 /// The epilogue of matmul `mm` followed by `chain` (nodes already checked by
 /// `epilogue_chain`), or None when a node cannot be expressed.
 pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
@@ -52,10 +144,14 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
     };
     // Fast exp/sigmoid intrinsics when the output's rounding dwarfs their error.
     let fast = matches!(dtype(graph, out), DataType::F16 | DataType::Bf16 | DataType::Fp8E4m3 | DataType::Fp8E5m2);
+    // `body`: the formulas over `acc` and the side values `x<i>` (epilogue_v); `loads`: the
+    // wrapper's loads of one element's side values.
     let mut body = String::new();
+    let mut loads = String::new();
     let mut params = String::new();
     let mut names = String::new();
     let mut args = Vec::new();
+    let mut sides: Vec<Side> = Vec::new();
     let mut side: HashMap<usize, String> = HashMap::new();
     let mut prev: (TensorId, String) = (c, "acc".to_string());
     if !chain.is_empty() {
@@ -66,8 +162,7 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
     for (k, &n) in chain.iter().enumerate() {
         let node = graph.nodes.get(n)?;
         let Op::Pointwise(attrs) = &node.op else { return None };
-        // Port values of this node (side inputs are loaded before, at function scope, so that
-        // a later node reading the same tensor reuses them).
+        // Port values of this node (a side input read by several nodes is loaded once).
         let mut inner = String::new();
         for port in &node.inputs {
             let v = if port.tensor == prev.0 {
@@ -79,44 +174,47 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
                 } else if let Some(x) = side.get(&port.tensor.0) {
                     x.clone()
                 } else {
-                    // A side input: loaded once, at its broadcast offset.
+                    // A side input, at its broadcast offset.
                     let i = args.len();
-                    let ct = ctype(dtype(graph, port.tensor))?;
+                    let dt = dtype(graph, port.tensor);
+                    let ct = ctype(dt)?;
                     let r = d.dims.len();
                     if r > rc || d.strides.len() != r {
                         return None;
                     }
                     let shift = rc - r;
                     let eff: Vec<i64> = (0..rc).map(|a| if a < shift || d.dims[a - shift] == 1 { 0 } else { d.strides[a - shift] }).collect();
+                    let sd = Side {
+                        tensor: port.tensor,
+                        dtype: dt,
+                        row_stride: eff[rc - 2],
+                        col_stride: eff[rc - 1],
+                        batch: (0..rc - 2).map(|a| (cdims[a], eff[a])).collect(),
+                    };
                     let mut off = String::from("0LL");
-                    if eff[rc - 2] != 0 {
-                        let _ = write!(off, " + row * {}LL", eff[rc - 2]);
+                    if sd.row_stride != 0 {
+                        let _ = write!(off, " + row * {}LL", sd.row_stride);
                     }
-                    if eff[rc - 1] != 0 {
-                        let _ = write!(off, " + col * {}LL", eff[rc - 1]);
+                    if sd.col_stride != 0 {
+                        let _ = write!(off, " + col * {}LL", sd.col_stride);
                     }
-                    let _ = writeln!(body, "    long long o{i} = {off};");
-                    if eff[..rc - 2].iter().any(|&s| s != 0) {
-                        let _ = writeln!(body, "    {{\n        long long q = batch;");
-                        for a in (0..rc - 2).rev() {
-                            if eff[a] != 0 {
-                                let _ = writeln!(body, "        o{i} += (q % {}LL) * {}LL;", cdims[a], eff[a]);
-                            }
-                            let _ = writeln!(body, "        q /= {}LL;", cdims[a]);
-                        }
-                        let _ = writeln!(body, "        (void)q;\n    }}");
+                    let _ = writeln!(loads, "    long long o{i} = {off};");
+                    let bo = sd.batch_offset("batch", &format!("o{i}"));
+                    if !bo.is_empty() {
+                        let _ = write!(loads, "    {bo}");
                     }
-                    let _ = writeln!(body, "    const float x{i} = fz_cv(((const {ct}*)e{i})[o{i}]);");
+                    let _ = writeln!(loads, "    const float x{i} = fz_cv(((const {ct}*)e{i})[o{i}]);");
                     let _ = write!(params, ", const void* __restrict__ e{i}");
                     let _ = write!(names, ", e{i}");
                     args.push(Arg::Ptr(port.tensor));
+                    sides.push(sd);
                     side.insert(port.tensor.0, format!("x{i}"));
                     format!("x{i}")
                 }
             };
             let _ = writeln!(inner, "        const float {} = {v};", port.name);
         }
-        let _ = writeln!(body, "    float v{k};\n    {{\n{inner}        v{k} = {};\n    }}", formula(attrs.mode, false, fast));
+        let _ = writeln!(body, "    float v{k};\n    {{\n{inner}        v{k} = {};\n    }}", node_formula(attrs.mode, fast));
         let y = node.outputs.first()?.tensor;
         if k + 1 < chain.len() {
             if let Some(r) = round_to(dtype(graph, y), &format!("v{k}")) {
@@ -125,10 +223,12 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
         }
         prev = (y, format!("v{k}"));
     }
+    let xparams: String = (0..sides.len()).map(|i| format!(", float x{i}")).collect();
+    let xnames: String = (0..sides.len()).map(|i| format!(", x{i}")).collect();
     let code = format!(
-        "{helpers}\n__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col{params}) {{\n    (void)batch; (void)row; (void)col;\n{body}    return {ret};\n}}\n",
+        "{helpers}\n__device__ __forceinline__ float epilogue_v(float acc{xparams}) {{\n{body}    return {ret};\n}}\n__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col{params}) {{\n    (void)batch; (void)row; (void)col;\n{loads}    return epilogue_v(acc{xnames});\n}}\n",
         helpers = helpers(false, fast),
         ret = prev.1
     );
-    Some(Epilogue { nodes: chain.to_vec(), code, params, names, args })
+    Some(Epilogue { nodes: chain.to_vec(), code, params, names, args, sides: Some(sides) })
 }

@@ -46,9 +46,8 @@ pub struct GemmProblem {
     pub a: Operand,
     pub b: Operand,
     pub c: Operand,
-    /// f32 inputs may run as tf32 (the graph allows reduced precision). Always false for now:
-    /// no per-graph or per-plan flag says so yet (`PlanPolicy::no_reduced_precision` filters
-    /// plans by their behavior notes), so f32 runs as 3xTF32 (about f32 accuracy).
+    /// f32 inputs may run as tf32 (the plan's `tf32` knob, `Target::allow_tf32`: its behavior
+    /// notes then say reduced precision); otherwise f32 runs as 3xTF32 (about f32 accuracy).
     pub allow_tf32: bool,
 }
 
@@ -69,6 +68,21 @@ pub struct Epilogue {
     pub params: String,
     pub names: String,
     pub args: Vec<Arg>,
+    /// The side inputs' layouts, in parameter order, when `code` also defines
+    /// `float epilogue_v(float acc, float x0, ...)` (the chain as a function of the side values,
+    /// see `epilogue.rs`); None for a hand-written epilogue that defines only `epilogue`.
+    pub sides: Option<Vec<epilogue::Side>>,
+}
+
+impl Epilogue {
+    /// The empty epilogue (C = the accumulator), with `epilogue_v`.
+    pub fn identity() -> Epilogue {
+        Epilogue {
+            code: "__device__ __forceinline__ float epilogue_v(float acc) { return acc; }\n__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col) { (void)batch; (void)row; (void)col; return acc; }\n".into(),
+            sides: Some(Vec::new()),
+            ..Default::default()
+        }
+    }
 }
 
 /// Groups of nodes to run as one GEMM: the matmul first, then the epilogue nodes it absorbs,
@@ -316,7 +330,7 @@ pub(crate) fn problem(graph: &Graph, mm: usize, out: TensorId, target: &Target) 
     }
     let (a, b, c) = (node.input("a")?, node.input("b")?, node.output("c")?);
     let (ta, tb, tc) = (dtype(graph, a), dtype(graph, b), dtype(graph, out));
-    let family_ok = sm80::mma_kind(ta, tb, false, target).is_some();
+    let family_ok = sm80::mma_kind(ta, tb, target.allow_tf32, target).is_some();
     if !family_ok || !store_type(tc) || !store_type(dtype(graph, c)) {
         return None;
     }
@@ -346,7 +360,7 @@ pub(crate) fn problem(graph: &Graph, mm: usize, out: TensorId, target: &Target) 
     if batch > u32::MAX as i64 {
         return None;
     }
-    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: false })
+    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: target.allow_tf32 })
 }
 
 #[cfg(test)]
@@ -404,6 +418,41 @@ mod case_tests {
         assert!(taken * 2 > all, "{taken} of {all}");
     }
 
+    /// With the `tf32` knob (`Target::allow_tf32`), f32 GEMMs get other kernels (one tf32 pass)
+    /// and 16-bit ones the same.
+    #[test]
+    fn tf32_target_changes_only_f32_gemms() {
+        let sources = |g: &crate::Graph, t: &Target| -> Vec<String> {
+            crate::engine::cuda::fused::units(g, t).unwrap().iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
+        };
+        let (mut f32s, mut others) = (0, 0);
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let f32_in = g.nodes.iter().any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.iter().any(|p| g.resolved_data_type(p.tensor) == Some(crate::DataType::F32)));
+            for target in [Target::sm80(), Target::sm90a()] {
+                let same = sources(&g, &target) == sources(&g, &target.clone().with_tf32(true));
+                if f32_in && !c.name.contains("no_flatten") {
+                    assert!(!same, "{}: tf32 changes nothing on {}", c.name, target.arch);
+                    f32s += 1;
+                } else if !f32_in {
+                    assert!(same, "{}: tf32 changes a GEMM without f32 inputs", c.name);
+                    others += 1;
+                }
+            }
+        }
+        assert!(f32s > 10 && others > 10, "{f32s} {others}");
+        // The tf32 cases (and f32 epilogue cases with row-major A, K % 4 == 0) take the wgmma
+        // kernel on sm_90a.
+        let t = Target::sm90a().with_tf32(true);
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_tf32_") || (c.name.contains("_f32_to_") && c.name.contains("x72_f32"))) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let units = crate::engine::cuda::fused::units(&g, &t).unwrap();
+            assert!(units.iter().any(|u| u.kernels.launches.iter().any(|l| l.source.contains("k8.f32.tf32.tf32"))), "{}: no wgmma tf32 kernel", c.name);
+        }
+    }
+
     /// On sm_90a the wgmma kernel takes the 16-bit cases whose strides TMA can use, with the
     /// mma.sync kernel as the unaligned alternative; on sm_80 it never appears.
     #[test]
@@ -423,5 +472,89 @@ mod case_tests {
             }
         }
         assert!(hopper >= 5, "only {hopper} cases take the wgmma kernel");
+    }
+}
+
+#[cfg(test)]
+mod dump {
+    use crate::engine::cuda::engine::Target;
+    use crate::{DataType, Graph, TensorDesc};
+
+    /// `GEMM_DUMP=<dir>` writes the full sources (prelude included) of the GEMM suite's bf16
+    /// kernels, plain and with bias + relu, for inspection with NVRTC's `--ptxas-options=-v`.
+    #[test]
+    fn dump_suite_sources() {
+        let Some(dir) = std::env::var_os("GEMM_DUMP") else { return };
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bf = DataType::Bf16;
+        for (m, n, k) in [(16384, 4096, 1024), (8192, 8192, 8192), (16, 8192, 8192)] {
+            for bias_relu in [false, true] {
+                let id = format!("{}{m}x{n}x{k}", if bias_relu { "bias_relu_" } else { "" });
+                let mut g = Graph::new(id.clone()).io_data_type(bf);
+                let a = g.tensor(TensorDesc::new("a", &[m, k], bf));
+                let b = g.tensor(TensorDesc::new("b", &[k, n], bf));
+                let mut y = g.matmul(a, b);
+                if bias_relu {
+                    let bias = g.tensor(TensorDesc::new("bias", &[1, n], bf));
+                    let t = g.bias(y, bias);
+                    y = g.relu(t);
+                }
+                g.set_output(y);
+                g.desc_mut(y).data_type = Some(bf);
+                g.validate().unwrap();
+                let units = crate::engine::cuda::fused::units(&g, &Target::sm90a()).unwrap();
+                for u in &units {
+                    for l in &u.kernels.launches {
+                        let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                        std::fs::write(dir.join(format!("{id}_{}.cu", l.entry)), src).unwrap();
+                    }
+                }
+            }
+        }
+        // The 2-CTA cluster variant (B multicast) of 8192^3, off by default.
+        {
+            let mut g = Graph::new("cluster").io_data_type(bf);
+            let a = g.tensor(TensorDesc::new("a", &[8192, 8192], bf));
+            let b = g.tensor(TensorDesc::new("b", &[8192, 8192], bf));
+            let y = g.matmul(a, b);
+            g.set_output(y);
+            g.validate().unwrap();
+            let t = Target::sm90a();
+            let (p, epi) = super::plan_group(&g, &[0], &t).unwrap();
+            let cfg = super::sm90::Config { cluster_m: 2, ..super::sm90::choose(&p, &t) };
+            let k = super::sm90::kernels_with(&p, &epi, &t, "cluster_gemm_sm90", cfg).unwrap();
+            let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
+            std::fs::write(dir.join("cluster_8192_gemm_sm90.cu"), src).unwrap();
+        }
+        // matmul_tf32_8192x8192x8192 with the tf32 knob.
+        {
+            let f = DataType::F32;
+            let mut g = Graph::new("tf32").io_data_type(f);
+            let a = g.tensor(TensorDesc::new("a", &[8192, 8192], f));
+            let b = g.tensor(TensorDesc::new("b", &[8192, 8192], f));
+            let y = g.matmul(a, b);
+            g.set_output(y);
+            g.validate().unwrap();
+            for u in crate::engine::cuda::fused::units(&g, &Target::sm90a().with_tf32(true)).unwrap() {
+                for l in &u.kernels.launches {
+                    let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                    std::fs::write(dir.join(format!("tf32_8192_{}.cu", l.entry)), src).unwrap();
+                }
+            }
+        }
+        // And the wgmma kernels of the check cases.
+        for c in crate::testing::cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            for (t, tag) in [(Target::sm90a(), ""), (Target::sm90a().with_tf32(true), "tf32_")] {
+                for u in crate::engine::cuda::fused::units(&g, &t).unwrap() {
+                    for l in u.kernels.launches.iter().filter(|l| l.entry.contains("gemm_sm90")) {
+                        let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                        std::fs::write(dir.join(format!("{tag}{}_{}.cu", c.name, l.entry)), src).unwrap();
+                    }
+                }
+            }
+        }
     }
 }

@@ -19,19 +19,22 @@
 //! 16-byte aligned row strides and base pointers: the strides are checked here, the pointers
 //! when the plan executes (the unit's `unaligned` alternative runs otherwise).
 
+use super::epilogue::{Side, SideKind};
 use super::{Epilogue, GemmProblem, Operand};
 use crate::dtype::DataType;
 use crate::engine::cuda::engine::{Target, Unaligned, Unit};
 use crate::engine::cuda::fallback::{entry_name, Arg, Launch, NodeKernels};
 use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
 use crate::error::Result;
-use crate::graph::Graph;
+use crate::graph::{Graph, TensorId};
 use std::fmt::Write;
 
 /// Rows of A per CTA tile (two consumer warpgroups of 64 rows).
 const BM: usize = 128;
-/// k per pipeline stage: 64 16-bit elements, one 128-byte swizzle span.
-const BK: usize = 64;
+/// k per pipeline stage: one 128-byte swizzle span, 64 16-bit elements or 32 f32 (tf32).
+fn bk(t: DataType) -> usize {
+    128 / t.size()
+}
 /// Bytes of one swizzle atom row; 8 rows make the 1024-byte atom.
 const SWIZZLE: u32 = 128;
 
@@ -47,7 +50,7 @@ enum Major {
 /// A tile configuration.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Config {
-    /// Columns per CTA tile: 128 or 256.
+    /// Columns per CTA tile: 64, 128 or 256.
     pub bn: usize,
     /// Pipeline stages.
     pub stages: usize,
@@ -68,7 +71,7 @@ pub struct Config {
 
 impl Config {
     fn stage_bytes(&self) -> usize {
-        (BM + self.bn) * BK * 2
+        (BM + self.bn) * 128
     }
     /// Bytes of C staged in shared memory for the TMA store (two 64 x BN 16-bit blocks).
     fn c_bytes(&self) -> usize {
@@ -92,8 +95,15 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     let sms = target.sm_count.max(1) as usize;
     // BN 256 halves the B traffic per flop, but leaves SMs idle when tiles are few, and short
     // k loops (K <= 256) gain more from more tiles than from wider ones.
-    let bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
-    let kt = p.k.div_ceil(BK);
+    let mut bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
+    // Few rows (M <= 64, as in decoding: B streams from memory and most of each tile's rows are
+    // empty) and 128-wide tiles for at most half the SMs: 64-wide tiles that fill more than half
+    // of them stream B at the same rate per SM as a 2-way split k, without its partial sums and
+    // reduce launch.
+    if bn == 128 && p.m <= 64 && 2 * tiles(128) <= sms && 2 * tiles(64) > sms {
+        bn = 64;
+    }
+    let kt = p.k.div_ceil(bk(p.a.dtype));
     let t0 = tiles(bn);
     let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
     let tma_store = splits == 1 && tma_store_ok(p);
@@ -129,8 +139,9 @@ pub fn reject(p: &GemmProblem, target: &Target) -> Option<String> {
         return Some(format!("wgmma needs sm_90a, the target is {}", target.arch));
     }
     let t = p.a.dtype;
-    if !matches!(t, DataType::Bf16 | DataType::F16) || p.b.dtype != t {
-        return Some(format!("inputs {} x {}: this kernel takes bf16 x bf16 or f16 x f16", p.a.dtype, p.b.dtype));
+    let sixteen = matches!(t, DataType::Bf16 | DataType::F16) && p.b.dtype == t;
+    if !sixteen && !tf32(p) {
+        return Some(format!("inputs {} x {}: this kernel takes bf16 x bf16, f16 x f16, or f32 x f32 as tf32 (reduced precision allowed)", p.a.dtype, p.b.dtype));
     }
     if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
         return Some(format!("output {}: this kernel stores bf16, f16 or f32", p.c.dtype));
@@ -142,12 +153,111 @@ pub fn reject(p: &GemmProblem, target: &Target) -> Option<String> {
     if p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0 {
         return Some("an empty extent".into());
     }
-    for (name, op) in [("a", &p.a), ("b", &p.b)] {
+    if tf32(p) && major(&p.a, true) != Some(Major::K) {
+        return Some("tf32: wgmma reads 32-bit operands K-major only, and A is not row-major".into());
+    }
+    let b = b_operand(p);
+    if tf32(p) && major(&b, false) != Some(Major::K) {
+        return Some("tf32: B is neither K-major nor N-major".into());
+    }
+    for (name, op) in [("a", &p.a), ("b", &b)] {
         if let Err(why) = tma_of(op, name == "a", 128, p.batch).check() {
             return Some(format!("operand {name}: {why}"));
         }
     }
     None
+}
+
+/// f32 inputs that run as tf32: `wgmma ... .tf32` reads the f32 bits and ignores the low 13
+/// (A is truncated; B, when copied, is rounded to nearest first).
+fn tf32(p: &GemmProblem) -> bool {
+    p.a.dtype == DataType::F32 && p.b.dtype == DataType::F32 && p.allow_tf32
+}
+
+/// tf32 with B stored `k x n` (N-major, the usual row-major B): wgmma takes 32-bit operands
+/// K-major only, so a first launch copies B transposed into the workspace, `n` rows of `KP`
+/// floats (k rounded up to 4: 16-byte rows for TMA) per batch (one copy when B is broadcast).
+fn b_transposed(p: &GemmProblem) -> bool {
+    tf32(p) && major(&p.b, false) == Some(Major::Mn)
+}
+
+/// Row length of the transposed copy of B.
+fn kp(p: &GemmProblem) -> usize {
+    p.k.next_multiple_of(4)
+}
+
+/// Batches of the transposed copy of B.
+fn bt_batches(p: &GemmProblem) -> usize {
+    if p.b.batch_stride != 0 && p.batch > 1 {
+        p.batch
+    } else {
+        1
+    }
+}
+
+/// B as the main kernel reads it: the operand itself, or its K-major copy in the workspace
+/// (the same tensor id, the copy's strides).
+fn b_operand(p: &GemmProblem) -> Operand {
+    if !b_transposed(p) {
+        return p.b.clone();
+    }
+    let kp = kp(p) as i64;
+    let batch_stride = if bt_batches(p) > 1 { p.n as i64 * kp } else { 0 };
+    Operand { row_stride: 1, col_stride: kp, batch_stride, ..p.b.clone() }
+}
+
+/// The launch that copies B (`k x n`, any strides) into scratch buffer `scratch` as `n` rows of
+/// KP floats per batch, each value rounded to nearest tf32 (`cvt.rna`), through 32 x 32 tiles in
+/// shared memory so that both the reads (along n) and the writes (along k) are coalesced.
+fn transpose_launch(p: &GemmProblem, entry: &str, scratch: usize, target: &Target) -> Launch {
+    let b = &p.b;
+    let (tk, tn) = (p.k.div_ceil(32), p.n.div_ceil(32));
+    let tiles = tk * tn * bt_batches(p);
+    let source = format!(
+        r#"extern "C" __global__ void __launch_bounds__(256) {entry}(const float* __restrict__ b, float* __restrict__ bt) {{
+    __shared__ float tile[32][33];
+    const long long K = {k}, N = {n}, KP = {kp}, TK = {tk}, TN = {tn}, TILES = {tiles};
+    const int x = threadIdx.x % 32, y = threadIdx.x / 32;
+    for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {{
+        const long long bb = t / (TK * TN), r = t % (TK * TN);
+        const long long k0 = (r / TN) * 32, n0 = (r % TN) * 32;
+        #pragma unroll
+        for (int i = y; i < 32; i += 8) {{
+            const long long k = k0 + i, n = n0 + x;
+            tile[i][x] = (k < K && n < N) ? b[bb * {bs}LL + k * {rs}LL + n * {cs}LL] : 0.f;
+        }}
+        __syncthreads();
+        #pragma unroll
+        for (int i = y; i < 32; i += 8) {{
+            const long long n = n0 + i, k = k0 + x;
+            if (n < N && k < K) {{
+                unsigned r32;
+                asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r32) : "f"(tile[x][i]));
+                bt[(bb * N + n) * KP + k] = __uint_as_float(r32);
+            }}
+        }}
+        __syncthreads();
+    }}
+}}
+"#,
+        k = p.k,
+        n = p.n,
+        kp = kp(p),
+        bs = if bt_batches(p) > 1 { b.batch_stride } else { 0 },
+        rs = b.row_stride,
+        cs = b.col_stride,
+    );
+    let grid = tiles.min(8 * target.sm_count.max(1) as usize).max(1) as u32;
+    Launch {
+        source,
+        entry: entry.to_string(),
+        threads: grid as u64 * 256,
+        block: 256,
+        exact_grid: Some((grid, 1, 1)),
+        shared_bytes: 0,
+        args: vec![Arg::Ptr(b.tensor), Arg::Scratch(scratch)],
+        cluster: None,
+    }
 }
 
 /// The major-ness of an operand: A is `m x k` (rows = m), B is `k x n` (rows = k).
@@ -169,11 +279,12 @@ fn tma_of(op: &Operand, is_a: bool, bn: usize, batch: usize) -> TmaDesc {
     let (mn, kdim) = if is_a { (op.rows as u64, op.cols as u64) } else { (op.cols as u64, op.rows as u64) };
     let (k_stride, mn_stride) = if is_a { (op.col_stride, op.row_stride) } else { (op.row_stride, op.col_stride) };
     let tile_mn = if is_a { BM } else { bn.max(64) } as u32;
+    let bk = bk(op.dtype) as u32;
     let (mut dims, mut strides, mut boxes) = match major(op, is_a) {
-        Some(Major::K) => (vec![kdim, mn], vec![mn_stride as u64 * es], vec![BK as u32, tile_mn]),
-        Some(Major::Mn) => (vec![mn, kdim], vec![k_stride as u64 * es], vec![64, BK as u32]),
+        Some(Major::K) => (vec![kdim, mn], vec![mn_stride as u64 * es], vec![bk, tile_mn]),
+        Some(Major::Mn) => (vec![mn, kdim], vec![k_stride as u64 * es], vec![64, bk]),
         // Not loadable: a descriptor that check() rejects (stride 1 byte).
-        None => (vec![mn, kdim], vec![1], vec![64, BK as u32]),
+        None => (vec![mn, kdim], vec![1], vec![64, bk]),
     };
     if op.batch_stride != 0 && batch > 1 {
         dims.push(batch as u64);
@@ -197,15 +308,26 @@ pub fn kernels(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str) ->
 
 /// [`kernels`] with a given configuration (for tuning; `None` when it cannot run `p`).
 pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
-    let kt = p.k.div_ceil(BK);
+    let kt = p.k.div_ceil(bk(p.a.dtype));
     let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.cluster_m != 1)) || !matches!(cfg.cluster_m, 1 | 2);
-    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 128 | 256) || cfg.shared_bytes() > 227 * 1024 || bad_split {
+    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 64 | 128 | 256) || cfg.shared_bytes() > 227 * 1024 || bad_split || (cfg.bn == 64 && cfg.cluster_m != 1) {
         return None;
     }
-    let (ma, mb) = (major(&p.a, true)?, major(&p.b, false)?);
+    if tf32(p) && cfg.cluster_m != 1 {
+        return None;
+    }
+    // Scratch buffers: B's transposed copy (tf32), then the split partials.
+    let mut launches = Vec::new();
+    let mut scratch = Vec::new();
+    let b = b_operand(p);
+    if b_transposed(p) {
+        scratch.push(bt_batches(p) * p.n * kp(p) * 4);
+        launches.push(transpose_launch(p, &format!("{entry}_bt"), 0, target));
+    }
+    let (ma, mb) = (major(&p.a, true)?, major(&b, false)?);
     let ta = tma_of(&p.a, true, cfg.bn, p.batch);
     // With a cluster, each CTA loads (and multicasts) its share of B.
-    let tb = tma_of(&p.b, false, cfg.bn / cfg.cluster_m, p.batch);
+    let tb = tma_of(&b, false, cfg.bn / cfg.cluster_m, p.batch);
     if ta.check().is_err() || tb.check().is_err() {
         return None;
     }
@@ -213,13 +335,15 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
     let tiles = p.batch * p.m.div_ceil(BM).div_ceil(cm) * p.n.div_ceil(cfg.bn) * cfg.splits;
     let grid = (tiles * cm).min(target.sm_count.max(1) as usize / cm * cm).max(cm) as u32;
     let source = source(p, epi, &cfg, ma, mb, ta.dims.len() == 3, tb.dims.len() == 3, entry);
-    let mut args = vec![Arg::TensorMap(Box::new(ta)), Arg::TensorMap(Box::new(tb))];
+    let tb_arg = if b_transposed(p) { Arg::ScratchTensorMap(0, Box::new(tb)) } else { Arg::TensorMap(Box::new(tb)) };
+    let mut args = vec![Arg::TensorMap(Box::new(ta)), tb_arg];
     if cfg.tma_store {
         args.push(Arg::TensorMap(Box::new(tma_of_c(p))));
     }
     args.push(Arg::Ptr(p.c.tensor));
     // The split partials (a null pointer when there is no split).
-    args.push(if cfg.splits > 1 { Arg::Scratch(0) } else { Arg::I64(0) });
+    let part = scratch.len();
+    args.push(if cfg.splits > 1 { Arg::Scratch(part) } else { Arg::I64(0) });
     args.extend(epi.args.iter().cloned());
     let launch = Launch {
         source,
@@ -231,12 +355,12 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
         args,
         cluster: (cfg.cluster_m > 1).then_some((cfg.cluster_m as u32, 1, 1)),
     };
-    if cfg.splits == 1 {
-        return Some(NodeKernels::one(launch));
+    launches.push(launch);
+    if cfg.splits > 1 {
+        scratch.push(cfg.splits * p.batch * p.m * (p.n + p.n % 2) * 4);
+        launches.push(reduce_launch(p, epi, cfg.splits, &format!("{entry}_reduce"), part));
     }
-    let part_bytes = cfg.splits * p.batch * p.m * (p.n + p.n % 2) * 4;
-    let reduce = reduce_launch(p, epi, cfg.splits, &format!("{entry}_reduce"));
-    Some(NodeKernels { launches: vec![launch, reduce], scratch: vec![part_bytes] })
+    Some(NodeKernels { launches, scratch })
 }
 
 /// The Hopper unit of a GEMM group: the wgmma kernel, with the mma.sync kernel (scalar loads,
@@ -248,8 +372,19 @@ pub fn unit(_graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, ta
     let Some(alt) = super::sm80::choose(p, target) else { return Ok(None) };
     let alternative = super::sm80::kernels(&alt.scalar(), p, epi, last, "_u");
     let mut tensors = vec![p.a.tensor, p.b.tensor, p.c.tensor];
+    tensors.extend(vector_sides(p, epi, &choose(p, target)));
+    tensors.sort_by_key(|t| t.0);
     tensors.dedup();
     Ok(Some(Unit { nodes: nodes.to_vec(), kernels, writes: vec![p.c.tensor], unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })) }))
+}
+
+/// Side inputs of the epilogue that the kernel of `cfg` reads as 2-element vectors: their base
+/// pointers must be 16-byte aligned (as A's, B's and C's for TMA).
+pub fn vector_sides(p: &GemmProblem, epi: &Epilogue, cfg: &Config) -> Vec<TensorId> {
+    match &epi.sides {
+        Some(sides) if cfg.splits == 1 => epi_code(p, sides, cfg.bn, "", "").aligned,
+        _ => Vec::new(),
+    }
 }
 
 /// Inline-asm wrapper of one `wgmma.m64n{bn}k16` with both operands from shared memory.
@@ -257,12 +392,18 @@ fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
     let nd = bn / 2;
     let regs: Vec<String> = (0..nd).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..nd).map(|i| format!("\"+f\"(d[{i}])")).collect();
-    let ty = ctype(t);
+    // tf32: k 8 per instruction (32 bytes of a K-major row, as 16 16-bit elements), and no
+    // transpose operands (32-bit types are K-major only).
+    let (ty, kk, trans) = if t == DataType::F32 {
+        ("tf32", 8, String::new())
+    } else {
+        (ctype(t), 16, format!(", {}, {}", trans_a as u8, trans_b as u8))
+    };
     format!(
         r#"__device__ __forceinline__ void wgmma_tile(float (&d)[{nd}], unsigned long long da, unsigned long long db, int scale_d) {{
     asm volatile(
         "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ty}.{ty} {{{regs}}}, %{da}, %{db}, p, 1, 1, {ta}, {tb};\n}}\n"
+        "wgmma.mma_async.sync.aligned.m64n{bn}k{kk}.f32.{ty}.{ty} {{{regs}}}, %{da}, %{db}, p, 1, 1{trans};\n}}\n"
         : {outs}
         : "l"(da), "l"(db), "r"(scale_d));
 }}
@@ -272,8 +413,6 @@ fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
         db = nd + 1,
         regs = regs.join(", "),
         outs = outs.join(", "),
-        ta = trans_a as u8,
-        tb = trans_b as u8,
     )
 }
 
@@ -282,8 +421,10 @@ fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
 fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a3: bool, b3: bool, entry: &str) -> String {
     let bn = cfg.bn;
     let nd = bn / 2;
-    let a_bytes = BM * BK * 2;
-    let b_bytes = bn * BK * 2;
+    let a_bytes = BM * 128;
+    let b_bytes = bn * 128;
+    #[allow(non_snake_case)]
+    let BK = bk(p.a.dtype);
     let mut s = String::new();
     s.push_str(TMA_MAP_DECL);
     s.push_str(&epi.code);
@@ -325,6 +466,19 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     let names = &epi.names;
     let store = store_code(p, names, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]");
     let esz = c.dtype.size() as i64;
+    // The epilogue from the side inputs' layouts (loads hoisted out of the store loop), when the
+    // epilogue gives them.
+    let ec = match &epi.sides {
+        Some(sides) if cfg.splits == 1 => Some(epi_code(p, sides, bn, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]")),
+        _ => None,
+    };
+    let prep = match &ec {
+        Some(ec) => format!(
+            "            // This thread's first row and column in the tile, and the side values it needs.\n            const long long row0 = (long long)tm * {BM} + cw * 64 + w * 16 + (l >> 2);\n            const long long colt = (long long)tn * {bn} + 2 * (l & 3);\n{}",
+            ec.prep
+        ),
+        None => String::new(),
+    };
     let (epilogue, tail) = if cfg.splits > 1 {
         (
             format!(
@@ -346,6 +500,75 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             }}
 "#,
                 batch = p.batch,
+            ),
+            String::new(),
+        )
+    } else if let (true, Some(ec)) = (cfg.tma_store, &ec) {
+        let pack = if c.dtype == DataType::Bf16 { "bf16x2_bits(v0, v1)" } else { "f16x2_bits(v0, v1)" };
+        let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
+        (
+            format!(
+                r#"            // Epilogue through shared memory: this warpgroup's 64 x {bn} block, in boxes of
+            // 64 columns (128-byte swizzled rows, as the TMA store reads them), then one thread
+            // stores the boxes with TMA (clipped at the matrix edges, so values outside C are
+            // computed but never stored) and the warps go on to the next tile while the copy
+            // drains. The block is reused once the last store has read it. Plain C++ stores to
+            // shared memory (no asm memory clobber), so the compiler may schedule the side loads
+            // of the loop ahead of them.
+            const unsigned cbuf = base + STAGES * STAGE_BYTES + cw * {cblock}u;
+            unsigned char* const cgen = smem_raw + (cbuf - smem_u32(smem_raw));
+            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            consumer_sync(cw);
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const long long col = colt + 8 * j;
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const long long row = row0 + 8 * h;
+                    (void)row; (void)col;
+{value}                    // Row rl of the block, byte 4 (l % 4) of 16-byte chunk j % 8 of box j / 8,
+                    // chunks swizzled by the row (rl % 8 == l / 4).
+                    const int rl = w * 16 + (l >> 2) + 8 * h;
+                    *(unsigned*)(cgen + (j >> 3) * 8192 + rl * 128 + (((j & 7) ^ (l >> 2)) << 4) + 4 * (l & 3)) = {pack};
+                }}
+            }}
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            consumer_sync(cw);
+            if (tid == 0) {{
+                #pragma unroll
+                for (int q = 0; q < {bn} / 64; ++q) tma_store(cbuf + q * 8192u, &tcm, tn * {bn} + q * 64, tm * {BM} + cw * 64, {coords});
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }}
+"#,
+                cblock = 64 * bn * 2,
+                value = ec.value,
+            ),
+            "        if (tid == 0) asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n".to_string(),
+        )
+    } else if let Some(ec) = &ec {
+        // Direct stores from registers, guarded.
+        let st = store_values(p);
+        (
+            format!(
+                r#"            // Epilogue: accumulator (j, h) of this thread is row 16w + l/4 + 8h, columns
+            // 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN block.
+            const long long bofs = (long long)bt * {cbs}LL;
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const long long col = colt + 8 * j;
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const long long row = row0 + 8 * h;
+{value}                    if (row < M_) {{
+                        unsigned char* rp = cbase + bofs + row * {crs}LL;
+                        {st}
+                    }}
+                }}
+            }}
+"#,
+                cbs = c.batch_stride * esz,
+                crs = c.row_stride * esz,
+                value = ec.value,
             ),
             String::new(),
         )
@@ -531,6 +754,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
                 mbar_wait(bars + 8u * s, phase);
                 const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
                 wgmma_fence();
+                // (A warpgroup whose rows all lie below M could skip its wgmmas, but a branch
+                // around them makes ptxas serialize every wgmma of the kernel: C7520.)
                 #pragma unroll
                 for (int kk = 0; kk < 4; ++kk) {{
                     wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
@@ -542,13 +767,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
                 prev = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
             }}
-            wgmma_wait0();
+{prep}            wgmma_wait0();
             release_stage(bars + 8u * (STAGES + prev), l);
 {epilogue}        }}
 {tail}    }}
 {cluster_end}}}
 "#,
         epilogue = epilogue,
+        prep = prep,
         tail = tail,
         c_bytes = cfg.c_bytes(),
         tcm = if cfg.tma_store { "const __grid_constant__ TmaMap tcm, " } else { "" },
@@ -569,6 +795,120 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
         params = epi.params,
     );
     s
+}
+
+/// The epilogue of one consumer thread's accumulators, from the side inputs' layouts (see
+/// `epilogue.rs`): side values that do not change along a tile's rows or columns are loaded
+/// once per tile, before the last k step's wgmmas complete (`prep`, which needs `bt`, `row0`:
+/// the thread's first row, and `colt`: its first column), so their latency hides under the
+/// tensor cores and the store loop carries no dependent loads:
+/// - scalars: one value; per-row values (`[.., m, 1]`): the thread's two rows;
+/// - per-column values (`[.., 1, n]`): the thread's `BN / 4` columns, as 2-element vectors
+///   (one 32-bit register for two 16-bit values) where [`Side::pairs`] allows, up to a budget of
+///   64 registers;
+/// - full tensors (and per-column ones beyond the budget): inside the loop, one (vector) load
+///   per accumulator pair, from row pointers computed once per tile.
+///
+/// `value` computes `v0` and `v1` (columns `col`, `col + 1` of row `row`) for accumulator pair
+/// `(j, h)` inside the loops over `j` and `h` (unrolled: the arrays indexed by them are
+/// registers), with `row`, `col` defined. Loads are guarded by the matrix extents (out-of-range
+/// values are computed from zeros and never stored by the caller). `aligned`: side inputs read as
+/// vectors, whose base pointers must be 16-byte aligned.
+struct EpiCode {
+    prep: String,
+    value: String,
+    aligned: Vec<TensorId>,
+}
+
+fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str) -> EpiCode {
+    let mut prep = String::new();
+    let mut value = String::new();
+    let mut aligned = Vec::new();
+    let (mut x0, mut x1) = (Vec::new(), Vec::new());
+    let mut budget = 64usize;
+    for (i, sd) in sides.iter().enumerate() {
+        let ct = sd.ctype();
+        let (rs, cs) = (sd.row_stride, sd.col_stride);
+        let pairs = sd.pairs(p.n);
+        // The 2-element vector type, its zero and its halves as floats.
+        let (vt, zero, lo, hi) = match sd.dtype {
+            DataType::Bf16 => ("__nv_bfloat162", "__float2bfloat162_rn(0.f)", "__low2float({})", "__high2float({})"),
+            DataType::F16 => ("__half2", "__float2half2_rn(0.f)", "__low2float({})", "__high2float({})"),
+            _ => ("float2", "make_float2(0.f, 0.f)", "{}.x", "{}.y"),
+        };
+        let half = |f: &str, v: &str| f.replace("{}", v);
+        let _ = writeln!(prep, "            long long bo{i} = 0;");
+        let bo = sd.batch_offset("bt", &format!("bo{i}"));
+        if !bo.is_empty() {
+            let _ = write!(prep, "            {bo}");
+        }
+        let _ = writeln!(prep, "            const {ct}* const p{i} = (const {ct}*)e{i} + bo{i};");
+        let regs = if pairs && sd.dtype.size() == 2 { bn / 8 } else { bn / 4 };
+        let kind = match sd.kind() {
+            SideKind::PerCol if regs > budget => SideKind::Full,
+            k => k,
+        };
+        match kind {
+            SideKind::Scalar => {
+                let _ = writeln!(prep, "            const float s{i} = fz_cv(p{i}[0]);");
+                x0.push(format!("s{i}"));
+                x1.push(format!("s{i}"));
+            }
+            SideKind::PerRow => {
+                let _ = writeln!(
+                    prep,
+                    "            float r{i}[2];\n            #pragma unroll\n            for (int h = 0; h < 2; ++h) r{i}[h] = row0 + 8 * h < M_ ? fz_cv(p{i}[(row0 + 8 * h) * {rs}LL]) : 0.f;"
+                );
+                x0.push(format!("r{i}[h]"));
+                x1.push(format!("r{i}[h]"));
+            }
+            SideKind::PerCol if pairs => {
+                budget -= regs;
+                aligned.push(sd.tensor);
+                let _ = writeln!(
+                    prep,
+                    "            {vt} c{i}[{n2}];\n            #pragma unroll\n            for (int j = 0; j < {n2}; ++j) c{i}[j] = colt + 8 * j < N_ ? *(const {vt}*)(p{i} + colt + 8 * j) : {zero};",
+                    n2 = bn / 8
+                );
+                x0.push(half(lo, &format!("c{i}[j]")));
+                x1.push(half(hi, &format!("c{i}[j]")));
+            }
+            SideKind::PerCol => {
+                budget -= regs;
+                let _ = writeln!(
+                    prep,
+                    "            float c{i}[{n4}];\n            #pragma unroll\n            for (int q = 0; q < {n4}; ++q) c{i}[q] = colt + 8 * (q >> 1) + (q & 1) < N_ ? fz_cv(p{i}[(colt + 8 * (q >> 1) + (q & 1)) * {cs}LL]) : 0.f;",
+                    n4 = bn / 4
+                );
+                x0.push(format!("c{i}[2 * j]"));
+                x1.push(format!("c{i}[2 * j + 1]"));
+            }
+            SideKind::Full => {
+                // Row pointers of the thread's two rows at its first column.
+                let _ = writeln!(
+                    prep,
+                    "            const {ct}* fr{i}[2];\n            #pragma unroll\n            for (int h = 0; h < 2; ++h) fr{i}[h] = p{i} + (row0 + 8 * h) * {rs}LL + colt * {cs}LL;"
+                );
+                if pairs {
+                    aligned.push(sd.tensor);
+                    let _ = writeln!(value, "                    const {vt} f{i} = (row < M_ && col < N_) ? *(const {vt}*)(fr{i}[h] + 8 * j) : {zero};");
+                    x0.push(half(lo, &format!("f{i}")));
+                    x1.push(half(hi, &format!("f{i}")));
+                } else {
+                    let _ = writeln!(
+                        value,
+                        "                    const float f{i}_0 = (row < M_ && col < N_) ? fz_cv(fr{i}[h][(8 * j) * {cs}LL]) : 0.f;\n                    const float f{i}_1 = (row < M_ && col + 1 < N_) ? fz_cv(fr{i}[h][(8 * j + 1) * {cs}LL]) : 0.f;"
+                    );
+                    x0.push(format!("f{i}_0"));
+                    x1.push(format!("f{i}_1"));
+                }
+            }
+        }
+    }
+    let a0: String = x0.iter().map(|x| format!(", {x}")).collect();
+    let a1: String = x1.iter().map(|x| format!(", {x}")).collect();
+    let _ = writeln!(value, "                    const float v0 = epilogue_v({acc0}{a0});\n                    const float v1 = epilogue_v({acc1}{a1});");
+    EpiCode { prep, value, aligned }
 }
 
 /// Stores of accumulators `a0` (column `col`) and `a1` (column `col + 1`) of row `row` through
@@ -610,9 +950,45 @@ fn store_code(p: &GemmProblem, names: &str, a0: &str, a1: &str) -> String {
     }
 }
 
+/// Stores of computed values `v0` (column `col`) and `v1` (column `col + 1`) of a row at row
+/// pointer `rp`: pairs when C is row-major with even strides, else one element at a time;
+/// guarded by N (the caller guards the row).
+fn store_values(p: &GemmProblem) -> String {
+    let c = &p.c;
+    let pair = c.col_stride == 1 && c.row_stride % 2 == 0 && c.batch_stride % 2 == 0;
+    let (st0, st1, st2) = match c.dtype {
+        DataType::Bf16 => ("*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v0);", "*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v1);", "*(__nv_bfloat162*)(cp) = __floats2bfloat162_rn(v0, v1);"),
+        DataType::F16 => ("*(__half*)(cp) = __float2half_rn(v0);", "*(__half*)(cp) = __float2half_rn(v1);", "*(__half2*)(cp) = __floats2half2_rn(v0, v1);"),
+        _ => ("*(float*)(cp) = v0;", "*(float*)(cp) = v1;", "*(float2*)(cp) = make_float2(v0, v1);"),
+    };
+    let esz = c.dtype.size() as i64;
+    if pair {
+        format!(
+            r#"unsigned char* cp = rp + col * {esz}LL;
+                        if (col + 1 < N_) {{
+                            {st2}
+                        }} else if (col < N_) {{
+                            {st0}
+                        }}"#
+        )
+    } else {
+        format!(
+            r#"if (col < N_) {{
+                            unsigned char* cp = rp + col * {ccs}LL;
+                            {st0}
+                        }}
+                        if (col + 1 < N_) {{
+                            unsigned char* cp = rp + (col + 1) * {ccs}LL;
+                            {st1}
+                        }}"#,
+            ccs = c.col_stride * esz,
+        )
+    }
+}
+
 /// The split-k reduce launch: for each pair of columns, the splits' partial sums added in
 /// order (deterministic), then the epilogue and the store.
-fn reduce_launch(p: &GemmProblem, epi: &Epilogue, splits: usize, entry: &str) -> Launch {
+fn reduce_launch(p: &GemmProblem, epi: &Epilogue, splits: usize, entry: &str, part: usize) -> Launch {
     let c = &p.c;
     let esz = c.dtype.size() as i64;
     let np = p.n + p.n % 2;
@@ -649,7 +1025,7 @@ extern "C" __global__ void {entry}(void* __restrict__ c, const float* __restrict
         crs = c.row_stride * esz,
     );
     let pairs = (p.batch * p.m * np / 2) as u64;
-    let mut args = vec![Arg::Ptr(c.tensor), Arg::Scratch(0)];
+    let mut args = vec![Arg::Ptr(c.tensor), Arg::Scratch(part)];
     args.extend(epi.args.iter().cloned());
     Launch::elementwise(source, entry, pairs, args)
 }
@@ -748,7 +1124,7 @@ mod tests {
     }
 
     fn identity() -> Epilogue {
-        Epilogue { code: "__device__ __forceinline__ float epilogue(float acc, long long b, long long r, long long c) { return acc; }\n".into(), ..Default::default() }
+        Epilogue::identity()
     }
 
     #[test]
@@ -761,6 +1137,12 @@ mod tests {
         assert!(reject(&p, &Target::sm80()).is_some());
         // k = 7: a row stride of 14 bytes cannot be a TMA stride.
         assert!(reject(&problem(1, 64, 64, 7, true, false, DataType::Bf16), &t).is_some());
+        // Decode: 64-wide tiles on 128 SMs instead of a 2-way split k with a reduce launch.
+        let d = choose(&problem(1, 16, 8192, 8192, true, false, DataType::Bf16), &t);
+        assert_eq!((d.bn, d.splits, d.tma_store, d.stages), (64, 1, true, 8));
+        // Fewer columns: 128-wide tiles and split k, as before.
+        let d = choose(&problem(1, 16, 2048, 8192, true, false, DataType::Bf16), &t);
+        assert_eq!((d.bn, d.splits > 1), (128, true));
     }
 
     #[test]
@@ -773,10 +1155,49 @@ mod tests {
         for (p, what) in [
             (problem(1, 8192, 8192, 8192, true, false, DataType::Bf16), "A K-major, B N-major"),
             (problem(3, 304, 200, 136, false, true, DataType::F32), "A M-major, B K-major, batched"),
+            (problem(1, 16, 8192, 8192, true, false, DataType::Bf16), "decode, BN 64"),
+            (problem(1, 40, 4296, 48, true, true, DataType::F32), "BN 64, B K-major, f32 out"),
         ] {
             let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel"));
             let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
             compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}: {e}"));
         }
+        // tf32: B N-major (a transpose launch first), B K-major, batched with split k.
+        for (p, what, launches) in [
+            (tf32_problem(problem(1, 8192, 8192, 8192, true, false, DataType::F32)), "tf32, B N-major", 2),
+            (tf32_problem(problem(1, 300, 200, 136, true, true, DataType::Bf16)), "tf32, B K-major", 1),
+            (tf32_problem(problem(2, 64, 64, 4096, true, false, DataType::F32)), "tf32, split", 3),
+        ] {
+            let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel ({:?})", reject(&p, &t)));
+            assert_eq!(k.launches.len(), launches, "{what}");
+            for l in &k.launches {
+                let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                compile_cubin(&src, &l.entry, &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
+    }
+
+    /// The problem with f32 inputs allowed to run as tf32.
+    fn tf32_problem(mut p: GemmProblem) -> GemmProblem {
+        p.a.dtype = DataType::F32;
+        p.b.dtype = DataType::F32;
+        p.allow_tf32 = true;
+        p
+    }
+
+    #[test]
+    fn tf32_takes_k_major_a_and_copies_n_major_b() {
+        let t = Target::sm90a();
+        let p = tf32_problem(problem(1, 8192, 8192, 8192, true, false, DataType::F32));
+        assert_eq!(reject(&p, &t), None);
+        assert!(b_transposed(&p));
+        let k = kernels(&p, &identity(), &t, "g").unwrap();
+        assert_eq!(k.scratch, vec![8192 * 8192 * 4]);
+        assert!(k.launches[1].source.contains("m64n256k8.f32.tf32.tf32"));
+        // Without the knob, f32 is not taken; A column-major is not either (no transpose of A).
+        assert!(reject(&GemmProblem { allow_tf32: false, ..p.clone() }, &t).is_some());
+        assert!(reject(&tf32_problem(problem(1, 256, 256, 256, false, false, DataType::F32)), &t).is_some());
+        // K not a multiple of 4: A's rows are not 16-byte aligned for TMA.
+        assert!(reject(&tf32_problem(problem(1, 64, 64, 70, true, false, DataType::F32)), &t).is_some());
     }
 }
