@@ -21,9 +21,12 @@
 //! 3. apply: the same slabs (walked backwards, so the rows launch 1 read last, likely still in
 //!    L2, come first), `y = (x - mean) * (inv * scale) + bias`.
 //!
-//! Pooling: one thread per output vector (n, p, q, 8 channels), reading its window with
-//! 16-byte loads (neighbouring windows overlap and hit L1/L2); max with the CPU's NaN rule
-//! (a NaN wins), averages summed in f32 with the CPU's divisors.
+//! Pooling, three kernels, the first that takes the shape: strips (windows overlapping along
+//! h: a block streams its input rows once through a shared-memory ring with `cp.async` and
+//! slides its output rows down them, see `pool_strip`), tiles (a thread computes a small
+//! tile of outputs, see `pool_tiled`), and one thread per output vector (n, p, q, 8
+//! channels) for big windows. Max with the CPU's NaN rule (a NaN wins), averages summed in
+//! f32 with the CPU's divisors.
 use crate::dtype::DataType;
 use crate::engine::cuda::engine::{Target, Unit};
 use crate::engine::cuda::fallback::{c_double, entry_name, type_suffix, Arg, Launch, NodeKernels};
@@ -49,7 +52,7 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     let sms = target.sm_count.max(1) as i64;
     let kernels = match &node.op {
         Op::Batchnorm(a) => batchnorm(graph, ni, node, a, sms).or_else(|| batchnorm_nchw(graph, ni, node, a, sms)),
-        Op::Resample(a) => pooling(graph, ni, node, a),
+        Op::Resample(a) => pooling(graph, ni, node, a, sms),
         Op::BatchnormInference(_) => bn_inference(graph, ni, node, sms),
         Op::Genstats(_) => genstats(graph, ni, node, sms).or_else(|| genstats_nchw(graph, ni, node, sms)),
         Op::BatchnormBackward(_) => norm_backward(graph, ni, node, false, sms),
@@ -708,7 +711,7 @@ extern "C" __global__ void __launch_bounds__(1024) {fin_entry}(const void* xv, c
 // Pooling
 // ----------------------------------------------------------------------------------------------
 
-fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<NodeKernels> {
+fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sms: i64) -> Option<NodeKernels> {
     let x = node.input("x")?;
     let y = node.output("y")?;
     let (xd, yd) = (graph.desc(x), graph.desc(y));
@@ -753,6 +756,9 @@ fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<N
     // 32-bit index arithmetic when every index and offset fits.
     let small = xd.element_count() < (1 << 30) && yd.element_count() < (1 << 30) && h + kh + a.stride[0] < (1 << 20) && w + kw + a.stride[1] < (1 << 20);
     let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
+    if let Some(launch) = pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, [x, y]) {
+        return Some(NodeKernels::one(launch));
+    }
     if let Some(launch) = pool_tiled(ni, a, xt, &helpers, [n, c, h, w, p, q], small, [x, y]) {
         return Some(NodeKernels::one(launch));
     }
@@ -826,6 +832,253 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}) {entry}(const void*
     Some(NodeKernels::one(launch))
 }
 
+/// Most bytes of one ring slot of the strip pooling kernel (one footprint row: the block's
+/// input columns, all channels).
+const STRIP_SLOT_BYTES: i64 = 16 * 1024;
+/// Most shared memory the ring of a strip block takes.
+const STRIP_RING_BYTES: i64 = 72 * 1024;
+/// Bytes of input rows a strip block aims to keep in flight.
+const STRIP_IN_FLIGHT: i64 = 32 * 1024;
+/// Most threads in a strip block (more items per row give each thread several).
+const STRIP_MAX_THREADS: i64 = 512;
+/// Most footprint rows one strip block walks (the row loop is unrolled).
+const STRIP_MAX_ROWS: i64 = 40;
+
+/// Strip pooling, for windows that overlap along h (`SH < KH`: an input row feeds several
+/// output rows). Block b owns RP output rows x QB output columns x all channels of one image
+/// (for the 3x3 stride-2 112x112 C=64 f16 workload: 7 rows x all 56 columns, 448 threads,
+/// 256 blocks, two per SM). It streams its input footprint row by row into a ring of ND
+/// shared-memory slots with 16-byte `cp.async` (each row segment, QB*SW+KW-SW positions of
+/// all channels, is contiguous in NHWC memory: the loads are whole 128-byte lines, ND-1 rows
+/// in flight per block, no registers held by them); thread (column j, channel vector v)
+/// reduces each row over its window's columns from shared memory and folds it into the
+/// accumulators of the (at most ceil(KH/SH)) output rows whose windows cover that row,
+/// storing an output as soon as its last row is in. Every input byte comes from DRAM once and
+/// from L2 once (blocks re-read only the rows where two strips meet: (RP-1)*SH+KH rows per
+/// RP*SH). Unaligned bases take element-wise copies into the ring and element-wise stores.
+/// Positions outside the image never reach the ring: the taps and rows that would read them
+/// are skipped (max's neutral -inf, sums' 0). None (the tiled kernel then) for windows
+/// that do not overlap along h, more than 8 taps along an axis, or rows too wide for a slot.
+///
+/// `FERRODNN_POOL_STRIP=RP,ND` (tuning only) overrides the rows per block and the ring depth.
+#[allow(clippy::too_many_arguments)]
+fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [i64; 6], sms: i64, xy: [TensorId; 2]) -> Option<Launch> {
+    let [n, c, h, w, p, q] = dims;
+    let es = xt.size() as i64;
+    let vec = 16 / es;
+    let cv = c / vec;
+    let (kh, kw, sh, sw) = (a.window[0], a.window[1], a.stride[0], a.stride[1]);
+    if sh >= kh || kh > 8 || kw > 8 || kh * kw > POOL_MAX_TAPS || cv < 1 {
+        return None;
+    }
+    if [n, c, h, w, p, q].iter().any(|&d| d >= 1 << 24) || n * p * q >= 1 << 31 {
+        return None;
+    }
+    // Output columns per block: as many as a slot holds (and at most 1024 items per row),
+    // then evened out over the blocks along q.
+    let positions = STRIP_SLOT_BYTES / (c * es);
+    if positions < kw {
+        return None;
+    }
+    let qb_max = ((positions - kw) / sw + 1).min(2 * STRIP_MAX_THREADS / cv).min(q);
+    if qb_max < 1 {
+        return None;
+    }
+    let nsq = ceil_div(q, qb_max);
+    let qb = ceil_div(q, nsq);
+    let items = qb * cv;
+    let ipt = ceil_div(items, STRIP_MAX_THREADS);
+    let threads = ceil_div(ceil_div(items, ipt), 32) * 32;
+    let fwb = (qb - 1) * sw + kw;
+    let slot = fwb * cv;
+    let slot_bytes = slot * 16;
+    let mut nd = (ceil_div(STRIP_IN_FLIGHT, slot_bytes) + 1).clamp(3, 8);
+    while nd > 2 && nd * slot_bytes > STRIP_RING_BYTES {
+        nd -= 1;
+    }
+    // Output rows per block: at least 4 (a strip re-reads the rows it shares with the next
+    // one), more while that leaves more than two blocks per SM.
+    let rp_max = ((STRIP_MAX_ROWS - kh) / sh + 1).clamp(1, 16);
+    let mut rp = 4.min(p).min(rp_max);
+    while rp < rp_max && rp < p && n * nsq * ceil_div(p, rp) > 2 * sms {
+        rp += 1;
+    }
+    if let Ok(v) = std::env::var("FERRODNN_POOL_STRIP") {
+        let parts: Vec<i64> = v.split(',').filter_map(|t| t.trim().parse().ok()).collect();
+        if let [r, d] = parts[..] {
+            rp = r.clamp(1, rp_max);
+            nd = d.clamp(2, 8);
+        }
+    }
+    let nsp = ceil_div(p, rp);
+    let fh = (rp - 1) * sh + kh;
+    let blocks = n * nsp * nsq;
+    if blocks >= 1 << 31 {
+        return None;
+    }
+    let (neg_inf, nan, max2) = max_words(xt);
+    let max = a.mode == ResampleMode::Max;
+    let (acc_decl, rowred, combine, finish) = if max {
+        (
+            "uint4 acc[IPT][RP];\n#pragma unroll\n    for (int i = 0; i < IPT; ++i)\n#pragma unroll\n        for (int o = 0; o < RP; ++o) acc[i][o] = make_uint4(NEG, NEG, NEG, NEG);",
+            "uint4 rs = make_uint4(NEG, NEG, NEG, NEG);\n#pragma unroll\n            for (int dw = 0; dw < KW; ++dw) {\n                const int ww = w0 + j * SW + dw;\n                if (rok && ww >= 0 && ww < W_) rs = vmax(rs, row[(j * SW + dw) * CV + v]);\n            }",
+            "acc[i][o] = vmax(acc[i][o], rs);",
+            // An empty window (all padding) is NaN, as on the CPU.
+            "st_raw(y + yo, aly, (nr > 0 && nc > 0) ? acc[i][o] : make_uint4(QNAN, QNAN, QNAN, QNAN));".to_string(),
+        )
+    } else {
+        let div = if a.mode == ResampleMode::AvgIncludePadding {
+            // Window clipped at the padded input's end (the start never passes the padding).
+            "(float)((min(oh + KH, H_ + POSTH) - oh) * (min(ow + KW, W_ + POSTW) - ow))"
+        } else {
+            // Real positions (0 for an empty window: 0 * inf = NaN, as the CPU's 0 / 0).
+            "(float)((nr > 0 && nc > 0) ? nr * nc : 0)"
+        };
+        (
+            "float acc[IPT][RP][VEC];\n#pragma unroll\n    for (int i = 0; i < IPT; ++i)\n#pragma unroll\n        for (int o = 0; o < RP; ++o)\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) acc[i][o][k] = 0.f;",
+            "float rs[VEC];\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) rs[k] = 0.f;\n#pragma unroll\n            for (int dw = 0; dw < KW; ++dw) {\n                const int ww = w0 + j * SW + dw;\n                if (rok && ww >= 0 && ww < W_) {\n                    float f[VEC];\n                    cvt_x(row[(j * SW + dw) * CV + v], f);\n#pragma unroll\n                    for (int k = 0; k < VEC; ++k) rs[k] += f[k];\n                }\n            }",
+            "{\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) acc[i][o][k] += rs[k];\n                    }",
+            format!(
+                "const float inv = 1.f / {div};\n                            float f[VEC];\n#pragma unroll\n                            for (int k = 0; k < VEC; ++k) f[k] = acc[i][o][k] * inv;\n                            st_y(y + yo, aly, f);"
+            ),
+        )
+    };
+    let entry = entry_name(ni, &format!("pool_nhwc_strip_{}", a.mode.name()));
+    let source = format!(
+        r#"{helpers}
+#define C_ {c}
+#define CV {cv}
+#define H_ {h}
+#define W_ {w}
+#define P_ {p}
+#define Q_ {q}
+#define KH {kh}
+#define KW {kw}
+#define SH {sh}
+#define SW {sw}
+#define PREH {preh}
+#define PREW {prew}
+#define POSTH {posth}
+#define POSTW {postw}
+// Output rows and columns per block, its footprint (rows, columns), blocks along p and q.
+#define RP {rp}
+#define QB {qb}
+#define FH {fh}
+#define FWB {fwb}
+#define NSP {nsp}
+#define NSQ {nsq}
+// Ring slots (rows), 16-byte vectors per slot, threads, items (column, channel vector) per
+// output row and per thread.
+#define ND {nd}
+#define SLOT {slot}
+#define NT {threads}
+#define ITEMS {items}
+#define IPT {ipt}
+#define NEG {neg_inf}
+#define QNAN {nan}
+__device__ __forceinline__ unsigned int max2(unsigned int a, unsigned int b) {{ {max2} }}
+__device__ __forceinline__ uint4 vmax(uint4 a, uint4 b) {{ return make_uint4(max2(a.x, b.x), max2(a.y, b.y), max2(a.z, b.z), max2(a.w, b.w)); }}
+__device__ __forceinline__ void st_raw(YT* p, bool al, uint4 u) {{
+    if (al) {{
+        *(uint4*)p = u;
+    }} else {{
+        const YT* e = (const YT*)&u;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) p[k] = e[k];
+    }}
+}}
+__device__ __forceinline__ void cp_async16(void* s, const void* g) {{
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(a), "l"(g) : "memory");
+}}
+__device__ __forceinline__ void cp_async_commit() {{ asm volatile("cp.async.commit_group;\n" ::: "memory"); }}
+template <int N> __device__ __forceinline__ void cp_async_wait() {{ asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }}
+// Footprint row r (when inside the image) into ring slot r % ND: its columns wlo..whi-1 of
+// all channels, contiguous in x. Always commits a group (empty past the footprint), so the
+// wait below counts rows.
+__device__ __forceinline__ void load_row(uint4* ring, const XT* xn, int r, int h0, int w0, int wlo, int nvec, bool alx) {{
+    const int hh = h0 + r;
+    if (r < FH && hh >= 0 && hh < H_) {{
+        uint4* dst = ring + (r % ND) * SLOT + (wlo - w0) * CV;
+        const XT* src = xn + ((i64)hh * W_ + wlo) * C_;
+        for (int k = threadIdx.x; k < nvec; k += NT) {{
+            if (alx) cp_async16(dst + k, src + (i64)k * VEC);
+            else dst[k] = ldx_raw(src + (i64)k * VEC, false);
+        }}
+    }}
+    cp_async_commit();
+}}
+extern "C" __global__ void __launch_bounds__(NT) {entry}(const void* __restrict__ xv, void* __restrict__ yv) {{
+    extern __shared__ uint4 ring[];
+    const XT* __restrict__ x = (const XT*)xv;
+    YT* __restrict__ y = (YT*)yv;
+    const bool alx = ((unsigned long long)x & 15) == 0;
+    const bool aly = ((unsigned long long)y & (YAL - 1)) == 0;
+    // Block = (n * NSP + strip along p) * NSQ + strip along q.
+    const int sq = blockIdx.x % NSQ;
+    const int bt = blockIdx.x / NSQ;
+    const int sp = bt % NSP;
+    const int n = bt / NSP;
+    const int p0 = sp * RP, q0 = sq * QB;
+    const int h0 = p0 * SH - PREH, w0 = q0 * SW - PREW;
+    const int wlo = max(w0, 0), whi = min(w0 + FWB, W_);
+    const int nvec = max(whi - wlo, 0) * CV;
+    const XT* xn = x + (i64)n * H_ * W_ * C_;
+    {acc_decl}
+#pragma unroll
+    for (int r = 0; r < ND - 1; ++r) load_row(ring, xn, r, h0, w0, wlo, nvec, alx);
+#pragma unroll
+    for (int r = 0; r < FH; ++r) {{
+        // Row r landed (ND-2 younger groups may still fly); every thread is done with row
+        // r-1, whose slot the load of row r+ND-1 takes.
+        cp_async_wait<ND - 2>();
+        __syncthreads();
+        load_row(ring, xn, r + ND - 1, h0, w0, wlo, nvec, alx);
+        const bool rok = h0 + r >= 0 && h0 + r < H_;
+        const uint4* row = ring + (r % ND) * SLOT;
+#pragma unroll
+        for (int i = 0; i < IPT; ++i) {{
+            const int it = threadIdx.x + i * NT;
+            if (it < ITEMS) {{
+                const int j = it / CV, v = it % CV;
+                // The row reduced over output column j's window.
+                {rowred}
+#pragma unroll
+                for (int o = 0; o < RP; ++o) {{
+                    // Output row o's window covers footprint rows o*SH .. o*SH+KH-1.
+                    if (r >= o * SH && r < o * SH + KH) {combine}
+                    if (r == o * SH + KH - 1) {{
+                        const int op = p0 + o, oq = q0 + j;
+                        if (op < P_ && oq < Q_) {{
+                            const int oh = op * SH - PREH, ow = oq * SW - PREW;
+                            const int nr = min(oh + KH, H_) - max(oh, 0), nc = min(ow + KW, W_) - max(ow, 0);
+                            const i64 yo = (((i64)n * P_ + op) * Q_ + oq) * C_ + v * VEC;
+                            {finish}
+                        }}
+                    }}
+                }}
+            }}
+        }}
+    }}
+}}
+"#,
+        preh = a.pre_padding[0],
+        prew = a.pre_padding[1],
+        posth = a.post_padding[0],
+        postw = a.post_padding[1],
+    );
+    Some(Launch {
+        source,
+        entry,
+        threads: (blocks * threads) as u64,
+        block: threads as u32,
+        exact_grid: Some((blocks as u32, 1, 1)),
+        shared_bytes: (nd * slot_bytes) as u32,
+        args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])],
+        cluster: None,
+    })
+}
+
 /// Threads a tiled pooling launch should have at least; smaller output tiles are taken until it
 /// has (a small image split into few big tiles would leave most SMs idle).
 const POOL_MIN_THREADS: i64 = 1024;
@@ -833,6 +1086,17 @@ const POOL_MIN_THREADS: i64 = 1024;
 const POOL_MAX_TAPS: i64 = 32;
 /// Most input positions (16-byte loads) one thread's tile reads.
 const POOL_MAX_FOOTPRINT: i64 = 64;
+
+/// For max pooling on raw 32-bit words of `xt`: the bit patterns of two elements' neutral
+/// value (-inf) and of a quiet NaN, and the body of `max2(a, b)` (a NaN wins, as the CPU's
+/// rule).
+fn max_words(xt: DataType) -> (&'static str, &'static str, &'static str) {
+    match xt {
+        DataType::F16 => ("0xfc00fc00u", "0x7e007e00u", "__half2 r = __hmax2_nan(*(const __half2*)&a, *(const __half2*)&b); return *(const unsigned int*)&r;"),
+        DataType::Bf16 => ("0xff80ff80u", "0x7fc07fc0u", "__nv_bfloat162 r = __hmax2_nan(*(const __nv_bfloat162*)&a, *(const __nv_bfloat162*)&b); return *(const unsigned int*)&r;"),
+        _ => ("0xff800000u", "0x7fc00000u", "const float x = __uint_as_float(a), y = __uint_as_float(b); return (y > x || y != y) ? b : a;"),
+    }
+}
 
 /// Tiled pooling: each thread computes a PT x QT tile of outputs for one vector of channels.
 /// It walks the tile's input footprint ((PT-1)*SH+KH rows of (QT-1)*SW+KW positions) row by
@@ -869,17 +1133,7 @@ fn pool_tiled(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
     let (ntp, ntq) = (ceil_div(p, pt), ceil_div(q, qt));
     let total = n * ntp * ntq * cv;
     let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
-    // Bit patterns of two elements: the max's neutral value (-inf) and a quiet NaN.
-    let (neg_inf, nan) = match xt {
-        DataType::F16 => ("0xfc00fc00u", "0x7e007e00u"),
-        DataType::Bf16 => ("0xff80ff80u", "0x7fc07fc0u"),
-        _ => ("0xff800000u", "0x7fc00000u"),
-    };
-    let max2 = match xt {
-        DataType::F16 => "__half2 r = __hmax2_nan(*(const __half2*)&a, *(const __half2*)&b); return *(const unsigned int*)&r;",
-        DataType::Bf16 => "__nv_bfloat162 r = __hmax2_nan(*(const __nv_bfloat162*)&a, *(const __nv_bfloat162*)&b); return *(const unsigned int*)&r;",
-        _ => "const float x = __uint_as_float(a), y = __uint_as_float(b); return (y > x || y != y) ? b : a;",
-    };
+    let (neg_inf, nan, max2) = max_words(xt);
     let max = a.mode == ResampleMode::Max;
     let (acc_decl, neutral, rowred, combine, finish) = if max {
         (
