@@ -332,6 +332,17 @@ pub(super) fn cases() -> Vec<Case> {
     v.push(pool_bwd("global", DataType::Bf16, &[2, 64, 7, 7], L::Last, ResampleMode::AvgExcludePadding, [7, 7], [1, 1], [0, 0], [0, 0]));
     v.push(pool_bwd("c12_fallback", DataType::F16, &[2, 12, 7, 7], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
     v.push(pool_bwd("padded_fallback", DataType::F16, &[2, 16, 7, 7], L::PaddedLast, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    // NHWC instancenorm with many images: the group-parallel finalize (32 groups per block,
+    // one warp each; forward split over blockIdx.y, backward walking groups 32 at a time), a
+    // partial last group block (40 images), several statistics blocks per image (34 images
+    // of 576 positions, f32 C = 8).
+    for dt in TYPES {
+        v.push(in_fwd(dt, true, &[40, 16, 3, 5], L::Last));
+        v.push(norm_bwd(true, dt, None, &[40, 16, 3, 5], L::Last));
+    }
+    v.push(in_fwd(DataType::F32, true, &[34, 8, 24, 24], L::Last));
+    v.push(in_fwd(DataType::Bf16, false, &[34, 8, 24, 24], L::Last));
+    v.push(norm_bwd(true, DataType::F32, None, &[34, 8, 24, 24], L::Last));
     // Mixed dx type for batchnorm backward.
     v.push(norm_bwd(false, DataType::Bf16, Some(DataType::F32), &[3, 16, 5, 7], L::Last));
     v.push(norm_bwd(false, DataType::F32, Some(DataType::F16), &[3, 16, 5, 8], L::First));

@@ -1496,6 +1496,84 @@ extern "C" __global__ void __launch_bounds__(1024) @entry@(@params@) {
     )
 }
 
+/// The finalize pass for statistics per group and channel when there are several groups
+/// (instancenorm on NHWC: one group per image). `chan_finalize` walks the groups one after
+/// another, each a round of dependent global loads and block barriers (32 images: most of the
+/// NHWC instancenorm's time); here 32 channels per block and the block's 32 warps take GPP
+/// groups at once (SEGS = 32 / GPP warps per group, each summing every SEGS-th partial of the
+/// group in order; the group's first warp adds the SEGS sums in order and runs `per_group`).
+/// With `split` (no `per_channel`), blockIdx.y takes its own GPP groups; else the block walks
+/// all the groups GPP at a time, and `per_channel` sees `a0`, `a1` summed over the groups in a
+/// fixed order (per group lane over its groups, then over the lanes). Returns the source and
+/// the grid.
+#[allow(clippy::too_many_arguments)]
+fn chan_finalize_groups(defs: &str, entry: &str, params: &str, per_group: &str, per_channel: &str, groups: i64, c: i64, split: bool) -> (String, (u32, u32, u32)) {
+    let gpp = 1i64 << (63 - groups.clamp(1, 32).leading_zeros());
+    let gy = if split { ceil_div(groups, gpp) } else { 1 };
+    let source = super::rows::fill(
+        r#"@defs@
+#define GPP @gpp@
+#define SEGS (32 / GPP)
+#define SPLIT @split@
+extern "C" __global__ void __launch_bounds__(1024) @entry@(@params@) {
+    __shared__ double fin_s[32][33], fin_q[32][33];
+    const int ln = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int seg = w % SEGS, gl = w / SEGS;
+    const i64 c = (i64)blockIdx.x * 32 + ln;
+    double a0 = 0.0, a1 = 0.0;
+    (void)a0;
+    (void)a1;
+    const i64 gbeg = SPLIT ? (i64)blockIdx.y * GPP : 0;
+    const i64 gend = SPLIT ? min(gbeg + GPP, G_) : G_;
+    for (i64 g0 = gbeg; g0 < gend; g0 += GPP) {
+        const i64 g = g0 + gl;
+        double s = 0.0, q = 0.0;
+        if (c < C_ && g < gend) {
+#pragma unroll 8
+            for (int b = seg; b < NBLK; b += SEGS) {
+                const i64 bi = g * NBLK + b;
+                s += (double)part[bi * C_ + c];
+                q += (double)part[((i64)G_ * NBLK + bi) * C_ + c];
+            }
+        }
+        fin_s[w][ln] = s;
+        fin_q[w][ln] = q;
+        __syncthreads();
+        if (seg == 0 && c < C_ && g < gend) {
+            s = 0.0;
+            q = 0.0;
+            for (int k = 0; k < SEGS; ++k) { s += fin_s[gl * SEGS + k][ln]; q += fin_q[gl * SEGS + k][ln]; }
+            const double n = (double)P_;
+            (void)n;
+@per_group@
+        }
+        __syncthreads();
+    }
+    if (!SPLIT) {
+        if (seg == 0) { fin_s[gl][ln] = a0; fin_q[gl][ln] = a1; }
+        __syncthreads();
+        if (w == 0 && c < C_) {
+            a0 = 0.0;
+            a1 = 0.0;
+            for (int k = 0; k < GPP; ++k) { a0 += fin_s[k][ln]; a1 += fin_q[k][ln]; }
+@per_channel@
+        }
+    }
+}
+"#,
+        &[
+            ("defs", defs.into()),
+            ("gpp", gpp.to_string()),
+            ("split", (split as i32).to_string()),
+            ("entry", entry.into()),
+            ("params", params.into()),
+            ("per_group", per_group.into()),
+            ("per_channel", per_channel.into()),
+        ],
+    );
+    (source, (ceil_div(c, 32) as u32, gy as u32, 1))
+}
+
 /// The NHWC apply pass: the statistics pass's slabs walked backwards (its last rows are the
 /// likeliest still in L2); per channel vector, NCO coefficients `cf[m][k]` from
 /// `co[m][G][C]`; each output element `formula` of x's `f[k]` (and dy's `d[k]`).
@@ -1838,13 +1916,17 @@ fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64
         );
         let accum = "                        const float xh = (f[k] - M[k]) * R[k];\n                        s[k] += d[k];\n                        q[k] = fmaf(d[k], xh, q[k]);";
         let stats = chan_stats(&defs, &stats_entry, ", const void* mn, const void* iv", true, &setup, accum);
-        let fin = chan_finalize(&defs, &fin_entry, fin_params, &per_group, &per_channel);
+        let (fin, fin_grid) = if groups > 1 {
+            chan_finalize_groups(&defs, &fin_entry, fin_params, &per_group, &per_channel, groups, c, false)
+        } else {
+            (chan_finalize(&defs, &fin_entry, fin_params, &per_group, &per_channel), (ceil_div(c, 32) as u32, 1, 1))
+        };
         let apply = chan_apply(&defs, &apply_entry, true, 4, "fmaf(cf[1][k], d[k], fmaf(cf[2][k], f[k] - cf[0][k], cf[3][k]))");
         let scratch = vec![(2 * geom.grid() * c * 4) as usize, (4 * groups * c * 4) as usize];
         return Some(NodeKernels {
             launches: vec![
                 exact(stats, stats_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Ptr(mean), Arg::Ptr(inv), Arg::Scratch(0)]),
-                exact(fin, fin_entry, ceil_div(c, 32), 1024, fin_args),
+                Launch { exact_grid: Some(fin_grid), ..exact(fin, fin_entry, 1, 1024, fin_args) },
                 exact(apply, apply_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Scratch(1), Arg::Ptr(dx)]),
             ],
             scratch,
@@ -1922,12 +2004,16 @@ fn instancenorm_nhwc(graph: &Graph, ni: usize, node: &Node, eps: f64, sms: i64) 
         ls = sc.ld("sc", "0", "c"),
         lb = bi.ld("bi", "0", "c"),
     );
-    let fin = chan_finalize(&defs, &fin_entry, &fin_params, &per_group, "");
+    let (fin, fin_grid) = if n0 > 1 {
+        chan_finalize_groups(&defs, &fin_entry, &fin_params, &per_group, "", n0, c, true)
+    } else {
+        (chan_finalize(&defs, &fin_entry, &fin_params, &per_group, ""), (ceil_div(c, 32) as u32, 1, 1))
+    };
     let apply = chan_apply(&defs, &apply_entry, false, 3, "fmaf(f[k] - cf[0][k], cf[1][k], cf[2][k])");
     Some(NodeKernels {
         launches: vec![
             exact(stats_src, stats_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Scratch(0)]),
-            exact(fin, fin_entry, ceil_div(c, 32), 1024, fin_args),
+            Launch { exact_grid: Some(fin_grid), ..exact(fin, fin_entry, 1, 1024, fin_args) },
             exact(apply, apply_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Scratch(1), Arg::Ptr(y)]),
         ],
         scratch: vec![(2 * geom.grid() * c * 4) as usize, (3 * n0 * c * 4) as usize],
