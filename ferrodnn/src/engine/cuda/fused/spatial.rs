@@ -2243,8 +2243,13 @@ fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) ->
         return None;
     }
     let cv = c / vec;
+    // 32-bit index arithmetic when every index and offset fits (as the forward kernels).
+    let small = xd.element_count() < (1 << 30) && dyd.element_count() < (1 << 30) && h + kh + sh < (1 << 20) && w + kw + sw < (1 << 20);
+    let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
+    // Most outputs along h (w) whose windows cover one input position.
+    let (nph, nqw) = (ceil_div(kh, sh), ceil_div(kw, sw));
     let defs = format!(
-        "{helpers}\n#define C_ {c}LL\n#define CV {cv}LL\n#define H_ {h}LL\n#define W_ {w}LL\n#define P_ {p}LL\n#define Q_ {q}LL\n#define KH {kh}LL\n#define KW {kw}LL\n#define SH {sh}LL\n#define SW {sw}LL\n#define PREH {preh}LL\n#define PREW {prew}LL\n#define POSTH {posth}LL\n#define POSTW {postw}LL\n// VEC argmax bytes of one output vector.\ntypedef {ity} IDXW;\nunion IdxV {{ IDXW u; unsigned char b[VEC]; }};\n",
+        "{helpers}\ntypedef {iu} IU;\ntypedef {is} IS;\n#define C_ {c}{sfx}\n#define CV {cv}{sfx}\n#define H_ {h}{sfx}\n#define W_ {w}{sfx}\n#define P_ {p}{sfx}\n#define Q_ {q}{sfx}\n#define KH {kh}{sfx}\n#define KW {kw}{sfx}\n#define SH {sh}{sfx}\n#define SW {sw}{sfx}\n#define PREH {preh}{sfx}\n#define PREW {prew}{sfx}\n#define POSTH {posth}{sfx}\n#define POSTW {postw}{sfx}\n#define NPH {nph}\n#define NQW {nqw}\n// VEC argmax bytes of one output vector.\ntypedef {ity} IDXW;\nunion IdxV {{ IDXW u; unsigned char b[VEC]; }};\n",
         preh = a.pre_padding[0],
         prew = a.pre_padding[1],
         posth = a.post_padding[0],
@@ -2261,25 +2266,27 @@ fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) ->
 extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv, IDXW* idx) {
     const XT* x = (const XT*)xv;
     const bool al = ((unsigned long long)x & 15) == 0;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < @outs@LL; i += (i64)gridDim.x * blockDim.x) {
+    for (IU i = (IU)blockIdx.x * blockDim.x + threadIdx.x; i < (IU)@outs@LL; i += (IU)gridDim.x * blockDim.x) {
         // Output vector i = ((n * P + p) * Q + q) * CV + v.
-        const i64 v = i % CV;
-        i64 t = i / CV;
-        const i64 oq = t % Q_;
-        t /= Q_;
-        const i64 op = t % P_;
-        const i64 on = t / P_;
-        const i64 h0 = op * SH - PREH, w0 = oq * SW - PREW;
+        const IS v = (IS)(i % (IU)CV);
+        IU t = i / (IU)CV;
+        const IS oq = (IS)(t % (IU)Q_);
+        t /= (IU)Q_;
+        const IS op = (IS)(t % (IU)P_);
+        const IS on = (IS)(t / (IU)P_);
+        const IS h0 = op * SH - PREH, w0 = oq * SW - PREW;
         const XT* base = x + on * (H_ * W_ * C_) + v * VEC;
         float best[VEC];
         IdxV r;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) { best[k] = 0.f; r.b[k] = 255; }
-        for (i64 dh = 0; dh < KH; ++dh) {
-            const i64 hh = h0 + dh;
+@unroll@
+        for (IS dh = 0; dh < KH; ++dh) {
+            const IS hh = h0 + dh;
             if (hh < 0 || hh >= H_) continue;
-            for (i64 dw = 0; dw < KW; ++dw) {
-                const i64 ww = w0 + dw;
+@unroll@
+            for (IS dw = 0; dw < KW; ++dw) {
+                const IS ww = w0 + dw;
                 if (ww < 0 || ww >= W_) continue;
                 float f[VEC];
                 cvt_x(ldx_raw(base + (hh * W_ + ww) * C_, al), f);
@@ -2295,7 +2302,7 @@ extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv, IDXW* 
     }
 }
 "#,
-            &[("defs", defs.clone()), ("entry", entry.clone()), ("outs", outs.to_string())],
+            &[("defs", defs.clone()), ("entry", entry.clone()), ("outs", outs.to_string()), ("unroll", if kh * kw <= 32 { "#pragma unroll" } else { "#pragma unroll 1" }.into())],
         );
         launches.push(strided(source, entry, outs, vec![Arg::Ptr(x), Arg::Scratch(0)]));
         scratch.push((outs * vec) as usize);
@@ -2304,15 +2311,16 @@ extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv, IDXW* 
         (
             ", const IDXW* idx",
             Some(Arg::Scratch(0)),
-            "                IdxV r;\n                r.u = idx[o / VEC];\n                const unsigned char tap = (unsigned char)((h - oh) * KW + (w - ow));\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) if (r.b[k] == tap) acc[k] += g[k];\n".to_string(),
+            "                        IdxV r;\n                        r.u = idx[o / VEC];\n                        const unsigned char tap = (unsigned char)((h - oh) * KW + (w - ow));\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) if (r.b[k] == tap) acc[k] += g[k];\n".to_string(),
         )
     } else {
         let div = if a.mode == ResampleMode::AvgIncludePadding {
             "(float)((min(oh + KH, H_ + POSTH) - oh) * (min(ow + KW, W_ + POSTW) - ow))"
         } else {
-            "(float)((min(oh + KH, H_) - max(oh, 0LL)) * (min(ow + KW, W_) - max(ow, 0LL)))"
+            "(float)((min(oh + KH, H_) - max(oh, (IS)0)) * (min(ow + KW, W_) - max(ow, (IS)0)))"
         };
-        ("", None, format!("                const float div = {div};\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) acc[k] += g[k] / div;\n"))
+        // One division per covering output (not per element).
+        ("", None, format!("                        const float inv = 1.f / {div};\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) acc[k] = fmaf(g[k], inv, acc[k]);\n"))
     };
     let entry = entry_name(ni, &format!("pool_bwd_{}", a.mode.name()));
     let total = n * h * w * cv;
@@ -2322,35 +2330,52 @@ extern "C" __global__ void __launch_bounds__(256) @entry@(const void* dyv@idxp@,
     const XT* dy = (const XT*)dyv;
     YT* dx = (YT*)dxv;
     const bool al = ((unsigned long long)dy & 15) == 0 && ((unsigned long long)dx & 15) == 0;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < @total@LL; i += (i64)gridDim.x * blockDim.x) {
+    for (IU i = (IU)blockIdx.x * blockDim.x + threadIdx.x; i < (IU)@total@LL; i += (IU)gridDim.x * blockDim.x) {
         // Input vector i = ((n * H + h) * W + w) * CV + v.
-        const i64 v = i % CV;
-        i64 t = i / CV;
-        const i64 w = t % W_;
-        t /= W_;
-        const i64 h = t % H_;
-        const i64 n = t / H_;
-        // Outputs whose windows cover (h, w): p * SH - PREH <= h < p * SH - PREH + KH.
-        const i64 ah = h + PREH - KH + 1, aw = w + PREW - KW + 1;
-        const i64 plo = ah <= 0 ? 0 : (ah + SH - 1) / SH, phi = min(P_ - 1, (h + PREH) / SH);
-        const i64 qlo = aw <= 0 ? 0 : (aw + SW - 1) / SW, qhi = min(Q_ - 1, (w + PREW) / SW);
+        const IS v = (IS)(i % (IU)CV);
+        IU t = i / (IU)CV;
+        const IS w = (IS)(t % (IU)W_);
+        t /= (IU)W_;
+        const IS h = (IS)(t % (IU)H_);
+        const IS n = (IS)(t / (IU)H_);
+        // Outputs whose windows cover (h, w): p * SH - PREH <= h < p * SH - PREH + KH (at most
+        // NPH of them along h, NQW along w: fixed trip counts, so every dy load of the
+        // position can be in flight at once).
+        const IS ah = h + PREH - KH + 1, aw = w + PREW - KW + 1;
+        const IS plo = ah <= 0 ? 0 : (ah + SH - 1) / SH, phi = min(P_ - 1, (h + PREH) / SH);
+        const IS qlo = aw <= 0 ? 0 : (aw + SW - 1) / SW, qhi = min(Q_ - 1, (w + PREW) / SW);
         float acc[VEC];
 #pragma unroll
         for (int k = 0; k < VEC; ++k) acc[k] = 0.f;
-        for (i64 p = plo; p <= phi; ++p) {
-            const i64 oh = p * SH - PREH;
-            for (i64 q = qlo; q <= qhi; ++q) {
-                const i64 ow = q * SW - PREW;
-                const i64 o = ((n * P_ + p) * Q_ + q) * C_ + v * VEC;
-                float g[VEC];
-                cvt_x(ldx_raw(dy + o, al), g);
-@take@            }
+@unroll@
+        for (int a = 0; a < NPH; ++a) {
+            const IS p = plo + a;
+            if (p <= phi) {
+                const IS oh = p * SH - PREH;
+@unroll@
+                for (int b = 0; b < NQW; ++b) {
+                    const IS q = qlo + b;
+                    if (q <= qhi) {
+                        const IS ow = q * SW - PREW;
+                        const IS o = ((n * P_ + p) * Q_ + q) * C_ + v * VEC;
+                        float g[VEC];
+                        cvt_x(ldx_raw(dy + o, al), g);
+@take@                    }
+                }
+            }
         }
-        st_y(dx + i * VEC, al, acc);
+        st_y(dx + (IS)i * VEC, al, acc);
     }
 }
 "#,
-        &[("defs", defs), ("entry", entry.clone()), ("idxp", idx_param.into()), ("total", total.to_string()), ("take", take)],
+        &[
+            ("defs", defs),
+            ("entry", entry.clone()),
+            ("idxp", idx_param.into()),
+            ("total", total.to_string()),
+            ("take", take),
+            ("unroll", if nph * nqw <= 64 { "#pragma unroll" } else { "#pragma unroll 1" }.into()),
+        ],
     );
     let mut args = vec![Arg::Ptr(dy)];
     args.extend(idx_arg);
