@@ -1323,12 +1323,15 @@ struct ChanGeom {
 }
 
 impl ChanGeom {
-    fn new(c: i64, vec: i64, groups: i64, positions: i64, sms: i64) -> ChanGeom {
+    /// `per_sm`: the blocks per SM the kernels' launch bounds promise; the grid (groups times
+    /// blocks per group) stays within one wave of them (a few blocks of a second wave would
+    /// double the pass's time for a sliver of its work).
+    fn new(c: i64, vec: i64, groups: i64, positions: i64, sms: i64, per_sm: i64) -> ChanGeom {
         let cv = c / vec;
         let lanes = cv.min(BN_THREADS);
         let rows = (BN_THREADS / lanes).max(1);
         let block = lanes * rows;
-        let want = ceil_div(sms * BN_BLOCKS_PER_SM, groups).min(ceil_div(positions, rows * UNROLL)).max(1);
+        let want = (sms * per_sm / groups).min(ceil_div(positions, rows * UNROLL)).max(1);
         let slab = ceil_div(positions, want);
         let nblk = ceil_div(positions, slab);
         ChanGeom { c, cv, lanes, rows, block, groups, positions, slab, nblk }
@@ -1907,7 +1910,8 @@ fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64
     let apply_entry = entry_name(ni, &format!("{what}_bwd_apply"));
     if channels_last(&xd.dims, &xd.strides, instance) && c % vec == 0 {
         let positions = total / c / groups;
-        let geom = ChanGeom::new(c, vec, groups, positions, sms);
+        // The dy kernels are bounded to 2 blocks per SM (batchnorm keeps its grid of 4 per SM).
+        let geom = ChanGeom::new(c, vec, groups, positions, sms, if groups > 1 { 2 } else { BN_BLOCKS_PER_SM });
         let defs = geom.defs(&helpers);
         let setup = format!(
             "            float M[VEC], R[VEC];\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) {{\n                const i64 ch = (i64)v * VEC + k;\n                M[k] = (float){};\n                R[k] = (float){};\n            }}",
@@ -1982,7 +1986,7 @@ fn instancenorm_nhwc(graph: &Graph, ni: usize, node: &Node, eps: f64, sms: i64) 
         _ => return None,
     };
     let positions = xd.element_count() / c / n0;
-    let geom = ChanGeom::new(c, vec, n0, positions, sms);
+    let geom = ChanGeom::new(c, vec, n0, positions, sms, BN_BLOCKS_PER_SM);
     let defs = geom.defs(&helpers);
     let stats_entry = entry_name(ni, "in_nhwc_stats");
     let fin_entry = entry_name(ni, "in_nhwc_finalize");
