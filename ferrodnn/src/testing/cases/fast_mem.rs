@@ -329,6 +329,17 @@ pub(super) fn cases() -> Vec<Case> {
         }
     }
     v.push(pool_bwd("3x3s2p1", DataType::F16, &[4, 64, 28, 28], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    // Max pooling backward with the strip kernel's argmax (windows overlapping along h): several
+    // strips along p with a partial last one, several blocks along q (C = 512 f16), two items
+    // per thread (C = 16 f32, Q = 150), a stride-1 window; the benchmark's geometry on one
+    // 56x56 image in every mode (the gather with up to 2x2 covering outputs).
+    v.push(pool_bwd("strip_rows", DataType::F16, &[2, 64, 29, 30], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    v.push(pool_bwd("strip_cols", DataType::F16, &[1, 512, 13, 29], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    v.push(pool_bwd("strip_ipt2", DataType::F32, &[1, 16, 5, 300], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    v.push(pool_bwd("strip_s1", DataType::Bf16, &[2, 8, 19, 10], L::Last, ResampleMode::Max, [3, 3], [1, 1], [1, 1], [1, 1]));
+    for mode in modes {
+        v.push(pool_bwd("bench", DataType::F16, &[1, 64, 56, 56], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
+    }
     v.push(pool_bwd("global", DataType::Bf16, &[2, 64, 7, 7], L::Last, ResampleMode::AvgExcludePadding, [7, 7], [1, 1], [0, 0], [0, 0]));
     v.push(pool_bwd("c12_fallback", DataType::F16, &[2, 12, 7, 7], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
     v.push(pool_bwd("padded_fallback", DataType::F16, &[2, 16, 7, 7], L::PaddedLast, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));

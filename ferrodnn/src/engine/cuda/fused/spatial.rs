@@ -59,7 +59,7 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
         Op::InstancenormBackward(_) => norm_backward(graph, ni, node, true, sms),
         Op::Instancenorm(a) => instancenorm_nhwc(graph, ni, node, a.epsilon, sms),
         Op::BnFinalize(a) => bn_finalize(graph, ni, node, a),
-        Op::ResampleBackward(a) => pooling_backward(graph, ni, node, a),
+        Op::ResampleBackward(a) => pooling_backward(graph, ni, node, a, sms),
         _ => None,
     };
     Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect(), unaligned: None }))
@@ -756,7 +756,7 @@ fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sms: i64) -
     // 32-bit index arithmetic when every index and offset fits.
     let small = xd.element_count() < (1 << 30) && yd.element_count() < (1 << 30) && h + kh + a.stride[0] < (1 << 20) && w + kw + a.stride[1] < (1 << 20);
     let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
-    if let Some(launch) = pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, [x, y]) {
+    if let Some(launch) = pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, false, vec![Arg::Ptr(x), Arg::Ptr(y)]) {
         return Some(NodeKernels::one(launch));
     }
     if let Some(launch) = pool_tiled(ni, a, xt, &helpers, [n, c, h, w, p, q], small, [x, y]) {
@@ -862,7 +862,7 @@ const STRIP_MAX_ROWS: i64 = 40;
 ///
 /// `FERRODNN_POOL_STRIP=RP,ND` (tuning only) overrides the rows per block and the ring depth.
 #[allow(clippy::too_many_arguments)]
-fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [i64; 6], sms: i64, xy: [TensorId; 2]) -> Option<Launch> {
+fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [i64; 6], sms: i64, argmax: bool, args: Vec<Arg>) -> Option<Launch> {
     let [n, c, h, w, p, q] = dims;
     let es = xt.size() as i64;
     let vec = 16 / es;
@@ -918,7 +918,17 @@ fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
     }
     let (neg_inf, nan, max2) = max_words(xt);
     let max = a.mode == ResampleMode::Max;
-    let (acc_decl, rowred, combine, finish) = if max {
+    let (acc_decl, rowred, combine, finish) = if argmax {
+        (
+            "float best[IPT][RP][VEC];\n    unsigned int tap[IPT][RP][VEC];\n#pragma unroll\n    for (int i = 0; i < IPT; ++i)\n#pragma unroll\n        for (int o = 0; o < RP; ++o)\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) { best[i][o][k] = 0.f; tap[i][o][k] = 255u; }",
+            // The row's first maximal real element per channel (a NaN beats any number), and
+            // its column in the window (-1: none).
+            "float rb[VEC];\n                int rd[VEC];\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) { rb[k] = 0.f; rd[k] = -1; }\n#pragma unroll\n                for (int dw = 0; dw < KW; ++dw) {\n                    const int ww = w0 + j * SW + dw;\n                    if (rok && ww >= 0 && ww < W_) {\n                        float f[VEC];\n                        cvt_x(row[(j * SW + dw) * CV + v], f);\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) {\n                            const float e = f[k], b = rb[k];\n                            if (rd[k] < 0 || e > b || (e != e && b == b)) { rb[k] = e; rd[k] = dw; }\n                        }\n                    }\n                }",
+            // Rows come in window order, so the CPU's row-major first maximum.
+            "{\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) {\n                            const float e = rb[k], b = best[i][o][k];\n                            if (rd[k] >= 0 && (tap[i][o][k] == 255u || e > b || (e != e && b == b))) { best[i][o][k] = e; tap[i][o][k] = (unsigned int)((r - o * SH) * KW + rd[k]); }\n                        }\n                    }",
+            "IdxV u;\n#pragma unroll\n                            for (int k = 0; k < VEC; ++k) u.b[k] = (unsigned char)tap[i][o][k];\n                            ((IDXW*)yv)[yo / VEC] = u.u;\n                            (void)nr;\n                            (void)nc;\n                            (void)aly;".to_string(),
+        )
+    } else if max {
         (
             "uint4 acc[IPT][RP];\n#pragma unroll\n    for (int i = 0; i < IPT; ++i)\n#pragma unroll\n        for (int o = 0; o < RP; ++o) acc[i][o] = make_uint4(NEG, NEG, NEG, NEG);",
             "uint4 rs = make_uint4(NEG, NEG, NEG, NEG);\n#pragma unroll\n            for (int dw = 0; dw < KW; ++dw) {\n                const int ww = w0 + j * SW + dw;\n                if (rok && ww >= 0 && ww < W_) rs = vmax(rs, row[(j * SW + dw) * CV + v]);\n            }",
@@ -943,10 +953,12 @@ fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
             ),
         )
     };
-    let entry = entry_name(ni, &format!("pool_nhwc_strip_{}", a.mode.name()));
+    let entry = if argmax { entry_name(ni, "pool_bwd_argmax_strip") } else { entry_name(ni, &format!("pool_nhwc_strip_{}", a.mode.name())) };
+    // The argmax bytes (window taps) of one output vector.
+    let idx_defs = if argmax { format!("typedef {} IDXW;\nunion IdxV {{ IDXW u; unsigned char b[VEC]; }};\n", if vec == 8 { "unsigned long long" } else { "unsigned int" }) } else { String::new() };
     let source = format!(
         r#"{helpers}
-#define C_ {c}
+{idx_defs}#define C_ {c}
 #define CV {cv}
 #define H_ {h}
 #define W_ {w}
@@ -1074,7 +1086,7 @@ extern "C" __global__ void __launch_bounds__(NT) {entry}(const void* __restrict_
         block: threads as u32,
         exact_grid: Some((blocks as u32, 1, 1)),
         shared_bytes: (nd * slot_bytes) as u32,
-        args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])],
+        args,
         cluster: None,
     })
 }
@@ -2222,7 +2234,7 @@ fn bn_finalize(graph: &Graph, ni: usize, node: &Node, a: &BnFinalizeAttrs) -> Op
 /// in row-major order, a NaN beating any number) and stores its window tap as a byte to
 /// scratch (`[N, P, Q, C]`); the gather launch adds dy of each covering output whose argmax
 /// is this position. Each x, dy and dx element moves once; the argmax bytes once each way.
-fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<NodeKernels> {
+fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sms: i64) -> Option<NodeKernels> {
     let dy = node.input("dy")?;
     let x = node.input("x")?;
     let dx = node.output("dx")?;
@@ -2263,7 +2275,12 @@ fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) ->
     let mut launches = Vec::new();
     let mut scratch = Vec::new();
     let outs = n * p * q * cv;
-    if max {
+    // The strip kernel's argmax mode where it takes the shape (windows overlapping along h).
+    let strip = if max { pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, true, vec![Arg::Ptr(x), Arg::Scratch(0)]) } else { None };
+    if let Some(launch) = strip {
+        launches.push(launch);
+        scratch.push((outs * vec) as usize);
+    } else if max {
         let entry = entry_name(ni, "pool_bwd_argmax");
         let source = super::rows::fill(
             r#"@defs@
