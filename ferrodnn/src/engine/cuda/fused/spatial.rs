@@ -860,6 +860,10 @@ const STRIP_MAX_ROWS: i64 = 40;
 /// are skipped (max's neutral -inf, sums' 0). None (the tiled kernel then) for windows
 /// that do not overlap along h, more than 8 taps along an axis, or rows too wide for a slot.
 ///
+/// With `argmax` (max pooling backward), each output vector's window taps of the CPU's
+/// maximum (the first maximal real element in row-major window order, a NaN beating any
+/// number; 255 for an empty window) go to an index buffer (`args[1]`) as VEC bytes instead.
+///
 /// `FERRODNN_POOL_STRIP=RP,ND` (tuning only) overrides the rows per block and the ring depth.
 #[allow(clippy::too_many_arguments)]
 fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [i64; 6], sms: i64, argmax: bool, args: Vec<Arg>) -> Option<Launch> {
@@ -2234,6 +2238,9 @@ fn bn_finalize(graph: &Graph, ni: usize, node: &Node, a: &BnFinalizeAttrs) -> Op
 /// in row-major order, a NaN beating any number) and stores its window tap as a byte to
 /// scratch (`[N, P, Q, C]`); the gather launch adds dy of each covering output whose argmax
 /// is this position. Each x, dy and dx element moves once; the argmax bytes once each way.
+/// The argmax comes from the strip kernel (`pool_strip`) where the window overlaps along h.
+/// The gather walks at most ceil(KH/SH) x ceil(KW/SW) covering outputs in fixed-count
+/// unrolled loops (all their dy loads in flight at once), 32-bit indices where they fit.
 fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sms: i64) -> Option<NodeKernels> {
     let dy = node.input("dy")?;
     let x = node.input("x")?;
