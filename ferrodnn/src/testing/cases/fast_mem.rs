@@ -329,9 +329,31 @@ pub(super) fn cases() -> Vec<Case> {
         }
     }
     v.push(pool_bwd("3x3s2p1", DataType::F16, &[4, 64, 28, 28], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    // Max pooling backward with the strip kernel's argmax (windows overlapping along h): several
+    // strips along p with a partial last one, several blocks along q (C = 512 f16), two items
+    // per thread (C = 16 f32, Q = 150), a stride-1 window; the benchmark's geometry on one
+    // 56x56 image in every mode (the gather with up to 2x2 covering outputs).
+    v.push(pool_bwd("strip_rows", DataType::F16, &[2, 64, 29, 30], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    v.push(pool_bwd("strip_cols", DataType::F16, &[1, 512, 13, 29], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    v.push(pool_bwd("strip_ipt2", DataType::F32, &[1, 16, 5, 300], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    v.push(pool_bwd("strip_s1", DataType::Bf16, &[2, 8, 19, 10], L::Last, ResampleMode::Max, [3, 3], [1, 1], [1, 1], [1, 1]));
+    for mode in modes {
+        v.push(pool_bwd("bench", DataType::F16, &[1, 64, 56, 56], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
+    }
     v.push(pool_bwd("global", DataType::Bf16, &[2, 64, 7, 7], L::Last, ResampleMode::AvgExcludePadding, [7, 7], [1, 1], [0, 0], [0, 0]));
     v.push(pool_bwd("c12_fallback", DataType::F16, &[2, 12, 7, 7], L::Last, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
     v.push(pool_bwd("padded_fallback", DataType::F16, &[2, 16, 7, 7], L::PaddedLast, ResampleMode::Max, [3, 3], [2, 2], [1, 1], [1, 1]));
+    // NHWC instancenorm with many images: the group-parallel finalize (32 groups per block,
+    // one warp each; forward split over blockIdx.y, backward walking groups 32 at a time), a
+    // partial last group block (40 images), several statistics blocks per image (34 images
+    // of 576 positions, f32 C = 8).
+    for dt in TYPES {
+        v.push(in_fwd(dt, true, &[40, 16, 3, 5], L::Last));
+        v.push(norm_bwd(true, dt, None, &[40, 16, 3, 5], L::Last));
+    }
+    v.push(in_fwd(DataType::F32, true, &[34, 8, 24, 24], L::Last));
+    v.push(in_fwd(DataType::Bf16, false, &[34, 8, 24, 24], L::Last));
+    v.push(norm_bwd(true, DataType::F32, None, &[34, 8, 24, 24], L::Last));
     // Mixed dx type for batchnorm backward.
     v.push(norm_bwd(false, DataType::Bf16, Some(DataType::F32), &[3, 16, 5, 7], L::Last));
     v.push(norm_bwd(false, DataType::F32, Some(DataType::F16), &[3, 16, 5, 8], L::First));

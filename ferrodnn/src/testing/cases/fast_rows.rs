@@ -182,6 +182,10 @@ pub(super) fn cases() -> Vec<Case> {
         // Block-per-row forward norms with many rows per persistent block (prefetch, buffers).
         v.push(layernorm("many_h4096", dt, false, &[64, 4096], None));
         v.push(rmsnorm("many_h2048", dt, true, true, &[37, 2048], None));
+        // Rmsnorm without bias on 16-bit rows: two rows in flight (both register buffers, a
+        // refill, an odd row count per block; 4104 = 513 chunks: a partial last chunk column).
+        v.push(rmsnorm("many_h4096", dt, true, false, &[70, 4096], None));
+        v.push(rmsnorm("many_h4104", dt, false, false, &[11, 4104], None));
         // Element-wise path: odd rows, short (several rows per warp) and long (a block).
         v.push(layernorm("h13", dt, true, &[33, 13], None));
         v.push(rmsnorm("h1025", dt, true, false, &[7, 1025], None));

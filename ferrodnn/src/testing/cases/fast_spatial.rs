@@ -192,6 +192,19 @@ pub(super) fn cases() -> Vec<Case> {
         v.push(pool_case("tile2x2", DataType::F16, &[2, 64, 33, 31], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
         v.push(pool_case("tile4x1", DataType::Bf16, &[1, 64, 50, 24], L::Last, mode, [3, 2], [1, 2], [2, 0], [0, 1]));
     }
+    // Strip kernel (windows overlapping along h): several strips along p with a partial last
+    // one (P = 15 in strips of 4); several blocks along q (C = 512 f16: 7-column slots, Q = 15
+    // in 3 blocks of 5); two items per thread (C = 16 f32, Q = 150: 600 items on 320 threads);
+    // the benchmark's 3x3 stride-2 geometry on one 56x56 image; a stride-1 3x3 window.
+    for mode in modes {
+        v.push(pool_case("strip_rows", DataType::F16, &[2, 64, 29, 30], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
+        v.push(pool_case("strip_cols", DataType::F16, &[1, 512, 13, 29], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
+        v.push(pool_case("strip_ipt2", DataType::F32, &[1, 16, 5, 300], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
+        v.push(pool_case("strip_bench", DataType::Bf16, &[1, 64, 56, 56], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
+        v.push(pool_case("strip_s1", DataType::F32, &[2, 8, 19, 10], L::Last, mode, [3, 3], [1, 1], [1, 1], [1, 1]));
+        // Rows too wide for a strip slot (3 positions of C = 3072 f16 > 16 KB): the tiled kernel.
+        v.push(pool_case("tiled_widec", DataType::F16, &[1, 3072, 7, 7], L::Last, mode, [3, 3], [2, 2], [1, 1], [1, 1]));
+    }
     // Global pooling window (7x7, 49 taps, not unrolled).
     v.push(pool_case("global", DataType::F16, &[2, 64, 7, 7], L::Last, ResampleMode::AvgExcludePadding, [7, 7], [1, 1], [0, 0], [0, 0]));
     // Fallbacks: C = 12 for f16; padded positions; 3D pooling.

@@ -636,7 +636,8 @@ impl Gen<'_> {
     /// The block-per-row forward norms (rows longer than 1024 elements): persistent blocks
     /// (about one wave, `block_norm_per_sm` per SM, each taking every `gridDim.x`-th row, the
     /// same number of rows per block within one, at least 3); the next row's raw elements are fetched
-    /// into registers before the current row's reduction, when the registers allow; scale and
+    /// into registers before the current row's reduction, when the registers allow (the next
+    /// two rows where they allow that: rmsnorm of 16-bit rows of up to 4096); scale and
     /// bias (the same columns in every row) are loaded once per thread and kept raw in
     /// registers, when the registers allow (else from L1 in each row); one block reduction per
     /// row: the sums of `x - K` and `(x - K)^2` around the row's first element `K` (for
@@ -648,6 +649,10 @@ impl Gen<'_> {
         let raw = e * xs / 4;
         let pre = 2 * raw <= BLOCK_NORM_DATA_REGS;
         let keep = raw + if pre { raw } else { 0 } + e * ps / 4 <= BLOCK_NORM_DATA_REGS;
+        // Registers left for a second row in flight (rmsnorm, with no bias and one sum, has
+        // them where layernorm has not): two rows' loads fly during each reduction, twice the
+        // bytes in flight per SM.
+        let pre2 = pre && 3 * raw + e * ps / 4 <= BLOCK_NORM_DATA_REGS;
         let per_sm = block_norm_per_sm(bs);
         let slots = self.sms * per_sm as i64;
         // At least 3 rows per block (when there are that many): the prefetch and the reuse of
@@ -680,30 +685,9 @@ impl Gen<'_> {
             }
             (regs, gs, gb, bt_)
         };
-        let body = fill(
-            r#"    const int lt = threadIdx.x;
-@param_regs@    FrRaw<@tx@, V> rx[CPT];
-    float pk = 0.0f;
-    auto fetch = [&](i64 r) {
-        const i64 xo = @offx@;
-        if (!RMS) pk = fr_tof(x[xo]);
-#pragma unroll
-        for (int k = 0; k < CPT; ++k) {
-            const int c = lt + k * BS;
-            if (c < C) fr_ldraw<@tx@, V>(x + xo + (i64)c * V, rx[k], al);
-            else fr_zero(rx[k]);
-        }
-    };
-    if (PRE && (i64)blockIdx.x < N) fetch((i64)blockIdx.x);
-    for (i64 r = blockIdx.x; r < N; r += gridDim.x) {
-        if (!PRE) fetch(r);
-        // The row stays raw in registers (converted again for the output).
-        FrRaw<@tx@, V> cx[CPT];
-#pragma unroll
-        for (int k = 0; k < CPT; ++k) cx[k] = rx[k];
-        const float K = pk;
-        if (PRE && r + (i64)gridDim.x < N) fetch(r + (i64)gridDim.x);
-        // t[0] = sum(x - K), t[1] = sum((x - K)^2) (rmsnorm: K = 0, only t[1]).
+        // The step of one row once its raw elements are in `cx` (and K in `K`): the statistics,
+        // then y.
+        let compute = r#"        // t[0] = sum(x - K), t[1] = sum((x - K)^2) (rmsnorm: K = 0, only t[1]).
         float t[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int k = 0; k < CPT; ++k) {
@@ -740,8 +724,69 @@ impl Gen<'_> {
                 fr_st<@ty@, V>(y + yo + (i64)c * V, o, al);
             }
         }
-    }
-"#,
+"#;
+        let template = if pre2 {
+            // Two rows in flight (rows r + G and r + 2G while row r reduces), in two register
+            // buffers taken in turn: the loop is unrolled by two so each buffer keeps its
+            // registers.
+            format!(
+                r#"    const int lt = threadIdx.x;
+@param_regs@    FrRaw<@tx@, V> rxa[CPT], rxb[CPT];
+    float pka = 0.0f, pkb = 0.0f;
+    auto fetch = [&](FrRaw<@tx@, V> (&rx)[CPT], float& pk, i64 r) {{
+        const i64 xo = @offx@;
+        if (!RMS) pk = fr_tof(x[xo]);
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {{
+            const int c = lt + k * BS;
+            if (c < C) fr_ldraw<@tx@, V>(x + xo + (i64)c * V, rx[k], al);
+            else fr_zero(rx[k]);
+        }}
+    }};
+    const i64 G = gridDim.x;
+    auto step = [&](FrRaw<@tx@, V> (&rx)[CPT], float& pk, i64 r) {{
+        FrRaw<@tx@, V> cx[CPT];
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) cx[k] = rx[k];
+        const float K = pk;
+        if (r + 2 * G < N) fetch(rx, pk, r + 2 * G);
+{compute}    }};
+    if ((i64)blockIdx.x < N) fetch(rxa, pka, (i64)blockIdx.x);
+    if ((i64)blockIdx.x + G < N) fetch(rxb, pkb, (i64)blockIdx.x + G);
+    for (i64 r = blockIdx.x; r < N; r += 2 * G) {{
+        step(rxa, pka, r);
+        if (r + G < N) step(rxb, pkb, r + G);
+    }}
+"#
+            )
+        } else {
+            format!(r#"    const int lt = threadIdx.x;
+@param_regs@    FrRaw<@tx@, V> rx[CPT];
+    float pk = 0.0f;
+    auto fetch = [&](i64 r) {{
+        const i64 xo = @offx@;
+        if (!RMS) pk = fr_tof(x[xo]);
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {{
+            const int c = lt + k * BS;
+            if (c < C) fr_ldraw<@tx@, V>(x + xo + (i64)c * V, rx[k], al);
+            else fr_zero(rx[k]);
+        }}
+    }};
+    if (PRE && (i64)blockIdx.x < N) fetch((i64)blockIdx.x);
+    for (i64 r = blockIdx.x; r < N; r += gridDim.x) {{
+        if (!PRE) fetch(r);
+        // The row stays raw in registers (converted again for the output).
+        FrRaw<@tx@, V> cx[CPT];
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) cx[k] = rx[k];
+        const float K = pk;
+        if (PRE && r + (i64)gridDim.x < N) fetch(r + (i64)gridDim.x);
+{compute}    }}
+"#)
+        };
+        let body = fill(
+            &template,
             &[
                 ("param_regs", param_regs),
                 ("tx", xt.ty.into()),

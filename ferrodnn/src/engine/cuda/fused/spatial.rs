@@ -21,9 +21,12 @@
 //! 3. apply: the same slabs (walked backwards, so the rows launch 1 read last, likely still in
 //!    L2, come first), `y = (x - mean) * (inv * scale) + bias`.
 //!
-//! Pooling: one thread per output vector (n, p, q, 8 channels), reading its window with
-//! 16-byte loads (neighbouring windows overlap and hit L1/L2); max with the CPU's NaN rule
-//! (a NaN wins), averages summed in f32 with the CPU's divisors.
+//! Pooling, three kernels, the first that takes the shape: strips (windows overlapping along
+//! h: a block streams its input rows once through a shared-memory ring with `cp.async` and
+//! slides its output rows down them, see `pool_strip`), tiles (a thread computes a small
+//! tile of outputs, see `pool_tiled`), and one thread per output vector (n, p, q, 8
+//! channels) for big windows. Max with the CPU's NaN rule (a NaN wins), averages summed in
+//! f32 with the CPU's divisors.
 use crate::dtype::DataType;
 use crate::engine::cuda::engine::{Target, Unit};
 use crate::engine::cuda::fallback::{c_double, entry_name, type_suffix, Arg, Launch, NodeKernels};
@@ -49,14 +52,14 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     let sms = target.sm_count.max(1) as i64;
     let kernels = match &node.op {
         Op::Batchnorm(a) => batchnorm(graph, ni, node, a, sms).or_else(|| batchnorm_nchw(graph, ni, node, a, sms)),
-        Op::Resample(a) => pooling(graph, ni, node, a),
+        Op::Resample(a) => pooling(graph, ni, node, a, sms),
         Op::BatchnormInference(_) => bn_inference(graph, ni, node, sms),
         Op::Genstats(_) => genstats(graph, ni, node, sms).or_else(|| genstats_nchw(graph, ni, node, sms)),
         Op::BatchnormBackward(_) => norm_backward(graph, ni, node, false, sms),
         Op::InstancenormBackward(_) => norm_backward(graph, ni, node, true, sms),
         Op::Instancenorm(a) => instancenorm_nhwc(graph, ni, node, a.epsilon, sms),
         Op::BnFinalize(a) => bn_finalize(graph, ni, node, a),
-        Op::ResampleBackward(a) => pooling_backward(graph, ni, node, a),
+        Op::ResampleBackward(a) => pooling_backward(graph, ni, node, a, sms),
         _ => None,
     };
     Ok(kernels.map(|kernels| Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect(), unaligned: None }))
@@ -708,7 +711,7 @@ extern "C" __global__ void __launch_bounds__(1024) {fin_entry}(const void* xv, c
 // Pooling
 // ----------------------------------------------------------------------------------------------
 
-fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<NodeKernels> {
+fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sms: i64) -> Option<NodeKernels> {
     let x = node.input("x")?;
     let y = node.output("y")?;
     let (xd, yd) = (graph.desc(x), graph.desc(y));
@@ -753,6 +756,9 @@ fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<N
     // 32-bit index arithmetic when every index and offset fits.
     let small = xd.element_count() < (1 << 30) && yd.element_count() < (1 << 30) && h + kh + a.stride[0] < (1 << 20) && w + kw + a.stride[1] < (1 << 20);
     let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
+    if let Some(launch) = pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, false, vec![Arg::Ptr(x), Arg::Ptr(y)]) {
+        return Some(NodeKernels::one(launch));
+    }
     if let Some(launch) = pool_tiled(ni, a, xt, &helpers, [n, c, h, w, p, q], small, [x, y]) {
         return Some(NodeKernels::one(launch));
     }
@@ -826,6 +832,269 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}) {entry}(const void*
     Some(NodeKernels::one(launch))
 }
 
+/// Most bytes of one ring slot of the strip pooling kernel (one footprint row: the block's
+/// input columns, all channels).
+const STRIP_SLOT_BYTES: i64 = 16 * 1024;
+/// Most shared memory the ring of a strip block takes.
+const STRIP_RING_BYTES: i64 = 72 * 1024;
+/// Bytes of input rows a strip block aims to keep in flight.
+const STRIP_IN_FLIGHT: i64 = 32 * 1024;
+/// Most threads in a strip block (more items per row give each thread several).
+const STRIP_MAX_THREADS: i64 = 512;
+/// Most footprint rows one strip block walks (the row loop is unrolled).
+const STRIP_MAX_ROWS: i64 = 40;
+
+/// Strip pooling, for windows that overlap along h (`SH < KH`: an input row feeds several
+/// output rows). Block b owns RP output rows x QB output columns x all channels of one image
+/// (for the 3x3 stride-2 112x112 C=64 f16 workload: 7 rows x all 56 columns, 448 threads,
+/// 256 blocks, two per SM). It streams its input footprint row by row into a ring of ND
+/// shared-memory slots with 16-byte `cp.async` (each row segment, QB*SW+KW-SW positions of
+/// all channels, is contiguous in NHWC memory: the loads are whole 128-byte lines, ND-1 rows
+/// in flight per block, no registers held by them); thread (column j, channel vector v)
+/// reduces each row over its window's columns from shared memory and folds it into the
+/// accumulators of the (at most ceil(KH/SH)) output rows whose windows cover that row,
+/// storing an output as soon as its last row is in. Every input byte comes from DRAM once and
+/// from L2 once (blocks re-read only the rows where two strips meet: (RP-1)*SH+KH rows per
+/// RP*SH). Unaligned bases take element-wise copies into the ring and element-wise stores.
+/// Positions outside the image never reach the ring: the taps and rows that would read them
+/// are skipped (max's neutral -inf, sums' 0). None (the tiled kernel then) for windows
+/// that do not overlap along h, more than 8 taps along an axis, or rows too wide for a slot.
+///
+/// With `argmax` (max pooling backward), each output vector's window taps of the CPU's
+/// maximum (the first maximal real element in row-major window order, a NaN beating any
+/// number; 255 for an empty window) go to an index buffer (`args[1]`) as VEC bytes instead.
+///
+/// `FERRODNN_POOL_STRIP=RP,ND` (tuning only) overrides the rows per block and the ring depth.
+#[allow(clippy::too_many_arguments)]
+fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [i64; 6], sms: i64, argmax: bool, args: Vec<Arg>) -> Option<Launch> {
+    let [n, c, h, w, p, q] = dims;
+    let es = xt.size() as i64;
+    let vec = 16 / es;
+    let cv = c / vec;
+    let (kh, kw, sh, sw) = (a.window[0], a.window[1], a.stride[0], a.stride[1]);
+    if sh >= kh || kh > 8 || kw > 8 || kh * kw > POOL_MAX_TAPS || cv < 1 {
+        return None;
+    }
+    if [n, c, h, w, p, q].iter().any(|&d| d >= 1 << 24) || n * p * q >= 1 << 31 {
+        return None;
+    }
+    // Output columns per block: as many as a slot holds (and at most 1024 items per row),
+    // then evened out over the blocks along q.
+    let positions = STRIP_SLOT_BYTES / (c * es);
+    if positions < kw {
+        return None;
+    }
+    let qb_max = ((positions - kw) / sw + 1).min(2 * STRIP_MAX_THREADS / cv).min(q);
+    if qb_max < 1 {
+        return None;
+    }
+    let nsq = ceil_div(q, qb_max);
+    let qb = ceil_div(q, nsq);
+    let items = qb * cv;
+    let ipt = ceil_div(items, STRIP_MAX_THREADS);
+    let threads = ceil_div(ceil_div(items, ipt), 32) * 32;
+    let fwb = (qb - 1) * sw + kw;
+    let slot = fwb * cv;
+    let slot_bytes = slot * 16;
+    let mut nd = (ceil_div(STRIP_IN_FLIGHT, slot_bytes) + 1).clamp(3, 8);
+    while nd > 2 && nd * slot_bytes > STRIP_RING_BYTES {
+        nd -= 1;
+    }
+    // Output rows per block: at least 4 (a strip re-reads the rows it shares with the next
+    // one), more while that leaves more than two blocks per SM.
+    let rp_max = ((STRIP_MAX_ROWS - kh) / sh + 1).clamp(1, 16);
+    let mut rp = 4.min(p).min(rp_max);
+    while rp < rp_max && rp < p && n * nsq * ceil_div(p, rp) > 2 * sms {
+        rp += 1;
+    }
+    if let Ok(v) = std::env::var("FERRODNN_POOL_STRIP") {
+        let parts: Vec<i64> = v.split(',').filter_map(|t| t.trim().parse().ok()).collect();
+        if let [r, d] = parts[..] {
+            rp = r.clamp(1, rp_max);
+            nd = d.clamp(2, 8);
+        }
+    }
+    let nsp = ceil_div(p, rp);
+    let fh = (rp - 1) * sh + kh;
+    let blocks = n * nsp * nsq;
+    if blocks >= 1 << 31 {
+        return None;
+    }
+    let (neg_inf, nan, max2) = max_words(xt);
+    let max = a.mode == ResampleMode::Max;
+    let (acc_decl, rowred, combine, finish) = if argmax {
+        (
+            "float best[IPT][RP][VEC];\n    unsigned int tap[IPT][RP][VEC];\n#pragma unroll\n    for (int i = 0; i < IPT; ++i)\n#pragma unroll\n        for (int o = 0; o < RP; ++o)\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) { best[i][o][k] = 0.f; tap[i][o][k] = 255u; }",
+            // The row's first maximal real element per channel (a NaN beats any number), and
+            // its column in the window (-1: none).
+            "float rb[VEC];\n                int rd[VEC];\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) { rb[k] = 0.f; rd[k] = -1; }\n#pragma unroll\n                for (int dw = 0; dw < KW; ++dw) {\n                    const int ww = w0 + j * SW + dw;\n                    if (rok && ww >= 0 && ww < W_) {\n                        float f[VEC];\n                        cvt_x(row[(j * SW + dw) * CV + v], f);\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) {\n                            const float e = f[k], b = rb[k];\n                            if (rd[k] < 0 || e > b || (e != e && b == b)) { rb[k] = e; rd[k] = dw; }\n                        }\n                    }\n                }",
+            // Rows come in window order, so the CPU's row-major first maximum.
+            "{\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) {\n                            const float e = rb[k], b = best[i][o][k];\n                            if (rd[k] >= 0 && (tap[i][o][k] == 255u || e > b || (e != e && b == b))) { best[i][o][k] = e; tap[i][o][k] = (unsigned int)((r - o * SH) * KW + rd[k]); }\n                        }\n                    }",
+            "IdxV u;\n#pragma unroll\n                            for (int k = 0; k < VEC; ++k) u.b[k] = (unsigned char)tap[i][o][k];\n                            ((IDXW*)yv)[yo / VEC] = u.u;\n                            (void)nr;\n                            (void)nc;\n                            (void)aly;".to_string(),
+        )
+    } else if max {
+        (
+            "uint4 acc[IPT][RP];\n#pragma unroll\n    for (int i = 0; i < IPT; ++i)\n#pragma unroll\n        for (int o = 0; o < RP; ++o) acc[i][o] = make_uint4(NEG, NEG, NEG, NEG);",
+            "uint4 rs = make_uint4(NEG, NEG, NEG, NEG);\n#pragma unroll\n            for (int dw = 0; dw < KW; ++dw) {\n                const int ww = w0 + j * SW + dw;\n                if (rok && ww >= 0 && ww < W_) rs = vmax(rs, row[(j * SW + dw) * CV + v]);\n            }",
+            "acc[i][o] = vmax(acc[i][o], rs);",
+            // An empty window (all padding) is NaN, as on the CPU.
+            "st_raw(y + yo, aly, (nr > 0 && nc > 0) ? acc[i][o] : make_uint4(QNAN, QNAN, QNAN, QNAN));".to_string(),
+        )
+    } else {
+        let div = if a.mode == ResampleMode::AvgIncludePadding {
+            // Window clipped at the padded input's end (the start never passes the padding).
+            "(float)((min(oh + KH, H_ + POSTH) - oh) * (min(ow + KW, W_ + POSTW) - ow))"
+        } else {
+            // Real positions (0 for an empty window: 0 * inf = NaN, as the CPU's 0 / 0).
+            "(float)((nr > 0 && nc > 0) ? nr * nc : 0)"
+        };
+        (
+            "float acc[IPT][RP][VEC];\n#pragma unroll\n    for (int i = 0; i < IPT; ++i)\n#pragma unroll\n        for (int o = 0; o < RP; ++o)\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) acc[i][o][k] = 0.f;",
+            "float rs[VEC];\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) rs[k] = 0.f;\n#pragma unroll\n            for (int dw = 0; dw < KW; ++dw) {\n                const int ww = w0 + j * SW + dw;\n                if (rok && ww >= 0 && ww < W_) {\n                    float f[VEC];\n                    cvt_x(row[(j * SW + dw) * CV + v], f);\n#pragma unroll\n                    for (int k = 0; k < VEC; ++k) rs[k] += f[k];\n                }\n            }",
+            "{\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) acc[i][o][k] += rs[k];\n                    }",
+            format!(
+                "const float inv = 1.f / {div};\n                            float f[VEC];\n#pragma unroll\n                            for (int k = 0; k < VEC; ++k) f[k] = acc[i][o][k] * inv;\n                            st_y(y + yo, aly, f);"
+            ),
+        )
+    };
+    let entry = if argmax { entry_name(ni, "pool_bwd_argmax_strip") } else { entry_name(ni, &format!("pool_nhwc_strip_{}", a.mode.name())) };
+    // The argmax bytes (window taps) of one output vector.
+    let idx_defs = if argmax { format!("typedef {} IDXW;\nunion IdxV {{ IDXW u; unsigned char b[VEC]; }};\n", if vec == 8 { "unsigned long long" } else { "unsigned int" }) } else { String::new() };
+    let source = format!(
+        r#"{helpers}
+{idx_defs}#define C_ {c}
+#define CV {cv}
+#define H_ {h}
+#define W_ {w}
+#define P_ {p}
+#define Q_ {q}
+#define KH {kh}
+#define KW {kw}
+#define SH {sh}
+#define SW {sw}
+#define PREH {preh}
+#define PREW {prew}
+#define POSTH {posth}
+#define POSTW {postw}
+// Output rows and columns per block, its footprint (rows, columns), blocks along p and q.
+#define RP {rp}
+#define QB {qb}
+#define FH {fh}
+#define FWB {fwb}
+#define NSP {nsp}
+#define NSQ {nsq}
+// Ring slots (rows), 16-byte vectors per slot, threads, items (column, channel vector) per
+// output row and per thread.
+#define ND {nd}
+#define SLOT {slot}
+#define NT {threads}
+#define ITEMS {items}
+#define IPT {ipt}
+#define NEG {neg_inf}
+#define QNAN {nan}
+__device__ __forceinline__ unsigned int max2(unsigned int a, unsigned int b) {{ {max2} }}
+__device__ __forceinline__ uint4 vmax(uint4 a, uint4 b) {{ return make_uint4(max2(a.x, b.x), max2(a.y, b.y), max2(a.z, b.z), max2(a.w, b.w)); }}
+__device__ __forceinline__ void st_raw(YT* p, bool al, uint4 u) {{
+    if (al) {{
+        *(uint4*)p = u;
+    }} else {{
+        const YT* e = (const YT*)&u;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) p[k] = e[k];
+    }}
+}}
+__device__ __forceinline__ void cp_async16(void* s, const void* g) {{
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(a), "l"(g) : "memory");
+}}
+__device__ __forceinline__ void cp_async_commit() {{ asm volatile("cp.async.commit_group;\n" ::: "memory"); }}
+template <int N> __device__ __forceinline__ void cp_async_wait() {{ asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }}
+// Footprint row r (when inside the image) into ring slot r % ND: its columns wlo..whi-1 of
+// all channels, contiguous in x. Always commits a group (empty past the footprint), so the
+// wait below counts rows.
+__device__ __forceinline__ void load_row(uint4* ring, const XT* xn, int r, int h0, int w0, int wlo, int nvec, bool alx) {{
+    const int hh = h0 + r;
+    if (r < FH && hh >= 0 && hh < H_) {{
+        uint4* dst = ring + (r % ND) * SLOT + (wlo - w0) * CV;
+        const XT* src = xn + ((i64)hh * W_ + wlo) * C_;
+        for (int k = threadIdx.x; k < nvec; k += NT) {{
+            if (alx) cp_async16(dst + k, src + (i64)k * VEC);
+            else dst[k] = ldx_raw(src + (i64)k * VEC, false);
+        }}
+    }}
+    cp_async_commit();
+}}
+extern "C" __global__ void __launch_bounds__(NT) {entry}(const void* __restrict__ xv, void* __restrict__ yv) {{
+    extern __shared__ uint4 ring[];
+    const XT* __restrict__ x = (const XT*)xv;
+    YT* __restrict__ y = (YT*)yv;
+    const bool alx = ((unsigned long long)x & 15) == 0;
+    const bool aly = ((unsigned long long)y & (YAL - 1)) == 0;
+    // Block = (n * NSP + strip along p) * NSQ + strip along q.
+    const int sq = blockIdx.x % NSQ;
+    const int bt = blockIdx.x / NSQ;
+    const int sp = bt % NSP;
+    const int n = bt / NSP;
+    const int p0 = sp * RP, q0 = sq * QB;
+    const int h0 = p0 * SH - PREH, w0 = q0 * SW - PREW;
+    const int wlo = max(w0, 0), whi = min(w0 + FWB, W_);
+    const int nvec = max(whi - wlo, 0) * CV;
+    const XT* xn = x + (i64)n * H_ * W_ * C_;
+    {acc_decl}
+#pragma unroll
+    for (int r = 0; r < ND - 1; ++r) load_row(ring, xn, r, h0, w0, wlo, nvec, alx);
+#pragma unroll
+    for (int r = 0; r < FH; ++r) {{
+        // Row r landed (ND-2 younger groups may still fly); every thread is done with row
+        // r-1, whose slot the load of row r+ND-1 takes.
+        cp_async_wait<ND - 2>();
+        __syncthreads();
+        load_row(ring, xn, r + ND - 1, h0, w0, wlo, nvec, alx);
+        const bool rok = h0 + r >= 0 && h0 + r < H_;
+        const uint4* row = ring + (r % ND) * SLOT;
+#pragma unroll
+        for (int i = 0; i < IPT; ++i) {{
+            const int it = threadIdx.x + i * NT;
+            if (it < ITEMS) {{
+                const int j = it / CV, v = it % CV;
+                // The row reduced over output column j's window.
+                {rowred}
+#pragma unroll
+                for (int o = 0; o < RP; ++o) {{
+                    // Output row o's window covers footprint rows o*SH .. o*SH+KH-1.
+                    if (r >= o * SH && r < o * SH + KH) {combine}
+                    if (r == o * SH + KH - 1) {{
+                        const int op = p0 + o, oq = q0 + j;
+                        if (op < P_ && oq < Q_) {{
+                            const int oh = op * SH - PREH, ow = oq * SW - PREW;
+                            const int nr = min(oh + KH, H_) - max(oh, 0), nc = min(ow + KW, W_) - max(ow, 0);
+                            const i64 yo = (((i64)n * P_ + op) * Q_ + oq) * C_ + v * VEC;
+                            {finish}
+                        }}
+                    }}
+                }}
+            }}
+        }}
+    }}
+}}
+"#,
+        preh = a.pre_padding[0],
+        prew = a.pre_padding[1],
+        posth = a.post_padding[0],
+        postw = a.post_padding[1],
+    );
+    Some(Launch {
+        source,
+        entry,
+        threads: (blocks * threads) as u64,
+        block: threads as u32,
+        exact_grid: Some((blocks as u32, 1, 1)),
+        shared_bytes: (nd * slot_bytes) as u32,
+        args,
+        cluster: None,
+    })
+}
+
 /// Threads a tiled pooling launch should have at least; smaller output tiles are taken until it
 /// has (a small image split into few big tiles would leave most SMs idle).
 const POOL_MIN_THREADS: i64 = 1024;
@@ -833,6 +1102,17 @@ const POOL_MIN_THREADS: i64 = 1024;
 const POOL_MAX_TAPS: i64 = 32;
 /// Most input positions (16-byte loads) one thread's tile reads.
 const POOL_MAX_FOOTPRINT: i64 = 64;
+
+/// For max pooling on raw 32-bit words of `xt`: the bit patterns of two elements' neutral
+/// value (-inf) and of a quiet NaN, and the body of `max2(a, b)` (a NaN wins, as the CPU's
+/// rule).
+fn max_words(xt: DataType) -> (&'static str, &'static str, &'static str) {
+    match xt {
+        DataType::F16 => ("0xfc00fc00u", "0x7e007e00u", "__half2 r = __hmax2_nan(*(const __half2*)&a, *(const __half2*)&b); return *(const unsigned int*)&r;"),
+        DataType::Bf16 => ("0xff80ff80u", "0x7fc07fc0u", "__nv_bfloat162 r = __hmax2_nan(*(const __nv_bfloat162*)&a, *(const __nv_bfloat162*)&b); return *(const unsigned int*)&r;"),
+        _ => ("0xff800000u", "0x7fc00000u", "const float x = __uint_as_float(a), y = __uint_as_float(b); return (y > x || y != y) ? b : a;"),
+    }
+}
 
 /// Tiled pooling: each thread computes a PT x QT tile of outputs for one vector of channels.
 /// It walks the tile's input footprint ((PT-1)*SH+KH rows of (QT-1)*SW+KW positions) row by
@@ -869,17 +1149,7 @@ fn pool_tiled(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
     let (ntp, ntq) = (ceil_div(p, pt), ceil_div(q, qt));
     let total = n * ntp * ntq * cv;
     let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
-    // Bit patterns of two elements: the max's neutral value (-inf) and a quiet NaN.
-    let (neg_inf, nan) = match xt {
-        DataType::F16 => ("0xfc00fc00u", "0x7e007e00u"),
-        DataType::Bf16 => ("0xff80ff80u", "0x7fc07fc0u"),
-        _ => ("0xff800000u", "0x7fc00000u"),
-    };
-    let max2 = match xt {
-        DataType::F16 => "__half2 r = __hmax2_nan(*(const __half2*)&a, *(const __half2*)&b); return *(const unsigned int*)&r;",
-        DataType::Bf16 => "__nv_bfloat162 r = __hmax2_nan(*(const __nv_bfloat162*)&a, *(const __nv_bfloat162*)&b); return *(const unsigned int*)&r;",
-        _ => "const float x = __uint_as_float(a), y = __uint_as_float(b); return (y > x || y != y) ? b : a;",
-    };
+    let (neg_inf, nan, max2) = max_words(xt);
     let max = a.mode == ResampleMode::Max;
     let (acc_decl, neutral, rowred, combine, finish) = if max {
         (
@@ -1069,12 +1339,15 @@ struct ChanGeom {
 }
 
 impl ChanGeom {
-    fn new(c: i64, vec: i64, groups: i64, positions: i64, sms: i64) -> ChanGeom {
+    /// `per_sm`: the blocks per SM the kernels' launch bounds promise; the grid (groups times
+    /// blocks per group) stays within one wave of them (a few blocks of a second wave would
+    /// double the pass's time for a sliver of its work).
+    fn new(c: i64, vec: i64, groups: i64, positions: i64, sms: i64, per_sm: i64) -> ChanGeom {
         let cv = c / vec;
         let lanes = cv.min(BN_THREADS);
         let rows = (BN_THREADS / lanes).max(1);
         let block = lanes * rows;
-        let want = ceil_div(sms * BN_BLOCKS_PER_SM, groups).min(ceil_div(positions, rows * UNROLL)).max(1);
+        let want = (sms * per_sm / groups).min(ceil_div(positions, rows * UNROLL)).max(1);
         let slab = ceil_div(positions, want);
         let nblk = ceil_div(positions, slab);
         ChanGeom { c, cv, lanes, rows, block, groups, positions, slab, nblk }
@@ -1240,6 +1513,84 @@ extern "C" __global__ void __launch_bounds__(1024) @entry@(@params@) {
 "#,
         &[("defs", defs.into()), ("entry", entry.into()), ("params", params.into()), ("per_group", per_group.into()), ("per_channel", per_channel.into())],
     )
+}
+
+/// The finalize pass for statistics per group and channel when there are several groups
+/// (instancenorm on NHWC: one group per image). `chan_finalize` walks the groups one after
+/// another, each a round of dependent global loads and block barriers (32 images: most of the
+/// NHWC instancenorm's time); here 32 channels per block and the block's 32 warps take GPP
+/// groups at once (SEGS = 32 / GPP warps per group, each summing every SEGS-th partial of the
+/// group in order; the group's first warp adds the SEGS sums in order and runs `per_group`).
+/// With `split` (no `per_channel`), blockIdx.y takes its own GPP groups; else the block walks
+/// all the groups GPP at a time, and `per_channel` sees `a0`, `a1` summed over the groups in a
+/// fixed order (per group lane over its groups, then over the lanes). Returns the source and
+/// the grid.
+#[allow(clippy::too_many_arguments)]
+fn chan_finalize_groups(defs: &str, entry: &str, params: &str, per_group: &str, per_channel: &str, groups: i64, c: i64, split: bool) -> (String, (u32, u32, u32)) {
+    let gpp = 1i64 << (63 - groups.clamp(1, 32).leading_zeros());
+    let gy = if split { ceil_div(groups, gpp) } else { 1 };
+    let source = super::rows::fill(
+        r#"@defs@
+#define GPP @gpp@
+#define SEGS (32 / GPP)
+#define SPLIT @split@
+extern "C" __global__ void __launch_bounds__(1024) @entry@(@params@) {
+    __shared__ double fin_s[32][33], fin_q[32][33];
+    const int ln = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int seg = w % SEGS, gl = w / SEGS;
+    const i64 c = (i64)blockIdx.x * 32 + ln;
+    double a0 = 0.0, a1 = 0.0;
+    (void)a0;
+    (void)a1;
+    const i64 gbeg = SPLIT ? (i64)blockIdx.y * GPP : 0;
+    const i64 gend = SPLIT ? min(gbeg + GPP, G_) : G_;
+    for (i64 g0 = gbeg; g0 < gend; g0 += GPP) {
+        const i64 g = g0 + gl;
+        double s = 0.0, q = 0.0;
+        if (c < C_ && g < gend) {
+#pragma unroll 8
+            for (int b = seg; b < NBLK; b += SEGS) {
+                const i64 bi = g * NBLK + b;
+                s += (double)part[bi * C_ + c];
+                q += (double)part[((i64)G_ * NBLK + bi) * C_ + c];
+            }
+        }
+        fin_s[w][ln] = s;
+        fin_q[w][ln] = q;
+        __syncthreads();
+        if (seg == 0 && c < C_ && g < gend) {
+            s = 0.0;
+            q = 0.0;
+            for (int k = 0; k < SEGS; ++k) { s += fin_s[gl * SEGS + k][ln]; q += fin_q[gl * SEGS + k][ln]; }
+            const double n = (double)P_;
+            (void)n;
+@per_group@
+        }
+        __syncthreads();
+    }
+    if (!SPLIT) {
+        if (seg == 0) { fin_s[gl][ln] = a0; fin_q[gl][ln] = a1; }
+        __syncthreads();
+        if (w == 0 && c < C_) {
+            a0 = 0.0;
+            a1 = 0.0;
+            for (int k = 0; k < GPP; ++k) { a0 += fin_s[k][ln]; a1 += fin_q[k][ln]; }
+@per_channel@
+        }
+    }
+}
+"#,
+        &[
+            ("defs", defs.into()),
+            ("gpp", gpp.to_string()),
+            ("split", (split as i32).to_string()),
+            ("entry", entry.into()),
+            ("params", params.into()),
+            ("per_group", per_group.into()),
+            ("per_channel", per_channel.into()),
+        ],
+    );
+    (source, (ceil_div(c, 32) as u32, gy as u32, 1))
 }
 
 /// The NHWC apply pass: the statistics pass's slabs walked backwards (its last rows are the
@@ -1575,7 +1926,8 @@ fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64
     let apply_entry = entry_name(ni, &format!("{what}_bwd_apply"));
     if channels_last(&xd.dims, &xd.strides, instance) && c % vec == 0 {
         let positions = total / c / groups;
-        let geom = ChanGeom::new(c, vec, groups, positions, sms);
+        // The dy kernels are bounded to 2 blocks per SM (batchnorm keeps its grid of 4 per SM).
+        let geom = ChanGeom::new(c, vec, groups, positions, sms, if groups > 1 { 2 } else { BN_BLOCKS_PER_SM });
         let defs = geom.defs(&helpers);
         let setup = format!(
             "            float M[VEC], R[VEC];\n#pragma unroll\n            for (int k = 0; k < VEC; ++k) {{\n                const i64 ch = (i64)v * VEC + k;\n                M[k] = (float){};\n                R[k] = (float){};\n            }}",
@@ -1584,13 +1936,17 @@ fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64
         );
         let accum = "                        const float xh = (f[k] - M[k]) * R[k];\n                        s[k] += d[k];\n                        q[k] = fmaf(d[k], xh, q[k]);";
         let stats = chan_stats(&defs, &stats_entry, ", const void* mn, const void* iv", true, &setup, accum);
-        let fin = chan_finalize(&defs, &fin_entry, fin_params, &per_group, &per_channel);
+        let (fin, fin_grid) = if groups > 1 {
+            chan_finalize_groups(&defs, &fin_entry, fin_params, &per_group, &per_channel, groups, c, false)
+        } else {
+            (chan_finalize(&defs, &fin_entry, fin_params, &per_group, &per_channel), (ceil_div(c, 32) as u32, 1, 1))
+        };
         let apply = chan_apply(&defs, &apply_entry, true, 4, "fmaf(cf[1][k], d[k], fmaf(cf[2][k], f[k] - cf[0][k], cf[3][k]))");
         let scratch = vec![(2 * geom.grid() * c * 4) as usize, (4 * groups * c * 4) as usize];
         return Some(NodeKernels {
             launches: vec![
                 exact(stats, stats_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Ptr(mean), Arg::Ptr(inv), Arg::Scratch(0)]),
-                exact(fin, fin_entry, ceil_div(c, 32), 1024, fin_args),
+                Launch { exact_grid: Some(fin_grid), ..exact(fin, fin_entry, 1, 1024, fin_args) },
                 exact(apply, apply_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Scratch(1), Arg::Ptr(dx)]),
             ],
             scratch,
@@ -1646,7 +2002,7 @@ fn instancenorm_nhwc(graph: &Graph, ni: usize, node: &Node, eps: f64, sms: i64) 
         _ => return None,
     };
     let positions = xd.element_count() / c / n0;
-    let geom = ChanGeom::new(c, vec, n0, positions, sms);
+    let geom = ChanGeom::new(c, vec, n0, positions, sms, BN_BLOCKS_PER_SM);
     let defs = geom.defs(&helpers);
     let stats_entry = entry_name(ni, "in_nhwc_stats");
     let fin_entry = entry_name(ni, "in_nhwc_finalize");
@@ -1668,12 +2024,16 @@ fn instancenorm_nhwc(graph: &Graph, ni: usize, node: &Node, eps: f64, sms: i64) 
         ls = sc.ld("sc", "0", "c"),
         lb = bi.ld("bi", "0", "c"),
     );
-    let fin = chan_finalize(&defs, &fin_entry, &fin_params, &per_group, "");
+    let (fin, fin_grid) = if n0 > 1 {
+        chan_finalize_groups(&defs, &fin_entry, &fin_params, &per_group, "", n0, c, true)
+    } else {
+        (chan_finalize(&defs, &fin_entry, &fin_params, &per_group, ""), (ceil_div(c, 32) as u32, 1, 1))
+    };
     let apply = chan_apply(&defs, &apply_entry, false, 3, "fmaf(f[k] - cf[0][k], cf[1][k], cf[2][k])");
     Some(NodeKernels {
         launches: vec![
             exact(stats_src, stats_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Scratch(0)]),
-            exact(fin, fin_entry, ceil_div(c, 32), 1024, fin_args),
+            Launch { exact_grid: Some(fin_grid), ..exact(fin, fin_entry, 1, 1024, fin_args) },
             exact(apply, apply_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Scratch(1), Arg::Ptr(y)]),
         ],
         scratch: vec![(2 * geom.grid() * c * 4) as usize, (3 * n0 * c * 4) as usize],
@@ -1878,7 +2238,10 @@ fn bn_finalize(graph: &Graph, ni: usize, node: &Node, a: &BnFinalizeAttrs) -> Op
 /// in row-major order, a NaN beating any number) and stores its window tap as a byte to
 /// scratch (`[N, P, Q, C]`); the gather launch adds dy of each covering output whose argmax
 /// is this position. Each x, dy and dx element moves once; the argmax bytes once each way.
-fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) -> Option<NodeKernels> {
+/// The argmax comes from the strip kernel (`pool_strip`) where the window overlaps along h.
+/// The gather walks at most ceil(KH/SH) x ceil(KW/SW) covering outputs in fixed-count
+/// unrolled loops (all their dy loads in flight at once), 32-bit indices where they fit.
+fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sms: i64) -> Option<NodeKernels> {
     let dy = node.input("dy")?;
     let x = node.input("x")?;
     let dx = node.output("dx")?;
@@ -1903,8 +2266,13 @@ fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) ->
         return None;
     }
     let cv = c / vec;
+    // 32-bit index arithmetic when every index and offset fits (as the forward kernels).
+    let small = xd.element_count() < (1 << 30) && dyd.element_count() < (1 << 30) && h + kh + sh < (1 << 20) && w + kw + sw < (1 << 20);
+    let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
+    // Most outputs along h (w) whose windows cover one input position.
+    let (nph, nqw) = (ceil_div(kh, sh), ceil_div(kw, sw));
     let defs = format!(
-        "{helpers}\n#define C_ {c}LL\n#define CV {cv}LL\n#define H_ {h}LL\n#define W_ {w}LL\n#define P_ {p}LL\n#define Q_ {q}LL\n#define KH {kh}LL\n#define KW {kw}LL\n#define SH {sh}LL\n#define SW {sw}LL\n#define PREH {preh}LL\n#define PREW {prew}LL\n#define POSTH {posth}LL\n#define POSTW {postw}LL\n// VEC argmax bytes of one output vector.\ntypedef {ity} IDXW;\nunion IdxV {{ IDXW u; unsigned char b[VEC]; }};\n",
+        "{helpers}\ntypedef {iu} IU;\ntypedef {is} IS;\n#define C_ {c}{sfx}\n#define CV {cv}{sfx}\n#define H_ {h}{sfx}\n#define W_ {w}{sfx}\n#define P_ {p}{sfx}\n#define Q_ {q}{sfx}\n#define KH {kh}{sfx}\n#define KW {kw}{sfx}\n#define SH {sh}{sfx}\n#define SW {sw}{sfx}\n#define PREH {preh}{sfx}\n#define PREW {prew}{sfx}\n#define POSTH {posth}{sfx}\n#define POSTW {postw}{sfx}\n#define NPH {nph}\n#define NQW {nqw}\n// VEC argmax bytes of one output vector.\ntypedef {ity} IDXW;\nunion IdxV {{ IDXW u; unsigned char b[VEC]; }};\n",
         preh = a.pre_padding[0],
         prew = a.pre_padding[1],
         posth = a.post_padding[0],
@@ -1914,32 +2282,39 @@ fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs) ->
     let mut launches = Vec::new();
     let mut scratch = Vec::new();
     let outs = n * p * q * cv;
-    if max {
+    // The strip kernel's argmax mode where it takes the shape (windows overlapping along h).
+    let strip = if max { pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, true, vec![Arg::Ptr(x), Arg::Scratch(0)]) } else { None };
+    if let Some(launch) = strip {
+        launches.push(launch);
+        scratch.push((outs * vec) as usize);
+    } else if max {
         let entry = entry_name(ni, "pool_bwd_argmax");
         let source = super::rows::fill(
             r#"@defs@
 extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv, IDXW* idx) {
     const XT* x = (const XT*)xv;
     const bool al = ((unsigned long long)x & 15) == 0;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < @outs@LL; i += (i64)gridDim.x * blockDim.x) {
+    for (IU i = (IU)blockIdx.x * blockDim.x + threadIdx.x; i < (IU)@outs@LL; i += (IU)gridDim.x * blockDim.x) {
         // Output vector i = ((n * P + p) * Q + q) * CV + v.
-        const i64 v = i % CV;
-        i64 t = i / CV;
-        const i64 oq = t % Q_;
-        t /= Q_;
-        const i64 op = t % P_;
-        const i64 on = t / P_;
-        const i64 h0 = op * SH - PREH, w0 = oq * SW - PREW;
+        const IS v = (IS)(i % (IU)CV);
+        IU t = i / (IU)CV;
+        const IS oq = (IS)(t % (IU)Q_);
+        t /= (IU)Q_;
+        const IS op = (IS)(t % (IU)P_);
+        const IS on = (IS)(t / (IU)P_);
+        const IS h0 = op * SH - PREH, w0 = oq * SW - PREW;
         const XT* base = x + on * (H_ * W_ * C_) + v * VEC;
         float best[VEC];
         IdxV r;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) { best[k] = 0.f; r.b[k] = 255; }
-        for (i64 dh = 0; dh < KH; ++dh) {
-            const i64 hh = h0 + dh;
+@unroll@
+        for (IS dh = 0; dh < KH; ++dh) {
+            const IS hh = h0 + dh;
             if (hh < 0 || hh >= H_) continue;
-            for (i64 dw = 0; dw < KW; ++dw) {
-                const i64 ww = w0 + dw;
+@unroll@
+            for (IS dw = 0; dw < KW; ++dw) {
+                const IS ww = w0 + dw;
                 if (ww < 0 || ww >= W_) continue;
                 float f[VEC];
                 cvt_x(ldx_raw(base + (hh * W_ + ww) * C_, al), f);
@@ -1955,7 +2330,7 @@ extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv, IDXW* 
     }
 }
 "#,
-            &[("defs", defs.clone()), ("entry", entry.clone()), ("outs", outs.to_string())],
+            &[("defs", defs.clone()), ("entry", entry.clone()), ("outs", outs.to_string()), ("unroll", if kh * kw <= 32 { "#pragma unroll" } else { "#pragma unroll 1" }.into())],
         );
         launches.push(strided(source, entry, outs, vec![Arg::Ptr(x), Arg::Scratch(0)]));
         scratch.push((outs * vec) as usize);
@@ -1964,15 +2339,16 @@ extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv, IDXW* 
         (
             ", const IDXW* idx",
             Some(Arg::Scratch(0)),
-            "                IdxV r;\n                r.u = idx[o / VEC];\n                const unsigned char tap = (unsigned char)((h - oh) * KW + (w - ow));\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) if (r.b[k] == tap) acc[k] += g[k];\n".to_string(),
+            "                        IdxV r;\n                        r.u = idx[o / VEC];\n                        const unsigned char tap = (unsigned char)((h - oh) * KW + (w - ow));\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) if (r.b[k] == tap) acc[k] += g[k];\n".to_string(),
         )
     } else {
         let div = if a.mode == ResampleMode::AvgIncludePadding {
             "(float)((min(oh + KH, H_ + POSTH) - oh) * (min(ow + KW, W_ + POSTW) - ow))"
         } else {
-            "(float)((min(oh + KH, H_) - max(oh, 0LL)) * (min(ow + KW, W_) - max(ow, 0LL)))"
+            "(float)((min(oh + KH, H_) - max(oh, (IS)0)) * (min(ow + KW, W_) - max(ow, (IS)0)))"
         };
-        ("", None, format!("                const float div = {div};\n#pragma unroll\n                for (int k = 0; k < VEC; ++k) acc[k] += g[k] / div;\n"))
+        // One division per covering output (not per element).
+        ("", None, format!("                        const float inv = 1.f / {div};\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) acc[k] = fmaf(g[k], inv, acc[k]);\n"))
     };
     let entry = entry_name(ni, &format!("pool_bwd_{}", a.mode.name()));
     let total = n * h * w * cv;
@@ -1982,35 +2358,52 @@ extern "C" __global__ void __launch_bounds__(256) @entry@(const void* dyv@idxp@,
     const XT* dy = (const XT*)dyv;
     YT* dx = (YT*)dxv;
     const bool al = ((unsigned long long)dy & 15) == 0 && ((unsigned long long)dx & 15) == 0;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < @total@LL; i += (i64)gridDim.x * blockDim.x) {
+    for (IU i = (IU)blockIdx.x * blockDim.x + threadIdx.x; i < (IU)@total@LL; i += (IU)gridDim.x * blockDim.x) {
         // Input vector i = ((n * H + h) * W + w) * CV + v.
-        const i64 v = i % CV;
-        i64 t = i / CV;
-        const i64 w = t % W_;
-        t /= W_;
-        const i64 h = t % H_;
-        const i64 n = t / H_;
-        // Outputs whose windows cover (h, w): p * SH - PREH <= h < p * SH - PREH + KH.
-        const i64 ah = h + PREH - KH + 1, aw = w + PREW - KW + 1;
-        const i64 plo = ah <= 0 ? 0 : (ah + SH - 1) / SH, phi = min(P_ - 1, (h + PREH) / SH);
-        const i64 qlo = aw <= 0 ? 0 : (aw + SW - 1) / SW, qhi = min(Q_ - 1, (w + PREW) / SW);
+        const IS v = (IS)(i % (IU)CV);
+        IU t = i / (IU)CV;
+        const IS w = (IS)(t % (IU)W_);
+        t /= (IU)W_;
+        const IS h = (IS)(t % (IU)H_);
+        const IS n = (IS)(t / (IU)H_);
+        // Outputs whose windows cover (h, w): p * SH - PREH <= h < p * SH - PREH + KH (at most
+        // NPH of them along h, NQW along w: fixed trip counts, so every dy load of the
+        // position can be in flight at once).
+        const IS ah = h + PREH - KH + 1, aw = w + PREW - KW + 1;
+        const IS plo = ah <= 0 ? 0 : (ah + SH - 1) / SH, phi = min(P_ - 1, (h + PREH) / SH);
+        const IS qlo = aw <= 0 ? 0 : (aw + SW - 1) / SW, qhi = min(Q_ - 1, (w + PREW) / SW);
         float acc[VEC];
 #pragma unroll
         for (int k = 0; k < VEC; ++k) acc[k] = 0.f;
-        for (i64 p = plo; p <= phi; ++p) {
-            const i64 oh = p * SH - PREH;
-            for (i64 q = qlo; q <= qhi; ++q) {
-                const i64 ow = q * SW - PREW;
-                const i64 o = ((n * P_ + p) * Q_ + q) * C_ + v * VEC;
-                float g[VEC];
-                cvt_x(ldx_raw(dy + o, al), g);
-@take@            }
+@unroll@
+        for (int a = 0; a < NPH; ++a) {
+            const IS p = plo + a;
+            if (p <= phi) {
+                const IS oh = p * SH - PREH;
+@unroll@
+                for (int b = 0; b < NQW; ++b) {
+                    const IS q = qlo + b;
+                    if (q <= qhi) {
+                        const IS ow = q * SW - PREW;
+                        const IS o = ((n * P_ + p) * Q_ + q) * C_ + v * VEC;
+                        float g[VEC];
+                        cvt_x(ldx_raw(dy + o, al), g);
+@take@                    }
+                }
+            }
         }
-        st_y(dx + i * VEC, al, acc);
+        st_y(dx + (IS)i * VEC, al, acc);
     }
 }
 "#,
-        &[("defs", defs), ("entry", entry.clone()), ("idxp", idx_param.into()), ("total", total.to_string()), ("take", take)],
+        &[
+            ("defs", defs),
+            ("entry", entry.clone()),
+            ("idxp", idx_param.into()),
+            ("total", total.to_string()),
+            ("take", take),
+            ("unroll", if nph * nqw <= 64 { "#pragma unroll" } else { "#pragma unroll 1" }.into()),
+        ],
     );
     let mut args = vec![Arg::Ptr(dy)];
     args.extend(idx_arg);
