@@ -22,6 +22,7 @@
 //! any strides; paged K/V in the forward pass only.
 
 mod bwd;
+mod decode;
 mod fwd;
 
 use super::engine::{Target, Unit};
@@ -47,6 +48,9 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     if backward {
         Ok(bwd::unit(&p, target))
     } else {
+        if let Some(u) = decode::unit(&p, target) {
+            return Ok(Some(u));
+        }
         Ok(fwd::unit(&p, target))
     }
 }
