@@ -5,6 +5,7 @@
 
 mod conv;
 mod fast_attn;
+mod fast_attn_decode;
 mod fast_gemm;
 mod fast_mem;
 mod fast_pw;
@@ -56,6 +57,7 @@ pub fn all() -> Vec<Case> {
     v.extend(fast_spatial::cases());
     v.extend(fast_gemm::cases());
     v.extend(fast_attn::cases());
+    v.extend(fast_attn_decode::cases());
     v.extend(fast_mem::cases());
     v
 }

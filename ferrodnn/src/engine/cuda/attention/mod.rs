@@ -23,6 +23,7 @@
 
 mod bwd;
 mod bwd90;
+mod decode;
 mod fwd;
 mod fwd90;
 mod hopper;
@@ -50,6 +51,9 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     if backward {
         Ok(bwd90::unit(&p, target).or_else(|| bwd::unit(&p, target)))
     } else {
+        if let Some(u) = decode::unit(&p, target) {
+            return Ok(Some(u));
+        }
         Ok(fwd90::unit(&p, target).or_else(|| fwd::unit(&p, target)))
     }
 }
