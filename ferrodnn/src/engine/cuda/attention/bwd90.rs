@@ -457,8 +457,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
         dv: node.output("dv")?,
         dbias: node.output("dbias"),
     };
-    // Not yet run on a GPU: experimental until the GPU check has passed it.
-    if !target.hopper() || !target.experimental || ports.dbias.is_some() || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
+    if !target.hopper() || ports.dbias.is_some() || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
         return None;
     }
     if dq_shared(p).max(dkdv_shared(p)) > 227 * 1024 {

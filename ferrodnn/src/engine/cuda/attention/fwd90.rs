@@ -288,7 +288,7 @@ FA_INIT
 "#;
 
 /// Whether the consumers take turns (FA_PINGPONG); `FERRODNN_ATTN_PINGPONG=0` turns it off to
-/// compare (a tuning switch while the kernel is experimental).
+/// compare (a tuning switch for the benchmark).
 fn pingpong() -> bool {
     !std::env::var("FERRODNN_ATTN_PINGPONG").is_ok_and(|v| v == "0")
 }
@@ -335,8 +335,7 @@ fn generate(p: &Problem) -> Option<NodeKernels> {
 /// The Hopper unit of a forward node, when this kernel takes it; the general kernel with
 /// element-wise loads is the alternative for base pointers TMA cannot take.
 pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
-    // Not yet run on a GPU: experimental until the GPU check has passed it.
-    if !target.hopper() || !target.experimental || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p) > 227 * 1024 {
+    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p) > 227 * 1024 {
         return None;
     }
     let kernels = generate(p)?;
