@@ -46,7 +46,7 @@ impl CudaEngine {
 
     /// The device this engine generates kernels for.
     pub fn target(&self) -> Target {
-        Target { arch: self.device.arch(), sm_count: self.device.sm_count(), experimental: experimental_from_env(), allow_tf32: false }
+        Target { arch: self.device.arch(), sm_count: self.device.sm_count(), experimental: experimental_from_env(), allow_tf32: false, allow_atomics: false }
     }
 }
 
@@ -71,11 +71,15 @@ pub struct Target {
     /// 10-bit mantissa) instead of 3xTF32 (about f32 accuracy): the `tf32` knob, which makes
     /// the plan's behavior notes say reduced precision.
     pub allow_tf32: bool,
+    /// The plan may accumulate with float atomics, whose order varies from run to run: the
+    /// `atomics` knob (attention backward's dQ in one pass over K/V), which makes the plan's
+    /// behavior notes say non-deterministic.
+    pub allow_atomics: bool,
 }
 
 impl Target {
     pub fn new(arch: &str, sm_count: u32) -> Target {
-        Target { arch: arch.to_string(), sm_count, experimental: false, allow_tf32: false }
+        Target { arch: arch.to_string(), sm_count, experimental: false, allow_tf32: false, allow_atomics: false }
     }
     /// This target with the experimental kernels on.
     pub fn with_experimental(mut self) -> Target {
@@ -85,6 +89,11 @@ impl Target {
     /// This target with f32 matmuls allowed (or not) to run as tf32.
     pub fn with_tf32(mut self, allow: bool) -> Target {
         self.allow_tf32 = allow;
+        self
+    }
+    /// This target with float atomics allowed (or not).
+    pub fn with_atomics(mut self, allow: bool) -> Target {
+        self.allow_atomics = allow;
         self
     }
     /// An A100 (sm_80, 108 SMs): the mma.sync / cp.async generation.
@@ -150,6 +159,16 @@ fn tf32_knob(knobs: &[Knob]) -> bool {
     fused_knob(knobs) && knobs.iter().any(|k| k.name == "tf32" && k.value != 0)
 }
 
+/// Whether a plan's knobs allow float atomics (off unless asked for; only with fusion).
+fn atomics_knob(knobs: &[Knob]) -> bool {
+    fused_knob(knobs) && knobs.iter().any(|k| k.name == "atomics" && k.value != 0)
+}
+
+/// Whether the graph has an attention backward: the `atomics` knob changes its kernels.
+fn has_sdpa_backward(graph: &Graph) -> bool {
+    graph.nodes.iter().any(|n| matches!(n.op, crate::graph::ops::Op::SdpaBackward(_)))
+}
+
 /// Whether the graph has a matmul with an f32 input: the `tf32` knob changes its kernels.
 fn has_f32_matmul(graph: &Graph) -> bool {
     graph.nodes.iter().any(|n| {
@@ -168,6 +187,9 @@ pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, Str
     units.extend(CudaEngine::units(&g, target, false)?);
     if has_f32_matmul(&g) {
         units.extend(CudaEngine::units(&g, &target.clone().with_tf32(true), true)?);
+    }
+    if has_sdpa_backward(&g) {
+        units.extend(CudaEngine::units(&g, &target.clone().with_atomics(true), true)?);
     }
     for u in units {
         let alternative = u.unaligned.map(|a| a.kernels.launches).unwrap_or_default();
@@ -194,26 +216,33 @@ impl Engine for CudaEngine {
 
     /// Fused and specialized kernels first, then the plain per-node fallback. A graph with an
     /// f32 matmul gets a tf32 plan first (reduced precision, as cuBLAS's and cuDNN's default
-    /// tf32 math: `PlanPolicy::no_reduced_precision` skips it for the exact 3xTF32 plan).
+    /// tf32 math: `PlanPolicy::no_reduced_precision` skips it for the exact 3xTF32 plan). On
+    /// Hopper, an attention backward gets a plan first that accumulates dQ with float atomics
+    /// (non-deterministic, as cuDNN's default: `PlanPolicy::deterministic_only` skips it).
     fn candidates(&self, graph: &Graph) -> Vec<Vec<Knob>> {
         let fused = |v| Knob { name: "fused".into(), value: v };
         let mut v = vec![vec![fused(1)], vec![fused(0)]];
         if has_f32_matmul(graph) {
             v.insert(0, vec![fused(1), Knob { name: "tf32".into(), value: 1 }]);
         }
+        let target = self.target();
+        // Experimental (not yet checked on a GPU) until a GPU run has passed it.
+        if has_sdpa_backward(graph) && target.hopper() && target.experimental {
+            v.insert(0, vec![fused(1), Knob { name: "atomics".into(), value: 1 }]);
+        }
         v
     }
 
     fn behavior(&self, _graph: &Graph, knobs: &[Knob]) -> BehaviorNotes {
-        // No atomics on any path (split-k partial sums are added in order): same inputs, same
-        // bits. The fallback computes in double; f32 matmuls run as 3xTF32 unless the `tf32`
-        // knob asks for one tf32 pass.
-        BehaviorNotes { runtime_compiled: true, deterministic: true, reduced_precision: tf32_knob(knobs) }
+        // No atomics unless the `atomics` knob asks for them (split-k partial sums are added in
+        // order): same inputs, same bits. The fallback computes in double; f32 matmuls run as
+        // 3xTF32 unless the `tf32` knob asks for one tf32 pass.
+        BehaviorNotes { runtime_compiled: true, deterministic: !atomics_knob(knobs), reduced_precision: tf32_knob(knobs) }
     }
 
     fn build(&self, graph: Arc<Graph>, knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
         let g = &*graph;
-        let target = self.target().with_tf32(tf32_knob(knobs));
+        let target = self.target().with_tf32(tf32_knob(knobs)).with_atomics(atomics_knob(knobs));
         let units = Self::units(g, &target, fused_knob(knobs))?;
         let opts = CompileOptions::new(target.arch.clone());
         let cache = KernelCache::global();

@@ -109,7 +109,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_const
     const unsigned raw = smem_u32(fa_smem_raw);
     const unsigned base = (raw + 1023u) & ~1023u;
     constexpr unsigned K_BYTES = FA_BK * FA_D * 2, V_BYTES = FA_BK * FA_DV * 2, Q_BYTES = FA_BQ * FA_D * 2, O_BYTES = FA_BQ * FA_DV * 2;
-    const unsigned sK = base, sV = sK + K_BYTES, sQ = sV + V_BYTES, sO = sQ + 2 * Q_BYTES, bars = sO + 2 * O_BYTES;
+    // With FA_ATOMIC_DQ, two buffers of dS^T (keys x queries) for dQ follow dO.
+    constexpr unsigned DS_BYTES = FA_BK * FA_BQ * 2;
+    const unsigned sK = base, sV = sK + K_BYTES, sQ = sV + V_BYTES, sO = sQ + 2 * Q_BYTES, sDS = sO + 2 * O_BYTES, bars = sDS + FA_ATOMIC_DQ * 2 * DS_BYTES;
+    (void)sDS;
     // Barriers: K/V; Q+dO full (TMA bytes and the 32 lanes that stage lse and D), empty.
     const unsigned kvbar = bars;
 #define QFULL(s) (bars + 8u + 8u * (s))
@@ -234,12 +237,58 @@ FA_INIT
                 fa90_ds(dp, sc, keep, [&](int n, int e) { return sDb[n * 8 + tg * 2 + (e & 1)]; });
                 u32 da[4][4];
                 fa90_pack<64>(da, dp);
+#if FA_ATOMIC_DQ
+                // dS^T into this step's buffer: rows of 64 queries (128 bytes, swizzled as TMA's
+                // 128-byte mode), this warpgroup's 64 keys after the other's: the M-major A
+                // operand of dQ = dS K over the CTA's 128 keys. Row r's 16-byte chunk n sits at
+                // chunk n ^ (r % 8), and r % 8 is g here.
+                const unsigned sds = sDS + s * DS_BYTES;
+                #pragma unroll
+                for (int n = 0; n < 8; ++n) {
+                    #pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const unsigned r = (unsigned)(cw * 64 + w * 16 + g + hh * 8);
+                        asm volatile("st.shared.b32 [%0], %1;" :: "r"(sds + r * 128u + ((unsigned)(n ^ g) << 4) + tg * 4u), "r"(fa_pack(dp[4 * n + 2 * hh], dp[4 * n + 2 * hh + 1])) : "memory");
+                    }
+                }
+                // Visible to wgmma (the async proxy), then to both consumers.
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
                 wgmma_fence();
                 #pragma unroll
                 for (int ks = 0; ks < FA_BQ / 16; ++ks) fa90_mma_d(dk, da[ks], make_desc(sq + ks * 2048u, FA_BQ * 128u, 1024u));
                 wgmma_commit();
+#if FA_ATOMIC_DQ
+                asm volatile("bar.sync 1, 256;" ::: "memory");
+#endif
                 wgmma_wait0();
                 mbar_arrive(QEMPTY(s));
+#if FA_ATOMIC_DQ
+                // dQ += dS K for the step's 64 query rows, 64 channels at a time, the consumers
+                // taking turns (chunk c of step it goes to consumer (it + c) % 2), added into the
+                // f32 accumulator with vector reductions. The buffer is written again two steps
+                // later, after the next step's barrier, which this warpgroup passes only once its
+                // product here has completed.
+                #pragma unroll
+                for (int c = 0; c < FA_D / 64; ++c) {
+                    if ((int)((it + c) & 1) != cw) continue;
+                    float dq[32];
+                    wgmma_fence();
+                    #pragma unroll
+                    for (int ks = 0; ks < FA_BK / 16; ++ks) fa90_mma_dq(dq, make_desc(sds + ks * 2048u, DS_BYTES, 1024u), make_desc(sK + c * (FA_BK * 128u) + ks * 2048u, FA_BK * 128u, 1024u), ks > 0 ? 1 : 0);
+                    wgmma_commit();
+                    wgmma_wait0();
+                    #pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const i64 i = i0 + w * 16 + g + hh * 8;
+                        if (i < lq) {
+                            float* row = reinterpret_cast<float*>(dqa_p) + ((bi * FA_HQ + h) * FA_SQ + i) * FA_D + c * 64 + tg * 2;
+                            #pragma unroll
+                            for (int n = 0; n < 8; ++n) asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(row + n * 8), "f"(dq[4 * n + 2 * hh]), "f"(dq[4 * n + 2 * hh + 1]) : "memory");
+                        }
+                    }
+                }
+#endif
             }
         }
         #pragma unroll
@@ -253,6 +302,27 @@ FA_INIT
     }
 #undef QFULL
 #undef QEMPTY
+}
+"#;
+
+/// The f32 dQ accumulator of the atomic path, zeroed (16 bytes a thread).
+const ZERO_ACC: &str = r#"
+{
+    GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * FA_D / 4) {
+        asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};" :: "l"(reinterpret_cast<float*>(dqa_p) + 4 * e), "r"(0u) : "memory");
+    }
+}
+"#;
+
+/// dQ from the f32 accumulator (already scaled), two channels a thread.
+const ACC_DQ: &str = r#"
+{
+    GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * (FA_D / 2)) {
+        const i64 c = (e % (FA_D / 2)) * 2, r = e / (FA_D / 2);
+        const i64 i = r % FA_SQ, h = (r / FA_SQ) % FA_HQ, bi = r / (FA_SQ * FA_HQ);
+        const float* a = reinterpret_cast<const float*>(dqa_p) + r * FA_D + c;
+        fa_store_dq(dq_p, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + c * DQ_S3, a[0], a[1]);
+    }
 }
 "#;
 
@@ -370,24 +440,29 @@ FA_INIT
 }
 "#;
 
-fn dkdv_shared(p: &Problem) -> usize {
-    (KV_BK * (p.d + p.d_v) * 2 + 2 * KV_BQ * (p.d + p.d_v) * 2) as usize + 1024 + 64 + 4 * KV_BQ as usize * 4
+fn dkdv_shared(p: &Problem, atomic: bool) -> usize {
+    let ds = if atomic { 2 * KV_BK * KV_BQ * 2 } else { 0 };
+    (KV_BK * (p.d + p.d_v) * 2 + 2 * KV_BQ * (p.d + p.d_v) * 2 + ds) as usize + 1024 + 64 + 4 * KV_BQ as usize * 4
 }
 
 fn dq_shared(p: &Problem) -> usize {
     (Q_BM * (p.d + p.d_v) * 2 + 2 * Q_BN * (p.d + p.d_v) * 2) as usize + 1024 + 64
 }
 
-fn generate(p: &Problem, ports: &Ports) -> Option<NodeKernels> {
+/// The launches: `D`, then either the dQ and dK/dV kernels (deterministic), or (`atomic`) the
+/// dK/dV kernel adding each step's dS K into a zeroed f32 accumulator and a last pass that
+/// writes dQ from it.
+fn generate(p: &Problem, ports: &Ports, atomic: bool) -> Option<NodeKernels> {
     let c = p.common(true);
     let base = bwd::base_defines(p, ports, &c, Dbias::None, true);
     let init = fa_init(&c);
     let common = format!(
-        "{}{}{}{}{SCORES}",
+        "{}{}{}{}{}{SCORES}",
         hopper::helpers(),
         hopper::wgmma_ss(p, "fa90_mma64", 64),
         hopper::wgmma_rs(p, "fa90_mma_d", p.d),
-        hopper::wgmma_rs(p, "fa90_mma_dv", p.d_v)
+        hopper::wgmma_rs(p, "fa90_mma_dv", p.d_v),
+        if atomic { hopper::wgmma_ss_major(p, "fa90_mma_dq", 64, true) } else { String::new() }
     );
     let maps = |rows_q: i64, rows_k: i64| {
         vec![
@@ -420,28 +495,50 @@ fn generate(p: &Problem, ports: &Ports) -> Option<NodeKernels> {
     let mut input_args = vec![Arg::Scratch(0), Arg::Ptr(ports.stats)];
     input_args.extend(c.args.iter().cloned());
 
-    // dQ.
-    let dq_defs = format!("{base}#define FA_BM {Q_BM}\n#define FA_BN {Q_BN}\n");
     let dq_store = p.output_store("dq", "DQ", ports.dq, p.pair_ok(ports.dq));
-    let mut params = vec!["void* dq_p".to_string()];
-    params.extend(inputs.iter().cloned());
-    let mut dq = kernel(dq_defs, dq_store, "attn_bwd_dq_sm90", params, DQ, ((p.s_q + Q_BM - 1) / Q_BM, p.h_q, p.b), dq_shared(p))?;
-    dq.args = maps(Q_BM, Q_BN);
-    dq.args.push(Arg::Ptr(ports.dq));
-    dq.args.extend(input_args.iter().cloned());
+    let rows = (p.b * p.h_q * p.s_q) as usize;
+    let mut launches = vec![bwd::d_launch(p, ports, &base, true)?];
+    let mut scratch = vec![rows.max(1) * 4];
 
-    // dK, dV.
-    let kv_defs = format!("{base}#define FA_BK {KV_BK}\n#define FA_BQ {KV_BQ}\n");
+    // dQ (deterministic), or the zeroed accumulator of the atomic path.
+    let acc_elems = (p.b * p.h_q * p.s_q * p.d) as u64;
+    if atomic {
+        let zero = bwd::launch(p, &base, "", "attn_bwd_dq_zero_sm90", &["void* dqa_p".into()], vec![Arg::Scratch(1)], ZERO_ACC, None, acc_elems / 4, 256, 0)?;
+        launches.insert(0, zero);
+        scratch.push(acc_elems as usize * 4);
+    } else {
+        let dq_defs = format!("{base}#define FA_BM {Q_BM}\n#define FA_BN {Q_BN}\n");
+        let mut params = vec!["void* dq_p".to_string()];
+        params.extend(inputs.iter().cloned());
+        let mut dq = kernel(dq_defs, dq_store.clone(), "attn_bwd_dq_sm90", params, DQ, ((p.s_q + Q_BM - 1) / Q_BM, p.h_q, p.b), dq_shared(p))?;
+        dq.args = maps(Q_BM, Q_BN);
+        dq.args.push(Arg::Ptr(ports.dq));
+        dq.args.extend(input_args.iter().cloned());
+        launches.push(dq);
+    }
+
+    // dK, dV (and the dQ products with `atomic`).
+    let kv_defs = format!("{base}#define FA_BK {KV_BK}\n#define FA_BQ {KV_BQ}\n#define FA_ATOMIC_DQ {}\n", atomic as i32);
     let kv_store = format!("{}{}", p.output_store("dk", "DK", ports.dk, p.pair_ok(ports.dk)), p.output_store("dv", "DV", ports.dv, p.pair_ok(ports.dv)));
     let mut params = vec!["void* dk_p".to_string(), "void* dv_p".to_string()];
+    if atomic {
+        params.push("void* dqa_p".to_string());
+    }
     params.extend(inputs);
-    let mut kv = kernel(kv_defs, kv_store, "attn_bwd_dkdv_sm90", params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p))?;
+    let what = if atomic { "attn_bwd_dkdv_dq_sm90" } else { "attn_bwd_dkdv_sm90" };
+    let mut kv = kernel(kv_defs, kv_store, what, params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p, atomic))?;
     kv.args = maps(KV_BQ, KV_BK);
     kv.args.extend([Arg::Ptr(ports.dk), Arg::Ptr(ports.dv)]);
+    if atomic {
+        kv.args.push(Arg::Scratch(1));
+    }
     kv.args.extend(input_args);
+    launches.push(kv);
 
-    let rows = (p.b * p.h_q * p.s_q) as usize;
-    Some(NodeKernels { launches: vec![bwd::d_launch(p, ports, &base, true)?, dq, kv], scratch: vec![rows.max(1) * 4] })
+    if atomic {
+        launches.push(bwd::launch(p, &base, &dq_store, "attn_bwd_dq_acc_sm90", &["void* dq_p".into(), "const void* dqa_p".into()], vec![Arg::Ptr(ports.dq), Arg::Scratch(1)], ACC_DQ, None, acc_elems / 2, 256, 0)?);
+    }
+    Some(NodeKernels { launches, scratch })
 }
 
 /// The Hopper unit of a backward node without dbias, when these kernels take it; the general
@@ -460,10 +557,13 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     if !target.hopper() || ports.dbias.is_some() || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
         return None;
     }
-    if dq_shared(p).max(dkdv_shared(p)) > 227 * 1024 {
+    // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob);
+    // experimental until a GPU run has checked it.
+    let atomic = target.allow_atomics && target.experimental;
+    if dq_shared(p).max(dkdv_shared(p, atomic)) > 227 * 1024 {
         return None;
     }
-    let kernels = generate(p, &ports)?;
+    let kernels = generate(p, &ports, atomic)?;
     let alternative = bwd::generate(p, &ports, Dbias::None, false)?;
     let mut tensors = vec![p.q, p.k, p.v, ports.d_o];
     tensors.extend([ports.dq, ports.dk, ports.dv].into_iter().filter(|&t| p.pair_ok(t)));

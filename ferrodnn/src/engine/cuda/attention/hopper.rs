@@ -56,12 +56,19 @@ fn mma_type(p: &Problem) -> &'static str {
 /// `name(float (&d)[n/2], u64 da, u64 db, int scale_d)`: d (+)= A B, `wgmma.m64n{n}k16`, both
 /// operands K-major in shared memory; `scale_d` 0 overwrites d.
 pub(super) fn wgmma_ss(p: &Problem, name: &str, n: i64) -> String {
+    wgmma_ss_major(p, name, n, false)
+}
+
+/// [`wgmma_ss`] with both operands MN-major instead (`mn`: A M-major, B N-major; the
+/// transpose flags), e.g. A = dS from a [keys][queries] tile and B = K from its [keys][d] tile.
+pub(super) fn wgmma_ss_major(p: &Problem, name: &str, n: i64, mn: bool) -> String {
     let h = n / 2;
+    let t = if mn { "1, 1" } else { "0, 0" };
     format!(
         r#"__device__ __forceinline__ void {name}(float (&d)[{h}], u64 da, u64 db, int scale_d) {{
     asm volatile(
         "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{regs}}}, %{h}, %{db}, p, 1, 1, 0, 0;\n}}\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{regs}}}, %{h}, %{db}, p, 1, 1, {t};\n}}\n"
         : {outs}
         : "l"(da), "l"(db), "r"(scale_d));
 }}

@@ -95,14 +95,10 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     let sms = target.sm_count.max(1) as usize;
     // BN 256 halves the B traffic per flop, but leaves SMs idle when tiles are few, and short
     // k loops (K <= 256) gain more from more tiles than from wider ones.
-    let mut bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
-    // Few rows (M <= 64, as in decoding: B streams from memory and most of each tile's rows are
-    // empty) and 128-wide tiles for at most half the SMs: 64-wide tiles that fill more than half
-    // of them stream B at the same rate per SM as a 2-way split k, without its partial sums and
-    // reduce launch.
-    if bn == 128 && p.m <= 64 && 2 * tiles(128) <= sms && 2 * tiles(64) > sms {
-        bn = 64;
-    }
+    // (64-wide tiles for decode, M <= 64, instead of a 2-way split k measured slower: 32.1 vs
+    // 40.4 TFLOP/s at 16 x 8192 x 8192, bench/NOTES.md session 11; their 8 KiB B stages keep
+    // less of B in flight per SM.)
+    let bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
     let kt = p.k.div_ceil(bk(p.a.dtype));
     let t0 = tiles(bn);
     let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
@@ -1137,10 +1133,10 @@ mod tests {
         assert!(reject(&p, &Target::sm80()).is_some());
         // k = 7: a row stride of 14 bytes cannot be a TMA stride.
         assert!(reject(&problem(1, 64, 64, 7, true, false, DataType::Bf16), &t).is_some());
-        // Decode: 64-wide tiles on 128 SMs instead of a 2-way split k with a reduce launch.
+        // Decode: 128-wide tiles on 64 SMs, so a 2-way split k.
         let d = choose(&problem(1, 16, 8192, 8192, true, false, DataType::Bf16), &t);
-        assert_eq!((d.bn, d.splits, d.tma_store, d.stages), (64, 1, true, 8));
-        // Fewer columns: 128-wide tiles and split k, as before.
+        assert_eq!((d.bn, d.splits), (128, 2));
+        // Fewer columns: 128-wide tiles and split k.
         let d = choose(&problem(1, 16, 2048, 8192, true, false, DataType::Bf16), &t);
         assert_eq!((d.bn, d.splits > 1), (128, true));
     }
@@ -1155,8 +1151,8 @@ mod tests {
         for (p, what) in [
             (problem(1, 8192, 8192, 8192, true, false, DataType::Bf16), "A K-major, B N-major"),
             (problem(3, 304, 200, 136, false, true, DataType::F32), "A M-major, B K-major, batched"),
-            (problem(1, 16, 8192, 8192, true, false, DataType::Bf16), "decode, BN 64"),
-            (problem(1, 40, 4296, 48, true, true, DataType::F32), "BN 64, B K-major, f32 out"),
+            (problem(1, 16, 8192, 8192, true, false, DataType::Bf16), "decode, split k"),
+            (problem(1, 40, 4296, 48, true, true, DataType::F32), "B K-major, f32 out"),
         ] {
             let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel"));
             let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
