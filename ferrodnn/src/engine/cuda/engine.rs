@@ -164,9 +164,9 @@ fn atomics_knob(knobs: &[Knob]) -> bool {
     fused_knob(knobs) && knobs.iter().any(|k| k.name == "atomics" && k.value != 0)
 }
 
-/// Whether the graph has an attention backward: the `atomics` knob changes its kernels.
-fn has_sdpa_backward(graph: &Graph) -> bool {
-    graph.nodes.iter().any(|n| matches!(n.op, crate::graph::ops::Op::SdpaBackward(_)))
+/// Whether the graph has an attention backward whose kernels the `atomics` knob changes.
+fn has_atomic_sdpa_backward(graph: &Graph) -> bool {
+    graph.nodes.iter().any(|n| matches!(&n.op, crate::graph::ops::Op::SdpaBackward(a) if super::attention::atomic_dq_pays(a)))
 }
 
 /// Whether the graph has a matmul with an f32 input: the `tf32` knob changes its kernels.
@@ -188,7 +188,7 @@ pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, Str
     if has_f32_matmul(&g) {
         units.extend(CudaEngine::units(&g, &target.clone().with_tf32(true), true)?);
     }
-    if has_sdpa_backward(&g) {
+    if has_atomic_sdpa_backward(&g) {
         units.extend(CudaEngine::units(&g, &target.clone().with_atomics(true), true)?);
     }
     for u in units {
@@ -225,9 +225,7 @@ impl Engine for CudaEngine {
         if has_f32_matmul(graph) {
             v.insert(0, vec![fused(1), Knob { name: "tf32".into(), value: 1 }]);
         }
-        let target = self.target();
-        // Experimental (not yet checked on a GPU) until a GPU run has passed it.
-        if has_sdpa_backward(graph) && target.hopper() && target.experimental {
+        if has_atomic_sdpa_backward(graph) && self.target().hopper() {
             v.insert(0, vec![fused(1), Knob { name: "atomics".into(), value: 1 }]);
         }
         v

@@ -303,13 +303,12 @@ mod tests {
             }
             let outs = run_cpu(&g, &random_inputs(&g, 7)).unwrap_or_else(|e| panic!("{}: {e}", c.name));
             assert!(!outs.is_empty(), "{}: no outputs", c.name);
-            // The decode kernel is experimental (planned only with Target::experimental).
-            for target in [Target::sm80(), Target::sm90a(), Target::sm80().with_experimental(), Target::sm90a().with_experimental()] {
+            for target in [Target::sm80(), Target::sm90a()] {
                 let entries: Vec<String> = kernel_sources(&g, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name)).into_iter().map(|(e, _)| e).collect();
                 let decode = entries.iter().any(|e| e.contains("attn_decode"));
                 let other = c.name.contains("_general") || c.name.contains("_fallback");
-                assert_eq!(decode, target.experimental && !other, "{} ({}, experimental {}): {entries:?}", c.name, target.arch, target.experimental);
-                if target.experimental && c.name.contains("splits") {
+                assert_eq!(decode, !other, "{} ({}): {entries:?}", c.name, target.arch);
+                if c.name.contains("splits") {
                     assert!(entries.iter().any(|e| e.contains("attn_decode_combine")), "{} ({}): one split", c.name, target.arch);
                 }
             }

@@ -10,6 +10,12 @@
 //!   registers, then dS^T = P^T (dP^T - D) and dK += dS^T Q, again from registers.
 //! - dQ: a CTA per (128 query rows, head, batch) keeps Q and dO and loops over the K/V tiles of
 //!   64 keys (two stages): S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
+//! - Or, with the `atomics` plan knob and no causal mask or window (where it pays, see
+//!   [`super::atomic_dq_pays`]): no dQ pass; the dK/dV kernel also stores each step's dS^T in
+//!   shared memory and the consumers take turns computing dQ += dS K for the step's 64 query
+//!   rows over the CTA's 128 keys, added with `red.global.add.v2.f32` into a zeroed f32
+//!   accumulator; a last launch writes dQ from it. The order of the additions varies from run
+//!   to run (the plan's behavior notes say non-deterministic).
 //!
 //! Masks, bias, ALiBi and dropout as in the general kernels (the dropout mask is regenerated
 //! once per element and kept as bits between P and dS). Taken when [`super::hopper::takes`]
@@ -557,9 +563,9 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     if !target.hopper() || ports.dbias.is_some() || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
         return None;
     }
-    // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob);
-    // experimental until a GPU run has checked it.
-    let atomic = target.allow_atomics && target.experimental;
+    // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and
+    // they pay.
+    let atomic = target.allow_atomics && super::atomic_dq_pays(p.attrs);
     if dq_shared(p).max(dkdv_shared(p, atomic)) > 227 * 1024 {
         return None;
     }

@@ -20,8 +20,6 @@
 //! Takes every forward feature the general kernel takes (masks, padding, bias, ALiBi, dropout,
 //! GQA/MQA, paged K/V, stats, any strides, element-wise loads when 16-byte ones are not
 //! possible) when `group * s_q <= 16` and the shared memory fits; returns `None` otherwise.
-//! Experimental (written and compiled, not yet checked on a GPU): planned only when
-//! `Target::experimental` is set (`FERRODNN_EXPERIMENTAL=1`), like the Hopper kernels.
 
 use super::{fa_init, max_shared, Problem, HELPERS};
 use crate::engine::cuda::engine::{Target, Unaligned, Unit};
@@ -437,8 +435,7 @@ fn generate(p: &Problem, s: &Shape, vec: bool) -> Option<NodeKernels> {
 
 /// The decode unit of a forward sdpa node, when `group * s_q` query rows fit one CTA.
 pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
-    // Not yet run on a GPU: experimental until the GPU check has passed it.
-    if !target.experimental || p.h_q / p.h_kv * p.s_q > MAX_ROWS {
+    if p.h_q / p.h_kv * p.s_q > MAX_ROWS {
         return None;
     }
     let s = shape(p, target)?;

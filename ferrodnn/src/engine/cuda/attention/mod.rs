@@ -36,6 +36,14 @@ use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
 
+/// Whether a backward with these attributes runs faster with dQ added by float atomics in the
+/// dK/dV pass (the `atomics` plan knob) than with its own pass: without a causal mask or a
+/// sliding window (measured on the H100, bench/NOTES.md session 11: +6% at b4h16s4096d128,
+/// +14% at b16h16s1024d64, but 12-13% slower on the causal shapes).
+pub fn atomic_dq_pays(a: &SdpaAttrs) -> bool {
+    a.causal.is_none() && a.sliding_window_left.is_none() && a.sliding_window_right.is_none()
+}
+
 /// The unit of an sdpa or sdpa_backward node, when this engine runs it.
 pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     let node = &graph.nodes[ni];
