@@ -52,8 +52,10 @@ def render(paths):
         out += [f"## {r['device']} ({r['gpu']}): {r.get('suite', '')}", "",
                 f"{r['date']}, commit `{r['commit'][:12]}`, {r.get('software', '')}; suite `{r.get('suite', '')}`.",
                 f"Ceilings measured in this run: copy {roof['copy_gbs']:.0f} GB/s, bf16 GEMM {roof['gemm_bf16_tflops']:.0f} TFLOP/s."
-                + (f" Handle creation (device, NVRTC, kernel cache): {r['handle_ms']['warm_disk']:.0f} ms." if (r.get('handle_ms') or {}).get('warm_disk') else ""), "",
+                + (f" Handle creation (device, NVRTC, kernel cache): {r['handle_ms']['warm_disk']:.0f} ms." if (r.get('handle_ms') or {}).get('warm_disk') else "")
+                + (f" {r['note']}" if r.get("note") else ""), "",
                 ]
+        notes = []  # per-workload notes, as numbered footnotes under the table
         # Compute-bound suites also show TFLOP/s, and the gemm suite cuDNN's own graph API.
         flops = any(w.get("ours_tflops") is not None for w in r["workloads"])
         cudnn = any(w.get("cudnn_graph_ms") is not None for w in r["workloads"])
@@ -68,11 +70,17 @@ def render(paths):
             if w.get("error"):
                 out.append(f"| {w['id']} | not run: {w['error']} | {fmt(w.get('torch_ms'), '.4f')} |" + " - |" * (len(head) - 3))
                 continue
-            cells = [w["id"], fmt(w.get("ours_ms"), ".4f"), fmt(w.get("torch_ms"), ".4f"), fmt(w.get("ratio"), ".3f")]
+            wid = w["id"]
+            if w.get("note"):
+                notes.append(w["note"])
+                wid += f" [{len(notes)}]"
+            cells = [wid, fmt(w.get("ours_ms"), ".4f"), fmt(w.get("torch_ms"), ".4f"), fmt(w.get("ratio"), ".3f")]
             cells += [fmt(w.get("ours_tflops"), ".0f"), fmt(w.get("torch_tflops"), ".0f")] if flops else []
             cells += [fmt(w.get("cudnn_graph_ms"), ".4f"), fmt(w.get("ratio_vs_cudnn_graph"), ".3f")] if cudnn else []
             cells += [fmt(w.get("pct_roofline"), ".1f"), build]
             out.append("| " + " | ".join(cells) + " |")
+        if notes:
+            out += [""] + [f"[{i + 1}] {n}" + ("" if i + 1 == len(notes) else "  ") for i, n in enumerate(notes)]
         if has_chart:
             out += ["", f"![ratios]({os.path.relpath(png, ROOT)})"]
         out.append("")

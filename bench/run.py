@@ -259,7 +259,7 @@ def main():
         "software": f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}",
         "suite": args.suite,
         "roofline": roof,
-        "handle_ms": {"cold": cold_handle, "warm_disk": warm_handle},
+        "handle_ms": {"cold": warm_handle, "warm_disk": None} if args.skip_cold else {"cold": cold_handle, "warm_disk": warm_handle},
         "workloads": workloads,
     }
     os.makedirs(args.out, exist_ok=True)
