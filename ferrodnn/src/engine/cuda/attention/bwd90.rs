@@ -4,7 +4,7 @@
 //!
 //! - dK/dV: a CTA per (128 keys, kv head, batch) keeps its K and V tiles in shared memory and
 //!   loops over the query heads sharing the kv head and their q tiles of 64 rows (Q and dO by
-//!   TMA, two stages; a producer warp stages each tile's lse and D in shared memory). Per step
+//!   TMA, two stages, three with `Target::experimental` until measured; a producer warp stages each tile's lse and D in shared memory). Per step
 //!   and consumer: S^T = K Q^T and dP^T = V dO^T (both operands from shared memory), P^T =
 //!   exp2(S^T - lse) while dP^T is still on the tensor cores, dV += P^T dO with P^T from
 //!   registers, then dS^T = P^T (dP^T - D) and dK += dS^T Q, again from registers.
@@ -117,14 +117,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_const
     constexpr unsigned K_BYTES = FA_BK * FA_D * 2, V_BYTES = FA_BK * FA_DV * 2, Q_BYTES = FA_BQ * FA_D * 2, O_BYTES = FA_BQ * FA_DV * 2;
     // With FA_ATOMIC_DQ, two buffers of dS^T (keys x queries) for dQ follow dO.
     constexpr unsigned DS_BYTES = FA_BK * FA_BQ * 2;
-    const unsigned sK = base, sV = sK + K_BYTES, sQ = sV + V_BYTES, sO = sQ + 2 * Q_BYTES, sDS = sO + 2 * O_BYTES, bars = sDS + FA_ATOMIC_DQ * 2 * DS_BYTES;
+    const unsigned sK = base, sV = sK + K_BYTES, sQ = sV + V_BYTES, sO = sQ + FA_QS * Q_BYTES, sDS = sO + FA_QS * O_BYTES, bars = sDS + FA_ATOMIC_DQ * 2 * DS_BYTES;
     (void)sDS;
     // Barriers: K/V; Q+dO full (TMA bytes and the 32 lanes that stage lse and D), empty.
     const unsigned kvbar = bars;
 #define QFULL(s) (bars + 8u + 8u * (s))
-#define QEMPTY(s) (bars + 24u + 8u * (s))
+#define QEMPTY(s) (bars + 8u + 8u * FA_QS + 8u * (s))
     float* sL = reinterpret_cast<float*>(fa_smem_raw + (bars + 64u - raw));
-    float* sD = sL + 2 * FA_BQ;
+    float* sD = sL + FA_QS * FA_BQ;
 FA_INIT
     const float* dbuf = reinterpret_cast<const float*>(dbuf_p);
     const int wg = threadIdx.x >> 7;
@@ -152,7 +152,7 @@ FA_INIT
     const i64 total = nq * FA_GROUP;
     if (threadIdx.x == 0) {
         mbar_init(kvbar, 1u);
-        for (int s = 0; s < 2; ++s) {
+        for (int s = 0; s < FA_QS; ++s) {
             mbar_init(QFULL(s), 33u);
             mbar_init(QEMPTY(s), 256u);
         }
@@ -170,8 +170,8 @@ FA_INIT
             #pragma unroll
             for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sV + c * (FA_BK * 128u), &tv, kvbar, c * 64, (int)j0, (int)kh, (int)bi);
             for (i64 it = 0; it < total; ++it) {
-                const int s = (int)(it & 1);
-                const unsigned ph = (unsigned)(it >> 1) & 1u;
+                const int s = (int)(it % FA_QS);
+                const unsigned ph = (unsigned)(it / FA_QS) & 1u;
                 const int h = (int)(kh * FA_GROUP + it / nq), i0 = (int)((qa + it % nq) * FA_BQ);
                 mbar_wait(QEMPTY(s), ph ^ 1u);
                 mbar_expect_tx(QFULL(s), Q_BYTES + O_BYTES);
@@ -183,8 +183,8 @@ FA_INIT
         } else if (warp == 1 && any) {
             // lse (log2 units) and D of each step's rows into shared memory.
             for (i64 it = 0; it < total; ++it) {
-                const int s = (int)(it & 1);
-                const unsigned ph = (unsigned)(it >> 1) & 1u;
+                const int s = (int)(it % FA_QS);
+                const unsigned ph = (unsigned)(it / FA_QS) & 1u;
                 const i64 h = kh * FA_GROUP + it / nq, i0 = (qa + it % nq) * FA_BQ;
                 mbar_wait(QEMPTY(s), ph ^ 1u);
                 for (int r = lane; r < FA_BQ; r += 32) {
@@ -210,8 +210,8 @@ FA_INIT
             const unsigned sk = sK + cw * 8192u, sv = sV + cw * 8192u;
             mbar_wait(kvbar, 0u);
             for (i64 it = 0; it < total; ++it) {
-                const int s = (int)(it & 1);
-                const unsigned ph = (unsigned)(it >> 1) & 1u;
+                const int s = (int)(it % FA_QS);
+                const unsigned ph = (unsigned)(it / FA_QS) & 1u;
                 const i64 h = kh * FA_GROUP + it / nq, i0 = (qa + it % nq) * FA_BQ;
                 const unsigned sq = sQ + s * Q_BYTES, so = sO + s * O_BYTES;
                 const float* sLb = sL + s * FA_BQ;
@@ -248,7 +248,7 @@ FA_INIT
                 // 128-byte mode), this warpgroup's 64 keys after the other's: the M-major A
                 // operand of dQ = dS K over the CTA's 128 keys. Row r's 16-byte chunk n sits at
                 // chunk n ^ (r % 8), and r % 8 is g here.
-                const unsigned sds = sDS + s * DS_BYTES;
+                const unsigned sds = sDS + (unsigned)(it & 1) * DS_BYTES;
                 #pragma unroll
                 for (int n = 0; n < 8; ++n) {
                     #pragma unroll
@@ -446,9 +446,20 @@ FA_INIT
 }
 "#;
 
-fn dkdv_shared(p: &Problem, atomic: bool) -> usize {
+/// The dK/dV kernel's shared memory with `qs` stages of Q and dO (and their lse and D rows).
+fn dkdv_shared(p: &Problem, atomic: bool, qs: i64) -> usize {
     let ds = if atomic { 2 * KV_BK * KV_BQ * 2 } else { 0 };
-    (KV_BK * (p.d + p.d_v) * 2 + 2 * KV_BQ * (p.d + p.d_v) * 2 + ds) as usize + 1024 + 64 + 4 * KV_BQ as usize * 4
+    (KV_BK * (p.d + p.d_v) * 2 + qs * KV_BQ * (p.d + p.d_v) * 2 + ds + 2 * qs * KV_BQ * 4) as usize + 1024 + 64
+}
+
+/// Stages of Q and dO in the dK/dV kernel: three (more loads in flight while the two consumers
+/// hold a stage for a whole step) are experimental until measured against two.
+fn dkdv_stages(target: &Target) -> i64 {
+    if target.experimental {
+        3
+    } else {
+        2
+    }
 }
 
 fn dq_shared(p: &Problem) -> usize {
@@ -458,7 +469,7 @@ fn dq_shared(p: &Problem) -> usize {
 /// The launches: `D`, then either the dQ and dK/dV kernels (deterministic), or (`atomic`) the
 /// dK/dV kernel adding each step's dS K into a zeroed f32 accumulator and a last pass that
 /// writes dQ from it.
-fn generate(p: &Problem, ports: &Ports, atomic: bool) -> Option<NodeKernels> {
+fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKernels> {
     let c = p.common(true);
     let base = bwd::base_defines(p, ports, &c, Dbias::None, true);
     let init = fa_init(&c);
@@ -524,7 +535,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool) -> Option<NodeKernels> {
     }
 
     // dK, dV (and the dQ products with `atomic`).
-    let kv_defs = format!("{base}#define FA_BK {KV_BK}\n#define FA_BQ {KV_BQ}\n#define FA_ATOMIC_DQ {}\n", atomic as i32);
+    let kv_defs = format!("{base}#define FA_BK {KV_BK}\n#define FA_BQ {KV_BQ}\n#define FA_ATOMIC_DQ {}\n#define FA_QS {qs}\n", atomic as i32);
     let kv_store = format!("{}{}", p.output_store("dk", "DK", ports.dk, p.pair_ok(ports.dk)), p.output_store("dv", "DV", ports.dv, p.pair_ok(ports.dv)));
     let mut params = vec!["void* dk_p".to_string(), "void* dv_p".to_string()];
     if atomic {
@@ -532,7 +543,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool) -> Option<NodeKernels> {
     }
     params.extend(inputs);
     let what = if atomic { "attn_bwd_dkdv_dq_sm90" } else { "attn_bwd_dkdv_sm90" };
-    let mut kv = kernel(kv_defs, kv_store, what, params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p, atomic))?;
+    let mut kv = kernel(kv_defs, kv_store, what, params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p, atomic, qs))?;
     kv.args = maps(KV_BQ, KV_BK);
     kv.args.extend([Arg::Ptr(ports.dk), Arg::Ptr(ports.dv)]);
     if atomic {
@@ -566,10 +577,11 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and
     // they pay.
     let atomic = target.allow_atomics && super::atomic_dq_pays(p.attrs);
-    if dq_shared(p).max(dkdv_shared(p, atomic)) > 227 * 1024 {
+    let qs = dkdv_stages(target);
+    if dq_shared(p).max(dkdv_shared(p, atomic, qs)) > 227 * 1024 {
         return None;
     }
-    let kernels = generate(p, &ports, atomic)?;
+    let kernels = generate(p, &ports, atomic, qs)?;
     let alternative = bwd::generate(p, &ports, Dbias::None, false)?;
     let mut tensors = vec![p.q, p.k, p.v, ports.d_o];
     tensors.extend([ports.dq, ports.dk, ports.dv].into_iter().filter(|&t| p.pair_ok(t)));
