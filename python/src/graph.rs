@@ -56,6 +56,10 @@ struct Meta {
     reductions: Vec<usize>,
     /// Tensors whose strides the user set (set_dim leaves them alone).
     user_strides: Vec<usize>,
+    /// An op asked for a deterministic algorithm (sdpa_backward's `use_deterministic_algorithm`):
+    /// plans whose behavior notes are not deterministic are skipped.
+    #[serde(default)]
+    deterministic: bool,
 }
 
 /// The lowered graph and its plans.
@@ -513,7 +517,7 @@ impl PyGraph {
 
     /// Build plans for the lowered graph on the graph's handle, without holding the GIL.
     fn build_plans_inner(&self, py: Python<'_>, all: bool) -> PyResult<()> {
-        let (handle, lowered, generation) = {
+        let (handle, lowered, generation, deterministic_only) = {
             let mut st = lock(&self.state)?;
             st.lower()?;
             let built = st.built.as_ref().expect("lowered");
@@ -529,9 +533,9 @@ impl PyGraph {
                     t.value = Some(1.0);
                 }
             }
-            (st.handle.clone(), g, st.generation)
+            (st.handle.clone(), g, st.generation, st.meta.deterministic)
         };
-        let policy = PlanPolicy { all_candidates: all, ..Default::default() };
+        let policy = PlanPolicy { all_candidates: all, deterministic_only, ..Default::default() };
         let plans = py.allow_threads(|| handle.build_plans(&lowered, &policy)).map_err(to_py_err)?;
         let mut st = lock(&self.state)?;
         if st.generation == generation {
@@ -1288,8 +1292,12 @@ impl PyGraph {
         name: String,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
-        let _ = use_deterministic_algorithm;
         check_unsupported_kwargs("sdpa_backward", kwargs)?;
+        if use_deterministic_algorithm {
+            let mut st = lock(&self.state)?;
+            st.meta.deterministic = true;
+            st.changed();
+        }
         let (qt, kt, vt) = (self.tid(q, "q")?, self.tid(k, "k")?, self.tid(v, "v")?);
         let (ot, dot, st) = (self.tid(o, "o")?, self.tid(dO, "dO")?, self.tid(stats, "stats")?);
         let dbias_user = self.opt_tid(dBias, "dBias")?;
@@ -1861,6 +1869,7 @@ impl PyGraph {
         }
         let graph_name = st.graph.name.clone();
         let attr_refs = st.meta.attr_refs.clone();
+        let deterministic_only = st.meta.deterministic;
         let tensor_names: Vec<String> = st.graph.tensors.iter().map(|t| t.name.clone()).collect();
         let Built { lowered, new_to_old, old_to_new, plans, exec } = st.built.as_mut().expect("lowered");
         let lowered: &Graph = lowered;
@@ -1963,7 +1972,7 @@ impl PyGraph {
                     handle.plan_from_desc(&g, &desc).map_err(to_py_err)?
                 }
                 None => {
-                    let policy = PlanPolicy { engine: Some(engine), ..Default::default() };
+                    let policy = PlanPolicy { engine: Some(engine), deterministic_only, ..Default::default() };
                     let mut plans = handle.build_plans(&g, &policy).map_err(|e| match (engine, &e) {
                         (EngineKind::Cuda, ferrodnn::Error::NotSupported(_)) if handle.cuda_device().is_none() => InvalidArgumentError::new_err(format!(
                             "graph \"{graph_name}\": the arrays are in device memory but the handle has no GPU engine (no usable CUDA device)"

@@ -306,8 +306,8 @@ def test_batchnorm_training_and_backward(handle):
     torch.testing.assert_close(b32.grad, DBias_actual, atol=5e-2, rtol=1e-3)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_sdpa_forward_and_backward(handle, causal):
+@pytest.mark.parametrize("causal,deterministic", [(False, False), (True, False), (False, True)])
+def test_sdpa_forward_and_backward(handle, causal, deterministic):
     torch.manual_seed(5)
     b, h, s, d = 2, 4, 128, 64
     attn_scale = 1.0 / math.sqrt(d)
@@ -344,7 +344,8 @@ def test_sdpa_forward_and_backward(handle, causal):
     dO_backward = graph_backward.tensor_like(dO_gpu)
     stats_backward = graph_backward.tensor_like(stats_gpu)
     dQ_backward, dK_backward, dV_backward = graph_backward.sdpa_backward(
-        name="sdpa_backward", q=q_backward, k=k_backward, v=v_backward, o=o_backward, dO=dO_backward, stats=stats_backward, attn_scale=attn_scale, use_causal_mask=causal
+        name="sdpa_backward", q=q_backward, k=k_backward, v=v_backward, o=o_backward, dO=dO_backward, stats=stats_backward, attn_scale=attn_scale, use_causal_mask=causal,
+        use_deterministic_algorithm=deterministic,
     )
     dQ_backward.set_output(True).set_dim(dQ_gpu.size()).set_stride(dQ_gpu.stride())
     dK_backward.set_output(True).set_dim(dK_gpu.size()).set_stride(dK_gpu.stride())
@@ -354,6 +355,12 @@ def test_sdpa_forward_and_backward(handle, causal):
     graph_backward.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     graph_backward.check_support()
     graph_backward.build_plans()
+    # On Hopper, unmasked attention's first plan adds dQ with float atomics unless asked not to.
+    notes = graph_backward.get_behavior_notes()
+    if deterministic or causal or torch.cuda.get_device_capability() != (9, 0):
+        assert "DETERMINISTIC" in notes, notes
+    else:
+        assert "DETERMINISTIC" not in notes, notes
 
     workspace = torch.empty(max(graph_forward.get_workspace_size(), graph_backward.get_workspace_size()), device="cuda", dtype=torch.uint8)
     graph_forward.execute({q_forward: q_gpu, k_forward: k_gpu, v_forward: v_gpu, o_forward: o_gpu, stats_forward: stats_gpu}, workspace)
