@@ -16,7 +16,7 @@ use crate::graph::TensorId;
 use crate::{DataType, Graph, TensorDesc};
 
 #[derive(Clone, Copy, PartialEq)]
-enum Layout {
+pub(super) enum Layout {
     /// Packed [b, h, s, d].
     Bhsd,
     /// Packed [b, s, h, d].
@@ -137,7 +137,7 @@ impl Spec {
 }
 
 /// A [b, h, s, d] tensor in a layout (`key` selects K's variant of the odd layout).
-fn bhsd(name: &str, dims: [i64; 4], dt: DataType, layout: Layout, key: bool) -> TensorDesc {
+pub(super) fn bhsd(name: &str, dims: [i64; 4], dt: DataType, layout: Layout, key: bool) -> TensorDesc {
     let t = TensorDesc::new(name, &dims, dt);
     let [_, h, s, d] = dims;
     match layout {
@@ -157,12 +157,12 @@ fn bhsd(name: &str, dims: [i64; 4], dt: DataType, layout: Layout, key: bool) -> 
     }
 }
 
-fn int_scalar(g: &mut Graph, name: &str, v: f64) -> TensorId {
+pub(super) fn int_scalar(g: &mut Graph, name: &str, v: f64) -> TensorId {
     g.tensor(TensorDesc::scalar(name, v, DataType::I32))
 }
 
 /// A [b, 1, 1, 1] i32 length `max(s - step * |x|, 0)` from a random input x.
-fn length(g: &mut Graph, name: &str, b: i64, s: i64, step: i64) -> TensorId {
+pub(super) fn length(g: &mut Graph, name: &str, b: i64, s: i64, step: i64) -> TensorId {
     let x = g.tensor(TensorDesc::new(format!("{name}_x"), &[b, 1, 1, 1], DataType::I32));
     let a = g.pointwise(PointwiseMode::Abs, &[x]);
     g.desc_mut(a).data_type = Some(DataType::I32);
@@ -179,7 +179,7 @@ fn length(g: &mut Graph, name: &str, b: i64, s: i64, step: i64) -> TensorId {
 }
 
 /// A [b, 1, pages, 1] page table `|x|` (entries 0..=4).
-fn page_table(g: &mut Graph, name: &str, b: i64, pages: i64, dt: DataType) -> TensorId {
+pub(super) fn page_table(g: &mut Graph, name: &str, b: i64, pages: i64, dt: DataType) -> TensorId {
     let x = g.tensor(TensorDesc::new(format!("{name}_x"), &[b, 1, pages, 1], dt));
     let y = g.pointwise(PointwiseMode::Abs, &[x]);
     g.desc_mut(y).data_type = Some(dt);

@@ -10,19 +10,10 @@
 //! Lengths are computed in the graph from random integer inputs x in [-4, 4]:
 //! `max(s - step * |x|, 0)`; page-table entries are `|x|` (pools of 5 blocks).
 
+use super::fast_attn::{bhsd, length, page_table, Layout};
 use super::Case;
-use crate::graph::ops::pointwise::PointwiseMode;
 use crate::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
-use crate::graph::TensorId;
 use crate::{DataType, Graph, TensorDesc};
-
-#[derive(Clone, Copy, PartialEq)]
-enum Layout {
-    Bhsd,
-    Bshd,
-    /// Rows of d + 3 elements (no 16-byte loads) and K with d outermost within a head.
-    Odd,
-}
 
 #[derive(Clone)]
 struct Spec {
@@ -106,51 +97,6 @@ impl Spec {
         self.stats_f32 = true;
         self
     }
-}
-
-/// A [b, h, s, d] tensor in a layout (`key` selects K's variant of the odd layout).
-fn bhsd(name: &str, dims: [i64; 4], dt: DataType, layout: Layout, key: bool) -> TensorDesc {
-    let t = TensorDesc::new(name, &dims, dt);
-    let [_, h, s, d] = dims;
-    match layout {
-        Layout::Bhsd => t,
-        Layout::Bshd => t.with_layout(&[0, 2, 1, 3]),
-        Layout::Odd if key => t.with_layout(&[0, 1, 3, 2]),
-        Layout::Odd => {
-            let row = d + 3;
-            let head = s * row + 5;
-            t.with_strides(&[h * head + 2, head, row, 1])
-        }
-    }
-}
-
-fn int_scalar(g: &mut Graph, name: &str, v: f64) -> TensorId {
-    g.tensor(TensorDesc::scalar(name, v, DataType::I32))
-}
-
-/// A [b, 1, 1, 1] i32 length `max(s - step * |x|, 0)` from a random input x.
-fn length(g: &mut Graph, name: &str, b: i64, s: i64, step: i64) -> TensorId {
-    let x = g.tensor(TensorDesc::new(format!("{name}_x"), &[b, 1, 1, 1], DataType::I32));
-    let a = g.pointwise(PointwiseMode::Abs, &[x]);
-    g.desc_mut(a).data_type = Some(DataType::I32);
-    let k = int_scalar(g, &format!("{name}_step"), step as f64);
-    let a = g.mul(a, k);
-    g.desc_mut(a).data_type = Some(DataType::I32);
-    let top = int_scalar(g, &format!("{name}_s"), s as f64);
-    let l = g.sub(top, a);
-    g.desc_mut(l).data_type = Some(DataType::I32);
-    let zero = int_scalar(g, &format!("{name}_zero"), 0.0);
-    let y = g.pointwise(PointwiseMode::Max, &[l, zero]);
-    g.desc_mut(y).data_type = Some(DataType::I32);
-    y
-}
-
-/// A [b, 1, pages, 1] page table `|x|` (entries 0..=4).
-fn page_table(g: &mut Graph, name: &str, b: i64, pages: i64, dt: DataType) -> TensorId {
-    let x = g.tensor(TensorDesc::new(format!("{name}_x"), &[b, 1, pages, 1], dt));
-    let y = g.pointwise(PointwiseMode::Abs, &[x]);
-    g.desc_mut(y).data_type = Some(dt);
-    y
 }
 
 fn build(s: &Spec) -> Case {

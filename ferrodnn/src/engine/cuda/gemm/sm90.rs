@@ -1158,6 +1158,12 @@ mod tests {
             let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
             compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}: {e}"));
         }
+        // The 64-wide tile, a configuration the probe (tests/cuda_sm90.rs) times.
+        let p = problem(1, 16, 8192, 8192, true, false, DataType::Bf16);
+        let cfg = Config { bn: 64, splits: 1, stages: 8, tma_store: true, ..choose(&p, &t) };
+        let k = kernels_with(&p, &identity(), &t, "gemm_test", cfg).expect("BN 64 config");
+        let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
+        compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("BN 64: {e}"));
         // tf32: B N-major (a transpose launch first), B K-major, batched with split k.
         for (p, what, launches) in [
             (tf32_problem(problem(1, 8192, 8192, 8192, true, false, DataType::F32)), "tf32, B N-major", 2),
