@@ -62,8 +62,17 @@ if [[ ",$STEPS," == *",bench,"* ]]; then
   fi
   for suite in ${SUITES:-memory-bound gemm attention}; do
     echo "== bench $suite"
-    FERRODNN_COMMIT=$(cat .gpu/COMMIT 2>/dev/null) timeout 400 python3 bench/run.py --ferrodnn .gpu/ferrodnn --out "$OUT" --suite "$suite" > "$OUT/bench-$suite.log" 2>&1
+    FERRODNN_COMMIT=$(cat .gpu/COMMIT 2>/dev/null) timeout 400 python3 bench/run.py --ferrodnn .gpu/ferrodnn --out "$OUT" --suite "$suite" ${SKIP_COLD:+--skip-cold} > "$OUT/bench-$suite.log" 2>&1
     echo "bench $suite rc=$?"; grep -vE '^\s' "$OUT/bench-$suite.log" | tail -${BENCH_TAIL:-16}
+  done
+fi
+if [[ ",$STEPS," == *",attn_ab,"* ]]; then
+  # The experimental attention backward variants against the defaults, ferrodnn alone.
+  echo "== attention backward: defaults / experimental / experimental without the overlap"
+  for v in "0 1" "1 1" "1 0"; do
+    set -- $v
+    echo "-- FERRODNN_EXPERIMENTAL=$1 FERRODNN_ATTN_BWD_PIPE=$2"
+    FERRODNN_EXPERIMENTAL=$1 FERRODNN_ATTN_BWD_PIPE=$2 timeout 90 .gpu/ferrodnn bench --suite attention --filter bwd --out "$OUT/attn_ab_$1$2.json" 2>&1 | grep -vE '^\s' | tail -4
   done
 fi
 if [[ ",$STEPS," == *",probe,"* ]]; then
