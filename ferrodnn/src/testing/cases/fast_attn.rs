@@ -430,3 +430,37 @@ fn backward() -> Vec<Spec> {
 pub(super) fn cases() -> Vec<Case> {
     forward().iter().chain(&backward()).map(build).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::cuda::{kernel_sources, Target};
+
+    /// Which backward kernels the Hopper and Ampere targets generate: the atomic-dQ dK/dV
+    /// kernel only for unmasked attention on Hopper (beside the deterministic pair), the
+    /// three-stage overlapped dK/dV kernel only with `experimental`.
+    #[test]
+    fn backward_cases_pick_their_kernels() {
+        let cases = super::cases();
+        let mut seen = (false, false);
+        for c in cases.iter().filter(|c| c.name.starts_with("fast_attn_bwd_d128_sq130") || c.name.starts_with("fast_attn_bwd_causal_tl_d128")) {
+            let causal = c.name.contains("causal");
+            for target in [Target::sm80(), Target::sm90a(), Target::sm90a().with_experimental()] {
+                let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                let has = |entry: &str| sources.iter().any(|(e, _)| e.ends_with(entry));
+                let hopper = target.hopper();
+                assert_eq!(has("attn_bwd_dkdv_sm90"), hopper, "{} ({})", c.name, target.arch);
+                assert_eq!(has("attn_bwd_dkdv_dq_sm90"), hopper && !causal, "{} ({})", c.name, target.arch);
+                for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_bwd_dkdv_sm90")) {
+                    let (qs, pipe) = if target.experimental { (3, 1) } else { (2, 0) };
+                    assert!(src.contains(&format!("#define FA_QS {qs}\n")) && src.contains(&format!("#define FA_PIPE {pipe}\n")), "{} {e}", c.name);
+                }
+            }
+            if causal {
+                seen.1 = true;
+            } else {
+                seen.0 = true;
+            }
+        }
+        assert_eq!(seen, (true, true), "both cases found");
+    }
+}
