@@ -67,12 +67,13 @@ if [[ ",$STEPS," == *",bench,"* ]]; then
   done
 fi
 if [[ ",$STEPS," == *",attn_ab,"* ]]; then
-  # The experimental attention backward variants against the defaults, ferrodnn alone.
-  echo "== attention backward: defaults / experimental / experimental without the overlap"
-  for v in "0 1" "1 1" "1 0"; do
+  # The experimental attention variants against the defaults, ferrodnn alone: everything on,
+  # then without the backward's overlap, then without the forward's polynomial exponentials.
+  echo "== attention: defaults / experimental / without FERRODNN_ATTN_BWD_PIPE / without FERRODNN_ATTN_EXP_EMU"
+  for v in "0 1 1" "1 1 1" "1 0 1" "1 1 0"; do
     set -- $v
-    echo "-- FERRODNN_EXPERIMENTAL=$1 FERRODNN_ATTN_BWD_PIPE=$2"
-    FERRODNN_EXPERIMENTAL=$1 FERRODNN_ATTN_BWD_PIPE=$2 timeout 90 .gpu/ferrodnn bench --suite attention --filter bwd --out "$OUT/attn_ab_$1$2.json" 2>&1 | grep -vE '^\s' | tail -4
+    echo "-- FERRODNN_EXPERIMENTAL=$1 FERRODNN_ATTN_BWD_PIPE=$2 FERRODNN_ATTN_EXP_EMU=$3"
+    FERRODNN_EXPERIMENTAL=$1 FERRODNN_ATTN_BWD_PIPE=$2 FERRODNN_ATTN_EXP_EMU=$3 timeout 120 .gpu/ferrodnn bench --suite attention --out "$OUT/attn_ab_$1$2$3.json" 2>&1 | grep -vE '^\s' | tail -9
   done
 fi
 if [[ ",$STEPS," == *",probe,"* ]]; then

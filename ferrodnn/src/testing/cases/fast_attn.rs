@@ -437,7 +437,8 @@ mod tests {
 
     /// Which backward kernels the Hopper and Ampere targets generate: the atomic-dQ dK/dV
     /// kernel only for unmasked attention on Hopper (beside the deterministic pair), the
-    /// three-stage overlapped dK/dV kernel only with `experimental`.
+    /// three-stage overlapped dK/dV kernel (and the forward's polynomial exponentials) only with
+    /// `experimental`.
     #[test]
     fn backward_cases_pick_their_kernels() {
         let cases = super::cases();
@@ -453,6 +454,13 @@ mod tests {
                 for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_bwd_dkdv_sm90")) {
                     let (qs, pipe) = if target.experimental { (3, 1) } else { (2, 0) };
                     assert!(src.contains(&format!("#define FA_QS {qs}\n")) && src.contains(&format!("#define FA_PIPE {pipe}\n")), "{} {e}", c.name);
+                }
+                // The forward of these chained cases: the polynomial exponentials only
+                // experimental.
+                let forwards: Vec<_> = sources.iter().filter(|(e, _)| e.ends_with("attn_fwd_sm90")).collect();
+                assert_eq!(!forwards.is_empty(), hopper, "{} ({})", c.name, target.arch);
+                for (e, src) in forwards {
+                    assert!(src.contains(&format!("#define FA_EXP_EMU {}\n", target.experimental as u8)), "{} {e}", c.name);
                 }
             }
             if causal {
