@@ -528,16 +528,10 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
                     *(unsigned*)(cgen + (j >> 3) * 8192 + rl * 128 + (((j & 7) ^ (l >> 2)) << 4) + 4 * (l & 3)) = {pack};
                 }}
             }}
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            consumer_sync(cw);
-            if (tid == 0) {{
-                #pragma unroll
-                for (int q = 0; q < {bn} / 64; ++q) tma_store(cbuf + q * 8192u, &tcm, tn * {bn} + q * 64, tm * {BM} + cw * 64, {coords});
-                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            }}
-"#,
+{tail}"#,
                 cblock = 64 * bn * 2,
                 value = ec.value,
+                tail = tma_store_tail(bn, coords),
             ),
             "        if (tid == 0) asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n".to_string(),
         )
@@ -597,15 +591,9 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
                     asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"({pack}) : "memory");
                 }}
             }}
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            consumer_sync(cw);
-            if (tid == 0) {{
-                #pragma unroll
-                for (int q = 0; q < {bn} / 64; ++q) tma_store(cbuf + q * 8192u, &tcm, tn * {bn} + q * 64, tm * {BM} + cw * 64, {coords});
-                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            }}
-"#,
+{tail}"#,
                 cblock = 64 * bn * 2,
+                tail = tma_store_tail(bn, coords),
             ),
             "        if (tid == 0) asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n".to_string(),
         )
@@ -980,6 +968,21 @@ fn store_values(p: &GemmProblem) -> String {
             ccs = c.col_stride * esz,
         )
     }
+}
+
+/// The end of the shared-memory epilogues: the block made visible to the TMA (async proxy),
+/// the warpgroup synchronized, then one thread stores its 64-column boxes and commits them.
+fn tma_store_tail(bn: usize, coords: &str) -> String {
+    format!(
+        r#"            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            consumer_sync(cw);
+            if (tid == 0) {{
+                #pragma unroll
+                for (int q = 0; q < {bn} / 64; ++q) tma_store(cbuf + q * 8192u, &tcm, tn * {bn} + q * 64, tm * {BM} + cw * 64, {coords});
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }}
+"#
+    )
 }
 
 /// The split-k reduce launch: for each pair of columns, the splits' partial sums added in
