@@ -66,14 +66,13 @@ if [[ ",$STEPS," == *",bench,"* ]]; then
     echo "bench $suite rc=$?"; grep -vE '^\s' "$OUT/bench-$suite.log" | tail -${BENCH_TAIL:-16}
   done
 fi
-if [[ ",$STEPS," == *",attn_ab,"* ]]; then
-  # The experimental attention variants against the defaults, ferrodnn alone: everything on,
-  # then without the backward's overlap, then without the forward's polynomial exponentials.
-  echo "== attention: defaults / experimental / without FERRODNN_ATTN_BWD_PIPE / without FERRODNN_ATTN_EXP_EMU"
-  for v in "0 1 1" "1 1 1" "1 0 1" "1 1 0"; do
-    set -- $v
-    echo "-- FERRODNN_EXPERIMENTAL=$1 FERRODNN_ATTN_BWD_PIPE=$2 FERRODNN_ATTN_EXP_EMU=$3"
-    FERRODNN_EXPERIMENTAL=$1 FERRODNN_ATTN_BWD_PIPE=$2 FERRODNN_ATTN_EXP_EMU=$3 timeout 120 .gpu/ferrodnn bench --suite attention --out "$OUT/attn_ab_$1$2$3.json" 2>&1 | grep -vE '^\s' | tail -9
+if [[ ",$STEPS," == *",ab,"* ]]; then
+  # A/B of tuning switches, ferrodnn alone: the suite $AB_SUITE once per environment in $AB
+  # (';'-separated, each a space-separated list of VAR=value, e.g. AB="FERRODNN_PDL=0;FERRODNN_PDL=1").
+  IFS=';' read -ra variants <<< "${AB:-}"
+  for v in "${variants[@]}"; do
+    echo "-- $v"
+    env $v timeout 150 .gpu/ferrodnn bench --suite "${AB_SUITE:-attention}" ${AB_FILTER:+--filter "$AB_FILTER"} --out "$OUT/ab_${v// /_}.json" 2>&1 | grep -vE '^\s' | tail -${BENCH_TAIL:-16}
   done
 fi
 if [[ ",$STEPS," == *",probe,"* ]]; then

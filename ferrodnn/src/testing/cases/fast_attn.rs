@@ -436,32 +436,24 @@ mod tests {
     use crate::engine::cuda::{kernel_sources, Target};
 
     /// Which backward kernels the Hopper and Ampere targets generate: the atomic-dQ dK/dV
-    /// kernel only for unmasked attention on Hopper (beside the deterministic pair), the
-    /// three-stage overlapped dK/dV kernel (and the forward's polynomial exponentials) only with
-    /// `experimental`.
+    /// kernel only for unmasked attention on Hopper (beside the deterministic pair), both with
+    /// three Q/dO stages.
     #[test]
     fn backward_cases_pick_their_kernels() {
         let cases = super::cases();
         let mut seen = (false, false);
         for c in cases.iter().filter(|c| c.name.starts_with("fast_attn_bwd_d128_sq130") || c.name.starts_with("fast_attn_bwd_causal_tl_d128")) {
             let causal = c.name.contains("causal");
-            for target in [Target::sm80(), Target::sm90a(), Target::sm90a().with_experimental()] {
+            for target in [Target::sm80(), Target::sm90a()] {
                 let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name));
                 let has = |entry: &str| sources.iter().any(|(e, _)| e.ends_with(entry));
                 let hopper = target.hopper();
                 assert_eq!(has("attn_bwd_dkdv_sm90"), hopper, "{} ({})", c.name, target.arch);
                 assert_eq!(has("attn_bwd_dkdv_dq_sm90"), hopper && !causal, "{} ({})", c.name, target.arch);
-                for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_bwd_dkdv_sm90")) {
-                    let (qs, pipe) = if target.experimental { (3, 1) } else { (2, 0) };
-                    assert!(src.contains(&format!("#define FA_QS {qs}\n")) && src.contains(&format!("#define FA_PIPE {pipe}\n")), "{} {e}", c.name);
+                for (e, src) in sources.iter().filter(|(e, _)| e.contains("attn_bwd_dkdv") && e.ends_with("_sm90")) {
+                    assert!(src.contains("#define FA_QS 3\n"), "{} {e}", c.name);
                 }
-                // The forward of these chained cases: the polynomial exponentials only
-                // experimental.
-                let forwards: Vec<_> = sources.iter().filter(|(e, _)| e.ends_with("attn_fwd_sm90")).collect();
-                assert_eq!(!forwards.is_empty(), hopper, "{} ({})", c.name, target.arch);
-                for (e, src) in forwards {
-                    assert!(src.contains(&format!("#define FA_EXP_EMU {}\n", target.experimental as u8)), "{} {e}", c.name);
-                }
+                assert_eq!(has("attn_fwd_sm90"), hopper, "{} ({})", c.name, target.arch);
             }
             if causal {
                 seen.1 = true;

@@ -37,20 +37,6 @@ fn shared_bytes(p: &Problem) -> usize {
 }
 
 const BODY: &str = r#"
-#if FA_EXP_EMU
-// 2^x on the FMA pipes, for x <= 0, -inf or NaN: x = j + f with j = round(x) (the 1.5 * 2^23
-// trick) and |f| <= 1/2; 2^f by a degree-4 polynomial (relative error 2.7e-6 on [-1/2, 1/2]),
-// j added to its exponent bits; 0 below -126 (as ex2.approx.ftz), NaN kept.
-__device__ __forceinline__ float fa90_exp2_fma(float x) {
-    const float t = x + 12582912.0f;
-    const float f = x - (t - 12582912.0f);
-    const float p = fmaf(fmaf(fmaf(fmaf(0.0095605105f, f, 0.05591704f), f, 0.24024981f), f, 0.69312197f), f, 0.99999917f);
-    const int j = __float_as_int(t) - 0x4B400000;
-    const float y = __int_as_float(__float_as_int(p) + j * (1 << 23));
-    return x >= -126.0f ? y : (x != x ? x : 0.0f);
-}
-#endif
-
 // Scores of one K/V tile (keys j0..j0+BN-1) for this thread's rows r0 and r0 + 8: to log2
 // units, masked, bias and ALiBi added; the running max and sum updated (alpha: the factor O
 // must be rescaled by); sc left holding P (dropout applied).
@@ -97,13 +83,7 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
     for (int n = 0; n < FA_BN / 8; ++n) {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
-#if FA_EXP_EMU
-            // A quarter of the exponentials on the FMA pipes, the rest on the MUFU (a quarter
-            // as fast per element as FMA, and the bound when the head dim is small).
-            const float pv = (n & 3) == 3 ? fa90_exp2_fma(sc[4 * n + e] - mu[e >> 1]) : fa_exp2(sc[4 * n + e] - mu[e >> 1]);
-#else
             const float pv = fa_exp2(sc[4 * n + e] - mu[e >> 1]);
-#endif
             l[e >> 1] += pv;
             sc[4 * n + e] = pv;
         }
@@ -313,24 +293,13 @@ fn pingpong() -> bool {
     !std::env::var("FERRODNN_ATTN_PINGPONG").is_ok_and(|v| v == "0")
 }
 
-/// Whether a quarter of the softmax's exponentials run as a polynomial on the FMA pipes
-/// (FA_EXP_EMU): experimental until measured; `FERRODNN_ATTN_EXP_EMU=0` turns it off to compare.
-fn exp_emu(target: &Target) -> bool {
-    target.experimental && !std::env::var("FERRODNN_ATTN_EXP_EMU").is_ok_and(|v| v == "0")
-}
-
-fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
+fn generate(p: &Problem) -> Option<NodeKernels> {
     let node = p.node;
     let o = node.output("o")?;
     let stats = node.output("stats");
     let c = p.common(true);
     let mut defs = c.defines.clone();
-    defs += &format!(
-        "#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n#define FA_EXP_EMU {}\n",
-        if stats.is_some() { 1 } else { 0 },
-        pingpong() as u8,
-        exp_emu(target) as u8
-    );
+    defs += &format!("#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong() as u8);
     let stores = p.output_store("o", "O", o, p.pair_ok(o));
     let mut params = vec!["void* o_p".to_string()];
     let (tq, tk, tv) = (tma_of(p, p.q, BM), tma_of(p, p.k, BN), tma_of(p, p.v, BN));
@@ -369,7 +338,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p) > 227 * 1024 {
         return None;
     }
-    let kernels = generate(p, target)?;
+    let kernels = generate(p)?;
     let alternative = super::fwd::generate(p, false)?;
     let node = p.node;
     // TMA needs 16-byte aligned bases; o is stored in 4-byte pairs when its strides allow.
