@@ -46,7 +46,10 @@ impl CudaEngine {
 
     /// The device this engine generates kernels for.
     pub fn target(&self) -> Target {
-        Target { arch: self.device.arch(), sm_count: self.device.sm_count(), experimental: experimental_from_env(), allow_tf32: false, allow_atomics: false }
+        let pdl = !std::env::var("FERRODNN_PDL").is_ok_and(|v| v == "0") && super::module::has_launch_ex();
+        let mut t = Target::new(&self.device.arch(), self.device.sm_count()).with_pdl(pdl);
+        t.experimental = experimental_from_env();
+        t
     }
 }
 
@@ -75,11 +78,25 @@ pub struct Target {
     /// `atomics` knob (attention backward's dQ in one pass over K/V), which makes the plan's
     /// behavior notes say non-deterministic.
     pub allow_atomics: bool,
+    /// Programmatic dependent launch (sm_90 or newer): every kernel waits for the kernels before
+    /// it in the stream at its start (`griddepcontrol.wait`, before any memory access) and then
+    /// lets the next one launch (`griddepcontrol.launch_dependents`), and the plan launches it
+    /// with programmatic stream serialization, so that a kernel's launch and the scheduling of
+    /// its blocks overlap its predecessor's last wave instead of following it. On by default
+    /// where the device has it; `FERRODNN_PDL=0` turns it off for the engine.
+    pub pdl: bool,
 }
 
 impl Target {
     pub fn new(arch: &str, sm_count: u32) -> Target {
-        Target { arch: arch.to_string(), sm_count, experimental: false, allow_tf32: false, allow_atomics: false }
+        let mut t = Target { arch: arch.to_string(), sm_count, experimental: false, allow_tf32: false, allow_atomics: false, pdl: false };
+        t.pdl = t.cc() >= 90;
+        t
+    }
+    /// This target with programmatic dependent launch on or off (off below sm_90).
+    pub fn with_pdl(mut self, on: bool) -> Target {
+        self.pdl = on && self.cc() >= 90;
+        self
     }
     /// This target with the experimental kernels on.
     pub fn with_experimental(mut self) -> Target {
@@ -177,6 +194,62 @@ fn has_f32_matmul(graph: &Graph) -> bool {
     })
 }
 
+/// The text NVRTC compiles for a launch: the prelude and the launch's source, with the
+/// programmatic-dependent-launch prologue ([`PDL_PROLOGUE`]) as the entry's first statements when
+/// the target has it; and whether it has (the plan then launches it as a dependent).
+fn kernel_text(l: &fallback::Launch, target: &Target) -> (String, bool) {
+    if target.pdl && !l.source.starts_with(fallback::INDEPENDENT_LAUNCH) {
+        if let Some(at) = entry_body_start(&l.source, &l.entry) {
+            return (format!("{PRELUDE}\n{}{PDL_PROLOGUE}{}", &l.source[..at], &l.source[at..]), true);
+        }
+    }
+    (format!("{PRELUDE}\n{}", l.source), false)
+}
+
+/// The first statements of a kernel launched as a programmatic dependent: wait until the
+/// kernels before it in the stream have completed and their writes are visible (before any
+/// memory access), then let the next kernel launch (its blocks then wait the same way, so they
+/// only take the SM slots this kernel's finished blocks leave).
+const PDL_PROLOGUE: &str = "\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n#endif\n";
+
+/// The byte offset just past the opening brace of `entry`'s definition
+/// (`extern "C" __global__ ... entry(params) {`) in `source`, or None.
+fn entry_body_start(source: &str, entry: &str) -> Option<usize> {
+    let needle = format!("{entry}(");
+    let mut from = 0;
+    while let Some(pos) = source[from..].find(&needle).map(|p| p + from) {
+        from = pos + needle.len();
+        // The name must be whole, and declared by the `__global__` before it.
+        let whole = !matches!(source[..pos].chars().next_back(), Some(c) if c.is_alphanumeric() || c == '_');
+        let decl = source[..pos].rfind("__global__").is_some_and(|g| !source[g..pos].contains([';', '{', '}']));
+        if !whole || !decl {
+            continue;
+        }
+        let mut depth = 1usize;
+        let mut close = None;
+        for (i, c) in source[from..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(from + i + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let close = close?;
+        let rest = &source[close..];
+        let brace = rest.len() - rest.trim_start().len();
+        if rest[brace..].starts_with('{') {
+            return Some(close + brace + 1);
+        }
+    }
+    None
+}
+
 /// Every kernel source a graph's CUDA plan compiles, with its entry name: for tests that
 /// compile them without a GPU, and for `FERRODNN_LOG`-style inspection.
 pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, String)>> {
@@ -194,7 +267,7 @@ pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, Str
     for u in units {
         let alternative = u.unaligned.map(|a| a.kernels.launches).unwrap_or_default();
         for l in u.kernels.launches.into_iter().chain(alternative) {
-            out.push((l.entry.clone(), format!("{PRELUDE}\n{}", l.source)));
+            out.push((l.entry.clone(), kernel_text(&l, target).0));
         }
     }
     Ok(out)
@@ -249,8 +322,9 @@ impl Engine for CudaEngine {
         // (NVRTC is thread-safe), each as its own module.
         let lists: Vec<&NodeKernels> = units.iter().flat_map(|u| std::iter::once(&u.kernels).chain(u.unaligned.as_ref().map(|a| &a.kernels))).collect();
         let launches: Vec<&fallback::Launch> = lists.iter().flat_map(|k| k.launches.iter()).collect();
-        let cubins: Vec<Arc<Vec<u8>>> = launches.par_iter().map(|l| compile_cached(cache, &format!("{PRELUDE}\n{}", l.source), &l.entry, &opts)).collect::<Result<_>>()?;
-        let mut cubins = cubins.into_iter();
+        let texts: Vec<(String, bool)> = launches.iter().map(|l| kernel_text(l, &target)).collect();
+        let cubins: Vec<Arc<Vec<u8>>> = launches.par_iter().zip(&texts).map(|(l, (text, _))| compile_cached(cache, text, &l.entry, &opts)).collect::<Result<_>>()?;
+        let mut cubins = cubins.into_iter().zip(texts.iter().map(|t| t.1));
 
         // Workspace: a slice per produced virtual tensor, then each kernel list's scratch buffers.
         let mut workspace = 0usize;
@@ -288,7 +362,7 @@ impl Engine for CudaEngine {
             let scratch_at: Vec<usize> = kernels.scratch.iter().map(|&b| take(b)).collect();
             let mut steps = Vec::with_capacity(kernels.launches.len());
             for l in &kernels.launches {
-                let cubin = cubins.next().ok_or_else(|| Error::Device("internal: a launch was not compiled".into()))?;
+                let (cubin, dependent) = cubins.next().ok_or_else(|| Error::Device("internal: a launch was not compiled".into()))?;
                 let module = Module::load(&self.device, &cubin)?;
                 let function = module.function(&l.entry)?;
                 if l.shared_bytes > 48 * 1024 {
@@ -306,7 +380,7 @@ impl Engine for CudaEngine {
                         grid.0 = grid.0.min(fit * cluster.0).max(cluster.0);
                     }
                 }
-                steps.push(Step { function, grid, block: (l.block, 1, 1), cluster: l.cluster, shared_bytes: l.shared_bytes, args: l.args.clone(), scratch_at: scratch_at.clone() });
+                steps.push(Step { function, grid, block: (l.block, 1, 1), cluster: l.cluster, dependent, shared_bytes: l.shared_bytes, args: l.args.clone(), scratch_at: scratch_at.clone() });
             }
             Ok(steps)
         };
@@ -347,6 +421,8 @@ struct Step {
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     cluster: Option<(u32, u32, u32)>,
+    /// Launched as a programmatic dependent of the previous kernel (its source waits first).
+    dependent: bool,
     shared_bytes: u32,
     args: Vec<Arg>,
     scratch_at: Vec<usize>,
@@ -452,9 +528,10 @@ impl CudaPlan {
         // checked in resolve_pointers to hold the tensor's whole extent, or a slice of a
         // workspace checked to be large enough; a tensor map spans only its tensor's extent (or its scratch buffer's).
         unsafe {
-            match step.cluster {
-                Some(cluster) => step.function.launch_cluster(stream, step.grid, step.block, cluster, step.shared_bytes, &mut params),
-                None => step.function.launch(stream, step.grid, step.block, step.shared_bytes, &mut params),
+            if step.cluster.is_some() || step.dependent {
+                step.function.launch_ex(stream, step.grid, step.block, step.cluster, step.dependent, step.shared_bytes, &mut params)
+            } else {
+                step.function.launch(stream, step.grid, step.block, step.shared_bytes, &mut params)
             }
         }
     }
@@ -523,5 +600,41 @@ impl CudaPlan {
             }
         }
         Ok(ptrs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{entry_body_start, kernel_sources, Target};
+
+    #[test]
+    fn entry_body_start_finds_the_definition() {
+        let src = "// k_rows( in a comment\n__device__ void k_rows_helper(int a) {}\nextern \"C\" __global__ void __launch_bounds__(256, 2) k_rows(const float* x, TRef r) {\n    body();\n}\n";
+        let at = entry_body_start(src, "k_rows").expect("found");
+        assert_eq!(&src[at - 1..at + 5], "{\n    ");
+        assert!(src[..at].ends_with("TRef r) {"));
+        assert_eq!(entry_body_start(src, "k_none"), None);
+        assert_eq!(entry_body_start("extern \"C\" __global__ void k(int a);", "k"), None);
+    }
+
+    /// Every kernel of every check case gets the dependent-launch prologue on sm_90a (once, as
+    /// its first statements; none for the few marked independent) and none on sm_80 or with it
+    /// turned off.
+    #[test]
+    fn every_hopper_kernel_waits_for_its_predecessor_first() {
+        let wait = "griddepcontrol.wait;";
+        for case in crate::testing::cases::all() {
+            for (target, want) in [(Target::sm90a(), 1), (Target::sm90a().with_pdl(false), 0), (Target::sm80().with_pdl(true), 0)] {
+                let Ok(list) = kernel_sources(&case.graph, &target) else { continue };
+                for (entry, src) in list {
+                    let want = if src.contains(crate::engine::cuda::fallback::INDEPENDENT_LAUNCH) { 0 } else { want };
+                    assert_eq!(src.matches(wait).count(), want, "{} {entry} ({})", case.name, target.arch);
+                    if want == 1 {
+                        let body = entry_body_start(&src, &entry).expect("entry found");
+                        assert!(src[body..].trim_start().starts_with("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900"), "{} {entry}", case.name);
+                    }
+                }
+            }
+        }
     }
 }

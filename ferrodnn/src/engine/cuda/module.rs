@@ -97,6 +97,11 @@ fn probe_api() -> std::result::Result<Api, String> {
     Ok(Api { launch_ex: has("cuLaunchKernelEx"), elapsed })
 }
 
+/// Whether the driver exports `cuLaunchKernelEx` (clusters, programmatic dependent launch).
+pub(crate) fn has_launch_ex() -> bool {
+    api().is_ok_and(|a| a.launch_ex)
+}
+
 /// A hint appended to module-load errors whose usual cause we know.
 fn load_hint(msg: &str, device: &CudaDevice) -> String {
     let driver = super::runtime::driver_version().map(|(a, b)| format!("{a}.{b}")).unwrap_or_else(|_| "?".into());
@@ -407,30 +412,66 @@ impl Function {
         shared_bytes: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        // SAFETY: the caller's contract is launch_ex's, without the dependent-launch part.
+        unsafe { self.launch_ex(stream, grid, block, Some(cluster), false, shared_bytes, params) }
+    }
+
+    /// As [`launch`](Self::launch), through `cuLaunchKernelEx` (sm_90 or newer) with thread-block
+    /// clusters of `cluster` blocks (see [`launch_cluster`](Self::launch_cluster)) and, with
+    /// `dependent`, programmatic dependent launch
+    /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`): the kernel may start before
+    /// the previous kernel in the stream has finished, so its launch overlaps that kernel's tail.
+    ///
+    /// # Safety
+    /// As for [`launch`](Self::launch); and with `dependent`, every thread of the kernel must
+    /// execute `griddepcontrol.wait` before it touches memory that an earlier kernel in the stream
+    /// reads or writes (the wait returns once those kernels have completed and their writes are
+    /// visible).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_ex(
+        &self,
+        stream: &Stream,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        cluster: Option<(u32, u32, u32)>,
+        dependent: bool,
+        shared_bytes: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
         let api = api()?;
         self.check_launch(stream, grid, block, shared_bytes, params)?;
-        let err = |why: String| Err(Error::InvalidArgument(format!("cluster launch of kernel `{}`: {why}", self.name)));
+        let what = if cluster.is_some() { "cluster launch" } else { "dependent launch" };
+        let err = |why: String| Err(Error::InvalidArgument(format!("{what} of kernel `{}`: {why}", self.name)));
         if !api.launch_ex {
-            return Err(Error::Device(format!("cluster launch of kernel `{}`: the CUDA driver lacks cuLaunchKernelEx (CUDA 11.8+); update the driver", self.name)));
+            return Err(Error::Device(format!("{what} of kernel `{}`: the CUDA driver lacks cuLaunchKernelEx (CUDA 11.8+); update the driver", self.name)));
         }
         let (major, minor) = self.module.device.compute_capability();
         if major < 9 {
-            return err(format!("thread-block clusters need sm_90 or newer; this device is sm_{major}{minor}"));
+            return err(format!("thread-block clusters and dependent launches need sm_90 or newer; this device is sm_{major}{minor}"));
         }
-        if cluster.0 == 0 || cluster.1 == 0 || cluster.2 == 0 {
-            return err(format!("cluster {cluster:?} must have no zero dimension"));
-        }
-        #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87; the MSRV is 1.80
-        let divisible = grid.0 % cluster.0 == 0 && grid.1 % cluster.1 == 0 && grid.2 % cluster.2 == 0;
-        if !divisible {
-            return err(format!("grid {grid:?} is not a multiple of cluster {cluster:?}"));
-        }
-        self.module.device.bind()?;
         // SAFETY: all-zero bytes are a valid CUlaunchAttribute (id 0 is CU_LAUNCH_ATTRIBUTE_IGNORE,
         // the value is a union of plain integers and pointers).
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster.0, y: cluster.1, z: cluster.2 };
+        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut n = 0usize;
+        if let Some(cluster) = cluster {
+            if cluster.0 == 0 || cluster.1 == 0 || cluster.2 == 0 {
+                return err(format!("cluster {cluster:?} must have no zero dimension"));
+            }
+            #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87; the MSRV is 1.80
+            let divisible = grid.0 % cluster.0 == 0 && grid.1 % cluster.1 == 0 && grid.2 % cluster.2 == 0;
+            if !divisible {
+                return err(format!("grid {grid:?} is not a multiple of cluster {cluster:?}"));
+            }
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster.0, y: cluster.1, z: cluster.2 };
+            n += 1;
+        }
+        if dependent {
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        self.module.device.bind()?;
         let config = sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
@@ -440,17 +481,18 @@ impl Function {
             blockDimZ: block.2,
             sharedMemBytes: shared_bytes,
             hStream: stream.raw(),
-            attrs: &mut attr,
-            numAttrs: 1,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
         };
         let params_ptr = if params.is_empty() { std::ptr::null_mut() } else { params.as_mut_ptr() };
-        // SAFETY: cuLaunchKernelEx was found by the probe; `config` and `attr` live across the
+        // SAFETY: cuLaunchKernelEx was found by the probe; `config` and `attrs` live across the
         // call; the function and stream belong to the current context; the parameters follow the
-        // caller's contract, as for `launch`.
-        check(
-            unsafe { sys::cuLaunchKernelEx(&config, self.raw, params_ptr, std::ptr::null_mut()) },
-            &format!("cuLaunchKernelEx(`{}`, grid {grid:?}, block {block:?}, cluster {cluster:?}, {shared_bytes} B shared)", self.name),
-        )
+        // caller's contract, as for `launch`, and so does a dependent kernel's wait.
+        let r = unsafe { sys::cuLaunchKernelEx(&config, self.raw, params_ptr, std::ptr::null_mut()) };
+        if r == sys::CUresult::CUDA_SUCCESS {
+            return Ok(());
+        }
+        check(r, &format!("cuLaunchKernelEx(`{}`, grid {grid:?}, block {block:?}, cluster {cluster:?}, dependent {dependent}, {shared_bytes} B shared)", self.name))
     }
 }
 
