@@ -437,14 +437,14 @@ mod tests {
 
     /// Which backward kernels the Hopper and Ampere targets generate: the atomic-dQ dK/dV
     /// kernel only for unmasked attention on Hopper (beside the deterministic pair), both with
-    /// three Q/dO stages.
+    /// three Q/dO stages; the heaviest-first tile order only with `experimental`.
     #[test]
     fn backward_cases_pick_their_kernels() {
         let cases = super::cases();
         let mut seen = (false, false);
         for c in cases.iter().filter(|c| c.name.starts_with("fast_attn_bwd_d128_sq130") || c.name.starts_with("fast_attn_bwd_causal_tl_d128")) {
             let causal = c.name.contains("causal");
-            for target in [Target::sm80(), Target::sm90a()] {
+            for target in [Target::sm80(), Target::sm90a(), Target::sm90a().with_experimental()] {
                 let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name));
                 let has = |entry: &str| sources.iter().any(|(e, _)| e.ends_with(entry));
                 let hopper = target.hopper();
@@ -454,6 +454,10 @@ mod tests {
                     assert!(src.contains("#define FA_QS 3\n"), "{} {e}", c.name);
                 }
                 assert_eq!(has("attn_fwd_sm90"), hopper, "{} ({})", c.name, target.arch);
+                // The heaviest-first tile order (causal masks only) is experimental.
+                for (e, src) in sources.iter().filter(|(e, _)| ["attn_fwd_sm90", "attn_bwd_dq_sm90", "attn_bwd_dkdv_sm90", "attn_bwd_dkdv_dq_sm90"].iter().any(|k| e.ends_with(k))) {
+                    assert!(src.contains(&format!("#define FA_HEAVY_FIRST {}\n", target.experimental as u8)), "{} {e}", c.name);
+                }
             }
             if causal {
                 seen.1 = true;

@@ -128,11 +128,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_const
 FA_INIT
     const float* dbuf = reinterpret_cast<const float*>(dbuf_p);
     const int wg = threadIdx.x >> 7;
-    const i64 kh = blockIdx.y, bi = blockIdx.z;
+    i64 rank, kh, bi;
+    fa90_work(rank, kh, bi);
     i64 lq, lkv;
     fa_lens(A, bi, lq, lkv);
     const i64 off = fa_diag_off(lq, lkv);
-    const i64 j0 = (i64)blockIdx.x * FA_BK;
+    const i64 j0 = rank * FA_BK;
     const i64 jmax = fa_min(j0 + FA_BK, lkv) - 1;
     // Query rows [ilo, ihi) that see some key of the tile.
     i64 ilo = 0, ihi = lq;
@@ -346,8 +347,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_const
 FA_INIT
     const float* dbuf = reinterpret_cast<const float*>(dbuf_p);
     const int wg = threadIdx.x >> 7;
-    const i64 qt = (i64)gridDim.x - 1 - blockIdx.x;
-    const i64 h = blockIdx.y, bi = blockIdx.z, kh = h / FA_GROUP;
+    i64 rank, h, bi;
+    fa90_work(rank, h, bi);
+    const i64 qt = (i64)gridDim.x - 1 - rank, kh = h / FA_GROUP;
     i64 lq, lkv;
     fa_lens(A, bi, lq, lkv);
     const i64 off = fa_diag_off(lq, lkv);
@@ -464,9 +466,9 @@ fn dq_shared(p: &Problem) -> usize {
 /// The launches: `D`, then either the dQ and dK/dV kernels (deterministic), or (`atomic`) the
 /// dK/dV kernel adding each step's dS K into a zeroed f32 accumulator and a last pass that
 /// writes dQ from it.
-fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKernels> {
+fn generate(p: &Problem, ports: &Ports, target: &Target, atomic: bool, qs: i64) -> Option<NodeKernels> {
     let c = p.common(true);
-    let base = bwd::base_defines(p, ports, &c, Dbias::None, true);
+    let base = bwd::base_defines(p, ports, &c, Dbias::None, true) + &hopper::heavy_first(target);
     let init = fa_init(&c);
     let common = format!(
         "{}{}{}{}{}{SCORES}",
@@ -576,7 +578,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     if dq_shared(p).max(dkdv_shared(p, atomic, qs)) > 227 * 1024 {
         return None;
     }
-    let kernels = generate(p, &ports, atomic, qs)?;
+    let kernels = generate(p, &ports, target, atomic, qs)?;
     let alternative = bwd::generate(p, &ports, Dbias::None, false)?;
     let mut tensors = vec![p.q, p.k, p.v, ports.d_o];
     tensors.extend([ports.dq, ports.dk, ports.dv].into_iter().filter(|&t| p.pair_ok(t)));

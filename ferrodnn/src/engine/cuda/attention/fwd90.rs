@@ -1,6 +1,7 @@
 //! The Hopper forward kernel: FlashAttention-3's recipe on `wgmma`, TMA and warp specialization.
 //!
-//! One CTA (384 threads) per (q tile of 128 rows, query head, batch), heaviest tiles first:
+//! One CTA (384 threads) per (q tile of 128 rows, query head, batch), heaviest tiles first
+//! (with a causal mask and `Target::experimental`, those of four heads at a time: `fa90_work`):
 //! - warpgroup 0, the producer, gives its registers back (`setmaxnreg.dec`); one thread loads
 //!   the Q tile once and then the K and V tiles of 128 keys with TMA into two stages each
 //!   (128-byte swizzle), K and V on separate "full" / "empty" mbarriers so that the next K tile
@@ -150,8 +151,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_const
 #define VEMPTY(s) (bars + 56u + 8u * (s))
 FA_INIT
     const int wg = threadIdx.x >> 7;
-    const i64 qt = (i64)gridDim.x - 1 - blockIdx.x;
-    const i64 h = blockIdx.y, bi = blockIdx.z, kh = h / FA_GROUP;
+    i64 rank, h, bi;
+    fa90_work(rank, h, bi);
+    const i64 qt = (i64)gridDim.x - 1 - rank, kh = h / FA_GROUP;
     i64 lq, lkv;
     fa_lens(A, bi, lq, lkv);
     const i64 off = fa_diag_off(lq, lkv);
@@ -293,12 +295,12 @@ fn pingpong() -> bool {
     !std::env::var("FERRODNN_ATTN_PINGPONG").is_ok_and(|v| v == "0")
 }
 
-fn generate(p: &Problem) -> Option<NodeKernels> {
+fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let node = p.node;
     let o = node.output("o")?;
     let stats = node.output("stats");
     let c = p.common(true);
-    let mut defs = c.defines.clone();
+    let mut defs = c.defines.clone() + &hopper::heavy_first(target);
     defs += &format!("#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong() as u8);
     let stores = p.output_store("o", "O", o, p.pair_ok(o));
     let mut params = vec!["void* o_p".to_string()];
@@ -338,7 +340,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p) > 227 * 1024 {
         return None;
     }
-    let kernels = generate(p)?;
+    let kernels = generate(p, target)?;
     let alternative = super::fwd::generate(p, false)?;
     let node = p.node;
     // TMA needs 16-byte aligned bases; o is stored in 4-byte pairs when its strides allow.

@@ -12,6 +12,7 @@ use super::Problem;
 use crate::dtype::DataType;
 use crate::engine::cuda::gemm::sm90::SM90_HELPERS;
 use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
+use crate::engine::cuda::engine::Target;
 use crate::graph::TensorId;
 
 /// Whether the Hopper kernels take the problem (the target is checked by the caller): head
@@ -108,6 +109,12 @@ pub(super) fn wgmma_rs(p: &Problem, name: &str, n: i64) -> String {
 
 /// Device code after the attention HELPERS: the TMA map type, the sm90 barrier / TMA / wgmma
 /// helpers, the 4-d tile load, and the packing of f32 accumulators into A fragments.
+/// The define that turns on `fa90_work`'s heaviest-first order for causal masks: written after
+/// the session's last device call, so experimental until a GPU check.
+pub(super) fn heavy_first(target: &Target) -> String {
+    format!("#define FA_HEAVY_FIRST {}\n", target.experimental as u8)
+}
+
 pub(super) fn helpers() -> String {
     format!("{TMA_MAP_DECL}{SM90_HELPERS}{TMA4}")
 }
@@ -117,6 +124,29 @@ const TMA4: &str = r#"
 __device__ __forceinline__ void fa90_tma(unsigned dst, const TmaMap* map, unsigned bar, int c0, int c1, int c2, int c3) {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
         :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+}
+
+// The CTA's work item of a (tiles, heads, batch) grid: its tile's rank (0: the tile with the
+// most work) and its head and batch. With a causal mask the tiles' work differs (it grows with a
+// q tile's index, and shrinks with a K/V tile's), so the blocks, which start in the order of
+// their linear index, take the tiles of four heads at a time heaviest first: the last blocks
+// to start are the lightest (the kernel's tail stays short), and the heads in flight, whose
+// tiles share K/V or Q/dO through L2, stay few (FA_HEAVY_FIRST: experimental until
+// GPU-checked: `heavy_first` in hopper.rs). Otherwise the grid's own order.
+__device__ __forceinline__ void fa90_work(i64& rank, i64& h, i64& bi) {
+#if FA_CAUSAL && FA_HEAVY_FIRST
+    const i64 nt = gridDim.x, nh = gridDim.y, nhb = nh * (i64)gridDim.z;
+    const i64 l = (i64)blockIdx.x + nt * ((i64)blockIdx.y + nh * (i64)blockIdx.z);
+    const i64 g = l / (4 * nt), r = l - g * 4 * nt, gs = fa_min(4, nhb - g * 4);
+    const i64 hb = g * 4 + r % gs;
+    rank = r / gs;
+    h = hb % nh;
+    bi = hb / nh;
+#else
+    rank = blockIdx.x;
+    h = blockIdx.y;
+    bi = blockIdx.z;
+#endif
 }
 
 // The K/V tiles [t0, t1) of BN keys that some row of the q tile [q0, q0 + BM) sees (empty,
