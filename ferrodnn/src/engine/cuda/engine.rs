@@ -188,10 +188,10 @@ fn has_atomic_sdpa_backward(graph: &Graph) -> bool {
 
 /// Whether the graph has a matmul with an f32 input: the `tf32` knob changes its kernels.
 fn has_f32_matmul(graph: &Graph) -> bool {
-    graph.nodes.iter().any(|n| {
-        matches!(n.op, crate::graph::ops::Op::Matmul(_))
-            && n.inputs.iter().any(|p| graph.resolved_data_type(p.tensor).unwrap_or(DataType::F32) == DataType::F32)
-    })
+    graph
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.iter().any(|p| graph.resolved_data_type(p.tensor).unwrap_or(DataType::F32) == DataType::F32))
 }
 
 /// The text NVRTC compiles for a launch: the prelude and the launch's source, with the
@@ -380,7 +380,16 @@ impl Engine for CudaEngine {
                         grid.0 = grid.0.min(fit * cluster.0).max(cluster.0);
                     }
                 }
-                steps.push(Step { function, grid, block: (l.block, 1, 1), cluster: l.cluster, dependent, shared_bytes: l.shared_bytes, args: l.args.clone(), scratch_at: scratch_at.clone() });
+                steps.push(Step {
+                    function,
+                    grid,
+                    block: (l.block, 1, 1),
+                    cluster: l.cluster,
+                    dependent,
+                    shared_bytes: l.shared_bytes,
+                    args: l.args.clone(),
+                    scratch_at: scratch_at.clone(),
+                });
             }
             Ok(steps)
         };

@@ -437,7 +437,8 @@ mod tests {
 
     /// Which backward kernels the Hopper and Ampere targets generate: the atomic-dQ dK/dV
     /// kernel only for unmasked attention on Hopper (beside the deterministic pair), both with
-    /// three Q/dO stages; the heaviest-first tile order only with `experimental`.
+    /// three Q/dO stages; the heaviest-first tile order and the persistent forward only with
+    /// `experimental`.
     #[test]
     fn backward_cases_pick_their_kernels() {
         let cases = super::cases();
@@ -454,8 +455,13 @@ mod tests {
                     assert!(src.contains("#define FA_QS 3\n"), "{} {e}", c.name);
                 }
                 assert_eq!(has("attn_fwd_sm90"), hopper, "{} ({})", c.name, target.arch);
+                // The persistent forward is experimental.
+                for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_fwd_sm90")) {
+                    assert_eq!(src.contains("#define FA_QT "), target.experimental, "{} {e}", c.name);
+                }
                 // The heaviest-first tile order (causal masks only) is experimental.
-                for (e, src) in sources.iter().filter(|(e, _)| ["attn_fwd_sm90", "attn_bwd_dq_sm90", "attn_bwd_dkdv_sm90", "attn_bwd_dkdv_dq_sm90"].iter().any(|k| e.ends_with(k))) {
+                for (e, src) in sources.iter().filter(|(e, _)| ["attn_fwd_sm90", "attn_bwd_dq_sm90", "attn_bwd_dkdv_sm90", "attn_bwd_dkdv_dq_sm90"].iter().any(|k| e.ends_with(k)))
+                {
                     assert!(src.contains(&format!("#define FA_HEAVY_FIRST {}\n", target.experimental as u8)), "{} {e}", c.name);
                 }
             }

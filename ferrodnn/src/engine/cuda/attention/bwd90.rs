@@ -550,7 +550,19 @@ fn generate(p: &Problem, ports: &Ports, target: &Target, atomic: bool, qs: i64) 
     launches.push(kv);
 
     if atomic {
-        launches.push(bwd::launch(p, &base, &dq_store, "attn_bwd_dq_acc_sm90", &["void* dq_p".into(), "const void* dqa_p".into()], vec![Arg::Ptr(ports.dq), Arg::Scratch(1)], ACC_DQ, None, acc_elems / 2, 256, 0)?);
+        launches.push(bwd::launch(
+            p,
+            &base,
+            &dq_store,
+            "attn_bwd_dq_acc_sm90",
+            &["void* dq_p".into(), "const void* dqa_p".into()],
+            vec![Arg::Ptr(ports.dq), Arg::Scratch(1)],
+            ACC_DQ,
+            None,
+            acc_elems / 2,
+            256,
+            0,
+        )?);
     }
     Some(NodeKernels { launches, scratch })
 }

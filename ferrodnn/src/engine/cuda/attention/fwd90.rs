@@ -32,9 +32,16 @@ const BM: i64 = 128;
 /// Keys per K/V tile.
 const BN: i64 = 128;
 
-/// Dynamic shared memory: Q, two stages of K and of V, 1 KiB of alignment slack, barriers.
-fn shared_bytes(p: &Problem) -> usize {
-    (BM * p.d * 2 + 2 * BN * p.d * 2 + 2 * BN * p.d_v * 2) as usize + 1024 + 9 * 8
+/// Dynamic shared memory: Q (two buffers when persistent), two stages of K and of V, 1 KiB of
+/// alignment slack, barriers.
+fn shared_bytes(p: &Problem, persist: bool) -> usize {
+    let (q, bars) = if persist { (2, 12) } else { (1, 9) };
+    (q * BM * p.d * 2 + 2 * BN * p.d * 2 + 2 * BN * p.d_v * 2) as usize + 1024 + bars * 8
+}
+
+/// Whether the forward runs persistent ([`KERNEL_PERSIST`]): experimental until GPU-checked.
+fn persistent(target: &Target) -> bool {
+    target.experimental
 }
 
 const BODY: &str = r#"
@@ -137,7 +144,9 @@ __device__ __forceinline__ void fa90_turn_end(int cw, bool pass) {
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
+"#;
+
+const KERNEL: &str = r#"extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
 {
     extern __shared__ unsigned char fa_smem_raw[];
     const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
@@ -289,6 +298,192 @@ FA_INIT
 }
 "#;
 
+/// The persistent form of [`KERNEL`] (FA_PERSIST; experimental until GPU-checked): one CTA per
+/// SM takes the work items `blockIdx.x`, `+ gridDim.x`, ... of the (q tile, head, batch) list
+/// (heaviest first: `fa90_work_at`); Q has two buffers, so the producer loads the next tile's Q
+/// and first K/V tiles while the consumers still finish the current tile and store its O, and
+/// the K/V ring runs on across tiles. The per-tile steps are those of [`KERNEL`].
+const KERNEL_PERSIST: &str = r#"extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
+{
+    extern __shared__ unsigned char fa_smem_raw[];
+    const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
+    constexpr unsigned Q_BYTES = FA_BM * FA_D * 2, K_BYTES = FA_BN * FA_D * 2, V_BYTES = FA_BN * FA_DV * 2;
+    const unsigned sQ = base, sK = sQ + 2 * Q_BYTES, sV = sK + 2 * K_BYTES, bars = sV + 2 * V_BYTES;
+    // Barriers (two stages each): K full, V full, K empty, V empty, Q full, Q empty.
+#define KFULL(s) (bars + 8u * (s))
+#define VFULL(s) (bars + 16u + 8u * (s))
+#define KEMPTY(s) (bars + 32u + 8u * (s))
+#define VEMPTY(s) (bars + 48u + 8u * (s))
+#define QFULL(s) (bars + 64u + 8u * (s))
+#define QEMPTY(s) (bars + 80u + 8u * (s))
+FA_INIT
+    const int wg = threadIdx.x >> 7;
+    // The work list: FA_QT q tiles x FA_HQ heads x FA_B batches.
+    constexpr i64 NT = (i64)FA_QT * FA_HQ * FA_B;
+    // Item l's q tile, head, batch, key range and K/V tiles.
+    struct Item { i64 q0, h, bi, lq, lkv, off; int t0, t1; bool any; };
+    auto item = [&](i64 l) {
+        Item it;
+        i64 rank;
+        fa90_work_at(l, FA_QT, FA_HQ, (i64)FA_HQ * FA_B, rank, it.h, it.bi);
+        it.q0 = (FA_QT - 1 - rank) * FA_BM;
+        fa_lens(A, it.bi, it.lq, it.lkv);
+        it.off = fa_diag_off(it.lq, it.lkv);
+        it.any = fa90_key_tiles(it.q0, FA_BM, FA_BN, it.lq, it.lkv, it.off, it.t0, it.t1);
+        return it;
+    };
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < 2; ++s) {
+            mbar_init(KFULL(s), 1u);
+            mbar_init(VFULL(s), 1u);
+            mbar_init(KEMPTY(s), 256u);
+            mbar_init(VEMPTY(s), 256u);
+            mbar_init(QFULL(s), 1u);
+            mbar_init(QEMPTY(s), 256u);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        // Producer: per item, Q into buffer n % 2 (n: the CTA's item count), then K and V of
+        // each of its tiles into stage c % 2 (c: the CTA's K/V tile count). 32 registers (the
+        // item's indices): 128 x 32 + 256 x 240 fills the SM's 65536.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 32;");
+        if (threadIdx.x == 0) {
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&tq) : "memory");
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&tk) : "memory");
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&tv) : "memory");
+            int n = 0, c = 0;
+            for (i64 l = blockIdx.x; l < NT; l += gridDim.x, ++n) {
+                const Item it = item(l);
+                const int qs = n & 1;
+                mbar_wait(QEMPTY(qs), ((unsigned)(n >> 1) & 1u) ^ 1u);
+                mbar_expect_tx(QFULL(qs), Q_BYTES);
+                #pragma unroll
+                for (int ch = 0; ch < FA_D / 64; ++ch) fa90_tma(sQ + qs * Q_BYTES + ch * (FA_BM * 128u), &tq, QFULL(qs), ch * 64, (int)it.q0, (int)it.h, (int)it.bi);
+                const int kh = (int)(it.h / FA_GROUP);
+                for (int t = it.t0; t < it.t1; ++t, ++c) {
+                    const int s = c & 1;
+                    const unsigned ph = ((unsigned)c >> 1) & 1u;
+                    mbar_wait(KEMPTY(s), ph ^ 1u);
+                    mbar_expect_tx(KFULL(s), K_BYTES);
+                    #pragma unroll
+                    for (int ch = 0; ch < FA_D / 64; ++ch) fa90_tma(sK + s * K_BYTES + ch * (FA_BN * 128u), &tk, KFULL(s), ch * 64, t * FA_BN, kh, (int)it.bi);
+                    mbar_wait(VEMPTY(s), ph ^ 1u);
+                    mbar_expect_tx(VFULL(s), V_BYTES);
+                    #pragma unroll
+                    for (int ch = 0; ch < FA_DV / 64; ++ch) fa90_tma(sV + s * V_BYTES + ch * (FA_BN * 128u), &tv, VFULL(s), ch * 64, t * FA_BN, kh, (int)it.bi);
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+        const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+        float sc[FA_BN / 2];
+        u32 pf[FA_BN / 16][4];
+        float alpha[2];
+        // Turns as in the one-item kernel, started afresh for each item with keys.
+        int n = 0, c = 0;
+        for (i64 l = blockIdx.x; l < NT; l += gridDim.x, ++n) {
+            const Item it = item(l);
+            const i64 q0 = it.q0, h = it.h, bi = it.bi, lq = it.lq, lkv = it.lkv, off = it.off;
+            const int t0 = it.t0, t1 = it.t1;
+            const i64 wq0 = q0 + cw * 64;
+            const i64 r0 = wq0 + w * 16 + g;
+            const int qs = n & 1;
+            const unsigned sq = sQ + qs * Q_BYTES + cw * 8192u;
+            float m[2] = {FA_NINF, FA_NINF};
+            float l2[2] = {0.0f, 0.0f};
+            float o[FA_DV / 2];
+            #pragma unroll
+            for (int i = 0; i < FA_DV / 2; ++i) o[i] = 0.0f;
+            mbar_wait(QFULL(qs), (unsigned)(n >> 1) & 1u);
+            if (it.any) {
+#if FA_PINGPONG
+                if (cw == 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
+#endif
+                // Tile t0: scores, softmax, P.
+                {
+                    const int s = c & 1;
+                    mbar_wait(KFULL(s), ((unsigned)c >> 1) & 1u);
+                    fa90_turn_begin(cw);
+                    wgmma_fence();
+                    fa90_scores(sc, sq, sK + s * K_BYTES);
+                    wgmma_commit();
+                    fa90_turn_end(cw, true);
+                    wgmma_wait0();
+                    mbar_arrive(KEMPTY(s));
+                    fa90_softmax(A, sc, m, l2, alpha, r0, wq0, (i64)t0 * FA_BN, lq, lkv, off, bi, h, tg);
+                    fa90_pack<FA_BN>(pf, sc);
+                }
+                for (int t = t0 + 1; t < t1; ++t) {
+                    const int cc = c + (t - t0), s = cc & 1, ps = s ^ 1;
+                    const unsigned ph = ((unsigned)cc >> 1) & 1u, pph = ((unsigned)(cc - 1) >> 1) & 1u;
+                    // Issue tile t's scores and tile t-1's P V together.
+                    mbar_wait(KFULL(s), ph);
+                    mbar_wait(VFULL(ps), pph);
+                    fa90_turn_begin(cw);
+                    wgmma_fence();
+                    fa90_scores(sc, sq, sK + s * K_BYTES);
+                    wgmma_commit();
+                    fa90_pv(o, pf, sV + ps * V_BYTES);
+                    wgmma_commit();
+                    fa90_turn_end(cw, true);
+                    // Scores done (the P V may still run): free K, softmax while P V runs.
+                    wgmma_wait1();
+                    mbar_arrive(KEMPTY(s));
+                    fa90_softmax(A, sc, m, l2, alpha, r0, wq0, (i64)t * FA_BN, lq, lkv, off, bi, h, tg);
+                    wgmma_wait0();
+                    mbar_arrive(VEMPTY(ps));
+                    #pragma unroll
+                    for (int x = 0; x < FA_DV / 8; ++x) {
+                        o[4 * x] *= alpha[0]; o[4 * x + 1] *= alpha[0];
+                        o[4 * x + 2] *= alpha[1]; o[4 * x + 3] *= alpha[1];
+                    }
+                    fa90_pack<FA_BN>(pf, sc);
+                }
+                {
+                    const int cc = c + (t1 - 1 - t0), s = cc & 1;
+                    mbar_wait(VFULL(s), ((unsigned)cc >> 1) & 1u);
+                    fa90_turn_begin(cw);
+                    wgmma_fence();
+                    fa90_pv(o, pf, sV + s * V_BYTES);
+                    wgmma_commit();
+                    fa90_turn_end(cw, cw == 0);
+                    wgmma_wait0();
+                    mbar_arrive(VEMPTY(s));
+                }
+                c += t1 - t0;
+            }
+            // Q is no longer read: its buffer takes item n + 2.
+            mbar_arrive(QEMPTY(qs));
+            // Normalize and store; empty rows (padded, or every key masked) give o = 0, stats = +inf.
+            #pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                float lsum = l2[hh];
+                lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+                lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+                const i64 i = r0 + hh * 8;
+                const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
+                const float inv = empty ? 0.0f : FA_KEEP_SCALE / lsum;
+                if (i < FA_SQ) {
+                    fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
+#if FA_HAS_STATS
+                    if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
+#endif
+                }
+            }
+        }
+    }
+#undef KFULL
+#undef VFULL
+#undef KEMPTY
+#undef VEMPTY
+#undef QFULL
+#undef QEMPTY
+}
+"#;
+
 /// Whether the consumers take turns (FA_PINGPONG); `FERRODNN_ATTN_PINGPONG=0` turns it off to
 /// compare (a tuning switch for the benchmark).
 fn pingpong() -> bool {
@@ -315,10 +510,16 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     params.extend(c.params.iter().cloned());
     args.extend(c.args.iter().cloned());
     let entry = p.entry("attn_fwd_sm90");
-    let body = BODY.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
+    let persist = persistent(target);
+    let qt = (p.s_q + BM - 1) / BM;
+    if persist {
+        defs += &format!("#define FA_QT {qt}LL\n");
+    }
+    let body = format!("{BODY}{}", if persist { KERNEL_PERSIST } else { KERNEL });
+    let body = body.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
     let wgmma = format!("{}{}", hopper::wgmma_ss(p, "fa90_wgmma_s", BN), hopper::wgmma_rs(p, "fa90_wgmma_o", p.d_v));
     let source = format!("{defs}{HELPERS}{stores}{}{wgmma}{body}", hopper::helpers());
-    let grid = ((p.s_q + BM - 1) / BM, p.h_q, p.b);
+    let grid = if persist { ((qt * p.h_q * p.b).min(target.sm_count.max(1) as i64), 1, 1) } else { (qt, p.h_q, p.b) };
     if grid.0 > i32::MAX as i64 {
         return None;
     }
@@ -328,7 +529,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
         threads: (grid.0 * grid.1 * grid.2 * 384) as u64,
         block: 384,
         exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
-        shared_bytes: shared_bytes(p) as u32,
+        shared_bytes: shared_bytes(p, persist) as u32,
         args,
         cluster: None,
     }))
@@ -337,7 +538,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
 /// The Hopper unit of a forward node, when this kernel takes it; the general kernel with
 /// element-wise loads is the alternative for base pointers TMA cannot take.
 pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
-    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p) > 227 * 1024 {
+    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p, persistent(target)) > 227 * 1024 {
         return None;
     }
     let kernels = generate(p, target)?;
@@ -348,10 +549,5 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     if p.pair_ok(node.output("o")?) {
         tensors.push(node.output("o")?);
     }
-    Some(Unit {
-        nodes: vec![p.ni],
-        kernels,
-        writes: node.outputs.iter().map(|x| x.tensor).collect(),
-        unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })),
-    })
+    Some(Unit { nodes: vec![p.ni], kernels, writes: node.outputs.iter().map(|x| x.tensor).collect(), unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })) })
 }

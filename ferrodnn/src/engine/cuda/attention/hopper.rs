@@ -10,9 +10,9 @@
 
 use super::Problem;
 use crate::dtype::DataType;
+use crate::engine::cuda::engine::Target;
 use crate::engine::cuda::gemm::sm90::SM90_HELPERS;
 use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
-use crate::engine::cuda::engine::Target;
 use crate::graph::TensorId;
 
 /// Whether the Hopper kernels take the problem (the target is checked by the caller): head
@@ -126,22 +126,32 @@ __device__ __forceinline__ void fa90_tma(unsigned dst, const TmaMap* map, unsign
         :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
 }
 
-// The CTA's work item of a (tiles, heads, batch) grid: its tile's rank (0: the tile with the
-// most work) and its head and batch. With a causal mask the tiles' work differs (it grows with a
-// q tile's index, and shrinks with a K/V tile's), so the blocks, which start in the order of
-// their linear index, take the tiles of four heads at a time heaviest first: the last blocks
-// to start are the lightest (the kernel's tail stays short), and the heads in flight, whose
-// tiles share K/V or Q/dO through L2, stay few (FA_HEAVY_FIRST: experimental until
-// GPU-checked: `heavy_first` in hopper.rs). Otherwise the grid's own order.
-__device__ __forceinline__ void fa90_work(i64& rank, i64& h, i64& bi) {
+// Work item `l` of a list of `nt` tiles x `nh` heads x batch (`nhb` heads and batches): its
+// tile's rank (0: the tile with the most work), head and batch. With a causal mask the tiles'
+// work differs (it grows with a q tile's index, and shrinks with a K/V tile's), so the items are
+// the tiles of four heads at a time heaviest first: blocks starting in the order of their
+// linear index (or persistent blocks taking the items in order) end with the lightest, and the
+// heads in flight, whose tiles share K/V or Q/dO through L2, stay few (FA_HEAVY_FIRST:
+// experimental until GPU-checked, `heavy_first` in hopper.rs). Otherwise tile-major order.
+__device__ __forceinline__ void fa90_work_at(i64 l, i64 nt, i64 nh, i64 nhb, i64& rank, i64& h, i64& bi) {
 #if FA_CAUSAL && FA_HEAVY_FIRST
-    const i64 nt = gridDim.x, nh = gridDim.y, nhb = nh * (i64)gridDim.z;
-    const i64 l = (i64)blockIdx.x + nt * ((i64)blockIdx.y + nh * (i64)blockIdx.z);
     const i64 g = l / (4 * nt), r = l - g * 4 * nt, gs = fa_min(4, nhb - g * 4);
     const i64 hb = g * 4 + r % gs;
     rank = r / gs;
+#else
+    const i64 hb = l / nt;
+    rank = l - hb * nt;
+    (void)nhb;
+#endif
     h = hb % nh;
     bi = hb / nh;
+}
+
+// This CTA's work item of a (tiles, heads, batch) grid, as `fa90_work_at` orders them.
+__device__ __forceinline__ void fa90_work(i64& rank, i64& h, i64& bi) {
+#if FA_CAUSAL && FA_HEAVY_FIRST
+    const i64 nt = gridDim.x, nh = gridDim.y;
+    fa90_work_at((i64)blockIdx.x + nt * ((i64)blockIdx.y + nh * (i64)blockIdx.z), nt, nh, nh * (i64)gridDim.z, rank, h, bi);
 #else
     rank = blockIdx.x;
     h = blockIdx.y;
