@@ -437,8 +437,8 @@ mod tests {
 
     /// Which backward kernels the Hopper and Ampere targets generate: the atomic-dQ dK/dV
     /// kernel only for unmasked attention on Hopper (beside the deterministic pair), both with
-    /// three Q/dO stages; the heaviest-first tile order and the persistent forward only with
-    /// `experimental`.
+    /// three Q/dO stages; the heaviest-first tile order, the persistent forward and dQ by bulk
+    /// reductions only with `experimental`.
     #[test]
     fn backward_cases_pick_their_kernels() {
         let cases = super::cases();
@@ -455,6 +455,10 @@ mod tests {
                     assert!(src.contains("#define FA_QS 3\n"), "{} {e}", c.name);
                 }
                 assert_eq!(has("attn_fwd_sm90"), hopper, "{} ({})", c.name, target.arch);
+                // dQ by bulk reductions in the atomic dK/dV kernel is experimental.
+                for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_bwd_dkdv_dq_sm90")) {
+                    assert!(src.contains(&format!("#define FA_DQ_BULK {}\n", target.experimental as u8)), "{} {e}", c.name);
+                }
                 // The persistent forward is experimental.
                 for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_fwd_sm90")) {
                     assert_eq!(src.contains("#define FA_QT "), target.experimental, "{} {e}", c.name);

@@ -117,8 +117,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_const
     constexpr unsigned K_BYTES = FA_BK * FA_D * 2, V_BYTES = FA_BK * FA_DV * 2, Q_BYTES = FA_BQ * FA_D * 2, O_BYTES = FA_BQ * FA_DV * 2;
     // With FA_ATOMIC_DQ, two buffers of dS^T (keys x queries) for dQ follow dO.
     constexpr unsigned DS_BYTES = FA_BK * FA_BQ * 2;
-    const unsigned sK = base, sV = sK + K_BYTES, sQ = sV + V_BYTES, sO = sQ + FA_QS * Q_BYTES, sDS = sO + FA_QS * O_BYTES, bars = sDS + FA_ATOMIC_DQ * 2 * DS_BYTES;
+    // With FA_DQ_BULK, a 64 x 64 f32 dQ staging tile per consumer follows (16 KiB each).
+    constexpr unsigned DQT_BYTES = 64 * 64 * 4;
+    const unsigned sK = base, sV = sK + K_BYTES, sQ = sV + V_BYTES, sO = sQ + FA_QS * Q_BYTES, sDS = sO + FA_QS * O_BYTES, sDQ = sDS + FA_ATOMIC_DQ * 2 * DS_BYTES, bars = sDQ + FA_DQ_BULK * 2 * DQT_BYTES;
     (void)sDS;
+    (void)sDQ;
     // Barriers: K/V; Q+dO full (TMA bytes and the 32 lanes that stage lse and D), empty.
     const unsigned kvbar = bars;
 #define QFULL(s) (bars + 8u + 8u * (s))
@@ -285,6 +288,32 @@ FA_INIT
                     for (int ks = 0; ks < FA_BK / 16; ++ks) fa90_mma_dq(dq, make_desc(sds + ks * 2048u, DS_BYTES, 1024u), make_desc(sK + c * (FA_BK * 128u) + ks * 2048u, FA_BK * 128u, 1024u), ks > 0 ? 1 : 0);
                     wgmma_commit();
                     wgmma_wait0();
+#if FA_DQ_BULK
+                    // The 64 x 64 tile into this consumer's staging buffer (once the bulk
+                    // reduction of its previous tile has read it), then added to the tile's
+                    // 16 KiB block of the accumulator by one bulk reduction (full L2 lines
+                    // instead of 8-byte reductions). Row r's float pair p sits at pair
+                    // p ^ 4 (r % 8) (r % 8 is g: conflict-free stores); fa_dqa_at undoes it.
+                    const unsigned st = sDQ + cw * DQT_BYTES;
+                    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                    asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
+                    #pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const unsigned r = (unsigned)(w * 16 + g + hh * 8);
+                        #pragma unroll
+                        for (int n = 0; n < 8; ++n) {
+                            const unsigned p = (unsigned)((4 * n + tg) ^ (4 * g));
+                            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(st + r * 256u + p * 8u), "f"(dq[4 * n + 2 * hh]), "f"(dq[4 * n + 2 * hh + 1]) : "memory");
+                        }
+                    }
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
+                    if (tid == 0) {
+                        float* blk = reinterpret_cast<float*>(dqa_p) + ((((bi * FA_HQ + h) * FA_NQT) + i0 / 64) * (FA_D / 64) + c) * 4096;
+                        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 16384;" :: "l"(blk), "r"(st) : "memory");
+                        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                    }
+#else
                     #pragma unroll
                     for (int hh = 0; hh < 2; ++hh) {
                         const i64 i = i0 + w * 16 + g + hh * 8;
@@ -294,10 +323,14 @@ FA_INIT
                             for (int n = 0; n < 8; ++n) asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(row + n * 8), "f"(dq[4 * n + 2 * hh]), "f"(dq[4 * n + 2 * hh + 1]) : "memory");
                         }
                     }
+#endif
                 }
 #endif
             }
         }
+#if FA_DQ_BULK
+        if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
         #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const i64 j = jt + hh * 8;
@@ -315,7 +348,7 @@ FA_INIT
 /// The f32 dQ accumulator of the atomic path, zeroed (16 bytes a thread).
 const ZERO_ACC: &str = r#"
 {
-    GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * FA_D / 4) {
+    GRID_STRIDE(e, FA_B * FA_HQ * FA_DQA_ROWS * FA_D / 4) {
         asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};" :: "l"(reinterpret_cast<float*>(dqa_p) + 4 * e), "r"(0u) : "memory");
     }
 }
@@ -327,7 +360,13 @@ const ACC_DQ: &str = r#"
     GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * (FA_D / 2)) {
         const i64 c = (e % (FA_D / 2)) * 2, r = e / (FA_D / 2);
         const i64 i = r % FA_SQ, h = (r / FA_SQ) % FA_HQ, bi = r / (FA_SQ * FA_HQ);
+#if FA_DQ_BULK
+        // Tiles of 64 rows x 64 channels, 16 KiB each, pairs swizzled by row (see the dK/dV kernel).
+        const i64 t = ((bi * FA_HQ + h) * FA_NQT + i / 64) * (FA_D / 64) + c / 64, rr = i % 64, pp = ((c % 64) / 2) ^ (4 * (rr % 8));
+        const float* a = reinterpret_cast<const float*>(dqa_p) + t * 4096 + rr * 64 + pp * 2;
+#else
         const float* a = reinterpret_cast<const float*>(dqa_p) + r * FA_D + c;
+#endif
         fa_store_dq(dq_p, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + c * DQ_S3, a[0], a[1]);
     }
 }
@@ -449,8 +488,8 @@ FA_INIT
 "#;
 
 /// The dK/dV kernel's shared memory with `qs` stages of Q and dO (and their lse and D rows).
-fn dkdv_shared(p: &Problem, atomic: bool, qs: i64) -> usize {
-    let ds = if atomic { 2 * KV_BK * KV_BQ * 2 } else { 0 };
+fn dkdv_shared(p: &Problem, atomic: bool, qs: i64, bulk: bool) -> usize {
+    let ds = if atomic { 2 * KV_BK * KV_BQ * 2 } else { 0 } + if bulk { 2 * 64 * 64 * 4 } else { 0 };
     (KV_BK * (p.d + p.d_v) * 2 + qs * KV_BQ * (p.d + p.d_v) * 2 + ds + 2 * qs * KV_BQ * 4) as usize + 1024 + 64
 }
 
@@ -458,6 +497,12 @@ fn dkdv_shared(p: &Problem, atomic: bool, qs: i64) -> usize {
 /// consumers hold a stage for a whole step (measured on the H100 against two: +5% on the causal
 /// backward, the same elsewhere).
 const KV_QS: i64 = 3;
+
+/// Whether the atomic path adds dQ by bulk reductions of staged tiles: experimental until
+/// GPU-checked.
+fn dq_bulk(target: &Target) -> bool {
+    target.experimental
+}
 
 fn dq_shared(p: &Problem) -> usize {
     (Q_BM * (p.d + p.d_v) * 2 + 2 * Q_BN * (p.d + p.d_v) * 2) as usize + 1024 + 64
@@ -468,7 +513,14 @@ fn dq_shared(p: &Problem) -> usize {
 /// writes dQ from it.
 fn generate(p: &Problem, ports: &Ports, target: &Target, atomic: bool, qs: i64) -> Option<NodeKernels> {
     let c = p.common(true);
-    let base = bwd::base_defines(p, ports, &c, Dbias::None, true) + &hopper::heavy_first(target);
+    // The atomic path's dQ by bulk reductions of 64 x 64 tiles (experimental until GPU-checked):
+    // the accumulator is then tiled, with rows padded to whole tiles.
+    let bulk = atomic && dq_bulk(target);
+    let nqt = (p.s_q + 63) / 64;
+    let acc_rows = if bulk { nqt * 64 } else { p.s_q };
+    let base = bwd::base_defines(p, ports, &c, Dbias::None, true)
+        + &hopper::heavy_first(target)
+        + &format!("#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n", bulk as i32);
     let init = fa_init(&c);
     let common = format!(
         "{}{}{}{}{}{SCORES}",
@@ -515,7 +567,7 @@ fn generate(p: &Problem, ports: &Ports, target: &Target, atomic: bool, qs: i64) 
     let mut scratch = vec![rows.max(1) * 4];
 
     // dQ (deterministic), or the zeroed accumulator of the atomic path.
-    let acc_elems = (p.b * p.h_q * p.s_q * p.d) as u64;
+    let acc_elems = (p.b * p.h_q * acc_rows * p.d) as u64;
     if atomic {
         let zero = bwd::launch(p, &base, "", "attn_bwd_dq_zero_sm90", &["void* dqa_p".into()], vec![Arg::Scratch(1)], ZERO_ACC, None, acc_elems / 4, 256, 0)?;
         launches.insert(0, zero);
@@ -540,7 +592,7 @@ fn generate(p: &Problem, ports: &Ports, target: &Target, atomic: bool, qs: i64) 
     }
     params.extend(inputs);
     let what = if atomic { "attn_bwd_dkdv_dq_sm90" } else { "attn_bwd_dkdv_sm90" };
-    let mut kv = kernel(kv_defs, kv_store, what, params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p, atomic, qs))?;
+    let mut kv = kernel(kv_defs, kv_store, what, params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p, atomic, qs, bulk))?;
     kv.args = maps(KV_BQ, KV_BK);
     kv.args.extend([Arg::Ptr(ports.dk), Arg::Ptr(ports.dv)]);
     if atomic {
@@ -587,7 +639,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     // they pay.
     let atomic = target.allow_atomics && super::atomic_dq_pays(p.attrs);
     let qs = KV_QS;
-    if dq_shared(p).max(dkdv_shared(p, atomic, qs)) > 227 * 1024 {
+    if dq_shared(p).max(dkdv_shared(p, atomic, qs, atomic && dq_bulk(target))) > 227 * 1024 {
         return None;
     }
     let kernels = generate(p, &ports, target, atomic, qs)?;
