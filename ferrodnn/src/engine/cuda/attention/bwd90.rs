@@ -499,9 +499,9 @@ fn dkdv_shared(p: &Problem, atomic: bool, qs: i64, bulk: bool) -> usize {
 const KV_QS: i64 = 3;
 
 /// Whether the atomic path adds dQ by bulk reductions of staged tiles: experimental until
-/// GPU-checked.
+/// GPU-checked (`FERRODNN_ATTN_DQ_BULK=0` turns it off to compare).
 fn dq_bulk(target: &Target) -> bool {
-    target.experimental
+    target.experimental && !super::switched_off("FERRODNN_ATTN_DQ_BULK")
 }
 
 fn dq_shared(p: &Problem) -> usize {

@@ -39,9 +39,10 @@ fn shared_bytes(p: &Problem, persist: bool) -> usize {
     (q * BM * p.d * 2 + 2 * BN * p.d * 2 + 2 * BN * p.d_v * 2) as usize + 1024 + bars * 8
 }
 
-/// Whether the forward runs persistent ([`KERNEL_PERSIST`]): experimental until GPU-checked.
+/// Whether the forward runs persistent ([`KERNEL_PERSIST`]): experimental until GPU-checked
+/// (`FERRODNN_ATTN_PERSIST=0` turns it off to compare).
 fn persistent(target: &Target) -> bool {
-    target.experimental
+    target.experimental && !super::switched_off("FERRODNN_ATTN_PERSIST")
 }
 
 const BODY: &str = r#"
@@ -487,7 +488,7 @@ FA_INIT
 /// Whether the consumers take turns (FA_PINGPONG); `FERRODNN_ATTN_PINGPONG=0` turns it off to
 /// compare (a tuning switch for the benchmark).
 fn pingpong() -> bool {
-    !std::env::var("FERRODNN_ATTN_PINGPONG").is_ok_and(|v| v == "0")
+    !super::switched_off("FERRODNN_ATTN_PINGPONG")
 }
 
 fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {

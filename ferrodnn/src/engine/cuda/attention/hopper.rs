@@ -110,9 +110,10 @@ pub(super) fn wgmma_rs(p: &Problem, name: &str, n: i64) -> String {
 /// Device code after the attention HELPERS: the TMA map type, the sm90 barrier / TMA / wgmma
 /// helpers, the 4-d tile load, and the packing of f32 accumulators into A fragments.
 /// The define that turns on `fa90_work`'s heaviest-first order for causal masks: written after
-/// the session's last device call, so experimental until a GPU check.
+/// the session's last device call, so experimental until a GPU check
+/// (`FERRODNN_ATTN_HEAVY_FIRST=0` turns it off to compare).
 pub(super) fn heavy_first(target: &Target) -> String {
-    format!("#define FA_HEAVY_FIRST {}\n", target.experimental as u8)
+    format!("#define FA_HEAVY_FIRST {}\n", (target.experimental && !super::switched_off("FERRODNN_ATTN_HEAVY_FIRST")) as u8)
 }
 
 pub(super) fn helpers() -> String {

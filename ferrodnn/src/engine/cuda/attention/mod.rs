@@ -588,6 +588,12 @@ __device__ __forceinline__ i64 fa_vrow(const FaIn& A, i64 bi, i64 kh, i64 j) {
 "#;
 
 /// The `FaIn A` initialisation (all null) followed by the node's own fields.
+/// Whether the tuning switch `name` is set to 0 in the environment (to compare a kernel variant
+/// against the one without it in the benchmark).
+pub(super) fn switched_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "0")
+}
+
 pub(crate) fn fa_init(c: &Common) -> String {
     format!("    FaIn A;\n    A.bias = nullptr; A.slq = nullptr; A.slkv = nullptr; A.ptk = nullptr; A.ptv = nullptr; A.seed = 0; A.offset = 0;\n{}", c.init)
 }
