@@ -293,7 +293,7 @@ FA_INIT
                     // reduction of its previous tile has read it), then added to the tile's
                     // 16 KiB block of the accumulator by one bulk reduction (full L2 lines
                     // instead of 8-byte reductions). Row r's float pair p sits at pair
-                    // p ^ 4 (r % 8) (r % 8 is g: conflict-free stores); fa_dqa_at undoes it.
+                    // p ^ 4 (r % 8) (r % 8 is g: conflict-free stores); ACC_DQ undoes it.
                     const unsigned st = sDQ + cw * DQT_BYTES;
                     if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                     asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");

@@ -113,12 +113,12 @@ impl TRef {
     }
 }
 
-/// Included at the top of every generated kernel.
 /// A line a kernel's source may start with to be launched as an ordinary launch where the
 /// target has programmatic dependent launches ([`Target::pdl`](crate::engine::cuda::Target)):
 /// for kernels measured slower as dependents.
 pub const INDEPENDENT_LAUNCH: &str = "// launched independently (not as a programmatic dependent)\n";
 
+/// Included at the top of every generated kernel.
 pub const PRELUDE: &str = r#"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
