@@ -646,4 +646,41 @@ mod tests {
             }
         }
     }
+
+    /// Warp-specialized kernels move registers from the producer warpgroup to the consumers with
+    /// `setmaxnreg`; the consumers' `inc` only takes what the producer's `dec` gave back from the
+    /// CTA's launch allocation (at most 65536 / threads per thread, in steps of 8), so asking for
+    /// more blocks forever (the session-12 persistent forward hung exactly so).
+    #[test]
+    fn setmaxnreg_never_asks_for_more_than_the_launch_allocation() {
+        let value = |src: &str, what: &str| -> Vec<u32> {
+            src.match_indices(what).map(|(at, _)| src[at + what.len()..].split(';').next().unwrap().trim().parse().unwrap()).collect()
+        };
+        let mut seen = 0;
+        for case in crate::testing::cases::all() {
+            for target in [Target::sm90a(), Target::sm90a().with_experimental()] {
+                let Ok(list) = kernel_sources(&case.graph, &target) else { continue };
+                for (entry, src) in list {
+                    let (dec, inc) = (value(&src, "setmaxnreg.dec.sync.aligned.u32"), value(&src, "setmaxnreg.inc.sync.aligned.u32"));
+                    if dec.is_empty() && inc.is_empty() {
+                        continue;
+                    }
+                    assert!(dec.len() == 1 && inc.len() == 1, "{} {entry}: one dec and one inc expected, got {dec:?} {inc:?}", case.name);
+                    let threads: u32 = src.split("__launch_bounds__(").nth(1).and_then(|s| s.split(',').next()).and_then(|s| s.trim().parse().ok()).expect("launch bounds");
+                    let per_thread = ((65536 / threads) & !7).min(255);
+                    assert!(
+                        128 * dec[0] + (threads - 128) * inc[0] <= per_thread * threads,
+                        "{} {entry}: 128 x {} + {} x {} registers exceed the launch allocation {} x {threads}",
+                        case.name,
+                        dec[0],
+                        threads - 128,
+                        inc[0],
+                        per_thread
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen > 0, "no warp-specialized kernel among the cases");
+    }
 }

@@ -347,9 +347,10 @@ FA_INIT
     __syncthreads();
     if (wg == 0) {
         // Producer: per item, Q into buffer n % 2 (n: the CTA's item count), then K and V of
-        // each of its tiles into stage c % 2 (c: the CTA's K/V tile count). 32 registers (the
-        // item's indices): 128 x 32 + 256 x 240 fills the SM's 65536.
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 32;");
+        // each of its tiles into stage c % 2 (c: the CTA's K/V tile count). The consumers'
+        // setmaxnreg.inc takes only what the producer gives back from the CTA's launch
+        // allocation (168 x 384 = 128 x 24 + 256 x 240): asking for more never returns.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (threadIdx.x == 0) {
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tq) : "memory");
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tk) : "memory");
