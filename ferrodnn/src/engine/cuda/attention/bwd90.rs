@@ -498,10 +498,11 @@ fn dkdv_shared(p: &Problem, atomic: bool, qs: i64, bulk: bool) -> usize {
 /// backward, the same elsewhere).
 const KV_QS: i64 = 3;
 
-/// Whether the atomic path adds dQ by bulk reductions of staged tiles: experimental until
-/// GPU-checked (`FERRODNN_ATTN_DQ_BULK=0` turns it off to compare).
-fn dq_bulk(target: &Target) -> bool {
-    target.experimental && !super::switched_off("FERRODNN_ATTN_DQ_BULK")
+/// Whether the atomic path adds dQ by bulk reductions of staged tiles (measured on the H100,
+/// bench/NOTES.md session 13: +7% at b4h16s4096d128, +13% at b16h16s1024d64 over vector
+/// reductions; `FERRODNN_ATTN_DQ_BULK=0` turns it off to compare).
+fn dq_bulk() -> bool {
+    !super::switched_off("FERRODNN_ATTN_DQ_BULK")
 }
 
 fn dq_shared(p: &Problem) -> usize {
@@ -511,15 +512,14 @@ fn dq_shared(p: &Problem) -> usize {
 /// The launches: `D`, then either the dQ and dK/dV kernels (deterministic), or (`atomic`) the
 /// dK/dV kernel adding each step's dS K into a zeroed f32 accumulator and a last pass that
 /// writes dQ from it.
-fn generate(p: &Problem, ports: &Ports, target: &Target, atomic: bool, qs: i64) -> Option<NodeKernels> {
+fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKernels> {
     let c = p.common(true);
-    // The atomic path's dQ by bulk reductions of 64 x 64 tiles (experimental until GPU-checked):
-    // the accumulator is then tiled, with rows padded to whole tiles.
-    let bulk = atomic && dq_bulk(target);
+    // The atomic path's dQ by bulk reductions of 64 x 64 tiles: the accumulator is then tiled, with rows padded to whole tiles.
+    let bulk = atomic && dq_bulk();
     let nqt = (p.s_q + 63) / 64;
     let acc_rows = if bulk { nqt * 64 } else { p.s_q };
     let base = bwd::base_defines(p, ports, &c, Dbias::None, true)
-        + &hopper::heavy_first(target)
+        + &hopper::heavy_first()
         + &format!("#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n", bulk as i32);
     let init = fa_init(&c);
     let common = format!(
@@ -639,10 +639,10 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     // they pay.
     let atomic = target.allow_atomics && super::atomic_dq_pays(p.attrs);
     let qs = KV_QS;
-    if dq_shared(p).max(dkdv_shared(p, atomic, qs, atomic && dq_bulk(target))) > 227 * 1024 {
+    if dq_shared(p).max(dkdv_shared(p, atomic, qs, atomic && dq_bulk())) > 227 * 1024 {
         return None;
     }
-    let kernels = generate(p, &ports, target, atomic, qs)?;
+    let kernels = generate(p, &ports, atomic, qs)?;
     let alternative = bwd::generate(p, &ports, Dbias::None, false)?;
     let mut tensors = vec![p.q, p.k, p.v, ports.d_o];
     tensors.extend([ports.dq, ports.dk, ports.dv].into_iter().filter(|&t| p.pair_ok(t)));

@@ -40,8 +40,11 @@ use crate::graph::{Graph, Node, TensorId};
 /// dK/dV pass (the `atomics` plan knob) than with its own pass: without a causal mask or a
 /// sliding window (measured on the H100, bench/NOTES.md session 11: +6% at b4h16s4096d128,
 /// +14% at b16h16s1024d64, but 12-13% slower on the causal shapes).
+/// `FERRODNN_ATTN_ATOMIC_MASKED=1` takes the atomic path under masks too (a tuning switch for
+/// the benchmark).
 pub fn atomic_dq_pays(a: &SdpaAttrs) -> bool {
-    a.causal.is_none() && a.sliding_window_left.is_none() && a.sliding_window_right.is_none()
+    let unmasked = a.causal.is_none() && a.sliding_window_left.is_none() && a.sliding_window_right.is_none();
+    unmasked || std::env::var("FERRODNN_ATTN_ATOMIC_MASKED").is_ok_and(|v| v == "1")
 }
 
 /// The unit of an sdpa or sdpa_backward node, when this engine runs it.
