@@ -1,12 +1,12 @@
 //! The Hopper forward kernel: FlashAttention-3's recipe on `wgmma`, TMA and warp specialization.
 //!
-//! A CTA (384 threads) per work item (q tile of 128 rows, query head, batch), or one CTA per SM
-//! over the work list where that pays ([`persistent`]); heaviest tiles first (with a causal
-//! mask, those of four heads at a time: `fa90_work_at`):
+//! One CTA (384 threads) per (q tile of 128 rows, query head, batch), heaviest tiles first
+//! (with a causal mask, those of four heads at a time: `fa90_work`), or, where that pays, one
+//! CTA per SM over the same work list ([`persistent`], [`KERNEL_PERSIST`]):
 //! - warpgroup 0, the producer, gives its registers back (`setmaxnreg.dec`); one thread loads
-//!   each item's Q tile into one of two buffers and then its K and V tiles of 128 keys with TMA
-//!   into two stages each (128-byte swizzle), K and V on separate "full" / "empty" mbarriers so
-//!   that the next K tile streams in as soon as its stage's scores are computed;
+//!   the Q tile once and then the K and V tiles of 128 keys with TMA into two stages each
+//!   (128-byte swizzle), K and V on separate "full" / "empty" mbarriers so that the next K tile
+//!   streams in as soon as its stage's scores are computed;
 //! - warpgroups 1 and 2, the consumers, each own 64 query rows. S = Q K^T is one chain of
 //!   `wgmma.m64n128k16` with both operands in shared memory (K-major); O += P V takes P from
 //!   registers (the f32 score accumulators rounded to the io type already sit in wgmma's A
@@ -33,18 +33,19 @@ const BM: i64 = 128;
 /// Keys per K/V tile.
 const BN: i64 = 128;
 
-/// Dynamic shared memory: two Q buffers, two stages of K and of V, 1 KiB of alignment slack,
-/// barriers.
-fn shared_bytes(p: &Problem) -> usize {
-    (2 * BM * p.d * 2 + 2 * BN * p.d * 2 + 2 * BN * p.d_v * 2) as usize + 1024 + 12 * 8
+/// Dynamic shared memory: Q (two buffers when persistent), two stages of K and of V, 1 KiB of
+/// alignment slack, barriers.
+fn shared_bytes(p: &Problem, persist: bool) -> usize {
+    let (q, bars) = if persist { (2, 12) } else { (1, 9) };
+    (q * BM * p.d * 2 + 2 * BN * p.d * 2 + 2 * BN * p.d_v * 2) as usize + 1024 + bars * 8
 }
 
-/// Whether the forward runs persistent (one CTA per SM over the work list): where every item
-/// costs the same (no causal mask, no sliding window) and is short, so that the overlap of an
-/// item's O stores with the next item's loads pays. Measured on the H100 (bench/NOTES.md,
-/// session 13): b16h16s1024d64 (8 K/V tiles an item) +10%; b4h16s4096d128 (32 tiles) 2%
-/// slower; causal shapes 20-30% slower with the static assignment of items to CTAs.
-/// `FERRODNN_ATTN_PERSIST=0` turns it off to compare.
+/// Whether the forward runs persistent ([`KERNEL_PERSIST`]): where every item costs the same (no
+/// causal mask, no sliding window) and is short, so that overlapping an item's O stores with
+/// the next item's loads pays. Measured on the H100 (bench/NOTES.md, session 13):
+/// b16h16s1024d64 (8 K/V tiles an item) +10-12%; b4h16s4096d128 (32 tiles) 2% slower; the
+/// causal shapes 20-30% slower (the static assignment of items to CTAs leaves some CTAs with
+/// far more work). `FERRODNN_ATTN_PERSIST=0` turns it off to compare.
 fn persistent(p: &Problem) -> bool {
     let a = p.attrs;
     let uniform = a.causal.is_none() && a.sliding_window_left.is_none() && a.sliding_window_right.is_none();
@@ -153,12 +154,165 @@ __device__ __forceinline__ void fa90_turn_end(int cw, bool pass) {
 
 "#;
 
-/// The kernel: CTA `blockIdx.x` takes the work items `blockIdx.x`, `+ gridDim.x`, ... of the
-/// (q tile, head, batch) list (heaviest first: `fa90_work_at`). Persistent (a grid of one CTA
-/// per SM, see [`persistent`]), Q has two buffers, so the producer loads the next item's Q and
-/// first K/V tiles while the consumers still finish the current item and store its O, and the
-/// K/V ring runs on across items; with a grid of one CTA per item, each takes one.
 const KERNEL: &str = r#"extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
+{
+    extern __shared__ unsigned char fa_smem_raw[];
+    const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
+    constexpr unsigned Q_BYTES = FA_BM * FA_D * 2, K_BYTES = FA_BN * FA_D * 2, V_BYTES = FA_BN * FA_DV * 2;
+    const unsigned sQ = base, sK = sQ + Q_BYTES, sV = sK + 2 * K_BYTES, bars = sV + 2 * V_BYTES;
+    // Barriers: Q; K full, V full, K empty, V empty (two stages each).
+    const unsigned qbar = bars;
+#define KFULL(s) (bars + 8u + 8u * (s))
+#define VFULL(s) (bars + 24u + 8u * (s))
+#define KEMPTY(s) (bars + 40u + 8u * (s))
+#define VEMPTY(s) (bars + 56u + 8u * (s))
+FA_INIT
+    const int wg = threadIdx.x >> 7;
+    i64 rank, h, bi;
+    fa90_work(rank, h, bi);
+    const i64 qt = (i64)gridDim.x - 1 - rank, kh = h / FA_GROUP;
+    i64 lq, lkv;
+    fa_lens(A, bi, lq, lkv);
+    const i64 off = fa_diag_off(lq, lkv);
+    const i64 q0 = qt * FA_BM;
+    int t0, t1;
+    const bool any = fa90_key_tiles(q0, FA_BM, FA_BN, lq, lkv, off, t0, t1);
+    if (threadIdx.x == 0) {
+        mbar_init(qbar, 1u);
+        for (int s = 0; s < 2; ++s) {
+            mbar_init(KFULL(s), 1u);
+            mbar_init(VFULL(s), 1u);
+            mbar_init(KEMPTY(s), 256u);
+            mbar_init(VEMPTY(s), 256u);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        // Producer: Q once, then K and V of each tile into stage (t - t0) % 2.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+        if (threadIdx.x == 0 && any) {
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&tk) : "memory");
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&tv) : "memory");
+            mbar_expect_tx(qbar, Q_BYTES);
+            #pragma unroll
+            for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sQ + c * (FA_BM * 128u), &tq, qbar, c * 64, (int)q0, (int)h, (int)bi);
+            for (int t = t0; t < t1; ++t) {
+                const int s = (t - t0) & 1;
+                const unsigned ph = ((t - t0) >> 1) & 1;
+                mbar_wait(KEMPTY(s), ph ^ 1u);
+                mbar_expect_tx(KFULL(s), K_BYTES);
+                #pragma unroll
+                for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sK + s * K_BYTES + c * (FA_BN * 128u), &tk, KFULL(s), c * 64, t * FA_BN, (int)kh, (int)bi);
+                mbar_wait(VEMPTY(s), ph ^ 1u);
+                mbar_expect_tx(VFULL(s), V_BYTES);
+                #pragma unroll
+                for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sV + s * V_BYTES + c * (FA_BN * 128u), &tv, VFULL(s), c * 64, t * FA_BN, (int)kh, (int)bi);
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+        const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+        const i64 wq0 = q0 + cw * 64;
+        const i64 r0 = wq0 + w * 16 + g;
+        const unsigned sq = sQ + cw * 8192u;
+        float m[2] = {FA_NINF, FA_NINF};
+        float l[2] = {0.0f, 0.0f};
+        float o[FA_DV / 2];
+        #pragma unroll
+        for (int i = 0; i < FA_DV / 2; ++i) o[i] = 0.0f;
+        if (any) {
+            float sc[FA_BN / 2];
+            u32 pf[FA_BN / 16][4];
+            float alpha[2];
+            // Turns: one per tile (its scores with the previous tile's P V) and one for the
+            // last P V; warpgroup 0 goes first, and warpgroup 1 does not pass its last turn on
+            // (no turn of warpgroup 0 follows it).
+#if FA_PINGPONG
+            if (cw == 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
+#endif
+            mbar_wait(qbar, 0u);
+            // Tile t0: scores, softmax, P.
+            mbar_wait(KFULL(0), 0u);
+            fa90_turn_begin(cw);
+            wgmma_fence();
+            fa90_scores(sc, sq, sK);
+            wgmma_commit();
+            fa90_turn_end(cw, true);
+            wgmma_wait0();
+            mbar_arrive(KEMPTY(0));
+            fa90_softmax(A, sc, m, l, alpha, r0, wq0, (i64)t0 * FA_BN, lq, lkv, off, bi, h, tg);
+            fa90_pack<FA_BN>(pf, sc);
+            for (int t = t0 + 1; t < t1; ++t) {
+                const int s = (t - t0) & 1, ps = s ^ 1;
+                const unsigned ph = ((t - t0) >> 1) & 1, pph = ((t - 1 - t0) >> 1) & 1;
+                // Issue tile t's scores and tile t-1's P V together.
+                mbar_wait(KFULL(s), ph);
+                mbar_wait(VFULL(ps), pph);
+                fa90_turn_begin(cw);
+                wgmma_fence();
+                fa90_scores(sc, sq, sK + s * K_BYTES);
+                wgmma_commit();
+                fa90_pv(o, pf, sV + ps * V_BYTES);
+                wgmma_commit();
+                fa90_turn_end(cw, true);
+                // Scores done (the P V may still run): free K, softmax while P V runs.
+                wgmma_wait1();
+                mbar_arrive(KEMPTY(s));
+                fa90_softmax(A, sc, m, l, alpha, r0, wq0, (i64)t * FA_BN, lq, lkv, off, bi, h, tg);
+                wgmma_wait0();
+                mbar_arrive(VEMPTY(ps));
+                #pragma unroll
+                for (int n = 0; n < FA_DV / 8; ++n) {
+                    o[4 * n] *= alpha[0]; o[4 * n + 1] *= alpha[0];
+                    o[4 * n + 2] *= alpha[1]; o[4 * n + 3] *= alpha[1];
+                }
+                fa90_pack<FA_BN>(pf, sc);
+            }
+            {
+                const int s = (t1 - 1 - t0) & 1;
+                const unsigned ph = ((t1 - 1 - t0) >> 1) & 1;
+                mbar_wait(VFULL(s), ph);
+                fa90_turn_begin(cw);
+                wgmma_fence();
+                fa90_pv(o, pf, sV + s * V_BYTES);
+                wgmma_commit();
+                fa90_turn_end(cw, cw == 0);
+                wgmma_wait0();
+                mbar_arrive(VEMPTY(s));
+            }
+        }
+        // Normalize and store; empty rows (padded, or every key masked) give o = 0, stats = +inf.
+        #pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float lsum = l[hh];
+            lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+            lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+            const i64 i = r0 + hh * 8;
+            const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
+            const float inv = empty ? 0.0f : FA_KEEP_SCALE / lsum;
+            if (i < FA_SQ) {
+                fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
+#if FA_HAS_STATS
+                if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
+#endif
+            }
+        }
+    }
+#undef KFULL
+#undef VFULL
+#undef KEMPTY
+#undef VEMPTY
+}
+"#;
+
+/// The persistent form of [`KERNEL`]: one CTA per SM takes the work items `blockIdx.x`, `+ gridDim.x`, ... of the (q tile, head, batch) list
+/// (heaviest first: `fa90_work_at`); Q has two buffers, so the producer loads the next tile's Q
+/// and first K/V tiles while the consumers still finish the current tile and store its O, and
+/// the K/V ring runs on across tiles. The per-tile steps are those of [`KERNEL`]. Both kernels
+/// stay: the work-list form with a grid of one CTA per item ran b4h16s4096d128 3% slower than
+/// [`KERNEL`] (bench/NOTES.md, session 13).
+const KERNEL_PERSIST: &str = r#"extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
 {
     extern __shared__ unsigned char fa_smem_raw[];
     const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
@@ -366,14 +520,16 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     params.extend(c.params.iter().cloned());
     args.extend(c.args.iter().cloned());
     let entry = p.entry("attn_fwd_sm90");
+    let persist = persistent(p);
     let qt = (p.s_q + BM - 1) / BM;
-    defs += &format!("#define FA_QT {qt}LL\n");
-    let body = format!("{BODY}{KERNEL}");
+    if persist {
+        defs += &format!("#define FA_QT {qt}LL\n");
+    }
+    let body = format!("{BODY}{}", if persist { KERNEL_PERSIST } else { KERNEL });
     let body = body.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
     let wgmma = format!("{}{}", hopper::wgmma_ss(p, "fa90_wgmma_s", BN), hopper::wgmma_rs(p, "fa90_wgmma_o", p.d_v));
     let source = format!("{defs}{HELPERS}{stores}{}{wgmma}{body}", hopper::helpers());
-    let items = qt * p.h_q * p.b;
-    let grid = (if persistent(p) { items.min(target.sm_count.max(1) as i64) } else { items }, 1, 1);
+    let grid = if persist { ((qt * p.h_q * p.b).min(target.sm_count.max(1) as i64), 1, 1) } else { (qt, p.h_q, p.b) };
     if grid.0 > i32::MAX as i64 {
         return None;
     }
@@ -383,7 +539,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
         threads: (grid.0 * grid.1 * grid.2 * 384) as u64,
         block: 384,
         exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
-        shared_bytes: shared_bytes(p) as u32,
+        shared_bytes: shared_bytes(p, persist) as u32,
         args,
         cluster: None,
     }))
@@ -392,7 +548,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
 /// The Hopper unit of a forward node, when this kernel takes it; the general kernel with
 /// element-wise loads is the alternative for base pointers TMA cannot take.
 pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
-    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p) > 227 * 1024 {
+    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p, persistent(p)) > 227 * 1024 {
         return None;
     }
     let kernels = generate(p, target)?;
