@@ -39,7 +39,8 @@ use crate::graph::{Graph, Node, TensorId};
 /// Whether a backward with these attributes runs faster with dQ added by float atomics in the
 /// dK/dV pass (the `atomics` plan knob) than with its own pass: without a causal mask or a
 /// sliding window (measured on the H100, bench/NOTES.md session 11: +6% at b4h16s4096d128,
-/// +14% at b16h16s1024d64, but 12-13% slower on the causal shapes).
+/// +14% at b16h16s1024d64, but 12-13% slower on the causal shapes; session 13, with dQ added
+/// by bulk reductions: b4h16s4096d128 causal 1% slower, b1h32s16384d128 causal 2% faster).
 /// `FERRODNN_ATTN_ATOMIC_MASKED=1` takes the atomic path under masks too (a tuning switch for
 /// the benchmark).
 pub fn atomic_dq_pays(a: &SdpaAttrs) -> bool {
