@@ -200,7 +200,12 @@ fn has_f32_matmul(graph: &Graph) -> bool {
 fn kernel_text(l: &fallback::Launch, target: &Target) -> (String, bool) {
     if target.pdl && !l.source.starts_with(fallback::INDEPENDENT_LAUNCH) {
         if let Some(at) = entry_body_start(&l.source, &l.entry) {
-            return (format!("{PRELUDE}\n{}{PDL_PROLOGUE}{}", &l.source[..at], &l.source[at..]), true);
+            // Wait only (the next kernel launches as this one's blocks exit rather than once
+            // they have all started) for kernels marked so, or all with `FERRODNN_PDL_TRIGGER=0`
+            // (a tuning switch).
+            let wait_only = l.source.starts_with(fallback::WAIT_ONLY_LAUNCH) || std::env::var("FERRODNN_PDL_TRIGGER").is_ok_and(|v| v == "0");
+            let prologue = if wait_only { PDL_WAIT_ONLY } else { PDL_PROLOGUE };
+            return (format!("{PRELUDE}\n{}{prologue}{}", &l.source[..at], &l.source[at..]), true);
         }
     }
     (format!("{PRELUDE}\n{}", l.source), false)
@@ -211,6 +216,9 @@ fn kernel_text(l: &fallback::Launch, target: &Target) -> (String, bool) {
 /// memory access), then let the next kernel launch (its blocks then wait the same way, so they
 /// only take the SM slots this kernel's finished blocks leave).
 const PDL_PROLOGUE: &str = "\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n#endif\n";
+
+/// [`PDL_PROLOGUE`] without the trigger.
+const PDL_WAIT_ONLY: &str = "\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
 
 /// The byte offset just past the opening brace of `entry`'s definition
 /// (`extern "C" __global__ ... entry(params) {`) in `source`, or None.
@@ -638,6 +646,9 @@ mod tests {
                 for (entry, src) in list {
                     let want = if src.contains(crate::engine::cuda::fallback::INDEPENDENT_LAUNCH) { 0 } else { want };
                     assert_eq!(src.matches(wait).count(), want, "{} {entry} ({})", case.name, target.arch);
+                    let trigger = "griddepcontrol.launch_dependents;";
+                    let wait_only = src.contains(crate::engine::cuda::fallback::WAIT_ONLY_LAUNCH);
+                    assert_eq!(src.matches(trigger).count(), if wait_only { 0 } else { want }, "{} {entry} ({})", case.name, target.arch);
                     if want == 1 {
                         let body = entry_body_start(&src, &entry).expect("entry found");
                         assert!(src[body..].trim_start().starts_with("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900"), "{} {entry}", case.name);

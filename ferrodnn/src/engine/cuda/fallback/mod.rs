@@ -118,6 +118,11 @@ impl TRef {
 /// for kernels measured slower as dependents.
 pub const INDEPENDENT_LAUNCH: &str = "// launched independently (not as a programmatic dependent)\n";
 
+/// A line a kernel's source may start with to be launched as a programmatic dependent that
+/// waits for its predecessor but never triggers its own dependent early (the next kernel then
+/// launches as this one's blocks exit): for kernels measured faster so than with the trigger.
+pub const WAIT_ONLY_LAUNCH: &str = "// launched as a programmatic dependent, without the early trigger\n";
+
 /// Included at the top of every generated kernel.
 pub const PRELUDE: &str = r#"
 #include <cuda_fp16.h>
