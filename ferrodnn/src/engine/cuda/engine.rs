@@ -661,12 +661,11 @@ mod tests {
     /// Warp-specialized kernels move registers from the producer warpgroup to the consumers with
     /// `setmaxnreg`; the consumers' `inc` only takes what the producer's `dec` gave back from the
     /// CTA's launch allocation (at most 65536 / threads per thread, in steps of 8), so asking for
-    /// more blocks forever (the session-12 persistent forward hung exactly so).
+    /// more blocks forever (the persistent attention forward, as first written, hung exactly so).
     #[test]
     fn setmaxnreg_never_asks_for_more_than_the_launch_allocation() {
-        let value = |src: &str, what: &str| -> Vec<u32> {
-            src.match_indices(what).map(|(at, _)| src[at + what.len()..].split(';').next().unwrap().trim().parse().unwrap()).collect()
-        };
+        let value =
+            |src: &str, what: &str| -> Vec<u32> { src.match_indices(what).map(|(at, _)| src[at + what.len()..].split(';').next().unwrap().trim().parse().unwrap()).collect() };
         let mut seen = 0;
         for case in crate::testing::cases::all() {
             for target in [Target::sm90a(), Target::sm90a().with_experimental()] {

@@ -514,7 +514,8 @@ fn dq_shared(p: &Problem) -> usize {
 /// writes dQ from it.
 fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKernels> {
     let c = p.common(true);
-    // The atomic path's dQ by bulk reductions of 64 x 64 tiles: the accumulator is then tiled, with rows padded to whole tiles.
+    // The atomic path's dQ by bulk reductions of 64 x 64 tiles: the accumulator is then tiled,
+    // with rows padded to whole tiles.
     let bulk = atomic && dq_bulk();
     let nqt = (p.s_q + 63) / 64;
     let acc_rows = if bulk { nqt * 64 } else { p.s_q };

@@ -306,12 +306,12 @@ FA_INIT
 }
 "#;
 
-/// The persistent form of [`KERNEL`]: one CTA per SM takes the work items `blockIdx.x`, `+ gridDim.x`, ... of the (q tile, head, batch) list
-/// (heaviest first: `fa90_work_at`); Q has two buffers, so the producer loads the next tile's Q
-/// and first K/V tiles while the consumers still finish the current tile and store its O, and
-/// the K/V ring runs on across tiles. The per-tile steps are those of [`KERNEL`]. Both kernels
-/// stay: the work-list form with a grid of one CTA per item ran b4h16s4096d128 3% slower than
-/// [`KERNEL`] (bench/NOTES.md, session 13).
+/// The persistent form of [`KERNEL`]: one CTA per SM takes the work items `blockIdx.x`,
+/// `+ gridDim.x`, ... of the (q tile, head, batch) list (heaviest first: `fa90_work_at`); Q has
+/// two buffers, so the producer loads the next tile's Q and first K/V tiles while the consumers
+/// still finish the current tile and store its O, and the K/V ring runs on across tiles. The
+/// per-tile steps are those of [`KERNEL`]. Both kernels stay: the work-list form with a grid of
+/// one CTA per item ran b4h16s4096d128 3% slower than [`KERNEL`] (bench/NOTES.md, session 13).
 const KERNEL_PERSIST: &str = r#"extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
 {
     extern __shared__ unsigned char fa_smem_raw[];
