@@ -143,6 +143,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_const
     const unsigned kvbar = bars;
 #define QFULL(s) (bars + 8u + 8u * (s))
 #define QEMPTY(s) (bars + 8u + 8u * FA_QS + 8u * (s))
+    // Step `it`'s q tile: upward from the first tile that sees the K/V tile, or, with FA_QREV
+    // (causal masks), downward from the last, so that the CTAs of a head, which start at
+    // different tiles, walk the same Q/dO tiles together (through L2) from the start.
+#if FA_QREV
+#define FA_QTILE(it) (qa + nq - 1 - (it) % nq)
+#else
+#define FA_QTILE(it) (qa + (it) % nq)
+#endif
     float* sL = reinterpret_cast<float*>(fa_smem_raw + (bars + 64u - raw));
     float* sD = sL + FA_QS * FA_BQ;
 FA_INIT
@@ -184,7 +192,8 @@ FA_INIT
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         if (warp == 0 && lane == 0 && any) {
-            // K and V once; then Q and dO of step `it`: query head kh * GROUP + it / nq, q tile qa + it % nq.
+            // K and V once; then Q and dO of step `it`: query head kh * GROUP + it / nq, q tile
+            // FA_QTILE(it).
             mbar_expect_tx(kvbar, K_BYTES + V_BYTES);
             #pragma unroll
             for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sK + c * (FA_BK * 128u), &tk, kvbar, c * 64, (int)j0, (int)kh, (int)bi);
@@ -193,7 +202,7 @@ FA_INIT
             for (i64 it = 0; it < total; ++it) {
                 const int s = (int)(it % FA_QS);
                 const unsigned ph = (unsigned)(it / FA_QS) & 1u;
-                const int h = (int)(kh * FA_GROUP + it / nq), i0 = (int)((qa + it % nq) * FA_BQ);
+                const int h = (int)(kh * FA_GROUP + it / nq), i0 = (int)(FA_QTILE(it) * FA_BQ);
                 mbar_wait(QEMPTY(s), ph ^ 1u);
                 mbar_expect_tx(QFULL(s), Q_BYTES + O_BYTES);
                 #pragma unroll
@@ -206,7 +215,7 @@ FA_INIT
             for (i64 it = 0; it < total; ++it) {
                 const int s = (int)(it % FA_QS);
                 const unsigned ph = (unsigned)(it / FA_QS) & 1u;
-                const i64 h = kh * FA_GROUP + it / nq, i0 = (qa + it % nq) * FA_BQ;
+                const i64 h = kh * FA_GROUP + it / nq, i0 = FA_QTILE(it) * FA_BQ;
                 mbar_wait(QEMPTY(s), ph ^ 1u);
                 for (int r = lane; r < FA_BQ; r += 32) {
                     const i64 i = i0 + r;
@@ -233,7 +242,7 @@ FA_INIT
             for (i64 it = 0; it < total; ++it) {
                 const int s = (int)(it % FA_QS);
                 const unsigned ph = (unsigned)(it / FA_QS) & 1u;
-                const i64 h = kh * FA_GROUP + it / nq, i0 = (qa + it % nq) * FA_BQ;
+                const i64 h = kh * FA_GROUP + it / nq, i0 = FA_QTILE(it) * FA_BQ;
                 const unsigned sq = sQ + s * Q_BYTES, so = sO + s * O_BYTES;
                 const float* sLb = sL + s * FA_BQ;
                 const float* sDb = sD + s * FA_BQ;
@@ -359,6 +368,7 @@ FA_INIT
     }
 #undef QFULL
 #undef QEMPTY
+#undef FA_QTILE
 }
 "#;
 
@@ -602,7 +612,9 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     }
 
     // dK, dV (and the dQ products with `atomic`).
-    let kv_defs = format!("{base}#define FA_BK {KV_BK}\n#define FA_BQ {KV_BQ}\n#define FA_ATOMIC_DQ {}\n#define FA_QS {qs}\n", atomic as i32);
+    // Causal masks walk the q tiles downward (`FA_QTILE`; `FERRODNN_ATTN_QREV=0` turns it off).
+    let qrev = p.attrs.causal.is_some() && !super::switched_off("FERRODNN_ATTN_QREV");
+    let kv_defs = format!("{base}#define FA_BK {KV_BK}\n#define FA_BQ {KV_BQ}\n#define FA_ATOMIC_DQ {}\n#define FA_QS {qs}\n#define FA_QREV {}\n", atomic as i32, qrev as u8);
     let kv_store = format!("{}{}", p.output_store("dk", "DK", ports.dk, p.pair_ok(ports.dk)), p.output_store("dv", "DV", ports.dv, p.pair_ok(ports.dv)));
     let mut params = vec!["void* dk_p".to_string(), "void* dv_p".to_string()];
     if atomic {
