@@ -13,9 +13,12 @@
 //! - Or, with the `atomics` plan knob and no causal mask or window (where it pays, see
 //!   [`super::atomic_dq_pays`]): no dQ pass; the dK/dV kernel also stores each step's dS^T in
 //!   shared memory and the consumers take turns computing dQ += dS K for the step's 64 query
-//!   rows over the CTA's 128 keys, added with `red.global.add.v2.f32` into a zeroed f32
+//!   rows over the CTA's 128 keys, staged as 64 x 64 f32 tiles in shared memory and added
+//!   with bulk reductions (`cp.reduce.async.bulk .add.f32`) into a zeroed, tiled f32
 //!   accumulator; a last launch writes dQ from it. The order of the additions varies from run
 //!   to run (the plan's behavior notes say non-deterministic).
+//! - Under a causal mask the CTAs take their tiles heaviest first (`fa90_work`), and the dK/dV
+//!   kernel walks a K/V tile's q tiles from the last one down (`FA_QTILE`).
 //!
 //! Masks, bias, ALiBi and dropout as in the general kernels (the dropout mask is regenerated
 //! once per element and kept as bits between P and dS). Taken when [`super::hopper::takes`]
