@@ -517,9 +517,10 @@ FA_INIT
 }
 "#;
 
-/// The dK/dV kernel's shared memory with `qs` stages of Q and dO (and their lse and D rows).
-fn dkdv_shared(p: &Problem, atomic: bool, qs: i64, bulk: bool) -> usize {
-    let ds = if atomic { 2 * KV_BK * KV_BQ * 2 } else { 0 } + if bulk { 2 * 64 * 64 * 4 } else { 0 };
+/// The dK/dV kernel's shared memory with `qs` stages of Q and dO (and their lse and D rows), and
+/// with `atomic` the dS^T buffers (and the dQ staging tiles of the bulk reductions).
+fn dkdv_shared(p: &Problem, atomic: bool, qs: i64) -> usize {
+    let ds = if atomic { 2 * KV_BK * KV_BQ * 2 } else { 0 } + if atomic && dq_bulk() { 2 * 64 * 64 * 4 } else { 0 };
     (KV_BK * (p.d + p.d_v) * 2 + qs * KV_BQ * (p.d + p.d_v) * 2 + ds + 2 * qs * KV_BQ * 4) as usize + 1024 + 64
 }
 
@@ -625,7 +626,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     }
     params.extend(inputs);
     let what = if atomic { "attn_bwd_dkdv_dq_sm90" } else { "attn_bwd_dkdv_sm90" };
-    let mut kv = kernel(kv_defs, kv_store, what, params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p, atomic, qs, bulk))?;
+    let mut kv = kernel(kv_defs, kv_store, what, params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p, atomic, qs))?;
     kv.args = maps(KV_BQ, KV_BK);
     kv.args.extend([Arg::Ptr(ports.dk), Arg::Ptr(ports.dv)]);
     if atomic {
@@ -672,7 +673,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     // they pay.
     let atomic = target.allow_atomics && super::atomic_dq_pays(p.attrs);
     let qs = KV_QS;
-    if dq_shared(p).max(dkdv_shared(p, atomic, qs, atomic && dq_bulk())) > 227 * 1024 {
+    if dq_shared(p).max(dkdv_shared(p, atomic, qs)) > 227 * 1024 {
         return None;
     }
     let kernels = generate(p, &ports, atomic, qs)?;

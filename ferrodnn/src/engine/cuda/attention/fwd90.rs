@@ -47,9 +47,7 @@ fn shared_bytes(p: &Problem, persist: bool) -> usize {
 /// causal shapes 20-30% slower (the static assignment of items to CTAs leaves some CTAs with
 /// far more work). `FERRODNN_ATTN_PERSIST=0` turns it off to compare.
 fn persistent(p: &Problem) -> bool {
-    let a = p.attrs;
-    let uniform = a.causal.is_none() && a.sliding_window_left.is_none() && a.sliding_window_right.is_none();
-    uniform && (p.s_kv + BN - 1) / BN <= 16 && !super::switched_off("FERRODNN_ATTN_PERSIST")
+    super::unmasked(p.attrs) && (p.s_kv + BN - 1) / BN <= 16 && !super::switched_off("FERRODNN_ATTN_PERSIST")
 }
 
 const BODY: &str = r#"

@@ -44,8 +44,13 @@ use crate::graph::{Graph, Node, TensorId};
 /// `FERRODNN_ATTN_ATOMIC_MASKED=1` takes the atomic path under masks too (a tuning switch for
 /// the benchmark).
 pub fn atomic_dq_pays(a: &SdpaAttrs) -> bool {
-    let unmasked = a.causal.is_none() && a.sliding_window_left.is_none() && a.sliding_window_right.is_none();
-    unmasked || std::env::var("FERRODNN_ATTN_ATOMIC_MASKED").is_ok_and(|v| v == "1")
+    unmasked(a) || std::env::var("FERRODNN_ATTN_ATOMIC_MASKED").is_ok_and(|v| v == "1")
+}
+
+/// No causal mask and no sliding window: every query row sees every key, so every tile of a
+/// kernel's grid costs the same.
+pub(super) fn unmasked(a: &SdpaAttrs) -> bool {
+    a.causal.is_none() && a.sliding_window_left.is_none() && a.sliding_window_right.is_none()
 }
 
 /// The unit of an sdpa or sdpa_backward node, when this engine runs it.
@@ -591,13 +596,13 @@ __device__ __forceinline__ i64 fa_vrow(const FaIn& A, i64 bi, i64 kh, i64 j) {
 }
 "#;
 
-/// The `FaIn A` initialisation (all null) followed by the node's own fields.
 /// Whether the tuning switch `name` is set to 0 in the environment (to compare a kernel variant
 /// against the one without it in the benchmark).
 pub(super) fn switched_off(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v == "0")
 }
 
+/// The `FaIn A` initialisation (all null) followed by the node's own fields.
 pub(crate) fn fa_init(c: &Common) -> String {
     format!("    FaIn A;\n    A.bias = nullptr; A.slq = nullptr; A.slkv = nullptr; A.ptk = nullptr; A.ptv = nullptr; A.seed = 0; A.offset = 0;\n{}", c.init)
 }
