@@ -198,6 +198,7 @@ fn has_f32_matmul(graph: &Graph) -> bool {
 /// programmatic-dependent-launch prologue ([`PDL_PROLOGUE`]) as the entry's first statements when
 /// the target has it; and whether it has (the plan then launches it as a dependent).
 fn kernel_text(l: &fallback::Launch, target: &Target) -> (String, bool) {
+    let own_site = l.source.contains(fallback::PDL_SITE);
     if target.pdl && !l.source.starts_with(fallback::INDEPENDENT_LAUNCH) {
         if let Some(at) = entry_body_start(&l.source, &l.entry) {
             // Wait only (the next kernel launches as this one's blocks exit rather than once
@@ -205,10 +206,14 @@ fn kernel_text(l: &fallback::Launch, target: &Target) -> (String, bool) {
             // (a tuning switch).
             let wait_only = l.source.starts_with(fallback::WAIT_ONLY_LAUNCH) || std::env::var("FERRODNN_PDL_TRIGGER").is_ok_and(|v| v == "0");
             let prologue = if wait_only { PDL_WAIT_ONLY } else { PDL_PROLOGUE };
+            if own_site {
+                return (format!("{PRELUDE}\n__device__ __forceinline__ void pdl_site() {{{prologue}}}\n{}", l.source), true);
+            }
             return (format!("{PRELUDE}\n{}{prologue}{}", &l.source[..at], &l.source[at..]), true);
         }
     }
-    (format!("{PRELUDE}\n{}", l.source), false)
+    let site = if own_site { "__device__ __forceinline__ void pdl_site() {}\n" } else { "" };
+    (format!("{PRELUDE}\n{site}{}", l.source), false)
 }
 
 /// The first statements of a kernel launched as a programmatic dependent: wait until the
@@ -649,7 +654,15 @@ mod tests {
                     let trigger = "griddepcontrol.launch_dependents;";
                     let wait_only = src.contains(crate::engine::cuda::fallback::WAIT_ONLY_LAUNCH);
                     assert_eq!(src.matches(trigger).count(), if wait_only { 0 } else { want }, "{} {entry} ({})", case.name, target.arch);
-                    if want == 1 {
+                    if want == 1 && src.contains(crate::engine::cuda::fallback::PDL_SITE) {
+                        // The kernel places the prologue itself: before any load (only L2
+                        // prefetches may come first).
+                        let body = &src[entry_body_start(&src, &entry).expect("entry found")..];
+                        let site = body.find(crate::engine::cuda::fallback::PDL_SITE).expect("site in the entry");
+                        for load in ["cp.async", "ld.global", "ldx_", "ld_"] {
+                            assert!(!body[..site].contains(load), "{} {entry}: {load} before the dependent-launch wait", case.name);
+                        }
+                    } else if want == 1 {
                         let body = entry_body_start(&src, &entry).expect("entry found");
                         assert!(src[body..].trim_start().starts_with("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900"), "{} {entry}", case.name);
                     }

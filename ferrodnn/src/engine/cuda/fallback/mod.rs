@@ -123,6 +123,14 @@ pub const INDEPENDENT_LAUNCH: &str = "// launched independently (not as a progra
 /// launches as this one's blocks exit): for kernels measured faster so than with the trigger.
 pub const WAIT_ONLY_LAUNCH: &str = "// launched as a programmatic dependent, without the early trigger\n";
 
+/// A statement a kernel's source may hold to choose where its dependent-launch prologue goes:
+/// the wait (and trigger) run there rather than as the entry's first statements, so the kernel
+/// may issue L2 prefetches of its first input before waiting. That is sound: a prefetch returns
+/// nothing to the thread and changes no memory, and every load after the wait sees the
+/// predecessor's writes (L2 is the point of coherence; the prefetched lines are updated by
+/// them). The engine defines `pdl_site()` (empty where the launch is not a dependent).
+pub const PDL_SITE: &str = "pdl_site();";
+
 /// Included at the top of every generated kernel.
 pub const PRELUDE: &str = r#"
 #include <cuda_fp16.h>

@@ -52,7 +52,7 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     let sms = target.sm_count.max(1) as i64;
     let kernels = match &node.op {
         Op::Batchnorm(a) => batchnorm(graph, ni, node, a, sms).or_else(|| batchnorm_nchw(graph, ni, node, a, sms)),
-        Op::Resample(a) => pooling(graph, ni, node, a, sms),
+        Op::Resample(a) => pooling(graph, ni, node, a, sms, target.pdl && target.hopper()),
         Op::BatchnormInference(_) => bn_inference(graph, ni, node, sms),
         Op::Genstats(_) => genstats(graph, ni, node, sms).or_else(|| genstats_nchw(graph, ni, node, sms)),
         Op::BatchnormBackward(_) => norm_backward(graph, ni, node, false, sms),
@@ -711,7 +711,7 @@ extern "C" __global__ void __launch_bounds__(1024) {fin_entry}(const void* xv, c
 // Pooling
 // ----------------------------------------------------------------------------------------------
 
-fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sms: i64) -> Option<NodeKernels> {
+fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sms: i64, pdl: bool) -> Option<NodeKernels> {
     let x = node.input("x")?;
     let y = node.output("y")?;
     let (xd, yd) = (graph.desc(x), graph.desc(y));
@@ -756,7 +756,7 @@ fn pooling(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sms: i64) -
     // 32-bit index arithmetic when every index and offset fits.
     let small = xd.element_count() < (1 << 30) && yd.element_count() < (1 << 30) && h + kh + a.stride[0] < (1 << 20) && w + kw + a.stride[1] < (1 << 20);
     let (iu, is, sfx) = if small { ("unsigned int", "int", "") } else { ("unsigned long long", "long long", "LL") };
-    if let Some(launch) = pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, false, vec![Arg::Ptr(x), Arg::Ptr(y)]) {
+    if let Some(launch) = pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, StripUse::Forward { pdl }, vec![Arg::Ptr(x), Arg::Ptr(y)]) {
         return Some(NodeKernels::one(launch));
     }
     if let Some(launch) = pool_tiled(ni, a, xt, &helpers, [n, c, h, w, p, q], small, [x, y]) {
@@ -832,6 +832,18 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}) {entry}(const void*
     Some(NodeKernels::one(launch))
 }
 
+/// Shared memory of an sm_90 SM (227 KiB a block at most, 1 KiB a block reserved).
+const HOPPER_SMEM_PER_SM: i64 = 228 * 1024;
+
+/// What a strip pooling kernel computes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StripUse {
+    /// The pooled output; `pdl`: launched as a programmatic dependent (sm_90).
+    Forward { pdl: bool },
+    /// Max pooling backward's window taps of each output's maximum.
+    Argmax,
+}
+
 /// Most bytes of one ring slot of the strip pooling kernel (one footprint row: the block's
 /// input columns, all channels).
 const STRIP_SLOT_BYTES: i64 = 16 * 1024;
@@ -860,14 +872,19 @@ const STRIP_MAX_ROWS: i64 = 40;
 /// are skipped (max's neutral -inf, sums' 0). None (the tiled kernel then) for windows
 /// that do not overlap along h, more than 8 taps along an axis, or rows too wide for a slot.
 ///
+/// Launched as a programmatic dependent on sm_90 in one wave, the forward triggers the next
+/// launch at its start and prefetches its first rows into L2 before it waits for the kernel
+/// before it (see `PDL_SITE`); a shared-memory floor keeps it at two blocks per SM.
+///
 /// With `argmax` (max pooling backward), each output vector's window taps of the CPU's
 /// maximum (the first maximal real element in row-major window order, a NaN beating any
 /// number; 255 for an empty window) go to an index buffer (`args[1]`) as VEC bytes instead.
 ///
 /// `FERRODNN_POOL_STRIP=RP,ND` (tuning only) overrides the rows per block and the ring depth.
 #[allow(clippy::too_many_arguments)]
-fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [i64; 6], sms: i64, argmax: bool, args: Vec<Arg>) -> Option<Launch> {
+fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [i64; 6], sms: i64, usage: StripUse, args: Vec<Arg>) -> Option<Launch> {
     let [n, c, h, w, p, q] = dims;
+    let argmax = usage == StripUse::Argmax;
     let es = xt.size() as i64;
     let vec = 16 / es;
     let cv = c / vec;
@@ -920,6 +937,13 @@ fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
     if blocks >= 1 << 31 {
         return None;
     }
+    // The forward in one wave of at most two blocks per SM, where the target has programmatic
+    // dependent launches, triggers the next launch early (see the launch below): the
+    // footprint rows its first loads take go to L2 before the wait, and a block takes at least
+    // a third of the SM's shared memory, so that an SM holds at most two.
+    let early = usage == (StripUse::Forward { pdl: true }) && blocks <= 2 * sms;
+    let pf = if early { nd - 1 } else { 0 };
+    let smem_floor = if early { HOPPER_SMEM_PER_SM / 3 } else { 0 };
     let (neg_inf, nan, max2) = max_words(xt);
     let max = a.mode == ResampleMode::Max;
     let (acc_decl, rowred, combine, finish) = if argmax {
@@ -986,6 +1010,7 @@ fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
 // Ring slots (rows), 16-byte vectors per slot, threads, items (column, channel vector) per
 // output row and per thread.
 #define ND {nd}
+#define PF {pf}
 #define SLOT {slot}
 #define NT {threads}
 #define ITEMS {items}
@@ -1040,6 +1065,19 @@ extern "C" __global__ void __launch_bounds__(NT) {entry}(const void* __restrict_
     const int wlo = max(w0, 0), whi = min(w0 + FWB, W_);
     const int nvec = max(whi - wlo, 0) * CV;
     const XT* xn = x + (i64)n * H_ * W_ * C_;
+    // The first PF footprint rows into L2 while the kernel before this one may still run (see
+    // PDL_SITE: prefetches before the dependent-launch wait are sound).
+#pragma unroll 1
+    for (int r = 0; r < PF && r < FH; ++r) {{
+        const int hh = h0 + r;
+        if (hh >= 0 && hh < H_) {{
+            const char* lo = (const char*)(xn + ((i64)hh * W_ + wlo) * C_);
+            const char* hi = lo + (i64)(whi - wlo) * C_ * (i64)sizeof(XT);
+            const char* a0 = (const char*)((unsigned long long)lo & ~127ull);
+            for (const char* l = a0 + threadIdx.x * 128; l < hi; l += NT * 128) asm volatile("prefetch.global.L2 [%0];" :: "l"(l < lo ? lo : l));
+        }}
+    }}
+    pdl_site();
     {acc_decl}
 #pragma unroll
     for (int r = 0; r < ND - 1; ++r) load_row(ring, xn, r, h0, w0, wlo, nvec, alx);
@@ -1083,18 +1121,21 @@ extern "C" __global__ void __launch_bounds__(NT) {entry}(const void* __restrict_
         posth = a.post_padding[0],
         postw = a.post_padding[1],
     );
-    // The forward strip kernel (one wave of blocks) measured 4-5% slower on the H100 as a
-    // programmatic dependent that triggers the next launch at its start, but 3-6% faster than
-    // an independent launch as one that only waits (bench/NOTES.md, session 13); its argmax
-    // form, followed by the scatter, gains with the trigger.
-    let source = if argmax { source } else { format!("{WAIT_ONLY_LAUNCH}{source}") };
+    // The forward strip kernel is sized for one wave of two blocks per SM. As a programmatic
+    // dependent that triggers the next launch at its start, the next grid's blocks wait on the
+    // SMs' free slots: where a third block fits (max pooling's registers allow it) they pile
+    // up unevenly, 5-15% slower; with two blocks per SM at most, each exiting block's slot
+    // goes to a block of the next grid that prefetches its first rows into L2 while this grid
+    // ends, 2-3% faster than waiting without the trigger (bench/NOTES.md, session 14). Other
+    // forward grids wait without the trigger (3-6% faster than an independent launch).
+    let source = if early || argmax { source } else { format!("{WAIT_ONLY_LAUNCH}{source}") };
     Some(Launch {
         source,
         entry,
         threads: (blocks * threads) as u64,
         block: threads as u32,
         exact_grid: Some((blocks as u32, 1, 1)),
-        shared_bytes: (nd * slot_bytes) as u32,
+        shared_bytes: (nd * slot_bytes).max(smem_floor) as u32,
         args,
         cluster: None,
     })
@@ -2288,7 +2329,7 @@ fn pooling_backward(graph: &Graph, ni: usize, node: &Node, a: &ResampleAttrs, sm
     let mut scratch = Vec::new();
     let outs = n * p * q * cv;
     // The strip kernel's argmax mode where it takes the shape (windows overlapping along h).
-    let strip = if max { pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, true, vec![Arg::Ptr(x), Arg::Scratch(0)]) } else { None };
+    let strip = if max { pool_strip(ni, a, xt, &helpers, [n, c, h, w, p, q], sms, StripUse::Argmax, vec![Arg::Ptr(x), Arg::Scratch(0)]) } else { None };
     if let Some(launch) = strip {
         launches.push(launch);
         scratch.push((outs * vec) as usize);
