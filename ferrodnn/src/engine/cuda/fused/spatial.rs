@@ -913,10 +913,6 @@ fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
     let fwb = (qb - 1) * sw + kw;
     let slot = fwb * cv;
     let slot_bytes = slot * 16;
-    let mut nd = (ceil_div(STRIP_IN_FLIGHT, slot_bytes) + 1).clamp(3, 8);
-    while nd > 2 && nd * slot_bytes > STRIP_RING_BYTES {
-        nd -= 1;
-    }
     // Output rows per block: at least 4 (a strip re-reads the rows it shares with the next
     // one), more while that leaves more than two blocks per SM.
     let rp_max = ((STRIP_MAX_ROWS - kh) / sh + 1).clamp(1, 16);
@@ -924,12 +920,16 @@ fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
     while rp < rp_max && rp < p && n * nsq * ceil_div(p, rp) > 2 * sms {
         rp += 1;
     }
-    if let Ok(v) = std::env::var("FERRODNN_POOL_STRIP") {
+    let tuned: Option<(i64, i64)> = std::env::var("FERRODNN_POOL_STRIP").ok().and_then(|v| {
         let parts: Vec<i64> = v.split(',').filter_map(|t| t.trim().parse().ok()).collect();
         if let [r, d] = parts[..] {
-            rp = r.clamp(1, rp_max);
-            nd = d.clamp(2, 8);
+            Some((r.clamp(1, rp_max), d.clamp(2, 8)))
+        } else {
+            None
         }
+    });
+    if let Some((r, _)) = tuned {
+        rp = r;
     }
     let nsp = ceil_div(p, rp);
     let fh = (rp - 1) * sh + kh;
@@ -939,10 +939,19 @@ fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
     }
     // The forward in one wave of at most two blocks per SM, where the target has programmatic
     // dependent launches, triggers the next launch early (see the launch below): the
-    // footprint rows its first loads take go to L2 before the wait, and a block takes at least
-    // a third of the SM's shared memory, so that an SM holds at most two.
+    // footprint rows of its first STRIP_IN_FLIGHT bytes go to L2 before the wait, and a block
+    // takes at least a third of the SM's shared memory, so that an SM holds at most two; with
+    // that memory, its ring keeps twice the bytes in flight.
     let early = usage == (StripUse::Forward { pdl: true }) && blocks <= 2 * sms;
-    let pf = if early { nd - 1 } else { 0 };
+    let (in_flight, ring_max) = if early { (2 * STRIP_IN_FLIGHT, HOPPER_SMEM_PER_SM / 2 - 1024) } else { (STRIP_IN_FLIGHT, STRIP_RING_BYTES) };
+    let mut nd = (ceil_div(in_flight, slot_bytes) + 1).clamp(3, 8);
+    while nd > 2 && nd * slot_bytes > ring_max {
+        nd -= 1;
+    }
+    if let Some((_, d)) = tuned {
+        nd = d;
+    }
+    let pf = if early { ceil_div(STRIP_IN_FLIGHT, slot_bytes).min(nd - 1) } else { 0 };
     let smem_floor = if early { HOPPER_SMEM_PER_SM / 3 } else { 0 };
     let (neg_inf, nan, max2) = max_words(xt);
     let max = a.mode == ResampleMode::Max;
