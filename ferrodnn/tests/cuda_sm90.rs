@@ -357,7 +357,7 @@ fn sm90_gemm_matches_f64_reference() {
             let target = Target::new(&dev.arch(), dev.sm_count());
             let base = sm90::choose(&problem(c), &target);
             for (bn, stages, tma_store, splits, cluster_m) in [(256, 3, true, 1, 2), (256, 4, false, 1, 1), (128, 6, true, 1, 1), (128, 7, false, 4, 1), (128, 6, false, 2, 1), (64, 8, true, 1, 1)] {
-                let cfg = sm90::Config { bn, stages, tma_store, splits, cluster_m, ..base };
+                let cfg = sm90::Config { bn, stages, tma_store, splits, cluster_m, bm: 128, swap: false, ..base };
                 if cfg == base || sm90::kernels_with(&problem(c), &identity(), &target, "gemm_probe", cfg).is_none() {
                     continue;
                 }

@@ -473,6 +473,25 @@ mod case_tests {
         }
         assert!(hopper >= 5, "only {hopper} cases take the wgmma kernel");
     }
+
+    /// The decode cases with enough columns run as C^T on Hopper: wgmma's N is 16 (M <= 16) or
+    /// 32, and the 64-row tiles split no k.
+    #[test]
+    fn decode_cases_compute_c_transposed_on_hopper() {
+        let mut seen = 0;
+        let target = Target::sm90a();
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_") && c.name.contains("x74")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let units = crate::engine::cuda::fused::units(&g, &target).unwrap();
+            let gemm = units.iter().find(|u| u.kernels.launches.iter().any(|l| l.entry.contains("gemm_sm90"))).unwrap_or_else(|| panic!("{}: no wgmma kernel", c.name));
+            assert_eq!(gemm.kernels.launches.len(), 1, "{}: a split", c.name);
+            let src = &gemm.kernels.launches[0].source;
+            assert!(src.contains("m64n16k16") || src.contains("m64n32k16"), "{}", c.name);
+            seen += 1;
+        }
+        assert_eq!(seen, 4);
+    }
 }
 
 #[cfg(test)]

@@ -67,16 +67,27 @@ pub struct Config {
     /// columns, each loading its own A and half of the shared B tile, multicast by TMA into
     /// both CTAs' shared memory, which halves B's traffic from L2.
     pub cluster_m: usize,
+    /// Rows of A per CTA tile: 128 (each consumer warpgroup owns 64 rows), or 64 (both
+    /// consumers compute the same 64 rows, each over half of every stage's k steps, and the
+    /// second adds its sums into the first's through shared memory before the epilogue).
+    pub bm: usize,
+    /// The kernel computes C^T = B^T A^T ([`swapped`]): for decode-shaped problems (a few rows
+    /// of A, many columns), whose rows become wgmma's narrow N (16 or 32) instead of filling
+    /// 128-row tiles with zeros. The epilogue still sees C's row and column.
+    pub swap: bool,
 }
 
 impl Config {
     fn stage_bytes(&self) -> usize {
-        (BM + self.bn) * 128
+        (self.bm + self.bn) * 128
     }
-    /// Bytes of C staged in shared memory for the TMA store (two 64 x BN 16-bit blocks).
+    /// Bytes of C staged in shared memory for the TMA store (two 64 x BN 16-bit blocks), or of
+    /// the second consumer's f32 sums (64-row tiles).
     fn c_bytes(&self) -> usize {
         if self.tma_store {
             2 * 64 * self.bn * 2
+        } else if self.bm == 64 {
+            64 * self.bn * 4
         } else {
             0
         }
@@ -106,9 +117,37 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     // Clusters of two with B multicast are correct but measured 2.3x slower than single CTAs
     // (bench/NOTES.md, session 9): off until that is understood.
     let cluster_m = 1;
-    let mut cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store, splits, cluster_m };
+    let mut cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store, splits, cluster_m, bm: BM, swap: false };
+    // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T, 64-row
+    // tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles), and each stage carries
+    // 2 or 4 KiB of A instead of 16, so twice the stages fit.
+    // `FERRODNN_GEMM_SWAP=0` (tuning only) keeps decode on split 128-row tiles; a number sets
+    // the swapped kernel's stages.
+    let swap_env: Option<usize> = std::env::var("FERRODNN_GEMM_SWAP").ok().and_then(|v| v.parse().ok());
+    if p.m <= 32 && !tf32(p) && 8 * p.batch * p.n.div_ceil(64) >= 7 * sms && swap_env != Some(0) && swap_ok(p) {
+        let bn = if p.m <= 16 { 16 } else { 32 };
+        let mut cfg = Config { bn, stages: 2, group_m: 1, tma_store: false, splits: 1, cluster_m: 1, bm: 64, swap: true };
+        cfg.stages = ((227 * 1024 - cfg.shared_bytes() + 2 * cfg.stage_bytes()) / cfg.stage_bytes()).clamp(2, 16);
+        if let Some(st) = swap_env {
+            cfg.stages = st.clamp(2, cfg.stages);
+        }
+        return cfg;
+    }
     cfg.stages = ((227 * 1024 - cfg.shared_bytes() + 2 * cfg.stage_bytes()) / cfg.stage_bytes()).clamp(2, 8);
     cfg
+}
+
+/// The problem as C^T = B^T A^T: M and N trade places, A^T is the new B and B^T the new A.
+pub fn swapped(p: &GemmProblem) -> GemmProblem {
+    let t = |o: &Operand| Operand { rows: o.cols, cols: o.rows, row_stride: o.col_stride, col_stride: o.row_stride, ..o.clone() };
+    GemmProblem { m: p.n, n: p.m, a: t(&p.b), b: t(&p.a), c: t(&p.c), ..p.clone() }
+}
+
+/// The swapped kernel can run `p`: 16-bit inputs that TMA can load, with A K-major (A^T, the
+/// new B, is then K-major, which its 16- or 32-row tiles need).
+fn swap_ok(p: &GemmProblem) -> bool {
+    let q = swapped(p);
+    major(&p.a, true) == Some(Major::K) && major(&q.a, true).is_some() && q.a.dtype.size() == 2 && tma_of(&q.a, true, 64, q.batch).check().is_ok() && tma_of(&q.b, false, 16, q.batch).check().is_ok()
 }
 
 /// C can be stored with TMA: 16-bit, row-major, rows (and batches) 16-byte aligned.
@@ -157,7 +196,7 @@ pub fn reject(p: &GemmProblem, target: &Target) -> Option<String> {
         return Some("tf32: B is neither K-major nor N-major".into());
     }
     for (name, op) in [("a", &p.a), ("b", &b)] {
-        if let Err(why) = tma_of(op, name == "a", 128, p.batch).check() {
+        if let Err(why) = tma_of(op, name == "a", BM, p.batch).check() {
             return Some(format!("operand {name}: {why}"));
         }
     }
@@ -271,11 +310,13 @@ fn major(op: &Operand, is_a: bool) -> Option<Major> {
 
 /// The TMA map of an operand: dims innermost first (the contiguous dim, then the other matrix
 /// dim, then the batch when the operand is not broadcast over it).
-fn tma_of(op: &Operand, is_a: bool, bn: usize, batch: usize) -> TmaDesc {
+fn tma_of(op: &Operand, is_a: bool, tile: usize, batch: usize) -> TmaDesc {
     let es = op.dtype.size() as u64;
     let (mn, kdim) = if is_a { (op.rows as u64, op.cols as u64) } else { (op.cols as u64, op.rows as u64) };
     let (k_stride, mn_stride) = if is_a { (op.col_stride, op.row_stride) } else { (op.row_stride, op.col_stride) };
-    let tile_mn = if is_a { BM } else { bn.max(64) } as u32;
+    // The tile's rows of A (`tile`: BM, or 64), or its columns of B (in 64-wide chunks when
+    // B is N-major).
+    let tile_mn = if is_a || major(op, false) == Some(Major::K) { tile } else { tile.max(64) } as u32;
     let bk = bk(op.dtype) as u32;
     let (mut dims, mut strides, mut boxes) = match major(op, is_a) {
         Some(Major::K) => (vec![kdim, mn], vec![mn_stride as u64 * es], vec![bk, tile_mn]),
@@ -303,11 +344,27 @@ pub fn kernels(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str) ->
     kernels_with(p, epi, target, entry, choose(p, target))
 }
 
-/// [`kernels`] with a given configuration (for tuning; `None` when it cannot run `p`).
+/// [`kernels`] with a given configuration (for tuning; `None` when it cannot run `p`): of the
+/// problem as given, or as C^T = B^T A^T when the configuration says so.
 pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
+    if cfg.swap {
+        kernels_of(&swapped(p), epi, target, entry, cfg)
+    } else {
+        kernels_of(p, epi, target, entry, cfg)
+    }
+}
+
+/// The launches of the problem the kernel computes (with `cfg.swap`, the swapped one).
+fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
     let kt = p.k.div_ceil(bk(p.a.dtype));
-    let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.cluster_m != 1)) || !matches!(cfg.cluster_m, 1 | 2);
-    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || !matches!(cfg.bn, 64 | 128 | 256) || cfg.shared_bytes() > 227 * 1024 || bad_split || (cfg.bn == 64 && cfg.cluster_m != 1) {
+    let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.cluster_m != 1 || cfg.swap)) || !matches!(cfg.cluster_m, 1 | 2);
+    // 64-row tiles: one CTA per tile, 16-bit, B K-major for the narrow widths, no TMA store.
+    let bad_bm = match cfg.bm {
+        128 => !matches!(cfg.bn, 64 | 128 | 256),
+        64 => !matches!(cfg.bn, 16 | 32 | 64 | 128) || cfg.cluster_m != 1 || cfg.tma_store || tf32(p) || (cfg.bn < 64 && major(&p.b, false) != Some(Major::K)),
+        _ => true,
+    };
+    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || bad_bm || cfg.shared_bytes() > 227 * 1024 || bad_split || (cfg.bn == 64 && cfg.cluster_m != 1) {
         return None;
     }
     if tf32(p) && cfg.cluster_m != 1 {
@@ -322,19 +379,19 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
         launches.push(transpose_launch(p, &format!("{entry}_bt"), 0, target));
     }
     let (ma, mb) = (major(&p.a, true)?, major(&b, false)?);
-    let ta = tma_of(&p.a, true, cfg.bn, p.batch);
+    let ta = tma_of(&p.a, true, cfg.bm, p.batch);
     // With a cluster, each CTA loads (and multicasts) its share of B.
     let tb = tma_of(&b, false, cfg.bn / cfg.cluster_m, p.batch);
     if ta.check().is_err() || tb.check().is_err() {
         return None;
     }
     let cm = cfg.cluster_m;
-    let tiles = p.batch * p.m.div_ceil(BM).div_ceil(cm) * p.n.div_ceil(cfg.bn) * cfg.splits;
+    let tiles = p.batch * p.m.div_ceil(cfg.bm).div_ceil(cm) * p.n.div_ceil(cfg.bn) * cfg.splits;
     let grid = (tiles * cm).min(target.sm_count.max(1) as usize / cm * cm).max(cm) as u32;
     let source = source(p, epi, &cfg, ma, mb, ta.dims.len() == 3, tb.dims.len() == 3, entry);
     // As a programmatic dependent launch the unsplit kernel measured slower on the H100 (6% with
     // a bias + relu epilogue, 9% for tf32 after the transpose); the split one (decode) 2% faster.
-    let source = if cfg.splits == 1 { format!("{INDEPENDENT_LAUNCH}{source}") } else { source };
+    let source = if cfg.splits == 1 && !cfg.swap { format!("{INDEPENDENT_LAUNCH}{source}") } else { source };
     let tb_arg = if b_transposed(p) { Arg::ScratchTensorMap(0, Box::new(tb)) } else { Arg::TensorMap(Box::new(tb)) };
     let mut args = vec![Arg::TensorMap(Box::new(ta)), tb_arg];
     if cfg.tma_store {
@@ -368,11 +425,12 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
 /// time (TMA needs aligned base addresses). `None` when this kernel cannot run the problem.
 pub fn unit(_graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, target: &Target) -> Result<Option<Unit>> {
     let Some(&last) = nodes.last() else { return Ok(None) };
-    let Some(kernels) = kernels(p, epi, target, &entry_name(last, "gemm_sm90")) else { return Ok(None) };
+    let cfg = choose(p, target);
+    let Some(kernels) = kernels_with(p, epi, target, &entry_name(last, "gemm_sm90"), cfg) else { return Ok(None) };
     let Some(alt) = super::sm80::choose(p, target) else { return Ok(None) };
     let alternative = super::sm80::kernels(&alt.scalar(), p, epi, last, "_u");
     let mut tensors = vec![p.a.tensor, p.b.tensor, p.c.tensor];
-    tensors.extend(vector_sides(p, epi, &choose(p, target)));
+    tensors.extend(vector_sides(p, epi, &cfg));
     tensors.sort_by_key(|t| t.0);
     tensors.dedup();
     Ok(Some(Unit { nodes: nodes.to_vec(), kernels, writes: vec![p.c.tensor], unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })) }))
@@ -382,7 +440,7 @@ pub fn unit(_graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, ta
 /// pointers must be 16-byte aligned (as A's, B's and C's for TMA).
 pub fn vector_sides(p: &GemmProblem, epi: &Epilogue, cfg: &Config) -> Vec<TensorId> {
     match &epi.sides {
-        Some(sides) if cfg.splits == 1 => epi_code(p, sides, cfg.bn, "", "").aligned,
+        Some(sides) if cfg.splits == 1 && !cfg.swap => epi_code(p, sides, cfg.bn, "", "").aligned,
         _ => Vec::new(),
     }
 }
@@ -421,7 +479,11 @@ fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
 fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a3: bool, b3: bool, entry: &str) -> String {
     let bn = cfg.bn;
     let nd = bn / 2;
-    let a_bytes = BM * 128;
+    let bm = cfg.bm;
+    let a_bytes = bm * 128;
+    // 64-row tiles: both consumers take the same rows (each half of the k steps).
+    let kpair = bm == 64;
+    let rb = if kpair { "(long long)tm * 64" } else { "(long long)tm * 128 + cw * 64" };
     let b_bytes = bn * 128;
     #[allow(non_snake_case)]
     let BK = bk(p.a.dtype);
@@ -432,8 +494,8 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     s.push_str(&wgmma_fn(bn, p.a.dtype, ma == Major::Mn, mb == Major::Mn));
     // TMA coordinates (innermost first) of the slices of one stage.
     let a_load = match ma {
-        Major::K => format!("tma_load(sa, &ta, full, kt * {BK}, tm * {BM}, bt, {a3});"),
-        Major::Mn => format!("for (int q = 0; q < {BM} / 64; ++q) tma_load(sa + q * 8192u, &ta, full, tm * {BM} + q * 64, kt * {BK}, bt, {a3});"),
+        Major::K => format!("tma_load(sa, &ta, full, kt * {BK}, tm * {bm}, bt, {a3});"),
+        Major::Mn => format!("for (int q = 0; q < {bm} / 64; ++q) tma_load(sa + q * 8192u, &ta, full, tm * {bm} + q * 64, kt * {BK}, bt, {a3});"),
     };
     let b_load = match (mb, cfg.cluster_m) {
         (Major::K, 1) => format!("tma_load(sb, &tb, full, kt * {BK}, tn * {bn}, bt, {b3});"),
@@ -454,9 +516,11 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     // the whole of B. K-major: rows of 128 bytes, 8-row atoms 1024 bytes apart, k steps 32 bytes
     // along the row. M/N-major: k rows of 128 bytes (64 m or n), atoms of 8 k rows 1024 bytes
     // apart, 64-wide chunks 8192 bytes apart (64 k rows each), k steps 16 rows = 2048 bytes.
-    let desc_a = match ma {
-        Major::K => "make_desc(sa + cw * 8192u + kk * 32u, 16u, 1024u)",
-        Major::Mn => "make_desc(sa + cw * 8192u + kk * 2048u, 8192u, 1024u)",
+    let desc_a = match (ma, kpair) {
+        (Major::K, false) => "make_desc(sa + cw * 8192u + kk * 32u, 16u, 1024u)",
+        (Major::Mn, false) => "make_desc(sa + cw * 8192u + kk * 2048u, 8192u, 1024u)",
+        (Major::K, true) => "make_desc(sa + kk * 32u, 16u, 1024u)",
+        (Major::Mn, true) => "make_desc(sa + kk * 2048u, 8192u, 1024u)",
     };
     let desc_b = match mb {
         Major::K => "make_desc(sb + kk * 32u, 16u, 1024u)",
@@ -464,17 +528,17 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     };
     let c = &p.c;
     let names = &epi.names;
-    let store = store_code(p, names, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]");
+    let store = store_code(p, names, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]", cfg.swap);
     let esz = c.dtype.size() as i64;
     // The epilogue from the side inputs' layouts (loads hoisted out of the store loop), when the
     // epilogue gives them.
     let ec = match &epi.sides {
-        Some(sides) if cfg.splits == 1 => Some(epi_code(p, sides, bn, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]")),
+        Some(sides) if cfg.splits == 1 && !cfg.swap => Some(epi_code(p, sides, bn, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]")),
         _ => None,
     };
     let prep = match &ec {
         Some(ec) => format!(
-            "            // This thread's first row and column in the tile, and the side values it needs.\n            const long long row0 = (long long)tm * {BM} + cw * 64 + w * 16 + (l >> 2);\n            const long long colt = (long long)tn * {bn} + 2 * (l & 3);\n{}",
+            "            // This thread's first row and column in the tile, and the side values it needs.\n            const long long row0 = {rb} + w * 16 + (l >> 2);\n            const long long colt = (long long)tn * {bn} + 2 * (l & 3);\n{}",
             ec.prep
         ),
         None => String::new(),
@@ -485,7 +549,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
                 r#"            // Split k: this split's f32 partial sums go to the workspace, [split][batch][M][NP];
             // the reduce launch adds the splits in order and applies the epilogue.
             const int sp = (int)(t % SPLITS);
-            const long long row0 = (long long)tm * {BM} + cw * 64 + w * 16 + (l >> 2);
+            const long long row0 = {rb} + w * 16 + (l >> 2);
             #pragma unroll
             for (int j = 0; j < {bn} / 8; ++j) {{
                 const long long col = (long long)tn * {bn} + 8 * j + 2 * (l & 3);
@@ -578,7 +642,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             const unsigned cbuf = base + STAGES * STAGE_BYTES + cw * {cblock}u;
             if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             consumer_sync(cw);
-            const long long row0 = (long long)tm * {BM} + cw * 64 + w * 16 + (l >> 2);
+            const long long row0 = {rb} + w * 16 + (l >> 2);
             #pragma unroll
             for (int j = 0; j < {bn} / 8; ++j) {{
                 const int cl = 8 * j + 2 * (l & 3);
@@ -606,7 +670,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             format!(
                 r#"            // Epilogue: accumulator (j, h) of this thread is row 16w + l/4 + 8h, columns
             // 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN block.
-            const long long row0 = (long long)tm * {BM} + cw * 64 + w * 16 + (l >> 2);
+            const long long row0 = {rb} + w * 16 + (l >> 2);
             const long long bofs = (long long)bt * {cbs}LL;
             #pragma unroll
             for (int j = 0; j < {bn} / 8; ++j) {{
@@ -627,8 +691,50 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             String::new(),
         )
     };
-    let tiles_m = p.m.div_ceil(BM);
+    let tiles_m = p.m.div_ceil(bm);
     let tiles_n = p.n.div_ceil(bn);
+    // The k steps of a stage: all four, or (64-row tiles) this consumer's two.
+    let mma_loop = if kpair {
+        format!(
+            r#"                #pragma unroll
+                for (int k2 = 0; k2 < 2; ++k2) {{
+                    const int kk = 2 * cw + k2;
+                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || k2 > 0) ? 1 : 0);
+                }}
+"#
+        )
+    } else {
+        format!(
+            r#"                #pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {{
+                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
+                }}
+"#
+        )
+    };
+    // 64-row tiles: the second consumer's sums go through shared memory (element i of every
+    // thread together, so the accesses are conflict-free) into the first's, which alone runs the epilogue; the
+    // second barrier keeps the buffer until they are read.
+    let epilogue_all = if kpair {
+        format!(
+            r#"            {{
+                float* const red = (float*)(smem_raw + (base + STAGES * STAGE_BYTES - smem_u32(smem_raw)));
+                if (cw == 1) {{
+                    #pragma unroll
+                    for (int i = 0; i < {nd}; ++i) red[i * 128 + tid] = d[i];
+                }}
+                asm volatile("bar.sync 3, 256;" ::: "memory");
+                if (cw == 0) {{
+                    #pragma unroll
+                    for (int i = 0; i < {nd}; ++i) d[i] += red[i * 128 + tid];
+{epilogue}                }}
+                asm volatile("bar.sync 3, 256;" ::: "memory");
+            }}
+"#
+        )
+    } else {
+        epilogue
+    };
     let _ = write!(
         s,
         r#"
@@ -744,10 +850,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
                 wgmma_fence();
                 // (A warpgroup whose rows all lie below M could skip its wgmmas, but a branch
                 // around them makes ptxas serialize every wgmma of the kernel: C7520.)
-                #pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {{
-                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
-                }}
+{mma_loop}
                 wgmma_commit();
                 // The previous stage's wgmmas are done: hand its buffers back to the producer.
                 wgmma_wait1();
@@ -757,11 +860,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
             }}
 {prep}            wgmma_wait0();
             release_stage(bars + 8u * (STAGES + prev), l);
-{epilogue}        }}
+{epilogue_all}        }}
 {tail}    }}
 {cluster_end}}}
 "#,
-        epilogue = epilogue,
+        epilogue_all = epilogue_all,
+        mma_loop = mma_loop,
         prep = prep,
         tail = tail,
         c_bytes = cfg.c_bytes(),
@@ -902,7 +1006,12 @@ fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str) 
 /// Stores of accumulators `a0` (column `col`) and `a1` (column `col + 1`) of row `row` through
 /// the epilogue, at row pointer `rp` (batch and row applied): pairs when C is row-major with
 /// even strides, else one element at a time.
-fn store_code(p: &GemmProblem, names: &str, a0: &str, a1: &str) -> String {
+fn store_code(p: &GemmProblem, names: &str, a0: &str, a1: &str, swap: bool) -> String {
+    // The epilogue's call for value `v` at column `c` of the kernel's row: C's row and column
+    // trade places when the kernel computes C^T.
+    let call = |v: &str, c: &str| if swap { format!("epilogue({v}, bt, {c}, row{names})") } else { format!("epilogue({v}, bt, row, {c}{names})") };
+    let (e0, e1) = (call(a0, "col"), call(a1, "col + 1"));
+    let ee = call(&format!("e == 0 ? {a0} : {a1}"), "col + e");
     let c = &p.c;
     let pair = c.col_stride == 1 && c.row_stride % 2 == 0 && c.batch_stride % 2 == 0;
     let (st1, st2) = match c.dtype {
@@ -914,12 +1023,12 @@ fn store_code(p: &GemmProblem, names: &str, a0: &str, a1: &str) -> String {
     if pair {
         format!(
             r#"if (col + 1 < N_) {{
-                            const float v0 = epilogue({a0}, bt, row, col{names});
-                            const float v1 = epilogue({a1}, bt, row, col + 1{names});
+                            const float v0 = {e0};
+                            const float v1 = {e1};
                             unsigned char* cp = rp + col * {esz}LL;
                             {st2}
                         }} else if (col < N_) {{
-                            const float v0 = epilogue({a0}, bt, row, col{names});
+                            const float v0 = {e0};
                             unsigned char* cp = rp + col * {esz}LL;
                             {st1}
                         }}"#
@@ -928,7 +1037,7 @@ fn store_code(p: &GemmProblem, names: &str, a0: &str, a1: &str) -> String {
         format!(
             r#"for (int e = 0; e < 2; ++e) {{
                             if (col + e < N_) {{
-                                const float v0 = epilogue(e == 0 ? {a0} : {a1}, bt, row, col + e{names});
+                                const float v0 = {ee};
                                 unsigned char* cp = rp + (col + e) * {ccs}LL;
                                 {st1}
                             }}
@@ -995,7 +1104,7 @@ fn reduce_launch(p: &GemmProblem, epi: &Epilogue, splits: usize, entry: &str, pa
     let c = &p.c;
     let esz = c.dtype.size() as i64;
     let np = p.n + p.n % 2;
-    let store = store_code(p, &epi.names, "acc.x", "acc.y");
+    let store = store_code(p, &epi.names, "acc.x", "acc.y", false);
     let source = format!(
         r#"{code}
 static constexpr long long M_ = {m}, N_ = {n}, NP = {np};
@@ -1140,9 +1249,14 @@ mod tests {
         assert!(reject(&p, &Target::sm80()).is_some());
         // k = 7: a row stride of 14 bytes cannot be a TMA stride.
         assert!(reject(&problem(1, 64, 64, 7, true, false, DataType::Bf16), &t).is_some());
-        // Decode: 128-wide tiles on 64 SMs, so a 2-way split k.
+        // Decode: C^T in 64 x 16 tiles, no split; 64 x 32 tiles for M = 17..32; A column-major
+        // keeps the split 128-row tiles (A^T would be N-major, too narrow a tile for TMA).
         let d = choose(&problem(1, 16, 8192, 8192, true, false, DataType::Bf16), &t);
-        assert_eq!((d.bn, d.splits), (128, 2));
+        assert_eq!((d.swap, d.bm, d.bn, d.splits), (true, 64, 16, 1));
+        assert!(d.stages > 8 && d.shared_bytes() <= 227 * 1024);
+        assert_eq!(choose(&problem(1, 20, 8192, 8192, true, true, DataType::Bf16), &t).bn, 32);
+        let d = choose(&problem(1, 16, 8192, 8192, false, false, DataType::Bf16), &t);
+        assert_eq!((d.swap, d.bn, d.splits), (false, 128, 2));
         // Fewer columns: 128-wide tiles and split k.
         let d = choose(&problem(1, 16, 2048, 8192, true, false, DataType::Bf16), &t);
         assert_eq!((d.bn, d.splits > 1), (128, true));
@@ -1158,7 +1272,9 @@ mod tests {
         for (p, what) in [
             (problem(1, 8192, 8192, 8192, true, false, DataType::Bf16), "A K-major, B N-major"),
             (problem(3, 304, 200, 136, false, true, DataType::F32), "A M-major, B K-major, batched"),
-            (problem(1, 16, 8192, 8192, true, false, DataType::Bf16), "decode, split k"),
+            (problem(1, 16, 8192, 8192, true, false, DataType::Bf16), "decode, C^T"),
+            (problem(2, 24, 8192, 512, true, true, DataType::F16), "decode, C^T, B K-major, batched"),
+            (problem(1, 16, 2048, 8192, true, false, DataType::Bf16), "decode, split k"),
             (problem(1, 40, 4296, 48, true, true, DataType::F32), "B K-major, f32 out"),
         ] {
             let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel"));
@@ -1167,7 +1283,7 @@ mod tests {
         }
         // The 64-wide tile, a configuration the probe (tests/cuda_sm90.rs) times.
         let p = problem(1, 16, 8192, 8192, true, false, DataType::Bf16);
-        let cfg = Config { bn: 64, splits: 1, stages: 8, tma_store: true, ..choose(&p, &t) };
+        let cfg = Config { bn: 64, splits: 1, stages: 8, tma_store: true, bm: BM, swap: false, ..choose(&p, &t) };
         let k = kernels_with(&p, &identity(), &t, "gemm_test", cfg).expect("BN 64 config");
         let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
         compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("BN 64: {e}"));
