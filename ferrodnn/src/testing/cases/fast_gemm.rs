@@ -5,7 +5,8 @@
 //! (row and column bias, relu, gelu, silu, residual add, scale by a by-value scalar, casts to
 //! f32/f16/bf16/fp8, 16-bit intermediates); split-K shapes (the partial-sum reduce launch) and
 //! the tile shapes the heuristic picks (16x128 for M <= 16, 64x64, and 128x128, which needs
-//! at least one tile per SM and so a 1536x1408 output).
+//! at least one tile per SM and so a 1536x1408 output); decode shapes wide enough for the
+//! Hopper kernel to compute C^T (M <= 32, N >= 7424).
 
 use super::Case;
 use crate::graph::ops::pointwise::PointwiseMode;

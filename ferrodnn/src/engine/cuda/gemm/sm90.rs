@@ -12,6 +12,12 @@
 //!   group in flight; then the epilogue applies the fused pointwise chain to each accumulator
 //!   and stores straight from registers, while the producer already loads the next tile.
 //!
+//! Decode shapes (at most 32 rows of A, many columns) run as C^T = B^T A^T: B^T gives the
+//! tile's 64 rows and A^T the wgmma's N (16 or 32), so no tensor-core work goes to zero rows
+//! and the tiles are many enough that k is not split; both consumers then take the same 64
+//! rows, each over half of every stage's k steps, and the second adds its sums into the
+//! first's through shared memory before the epilogue, which still sees C's rows and columns.
+//!
 //! Shared-memory tiles use the 128-byte swizzle that TMA writes and wgmma reads. Operands may be
 //! K-major (the usual row-major A, or B stored `n x k`) or M/N-major (B stored `k x n`, A
 //! stored column-major): wgmma's transpose flags take both for 16-bit types. Out-of-range rows,
@@ -118,20 +124,17 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     // (bench/NOTES.md, session 9): off until that is understood.
     let cluster_m = 1;
     let mut cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store, splits, cluster_m, bm: BM, swap: false };
-    // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T, 64-row
-    // tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles), and each stage carries
-    // 2 or 4 KiB of A instead of 16, so twice the stages fit.
+    // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T,
+    // 64-row tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles, no reduce launch),
+    // and each stage carries 2 or 4 KiB of A instead of 16. Eight stages (80 KiB): 6, 12 and 16
+    // measured 1-3% slower (bench/NOTES.md, session 14).
     // `FERRODNN_GEMM_SWAP=0` (tuning only) keeps decode on split 128-row tiles; a number sets
     // the swapped kernel's stages.
     let swap_env: Option<usize> = std::env::var("FERRODNN_GEMM_SWAP").ok().and_then(|v| v.parse().ok());
     if p.m <= 32 && !tf32(p) && 8 * p.batch * p.n.div_ceil(64) >= 7 * sms && swap_env != Some(0) && swap_ok(p) {
         let bn = if p.m <= 16 { 16 } else { 32 };
-        let mut cfg = Config { bn, stages: 2, group_m: 1, tma_store: false, splits: 1, cluster_m: 1, bm: 64, swap: true };
-        cfg.stages = ((227 * 1024 - cfg.shared_bytes() + 2 * cfg.stage_bytes()) / cfg.stage_bytes()).clamp(2, 16);
-        if let Some(st) = swap_env {
-            cfg.stages = st.clamp(2, cfg.stages);
-        }
-        return cfg;
+        let stages = swap_env.unwrap_or(8).clamp(2, 16);
+        return Config { bn, stages, group_m: 1, tma_store: false, splits: 1, cluster_m: 1, bm: 64, swap: true };
     }
     cfg.stages = ((227 * 1024 - cfg.shared_bytes() + 2 * cfg.stage_bytes()) / cfg.stage_bytes()).clamp(2, 8);
     cfg
@@ -700,16 +703,14 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
                 for (int k2 = 0; k2 < 2; ++k2) {{
                     const int kk = 2 * cw + k2;
                     wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || k2 > 0) ? 1 : 0);
-                }}
-"#
+                }}"#
         )
     } else {
         format!(
             r#"                #pragma unroll
                 for (int kk = 0; kk < 4; ++kk) {{
                     wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
-                }}
-"#
+                }}"#
         )
     };
     // 64-row tiles: the second consumer's sums go through shared memory (element i of every
@@ -1253,7 +1254,7 @@ mod tests {
         // keeps the split 128-row tiles (A^T would be N-major, too narrow a tile for TMA).
         let d = choose(&problem(1, 16, 8192, 8192, true, false, DataType::Bf16), &t);
         assert_eq!((d.swap, d.bm, d.bn, d.splits), (true, 64, 16, 1));
-        assert!(d.stages > 8 && d.shared_bytes() <= 227 * 1024);
+        assert!(d.stages == 8 && d.shared_bytes() <= 227 * 1024);
         assert_eq!(choose(&problem(1, 20, 8192, 8192, true, true, DataType::Bf16), &t).bn, 32);
         let d = choose(&problem(1, 16, 8192, 8192, false, false, DataType::Bf16), &t);
         assert_eq!((d.swap, d.bn, d.splits), (false, 128, 2));
