@@ -45,16 +45,27 @@ const SCORES: &str = r#"
 template <typename FQ, typename FK, typename FL>
 __device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], bool need, i64 lq, i64 lkv, i64 off, i64 bi, i64 h, FQ qi, FK kj, FL lse) {
 #if !(FA_HAS_BIAS || FA_ALIBI || FA_DROPOUT)
-    // Nothing to add or drop: straight-line code, the mask as a select (an `if` per element
-    // compiles to branches under a causal mask, which cost the backward kernels about one
-    // branch stall per issued instruction). Masked elements are exponentiated and dropped.
-    #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    // Nothing to add or drop: straight-line code (an `if` per element compiles to branches
+    // under a causal mask, which cost the backward kernels about one branch stall per issued
+    // instruction), one loop for blocks that need no mask (the same for every thread of the
+    // warpgroup, so one uniform branch) and one with the mask as a select. The mask's 64-bit
+    // index arithmetic, evaluated for every element of every block, was most of these
+    // kernels' instructions (bench/NOTES.md, session 14).
+    if (!need) {
         #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const bool vis = !need | fa_visible(qi(n, e), kj(n, e), lq, lkv, off);
-            const float pv = fa_exp2(sc[4 * n + e] * FA_SCALE_LOG2 - lse(n, e));
-            sc[4 * n + e] = vis ? pv : 0.0f;
+        for (int n = 0; n < 8; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) sc[4 * n + e] = fa_exp2(sc[4 * n + e] * FA_SCALE_LOG2 - lse(n, e));
+        }
+    } else {
+        #pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const bool vis = fa_visible(qi(n, e), kj(n, e), lq, lkv, off);
+                const float pv = fa_exp2(sc[4 * n + e] * FA_SCALE_LOG2 - lse(n, e));
+                sc[4 * n + e] = vis ? pv : 0.0f;
+            }
         }
     }
     (void)A; (void)bi; (void)h;
