@@ -57,6 +57,10 @@ const BODY: &str = r#"
 __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                              i64 r0, i64 wq0, i64 j0, i64 lq, i64 lkv, i64 off, i64 bi, i64 h, int tg) {
     const bool need = fa_tile_needs_mask(wq0, 64, j0, FA_BN, lq, lkv, off);
+    // Blocks with nothing to mask or add keep the raw scores: the row max is taken on them
+    // (the scale is positive) and the scale goes into the exponent's fused multiply-add, one
+    // multiply an element fewer.
+    const bool raw = !(need || FA_HAS_BIAS || FA_ALIBI) && FA_SCALE_LOG2 > 0.0f;
     if (need || FA_HAS_BIAS || FA_ALIBI) {
         #pragma unroll
         for (int n = 0; n < FA_BN / 8; ++n) {
@@ -72,21 +76,23 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
                 sc[4 * n + e] = x;
             }
         }
-    } else {
+    } else if (!raw) {
         #pragma unroll
         for (int n = 0; n < FA_BN / 2; ++n) sc[n] *= FA_SCALE_LOG2;
     }
-    float mx[2] = {m[0], m[1]};
+    float mx[2] = {raw ? FA_NINF : m[0], raw ? FA_NINF : m[1]};
     #pragma unroll
     for (int n = 0; n < FA_BN / 8; ++n) {
         mx[0] = fmaxf(mx[0], fmaxf(sc[4 * n], sc[4 * n + 1]));
         mx[1] = fmaxf(mx[1], fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
     }
     float mu[2];
+    const float sm = raw ? FA_SCALE_LOG2 : 1.0f;
     #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
         mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+        if (raw) mx[hh] = fmaxf(m[hh], mx[hh] * FA_SCALE_LOG2);
         // A row with every key masked so far keeps max -inf: exponentiate against 0.
         mu[hh] = mx[hh] == FA_NINF ? 0.0f : mx[hh];
         alpha[hh] = fa_exp2(m[hh] - mu[hh]);
@@ -97,7 +103,7 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
     for (int n = 0; n < FA_BN / 8; ++n) {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float pv = fa_exp2(sc[4 * n + e] - mu[e >> 1]);
+            const float pv = fa_exp2(fmaf(sc[4 * n + e], sm, -mu[e >> 1]));
             l[e >> 1] += pv;
             sc[4 * n + e] = pv;
         }
