@@ -111,7 +111,9 @@ __device__ __forceinline__ void fa90_p_frags(u32 (&a)[4][4], const float (&sc)[3
     fa90_pack<64>(a, t);
 }
 
-// dS * scale = P (dP' - D) * scale into dp (dP' = dP with the dropout factor, 0 where dropped).
+// dS = P (dP' - D) into dp (dP' = dP with the dropout factor, 0 where dropped), without the
+// attention scale: dK and dQ take it once, when they are stored, instead of every element of
+// every block here.
 template <typename FL>
 __device__ __forceinline__ void fa90_ds(float (&dp)[32], const float (&sc)[32], unsigned keep, FL dd) {
     #pragma unroll
@@ -122,7 +124,7 @@ __device__ __forceinline__ void fa90_ds(float (&dp)[32], const float (&sc)[32], 
 #if FA_DROPOUT
             d = ((keep >> (4 * n + e)) & 1u) ? d * FA_KEEP_SCALE : 0.0f;
 #endif
-            dp[4 * n + e] = sc[4 * n + e] * (d - dd(n, e)) * FA_SCALE;
+            dp[4 * n + e] = sc[4 * n + e] * (d - dd(n, e));
         }
     }
     (void)keep;
@@ -375,7 +377,7 @@ FA_INIT
         for (int hh = 0; hh < 2; ++hh) {
             const i64 j = jt + hh * 8;
             if (j < FA_SKV) {
-                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dk(dk_p, at, a, b); }, bi * DK_S0 + kh * DK_S1 + j * DK_S2, DK_S3, dk, hh, tg, 1.0f);
+                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dk(dk_p, at, a, b); }, bi * DK_S0 + kh * DK_S1 + j * DK_S2, DK_S3, dk, hh, tg, FA_SCALE);
                 fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_dv(dv_p, at, a, b); }, bi * DV_S0 + kh * DV_S1 + j * DV_S2, DV_S3, dv, hh, tg, 1.0f);
             }
         }
@@ -395,7 +397,8 @@ const ZERO_ACC: &str = r#"
 }
 "#;
 
-/// dQ from the f32 accumulator (already scaled), two channels a thread.
+/// dQ from the f32 accumulator (times the attention scale, which dS leaves out), two channels a
+/// thread.
 const ACC_DQ: &str = r#"
 {
     GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * (FA_D / 2)) {
@@ -408,7 +411,7 @@ const ACC_DQ: &str = r#"
 #else
         const float* a = reinterpret_cast<const float*>(dqa_p) + r * FA_D + c;
 #endif
-        fa_store_dq(dq_p, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + c * DQ_S3, a[0], a[1]);
+        fa_store_dq(dq_p, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + c * DQ_S3, a[0] * FA_SCALE, a[1] * FA_SCALE);
     }
 }
 "#;
@@ -519,7 +522,7 @@ FA_INIT
         for (int hh = 0; hh < 2; ++hh) {
             const i64 i = r0 + hh * 8;
             if (i < FA_SQ) {
-                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dq(dq_p, at, a, b); }, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2, DQ_S3, dq, hh, tg, 1.0f);
+                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dq(dq_p, at, a, b); }, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2, DQ_S3, dq, hh, tg, FA_SCALE);
             }
         }
     }
