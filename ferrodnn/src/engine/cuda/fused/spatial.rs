@@ -1135,8 +1135,9 @@ extern "C" __global__ void __launch_bounds__(NT) {entry}(const void* __restrict_
     // SMs' free slots: where a third block fits (max pooling's registers allow it) they pile
     // up unevenly, 5-15% slower; with two blocks per SM at most, each exiting block's slot
     // goes to a block of the next grid that prefetches its first rows into L2 while this grid
-    // ends, 2-3% faster than waiting without the trigger (bench/NOTES.md, session 14). Other
-    // forward grids wait without the trigger (3-6% faster than an independent launch).
+    // ends: with the deeper ring, 4-5% faster than waiting without the trigger (bench/NOTES.md,
+    // session 14). Other forward grids wait without the trigger (3-6% faster than an
+    // independent launch).
     let source = if early || argmax { source } else { format!("{WAIT_ONLY_LAUNCH}{source}") };
     Some(Launch {
         source,

@@ -150,7 +150,11 @@ pub fn swapped(p: &GemmProblem) -> GemmProblem {
 /// new B, is then K-major, which its 16- or 32-row tiles need).
 fn swap_ok(p: &GemmProblem) -> bool {
     let q = swapped(p);
-    major(&p.a, true) == Some(Major::K) && major(&q.a, true).is_some() && q.a.dtype.size() == 2 && tma_of(&q.a, true, 64, q.batch).check().is_ok() && tma_of(&q.b, false, 16, q.batch).check().is_ok()
+    major(&p.a, true) == Some(Major::K)
+        && major(&q.a, true).is_some()
+        && q.a.dtype.size() == 2
+        && tma_of(&q.a, true, 64, q.batch).check().is_ok()
+        && tma_of(&q.b, false, 16, q.batch).check().is_ok()
 }
 
 /// C can be stored with TMA: 16-bit, row-major, rows (and batches) 16-byte aligned.
