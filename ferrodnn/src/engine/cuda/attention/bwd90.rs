@@ -10,7 +10,7 @@
 //!   registers, then dS^T = P^T (dP^T - D) and dK += dS^T Q, again from registers.
 //! - dQ: a CTA per (128 query rows, head, batch) keeps Q and dO and loops over the K/V tiles of
 //!   64 keys (two stages): S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
-//! - Or, with the `atomics` plan knob and no causal mask or window (where it pays, see
+//! - Or, with the `atomics` plan knob and no sliding window (where it pays, see
 //!   [`super::atomic_dq_pays`]): no dQ pass; the dK/dV kernel also stores each step's dS^T in
 //!   shared memory and the consumers take turns computing dQ += dS K for the step's 64 query
 //!   rows over the CTA's 128 keys, staged as 64 x 64 f32 tiles in shared memory and added

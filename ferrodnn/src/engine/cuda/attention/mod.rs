@@ -37,14 +37,15 @@ use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
 
 /// Whether a backward with these attributes runs faster with dQ added by float atomics in the
-/// dK/dV pass (the `atomics` plan knob) than with its own pass: without a causal mask or a
-/// sliding window (measured on the H100, bench/NOTES.md session 11: +6% at b4h16s4096d128,
-/// +14% at b16h16s1024d64, but 12-13% slower on the causal shapes; session 13, with dQ added
-/// by bulk reductions: b4h16s4096d128 causal 1% slower, b1h32s16384d128 causal 2% faster).
-/// `FERRODNN_ATTN_ATOMIC_MASKED=1` takes the atomic path under masks too (a tuning switch for
-/// the benchmark).
+/// dK/dV pass (the `atomics` plan knob) than with its own pass: without a sliding window
+/// (measured on the H100, bench/NOTES.md: unmasked +6% at b4h16s4096d128 and +14% at
+/// b16h16s1024d64 in session 11; under a causal mask, with dQ added by bulk reductions and
+/// the mask skipped where blocks need none, a tie at b4h16s4096d128 and +7% at
+/// b1h32s16384d128 in session 14). Sliding windows, not measured, keep the deterministic
+/// passes. `FERRODNN_ATTN_ATOMIC_MASKED=1` takes the atomic path under windows too (a tuning
+/// switch).
 pub fn atomic_dq_pays(a: &SdpaAttrs) -> bool {
-    unmasked(a) || std::env::var("FERRODNN_ATTN_ATOMIC_MASKED").is_ok_and(|v| v == "1")
+    (a.sliding_window_left.is_none() && a.sliding_window_right.is_none()) || std::env::var("FERRODNN_ATTN_ATOMIC_MASKED").is_ok_and(|v| v == "1")
 }
 
 /// No causal mask and no sliding window: every query row sees every key, so every tile of a
