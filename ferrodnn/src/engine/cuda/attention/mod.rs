@@ -45,13 +45,18 @@ use crate::graph::{Graph, Node, TensorId};
 /// passes. `FERRODNN_ATTN_ATOMIC_MASKED=1` takes the atomic path under windows too (a tuning
 /// switch).
 pub fn atomic_dq_pays(a: &SdpaAttrs) -> bool {
-    (a.sliding_window_left.is_none() && a.sliding_window_right.is_none()) || std::env::var("FERRODNN_ATTN_ATOMIC_MASKED").is_ok_and(|v| v == "1")
+    no_window(a) || std::env::var("FERRODNN_ATTN_ATOMIC_MASKED").is_ok_and(|v| v == "1")
+}
+
+/// No sliding window on either side.
+fn no_window(a: &SdpaAttrs) -> bool {
+    a.sliding_window_left.is_none() && a.sliding_window_right.is_none()
 }
 
 /// No causal mask and no sliding window: every query row sees every key, so every tile of a
 /// kernel's grid costs the same.
 pub(super) fn unmasked(a: &SdpaAttrs) -> bool {
-    a.causal.is_none() && a.sliding_window_left.is_none() && a.sliding_window_right.is_none()
+    a.causal.is_none() && no_window(a)
 }
 
 /// The unit of an sdpa or sdpa_backward node, when this engine runs it.

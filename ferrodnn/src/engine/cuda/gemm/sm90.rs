@@ -523,11 +523,11 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     // the whole of B. K-major: rows of 128 bytes, 8-row atoms 1024 bytes apart, k steps 32 bytes
     // along the row. M/N-major: k rows of 128 bytes (64 m or n), atoms of 8 k rows 1024 bytes
     // apart, 64-wide chunks 8192 bytes apart (64 k rows each), k steps 16 rows = 2048 bytes.
-    let desc_a = match (ma, kpair) {
-        (Major::K, false) => "make_desc(sa + cw * 8192u + kk * 32u, 16u, 1024u)",
-        (Major::Mn, false) => "make_desc(sa + cw * 8192u + kk * 2048u, 8192u, 1024u)",
-        (Major::K, true) => "make_desc(sa + kk * 32u, 16u, 1024u)",
-        (Major::Mn, true) => "make_desc(sa + kk * 2048u, 8192u, 1024u)",
+    // (64-row tiles: both consumers read the same rows of A.)
+    let rows = if kpair { "" } else { "cw * 8192u + " };
+    let desc_a = match ma {
+        Major::K => format!("make_desc(sa + {rows}kk * 32u, 16u, 1024u)"),
+        Major::Mn => format!("make_desc(sa + {rows}kk * 2048u, 8192u, 1024u)"),
     };
     let desc_b = match mb {
         Major::K => "make_desc(sb + kk * 32u, 16u, 1024u)",
@@ -701,25 +701,10 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     let tiles_m = p.m.div_ceil(bm);
     let tiles_n = p.n.div_ceil(bn);
     // The k steps of a stage: all four, or (64-row tiles) this consumer's two.
-    let mma_loop = if kpair {
-        format!(
-            r#"                #pragma unroll
-                for (int k2 = 0; k2 < 2; ++k2) {{
-                    const int kk = 2 * cw + k2;
-                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || k2 > 0) ? 1 : 0);
-                }}"#
-        )
-    } else {
-        format!(
-            r#"                #pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {{
-                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
-                }}"#
-        )
-    };
+    let (steps, first) = if kpair { (2, "2 * cw + ") } else { (4, "") };
     // 64-row tiles: the second consumer's sums go through shared memory (element i of every
-    // thread together, so the accesses are conflict-free) into the first's, which alone runs the epilogue; the
-    // second barrier keeps the buffer until they are read.
+    // thread together, so the accesses are conflict-free) into the first's, which alone runs
+    // the epilogue; the second barrier keeps the buffer until they are read.
     let epilogue_all = if kpair {
         format!(
             r#"            {{
@@ -855,7 +840,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
                 wgmma_fence();
                 // (A warpgroup whose rows all lie below M could skip its wgmmas, but a branch
                 // around them makes ptxas serialize every wgmma of the kernel: C7520.)
-{mma_loop}
+                #pragma unroll
+                for (int k2 = 0; k2 < {steps}; ++k2) {{
+                    const int kk = {first}k2;
+                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || k2 > 0) ? 1 : 0);
+                }}
                 wgmma_commit();
                 // The previous stage's wgmmas are done: hand its buffers back to the producer.
                 wgmma_wait1();
@@ -870,7 +859,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
 {cluster_end}}}
 "#,
         epilogue_all = epilogue_all,
-        mma_loop = mma_loop,
         prep = prep,
         tail = tail,
         c_bytes = cfg.c_bytes(),
