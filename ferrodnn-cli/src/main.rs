@@ -94,6 +94,10 @@ enum Command {
         /// inspection with NVRTC or nvcc (register use, spills).
         #[arg(long)]
         dump: Option<std::path::PathBuf>,
+        /// Also the kernels of this benchmark suite's workloads (with --filter applied to their
+        /// ids), e.g. to read ptxas's register report for the benchmark shapes.
+        #[arg(long)]
+        bench: Option<String>,
     },
     /// Smoke-check the CUDA runtime on the GPU: NVRTC compile, kernel cache, module load, launches
     /// checked element by element against the CPU, wrapped streams, event timing, an mma.sync
@@ -121,7 +125,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::GpuCheckRuntime { out, device } => return gpu_smoke::main(device, out.as_deref()),
         Command::Ops { json } => ops(json),
-        Command::CompileCases { arch, sm_count, filter, experimental, dump } => compile_cases(&arch, sm_count, filter.as_deref(), experimental, dump.as_deref()),
+        Command::CompileCases { arch, sm_count, filter, experimental, dump, bench } => {
+            compile_cases(&arch, sm_count, filter.as_deref(), experimental, dump.as_deref(), bench.as_deref())
+        }
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
@@ -249,13 +255,17 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 }
 
 /// See [`Command::CompileCases`].
-fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, experimental: bool, dump: Option<&std::path::Path>) -> Result<(), String> {
+fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, experimental: bool, dump: Option<&std::path::Path>, suite: Option<&str>) -> Result<(), String> {
     use ferrodnn::engine::cuda::{compile_cached, CompileOptions, KernelCache, Target};
     use rayon::prelude::*;
     let target = Target { experimental, ..Target::new(arch, sm_count) };
     let mut sources = std::collections::BTreeMap::new();
-    for case in ferrodnn::testing::cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.name.contains(f))) {
-        if let Ok(list) = ferrodnn::engine::cuda::kernel_sources(&case.graph, &target) {
+    let mut graphs: Vec<(String, ferrodnn::Graph)> = ferrodnn::testing::cases::all().into_iter().map(|c| (c.name, c.graph)).collect();
+    if let Some(name) = suite {
+        graphs.extend(bench::suite(name)?.into_iter().map(|w| (w.id, w.graph)));
+    }
+    for (_, graph) in graphs.iter().filter(|(name, _)| filter.is_none_or(|f| name.contains(f))) {
+        if let Ok(list) = ferrodnn::engine::cuda::kernel_sources(graph, &target) {
             for (entry, src) in list {
                 sources.entry(src).or_insert(entry);
             }

@@ -12,11 +12,13 @@
 //!   64 keys (two stages): S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
 //! - Or, with the `atomics` plan knob and no sliding window (where it pays, see
 //!   [`super::atomic_dq_pays`]): no dQ pass; the dK/dV kernel also stores each step's dS^T in
-//!   shared memory and the consumers take turns computing dQ += dS K for the step's 64 query
-//!   rows over the CTA's 128 keys, staged as 64 x 64 f32 tiles in shared memory and added
-//!   with bulk reductions (`cp.reduce.async.bulk .add.f32`) into a zeroed, tiled f32
-//!   accumulator; a last launch writes dQ from it. The order of the additions varies from run
-//!   to run (the plan's behavior notes say non-deterministic).
+//!   shared memory and the consumers compute dQ += dS K for the step's 64 query rows over the
+//!   CTA's 128 keys (at d = 128 one 64-channel chunk each, issued between the two halves of
+//!   the dK product so that the tensor cores run on while dQ is staged; at d = 64 the chunk
+//!   goes to one consumer a step, after the dK product), staged as 64 x 64 f32 tiles in shared
+//!   memory and added with bulk reductions (`cp.reduce.async.bulk .add.f32`) into a zeroed,
+//!   tiled f32 accumulator; a last launch writes dQ from it. The order of the additions varies
+//!   from run to run (the plan's behavior notes say non-deterministic).
 //! - Under a causal mask the CTAs take their tiles heaviest first (`fa90_work`), and the dK/dV
 //!   kernel walks a K/V tile's q tiles from the last one down (`FA_QTILE`).
 //!
@@ -142,6 +144,48 @@ __device__ __forceinline__ void fa90_block(float (&acc)[32], unsigned sa, unsign
 "#;
 
 const DKDV: &str = r#"
+// Adds a consumer's 64 x 64 f32 dQ tile (its step's query rows i0.., channels 64c..) into the
+// accumulator at dqa_p. With FA_DQ_BULK: into the consumer's staging buffer st (once the bulk
+// reduction of its previous tile has read it), then one bulk reduction into the tile's 16 KiB
+// block (full L2 lines instead of 8-byte reductions); row r's float pair p sits at pair
+// p ^ 4 (r % 8) (r % 8 is g: conflict-free stores), which ACC_DQ undoes. Otherwise vector
+// reductions straight from the registers.
+__device__ __forceinline__ void fa90_dq_add(void* dqa_p, const float (&dq)[32], unsigned st, int tid, int cw, i64 bi, i64 h, i64 i0, i64 lq, int c) {
+    const int w = tid >> 5, g = (tid & 31) >> 2, tg = tid & 3;
+#if FA_DQ_BULK
+    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
+    #pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const unsigned r = (unsigned)(w * 16 + g + hh * 8);
+        #pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            const unsigned p = (unsigned)((4 * n + tg) ^ (4 * g));
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(st + r * 256u + p * 8u), "f"(dq[4 * n + 2 * hh]), "f"(dq[4 * n + 2 * hh + 1]) : "memory");
+        }
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
+    if (tid == 0) {
+        float* blk = reinterpret_cast<float*>(dqa_p) + ((((bi * FA_HQ + h) * FA_NQT) + i0 / 64) * (FA_D / 64) + c) * 4096;
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 16384;" :: "l"(blk), "r"(st) : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+    (void)lq;
+#else
+    #pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const i64 i = i0 + w * 16 + g + hh * 8;
+        if (i < lq) {
+            float* row = reinterpret_cast<float*>(dqa_p) + ((bi * FA_HQ + h) * FA_SQ + i) * FA_D + c * 64 + tg * 2;
+            #pragma unroll
+            for (int n = 0; n < 8; ++n) asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(row + n * 8), "f"(dq[4 * n + 2 * hh]), "f"(dq[4 * n + 2 * hh + 1]) : "memory");
+        }
+    }
+    (void)st; (void)cw;
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tdo, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
 {
     extern __shared__ unsigned char fa_smem_raw[];
@@ -306,6 +350,33 @@ FA_INIT
                 // Visible to wgmma (the async proxy), then to both consumers.
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
+#if FA_ATOMIC_DQ && FA_D == 128
+                // dK += dS^T Q in two halves around this step's dQ product (FlashAttention-3's
+                // order), so that the tensor cores have work while this warpgroup waits at the
+                // barrier and while it stages dQ: first half; barrier (both halves of dS^T
+                // written); dQ += dS K for this warpgroup's 64-channel chunk (chunk c of step it
+                // goes to consumer (it + c) % 2); second half; then dQ, complete (wait_group 1:
+                // only the second half may still run), is added while that half runs. The dS^T
+                // buffer is written again two steps later, after the next step's barrier, which
+                // each warpgroup passes only once its dQ product here has completed.
+                wgmma_fence();
+                #pragma unroll
+                for (int ks = 0; ks < FA_BQ / 32; ++ks) fa90_mma_d(dk, da[ks], make_desc(sq + ks * 2048u, FA_BQ * 128u, 1024u));
+                wgmma_commit();
+                asm volatile("bar.sync 1, 256;" ::: "memory");
+                const int c = (int)((it + cw) & 1);
+                float dq[32];
+                #pragma unroll
+                for (int ks = 0; ks < FA_BK / 16; ++ks) fa90_mma_dq(dq, make_desc(sds + ks * 2048u, DS_BYTES, 1024u), make_desc(sK + c * (FA_BK * 128u) + ks * 2048u, FA_BK * 128u, 1024u), ks > 0 ? 1 : 0);
+                wgmma_commit();
+                #pragma unroll
+                for (int ks = FA_BQ / 32; ks < FA_BQ / 16; ++ks) fa90_mma_d(dk, da[ks], make_desc(sq + ks * 2048u, FA_BQ * 128u, 1024u));
+                wgmma_commit();
+                wgmma_wait1();
+                fa90_dq_add(dqa_p, dq, sDQ + cw * DQT_BYTES, tid, cw, bi, h, i0, lq, c);
+                wgmma_wait0();
+                mbar_arrive(QEMPTY(s));
+#else
                 wgmma_fence();
                 #pragma unroll
                 for (int ks = 0; ks < FA_BQ / 16; ++ks) fa90_mma_d(dk, da[ks], make_desc(sq + ks * 2048u, FA_BQ * 128u, 1024u));
@@ -316,57 +387,21 @@ FA_INIT
                 wgmma_wait0();
                 mbar_arrive(QEMPTY(s));
 #if FA_ATOMIC_DQ
-                // dQ += dS K for the step's 64 query rows, 64 channels at a time, the consumers
-                // taking turns (chunk c of step it goes to consumer (it + c) % 2), added into the
-                // f32 accumulator with vector reductions. The buffer is written again two steps
-                // later, after the next step's barrier, which this warpgroup passes only once its
-                // product here has completed.
-                #pragma unroll
-                for (int c = 0; c < FA_D / 64; ++c) {
-                    if ((int)((it + c) & 1) != cw) continue;
+                // d = 64: the step's one chunk of dQ += dS K by consumer it % 2, after the barrier
+                // and the dK product (FlashAttention-3's order, as at d = 128, was 16% slower here:
+                // bench/NOTES.md, session 15). The buffer is written again two steps later, after
+                // the next step's barrier, which this warpgroup passes only once its product here
+                // has completed.
+                if ((int)(it & 1) == cw) {
                     float dq[32];
                     wgmma_fence();
                     #pragma unroll
-                    for (int ks = 0; ks < FA_BK / 16; ++ks) fa90_mma_dq(dq, make_desc(sds + ks * 2048u, DS_BYTES, 1024u), make_desc(sK + c * (FA_BK * 128u) + ks * 2048u, FA_BK * 128u, 1024u), ks > 0 ? 1 : 0);
+                    for (int ks = 0; ks < FA_BK / 16; ++ks) fa90_mma_dq(dq, make_desc(sds + ks * 2048u, DS_BYTES, 1024u), make_desc(sK + ks * 2048u, FA_BK * 128u, 1024u), ks > 0 ? 1 : 0);
                     wgmma_commit();
                     wgmma_wait0();
-#if FA_DQ_BULK
-                    // The 64 x 64 tile into this consumer's staging buffer (once the bulk
-                    // reduction of its previous tile has read it), then added to the tile's
-                    // 16 KiB block of the accumulator by one bulk reduction (full L2 lines
-                    // instead of 8-byte reductions). Row r's float pair p sits at pair
-                    // p ^ 4 (r % 8) (r % 8 is g: conflict-free stores); ACC_DQ undoes it.
-                    const unsigned st = sDQ + cw * DQT_BYTES;
-                    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-                    asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
-                    #pragma unroll
-                    for (int hh = 0; hh < 2; ++hh) {
-                        const unsigned r = (unsigned)(w * 16 + g + hh * 8);
-                        #pragma unroll
-                        for (int n = 0; n < 8; ++n) {
-                            const unsigned p = (unsigned)((4 * n + tg) ^ (4 * g));
-                            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(st + r * 256u + p * 8u), "f"(dq[4 * n + 2 * hh]), "f"(dq[4 * n + 2 * hh + 1]) : "memory");
-                        }
-                    }
-                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                    asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
-                    if (tid == 0) {
-                        float* blk = reinterpret_cast<float*>(dqa_p) + ((((bi * FA_HQ + h) * FA_NQT) + i0 / 64) * (FA_D / 64) + c) * 4096;
-                        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 16384;" :: "l"(blk), "r"(st) : "memory");
-                        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-                    }
-#else
-                    #pragma unroll
-                    for (int hh = 0; hh < 2; ++hh) {
-                        const i64 i = i0 + w * 16 + g + hh * 8;
-                        if (i < lq) {
-                            float* row = reinterpret_cast<float*>(dqa_p) + ((bi * FA_HQ + h) * FA_SQ + i) * FA_D + c * 64 + tg * 2;
-                            #pragma unroll
-                            for (int n = 0; n < 8; ++n) asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(row + n * 8), "f"(dq[4 * n + 2 * hh]), "f"(dq[4 * n + 2 * hh + 1]) : "memory");
-                        }
-                    }
-#endif
+                    fa90_dq_add(dqa_p, dq, sDQ + cw * DQT_BYTES, tid, cw, bi, h, i0, lq, 0);
                 }
+#endif
 #endif
             }
         }
