@@ -13,7 +13,9 @@
 //!   fragment layout) and V from shared memory (N-major, the transpose flag). Inside a
 //!   warpgroup the two products are pipelined: tile t's scores are issued together with tile
 //!   t-1's P V, and the online softmax of tile t runs while that P V is on the tensor cores;
-//!   O is rescaled once the P V is done. The two consumers interleave on the SM naturally.
+//!   O is rescaled once the P V is done. The two consumers take turns on the tensor cores (ping-pong). The softmax sits on each
+//!   consumer's critical path, so its row maxima and sums are trees, not chains (measured on
+//!   the H100, bench/NOTES.md session 15: +2-5% on every forward row).
 //!
 //! The softmax, masks, bias, ALiBi and dropout are those of the general kernel ([`super::fwd`])
 //! on the wgmma accumulator layout (thread `l` of warp `w` holds rows `16w + l/4` and `+8`,
@@ -51,6 +53,23 @@ fn persistent(p: &Problem) -> bool {
 }
 
 const BODY: &str = r#"
+// The max (MAX) or sum of row hh (0: g, 1: g + 8) of a thread's score accumulators (columns
+// 8n + 2t, +1 at 4n + 2hh, +1), pairwise.
+template <bool MAX>
+__device__ __forceinline__ float fa90_row_tree(const float (&sc)[FA_BN / 2], int hh) {
+    float a[FA_BN / 8];
+    #pragma unroll
+    for (int n = 0; n < FA_BN / 8; ++n) a[n] = MAX ? fmaxf(sc[4 * n + 2 * hh], sc[4 * n + 2 * hh + 1]) : sc[4 * n + 2 * hh] + sc[4 * n + 2 * hh + 1];
+    static_assert(FA_BN == 128, "four levels below the pairs");
+#define FA_TREE_LEVEL(W) _Pragma("unroll") for (int i = 0; i < (W); ++i) a[i] = MAX ? fmaxf(a[i], a[i + (W)]) : a[i] + a[i + (W)];
+    FA_TREE_LEVEL(8)
+    FA_TREE_LEVEL(4)
+    FA_TREE_LEVEL(2)
+    FA_TREE_LEVEL(1)
+#undef FA_TREE_LEVEL
+    return a[0];
+}
+
 // Scores of one K/V tile (keys j0..j0+BN-1) for this thread's rows r0 and r0 + 8: to log2
 // units, masked, bias and ALiBi added; the running max and sum updated (alpha: the factor O
 // must be rescaled by); sc left holding P (dropout applied).
@@ -80,11 +99,12 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
         #pragma unroll
         for (int n = 0; n < FA_BN / 2; ++n) sc[n] *= FA_SCALE_LOG2;
     }
-    float mx[2] = {raw ? FA_NINF : m[0], raw ? FA_NINF : m[1]};
-    #pragma unroll
-    for (int n = 0; n < FA_BN / 8; ++n) {
-        mx[0] = fmaxf(mx[0], fmaxf(sc[4 * n], sc[4 * n + 1]));
-        mx[1] = fmaxf(mx[1], fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
+    // Row maxima and sums as trees (depth 5 over a row's 32 elements instead of a chain of 32:
+    // the softmax sits on each warpgroup's critical path).
+    float mx[2] = {fa90_row_tree<true>(sc, 0), fa90_row_tree<true>(sc, 1)};
+    if (!raw) {
+        mx[0] = fmaxf(mx[0], m[0]);
+        mx[1] = fmaxf(mx[1], m[1]);
     }
     float mu[2];
     const float sm = raw ? FA_SCALE_LOG2 : 1.0f;
@@ -100,14 +120,9 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
         l[hh] *= alpha[hh];
     }
     #pragma unroll
-    for (int n = 0; n < FA_BN / 8; ++n) {
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float pv = fa_exp2(fmaf(sc[4 * n + e], sm, -mu[e >> 1]));
-            l[e >> 1] += pv;
-            sc[4 * n + e] = pv;
-        }
-    }
+    for (int x = 0; x < FA_BN / 2; ++x) sc[x] = fa_exp2(fmaf(sc[x], sm, -mu[(x >> 1) & 1]));
+    l[0] += fa90_row_tree<false>(sc, 0);
+    l[1] += fa90_row_tree<false>(sc, 1);
 #if FA_DROPOUT
     // Dropped elements leave the sum (taken before dropout) but not the output.
     #pragma unroll
@@ -119,6 +134,16 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
     }
 #endif
     (void)A; (void)bi; (void)h;
+}
+
+// O *= alpha (the rows' factors after a tile's softmax). Always: skipping it where no row of the
+// warp has a new max (a vote, one branch per warp) was 2-6% slower (bench/NOTES.md, session 15).
+__device__ __forceinline__ void fa90_rescale(float (&o)[FA_DV / 2], const float (&alpha)[2]) {
+    #pragma unroll
+    for (int n = 0; n < FA_DV / 8; ++n) {
+        o[4 * n] *= alpha[0]; o[4 * n + 1] *= alpha[0];
+        o[4 * n + 2] *= alpha[1]; o[4 * n + 3] *= alpha[1];
+    }
 }
 
 // S = Q K^T for this warpgroup's 64 rows: Q rows at sq (d-chunks of 64 are 128 * 128 bytes
@@ -266,11 +291,7 @@ FA_INIT
                 fa90_softmax(A, sc, m, l, alpha, r0, wq0, (i64)t * FA_BN, lq, lkv, off, bi, h, tg);
                 wgmma_wait0();
                 mbar_arrive(VEMPTY(ps));
-                #pragma unroll
-                for (int n = 0; n < FA_DV / 8; ++n) {
-                    o[4 * n] *= alpha[0]; o[4 * n + 1] *= alpha[0];
-                    o[4 * n + 2] *= alpha[1]; o[4 * n + 3] *= alpha[1];
-                }
+                fa90_rescale(o, alpha);
                 fa90_pack<FA_BN>(pf, sc);
             }
             {
@@ -449,11 +470,7 @@ FA_INIT
                     fa90_softmax(A, sc, m, l2, alpha, r0, wq0, (i64)t * FA_BN, lq, lkv, off, bi, h, tg);
                     wgmma_wait0();
                     mbar_arrive(VEMPTY(ps));
-                    #pragma unroll
-                    for (int x = 0; x < FA_DV / 8; ++x) {
-                        o[4 * x] *= alpha[0]; o[4 * x + 1] *= alpha[0];
-                        o[4 * x + 2] *= alpha[1]; o[4 * x + 3] *= alpha[1];
-                    }
+                    fa90_rescale(o, alpha);
                     fa90_pack<FA_BN>(pf, sc);
                 }
                 {
