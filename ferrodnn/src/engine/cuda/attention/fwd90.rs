@@ -13,9 +13,10 @@
 //!   fragment layout) and V from shared memory (N-major, the transpose flag). Inside a
 //!   warpgroup the two products are pipelined: tile t's scores are issued together with tile
 //!   t-1's P V, and the online softmax of tile t runs while that P V is on the tensor cores;
-//!   O is rescaled once the P V is done. The two consumers take turns on the tensor cores (ping-pong). The softmax sits on each
-//!   consumer's critical path, so its row maxima and sums are trees, not chains (measured on
-//!   the H100, bench/NOTES.md session 15: +2-5% on every forward row).
+//!   O is rescaled once the P V is done. The two consumers take turns on the tensor cores
+//!   (ping-pong). The softmax sits on each consumer's critical path, so its row maxima and sums
+//!   are trees, not chains (measured on the H100, bench/NOTES.md session 15: +2-5% on every
+//!   forward row).
 //!
 //! The softmax, masks, bias, ALiBi and dropout are those of the general kernel ([`super::fwd`])
 //! on the wgmma accumulator layout (thread `l` of warp `w` holds rows `16w + l/4` and `+8`,
