@@ -16,8 +16,9 @@
 //!   CTA's 128 keys (at d = 128 one 64-channel chunk each, issued between the two halves of
 //!   the dK product so that the tensor cores run on while dQ is staged; at d = 64 the chunk
 //!   goes to one consumer a step, after the dK product), staged as 64 x 64 f32 tiles in shared
-//!   memory and added with bulk reductions (`cp.reduce.async.bulk .add.f32`) into a zeroed,
-//!   tiled f32 accumulator; a last launch writes dQ from it. The order of the additions varies
+//!   memory and added with bulk reductions (`cp.reduce.async.bulk .add.f32`, issued by a
+//!   reducer warp of the producer warpgroup) into a zeroed, tiled f32 accumulator; a last
+//!   launch writes dQ from it. The order of the additions varies
 //!   from run to run (the plan's behavior notes say non-deterministic).
 //! - Under a causal mask the CTAs take their tiles heaviest first (`fa90_work`), and the dK/dV
 //!   kernel walks a K/V tile's q tiles from the last one down (`FA_QTILE`).
@@ -144,6 +145,14 @@ __device__ __forceinline__ void fa90_block(float (&acc)[32], unsigned sa, unsign
 "#;
 
 const DKDV: &str = r#"
+// One bulk reduction of a staged 64 x 64 f32 dQ tile (at st) into its 16 KiB block of the
+// accumulator (query rows i0.., channels 64c..).
+__device__ __forceinline__ void fa90_dq_reduce(void* dqa_p, unsigned st, i64 bi, i64 h, i64 i0, int c) {
+    float* blk = reinterpret_cast<float*>(dqa_p) + ((((bi * FA_HQ + h) * FA_NQT) + i0 / 64) * (FA_D / 64) + c) * 4096;
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 16384;" :: "l"(blk), "r"(st) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
 // Adds a consumer's 64 x 64 f32 dQ tile (its step's query rows i0.., channels 64c..) into the
 // accumulator at dqa_p. With FA_DQ_BULK: into the consumer's staging buffer st (once the bulk
 // reduction of its previous tile has read it), then one bulk reduction into the tile's 16 KiB
@@ -153,8 +162,13 @@ const DKDV: &str = r#"
 __device__ __forceinline__ void fa90_dq_add(void* dqa_p, const float (&dq)[32], unsigned st, int tid, int cw, i64 bi, i64 h, i64 i0, i64 lq, int c) {
     const int w = tid >> 5, g = (tid & 31) >> 2, tg = tid & 3;
 #if FA_DQ_BULK
+#if FA_DQ_WARP
+    // The reducer warp (warp 2) has read the buffer's previous tile.
+    asm volatile("bar.sync %0, 160;" :: "r"(6 + cw) : "memory");
+#else
     if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
+#endif
     #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const unsigned r = (unsigned)(w * 16 + g + hh * 8);
@@ -165,12 +179,14 @@ __device__ __forceinline__ void fa90_dq_add(void* dqa_p, const float (&dq)[32], 
         }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#if FA_DQ_WARP
+    // Staged: the reducer warp adds it.
+    asm volatile("bar.arrive %0, 160;" :: "r"(4 + cw) : "memory");
+    (void)dqa_p; (void)bi; (void)h; (void)i0; (void)c;
+#else
     asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
-    if (tid == 0) {
-        float* blk = reinterpret_cast<float*>(dqa_p) + ((((bi * FA_HQ + h) * FA_NQT) + i0 / 64) * (FA_D / 64) + c) * 4096;
-        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 16384;" :: "l"(blk), "r"(st) : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    }
+    if (tid == 0) fa90_dq_reduce(dqa_p, st, bi, h, i0, c);
+#endif
     (void)lq;
 #else
     #pragma unroll
@@ -286,6 +302,32 @@ FA_INIT
                 mbar_arrive(QFULL(s));
             }
         }
+#if FA_ATOMIC_DQ && FA_DQ_BULK && FA_DQ_WARP
+        else if (warp == 2 && any) {
+            // The dQ reducer: consumer cw's staged tile of each step in which it has one (both
+            // every step at d = 128, consumer it % 2 at d = 64) added by one bulk reduction, its
+            // buffer handed back once read (named barriers 4 + cw: staged, 6 + cw: free; none
+            // after a consumer's last tile, so every barrier ends complete).
+            constexpr int EVERY = FA_D == 128 ? 1 : 2;
+            for (int cw = 0; cw < 2; ++cw) {
+                if (total > (EVERY == 1 ? 0 : cw)) asm volatile("bar.arrive %0, 160;" :: "r"(6 + cw) : "memory");
+            }
+            for (i64 it = 0; it < total; ++it) {
+                const i64 h = kh * FA_GROUP + it / nq, i0 = FA_QTILE(it) * FA_BQ;
+                for (int cw = 0; cw < 2; ++cw) {
+                    if (EVERY == 2 && (int)(it & 1) != cw) continue;
+                    asm volatile("bar.sync %0, 160;" :: "r"(4 + cw) : "memory");
+                    if (lane == 0) {
+                        fa90_dq_reduce(dqa_p, sDQ + cw * DQT_BYTES, bi, h, i0, EVERY == 1 ? (int)((it + cw) & 1) : 0);
+                        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                    }
+                    __syncwarp();
+                    if (it + EVERY < total) asm volatile("bar.arrive %0, 160;" :: "r"(6 + cw) : "memory");
+                }
+            }
+            if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
+#endif
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
@@ -405,7 +447,7 @@ FA_INIT
 #endif
             }
         }
-#if FA_DQ_BULK
+#if FA_DQ_BULK && !FA_DQ_WARP
         if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
         #pragma unroll
@@ -585,6 +627,14 @@ fn dq_bulk() -> bool {
     !super::switched_off("FERRODNN_ATTN_DQ_BULK")
 }
 
+/// Whether a reducer warp of the producer warpgroup issues the atomic path's bulk reductions
+/// (the consumers only stage their tiles and signal; measured on the H100, bench/NOTES.md
+/// session 15: +3-4% on every backward row over the consumers issuing them;
+/// `FERRODNN_ATTN_DQ_WARP=0` turns it off to compare).
+fn dq_warp() -> bool {
+    !super::switched_off("FERRODNN_ATTN_DQ_WARP")
+}
+
 fn dq_shared(p: &Problem) -> usize {
     (Q_BM * (p.d + p.d_v) * 2 + 2 * Q_BN * (p.d + p.d_v) * 2) as usize + 1024 + 64
 }
@@ -601,7 +651,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     let acc_rows = if bulk { nqt * 64 } else { p.s_q };
     let base = bwd::base_defines(p, ports, &c, Dbias::None, true)
         + &hopper::heavy_first()
-        + &format!("#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n", bulk as i32);
+        + &format!("#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n#define FA_DQ_WARP {}\n", bulk as i32, dq_warp() as u8);
     let init = fa_init(&c);
     let common = format!(
         "{}{}{}{}{}{SCORES}",
