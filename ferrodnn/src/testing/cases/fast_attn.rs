@@ -354,8 +354,8 @@ fn forward() -> Vec<Spec> {
     v.push(Spec::new("fwd90_bias_alibi_dv64", F16).b(1).dims(128, 64).seq(200, 300).bias([1, 2, 200, 300]).attrs(|a| a.alibi = true));
     v.push(Spec::new("fwd90_bshd", Bf16).b(1).layout(Layout::Bshd).dims(128, 128).seq(260, 450).stats_f32());
     v.push(Spec::new("fwd90_gaps_d64_dv128", F16).b(1).layout(Layout::Gaps).dims(64, 128).seq(129, 257));
-    // Head dim 64 without a mask (K/V tiles of 256 keys): both stages turn over, a partial last
-    // tile, GQA.
+    // Head dim 64 without a mask (the persistent kernel): six K/V tiles, so both stages turn
+    // over several times, a partial last tile, GQA.
     v.push(Spec::new("fwd90_d64_long", Bf16).b(1).heads(2, 1).seq(200, 700));
     v
 }

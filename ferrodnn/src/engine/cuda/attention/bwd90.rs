@@ -18,8 +18,8 @@
 //!   goes to one consumer a step, after the dK product), staged as 64 x 64 f32 tiles in shared
 //!   memory and added with bulk reductions (`cp.reduce.async.bulk .add.f32`, issued by a
 //!   reducer warp of the producer warpgroup) into a zeroed, tiled f32 accumulator; a last
-//!   launch writes dQ from it. The order of the additions varies
-//!   from run to run (the plan's behavior notes say non-deterministic).
+//!   launch writes dQ from it. The order of the additions varies from run to run (the plan's
+//!   behavior notes say non-deterministic).
 //! - Under a causal mask the CTAs take their tiles heaviest first (`fa90_work`), and the dK/dV
 //!   kernel walks a K/V tile's q tiles from the last one down (`FA_QTILE`).
 //!
@@ -156,9 +156,10 @@ __device__ __forceinline__ void fa90_dq_reduce(void* dqa_p, unsigned st, i64 bi,
 // Adds a consumer's 64 x 64 f32 dQ tile (its step's query rows i0.., channels 64c..) into the
 // accumulator at dqa_p. With FA_DQ_BULK: into the consumer's staging buffer st (once the bulk
 // reduction of its previous tile has read it), then one bulk reduction into the tile's 16 KiB
-// block (full L2 lines instead of 8-byte reductions); row r's float pair p sits at pair
-// p ^ 4 (r % 8) (r % 8 is g: conflict-free stores), which ACC_DQ undoes. Otherwise vector
-// reductions straight from the registers.
+// block (full L2 lines instead of 8-byte reductions), issued by the reducer warp with
+// FA_DQ_WARP, else by the consumer's thread 0; row r's float pair p sits at pair p ^ 4 (r % 8)
+// (r % 8 is g: conflict-free stores), which ACC_DQ undoes. Otherwise vector reductions
+// straight from the registers.
 __device__ __forceinline__ void fa90_dq_add(void* dqa_p, const float (&dq)[32], unsigned st, int tid, int cw, i64 bi, i64 h, i64 i0, i64 lq, int c) {
     const int w = tid >> 5, g = (tid & 31) >> 2, tg = tid & 3;
 #if FA_DQ_BULK
