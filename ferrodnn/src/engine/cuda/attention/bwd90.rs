@@ -145,6 +145,16 @@ __device__ __forceinline__ void fa90_block(float (&acc)[32], unsigned sa, unsign
 "#;
 
 const DKDV: &str = r#"
+// The 64-channel chunk of dQ that consumer cw adds at step it, or -1: at d = 128 chunk
+// (it + cw) % 2 for each consumer every step, at d = 64 chunk 0 for consumer it % 2.
+__device__ __forceinline__ int fa90_dq_chunk(i64 it, int cw) {
+#if FA_D == 128
+    return (int)((it + cw) & 1);
+#else
+    return (int)(it & 1) == cw ? 0 : -1;
+#endif
+}
+
 // One bulk reduction of a staged 64 x 64 f32 dQ tile (at st) into its 16 KiB block of the
 // accumulator (query rows i0.., channels 64c..).
 __device__ __forceinline__ void fa90_dq_reduce(void* dqa_p, unsigned st, i64 bi, i64 h, i64 i0, int c) {
@@ -316,10 +326,11 @@ FA_INIT
             for (i64 it = 0; it < total; ++it) {
                 const i64 h = kh * FA_GROUP + it / nq, i0 = FA_QTILE(it) * FA_BQ;
                 for (int cw = 0; cw < 2; ++cw) {
-                    if (EVERY == 2 && (int)(it & 1) != cw) continue;
+                    const int c = fa90_dq_chunk(it, cw);
+                    if (c < 0) continue;
                     asm volatile("bar.sync %0, 160;" :: "r"(4 + cw) : "memory");
                     if (lane == 0) {
-                        fa90_dq_reduce(dqa_p, sDQ + cw * DQT_BYTES, bi, h, i0, EVERY == 1 ? (int)((it + cw) & 1) : 0);
+                        fa90_dq_reduce(dqa_p, sDQ + cw * DQT_BYTES, bi, h, i0, c);
                         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                     }
                     __syncwarp();
@@ -407,7 +418,7 @@ FA_INIT
                 for (int ks = 0; ks < FA_BQ / 32; ++ks) fa90_mma_d(dk, da[ks], make_desc(sq + ks * 2048u, FA_BQ * 128u, 1024u));
                 wgmma_commit();
                 asm volatile("bar.sync 1, 256;" ::: "memory");
-                const int c = (int)((it + cw) & 1);
+                const int c = fa90_dq_chunk(it, cw);
                 float dq[32];
                 #pragma unroll
                 for (int ks = 0; ks < FA_BK / 16; ++ks) fa90_mma_dq(dq, make_desc(sds + ks * 2048u, DS_BYTES, 1024u), make_desc(sK + c * (FA_BK * 128u) + ks * 2048u, FA_BK * 128u, 1024u), ks > 0 ? 1 : 0);
@@ -435,7 +446,7 @@ FA_INIT
                 // bench/NOTES.md, session 15). The buffer is written again two steps later, after
                 // the next step's barrier, which this warpgroup passes only once its product here
                 // has completed.
-                if ((int)(it & 1) == cw) {
+                if (fa90_dq_chunk(it, cw) == 0) {
                     float dq[32];
                     wgmma_fence();
                     #pragma unroll
