@@ -22,7 +22,7 @@ def main():
         buf = ctypes.create_string_buffer(n.value)
         lib.nvrtcGetProgramLog(prog, buf)
         log = buf.value.decode(errors="replace")
-        keep = [l.strip() for l in log.splitlines() if any(k in l for k in ("registers", "spill", "error", "warning", "bytes stack"))]
+        keep = [l.strip() for l in log.splitlines() if any(k in l for k in ("registers", "spill", "error", "warning", "bytes stack", "Performance Loss"))]
         print(f"== {os.path.basename(path)} rc={r}")
         for l in keep:
             print("   ", l)

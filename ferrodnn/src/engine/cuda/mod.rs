@@ -41,7 +41,9 @@ pub mod tma;
 pub use cache::{CacheStats, KernelCache, KernelKey};
 pub use engine::{kernel_sources, CudaEngine, SharedStream, Target};
 pub use module::{synchronize_timeout, Event, Function, FunctionAttributes, Module};
-pub use nvrtc::{compile_cached, compile_cubin, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, CompileOptions, HeaderSearch, NvrtcInfo};
+pub use nvrtc::{
+    compile_cached, compile_cubin, compile_cubin_logged, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, CompileOptions, HeaderSearch, NvrtcInfo, WGMMA_SERIALIZED,
+};
 pub use runtime::{device_count, driver_version, CudaDevice, DeviceBuffer, DeviceInfo, Stream, MIN_COMPUTE_CAPABILITY};
 
 /// True when a CUDA driver is installed and sees at least one GPU ferrodnn supports (sm_80 or

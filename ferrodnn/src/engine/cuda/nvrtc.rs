@@ -420,6 +420,16 @@ impl Program {
 /// Compile `source` (CUDA C++) for `opts.arch` and return the cubin. `name` names the program
 /// in NVRTC's messages. Errors carry NVRTC's log.
 pub fn compile_cubin(source: &str, name: &str, opts: &CompileOptions) -> Result<Vec<u8>> {
+    compile_cubin_logged(source, name, opts).map(|(cubin, _)| cubin)
+}
+
+/// What ptxas says when it makes every `wgmma` of a function wait for the one before (for lack
+/// of registers, say): a Hopper kernel compiled so runs correctly at a fraction of its speed.
+pub const WGMMA_SERIALIZED: &str = "wgmma.mma_async instructions are serialized";
+
+/// [`compile_cubin`], with NVRTC's log of a successful compilation: ptxas's performance notes
+/// ("Potential Performance Loss: ...", [`WGMMA_SERIALIZED`]) are there.
+pub fn compile_cubin_logged(source: &str, name: &str, opts: &CompileOptions) -> Result<(Vec<u8>, String)> {
     opts.check_arch()?;
     nvrtc()?;
     let headers = cuda_include_dir();
@@ -467,7 +477,7 @@ pub fn compile_cubin(source: &str, name: &str, opts: &CompileOptions) -> Result<
     if r != sys::nvrtcResult::NVRTC_SUCCESS {
         return Err(Error::Device(format!("kernel `{name}`: nvrtcGetCUBIN failed: {}", nvrtc_error(r))));
     }
-    Ok(cubin)
+    Ok((cubin, log))
 }
 
 /// Compile through a [`KernelCache`](super::KernelCache): the key covers the source, the

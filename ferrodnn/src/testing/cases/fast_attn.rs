@@ -417,6 +417,10 @@ fn backward() -> Vec<Spec> {
     v.push(Spec::new("bwd_mqa", F16).heads(4, 1).seq(130, 33).dims(128, 128).bwd(Alone));
     v.push(Spec::new("bwd_decode_gqa", Bf16).heads(8, 2).seq(1, 200).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
     v.push(Spec::new("bwd_paged_fallback", Bf16).heads(4, 2).seq(65, 192).paged(32, 6).bwd(Alone));
+    // The Hopper kernels at d = 128 over many steps (each CTA's three Q/dO stages turn over
+    // several times; partial last tiles), GQA, and causal.
+    v.push(Spec::new("bwd90_d128_long_gqa", Bf16).b(1).heads(4, 2).dims(128, 128).seq(300, 700).bwd(Alone));
+    v.push(Spec::new("bwd90_d128_causal_br_long", F16).b(1).dims(128, 128).seq(520, 520).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
     // Everything at once.
     let all = |a: &mut SdpaAttrs| {
         a.causal = Some(BottomRight);

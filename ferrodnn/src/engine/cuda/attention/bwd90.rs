@@ -276,7 +276,11 @@ FA_INIT
     }
     __syncthreads();
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        // The producer keeps 24 registers so that each consumer thread gets 240: with 232, at
+        // d = 128 (dK, dV, S, dP and P or dS fragments live at once) ptxas serialized every
+        // wgmma (C7512, each one waiting for the one before; bench/NOTES.md, session 16). Its
+        // loops stay rolled (`unroll 1`) to fit.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         if (warp == 0 && lane == 0 && any) {
             // K and V once; then Q and dO of step `it`: query head kh * GROUP + it / nq, q tile
@@ -286,6 +290,7 @@ FA_INIT
             for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sK + c * (FA_BK * 128u), &tk, kvbar, c * 64, (int)j0, (int)kh, (int)bi);
             #pragma unroll
             for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sV + c * (FA_BK * 128u), &tv, kvbar, c * 64, (int)j0, (int)kh, (int)bi);
+            #pragma unroll 1
             for (i64 it = 0; it < total; ++it) {
                 const int s = (int)(it % FA_QS);
                 const unsigned ph = (unsigned)(it / FA_QS) & 1u;
@@ -299,6 +304,7 @@ FA_INIT
             }
         } else if (warp == 1 && any) {
             // lse (log2 units) and D of each step's rows into shared memory.
+            #pragma unroll 1
             for (i64 it = 0; it < total; ++it) {
                 const int s = (int)(it % FA_QS);
                 const unsigned ph = (unsigned)(it / FA_QS) & 1u;
@@ -323,6 +329,7 @@ FA_INIT
             for (int cw = 0; cw < 2; ++cw) {
                 if (total > (EVERY == 1 ? 0 : cw)) asm volatile("bar.arrive %0, 160;" :: "r"(6 + cw) : "memory");
             }
+            #pragma unroll 1
             for (i64 it = 0; it < total; ++it) {
                 const i64 h = kh * FA_GROUP + it / nq, i0 = FA_QTILE(it) * FA_BQ;
                 for (int cw = 0; cw < 2; ++cw) {
@@ -341,7 +348,7 @@ FA_INIT
         }
 #endif
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
         const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
         // This warpgroup's keys jw0 .. jw0 + 63; this thread's jt and jt + 8.
         const i64 jw0 = j0 + cw * 64, jt = jw0 + w * 16 + g;
@@ -538,13 +545,16 @@ FA_INIT
     }
     __syncthreads();
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        // 24 / 240 registers as in the dK/dV kernel (with 232, ptxas serialized the wgmmas of
+        // the ALiBi variant).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (threadIdx.x == 0 && any) {
             mbar_expect_tx(qbar, Q_BYTES + O_BYTES);
             #pragma unroll
             for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sQ + c * (FA_BM * 128u), &tq, qbar, c * 64, (int)q0, (int)h, (int)bi);
             #pragma unroll
             for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sO + c * (FA_BM * 128u), &tdo, qbar, c * 64, (int)q0, (int)h, (int)bi);
+            #pragma unroll 1
             for (int t = t0; t < t1; ++t) {
                 const int s = (t - t0) & 1;
                 const unsigned ph = ((t - t0) >> 1) & 1;
@@ -557,7 +567,7 @@ FA_INIT
             }
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
         const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
         const i64 wq0 = q0 + cw * 64, r0 = wq0 + w * 16 + g;
         // lse (log2 units) and D of rows r0 and r0 + 8.

@@ -308,8 +308,14 @@ impl<'a> Problem<'a> {
         }
         if a.alibi {
             let slopes = alibi_slopes(self.h_q as usize);
-            let cases: String = slopes.iter().enumerate().map(|(h, x)| format!("        case {h}: return {};\n", c_float(*x))).collect();
-            s += &format!("__device__ __forceinline__ float fa_slope(i64 h) {{\n    switch ((int)h) {{\n{cases}        default: return 0.0f;\n    }}\n}}\n");
+            // A table in constant memory, not a switch: ptxas compiled the switch to an indirect
+            // branch, across which it serialized a Hopper kernel's wgmmas (C7511).
+            let list: Vec<String> = slopes.iter().map(|x| c_float(*x)).collect();
+            let n = list.len();
+            s += &format!(
+                "__constant__ float fa_slopes[{n}] = {{{}}};\n__device__ __forceinline__ float fa_slope(i64 h) {{\n    return h >= 0 && h < {n} ? fa_slopes[h] : 0.0f;\n}}\n",
+                list.join(", ")
+            );
         }
         Common { defines: s, params, args, init }
     }
