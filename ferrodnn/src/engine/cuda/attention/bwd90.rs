@@ -411,7 +411,7 @@ FA_INIT
                 // Visible to wgmma (the async proxy), then to both consumers.
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
-#if FA_ATOMIC_DQ && FA_D == 128
+#if FA_ATOMIC_DQ && FA_SPLIT_DK
                 // dK += dS^T Q in two halves around this step's dQ product (FlashAttention-3's
                 // order), so that the tensor cores have work while this warpgroup waits at the
                 // barrier and while it stages dQ: first half; barrier (both halves of dS^T
@@ -448,19 +448,20 @@ FA_INIT
                 wgmma_wait0();
                 mbar_arrive(QEMPTY(s));
 #if FA_ATOMIC_DQ
-                // d = 64: the step's one chunk of dQ += dS K by consumer it % 2, after the barrier
-                // and the dK product (FlashAttention-3's order, as at d = 128, was 16% slower here:
-                // bench/NOTES.md, session 15). The buffer is written again two steps later, after
-                // the next step's barrier, which this warpgroup passes only once its product here
-                // has completed.
-                if (fa90_dq_chunk(it, cw) == 0) {
+                // Without the split (d = 64, where FlashAttention-3's order was 16% slower:
+                // bench/NOTES.md, session 15): this warpgroup's chunk of dQ += dS K, if it has one
+                // at this step, after the barrier and the dK product. The buffer is written again
+                // two steps later, after the next step's barrier, which this warpgroup passes only
+                // once its product here has completed.
+                const int c = fa90_dq_chunk(it, cw);
+                if (c >= 0) {
                     float dq[32];
                     wgmma_fence();
                     #pragma unroll
-                    for (int ks = 0; ks < FA_BK / 16; ++ks) fa90_mma_dq(dq, make_desc(sds + ks * 2048u, DS_BYTES, 1024u), make_desc(sK + ks * 2048u, FA_BK * 128u, 1024u), ks > 0 ? 1 : 0);
+                    for (int ks = 0; ks < FA_BK / 16; ++ks) fa90_mma_dq(dq, make_desc(sds + ks * 2048u, DS_BYTES, 1024u), make_desc(sK + c * (FA_BK * 128u) + ks * 2048u, FA_BK * 128u, 1024u), ks > 0 ? 1 : 0);
                     wgmma_commit();
                     wgmma_wait0();
-                    fa90_dq_add(dqa_p, dq, sDQ + cw * DQT_BYTES, tid, cw, bi, h, i0, lq, 0);
+                    fa90_dq_add(dqa_p, dq, sDQ + cw * DQT_BYTES, tid, cw, bi, h, i0, lq, c);
                 }
 #endif
 #endif
@@ -639,7 +640,7 @@ fn dkdv_shared(p: &Problem, atomic: bool, qs: i64) -> usize {
 
 /// Stages of Q and dO in the dK/dV kernel: three keep more loads in flight while the two
 /// consumers hold a stage for a whole step (measured on the H100 against two: +5% on the causal
-/// backward, the same elsewhere).
+/// backward, the same elsewhere; `FERRODNN_ATTN_BWD_QS=2` to compare).
 const KV_QS: i64 = 3;
 
 /// Whether the atomic path adds dQ by bulk reductions of staged tiles (measured on the H100,
@@ -655,6 +656,13 @@ fn dq_bulk() -> bool {
 /// `FERRODNN_ATTN_DQ_WARP=0` turns it off to compare).
 fn dq_warp() -> bool {
     !super::switched_off("FERRODNN_ATTN_DQ_WARP")
+}
+
+/// Whether the atomic path at d = 128 issues each step's dQ product between the two halves of
+/// the dK product (FlashAttention-3's order; `FERRODNN_ATTN_BWD_SPLIT_DK=0` issues it after the
+/// whole dK product, as at d = 64, to compare).
+fn split_dk() -> bool {
+    !super::switched_off("FERRODNN_ATTN_BWD_SPLIT_DK")
 }
 
 fn dq_shared(p: &Problem) -> usize {
@@ -673,7 +681,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     let acc_rows = if bulk { nqt * 64 } else { p.s_q };
     let base = bwd::base_defines(p, ports, &c, Dbias::None, true)
         + &hopper::heavy_first()
-        + &format!("#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n#define FA_DQ_WARP {}\n", bulk as i32, dq_warp() as u8);
+        + &format!("#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n#define FA_DQ_WARP {}\n#define FA_SPLIT_DK {}\n", bulk as i32, dq_warp() as u8, (p.d == 128 && split_dk()) as u8);
     let init = fa_init(&c);
     let common = format!(
         "{}{}{}{}{}{SCORES}",
@@ -793,7 +801,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and
     // they pay.
     let atomic = target.allow_atomics && super::atomic_dq_pays(p.attrs);
-    let qs = KV_QS;
+    let qs = std::env::var("FERRODNN_ATTN_BWD_QS").ok().and_then(|v| v.parse().ok()).filter(|q| (2..=3).contains(q)).unwrap_or(KV_QS);
     if dq_shared(p).max(dkdv_shared(p, atomic, qs)) > 227 * 1024 {
         return None;
     }
