@@ -50,7 +50,7 @@ fn shared_bytes(p: &Problem, persist: bool) -> usize {
 /// causal shapes 20-30% slower (the static assignment of items to CTAs leaves some CTAs with
 /// far more work). `FERRODNN_ATTN_PERSIST=0` turns it off to compare.
 fn persistent(p: &Problem) -> bool {
-    super::unmasked(p.attrs) && p.s_kv > 0 && (p.s_kv + BN - 1) / BN <= 16 && !super::switched_off("FERRODNN_ATTN_PERSIST")
+    super::unmasked(p.attrs) && (p.s_kv + BN - 1) / BN <= 16 && !super::switched_off("FERRODNN_ATTN_PERSIST")
 }
 
 const BODY: &str = r#"
@@ -412,130 +412,6 @@ FA_INIT
                 }
             }
         }
-#if FA_FLOW
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
-        const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
-        float sc[FA_BN / 2];
-        u32 pf[FA_BN / 16][4];
-        float alpha[2];
-        float m[2] = {FA_NINF, FA_NINF};
-        float l2[2] = {0.0f, 0.0f};
-        float o[FA_DV / 2];
-        #pragma unroll
-        for (int i = 0; i < FA_DV / 2; ++i) o[i] = 0.0f;
-        // Normalize item `it`'s O (row maxima mm, sums ll) and store it, with its stats; empty
-        // rows (every key masked) give o = 0, stats = +inf.
-        auto finish = [&](const Item& it, const float (&mm)[2], const float (&ll)[2]) {
-            const i64 r0 = it.q0 + cw * 64 + w * 16 + g;
-            #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                float lsum = ll[hh];
-                lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
-                lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
-                const i64 i = r0 + hh * 8;
-                const bool empty = i >= it.lq || mm[hh] == FA_NINF || !(lsum > 0.0f);
-                const float inv = empty ? 0.0f : FA_KEEP_SCALE / lsum;
-                if (i < FA_SQ) {
-                    fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, it.bi * O_S0 + it.h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
-#if FA_HAS_STATS
-                    if (tg == 0) ST_STATS(stats_p, it.bi * ST_S0 + it.h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(mm[hh] * FA_LN2 + logf(lsum)));
-#endif
-                }
-            }
-        };
-        // Softmax of item it's K/V tile t (fresh row state when the item starts).
-        auto softmax = [&](const Item& it, int t) {
-            const i64 wq0 = it.q0 + cw * 64;
-            fa90_softmax(A, sc, m, l2, alpha, wq0 + w * 16 + g, wq0, (i64)t * FA_BN, it.lq, it.lkv, it.off, it.bi, it.h, tg);
-        };
-        i64 l = blockIdx.x;
-        if (l < NT) {
-            // One stream of K/V tiles over the CTA's items (every item has keys: no mask, s_kv >
-            // 0): each step issues the next tile's scores (the next item's first tile at an
-            // item's end) with the current tile's P V, so that an item's last P V and O store
-            // overlap the next item's first scores and softmax instead of draining the pipeline
-            // per item. The turns run on across items: consumer 1 lets consumer 0 go first once,
-            // and the last turn of consumer 1 passes nothing.
-#if FA_PINGPONG
-            if (cw == 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
-#endif
-            Item cur = item(l);
-            int n = 0, c = 0, t = cur.t0;
-            mbar_wait(QFULL(0), 0u);
-            {
-                mbar_wait(KFULL(0), 0u);
-                fa90_turn_begin(cw);
-                wgmma_fence();
-                fa90_scores(sc, sQ + cw * 8192u, sK);
-                wgmma_commit();
-                fa90_turn_end(cw, true);
-                wgmma_wait0();
-                mbar_arrive(KEMPTY(0));
-                softmax(cur, t);
-                fa90_pack<FA_BN>(pf, sc);
-            }
-            for (;;) {
-                // The next tile: t + 1 of this item, or the first of the next item.
-                const bool same = t + 1 < cur.t1;
-                if (!same && l + (i64)gridDim.x >= NT) break;
-                const Item nxt = same ? cur : item(l + (i64)gridDim.x);
-                const int qn = same ? (n & 1) : ((n + 1) & 1);
-                if (!same) mbar_wait(QFULL(qn), (unsigned)((n + 1) >> 1) & 1u);
-                const int cc = c + 1, s = cc & 1, ps = s ^ 1;
-                mbar_wait(KFULL(s), ((unsigned)cc >> 1) & 1u);
-                mbar_wait(VFULL(ps), ((unsigned)c >> 1) & 1u);
-                fa90_turn_begin(cw);
-                wgmma_fence();
-                fa90_scores(sc, sQ + qn * Q_BYTES + cw * 8192u, sK + s * K_BYTES);
-                wgmma_commit();
-                fa90_pv(o, pf, sV + ps * V_BYTES);
-                wgmma_commit();
-                fa90_turn_end(cw, true);
-                // Scores done (the P V may still run): free K, softmax while P V runs.
-                wgmma_wait1();
-                mbar_arrive(KEMPTY(s));
-                float mo[2] = {m[0], m[1]}, lo[2] = {l2[0], l2[1]};
-                if (!same) {
-                    m[0] = m[1] = FA_NINF;
-                    l2[0] = l2[1] = 0.0f;
-                }
-                const int tn = same ? t + 1 : nxt.t0;
-                softmax(nxt, tn);
-                wgmma_wait0();
-                mbar_arrive(VEMPTY(ps));
-                if (same) {
-                    fa90_rescale(o, alpha);
-                } else {
-                    // Item done: its Q buffer takes item n + 2; O stored, then zeroed for the next.
-                    mbar_arrive(QEMPTY(n & 1));
-                    finish(cur, mo, lo);
-                    #pragma unroll
-                    for (int i = 0; i < FA_DV / 2; ++i) o[i] = 0.0f;
-                    cur = nxt;
-                    l += gridDim.x;
-                    ++n;
-                }
-                t = tn;
-                c = cc;
-                fa90_pack<FA_BN>(pf, sc);
-            }
-            {
-                const int s = c & 1;
-                mbar_wait(VFULL(s), ((unsigned)c >> 1) & 1u);
-                fa90_turn_begin(cw);
-                wgmma_fence();
-                fa90_pv(o, pf, sV + s * V_BYTES);
-                wgmma_commit();
-                fa90_turn_end(cw, cw == 0);
-                wgmma_wait0();
-                mbar_arrive(VEMPTY(s));
-            }
-            mbar_arrive(QEMPTY(n & 1));
-            finish(cur, m, l2);
-        }
-    }
-#else
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
         const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
@@ -631,7 +507,6 @@ FA_INIT
             }
         }
     }
-#endif
 #undef KFULL
 #undef VFULL
 #undef KEMPTY
@@ -640,12 +515,6 @@ FA_INIT
 #undef QEMPTY
 }
 "#;
-
-/// Whether the persistent kernel's consumers run one stream of K/V tiles across their items
-/// (FA_FLOW); `FERRODNN_ATTN_FLOW=0` restarts the pipeline per item, to compare.
-fn flow() -> bool {
-    !super::switched_off("FERRODNN_ATTN_FLOW")
-}
 
 /// Whether the consumers take turns (FA_PINGPONG); `FERRODNN_ATTN_PINGPONG=0` turns it off to
 /// compare (a tuning switch for the benchmark).
@@ -676,7 +545,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let persist = persistent(p);
     let qt = (p.s_q + BM - 1) / BM;
     if persist {
-        defs += &format!("#define FA_QT {qt}LL\n#define FA_FLOW {}\n", flow() as u8);
+        defs += &format!("#define FA_QT {qt}LL\n");
     }
     let body = format!("{BODY}{}", if persist { KERNEL_PERSIST } else { KERNEL });
     let body = body.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
