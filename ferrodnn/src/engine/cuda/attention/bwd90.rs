@@ -347,9 +347,16 @@ FA_INIT
             for (int cw = 0; cw < 2; ++cw) {
                 if (total > (EVERY == 1 ? 0 : cw)) asm volatile("bar.arrive %0, 160;" :: "r"(6 + cw) : "memory");
             }
-            // With FA_DQ_STREAM, each reduction is counted once it has completed: the one before
-            // is, once this one has been read (bulk groups complete in order).
-            unsigned* prev = nullptr;
+            // With FA_DQ_STREAM, each reduction is counted once it has completed, two steps later
+            // (bulk groups complete in order; waiting for the last one to complete held up the
+            // staging buffers: bench/NOTES.md, session 16).
+            auto count_step = [&](i64 st) {
+                for (int cw = 0; cw < 2; ++cw) {
+                    const int c = fa90_dq_chunk(st, cw);
+                    if (c >= 0) fa90_dq_count(fa90_dq_counter(dqa_p, (((bi * FA_HQ + kh * FA_GROUP + st / nq) * FA_NQT) + FA_QTILE(st) * FA_BQ / 64) * (FA_D / 64) + c));
+                }
+            };
+            (void)count_step;
             #pragma unroll 1
             for (i64 it = 0; it < total; ++it) {
                 const i64 h = kh * FA_GROUP + it / nq, i0 = FA_QTILE(it) * FA_BQ;
@@ -360,23 +367,24 @@ FA_INIT
                     if (lane == 0) {
                         fa90_dq_reduce(dqa_p, sDQ + cw * DQT_BYTES, bi, h, i0, c);
                         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-#if FA_DQ_STREAM
-                        asm volatile("cp.async.bulk.wait_group 1;" ::: "memory");
-                        fa90_dq_count(prev);
-                        prev = fa90_dq_counter(dqa_p, (((bi * FA_HQ + h) * FA_NQT) + i0 / 64) * (FA_D / 64) + c);
-#endif
                     }
                     __syncwarp();
                     if (it + EVERY < total) asm volatile("bar.arrive %0, 160;" :: "r"(6 + cw) : "memory");
                 }
+#if FA_DQ_STREAM
+                // Steps it - 1 and it have 2 / EVERY bulk groups each: all before are complete.
+                if (lane == 0 && it >= 2) {
+                    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(4 / EVERY) : "memory");
+                    count_step(it - 2);
+                }
+#endif
             }
             if (lane == 0) {
                 asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #if FA_DQ_STREAM
-                fa90_dq_count(prev);
+                for (i64 st = total >= 2 ? total - 2 : 0; st < total; ++st) count_step(st);
 #endif
             }
-            (void)prev;
         }
 #endif
     } else {
@@ -581,16 +589,15 @@ const ACC_DQ_STREAM: &str = r#"
         }
     }
     __syncthreads();
-    // Thread x: row x / 4 of the tile, pairs 8 (x % 4) .. + 7 (swizzled as the dK/dV kernel
-    // stores them), read past L1.
-    const int rr = threadIdx.x >> 2, q = threadIdx.x & 3;
-    const i64 i = qt * 64 + rr;
-    if (i < FA_SQ) {
-        const float2* a = reinterpret_cast<const float2*>(reinterpret_cast<const float*>(dqa_p) + t * 4096 + rr * 64);
-        #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const int pp = q * 8 + k;
-            const float2 v = __ldcg(a + (pp ^ (4 * (rr % 8))));
+    // Warp w: rows w, w + 8, ...; lane: channel pair (swizzled as the dK/dV kernel stores
+    // them), so that a warp reads and writes one row's contiguous bytes; read past L1.
+    const int pp = threadIdx.x & 31;
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const int rr = (threadIdx.x >> 5) + 8 * k;
+        const i64 i = qt * 64 + rr;
+        if (i < FA_SQ) {
+            const float2 v = __ldcg(reinterpret_cast<const float2*>(reinterpret_cast<const float*>(dqa_p) + t * 4096 + rr * 64) + (pp ^ (4 * (rr % 8))));
             fa_store_dq(dq_p, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + (c * 64 + 2 * pp) * DQ_S3, v.x * FA_SCALE, v.y * FA_SCALE);
         }
     }
