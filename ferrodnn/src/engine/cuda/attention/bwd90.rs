@@ -144,15 +144,6 @@ __device__ __forceinline__ void fa90_block(float (&acc)[32], unsigned sa, unsign
 }
 "#;
 
-/// The dQ tile counters' address (the dK/dV kernel and [`ACC_DQ_STREAM`]).
-const DQ_COUNTER: &str = r#"
-// With FA_DQ_STREAM: the counter of accumulator tile t (reductions of it completed so far),
-// after the accumulator; the last launch converts a tile once its count is complete.
-__device__ __forceinline__ unsigned* fa90_dq_counter(void* dqa_p, i64 t) {
-    return reinterpret_cast<unsigned*>(reinterpret_cast<float*>(dqa_p) + (i64)FA_B * FA_HQ * FA_DQA_ROWS * FA_D) + t;
-}
-"#;
-
 const DKDV: &str = r#"
 // The 64-channel chunk of dQ that consumer cw adds at step it, or -1: at d = 128 chunk
 // (it + cw) % 2 for each consumer every step, at d = 64 chunk 0 for consumer it % 2.
@@ -170,15 +161,6 @@ __device__ __forceinline__ void fa90_dq_reduce(void* dqa_p, unsigned st, i64 bi,
     float* blk = reinterpret_cast<float*>(dqa_p) + ((((bi * FA_HQ + h) * FA_NQT) + i0 / 64) * (FA_D / 64) + c) * 4096;
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 16384;" :: "l"(blk), "r"(st) : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-
-// Counts one completed reduction (the bulk group's writes are done: order them, async proxy
-// first, before the release).
-__device__ __forceinline__ void fa90_dq_count(unsigned* cnt) {
-    if (cnt == nullptr) return;
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(cnt) : "memory");
 }
 
 // Adds a consumer's 64 x 64 f32 dQ tile (its step's query rows i0.., channels 64c..) into the
@@ -347,16 +329,6 @@ FA_INIT
             for (int cw = 0; cw < 2; ++cw) {
                 if (total > (EVERY == 1 ? 0 : cw)) asm volatile("bar.arrive %0, 160;" :: "r"(6 + cw) : "memory");
             }
-            // With FA_DQ_STREAM, each reduction is counted once it has completed, two steps later
-            // (bulk groups complete in order; waiting for the last one to complete held up the
-            // staging buffers: bench/NOTES.md, session 16).
-            auto count_step = [&](i64 st) {
-                for (int cw = 0; cw < 2; ++cw) {
-                    const int c = fa90_dq_chunk(st, cw);
-                    if (c >= 0) fa90_dq_count(fa90_dq_counter(dqa_p, (((bi * FA_HQ + kh * FA_GROUP + st / nq) * FA_NQT) + FA_QTILE(st) * FA_BQ / 64) * (FA_D / 64) + c));
-                }
-            };
-            (void)count_step;
             #pragma unroll 1
             for (i64 it = 0; it < total; ++it) {
                 const i64 h = kh * FA_GROUP + it / nq, i0 = FA_QTILE(it) * FA_BQ;
@@ -371,20 +343,8 @@ FA_INIT
                     __syncwarp();
                     if (it + EVERY < total) asm volatile("bar.arrive %0, 160;" :: "r"(6 + cw) : "memory");
                 }
-#if FA_DQ_STREAM
-                // Steps it - 1 and it have 2 / EVERY bulk groups each: all before are complete.
-                if (lane == 0 && it >= 2) {
-                    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(4 / EVERY) : "memory");
-                    count_step(it - 2);
-                }
-#endif
             }
-            if (lane == 0) {
-                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#if FA_DQ_STREAM
-                for (i64 st = total >= 2 ? total - 2 : 0; st < total; ++st) count_step(st);
-#endif
-            }
+            if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         }
 #endif
     } else {
@@ -525,11 +485,10 @@ FA_INIT
 }
 "#;
 
-/// The f32 dQ accumulator of the atomic path (and with FA_DQ_STREAM its tile counters, padded
-/// to 16 bytes), zeroed (16 bytes a thread).
+/// The f32 dQ accumulator of the atomic path, zeroed (16 bytes a thread).
 const ZERO_ACC: &str = r#"
 {
-    GRID_STRIDE(e, (FA_B * FA_HQ * FA_DQA_ROWS * FA_D + FA_DQ_STREAM * FA_DQ_TILES4) / 4) {
+    GRID_STRIDE(e, FA_B * FA_HQ * FA_DQA_ROWS * FA_D / 4) {
         asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};" :: "l"(reinterpret_cast<float*>(dqa_p) + 4 * e), "r"(0u) : "memory");
     }
 }
@@ -551,57 +510,6 @@ const ACC_DQ: &str = r#"
 #endif
         fa_store_dq(dq_p, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + c * DQ_S3, a[0] * FA_SCALE, a[1] * FA_SCALE);
     }
-}
-"#;
-
-/// With FA_DQ_STREAM: dQ tile by tile, a CTA of 256 threads per 64 x 64 accumulator tile, each
-/// as soon as every K/V tile's CTA that adds to it has counted its reduction, not after the
-/// whole dK/dV kernel: launched as its programmatic dependent, this kernel starts once the
-/// last wave of that kernel has, and converts the tiles of finished heads while that wave
-/// runs. The count a tile needs follows the dK/dV kernel's rule for which query rows a K/V
-/// tile sees (no sliding window on this path). It waits for the dK/dV kernel before it exits
-/// (`pdl_site`), so that the launches after it see dK and dV.
-const ACC_DQ_STREAM: &str = r#"
-{
-    const i64 t = blockIdx.x;
-    const int c = (int)(t % (FA_D / 64));
-    const i64 qt = (t / (FA_D / 64)) % FA_NQT, h = (t / ((FA_D / 64) * FA_NQT)) % FA_HQ, bi = t / ((FA_D / 64) * FA_NQT * FA_HQ);
-    if (threadIdx.x == 0) {
-        const i64 lq = FA_SQ, lkv = FA_SKV, off = fa_diag_off(lq, lkv);
-        unsigned want = 0;
-        for (i64 j0 = 0; j0 < lkv; j0 += 128) {
-            i64 ilo = 0;
-#if FA_CAUSAL
-            ilo = fa_max(ilo, j0 - off);
-#endif
-            if (ilo < lq && ilo / 64 <= qt) ++want;
-        }
-        (void)off;
-        const unsigned* cnt = fa90_dq_counter(const_cast<void*>(dqa_p), t);
-        const long long start = clock64();
-        for (;;) {
-            unsigned v;
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt) : "memory");
-            if (v >= want) break;
-            // A count that never completes is a bug: fail the launch rather than hang.
-            if (clock64() - start > (1ll << 35)) __trap();
-            __nanosleep(256);
-        }
-    }
-    __syncthreads();
-    // Warp w: rows w, w + 8, ...; lane: channel pair (swizzled as the dK/dV kernel stores
-    // them), so that a warp reads and writes one row's contiguous bytes; read past L1.
-    const int pp = threadIdx.x & 31;
-    #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        const int rr = (threadIdx.x >> 5) + 8 * k;
-        const i64 i = qt * 64 + rr;
-        if (i < FA_SQ) {
-            const float2 v = __ldcg(reinterpret_cast<const float2*>(reinterpret_cast<const float*>(dqa_p) + t * 4096 + rr * 64) + (pp ^ (4 * (rr % 8))));
-            fa_store_dq(dq_p, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + (c * 64 + 2 * pp) * DQ_S3, v.x * FA_SCALE, v.y * FA_SCALE);
-        }
-    }
-    pdl_site();
 }
 "#;
 
@@ -757,12 +665,6 @@ fn split_dk() -> bool {
     !super::switched_off("FERRODNN_ATTN_BWD_SPLIT_DK")
 }
 
-/// Whether the atomic path converts dQ tile by tile as the tiles complete ([`ACC_DQ_STREAM`]);
-/// `FERRODNN_ATTN_DQ_STREAM=0` converts it after the whole dK/dV kernel, to compare.
-fn dq_stream() -> bool {
-    !super::switched_off("FERRODNN_ATTN_DQ_STREAM")
-}
-
 fn dq_shared(p: &Problem) -> usize {
     (Q_BM * (p.d + p.d_v) * 2 + 2 * Q_BN * (p.d + p.d_v) * 2) as usize + 1024 + 64
 }
@@ -776,16 +678,10 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     // with rows padded to whole tiles.
     let bulk = atomic && dq_bulk();
     let nqt = (p.s_q + 63) / 64;
-    // dQ converted tile by tile as the tiles complete (ACC_DQ_STREAM): with the reducer warp's
-    // bulk reductions, which count them. Its counters (one per tile, padded to 16 bytes).
-    // (The count a tile needs assumes no sliding window, as the atomic path does unless told.)
-    let stream = bulk && dq_warp() && dq_stream() && super::no_window(p.attrs);
-    let tiles = p.b * p.h_q * nqt * (p.d / 64);
-    let tiles4 = (tiles + 3) / 4 * 4;
     let acc_rows = if bulk { nqt * 64 } else { p.s_q };
     let base = bwd::base_defines(p, ports, &c, Dbias::None, true)
         + &hopper::heavy_first()
-        + &format!("#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n#define FA_DQ_WARP {}\n#define FA_SPLIT_DK {}\n#define FA_DQ_STREAM {}\n#define FA_DQ_TILES4 {}LL\n", bulk as i32, dq_warp() as u8, (p.d == 128 && split_dk()) as u8, stream as u8, tiles4);
+        + &format!("#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n#define FA_DQ_WARP {}\n#define FA_SPLIT_DK {}\n", bulk as i32, dq_warp() as u8, (p.d == 128 && split_dk()) as u8);
     let init = fa_init(&c);
     let common = format!(
         "{}{}{}{}{}{SCORES}",
@@ -834,10 +730,9 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     // dQ (deterministic), or the zeroed accumulator of the atomic path.
     let acc_elems = (p.b * p.h_q * acc_rows * p.d) as u64;
     if atomic {
-        let zeroed = acc_elems + if stream { tiles4 as u64 } else { 0 };
-        let zero = bwd::launch(p, &base, "", "attn_bwd_dq_zero_sm90", &["void* dqa_p".into()], vec![Arg::Scratch(1)], ZERO_ACC, None, zeroed / 4, 256, 0)?;
+        let zero = bwd::launch(p, &base, "", "attn_bwd_dq_zero_sm90", &["void* dqa_p".into()], vec![Arg::Scratch(1)], ZERO_ACC, None, acc_elems / 4, 256, 0)?;
         launches.insert(0, zero);
-        scratch.push(zeroed as usize * 4);
+        scratch.push(acc_elems as usize * 4);
     } else {
         let dq_defs = format!("{base}#define FA_BM {Q_BM}\n#define FA_BN {Q_BN}\n");
         let mut params = vec!["void* dq_p".to_string()];
@@ -860,7 +755,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     }
     params.extend(inputs);
     let what = if atomic { "attn_bwd_dkdv_dq_sm90" } else { "attn_bwd_dkdv_sm90" };
-    let mut kv = kernel(kv_defs, kv_store, what, params, &format!("{DQ_COUNTER}{DKDV}"), ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p, atomic, qs))?;
+    let mut kv = kernel(kv_defs, kv_store, what, params, DKDV, ((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b), dkdv_shared(p, atomic, qs))?;
     kv.args = maps(KV_BQ, KV_BK);
     kv.args.extend([Arg::Ptr(ports.dk), Arg::Ptr(ports.dv)]);
     if atomic {
@@ -870,17 +765,16 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     launches.push(kv);
 
     if atomic {
-        let (body, grid, threads) = if stream { (ACC_DQ_STREAM, Some((tiles, 1, 1)), tiles as u64 * 256) } else { (ACC_DQ, None, acc_elems / 2) };
         launches.push(bwd::launch(
             p,
             &base,
-            &format!("{dq_store}{DQ_COUNTER}"),
+            &dq_store,
             "attn_bwd_dq_acc_sm90",
             &["void* dq_p".into(), "const void* dqa_p".into()],
             vec![Arg::Ptr(ports.dq), Arg::Scratch(1)],
-            body,
-            grid,
-            threads,
+            ACC_DQ,
+            None,
+            acc_elems / 2,
             256,
             0,
         )?);
