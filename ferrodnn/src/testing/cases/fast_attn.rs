@@ -358,7 +358,8 @@ fn forward() -> Vec<Spec> {
     // over several times, a partial last tile, GQA.
     v.push(Spec::new("fwd90_d64_long", Bf16).b(1).heads(2, 1).seq(200, 700));
     // More work items than an H100 has SMs (144 for 132), so that persistent CTAs take two
-    // items and the K/V tile stream runs across an item's end (partial q and K/V tiles).
+    // items (the second's Q in the other buffer, the K/V ring running on; partial q and K/V
+    // tiles).
     v.push(Spec::new("fwd90_persist_items_d64_gqa", Bf16).b(3).heads(16, 4).seq(300, 257));
     v.push(Spec::new("fwd90_persist_items_d128_stats", F16).b(2).heads(36, 36).dims(128, 128).seq(200, 300).stats_f32());
     v
