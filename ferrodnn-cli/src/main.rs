@@ -98,6 +98,10 @@ enum Command {
         /// ids), e.g. to read ptxas's register report for the benchmark shapes.
         #[arg(long)]
         bench: Option<String>,
+        /// Compile each kernel afresh (not through the cache) and print ptxas's performance notes
+        /// ("Potential Performance Loss", waits it injected around wgmma), kernel by kernel.
+        #[arg(long)]
+        notes: bool,
     },
     /// Smoke-check the CUDA runtime on the GPU: NVRTC compile, kernel cache, module load, launches
     /// checked element by element against the CPU, wrapped streams, event timing, an mma.sync
@@ -125,8 +129,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::GpuCheckRuntime { out, device } => return gpu_smoke::main(device, out.as_deref()),
         Command::Ops { json } => ops(json),
-        Command::CompileCases { arch, sm_count, filter, experimental, dump, bench } => {
-            compile_cases(&arch, sm_count, filter.as_deref(), experimental, dump.as_deref(), bench.as_deref())
+        Command::CompileCases { arch, sm_count, filter, experimental, dump, bench, notes } => {
+            compile_cases(&arch, sm_count, filter.as_deref(), experimental, dump.as_deref(), bench.as_deref(), notes)
         }
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
@@ -255,8 +259,8 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 }
 
 /// See [`Command::CompileCases`].
-fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, experimental: bool, dump: Option<&std::path::Path>, suite: Option<&str>) -> Result<(), String> {
-    use ferrodnn::engine::cuda::{compile_cached, CompileOptions, KernelCache, Target};
+fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, experimental: bool, dump: Option<&std::path::Path>, suite: Option<&str>, notes: bool) -> Result<(), String> {
+    use ferrodnn::engine::cuda::{compile_cached, compile_cubin_logged, CompileOptions, KernelCache, Target};
     use rayon::prelude::*;
     let target = Target { experimental, ..Target::new(arch, sm_count) };
     let mut sources = std::collections::BTreeMap::new();
@@ -279,6 +283,38 @@ fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, experimental: 
         }
     }
     let opts = CompileOptions::new(arch);
+    if notes {
+        // ptxas's notes: "Potential Performance Loss: ..." and the C75xx lines on waits it
+        // injected around wgmma (each a sign of an operand register live across an async product).
+        let list: Vec<(&String, &String)> = sources.iter().collect();
+        let results: Vec<(String, Result<Vec<String>, String>)> = list
+            .par_iter()
+            .enumerate()
+            .map(|(i, (src, entry))| {
+                let r = compile_cubin_logged(src, entry, &opts)
+                    .map(|(_, log)| log.lines().filter(|l| l.contains("Potential Performance Loss") || l.contains(" is injected ")).map(|l| l.trim().to_string()).collect())
+                    .map_err(|e| e.to_string());
+                (format!("{entry}_{i}"), r)
+            })
+            .collect();
+        let mut failed = Vec::new();
+        let mut noted = 0;
+        for (name, r) in &results {
+            match r {
+                Ok(lines) if !lines.is_empty() => {
+                    noted += 1;
+                    println!("{name}:");
+                    for l in lines {
+                        println!("    {l}");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => failed.push(format!("{name}: {e}")),
+            }
+        }
+        println!("compiled {} kernels for {arch}; {noted} with ptxas performance notes; {} failed", results.len(), failed.len());
+        return if failed.is_empty() { Ok(()) } else { Err(failed.join("\n")) };
+    }
     let cache = KernelCache::global();
     let failed: Vec<String> = sources.par_iter().filter_map(|(src, entry)| compile_cached(cache, src, entry, &opts).err().map(|e| format!("{entry}: {e}"))).collect();
     println!("compiled {} kernels for {arch} into the kernel cache; {} failed", sources.len(), failed.len());
