@@ -260,7 +260,7 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 
 /// See [`Command::CompileCases`].
 fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, experimental: bool, dump: Option<&std::path::Path>, suite: Option<&str>, notes: bool) -> Result<(), String> {
-    use ferrodnn::engine::cuda::{compile_cached, compile_cubin_logged, CompileOptions, KernelCache, Target};
+    use ferrodnn::engine::cuda::{compile_cached, compile_cubin_logged, ptxas_perf_notes, CompileOptions, KernelCache, Target};
     use rayon::prelude::*;
     let target = Target { experimental, ..Target::new(arch, sm_count) };
     let mut sources = std::collections::BTreeMap::new();
@@ -284,16 +284,12 @@ fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, experimental: 
     }
     let opts = CompileOptions::new(arch);
     if notes {
-        // ptxas's notes: "Potential Performance Loss: ..." and the C75xx lines on waits it
-        // injected around wgmma (each a sign of an operand register live across an async product).
         let list: Vec<(&String, &String)> = sources.iter().collect();
         let results: Vec<(String, Result<Vec<String>, String>)> = list
             .par_iter()
             .enumerate()
             .map(|(i, (src, entry))| {
-                let r = compile_cubin_logged(src, entry, &opts)
-                    .map(|(_, log)| log.lines().filter(|l| l.contains("Potential Performance Loss") || l.contains(" is injected ")).map(|l| l.trim().to_string()).collect())
-                    .map_err(|e| e.to_string());
+                let r = compile_cubin_logged(src, entry, &opts).map(|(_, log)| ptxas_perf_notes(&log).into_iter().map(str::to_string).collect()).map_err(|e| e.to_string());
                 (format!("{entry}_{i}"), r)
             })
             .collect();

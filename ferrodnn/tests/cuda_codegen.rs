@@ -1,8 +1,8 @@
 //! Every kernel the CUDA engine generates for the check cases compiles with NVRTC for sm_80 and
 //! sm_90a, and no sm_90a kernel has its `wgmma`s serialized by ptxas (correct, but each product
 //! waiting for the one before: the d = 128 attention backward ran so for two sessions unseen,
-//! bench/NOTES.md, session 16). Needs no GPU; skips (saying so) when NVRTC is missing, unless FERRODNN_REQUIRE_NVRTC
-//! is set (as in CI), where a missing NVRTC fails.
+//! bench/NOTES.md, session 16). Needs no GPU; skips (saying so) when NVRTC is missing, unless
+//! FERRODNN_REQUIRE_NVRTC is set (as in CI), where a missing NVRTC fails.
 
 use ferrodnn::engine::cuda::{compile_cubin_logged, kernel_sources, nvrtc_available, CompileOptions, Target, WGMMA_SERIALIZED};
 use ferrodnn::testing::cases;

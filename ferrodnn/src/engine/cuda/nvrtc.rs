@@ -427,6 +427,13 @@ pub fn compile_cubin(source: &str, name: &str, opts: &CompileOptions) -> Result<
 /// of registers, say): a Hopper kernel compiled so runs correctly at a fraction of its speed.
 pub const WGMMA_SERIALIZED: &str = "wgmma.mma_async instructions are serialized";
 
+/// ptxas's performance notes in an NVRTC log: "Potential Performance Loss: ..." (serialized
+/// wgmmas among them) and the lines on waits it injected around wgmma (each a sign of an
+/// operand register live across an asynchronous product).
+pub fn ptxas_perf_notes(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains("Potential Performance Loss") || l.contains(" is injected ")).map(str::trim).collect()
+}
+
 /// [`compile_cubin`], with NVRTC's log of a successful compilation: ptxas's performance notes
 /// ("Potential Performance Loss: ...", [`WGMMA_SERIALIZED`]) are there.
 pub fn compile_cubin_logged(source: &str, name: &str, opts: &CompileOptions) -> Result<(Vec<u8>, String)> {

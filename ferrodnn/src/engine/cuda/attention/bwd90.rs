@@ -643,6 +643,10 @@ fn dkdv_shared(p: &Problem, atomic: bool, qs: i64) -> usize {
 /// backward, the same elsewhere; `FERRODNN_ATTN_BWD_QS=2` to compare).
 const KV_QS: i64 = 3;
 
+fn kv_qs() -> i64 {
+    std::env::var("FERRODNN_ATTN_BWD_QS").ok().and_then(|v| v.parse().ok()).filter(|q| (2..=3).contains(q)).unwrap_or(KV_QS)
+}
+
 /// Whether the atomic path adds dQ by bulk reductions of staged tiles (measured on the H100,
 /// bench/NOTES.md session 13: +7% at b4h16s4096d128, +13% at b16h16s1024d64 over vector
 /// reductions; `FERRODNN_ATTN_DQ_BULK=0` turns it off to compare).
@@ -681,7 +685,12 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     let acc_rows = if bulk { nqt * 64 } else { p.s_q };
     let base = bwd::base_defines(p, ports, &c, Dbias::None, true)
         + &hopper::heavy_first()
-        + &format!("#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n#define FA_DQ_WARP {}\n#define FA_SPLIT_DK {}\n", bulk as i32, dq_warp() as u8, (p.d == 128 && split_dk()) as u8);
+        + &format!(
+            "#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n#define FA_DQ_WARP {}\n#define FA_SPLIT_DK {}\n",
+            bulk as i32,
+            dq_warp() as u8,
+            (p.d == 128 && split_dk()) as u8
+        );
     let init = fa_init(&c);
     let common = format!(
         "{}{}{}{}{}{SCORES}",
@@ -801,7 +810,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and
     // they pay.
     let atomic = target.allow_atomics && super::atomic_dq_pays(p.attrs);
-    let qs = std::env::var("FERRODNN_ATTN_BWD_QS").ok().and_then(|v| v.parse().ok()).filter(|q| (2..=3).contains(q)).unwrap_or(KV_QS);
+    let qs = kv_qs();
     if dq_shared(p).max(dkdv_shared(p, atomic, qs)) > 227 * 1024 {
         return None;
     }
