@@ -485,7 +485,53 @@ FA_INIT
 }
 "#;
 
-/// The f32 dQ accumulator of the atomic path, zeroed (16 bytes a thread).
+/// `D_i = dO_i . O_i` into f32 scratch 0 with 16-byte loads, FA_DV / 8 threads a row (O and
+/// dO in the io type, rows 16-byte aligned); with FA_ZERO_ACC the same launch also zeroes the
+/// atomic path's f32 dQ accumulator (16 bytes a thread).
+const ROW_D_ZERO: &str = r#"
+__device__ __forceinline__ float fa_dot_pair(u32 a, u32 b) {
+#if FA_BF16
+    return __uint_as_float(a << 16) * __uint_as_float(b << 16) + __uint_as_float(a & 0xffff0000u) * __uint_as_float(b & 0xffff0000u);
+#else
+    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&a)), y = __half22float2(*reinterpret_cast<const __half2*>(&b));
+    return x.x * y.x + x.y * y.y;
+#endif
+}
+extern "C" __global__ void __launch_bounds__(256) FA_ENTRY(void* dbuf_p, const void* o_p, const void* do_p, void* dqa_p)
+{
+    constexpr int TPR = FA_DV / 8;
+    constexpr i64 TOTAL = FA_B * FA_HQ * FA_SQ * TPR;
+    float* dbuf = reinterpret_cast<float*>(dbuf_p);
+    const int lane = threadIdx.x & 31;
+    const i64 nwarps = (i64)gridDim.x * (blockDim.x >> 5);
+    // A warp takes 32 consecutive (row, 8 channels) items; TPR divides 32, so a row's threads
+    // are one aligned group of lanes and the sum stays inside it.
+    for (i64 w0 = ((i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 32; w0 < TOTAL; w0 += nwarps * 32) {
+        const i64 e = w0 + lane;
+        float acc = 0.0f;
+        if (e < TOTAL) {
+            const i64 r = e / TPR, c = (e % TPR) * 8;
+            const i64 i = r % FA_SQ, h = (r / FA_SQ) % FA_HQ, bi = r / (FA_SQ * FA_HQ);
+            const uint4 o = __ldg(reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(o_p) + bi * OI_S0 + h * OI_S1 + i * OI_S2 + c));
+            const uint4 g = __ldg(reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(do_p) + bi * DO_S0 + h * DO_S1 + i * DO_S2 + c));
+            acc = fa_dot_pair(o.x, g.x) + fa_dot_pair(o.y, g.y) + fa_dot_pair(o.z, g.z) + fa_dot_pair(o.w, g.w);
+        }
+        #pragma unroll
+        for (int s = TPR / 2; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+        if (e < TOTAL && e % TPR == 0) dbuf[e / TPR] = acc;
+    }
+#if FA_ZERO_ACC
+    GRID_STRIDE(z, FA_B * FA_HQ * FA_DQA_ROWS * FA_D / 4) {
+        asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};" :: "l"(reinterpret_cast<float*>(dqa_p) + 4 * z), "r"(0u) : "memory");
+    }
+#else
+    (void)dqa_p;
+#endif
+}
+"#;
+
+/// The f32 dQ accumulator of the atomic path, zeroed (16 bytes a thread), where D has its own
+/// launch.
 const ZERO_ACC: &str = r#"
 {
     GRID_STRIDE(e, FA_B * FA_HQ * FA_DQA_ROWS * FA_D / 4) {
@@ -494,21 +540,26 @@ const ZERO_ACC: &str = r#"
 }
 "#;
 
-/// dQ from the f32 accumulator (times the attention scale, which dS leaves out), two channels a
-/// thread.
+/// dQ from the f32 accumulator (times the attention scale, which dS leaves out), four channels
+/// (16 bytes of the accumulator) a thread.
 const ACC_DQ: &str = r#"
 {
-    GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * (FA_D / 2)) {
-        const i64 c = (e % (FA_D / 2)) * 2, r = e / (FA_D / 2);
+    GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * (FA_D / 4)) {
+        const i64 c = (e % (FA_D / 4)) * 4, r = e / (FA_D / 4);
         const i64 i = r % FA_SQ, h = (r / FA_SQ) % FA_HQ, bi = r / (FA_SQ * FA_HQ);
 #if FA_DQ_BULK
-        // Tiles of 64 rows x 64 channels, 16 KiB each, pairs swizzled by row (see the dK/dV kernel).
+        // Tiles of 64 rows x 64 channels, 16 KiB each, pairs swizzled by row (see the dK/dV
+        // kernel); the swizzle flips pair bits 2 and up, so a 4-aligned channel group stays
+        // together and in order.
         const i64 t = ((bi * FA_HQ + h) * FA_NQT + i / 64) * (FA_D / 64) + c / 64, rr = i % 64, pp = ((c % 64) / 2) ^ (4 * (rr % 8));
         const float* a = reinterpret_cast<const float*>(dqa_p) + t * 4096 + rr * 64 + pp * 2;
 #else
         const float* a = reinterpret_cast<const float*>(dqa_p) + r * FA_D + c;
 #endif
-        fa_store_dq(dq_p, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + c * DQ_S3, a[0] * FA_SCALE, a[1] * FA_SCALE);
+        const float4 v = __ldcs(reinterpret_cast<const float4*>(a));
+        const i64 at = bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + c * DQ_S3;
+        fa_store_dq(dq_p, at, v.x * FA_SCALE, v.y * FA_SCALE);
+        fa_store_dq(dq_p, at + 2 * DQ_S3, v.z * FA_SCALE, v.w * FA_SCALE);
     }
 }
 "#;
@@ -669,6 +720,13 @@ fn split_dk() -> bool {
     !super::switched_off("FERRODNN_ATTN_BWD_SPLIT_DK")
 }
 
+/// Whether the `D` launch reads O and dO 16 bytes at a time: both in the io type with rows
+/// 16-byte aligned (dO's alignment is a condition of these kernels already; O's base pointer is
+/// then checked at execution, see `unit`).
+fn d_vec(p: &Problem, ports: &Ports) -> bool {
+    [ports.o, ports.d_o].iter().all(|&t| p.vec_ok(t) && p.graph.resolved_data_type(t) == Some(p.dt)) && p.d_v % 8 == 0
+}
+
 fn dq_shared(p: &Problem) -> usize {
     (Q_BM * (p.d + p.d_v) * 2 + 2 * Q_BN * (p.d + p.d_v) * 2) as usize + 1024 + 64
 }
@@ -733,16 +791,37 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
 
     let dq_store = p.output_store("dq", "DQ", ports.dq, p.pair_ok(ports.dq));
     let rows = (p.b * p.h_q * p.s_q) as usize;
-    let mut launches = vec![bwd::d_launch(p, ports, &base, true)?];
     let mut scratch = vec![rows.max(1) * 4];
-
-    // dQ (deterministic), or the zeroed accumulator of the atomic path.
     let acc_elems = (p.b * p.h_q * acc_rows * p.d) as u64;
     if atomic {
-        let zero = bwd::launch(p, &base, "", "attn_bwd_dq_zero_sm90", &["void* dqa_p".into()], vec![Arg::Scratch(1)], ZERO_ACC, None, acc_elems / 4, 256, 0)?;
-        launches.insert(0, zero);
         scratch.push(acc_elems as usize * 4);
+    }
+
+    // D, with 16-byte loads where O allows them (dO does, see `unit`), zeroing the atomic
+    // path's accumulator in the same launch; else the general D kernel and a zeroing launch.
+    let mut launches = Vec::new();
+    if d_vec(p, ports) {
+        let defs = format!(
+            "{base}{}#define FA_ZERO_ACC {}
+",
+            bwd::strides_def(p, "OI", ports.o),
+            atomic as u8
+        );
+        let entry = p.entry("attn_bwd_d_sm90");
+        let source = format!("{defs}{HELPERS}{}", ROW_D_ZERO.replace("FA_ENTRY", &entry));
+        let mut args = vec![Arg::Scratch(0), Arg::Ptr(ports.o), Arg::Ptr(ports.d_o)];
+        args.push(if atomic { Arg::Scratch(1) } else { Arg::Scratch(0) });
+        let threads = (rows as u64 * (p.d_v / 8) as u64).max(if atomic { acc_elems / 4 } else { 0 });
+        launches.push(Launch { source, entry, threads, block: 256, exact_grid: None, shared_bytes: 0, args, cluster: None });
     } else {
+        if atomic {
+            launches.push(bwd::launch(p, &base, "", "attn_bwd_dq_zero_sm90", &["void* dqa_p".into()], vec![Arg::Scratch(1)], ZERO_ACC, None, acc_elems / 4, 256, 0)?);
+        }
+        launches.push(bwd::d_launch(p, ports, &base, true)?);
+    }
+
+    // dQ (deterministic).
+    if !atomic {
         let dq_defs = format!("{base}#define FA_BM {Q_BM}\n#define FA_BN {Q_BN}\n");
         let mut params = vec!["void* dq_p".to_string()];
         params.extend(inputs.iter().cloned());
@@ -783,7 +862,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
             vec![Arg::Ptr(ports.dq), Arg::Scratch(1)],
             ACC_DQ,
             None,
-            acc_elems / 2,
+            rows as u64 * (p.d / 4) as u64,
             256,
             0,
         )?);
@@ -817,6 +896,9 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     let kernels = generate(p, &ports, atomic, qs)?;
     let alternative = bwd::generate(p, &ports, Dbias::None, false)?;
     let mut tensors = vec![p.q, p.k, p.v, ports.d_o];
+    if d_vec(p, &ports) {
+        tensors.push(ports.o);
+    }
     tensors.extend([ports.dq, ports.dk, ports.dv].into_iter().filter(|&t| p.pair_ok(t)));
     Some(Unit { nodes: vec![p.ni], kernels, writes: node.outputs.iter().map(|x| x.tensor).collect(), unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })) })
 }
