@@ -268,14 +268,21 @@ pub(super) fn cases() -> Vec<Case> {
         v.push(Case::new(name, g));
     }
     // f32 inputs: the exact plan runs them as 3xTF32; the tf32 plan (knob `tf32`) on Hopper's
-    // wgmma kernel when A is row-major with K a multiple of 4 (B N-major through a transposed,
-    // tf32-rounded copy in the workspace; B K-major directly), on mma.sync otherwise.
+    // wgmma kernel when A is row-major with K a multiple of 4 (B N-major as C^T = B^T A^T with
+    // B^T's tf32-rounded fragments loaded into registers, or, with N not a multiple of 4 or
+    // few tiles, through a transposed copy in the workspace; B K-major directly), on mma.sync
+    // otherwise.
     v.push(mm("tf32_200x136x72_f32", t("a", &[200, 72], F32), t("b", &[72, 136], F32), F32));
     v.push(mm("tf32_bt_130x200x136_f32", t("a", &[130, 136], F32), transposed("b", &[136, 200], F32), F32));
     v.push(mm("tf32_odd_n_72x97x64_f32_to_bf16", t("a", &[72, 64], F32), t("b", &[64, 97], F32), Bf16));
     v.push(mm("tf32_batch_bcast_b_3x72x100x64_f32", t("a", &[3, 72, 64], F32), t("b", &[64, 100], F32), F32));
     v.push(mm("tf32_batch_2x40x72x36_f32", t("a", &[2, 40, 36], F32), t("b", &[2, 36, 72], F32), F32));
     v.push(mm("tf32_splitk_64x48x4096_f32", t("a", &[64, 4096], F32), t("b", &[4096, 48], F32), F32));
+    // C^T with B^T from registers: 31 k stages (the last partial), so that the two register
+    // sets alternate unevenly; 255 tiles of 3 stages for 132 SMs, so that CTAs take a second
+    // tile; both with partial edge tiles.
+    v.push(mm("tf32_rs_1100x1000x980_f32", t("a", &[1100, 980], F32), t("b", &[980, 1000], F32), F32));
+    v.push(mm("tf32_rs_tiles_1800x2100x68_f32_to_bf16", t("a", &[1800, 68], F32), t("b", &[68, 2100], F32), Bf16));
     v.push(with_epi(Epi::BiasRowRelu, F32, F32, &[], (200, 136, 72), false, false));
     v.push(with_epi(Epi::BatchBiasResidual, F32, Bf16, &[2], (72, 130, 40), false, false));
     // M <= 64 with 67 to 132 64-wide column tiles: the Hopper kernel's BN 64 (no split k), the

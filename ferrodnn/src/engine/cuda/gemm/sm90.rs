@@ -18,6 +18,14 @@
 //! rows, each over half of every stage's k steps, and the second adds its sums into the
 //! first's through shared memory before the epilogue, which still sees C's rows and columns.
 //!
+//! tf32 with B stored `k x n` (N-major): wgmma reads 32-bit operands from shared memory K-major
+//! only, so the kernel computes C^T = B^T A^T with B^T (M-major in its stage) as the register
+//! operand: each consumer loads its 64 rows' fragments of a stage from shared memory (rounded
+//! to tf32) into one of two register sets, alternate stages taking alternate sets, since a
+//! stage's wgmmas may still be reading theirs while the next stage's are loaded; A^T, K-major,
+//! is read from shared memory as usual. Where that needs a split of k (few tiles) or B's rows
+//! are not TMA rows, a first launch copies B transposed and rounded instead.
+//!
 //! Shared-memory tiles use the 128-byte swizzle that TMA writes and wgmma reads. Operands may be
 //! K-major (the usual row-major A, or B stored `n x k`) or M/N-major (B stored `k x n`, A
 //! stored column-major): wgmma's transpose flags take both for 16-bit types. Out-of-range rows,
@@ -136,8 +144,32 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
         let stages = swap_env.unwrap_or(8).clamp(2, 16);
         return Config { bn, stages, group_m: 1, tma_store: false, splits: 1, cluster_m: 1, bm: 64, swap: true };
     }
+    // tf32 with B N-major: C^T = B^T A^T with B^T's fragments loaded from shared memory into
+    // registers (`rs`), where the tiles are enough for every SM without a split of k; else B's
+    // transposed copy (split k needs it).
+    if b_transposed(p) && rs_ok(p) && std::env::var("FERRODNN_GEMM_TF32_RS").map_or(true, |v| v != "0") {
+        let q = swapped(p);
+        let tiles = |bn: usize| q.batch * q.m.div_ceil(BM) * q.n.div_ceil(bn);
+        if 2 * tiles(128) > sms || kt < 8 {
+            let bn = if q.n > 128 && tiles(256) >= sms && q.k > 256 { 256 } else { 128 };
+            let mut c = Config { bn, stages: 2, group_m: q.m.div_ceil(BM).clamp(1, 16), tma_store: false, splits: 1, cluster_m: 1, bm: BM, swap: true };
+            c.stages = ((227 * 1024 - c.shared_bytes() + 2 * c.stage_bytes()) / c.stage_bytes()).clamp(2, 8);
+            return c;
+        }
+    }
     cfg.stages = ((227 * 1024 - cfg.shared_bytes() + 2 * cfg.stage_bytes()) / cfg.stage_bytes()).clamp(2, 8);
     cfg
+}
+
+/// tf32 with B N-major can run as C^T = B^T A^T with B^T from registers: both operands
+/// loadable by TMA as the swapped problem's (B^T M-major, A^T K-major).
+fn rs_ok(p: &GemmProblem) -> bool {
+    let q = swapped(p);
+    tf32(p)
+        && major(&q.a, true) == Some(Major::Mn)
+        && major(&q.b, false) == Some(Major::K)
+        && tma_of(&q.a, true, BM, q.batch).check().is_ok()
+        && tma_of(&q.b, false, 256, q.batch).check().is_ok()
 }
 
 /// The problem as C^T = B^T A^T: M and N trade places, A^T is the new B and B^T the new A.
@@ -177,6 +209,12 @@ fn tma_of_c(p: &GemmProblem) -> TmaDesc {
 
 /// Why this kernel cannot run `p` (or `None` when it can).
 pub fn reject(p: &GemmProblem, target: &Target) -> Option<String> {
+    reject_as(p, target, false)
+}
+
+/// [`reject`], where `rs` says the kernel reads A from registers (tf32 C^T with B^T M-major,
+/// see [`rs_ok`]).
+fn reject_as(p: &GemmProblem, target: &Target, rs: bool) -> Option<String> {
     if !target.hopper() {
         return Some(format!("wgmma needs sm_90a, the target is {}", target.arch));
     }
@@ -195,7 +233,7 @@ pub fn reject(p: &GemmProblem, target: &Target) -> Option<String> {
     if p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0 {
         return Some("an empty extent".into());
     }
-    if tf32(p) && major(&p.a, true) != Some(Major::K) {
+    if tf32(p) && !rs && major(&p.a, true) != Some(Major::K) {
         return Some("tf32: wgmma reads 32-bit operands K-major only, and A is not row-major".into());
     }
     let b = b_operand(p);
@@ -327,7 +365,7 @@ fn tma_of(op: &Operand, is_a: bool, tile: usize, batch: usize) -> TmaDesc {
     let bk = bk(op.dtype) as u32;
     let (mut dims, mut strides, mut boxes) = match major(op, is_a) {
         Some(Major::K) => (vec![kdim, mn], vec![mn_stride as u64 * es], vec![bk, tile_mn]),
-        Some(Major::Mn) => (vec![mn, kdim], vec![k_stride as u64 * es], vec![64, bk]),
+        Some(Major::Mn) => (vec![mn, kdim], vec![k_stride as u64 * es], vec![128 / es as u32, bk]),
         // Not loadable: a descriptor that check() rejects (stride 1 byte).
         None => (vec![mn, kdim], vec![1], vec![64, bk]),
     };
@@ -371,7 +409,13 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         64 => !matches!(cfg.bn, 16 | 32 | 64 | 128) || cfg.cluster_m != 1 || cfg.tma_store || tf32(p) || (cfg.bn < 64 && major(&p.b, false) != Some(Major::K)),
         _ => true,
     };
-    if reject(p, target).is_some() || (cfg.tma_store && !tma_store_ok(p)) || bad_bm || cfg.shared_bytes() > 227 * 1024 || bad_split || (cfg.bn == 64 && cfg.cluster_m != 1) {
+    if reject_as(p, target, cfg.swap && tf32(p)).is_some()
+        || (cfg.tma_store && !tma_store_ok(p))
+        || bad_bm
+        || cfg.shared_bytes() > 227 * 1024
+        || bad_split
+        || (cfg.bn == 64 && cfg.cluster_m != 1)
+    {
         return None;
     }
     if tf32(p) && cfg.cluster_m != 1 {
@@ -459,11 +503,7 @@ fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
     let outs: Vec<String> = (0..nd).map(|i| format!("\"+f\"(d[{i}])")).collect();
     // tf32: k 8 per instruction (32 bytes of a K-major row, as 16 16-bit elements), and no
     // transpose operands (32-bit types are K-major only).
-    let (ty, kk, trans) = if t == DataType::F32 {
-        ("tf32", 8, String::new())
-    } else {
-        (ctype(t), 16, format!(", {}, {}", trans_a as u8, trans_b as u8))
-    };
+    let (ty, kk, trans) = if t == DataType::F32 { ("tf32", 8, String::new()) } else { (ctype(t), 16, format!(", {}, {}", trans_a as u8, trans_b as u8)) };
     format!(
         r#"__device__ __forceinline__ void wgmma_tile(float (&d)[{nd}], unsigned long long da, unsigned long long db, int scale_d) {{
     asm volatile(
@@ -476,6 +516,33 @@ fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
         sd = nd + 2,
         da = nd,
         db = nd + 1,
+        regs = regs.join(", "),
+        outs = outs.join(", "),
+    )
+}
+
+/// Inline-asm wrapper of one tf32 `wgmma.m64n{bn}k8` with A's fragment in registers (four
+/// values a thread: rows g and g + 8 of the warp's 16, k t and t + 4; g = lane / 4, t = lane % 4)
+/// and B from shared memory.
+fn wgmma_rs_tf32_fn(bn: usize) -> String {
+    let nd = bn / 2;
+    let regs: Vec<String> = (0..nd).map(|i| format!("%{i}")).collect();
+    let outs: Vec<String> = (0..nd).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    format!(
+        r#"__device__ __forceinline__ void wgmma_tile_rs(float (&d)[{nd}], const unsigned* a, unsigned long long db, int scale_d) {{
+    asm volatile(
+        "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{{regs}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, %{db}, p, 1, 1;\n}}\n"
+        : {outs}
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}}
+"#,
+        a0 = nd,
+        a1 = nd + 1,
+        a2 = nd + 2,
+        a3 = nd + 3,
+        db = nd + 4,
+        sd = nd + 5,
         regs = regs.join(", "),
         outs = outs.join(", "),
     )
@@ -498,11 +565,17 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     s.push_str(TMA_MAP_DECL);
     s.push_str(&epi.code);
     s.push_str(SM90_HELPERS);
-    s.push_str(&wgmma_fn(bn, p.a.dtype, ma == Major::Mn, mb == Major::Mn));
+    // tf32 with A M-major (C^T of a B stored `k x n`): A's fragments come from registers.
+    let rs = p.a.dtype == DataType::F32 && ma == Major::Mn;
+    s.push_str(&if rs { wgmma_rs_tf32_fn(bn) } else { wgmma_fn(bn, p.a.dtype, ma == Major::Mn, mb == Major::Mn) });
     // TMA coordinates (innermost first) of the slices of one stage.
     let a_load = match ma {
         Major::K => format!("tma_load(sa, &ta, full, kt * {BK}, tm * {bm}, bt, {a3});"),
-        Major::Mn => format!("for (int q = 0; q < {bm} / 64; ++q) tma_load(sa + q * 8192u, &ta, full, tm * {bm} + q * 64, kt * {BK}, bt, {a3});"),
+        // Chunks of one swizzle span of m (64 16-bit or 32 f32 elements) by BK k rows.
+        Major::Mn => {
+            let ce = 128 / p.a.dtype.size();
+            format!("for (int q = 0; q < {bm} / {ce}; ++q) tma_load(sa + q * {chunk}u, &ta, full, tm * {bm} + q * {ce}, kt * {BK}, bt, {a3});", chunk = 128 * BK)
+        }
     };
     let b_load = match (mb, cfg.cluster_m) {
         (Major::K, 1) => format!("tma_load(sb, &tb, full, kt * {BK}, tn * {bn}, bt, {b3});"),
@@ -698,10 +771,80 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             String::new(),
         )
     };
-    let tiles_m = p.m.div_ceil(bm);
-    let tiles_n = p.n.div_ceil(bn);
     // The k steps of a stage: all four, or (64-row tiles) this consumer's two.
     let (steps, first) = if kpair { (2, "2 * cw + ") } else { (4, "") };
+    let mainloop = if rs {
+        format!(
+            r#"            // A's fragments (tf32-rounded) from its M-major stage (chunks of 32 rows x 32 k
+            // rows, 128-byte rows swizzled by k % 8) into registers, two sets (fa0 / fa1 on
+            // alternate stages), since a stage's wgmmas may still read theirs while the next
+            // stage's are loaded.
+            auto rs_stage = [&](unsigned (&fa)[16], int kt) {{
+                mbar_wait(bars + 8u * s, phase);
+                const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
+                #pragma unroll
+                for (int i = 0; i < 16; ++i) {{
+                    // One volatile statement: the compiler may not sink the rounding past the
+                    // fence below (ptxas then serializes every wgmma: C7513).
+                    asm volatile("{{\n.reg .f32 v;\nld.shared.f32 v, [%1];\ncvt.rna.tf32.f32 %0, v;\n}}" : "=r"(fa[i]) : "r"(sa + foff[i & 3] + (i >> 2) * 1024u));
+                }}
+                wgmma_fence();
+                #pragma unroll
+                for (int kk = 0; kk < 4; ++kk) wgmma_tile_rs(d, fa + 4 * kk, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
+                wgmma_commit();
+                // The previous stage's wgmmas are done: hand its buffers back to the producer.
+                wgmma_wait1();
+                if (kt > k0) release_stage(bars + 8u * (STAGES + prev), l);
+                prev = s;
+                if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
+            }};
+            // (Unrolled by two with a guarded second stage instead, ptxas serialized the wgmmas
+            // of some shapes: C7513.)
+            for (int kt = k0; kt < k1; ++kt) {{
+                if ((kt - k0) & 1) rs_stage(fa1, kt); else rs_stage(fa0, kt);
+            }}
+"#
+        )
+    } else {
+        format!(
+            r#"            for (int kt = k0; kt < k1; ++kt) {{
+                mbar_wait(bars + 8u * s, phase);
+                const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
+                wgmma_fence();
+                // (A warpgroup whose rows all lie below M could skip its wgmmas, but a branch
+                // around them makes ptxas serialize every wgmma of the kernel: C7520.)
+                #pragma unroll
+                for (int k2 = 0; k2 < {steps}; ++k2) {{
+                    const int kk = {first}k2;
+                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || k2 > 0) ? 1 : 0);
+                }}
+                wgmma_commit();
+                // The previous stage's wgmmas are done: hand its buffers back to the producer.
+                wgmma_wait1();
+                if (kt > k0) release_stage(bars + 8u * (STAGES + prev), l);
+                prev = s;
+                if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
+            }}
+"#
+        )
+    };
+    // The fragment offsets of A's registers (rs): value i of a k step is row r = 16 (w % 2) +
+    // l / 4 + 8 (i % 2) of the warp's 32-row chunk 2 cw + w / 2, k row q = l % 4 + 4 (i / 2),
+    // its 16-byte unit (r / 4) swizzled by q.
+    let rs_setup = if rs {
+        r#"        unsigned foff[4];
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = 16 * (w & 1) + (l >> 2) + 8 * (i & 1), q = (l & 3) + 4 * (i >> 1);
+            foff[i] = (unsigned)(2 * cw + (w >> 1)) * 4096u + q * 128u + ((unsigned)((r >> 2) ^ q) << 4) + (r & 3) * 4u;
+        }
+        unsigned fa0[16], fa1[16];
+"#
+    } else {
+        ""
+    };
+    let tiles_m = p.m.div_ceil(bm);
+    let tiles_n = p.n.div_ceil(bn);
     // 64-row tiles: the second consumer's sums go through shared memory (element i of every
     // thread together, so the accesses are conflict-free) into the first's, which alone runs
     // the epilogue; the second barrier keeps the buffer until they are read.
@@ -825,7 +968,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
         const int cw = wg - 1;
         const int tid = threadIdx.x % 128, w = tid / 32, l = tid % 32;
         unsigned char* const cbase = (unsigned char*)c;
-        float d[{nd}];
+{rs_setup}        float d[{nd}];
         #pragma unroll
         for (int i = 0; i < {nd}; ++i) d[i] = 0.f;
         int s = 0;
@@ -834,31 +977,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
             int bt, tm, tn, k0, k1;
             tile_coords(t, rank, bt, tm, tn, k0, k1);
             int prev = 0;
-            for (int kt = k0; kt < k1; ++kt) {{
-                mbar_wait(bars + 8u * s, phase);
-                const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
-                wgmma_fence();
-                // (A warpgroup whose rows all lie below M could skip its wgmmas, but a branch
-                // around them makes ptxas serialize every wgmma of the kernel: C7520.)
-                #pragma unroll
-                for (int k2 = 0; k2 < {steps}; ++k2) {{
-                    const int kk = {first}k2;
-                    wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || k2 > 0) ? 1 : 0);
-                }}
-                wgmma_commit();
-                // The previous stage's wgmmas are done: hand its buffers back to the producer.
-                wgmma_wait1();
-                if (kt > k0) release_stage(bars + 8u * (STAGES + prev), l);
-                prev = s;
-                if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
-            }}
-{prep}            wgmma_wait0();
+{mainloop}{prep}            wgmma_wait0();
             release_stage(bars + 8u * (STAGES + prev), l);
 {epilogue_all}        }}
 {tail}    }}
 {cluster_end}}}
 "#,
         epilogue_all = epilogue_all,
+        mainloop = mainloop,
+        rs_setup = rs_setup,
         prep = prep,
         tail = tail,
         c_bytes = cfg.c_bytes(),
@@ -1047,7 +1174,9 @@ fn store_values(p: &GemmProblem) -> String {
     let c = &p.c;
     let pair = c.col_stride == 1 && c.row_stride % 2 == 0 && c.batch_stride % 2 == 0;
     let (st0, st1, st2) = match c.dtype {
-        DataType::Bf16 => ("*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v0);", "*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v1);", "*(__nv_bfloat162*)(cp) = __floats2bfloat162_rn(v0, v1);"),
+        DataType::Bf16 => {
+            ("*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v0);", "*(__nv_bfloat16*)(cp) = __float2bfloat16_rn(v1);", "*(__nv_bfloat162*)(cp) = __floats2bfloat162_rn(v0, v1);")
+        }
         DataType::F16 => ("*(__half*)(cp) = __float2half_rn(v0);", "*(__half*)(cp) = __float2half_rn(v1);", "*(__half2*)(cp) = __floats2half2_rn(v0, v1);"),
         _ => ("*(float*)(cp) = v0;", "*(float*)(cp) = v1;", "*(float2*)(cp) = make_float2(v0, v1);"),
     };
@@ -1280,9 +1409,10 @@ mod tests {
         let k = kernels_with(&p, &identity(), &t, "gemm_test", cfg).expect("BN 64 config");
         let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
         compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("BN 64: {e}"));
-        // tf32: B N-major (a transpose launch first), B K-major, batched with split k.
+        // tf32: B N-major (C^T with B^T from registers), B K-major, batched with split k (B N-major
+        // through a transposed copy).
         for (p, what, launches) in [
-            (tf32_problem(problem(1, 8192, 8192, 8192, true, false, DataType::F32)), "tf32, B N-major", 2),
+            (tf32_problem(problem(1, 8192, 8192, 8192, true, false, DataType::F32)), "tf32, B N-major", 1),
             (tf32_problem(problem(1, 300, 200, 136, true, true, DataType::Bf16)), "tf32, B K-major", 1),
             (tf32_problem(problem(2, 64, 64, 4096, true, false, DataType::F32)), "tf32, split", 3),
         ] {
@@ -1308,10 +1438,22 @@ mod tests {
         let t = Target::sm90a();
         let p = tf32_problem(problem(1, 8192, 8192, 8192, true, false, DataType::F32));
         assert_eq!(reject(&p, &t), None);
-        assert!(b_transposed(&p));
+        assert!(b_transposed(&p) && rs_ok(&p));
+        // Enough tiles: C^T = B^T A^T in one launch, B^T's fragments from registers.
+        let cfg = choose(&p, &t);
+        assert!(cfg.swap && cfg.bm == BM && cfg.bn == 256 && cfg.splits == 1);
         let k = kernels(&p, &identity(), &t, "g").unwrap();
+        assert!(k.scratch.is_empty() && k.launches.len() == 1);
+        assert!(k.launches[0].source.contains("m64n256k8.f32.tf32.tf32") && k.launches[0].source.contains("wgmma_tile_rs"));
+        // Unswapped, B goes through its transposed copy.
+        let k = kernels_with(&p, &identity(), &t, "g", Config { swap: false, stages: 4, ..cfg }).unwrap();
         assert_eq!(k.scratch, vec![8192 * 8192 * 4]);
-        assert!(k.launches[1].source.contains("m64n256k8.f32.tf32.tf32"));
+        assert!(k.launches[1].source.contains("m64n256k8.f32.tf32.tf32") && !k.launches[1].source.contains("wgmma_tile_rs"));
+        // Few tiles (split k): the copy.
+        let few = tf32_problem(problem(1, 64, 64, 4096, true, false, DataType::F32));
+        assert!(!choose(&few, &t).swap && choose(&few, &t).splits > 1);
+        // N not a multiple of 4: B's rows cannot be TMA rows, so only the copy can run it.
+        assert!(!rs_ok(&tf32_problem(problem(1, 72, 97, 64, true, false, DataType::F32))));
         // Without the knob, f32 is not taken; A column-major is not either (no transpose of A).
         assert!(reject(&GemmProblem { allow_tf32: false, ..p.clone() }, &t).is_some());
         assert!(reject(&tf32_problem(problem(1, 256, 256, 256, false, false, DataType::F32)), &t).is_some());
