@@ -8,7 +8,8 @@
 //!   (128-byte swizzle), K and V on separate "full" / "empty" mbarriers so that the next K tile
 //!   streams in as soon as its stage's scores are computed;
 //! - warpgroups 1 and 2, the consumers, each own 64 query rows. S = Q K^T is one chain of
-//!   `wgmma.m64n128k16` with both operands in shared memory (K-major); O += P V takes P from
+//!   `wgmma.m64n128k16` with both operands in shared memory (K-major), or, under a causal
+//!   mask, Q's fragments loaded into registers once (`ldmatrix`); O += P V takes P from
 //!   registers (the f32 score accumulators rounded to the io type already sit in wgmma's A
 //!   fragment layout) and V from shared memory (N-major, the transpose flag). Inside a
 //!   warpgroup the two products are pipelined: tile t's scores are issued together with tile
@@ -157,6 +158,31 @@ __device__ __forceinline__ void fa90_scores(float (&sc)[FA_BN / 2], unsigned sq,
     }
 }
 
+#if FA_QREG
+// This warpgroup's Q rows (at sq, as fa90_scores reads them) as wgmma A fragments, one set of
+// four registers per k step of 16 channels: ldmatrix.x4, lane L giving row 16w + L % 8 +
+// 8 ((L / 8) % 2) at channel 8 (L / 16) of the step (16-byte units swizzled by the row).
+__device__ __forceinline__ void fa90_q_frags(u32 (&qf)[FA_D / 16][4], unsigned sq, int w, int lane) {
+    const int mi = lane >> 3, row = w * 16 + (lane & 7) + 8 * (mi & 1);
+    #pragma unroll
+    for (int kk = 0; kk < FA_D / 16; ++kk) {
+        const unsigned unit = (unsigned)(((kk & 3) * 2 + (mi >> 1)) ^ (row & 7));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(qf[kk][0]), "=r"(qf[kk][1]), "=r"(qf[kk][2]), "=r"(qf[kk][3])
+                     : "r"(sq + (kk >> 2) * (FA_BM * 128u) + row * 128u + unit * 16u));
+    }
+}
+
+// S = Q K^T with Q from registers (`fa90_q_frags`).
+__device__ __forceinline__ void fa90_scores_r(float (&sc)[FA_BN / 2], const u32 (&qf)[FA_D / 16][4], unsigned sk) {
+    #pragma unroll
+    for (int kk = 0; kk < FA_D / 16; ++kk) fa90_wgmma_sr(sc, qf[kk], make_desc(sk + (kk >> 2) * (FA_BN * 128u) + (kk & 3) * 32u, 16u, 1024u), kk > 0 ? 1 : 0);
+}
+#define FA_SCORES(sc, sk) fa90_scores_r(sc, qf, sk)
+#else
+#define FA_SCORES(sc, sk) fa90_scores(sc, sq, sk)
+#endif
+
 // O += P V: V tile at sv, N-major (rows of 64 channels, 128 bytes; 64-channel chunks BN * 128
 // bytes apart); 16 keys (2048 bytes) per k step.
 __device__ __forceinline__ void fa90_pv(float (&o)[FA_DV / 2], const u32 (&pf)[FA_BN / 16][4], unsigned sv) {
@@ -262,11 +288,15 @@ FA_INIT
             if (cw == 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
 #endif
             mbar_wait(qbar, 0u);
+#if FA_QREG
+            u32 qf[FA_D / 16][4];
+            fa90_q_frags(qf, sq, w, lane);
+#endif
             // Tile t0: scores, softmax, P.
             mbar_wait(KFULL(0), 0u);
             fa90_turn_begin(cw);
             wgmma_fence();
-            fa90_scores(sc, sq, sK);
+            FA_SCORES(sc, sK);
             wgmma_commit();
             fa90_turn_end(cw, true);
             wgmma_wait0();
@@ -281,7 +311,7 @@ FA_INIT
                 mbar_wait(VFULL(ps), pph);
                 fa90_turn_begin(cw);
                 wgmma_fence();
-                fa90_scores(sc, sq, sK + s * K_BYTES);
+                FA_SCORES(sc, sK + s * K_BYTES);
                 wgmma_commit();
                 fa90_pv(o, pf, sV + ps * V_BYTES);
                 wgmma_commit();
@@ -418,6 +448,9 @@ FA_INIT
         float sc[FA_BN / 2];
         u32 pf[FA_BN / 16][4];
         float alpha[2];
+#if FA_QREG
+        u32 qf[FA_D / 16][4];
+#endif
         // Turns as in the one-item kernel, started afresh for each item with keys.
         int n = 0, c = 0;
         for (i64 l = blockIdx.x; l < NT; l += gridDim.x, ++n) {
@@ -434,6 +467,9 @@ FA_INIT
             #pragma unroll
             for (int i = 0; i < FA_DV / 2; ++i) o[i] = 0.0f;
             mbar_wait(QFULL(qs), (unsigned)(n >> 1) & 1u);
+#if FA_QREG
+            fa90_q_frags(qf, sq, w, lane);
+#endif
             if (it.any) {
 #if FA_PINGPONG
                 if (cw == 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
@@ -444,7 +480,7 @@ FA_INIT
                     mbar_wait(KFULL(s), ((unsigned)c >> 1) & 1u);
                     fa90_turn_begin(cw);
                     wgmma_fence();
-                    fa90_scores(sc, sq, sK + s * K_BYTES);
+                    FA_SCORES(sc, sK + s * K_BYTES);
                     wgmma_commit();
                     fa90_turn_end(cw, true);
                     wgmma_wait0();
@@ -460,7 +496,7 @@ FA_INIT
                     mbar_wait(VFULL(ps), pph);
                     fa90_turn_begin(cw);
                     wgmma_fence();
-                    fa90_scores(sc, sq, sK + s * K_BYTES);
+                    FA_SCORES(sc, sK + s * K_BYTES);
                     wgmma_commit();
                     fa90_pv(o, pf, sV + ps * V_BYTES);
                     wgmma_commit();
@@ -522,6 +558,18 @@ fn pingpong() -> bool {
     !super::switched_off("FERRODNN_ATTN_PINGPONG")
 }
 
+/// Whether the scores take Q from registers (`fa90_q_frags`) instead of shared memory, which
+/// spares the K/V tiles' shared-memory reads a fifth of their traffic: under a causal mask
+/// (measured on the H100, bench/NOTES.md session 17: +2-3% on both causal rows, -1% on
+/// b4h16s4096d128). `FERRODNN_ATTN_QREG=0` / `=1` turns it off / on everywhere to compare.
+fn qreg(p: &Problem, persist: bool) -> bool {
+    match std::env::var("FERRODNN_ATTN_QREG").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => p.attrs.causal.is_some() && !persist,
+    }
+}
+
 fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let node = p.node;
     let o = node.output("o")?;
@@ -549,7 +597,14 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     }
     let body = format!("{BODY}{}", if persist { KERNEL_PERSIST } else { KERNEL });
     let body = body.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
-    let wgmma = format!("{}{}", hopper::wgmma_ss(p, "fa90_wgmma_s", BN), hopper::wgmma_rs(p, "fa90_wgmma_o", p.d_v));
+    let qreg = qreg(p, persist);
+    defs += &format!("#define FA_QREG {}\n", qreg as u8);
+    let wgmma = format!(
+        "{}{}{}",
+        hopper::wgmma_ss(p, "fa90_wgmma_s", BN),
+        hopper::wgmma_rs(p, "fa90_wgmma_o", p.d_v),
+        if qreg { hopper::wgmma_rs_major(p, "fa90_wgmma_sr", BN, false) } else { String::new() }
+    );
     let source = format!("{defs}{HELPERS}{stores}{}{wgmma}{body}", hopper::helpers());
     let grid = if persist { ((qt * p.h_q * p.b).min(target.sm_count.max(1) as i64), 1, 1) } else { (qt, p.h_q, p.b) };
     if grid.0 > i32::MAX as i64 {

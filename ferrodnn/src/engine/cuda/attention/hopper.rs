@@ -84,16 +84,24 @@ pub(super) fn wgmma_ss_major(p: &Problem, name: &str, n: i64, mn: bool) -> Strin
 /// `name(float (&d)[n/2], const u32 (&a)[4], u64 db)`: d += A B, `wgmma.m64n{n}k16`, A from
 /// registers (the io type, mma.sync's A fragment layout per warp), B N-major in shared memory.
 pub(super) fn wgmma_rs(p: &Problem, name: &str, n: i64) -> String {
+    wgmma_rs_major(p, name, n, true)
+}
+
+/// [`wgmma_rs`] with B N-major (`n_major`, the transpose flag) or K-major, and a `scale_d`
+/// argument: `name(d, a, db, scale_d)` computes d = A B (scale_d 0) or d += A B.
+pub(super) fn wgmma_rs_major(p: &Problem, name: &str, n: i64, n_major: bool) -> String {
     let h = n / 2;
+    let (params, scale) = if n_major { ("", "\"r\"(1)") } else { (", int scale_d", "\"r\"(scale_d)") };
     format!(
-        r#"__device__ __forceinline__ void {name}(float (&d)[{h}], const u32 (&a)[4], u64 db) {{
+        r#"__device__ __forceinline__ void {name}(float (&d)[{h}], const u32 (&a)[4], u64 db{params}) {{
     asm volatile(
         "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{regs}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, %{db}, p, 1, 1, 1;\n}}\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{regs}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, %{db}, p, 1, 1, {t};\n}}\n"
         : {outs}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), {scale});
 }}
 "#,
+        t = n_major as u8,
         ty = mma_type(p),
         regs = (0..h).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", "),
         outs = (0..h).map(|i| format!("\"+f\"(d[{i}])")).collect::<Vec<_>>().join(", "),
