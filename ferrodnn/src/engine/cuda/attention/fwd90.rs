@@ -37,11 +37,18 @@ const BM: i64 = 128;
 /// Keys per K/V tile.
 const BN: i64 = 128;
 
-/// Dynamic shared memory: Q (two buffers when persistent), two stages of K and of V, 1 KiB of
+/// Dynamic shared memory: Q (two buffers when persistent), `kvs` stages of K and of V, 1 KiB of
 /// alignment slack, barriers.
-fn shared_bytes(p: &Problem, persist: bool) -> usize {
-    let (q, bars) = if persist { (2, 12) } else { (1, 9) };
-    (q * BM * p.d * 2 + 2 * BN * p.d * 2 + 2 * BN * p.d_v * 2) as usize + 1024 + bars * 8
+fn shared_bytes(p: &Problem, persist: bool, kvs: i64) -> usize {
+    let (q, bars) = if persist { (2, 4 * kvs + 4) } else { (1, 4 * kvs + 1) };
+    (q * BM * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + bars * 8) as usize + 1024
+}
+
+/// K/V stages: two, or `FERRODNN_ATTN_KVS=3` / `4` where shared memory allows (a tuning switch
+/// while it is measured).
+fn kv_stages(p: &Problem, persist: bool) -> i64 {
+    let want = std::env::var("FERRODNN_ATTN_KVS").ok().and_then(|v| v.parse().ok()).filter(|k| (2..=4).contains(k)).unwrap_or(2);
+    (2..=want).rev().find(|&k| shared_bytes(p, persist, k) <= 227 * 1024).unwrap_or(2)
 }
 
 /// Whether the forward runs persistent ([`KERNEL_PERSIST`]): where every item costs the same (no
@@ -215,13 +222,13 @@ const KERNEL: &str = r#"extern "C" __global__ void __launch_bounds__(384, 1) FA_
     extern __shared__ unsigned char fa_smem_raw[];
     const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
     constexpr unsigned Q_BYTES = FA_BM * FA_D * 2, K_BYTES = FA_BN * FA_D * 2, V_BYTES = FA_BN * FA_DV * 2;
-    const unsigned sQ = base, sK = sQ + Q_BYTES, sV = sK + 2 * K_BYTES, bars = sV + 2 * V_BYTES;
-    // Barriers: Q; K full, V full, K empty, V empty (two stages each).
+    const unsigned sQ = base, sK = sQ + Q_BYTES, sV = sK + FA_KVS * K_BYTES, bars = sV + FA_KVS * V_BYTES;
+    // Barriers: Q; K full, V full, K empty, V empty (FA_KVS stages each).
     const unsigned qbar = bars;
 #define KFULL(s) (bars + 8u + 8u * (s))
-#define VFULL(s) (bars + 24u + 8u * (s))
-#define KEMPTY(s) (bars + 40u + 8u * (s))
-#define VEMPTY(s) (bars + 56u + 8u * (s))
+#define VFULL(s) (bars + 8u + 8u * FA_KVS + 8u * (s))
+#define KEMPTY(s) (bars + 8u + 16u * FA_KVS + 8u * (s))
+#define VEMPTY(s) (bars + 8u + 24u * FA_KVS + 8u * (s))
 FA_INIT
     const int wg = threadIdx.x >> 7;
     i64 rank, h, bi;
@@ -235,7 +242,7 @@ FA_INIT
     const bool any = fa90_key_tiles(q0, FA_BM, FA_BN, lq, lkv, off, t0, t1);
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1u);
-        for (int s = 0; s < 2; ++s) {
+        for (int s = 0; s < FA_KVS; ++s) {
             mbar_init(KFULL(s), 1u);
             mbar_init(VFULL(s), 1u);
             mbar_init(KEMPTY(s), 256u);
@@ -245,7 +252,7 @@ FA_INIT
     }
     __syncthreads();
     if (wg == 0) {
-        // Producer: Q once, then K and V of each tile into stage (t - t0) % 2.
+        // Producer: Q once, then K and V of each tile into stage (t - t0) % FA_KVS.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (threadIdx.x == 0 && any) {
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tk) : "memory");
@@ -254,8 +261,8 @@ FA_INIT
             #pragma unroll
             for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sQ + c * (FA_BM * 128u), &tq, qbar, c * 64, (int)q0, (int)h, (int)bi);
             for (int t = t0; t < t1; ++t) {
-                const int s = (t - t0) & 1;
-                const unsigned ph = ((t - t0) >> 1) & 1;
+                const int s = (t - t0) % FA_KVS;
+                const unsigned ph = ((t - t0) / FA_KVS) & 1;
                 mbar_wait(KEMPTY(s), ph ^ 1u);
                 mbar_expect_tx(KFULL(s), K_BYTES);
                 #pragma unroll
@@ -304,8 +311,8 @@ FA_INIT
             fa90_softmax(A, sc, m, l, alpha, r0, wq0, (i64)t0 * FA_BN, lq, lkv, off, bi, h, tg);
             fa90_pack<FA_BN>(pf, sc);
             for (int t = t0 + 1; t < t1; ++t) {
-                const int s = (t - t0) & 1, ps = s ^ 1;
-                const unsigned ph = ((t - t0) >> 1) & 1, pph = ((t - 1 - t0) >> 1) & 1;
+                const int s = (t - t0) % FA_KVS, ps = (t - 1 - t0) % FA_KVS;
+                const unsigned ph = ((t - t0) / FA_KVS) & 1, pph = ((t - 1 - t0) / FA_KVS) & 1;
                 // Issue tile t's scores and tile t-1's P V together.
                 mbar_wait(KFULL(s), ph);
                 mbar_wait(VFULL(ps), pph);
@@ -326,8 +333,8 @@ FA_INIT
                 fa90_pack<FA_BN>(pf, sc);
             }
             {
-                const int s = (t1 - 1 - t0) & 1;
-                const unsigned ph = ((t1 - 1 - t0) >> 1) & 1;
+                const int s = (t1 - 1 - t0) % FA_KVS;
+                const unsigned ph = ((t1 - 1 - t0) / FA_KVS) & 1;
                 mbar_wait(VFULL(s), ph);
                 fa90_turn_begin(cw);
                 wgmma_fence();
@@ -373,14 +380,14 @@ const KERNEL_PERSIST: &str = r#"extern "C" __global__ void __launch_bounds__(384
     extern __shared__ unsigned char fa_smem_raw[];
     const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
     constexpr unsigned Q_BYTES = FA_BM * FA_D * 2, K_BYTES = FA_BN * FA_D * 2, V_BYTES = FA_BN * FA_DV * 2;
-    const unsigned sQ = base, sK = sQ + 2 * Q_BYTES, sV = sK + 2 * K_BYTES, bars = sV + 2 * V_BYTES;
-    // Barriers (two stages each): K full, V full, K empty, V empty, Q full, Q empty.
+    const unsigned sQ = base, sK = sQ + 2 * Q_BYTES, sV = sK + FA_KVS * K_BYTES, bars = sV + FA_KVS * V_BYTES;
+    // Barriers: K full, V full, K empty, V empty (FA_KVS stages each), Q full, Q empty (two).
 #define KFULL(s) (bars + 8u * (s))
-#define VFULL(s) (bars + 16u + 8u * (s))
-#define KEMPTY(s) (bars + 32u + 8u * (s))
-#define VEMPTY(s) (bars + 48u + 8u * (s))
-#define QFULL(s) (bars + 64u + 8u * (s))
-#define QEMPTY(s) (bars + 80u + 8u * (s))
+#define VFULL(s) (bars + 8u * FA_KVS + 8u * (s))
+#define KEMPTY(s) (bars + 16u * FA_KVS + 8u * (s))
+#define VEMPTY(s) (bars + 24u * FA_KVS + 8u * (s))
+#define QFULL(s) (bars + 32u * FA_KVS + 8u * (s))
+#define QEMPTY(s) (bars + 32u * FA_KVS + 16u + 8u * (s))
 FA_INIT
     const int wg = threadIdx.x >> 7;
     // The work list: FA_QT q tiles x FA_HQ heads x FA_B batches.
@@ -398,11 +405,13 @@ FA_INIT
         return it;
     };
     if (threadIdx.x == 0) {
-        for (int s = 0; s < 2; ++s) {
+        for (int s = 0; s < FA_KVS; ++s) {
             mbar_init(KFULL(s), 1u);
             mbar_init(VFULL(s), 1u);
             mbar_init(KEMPTY(s), 256u);
             mbar_init(VEMPTY(s), 256u);
+        }
+        for (int s = 0; s < 2; ++s) {
             mbar_init(QFULL(s), 1u);
             mbar_init(QEMPTY(s), 256u);
         }
@@ -411,7 +420,7 @@ FA_INIT
     __syncthreads();
     if (wg == 0) {
         // Producer: per item, Q into buffer n % 2 (n: the CTA's item count), then K and V of
-        // each of its tiles into stage c % 2 (c: the CTA's K/V tile count). The consumers'
+        // each of its tiles into stage c % FA_KVS (c: the CTA's K/V tile count). The consumers'
         // setmaxnreg.inc takes only what the producer gives back from the CTA's launch
         // allocation (168 x 384 = 128 x 24 + 256 x 240): asking for more never returns.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
@@ -429,8 +438,8 @@ FA_INIT
                 for (int ch = 0; ch < FA_D / 64; ++ch) fa90_tma(sQ + qs * Q_BYTES + ch * (FA_BM * 128u), &tq, QFULL(qs), ch * 64, (int)it.q0, (int)it.h, (int)it.bi);
                 const int kh = (int)(it.h / FA_GROUP);
                 for (int t = it.t0; t < it.t1; ++t, ++c) {
-                    const int s = c & 1;
-                    const unsigned ph = ((unsigned)c >> 1) & 1u;
+                    const int s = c % FA_KVS;
+                    const unsigned ph = ((unsigned)c / FA_KVS) & 1u;
                     mbar_wait(KEMPTY(s), ph ^ 1u);
                     mbar_expect_tx(KFULL(s), K_BYTES);
                     #pragma unroll
@@ -476,8 +485,8 @@ FA_INIT
 #endif
                 // Tile t0: scores, softmax, P.
                 {
-                    const int s = c & 1;
-                    mbar_wait(KFULL(s), ((unsigned)c >> 1) & 1u);
+                    const int s = c % FA_KVS;
+                    mbar_wait(KFULL(s), ((unsigned)c / FA_KVS) & 1u);
                     fa90_turn_begin(cw);
                     wgmma_fence();
                     FA_SCORES(sc, sK + s * K_BYTES);
@@ -489,8 +498,8 @@ FA_INIT
                     fa90_pack<FA_BN>(pf, sc);
                 }
                 for (int t = t0 + 1; t < t1; ++t) {
-                    const int cc = c + (t - t0), s = cc & 1, ps = s ^ 1;
-                    const unsigned ph = ((unsigned)cc >> 1) & 1u, pph = ((unsigned)(cc - 1) >> 1) & 1u;
+                    const int cc = c + (t - t0), s = cc % FA_KVS, ps = (cc - 1) % FA_KVS;
+                    const unsigned ph = ((unsigned)cc / FA_KVS) & 1u, pph = ((unsigned)(cc - 1) / FA_KVS) & 1u;
                     // Issue tile t's scores and tile t-1's P V together.
                     mbar_wait(KFULL(s), ph);
                     mbar_wait(VFULL(ps), pph);
@@ -511,8 +520,8 @@ FA_INIT
                     fa90_pack<FA_BN>(pf, sc);
                 }
                 {
-                    const int cc = c + (t1 - 1 - t0), s = cc & 1;
-                    mbar_wait(VFULL(s), ((unsigned)cc >> 1) & 1u);
+                    const int cc = c + (t1 - 1 - t0), s = cc % FA_KVS;
+                    mbar_wait(VFULL(s), ((unsigned)cc / FA_KVS) & 1u);
                     fa90_turn_begin(cw);
                     wgmma_fence();
                     fa90_pv(o, pf, sV + s * V_BYTES);
@@ -598,7 +607,8 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let body = format!("{BODY}{}", if persist { KERNEL_PERSIST } else { KERNEL });
     let body = body.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
     let qreg = qreg(p, persist);
-    defs += &format!("#define FA_QREG {}\n", qreg as u8);
+    let kvs = kv_stages(p, persist);
+    defs += &format!("#define FA_QREG {}\n#define FA_KVS {kvs}\n", qreg as u8);
     let wgmma = format!(
         "{}{}{}",
         hopper::wgmma_ss(p, "fa90_wgmma_s", BN),
@@ -616,7 +626,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
         threads: (grid.0 * grid.1 * grid.2 * 384) as u64,
         block: 384,
         exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
-        shared_bytes: shared_bytes(p, persist) as u32,
+        shared_bytes: shared_bytes(p, persist, kvs) as u32,
         args,
         cluster: None,
     }))
@@ -625,7 +635,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
 /// The Hopper unit of a forward node, when this kernel takes it; the general kernel with
 /// element-wise loads is the alternative for base pointers TMA cannot take.
 pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
-    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p, persistent(p)) > 227 * 1024 {
+    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p, persistent(p), 2) > 227 * 1024 {
         return None;
     }
     let kernels = generate(p, target)?;
