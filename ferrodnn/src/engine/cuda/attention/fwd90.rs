@@ -4,8 +4,8 @@
 //! (with a causal mask, those of four heads at a time: `fa90_work`), or, where that pays, one
 //! CTA per SM over the same work list ([`persistent`], [`KERNEL_PERSIST`]):
 //! - warpgroup 0, the producer, gives its registers back (`setmaxnreg.dec`); one thread loads
-//!   the Q tile once and then the K and V tiles of 128 keys with TMA into two stages each
-//!   (128-byte swizzle), K and V on separate "full" / "empty" mbarriers so that the next K tile
+//!   the Q tile once and then the K and V tiles of 128 keys with TMA into three stages each
+//!   (two where shared memory holds no more; 128-byte swizzle), K and V on separate "full" / "empty" mbarriers so that the next K tile
 //!   streams in as soon as its stage's scores are computed;
 //! - warpgroups 1 and 2, the consumers, each own 64 query rows. S = Q K^T is one chain of
 //!   `wgmma.m64n128k16` with both operands in shared memory (K-major), or, under a causal
@@ -44,10 +44,11 @@ fn shared_bytes(p: &Problem, persist: bool, kvs: i64) -> usize {
     (q * BM * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + bars * 8) as usize + 1024
 }
 
-/// K/V stages: two, or `FERRODNN_ATTN_KVS=3` / `4` where shared memory allows (a tuning switch
-/// while it is measured).
+/// K/V stages: three where shared memory allows (measured on the H100, bench/NOTES.md session
+/// 17: +3% at b16h16s1024d64, +1% on the causal rows against two; four gained nothing), else
+/// two. `FERRODNN_ATTN_KVS=2` / `4` to compare.
 fn kv_stages(p: &Problem, persist: bool) -> i64 {
-    let want = std::env::var("FERRODNN_ATTN_KVS").ok().and_then(|v| v.parse().ok()).filter(|k| (2..=4).contains(k)).unwrap_or(2);
+    let want = std::env::var("FERRODNN_ATTN_KVS").ok().and_then(|v| v.parse().ok()).filter(|k| (2..=4).contains(k)).unwrap_or(3);
     (2..=want).rev().find(|&k| shared_bytes(p, persist, k) <= 227 * 1024).unwrap_or(2)
 }
 
