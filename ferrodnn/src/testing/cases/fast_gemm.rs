@@ -281,8 +281,8 @@ pub(super) fn cases() -> Vec<Case> {
     // C^T with B^T from registers: 31 k stages (the last partial), so that the two register
     // sets alternate unevenly; 255 tiles of 3 stages for 132 SMs, so that CTAs take a second
     // tile; both with partial edge tiles.
-    v.push(mm("tf32_rs_1100x1000x980_f32", t("a", &[1100, 980], F32), t("b", &[980, 1000], F32), F32));
-    v.push(mm("tf32_rs_tiles_1800x2100x68_f32_to_bf16", t("a", &[1800, 68], F32), t("b", &[68, 2100], F32), Bf16));
+    v.push(mm("tf32_rs_big_tiles_1100x1000x980_f32", t("a", &[1100, 980], F32), t("b", &[980, 1000], F32), F32));
+    v.push(mm("tf32_rs_big_tiles_1800x2100x68_f32_to_bf16", t("a", &[1800, 68], F32), t("b", &[68, 2100], F32), Bf16));
     v.push(with_epi(Epi::BiasRowRelu, F32, F32, &[], (200, 136, 72), false, false));
     v.push(with_epi(Epi::BatchBiasResidual, F32, Bf16, &[2], (72, 130, 40), false, false));
     // M <= 64 with 67 to 132 64-wide column tiles: the Hopper kernel's BN 64 (no split k), the
