@@ -32,6 +32,8 @@ use super::{fa_init, Problem, HELPERS};
 use crate::engine::cuda::engine::{Target, Unaligned, Unit};
 use crate::engine::cuda::fallback::{st, Arg, Launch, NodeKernels};
 
+/// Query rows per CTA (two consumer warpgroups of 64).
+const BM: i64 = 128;
 /// Keys per K/V tile.
 const BN: i64 = 128;
 
@@ -39,19 +41,7 @@ const BN: i64 = 128;
 /// alignment slack, barriers.
 fn shared_bytes(p: &Problem, persist: bool, kvs: i64) -> usize {
     let (q, bars) = if persist { (2, 4 * kvs + 4) } else { (1, 4 * kvs + 1) };
-    (q * 64 * consumers(p, persist) * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + bars * 8) as usize + 1024
-}
-
-/// Consumer warpgroups (of 64 query rows each): two, or three in the persistent kernel at
-/// d = 64 with `FERRODNN_ATTN_NCW=3` (FlashAttention-3's choice there: more softmaxes in flight
-/// beside each warpgroup's products; a tuning switch while it is measured).
-fn consumers(p: &Problem, persist: bool) -> i64 {
-    let three = persist && p.d == 64 && p.d_v == 64 && std::env::var("FERRODNN_ATTN_NCW").is_ok_and(|v| v == "3");
-    if three {
-        3
-    } else {
-        2
-    }
+    (q * BM * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + bars * 8) as usize + 1024
 }
 
 /// K/V stages: three where shared memory allows (measured on the H100, bench/NOTES.md session
@@ -208,10 +198,9 @@ __device__ __forceinline__ void fa90_pv(float (&o)[FA_DV / 2], const u32 (&pf)[F
     for (int kt = 0; kt < FA_BN / 16; ++kt) fa90_wgmma_o(o, pf[kt], make_desc(sv + kt * 2048u, FA_BN * 128u, 1024u));
 }
 
-// Ping-pong between the FA_NCW consumer warpgroups (FA_PINGPONG): warpgroup cw issues its
-// matrix products only in its turn (named barrier 1 + cw) and then hands the turn to the next
-// (barrier 1 + (cw + 1) % FA_NCW), so the others' softmaxes run while its products occupy the
-// tensor cores.
+// Ping-pong between the two consumer warpgroups (FA_PINGPONG): warpgroup cw issues its matrix
+// products only in its turn (named barrier 1 + cw) and then hands the turn to the other
+// (barrier 2 - cw), so one's softmax runs while the other's products occupy the tensor cores.
 __device__ __forceinline__ void fa90_turn_begin(int cw) {
 #if FA_PINGPONG
     asm volatile("bar.sync %0, 256;" :: "r"(1 + cw) : "memory");
@@ -221,7 +210,7 @@ __device__ __forceinline__ void fa90_turn_begin(int cw) {
 }
 __device__ __forceinline__ void fa90_turn_end(int cw, bool pass) {
 #if FA_PINGPONG
-    if (pass) asm volatile("bar.arrive %0, 256;" :: "r"(1 + (cw + 1) % FA_NCW) : "memory");
+    if (pass) asm volatile("bar.arrive %0, 256;" :: "r"(2 - cw) : "memory");
 #else
     (void)cw; (void)pass;
 #endif
@@ -304,7 +293,7 @@ FA_INIT
             // last P V; warpgroup 0 goes first, and warpgroup 1 does not pass its last turn on
             // (no turn of warpgroup 0 follows it).
 #if FA_PINGPONG
-            if (cw == FA_NCW - 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
+            if (cw == 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
 #endif
             mbar_wait(qbar, 0u);
 #if FA_QREG
@@ -352,7 +341,7 @@ FA_INIT
                 wgmma_fence();
                 fa90_pv(o, pf, sV + s * V_BYTES);
                 wgmma_commit();
-                fa90_turn_end(cw, cw != FA_NCW - 1);
+                fa90_turn_end(cw, cw == 0);
                 wgmma_wait0();
                 mbar_arrive(VEMPTY(s));
             }
@@ -387,7 +376,7 @@ FA_INIT
 /// still finish the current tile and store its O, and the K/V ring runs on across tiles. The
 /// per-tile steps are those of [`KERNEL`]. Both kernels stay: the work-list form with a grid of
 /// one CTA per item ran b4h16s4096d128 3% slower than [`KERNEL`] (bench/NOTES.md, session 13).
-const KERNEL_PERSIST: &str = r#"extern "C" __global__ void __launch_bounds__(128 * (FA_NCW + 1), 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
+const KERNEL_PERSIST: &str = r#"extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
 {
     extern __shared__ unsigned char fa_smem_raw[];
     const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
@@ -420,12 +409,12 @@ FA_INIT
         for (int s = 0; s < FA_KVS; ++s) {
             mbar_init(KFULL(s), 1u);
             mbar_init(VFULL(s), 1u);
-            mbar_init(KEMPTY(s), 128u * FA_NCW);
-            mbar_init(VEMPTY(s), 128u * FA_NCW);
+            mbar_init(KEMPTY(s), 256u);
+            mbar_init(VEMPTY(s), 256u);
         }
         for (int s = 0; s < 2; ++s) {
             mbar_init(QFULL(s), 1u);
-            mbar_init(QEMPTY(s), 128u * FA_NCW);
+            mbar_init(QEMPTY(s), 256u);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -434,8 +423,7 @@ FA_INIT
         // Producer: per item, Q into buffer n % 2 (n: the CTA's item count), then K and V of
         // each of its tiles into stage c % FA_KVS (c: the CTA's K/V tile count). The consumers'
         // setmaxnreg.inc takes only what the producer gives back from the CTA's launch
-        // allocation (168 x 384 = 128 x 24 + 256 x 240; with three consumers 128 x 512 = 128 x 24
-        // + 384 x 160 + 1024): asking for more never returns.
+        // allocation (168 x 384 = 128 x 24 + 256 x 240): asking for more never returns.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (threadIdx.x == 0) {
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tq) : "memory");
@@ -465,11 +453,7 @@ FA_INIT
             }
         }
     } else {
-#if FA_NCW == 3
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 160;");
-#else
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
-#endif
         const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
         float sc[FA_BN / 2];
         u32 pf[FA_BN / 16][4];
@@ -498,7 +482,7 @@ FA_INIT
 #endif
             if (it.any) {
 #if FA_PINGPONG
-                if (cw == FA_NCW - 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
+                if (cw == 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
 #endif
                 // Tile t0: scores, softmax, P.
                 {
@@ -543,7 +527,7 @@ FA_INIT
                     wgmma_fence();
                     fa90_pv(o, pf, sV + s * V_BYTES);
                     wgmma_commit();
-                    fa90_turn_end(cw, cw != FA_NCW - 1);
+                    fa90_turn_end(cw, cw == 0);
                     wgmma_wait0();
                     mbar_arrive(VEMPTY(s));
                 }
@@ -602,13 +586,10 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let stats = node.output("stats");
     let c = p.common(true);
     let mut defs = c.defines.clone() + &hopper::heavy_first();
-    let persist = persistent(p);
-    let ncw = consumers(p, persist);
-    let bm = 64 * ncw;
-    defs += &format!("#define FA_BM {bm}\n#define FA_BN {BN}\n#define FA_NCW {ncw}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong() as u8);
+    defs += &format!("#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong() as u8);
     let stores = p.output_store("o", "O", o, p.pair_ok(o));
     let mut params = vec!["void* o_p".to_string()];
-    let (tq, tk, tv) = (tma_of(p, p.q, bm), tma_of(p, p.k, BN), tma_of(p, p.v, BN));
+    let (tq, tk, tv) = (tma_of(p, p.q, BM), tma_of(p, p.k, BN), tma_of(p, p.v, BN));
     let mut args = vec![Arg::TensorMap(Box::new(tq)), Arg::TensorMap(Box::new(tk)), Arg::TensorMap(Box::new(tv)), Arg::Ptr(o)];
     if let Some(s) = stats {
         let sd = p.graph.desc(s);
@@ -619,7 +600,8 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     params.extend(c.params.iter().cloned());
     args.extend(c.args.iter().cloned());
     let entry = p.entry("attn_fwd_sm90");
-    let qt = (p.s_q + bm - 1) / bm;
+    let persist = persistent(p);
+    let qt = (p.s_q + BM - 1) / BM;
     if persist {
         defs += &format!("#define FA_QT {qt}LL\n");
     }
@@ -642,8 +624,8 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     Some(NodeKernels::one(Launch {
         source,
         entry,
-        threads: (grid.0 * grid.1 * grid.2 * 128 * (ncw + 1)) as u64,
-        block: 128 * (ncw + 1) as u32,
+        threads: (grid.0 * grid.1 * grid.2 * 384) as u64,
+        block: 384,
         exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
         shared_bytes: shared_bytes(p, persist, kvs) as u32,
         args,
