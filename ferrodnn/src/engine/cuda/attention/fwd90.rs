@@ -41,20 +41,7 @@ const BN: i64 = 128;
 /// alignment slack, barriers.
 fn shared_bytes(p: &Problem, persist: bool, kvs: i64) -> usize {
     let (q, bars) = if persist { (2, 4 * kvs + 4) } else { (1, 4 * kvs + 1) };
-    let bn = key_tile(p, persist);
-    (q * BM * p.d * 2 + kvs * bn * p.d * 2 + kvs * bn * p.d_v * 2 + bars * 8) as usize + 1024
-}
-
-/// Keys per K/V tile: BN, or 176 in the one-item kernel without a mask at d = 128 with
-/// `FERRODNN_ATTN_BN=176` (FlashAttention-3's tile there: the per-tile costs, O's rescale and
-/// the barriers, spread over more keys; a tuning switch while it is measured).
-fn key_tile(p: &Problem, persist: bool) -> i64 {
-    let wide = !persist && super::unmasked(p.attrs) && p.d == 128 && p.d_v == 128 && std::env::var("FERRODNN_ATTN_BN").is_ok_and(|v| v == "176");
-    if wide {
-        176
-    } else {
-        BN
-    }
+    (q * BM * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + bars * 8) as usize + 1024
 }
 
 /// K/V stages: three where shared memory allows (measured on the H100, bench/NOTES.md session
@@ -80,20 +67,15 @@ const BODY: &str = r#"
 // 8n + 2t, +1 at 4n + 2hh, +1), pairwise.
 template <bool MAX>
 __device__ __forceinline__ float fa90_row_tree(const float (&sc)[FA_BN / 2], int hh) {
-    constexpr int N = FA_BN / 8;
-    float a[N];
+    float a[FA_BN / 8];
     #pragma unroll
-    for (int n = 0; n < N; ++n) a[n] = MAX ? fmaxf(sc[4 * n + 2 * hh], sc[4 * n + 2 * hh + 1]) : sc[4 * n + 2 * hh] + sc[4 * n + 2 * hh + 1];
-    // Levels of W apart, the upper half onto the lower (an odd element waits a level); five
-    // cover the 32 pairs of BN = 256, with constant bounds so that a[] stays in registers.
-    static_assert(N <= 32, "five levels");
-#define FA_TREE_LEVEL(n) _Pragma("unroll") for (int i = 0; i + ((n) + 1) / 2 < (n); ++i) a[i] = MAX ? fmaxf(a[i], a[i + ((n) + 1) / 2]) : a[i] + a[i + ((n) + 1) / 2];
-    constexpr int N2 = (N + 1) / 2, N3 = (N2 + 1) / 2, N4 = (N3 + 1) / 2, N5 = (N4 + 1) / 2;
-    FA_TREE_LEVEL(N)
-    FA_TREE_LEVEL(N2)
-    FA_TREE_LEVEL(N3)
-    FA_TREE_LEVEL(N4)
-    FA_TREE_LEVEL(N5)
+    for (int n = 0; n < FA_BN / 8; ++n) a[n] = MAX ? fmaxf(sc[4 * n + 2 * hh], sc[4 * n + 2 * hh + 1]) : sc[4 * n + 2 * hh] + sc[4 * n + 2 * hh + 1];
+    static_assert(FA_BN == 128, "four levels below the pairs");
+#define FA_TREE_LEVEL(W) _Pragma("unroll") for (int i = 0; i < (W); ++i) a[i] = MAX ? fmaxf(a[i], a[i + (W)]) : a[i] + a[i + (W)];
+    FA_TREE_LEVEL(8)
+    FA_TREE_LEVEL(4)
+    FA_TREE_LEVEL(2)
+    FA_TREE_LEVEL(1)
 #undef FA_TREE_LEVEL
     return a[0];
 }
@@ -604,11 +586,10 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let stats = node.output("stats");
     let c = p.common(true);
     let mut defs = c.defines.clone() + &hopper::heavy_first();
-    let bn = key_tile(p, persistent(p));
-    defs += &format!("#define FA_BM {BM}\n#define FA_BN {bn}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong() as u8);
+    defs += &format!("#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong() as u8);
     let stores = p.output_store("o", "O", o, p.pair_ok(o));
     let mut params = vec!["void* o_p".to_string()];
-    let (tq, tk, tv) = (tma_of(p, p.q, BM), tma_of(p, p.k, bn), tma_of(p, p.v, bn));
+    let (tq, tk, tv) = (tma_of(p, p.q, BM), tma_of(p, p.k, BN), tma_of(p, p.v, BN));
     let mut args = vec![Arg::TensorMap(Box::new(tq)), Arg::TensorMap(Box::new(tk)), Arg::TensorMap(Box::new(tv)), Arg::Ptr(o)];
     if let Some(s) = stats {
         let sd = p.graph.desc(s);
@@ -631,9 +612,9 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     defs += &format!("#define FA_QREG {}\n#define FA_KVS {kvs}\n", qreg as u8);
     let wgmma = format!(
         "{}{}{}",
-        hopper::wgmma_ss(p, "fa90_wgmma_s", bn),
+        hopper::wgmma_ss(p, "fa90_wgmma_s", BN),
         hopper::wgmma_rs(p, "fa90_wgmma_o", p.d_v),
-        if qreg { hopper::wgmma_rs_major(p, "fa90_wgmma_sr", bn, false) } else { String::new() }
+        if qreg { hopper::wgmma_rs_major(p, "fa90_wgmma_sr", BN, false) } else { String::new() }
     );
     let source = format!("{defs}{HELPERS}{stores}{}{wgmma}{body}", hopper::helpers());
     let grid = if persist { ((qt * p.h_q * p.b).min(target.sm_count.max(1) as i64), 1, 1) } else { (qt, p.h_q, p.b) };
