@@ -14,8 +14,9 @@
 //!   fragment layout) and V from shared memory (N-major, the transpose flag). Inside a
 //!   warpgroup the two products are pipelined: tile t's scores are issued together with tile
 //!   t-1's P V, and the online softmax of tile t runs while that P V is on the tensor cores;
-//!   O is rescaled once the P V is done. In the one-item kernel the two consumers take turns
-//!   on the tensor cores (ping-pong; the persistent one runs faster without). The softmax sits on each consumer's critical path, so its row maxima and sums
+//!   O is rescaled once the P V is done. The two consumers take turns on the tensor cores
+//!   (ping-pong), except in the persistent kernel at d = 64, which runs faster without. The
+//!   softmax sits on each consumer's critical path, so its row maxima and sums
 //!   are trees, not chains (measured on the H100, bench/NOTES.md session 15: +2-5% on every
 //!   forward row).
 //!
@@ -562,15 +563,16 @@ FA_INIT
 }
 "#;
 
-/// Whether the consumers take turns (FA_PINGPONG): in the one-item kernel (measured on the H100,
-/// bench/NOTES.md session 17: off, b4h16s4096d128 1-3% slower), not in the persistent one
-/// (b16h16s1024d64 +5% without turns, 421.6-422.6 against 394.2-401.9 TFLOP/s).
-/// `FERRODNN_ATTN_PINGPONG=0` / `=1` turns it off / on for both to compare.
-fn pingpong(persist: bool) -> bool {
+/// Whether the consumers take turns (FA_PINGPONG): yes in the one-item kernel (measured on the
+/// H100, bench/NOTES.md session 17: without, b4h16s4096d128 1-3% slower), not in the persistent
+/// one at d = 64 (b16h16s1024d64 +5% without, 421.6-422.6 against 394.2-401.9 TFLOP/s; the
+/// persistent d = 128 kernel is unmeasured and keeps them). `FERRODNN_ATTN_PINGPONG=0` / `=1`
+/// turns it off / on everywhere to compare.
+fn pingpong(p: &Problem, persist: bool) -> bool {
     match std::env::var("FERRODNN_ATTN_PINGPONG").as_deref() {
         Ok("0") => false,
         Ok("1") => true,
-        _ => !persist,
+        _ => !(persist && p.d == 64),
     }
 }
 
@@ -593,7 +595,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let c = p.common(true);
     let mut defs = c.defines.clone() + &hopper::heavy_first();
     let persist = persistent(p);
-    defs += &format!("#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong(persist) as u8);
+    defs += &format!("#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong(p, persist) as u8);
     let stores = p.output_store("o", "O", o, p.pair_ok(o));
     let mut params = vec!["void* o_p".to_string()];
     let (tq, tk, tv) = (tma_of(p, p.q, BM), tma_of(p, p.k, BN), tma_of(p, p.v, BN));
