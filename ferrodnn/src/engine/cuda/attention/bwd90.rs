@@ -801,12 +801,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     // path's accumulator in the same launch; else the general D kernel and a zeroing launch.
     let mut launches = Vec::new();
     if d_vec(p, ports) {
-        let defs = format!(
-            "{base}{}#define FA_ZERO_ACC {}
-",
-            bwd::strides_def(p, "OI", ports.o),
-            atomic as u8
-        );
+        let defs = format!("{base}{}#define FA_ZERO_ACC {}\n", bwd::strides_def(p, "OI", ports.o), atomic as u8);
         let entry = p.entry("attn_bwd_d_sm90");
         let source = format!("{defs}{HELPERS}{}", ROW_D_ZERO.replace("FA_ENTRY", &entry));
         let mut args = vec![Arg::Scratch(0), Arg::Ptr(ports.o), Arg::Ptr(ports.d_o)];

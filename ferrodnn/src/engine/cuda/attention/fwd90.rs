@@ -5,8 +5,9 @@
 //! CTA per SM over the same work list ([`persistent`], [`KERNEL_PERSIST`]):
 //! - warpgroup 0, the producer, gives its registers back (`setmaxnreg.dec`); one thread loads
 //!   the Q tile once and then the K and V tiles of 128 keys with TMA into three stages each
-//!   (two where shared memory holds no more; 128-byte swizzle), K and V on separate "full" / "empty" mbarriers so that the next K tile
-//!   streams in as soon as its stage's scores are computed;
+//!   (two where shared memory holds no more; 128-byte swizzle), K and V on separate "full" /
+//!   "empty" mbarriers so that the next K tile streams in as soon as its stage's scores are
+//!   computed;
 //! - warpgroups 1 and 2, the consumers, each own 64 query rows. S = Q K^T is one chain of
 //!   `wgmma.m64n128k16` with both operands in shared memory (K-major), or, under a causal
 //!   mask, Q's fragments loaded into registers once (`ldmatrix`); O += P V takes P from
@@ -16,9 +17,8 @@
 //!   t-1's P V, and the online softmax of tile t runs while that P V is on the tensor cores;
 //!   O is rescaled once the P V is done. The two consumers take turns on the tensor cores
 //!   (ping-pong), except in the persistent kernel at d = 64, which runs faster without. The
-//!   softmax sits on each consumer's critical path, so its row maxima and sums
-//!   are trees, not chains (measured on the H100, bench/NOTES.md session 15: +2-5% on every
-//!   forward row).
+//!   softmax sits on each consumer's critical path, so its row maxima and sums are trees, not
+//!   chains (measured on the H100, bench/NOTES.md session 15: +2-5% on every forward row).
 //!
 //! The softmax, masks, bias, ALiBi and dropout are those of the general kernel ([`super::fwd`])
 //! on the wgmma accumulator layout (thread `l` of warp `w` holds rows `16w + l/4` and `+8`,
