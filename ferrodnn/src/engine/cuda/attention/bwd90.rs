@@ -521,24 +521,24 @@ extern "C" __global__ void __launch_bounds__(256) FA_ENTRY(void* dbuf_p, const v
         if (e < TOTAL && e % TPR == 0) dbuf[e / TPR] = acc;
     }
 #if FA_ZERO_ACC
-    GRID_STRIDE(z, FA_B * FA_HQ * FA_DQA_ROWS * FA_D / 4) {
-        asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};" :: "l"(reinterpret_cast<float*>(dqa_p) + 4 * z), "r"(0u) : "memory");
-    }
+    fa90_zero_acc(dqa_p);
 #else
     (void)dqa_p;
 #endif
 }
 "#;
 
-/// The f32 dQ accumulator of the atomic path, zeroed (16 bytes a thread), where D has its own
-/// launch.
-const ZERO_ACC: &str = r#"
-{
+/// The f32 dQ accumulator of the atomic path zeroed (16 bytes a thread, grid-stride): in the D
+/// launch ([`ROW_D_ZERO`]) or, where D has the general launch, alone ([`ZERO_ACC`]).
+const ZERO_ACC_FN: &str = r#"
+__device__ __forceinline__ void fa90_zero_acc(void* dqa_p) {
     GRID_STRIDE(e, FA_B * FA_HQ * FA_DQA_ROWS * FA_D / 4) {
         asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};" :: "l"(reinterpret_cast<float*>(dqa_p) + 4 * e), "r"(0u) : "memory");
     }
 }
 "#;
+
+const ZERO_ACC: &str = "{ fa90_zero_acc(dqa_p); }\n";
 
 /// dQ from the f32 accumulator (times the attention scale, which dS leaves out), four channels
 /// (16 bytes of the accumulator) a thread.
@@ -803,14 +803,14 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     if d_vec(p, ports) {
         let defs = format!("{base}{}#define FA_ZERO_ACC {}\n", bwd::strides_def(p, "OI", ports.o), atomic as u8);
         let entry = p.entry("attn_bwd_d_sm90");
-        let source = format!("{defs}{HELPERS}{}", ROW_D_ZERO.replace("FA_ENTRY", &entry));
+        let source = format!("{defs}{HELPERS}{ZERO_ACC_FN}{}", ROW_D_ZERO.replace("FA_ENTRY", &entry));
         let mut args = vec![Arg::Scratch(0), Arg::Ptr(ports.o), Arg::Ptr(ports.d_o)];
         args.push(if atomic { Arg::Scratch(1) } else { Arg::Scratch(0) });
         let threads = (rows as u64 * (p.d_v / 8) as u64).max(if atomic { acc_elems / 4 } else { 0 });
         launches.push(Launch { source, entry, threads, block: 256, exact_grid: None, shared_bytes: 0, args, cluster: None });
     } else {
         if atomic {
-            launches.push(bwd::launch(p, &base, "", "attn_bwd_dq_zero_sm90", &["void* dqa_p".into()], vec![Arg::Scratch(1)], ZERO_ACC, None, acc_elems / 4, 256, 0)?);
+            launches.push(bwd::launch(p, &base, ZERO_ACC_FN, "attn_bwd_dq_zero_sm90", &["void* dqa_p".into()], vec![Arg::Scratch(1)], ZERO_ACC, None, acc_elems / 4, 256, 0)?);
         }
         launches.push(bwd::d_launch(p, ports, &base, true)?);
     }

@@ -106,6 +106,12 @@ impl Config {
             0
         }
     }
+    /// This configuration with as many stages (2 to 8) as fit in 227 KiB of shared memory.
+    fn with_most_stages(mut self) -> Config {
+        self.stages = 2;
+        self.stages = ((227 * 1024 - self.shared_bytes() + 2 * self.stage_bytes()) / self.stage_bytes()).clamp(2, 8);
+        self
+    }
     /// Dynamic shared memory: the stages, the C blocks, 1 KiB to align them to the swizzle
     /// atom, barriers.
     pub fn shared_bytes(&self) -> usize {
@@ -131,7 +137,7 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     // Clusters of two with B multicast are correct but measured 2.3x slower than single CTAs
     // (bench/NOTES.md, session 9): off until that is understood.
     let cluster_m = 1;
-    let mut cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store, splits, cluster_m, bm: BM, swap: false };
+    let cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store, splits, cluster_m, bm: BM, swap: false };
     // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T,
     // 64-row tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles, no reduce launch),
     // and each stage carries 2 or 4 KiB of A instead of 16. Eight stages (80 KiB): 6, 12 and 16
@@ -152,13 +158,10 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
         let tiles = |bn: usize| q.batch * q.m.div_ceil(BM) * q.n.div_ceil(bn);
         if 2 * tiles(128) > sms || kt < 8 {
             let bn = if q.n > 128 && tiles(256) >= sms && q.k > 256 { 256 } else { 128 };
-            let mut c = Config { bn, stages: 2, group_m: q.m.div_ceil(BM).clamp(1, 16), tma_store: false, splits: 1, cluster_m: 1, bm: BM, swap: true };
-            c.stages = ((227 * 1024 - c.shared_bytes() + 2 * c.stage_bytes()) / c.stage_bytes()).clamp(2, 8);
-            return c;
+            return Config { bn, stages: 2, group_m: q.m.div_ceil(BM).clamp(1, 16), tma_store: false, splits: 1, cluster_m: 1, bm: BM, swap: true }.with_most_stages();
         }
     }
-    cfg.stages = ((227 * 1024 - cfg.shared_bytes() + 2 * cfg.stage_bytes()) / cfg.stage_bytes()).clamp(2, 8);
-    cfg
+    cfg.with_most_stages()
 }
 
 /// tf32 with B N-major can run as C^T = B^T A^T with B^T from registers: both operands
@@ -548,6 +551,16 @@ fn wgmma_rs_tf32_fn(bn: usize) -> String {
     )
 }
 
+/// The end of a consumer's k stage in the main loop (both forms): commit its wgmmas, wait for the
+/// previous stage's and hand that stage's buffers back to the producer, advance the ring.
+const STAGE_END: &str = r#"                wgmma_commit();
+                // The previous stage's wgmmas are done: hand its buffers back to the producer.
+                wgmma_wait1();
+                if (kt > k0) release_stage(bars + 8u * (STAGES + prev), l);
+                prev = s;
+                if (++s == STAGES) { s = 0; phase ^= 1u; }
+"#;
+
 /// The kernel source (without the prelude).
 #[allow(clippy::too_many_arguments)]
 fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a3: bool, b3: bool, entry: &str) -> String {
@@ -791,13 +804,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
                 wgmma_fence();
                 #pragma unroll
                 for (int kk = 0; kk < 4; ++kk) wgmma_tile_rs(d, fa + 4 * kk, {desc_b}, (kt > k0 || kk > 0) ? 1 : 0);
-                wgmma_commit();
-                // The previous stage's wgmmas are done: hand its buffers back to the producer.
-                wgmma_wait1();
-                if (kt > k0) release_stage(bars + 8u * (STAGES + prev), l);
-                prev = s;
-                if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
-            }};
+{STAGE_END}            }};
             // (Unrolled by two with a guarded second stage instead, ptxas serialized the wgmmas
             // of some shapes: C7513.)
             for (int kt = k0; kt < k1; ++kt) {{
@@ -818,13 +825,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
                     const int kk = {first}k2;
                     wgmma_tile(d, {desc_a}, {desc_b}, (kt > k0 || k2 > 0) ? 1 : 0);
                 }}
-                wgmma_commit();
-                // The previous stage's wgmmas are done: hand its buffers back to the producer.
-                wgmma_wait1();
-                if (kt > k0) release_stage(bars + 8u * (STAGES + prev), l);
-                prev = s;
-                if (++s == STAGES) {{ s = 0; phase ^= 1u; }}
-            }}
+{STAGE_END}            }}
 "#
         )
     };
