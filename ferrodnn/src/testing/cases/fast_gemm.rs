@@ -267,6 +267,23 @@ pub(super) fn cases() -> Vec<Case> {
         out(&mut g, y, "y", Bf16);
         v.push(Case::new(name, g));
     }
+    // More tiles than an H100 has SMs with the TMA-store epilogue, so that CTAs go on to further
+    // tiles, whose first stage is issued between the two parts of the previous tile's epilogue:
+    // 288 128 x 128 tiles (three rounds, the last partial) with bias + relu, partial edge tiles;
+    // 160 batched 128 x 256 tiles.
+    {
+        let name = "fast_gemm_big_tiles_rounds_bias_relu_1100x4000x40_bf16".to_string();
+        let mut g = Graph::new(name.clone());
+        let a = g.tensor(t("a", &[1100, 40], Bf16));
+        let b = g.tensor(t("b", &[40, 4000], Bf16));
+        let x = g.matmul(a, b);
+        let bias = g.tensor(t("bias", &[1, 4000], Bf16));
+        let y = g.bias(x, bias);
+        let y = g.relu(y);
+        out(&mut g, y, "y", Bf16);
+        v.push(Case::new(name, g));
+    }
+    v.push(mm("big_tiles_rounds_batch_2x1000x2400x296_f16", t("a", &[2, 1000, 296], F16), t("b", &[2, 296, 2400], F16), F16));
     // f32 inputs: the exact plan runs them as 3xTF32; the tf32 plan (knob `tf32`) on Hopper's
     // wgmma kernel when A is row-major with K a multiple of 4 (B N-major as C^T = B^T A^T with
     // B^T's tf32-rounded fragments loaded into registers, or, with N not a multiple of 4 or

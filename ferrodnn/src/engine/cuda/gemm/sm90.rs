@@ -660,42 +660,8 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             ),
             String::new(),
         )
-    } else if let (true, Some(ec)) = (cfg.tma_store, &ec) {
-        let pack = if c.dtype == DataType::Bf16 { "bf16x2_bits(v0, v1)" } else { "f16x2_bits(v0, v1)" };
-        let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
-        (
-            format!(
-                r#"            // Epilogue through shared memory: this warpgroup's 64 x {bn} block, in boxes of
-            // 64 columns (128-byte swizzled rows, as the TMA store reads them), then one thread
-            // stores the boxes with TMA (clipped at the matrix edges, so values outside C are
-            // computed but never stored) and the warps go on to the next tile while the copy
-            // drains. The block is reused once the last store has read it. Plain C++ stores to
-            // shared memory (no asm memory clobber), so the compiler may schedule the side loads
-            // of the loop ahead of them.
-            const unsigned cbuf = base + STAGES * STAGE_BYTES + cw * {cblock}u;
-            unsigned char* const cgen = smem_raw + (cbuf - smem_u32(smem_raw));
-            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-            consumer_sync(cw);
-            #pragma unroll
-            for (int j = 0; j < {bn} / 8; ++j) {{
-                const long long col = colt + 8 * j;
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {{
-                    const long long row = row0 + 8 * h;
-                    (void)row; (void)col;
-{value}                    // Row rl of the block, byte 4 (l % 4) of 16-byte chunk j % 8 of box j / 8,
-                    // chunks swizzled by the row (rl % 8 == l / 4).
-                    const int rl = w * 16 + (l >> 2) + 8 * h;
-                    *(unsigned*)(cgen + (j >> 3) * 8192 + rl * 128 + (((j & 7) ^ (l >> 2)) << 4) + 4 * (l & 3)) = {pack};
-                }}
-            }}
-{tail}"#,
-                cblock = 64 * bn * 2,
-                value = ec.value,
-                tail = tma_store_tail(bn, coords),
-            ),
-            "        if (tid == 0) asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n".to_string(),
-        )
+    } else if cfg.tma_store {
+        (tma_epilogue(p, names, bn, rb, ec.as_ref()), TMA_STORE_DRAIN.to_string())
     } else if let Some(ec) = &ec {
         // Direct stores from registers, guarded.
         let st = store_values(p);
@@ -722,41 +688,6 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
                 value = ec.value,
             ),
             String::new(),
-        )
-    } else if cfg.tma_store {
-        let pack = if c.dtype == DataType::Bf16 { "bf16x2_bits(v0, v1)" } else { "f16x2_bits(v0, v1)" };
-        let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
-        (
-            format!(
-                r#"            // Epilogue through shared memory: this warpgroup's 64 x {bn} block, in boxes of
-            // 64 columns (128-byte swizzled rows, as the TMA store reads them), then one thread
-            // stores the boxes with TMA (clipped at the matrix edges) and the warps go on to the
-            // next tile while the copy drains. The block is reused once the last store has read it.
-            const unsigned cbuf = base + STAGES * STAGE_BYTES + cw * {cblock}u;
-            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-            consumer_sync(cw);
-            const long long row0 = {rb} + w * 16 + (l >> 2);
-            #pragma unroll
-            for (int j = 0; j < {bn} / 8; ++j) {{
-                const int cl = 8 * j + 2 * (l & 3);
-                const long long col = (long long)tn * {bn} + cl;
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {{
-                    const int rl = w * 16 + (l >> 2) + 8 * h;
-                    const long long row = row0 + 8 * h;
-                    float v0 = 0.f, v1 = 0.f;
-                    if (row < M_ && col < N_) v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
-                    if (row < M_ && col + 1 < N_) v1 = epilogue(d[4 * j + 2 * h + 1], bt, row, col + 1{names});
-                    const int cin = cl & 63;
-                    const unsigned addr = cbuf + (cl >> 6) * 8192u + rl * 128u + ((((cin * 2) >> 4) ^ (rl & 7)) << 4) + ((cin * 2) & 15);
-                    asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"({pack}) : "memory");
-                }}
-            }}
-{tail}"#,
-                cblock = 64 * bn * 2,
-                tail = tma_store_tail(bn, coords),
-            ),
-            "        if (tid == 0) asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n".to_string(),
         )
     } else {
         (
@@ -1122,6 +1053,79 @@ fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str) 
     let a1: String = x1.iter().map(|x| format!(", {x}")).collect();
     let _ = writeln!(value, "                    const float v0 = epilogue_v({acc0}{a0});\n                    const float v1 = epilogue_v({acc1}{a1});");
     EpiCode { prep, value, aligned }
+}
+
+/// The last consumer thread to store C with TMA waits for its stores before the kernel ends.
+const TMA_STORE_DRAIN: &str = "        if (tid == 0) asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n";
+
+/// The TMA-store epilogue (16-bit row-major C): the values of this thread's accumulators as
+/// 16-bit pairs `cv[2 j + h]` (row `16 w + l / 4 + 8 h`, columns `8 j + 2 (l % 4)`
+/// and the next one, of the warpgroup's 64 x BN block), from the side inputs' layouts (`ec`,
+/// whose `prep` ran before) or the general `epilogue`; then the store: the block written to
+/// shared memory in boxes of 64 columns (128-byte rows swizzled as the TMA store reads them),
+/// and one thread storing the boxes with TMA (clipped at the matrix edges, so values outside C
+/// are computed but never stored) while the warps go on. The block is reused once the last
+/// store has read it. Plain C++ stores to shared memory (no asm memory clobber), so the
+/// compiler may schedule loads of the values ahead of them.
+fn tma_epilogue(p: &GemmProblem, names: &str, bn: usize, rb: &str, ec: Option<&EpiCode>) -> String {
+    let pack = if p.c.dtype == DataType::Bf16 { "bf16x2_bits(v0, v1)" } else { "f16x2_bits(v0, v1)" };
+    let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
+    let values = match ec {
+        Some(ec) => format!(
+            r#"            unsigned cv[{n}];
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const long long col = colt + 8 * j;
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const long long row = row0 + 8 * h;
+                    (void)row; (void)col;
+{value}                    cv[2 * j + h] = {pack};
+                }}
+            }}
+"#,
+            n = bn / 4,
+            value = ec.value
+        ),
+        None => format!(
+            r#"            unsigned cv[{n}];
+            const long long row0 = {rb} + w * 16 + (l >> 2);
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const long long col = (long long)tn * {bn} + 8 * j + 2 * (l & 3);
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const long long row = row0 + 8 * h;
+                    float v0 = 0.f, v1 = 0.f;
+                    if (row < M_ && col < N_) v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
+                    if (row < M_ && col + 1 < N_) v1 = epilogue(d[4 * j + 2 * h + 1], bt, row, col + 1{names});
+                    cv[2 * j + h] = {pack};
+                }}
+            }}
+"#,
+            n = bn / 4
+        ),
+    };
+    let store = format!(
+        r#"            const unsigned cbuf = base + STAGES * STAGE_BYTES + cw * {cblock}u;
+            unsigned char* const cgen = smem_raw + (cbuf - smem_u32(smem_raw));
+            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            consumer_sync(cw);
+            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    // Row rl of the block, byte 4 (l % 4) of 16-byte chunk j % 8 of box j / 8,
+                    // chunks swizzled by the row (rl % 8 == l / 4).
+                    const int rl = w * 16 + (l >> 2) + 8 * h;
+                    *(unsigned*)(cgen + (j >> 3) * 8192 + rl * 128 + (((j & 7) ^ (l >> 2)) << 4) + 4 * (l & 3)) = cv[2 * j + h];
+                }}
+            }}
+{tail}"#,
+        cblock = 64 * bn * 2,
+        tail = tma_store_tail(bn, coords),
+    );
+    values + &store
 }
 
 /// Stores of accumulators `a0` (column `col`) and `a1` (column `col + 1`) of row `row` through
