@@ -365,6 +365,14 @@ fn forward() -> Vec<Spec> {
     // Without a mask and with more than 16 K/V tiles of 128 keys: the one-item kernel (not the
     // persistent one), partial q and K/V tiles, GQA.
     v.push(Spec::new("fwd90_one_item_long_kv_d128", Bf16).b(1).heads(2, 1).dims(128, 128).seq(130, 2100).stats_f32());
+    // The persistent kernel over items of unequal sizes, taken by ticket, with more items than
+    // an H100 has SMs: under a causal mask (Q's fragments from registers), and under a window.
+    v.push(Spec::new("fwd90_persist_causal_rounds_d128", Bf16).b(2).heads(40, 8).dims(128, 128).seq(300, 300).stats_f32().attrs(|a| a.causal = Some(TopLeft)));
+    v.push(Spec::new("fwd90_persist_causal_rounds_d64_br", F16).b(3).heads(16, 4).seq(300, 400).attrs(|a| a.causal = Some(BottomRight)));
+    v.push(Spec::new("fwd90_persist_window_rounds_d128", F16).b(2).heads(36, 12).dims(128, 128).seq(200, 520).attrs(|a| {
+        a.sliding_window_left = Some(150);
+        a.sliding_window_right = Some(10);
+    }));
     v
 }
 
@@ -474,10 +482,14 @@ mod tests {
                 for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_bwd_dkdv_dq_sm90")) {
                     assert!(src.contains("#define FA_DQ_BULK 1\n"), "{} {e}", c.name);
                 }
-                // The persistent forward for uniform short items (these have two K/V tiles).
+                // The persistent forward, both for short uniform items (two K/V tiles here) and
+                // for a causal mask's unequal ones, which the CTAs take by ticket (zeroed by a
+                // launch before).
                 for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_fwd_sm90")) {
-                    assert_eq!(src.contains("#define FA_QT "), !causal, "{} {e}", c.name);
+                    assert!(src.contains("#define FA_QT "), "{} {e}", c.name);
+                    assert_eq!(src.contains("#define FA_DYNAMIC 1\n"), causal, "{} {e}", c.name);
                 }
+                assert_eq!(has("attn_fwd_ticket_sm90"), hopper && causal, "{} ({})", c.name, target.arch);
                 // The heaviest-first tile order (it acts under causal masks only).
                 for (e, src) in sources.iter().filter(|(e, _)| ["attn_fwd_sm90", "attn_bwd_dq_sm90", "attn_bwd_dkdv_sm90", "attn_bwd_dkdv_dq_sm90"].iter().any(|k| e.ends_with(k)))
                 {

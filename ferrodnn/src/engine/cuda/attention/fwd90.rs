@@ -2,7 +2,8 @@
 //!
 //! One CTA (384 threads) per (q tile of 128 rows, query head, batch), heaviest tiles first
 //! (with a causal mask, those of four heads at a time: `fa90_work`), or, where that pays, one
-//! CTA per SM over the same work list ([`persistent`], [`KERNEL_PERSIST`]):
+//! CTA per SM over the same work list ([`persistent`], [`KERNEL_PERSIST`]), taking every
+//! `gridDim.x`-th item or, with items of unequal sizes, the next one by ticket ([`dynamic`]):
 //! - warpgroup 0, the producer, gives its registers back (`setmaxnreg.dec`); one thread loads
 //!   the Q tile once and then the K and V tiles of 128 keys with TMA into three stages each
 //!   (two where shared memory holds no more; 128-byte swizzle), K and V on separate "full" /
@@ -39,9 +40,9 @@ const BM: i64 = 128;
 const BN: i64 = 128;
 
 /// Dynamic shared memory: Q (two buffers when persistent), `kvs` stages of K and of V, 1 KiB of
-/// alignment slack, barriers.
+/// alignment slack, barriers (and, when persistent, the two Q buffers' item numbers).
 fn shared_bytes(p: &Problem, persist: bool, kvs: i64) -> usize {
-    let (q, bars) = if persist { (2, 4 * kvs + 4) } else { (1, 4 * kvs + 1) };
+    let (q, bars) = if persist { (2, 4 * kvs + 4 + 2) } else { (1, 4 * kvs + 1) };
     (q * BM * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + bars * 8) as usize + 1024
 }
 
@@ -55,12 +56,32 @@ fn kv_stages(p: &Problem, persist: bool) -> i64 {
 
 /// Whether the forward runs persistent ([`KERNEL_PERSIST`]): where every item costs the same (no
 /// causal mask, no sliding window) and is short, so that overlapping an item's O stores with
-/// the next item's loads pays. Measured on the H100 (bench/NOTES.md, session 13):
-/// b16h16s1024d64 (8 K/V tiles an item) +10-12%; b4h16s4096d128 (32 tiles) 2% slower; the
-/// causal shapes 20-30% slower (the static assignment of items to CTAs leaves some CTAs with
-/// far more work). `FERRODNN_ATTN_PERSIST=0` turns it off to compare.
+/// the next item's loads pays (measured on the H100, bench/NOTES.md session 13: b16h16s1024d64,
+/// 8 K/V tiles an item, +10-12%; b4h16s4096d128, 32 tiles, within 1%), and under a causal mask
+/// or a window, whose items of unequal sizes the CTAs take by ticket (`FA_DYNAMIC`).
+/// `FERRODNN_ATTN_PERSIST=0` / `=1` turns it off / on everywhere to compare.
 fn persistent(p: &Problem) -> bool {
-    super::unmasked(p.attrs) && (p.s_kv + BN - 1) / BN <= 16 && !super::switched_off("FERRODNN_ATTN_PERSIST")
+    match std::env::var("FERRODNN_ATTN_PERSIST").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => !super::unmasked(p.attrs) || (p.s_kv + BN - 1) / BN <= 16,
+    }
+}
+
+/// Whether the persistent kernel's CTAs take their items by ticket (an atomic counter in scratch,
+/// zeroed by a launch before), in list order, instead of every `gridDim.x`-th item: under a
+/// causal mask or a window, where items differ in size. With the fixed assignment, CTAs that
+/// started on heavy items fall behind the others, the items in flight spread over many heads,
+/// and their K/V tiles miss L2 (ncu, bench/NOTES.md session 18: b4h16s4096d128 causal read
+/// 1.12 GB from DRAM instead of 0.20, L2 hits 52% instead of 86%, SMs active 411 K to 1136 K
+/// cycles); by ticket the items in flight are the next `gridDim.x` of the list, as with one CTA
+/// per item. `FERRODNN_ATTN_DYNAMIC=0` / `=1` turns it off / on everywhere to compare.
+fn dynamic(p: &Problem) -> bool {
+    match std::env::var("FERRODNN_ATTN_DYNAMIC").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => !super::unmasked(p.attrs),
+    }
 }
 
 const BODY: &str = r#"
@@ -372,11 +393,14 @@ FA_INIT
 "#;
 
 /// The persistent form of [`KERNEL`]: one CTA per SM takes the work items `blockIdx.x`,
-/// `+ gridDim.x`, ... of the (q tile, head, batch) list (heaviest first: `fa90_work_at`); Q has
-/// two buffers, so the producer loads the next tile's Q and first K/V tiles while the consumers
-/// still finish the current tile and store its O, and the K/V ring runs on across tiles. The
-/// per-tile steps are those of [`KERNEL`]. Both kernels stay: the work-list form with a grid of
-/// one CTA per item ran b4h16s4096d128 3% slower than [`KERNEL`] (bench/NOTES.md, session 13).
+/// `+ gridDim.x`, ... of the (q tile, head, batch) list (heaviest first: `fa90_work_at`), or
+/// (`FA_DYNAMIC`) its first item by its index and then the next item of the list by ticket (an
+/// atomic counter: `gridDim.x` plus the ticket), which the producer writes beside the item's Q
+/// buffer for the consumers (a number past the list ends both); Q has two buffers, so the
+/// producer loads the next tile's Q and first K/V tiles while the consumers still finish the
+/// current tile and store its O, and the K/V ring runs on across tiles. The per-tile steps are
+/// those of [`KERNEL`]. Both kernels stay: the work-list form with a grid of one CTA per item ran
+/// b4h16s4096d128 3% slower than [`KERNEL`] (bench/NOTES.md, session 13).
 const KERNEL_PERSIST: &str = r#"extern "C" __global__ void __launch_bounds__(384, 1) FA_ENTRY(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tv, FA_PARAMS)
 {
     extern __shared__ unsigned char fa_smem_raw[];
@@ -390,6 +414,8 @@ const KERNEL_PERSIST: &str = r#"extern "C" __global__ void __launch_bounds__(384
 #define VEMPTY(s) (bars + 24u * FA_KVS + 8u * (s))
 #define QFULL(s) (bars + 32u * FA_KVS + 8u * (s))
 #define QEMPTY(s) (bars + 32u * FA_KVS + 16u + 8u * (s))
+    // The item numbers of the two Q buffers (FA_DYNAMIC).
+    const unsigned ITEMS = bars + 32u * FA_KVS + 32u;
 FA_INIT
     const int wg = threadIdx.x >> 7;
     // The work list: FA_QT q tiles x FA_HQ heads x FA_B batches.
@@ -431,10 +457,23 @@ FA_INIT
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tk) : "memory");
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tv) : "memory");
             int n = 0, c = 0;
-            for (i64 l = blockIdx.x; l < NT; l += gridDim.x, ++n) {
-                const Item it = item(l);
+            for (;; ++n) {
                 const int qs = n & 1;
                 mbar_wait(QEMPTY(qs), ((unsigned)(n >> 1) & 1u) ^ 1u);
+#if FA_DYNAMIC
+                // The CTA's first item by its index, the next ones by ticket; the consumers read
+                // the number beside Q's buffer, and a number past the list ends them.
+                const i64 l = n == 0 ? (i64)blockIdx.x : (i64)gridDim.x + (i64)atomicAdd(fa_ticket, 1u);
+                *(volatile i64*)(fa_smem_raw + (ITEMS + 8u * qs - smem_u32(fa_smem_raw))) = l;
+                if (l >= NT) {
+                    mbar_arrive(QFULL(qs));
+                    break;
+                }
+#else
+                const i64 l = (i64)blockIdx.x + (i64)n * gridDim.x;
+                if (l >= NT) break;
+#endif
+                const Item it = item(l);
                 mbar_expect_tx(QFULL(qs), Q_BYTES);
                 #pragma unroll
                 for (int ch = 0; ch < FA_D / 64; ++ch) fa90_tma(sQ + qs * Q_BYTES + ch * (FA_BM * 128u), &tq, QFULL(qs), ch * 64, (int)it.q0, (int)it.h, (int)it.bi);
@@ -464,7 +503,15 @@ FA_INIT
 #endif
         // Turns as in the one-item kernel, started afresh for each item with keys.
         int n = 0, c = 0;
-        for (i64 l = blockIdx.x; l < NT; l += gridDim.x, ++n) {
+        for (;; ++n) {
+#if FA_DYNAMIC
+            mbar_wait(QFULL(n & 1), (unsigned)(n >> 1) & 1u);
+            const i64 l = *(volatile i64*)(fa_smem_raw + (ITEMS + 8u * (n & 1) - smem_u32(fa_smem_raw)));
+            if (l >= NT) break;
+#else
+            const i64 l = (i64)blockIdx.x + (i64)n * gridDim.x;
+            if (l >= NT) break;
+#endif
             const Item it = item(l);
             const i64 q0 = it.q0, h = it.h, bi = it.bi, lq = it.lq, lkv = it.lkv, off = it.off;
             const int t0 = it.t0, t1 = it.t1;
@@ -477,7 +524,9 @@ FA_INIT
             float o[FA_DV / 2];
             #pragma unroll
             for (int i = 0; i < FA_DV / 2; ++i) o[i] = 0.0f;
+#if !FA_DYNAMIC
             mbar_wait(QFULL(qs), (unsigned)(n >> 1) & 1u);
+#endif
 #if FA_QREG
             fa90_q_frags(qf, sq, w, lane);
 #endif
@@ -580,11 +629,11 @@ fn pingpong(p: &Problem, persist: bool) -> bool {
 /// spares the K/V tiles' shared-memory reads a fifth of their traffic: under a causal mask
 /// (measured on the H100, bench/NOTES.md session 17: +2-3% on both causal rows, -1% on
 /// b4h16s4096d128). `FERRODNN_ATTN_QREG=0` / `=1` turns it off / on everywhere to compare.
-fn qreg(p: &Problem, persist: bool) -> bool {
+fn qreg(p: &Problem) -> bool {
     match std::env::var("FERRODNN_ATTN_QREG").as_deref() {
         Ok("0") => false,
         Ok("1") => true,
-        _ => p.attrs.causal.is_some() && !persist,
+        _ => p.attrs.causal.is_some(),
     }
 }
 
@@ -610,12 +659,17 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     args.extend(c.args.iter().cloned());
     let entry = p.entry("attn_fwd_sm90");
     let qt = (p.s_q + BM - 1) / BM;
+    let dynamic = persist && dynamic(p);
     if persist {
-        defs += &format!("#define FA_QT {qt}LL\n");
+        defs += &format!("#define FA_QT {qt}LL\n#define FA_DYNAMIC {}\n", dynamic as u8);
+    }
+    if dynamic {
+        params.push("unsigned* fa_ticket".into());
+        args.push(Arg::Scratch(0));
     }
     let body = format!("{BODY}{}", if persist { KERNEL_PERSIST } else { KERNEL });
     let body = body.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
-    let qreg = qreg(p, persist);
+    let qreg = qreg(p);
     let kvs = kv_stages(p, persist);
     defs += &format!("#define FA_QREG {}\n#define FA_KVS {kvs}\n", qreg as u8);
     let wgmma = format!(
@@ -629,7 +683,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     if grid.0 > i32::MAX as i64 {
         return None;
     }
-    Some(NodeKernels::one(Launch {
+    let main = Launch {
         source,
         entry,
         threads: (grid.0 * grid.1 * grid.2 * 384) as u64,
@@ -638,7 +692,23 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
         shared_bytes: shared_bytes(p, persist, kvs) as u32,
         args,
         cluster: None,
-    }))
+    };
+    if !dynamic {
+        return Some(NodeKernels::one(main));
+    }
+    // The ticket counter, zeroed before the kernel takes its tickets.
+    let entry = p.entry("attn_fwd_ticket_sm90");
+    let zero = Launch {
+        source: format!("extern \"C\" __global__ void __launch_bounds__(32) {entry}(unsigned* fa_ticket)\n{{\n    if (threadIdx.x == 0) *fa_ticket = 0u;\n}}\n"),
+        entry,
+        threads: 32,
+        block: 32,
+        exact_grid: Some((1, 1, 1)),
+        shared_bytes: 0,
+        args: vec![Arg::Scratch(0)],
+        cluster: None,
+    };
+    Some(NodeKernels { launches: vec![zero, main], scratch: vec![4] })
 }
 
 /// The Hopper unit of a forward node, when this kernel takes it; the general kernel with
