@@ -362,8 +362,9 @@ fn forward() -> Vec<Spec> {
     // tiles).
     v.push(Spec::new("fwd90_persist_items_d64_gqa", Bf16).b(3).heads(16, 4).seq(300, 257));
     v.push(Spec::new("fwd90_persist_items_d128_stats", F16).b(2).heads(36, 36).dims(128, 128).seq(200, 300).stats_f32());
-    // Without a mask and with more than 16 K/V tiles of 128 keys: the one-item kernel (not the
-    // persistent one), partial q and K/V tiles, GQA.
+    // Without a mask and with more than 16 K/V tiles of 128 keys: the persistent kernel taking
+    // items by ticket (and, with FERRODNN_ATTN_PERSIST=0, the one-item kernel), partial q and
+    // K/V tiles, GQA.
     v.push(Spec::new("fwd90_one_item_long_kv_d128", Bf16).b(1).heads(2, 1).dims(128, 128).seq(130, 2100).stats_f32());
     // The persistent kernel over items of unequal sizes, taken by ticket, with more items than
     // an H100 has SMs: under a causal mask (Q's fragments from registers), and under a window.

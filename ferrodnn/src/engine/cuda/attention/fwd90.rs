@@ -1,9 +1,10 @@
 //! The Hopper forward kernel: FlashAttention-3's recipe on `wgmma`, TMA and warp specialization.
 //!
-//! One CTA (384 threads) per (q tile of 128 rows, query head, batch), heaviest tiles first
-//! (with a causal mask, those of four heads at a time: `fa90_work`), or, where that pays, one
-//! CTA per SM over the same work list ([`persistent`], [`KERNEL_PERSIST`]), taking every
-//! `gridDim.x`-th item or, with items of unequal sizes, the next one by ticket ([`dynamic`]):
+//! One CTA (384 threads) per SM over the work list of (q tile of 128 rows, query head, batch)
+//! items, heaviest first (with a causal mask, those of four heads at a time: `fa90_work_at`),
+//! taking every `gridDim.x`-th item or, with items of unequal sizes or long ones, the next one by
+//! ticket ([`persistent`], [`dynamic`], [`KERNEL_PERSIST`]; one CTA per item, [`KERNEL`], to
+//! compare):
 //! - warpgroup 0, the producer, gives its registers back (`setmaxnreg.dec`); one thread loads
 //!   the Q tile once and then the K and V tiles of 128 keys with TMA into three stages each
 //!   (two where shared memory holds no more; 128-byte swizzle), K and V on separate "full" /
@@ -54,33 +55,32 @@ fn kv_stages(p: &Problem, persist: bool) -> i64 {
     (2..=want).rev().find(|&k| shared_bytes(p, persist, k) <= 227 * 1024).unwrap_or(2)
 }
 
-/// Whether the forward runs persistent ([`KERNEL_PERSIST`]): where every item costs the same (no
-/// causal mask, no sliding window) and is short, so that overlapping an item's O stores with
-/// the next item's loads pays (measured on the H100, bench/NOTES.md session 13: b16h16s1024d64,
-/// 8 K/V tiles an item, +10-12%; b4h16s4096d128, 32 tiles, within 1%), and under a causal mask
-/// or a window, whose items of unequal sizes the CTAs take by ticket (`FA_DYNAMIC`).
-/// `FERRODNN_ATTN_PERSIST=0` / `=1` turns it off / on everywhere to compare.
-fn persistent(p: &Problem) -> bool {
-    match std::env::var("FERRODNN_ATTN_PERSIST").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => !super::unmasked(p.attrs) || (p.s_kv + BN - 1) / BN <= 16,
-    }
+/// Whether the forward runs persistent ([`KERNEL_PERSIST`]), overlapping each item's O stores
+/// and first loads with its neighbours' work: everywhere (measured on the H100, bench/NOTES.md
+/// sessions 13 and 18: b16h16s1024d64 +10-12%, b4h16s4096d128 +1.5% and the causal rows +1-4%
+/// with items by ticket, see [`dynamic`]). `FERRODNN_ATTN_PERSIST=0` runs one CTA per item (the
+/// one-item kernel, [`KERNEL`]) to compare.
+fn persistent(_p: &Problem) -> bool {
+    !super::switched_off("FERRODNN_ATTN_PERSIST")
 }
 
 /// Whether the persistent kernel's CTAs take their items by ticket (an atomic counter in scratch,
-/// zeroed by a launch before), in list order, instead of every `gridDim.x`-th item: under a
-/// causal mask or a window, where items differ in size. With the fixed assignment, CTAs that
-/// started on heavy items fall behind the others, the items in flight spread over many heads,
-/// and their K/V tiles miss L2 (ncu, bench/NOTES.md session 18: b4h16s4096d128 causal read
-/// 1.12 GB from DRAM instead of 0.20, L2 hits 52% instead of 86%, SMs active 411 K to 1136 K
-/// cycles); by ticket the items in flight are the next `gridDim.x` of the list, as with one CTA
-/// per item. `FERRODNN_ATTN_DYNAMIC=0` / `=1` turns it off / on everywhere to compare.
+/// zeroed by a launch before), in list order, instead of every `gridDim.x`-th item: where items
+/// differ in size (a causal mask, a window), or are long (more than 16 K/V tiles), where a CTA
+/// on a slower SM would otherwise finish last by a whole item and the zeroing launch costs
+/// nothing measurable (b4h16s4096d128: 674-675 TFLOP/s against 664-675 with the fixed
+/// assignment, 657-667 with one CTA per item; short uniform items keep the fixed assignment,
+/// which needs no launch before). With the fixed assignment and unequal items, CTAs that started
+/// on heavy items fall behind the others, the items in flight spread over many heads, and their
+/// K/V tiles miss L2 (ncu, bench/NOTES.md session 18: b4h16s4096d128 causal read 1.12 GB from
+/// DRAM instead of 0.20, L2 hits 52% instead of 86%, SMs active 411 K to 1136 K cycles); by
+/// ticket the items in flight are the next `gridDim.x` of the list, as with one CTA per item.
+/// `FERRODNN_ATTN_DYNAMIC=0` / `=1` turns it off / on everywhere to compare.
 fn dynamic(p: &Problem) -> bool {
     match std::env::var("FERRODNN_ATTN_DYNAMIC").as_deref() {
         Ok("0") => false,
         Ok("1") => true,
-        _ => !super::unmasked(p.attrs),
+        _ => !super::unmasked(p.attrs) || (p.s_kv + BN - 1) / BN > 16,
     }
 }
 
@@ -457,10 +457,13 @@ FA_INIT
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tk) : "memory");
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tv) : "memory");
             int n = 0, c = 0;
+            // (The fixed assignment keeps the loop's form `l < NT; l += gridDim.x`: as an endless
+            // loop with a break, ptxas moved the loop's addresses off the uniform datapath and the
+            // persistent d64 forward ran 4.5% slower, bench/NOTES.md session 18.)
+#if FA_DYNAMIC
             for (;; ++n) {
                 const int qs = n & 1;
                 mbar_wait(QEMPTY(qs), ((unsigned)(n >> 1) & 1u) ^ 1u);
-#if FA_DYNAMIC
                 // The CTA's first item by its index, the next ones by ticket; the consumers read
                 // the number beside Q's buffer, and a number past the list ends them.
                 const i64 l = n == 0 ? (i64)blockIdx.x : (i64)gridDim.x + (i64)atomicAdd(fa_ticket, 1u);
@@ -470,8 +473,9 @@ FA_INIT
                     break;
                 }
 #else
-                const i64 l = (i64)blockIdx.x + (i64)n * gridDim.x;
-                if (l >= NT) break;
+            for (i64 l = blockIdx.x; l < NT; l += gridDim.x, ++n) {
+                const int qs = n & 1;
+                mbar_wait(QEMPTY(qs), ((unsigned)(n >> 1) & 1u) ^ 1u);
 #endif
                 const Item it = item(l);
                 mbar_expect_tx(QFULL(qs), Q_BYTES);
@@ -503,14 +507,13 @@ FA_INIT
 #endif
         // Turns as in the one-item kernel, started afresh for each item with keys.
         int n = 0, c = 0;
-        for (;; ++n) {
 #if FA_DYNAMIC
+        for (;; ++n) {
             mbar_wait(QFULL(n & 1), (unsigned)(n >> 1) & 1u);
             const i64 l = *(volatile i64*)(fa_smem_raw + (ITEMS + 8u * (n & 1) - smem_u32(fa_smem_raw)));
             if (l >= NT) break;
 #else
-            const i64 l = (i64)blockIdx.x + (i64)n * gridDim.x;
-            if (l >= NT) break;
+        for (i64 l = blockIdx.x; l < NT; l += gridDim.x, ++n) {
 #endif
             const Item it = item(l);
             const i64 q0 = it.q0, h = it.h, bi = it.bi, lq = it.lq, lkv = it.lkv, off = it.off;
@@ -612,10 +615,10 @@ FA_INIT
 }
 "#;
 
-/// Whether the consumers take turns (FA_PINGPONG): yes in the one-item kernel (measured on the
-/// H100, bench/NOTES.md session 17: without, b4h16s4096d128 1-3% slower), not in the persistent
-/// one at d = 64 (b16h16s1024d64 +5% without, 421.6-422.6 against 394.2-401.9 TFLOP/s; the
-/// persistent d = 128 kernel is unmeasured and keeps them). `FERRODNN_ATTN_PINGPONG=0` / `=1`
+/// Whether the consumers take turns (FA_PINGPONG): yes at d = 128 (measured on the H100,
+/// bench/NOTES.md sessions 17 and 18: without, b4h16s4096d128 1-3% slower in both kernels), not
+/// in the persistent kernel at d = 64 (b16h16s1024d64 +5% without, 421.6-422.6 against
+/// 394.2-401.9 TFLOP/s). `FERRODNN_ATTN_PINGPONG=0` / `=1`
 /// turns it off / on everywhere to compare.
 fn pingpong(p: &Problem, persist: bool) -> bool {
     match std::env::var("FERRODNN_ATTN_PINGPONG").as_deref() {
