@@ -636,84 +636,34 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         ),
         None => String::new(),
     };
+    // C's column of accumulator pair j: from the tile's first column, or from `colt` (the
+    // side-value epilogues' `prep`).
+    let col = format!("(long long)tn * {bn} + 8 * j + 2 * (l & 3)");
+    let (crs, cbs) = (c.row_stride * esz, c.batch_stride * esz);
     let (epilogue, tail) = if cfg.splits > 1 {
-        (
-            format!(
-                r#"            // Split k: this split's f32 partial sums go to the workspace, [split][batch][M][NP];
-            // the reduce launch adds the splits in order and applies the epilogue.
-            const int sp = (int)(t % SPLITS);
-            const long long row0 = {rb} + w * 16 + (l >> 2);
-            #pragma unroll
-            for (int j = 0; j < {bn} / 8; ++j) {{
-                const long long col = (long long)tn * {bn} + 8 * j + 2 * (l & 3);
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {{
-                    const long long row = row0 + 8 * h;
-                    if (row < M_ && col < N_) {{
+        // Split k: this split's f32 partial sums go to the workspace, [split][batch][M][NP]; the
+        // reduce launch adds the splits in order and applies the epilogue.
+        let body = format!(
+            r#"                    if (row < M_ && col < N_) {{
                         float* pp = part + (((long long)sp * {batch} + bt) * M_ + row) * NP + col;
                         *(float2*)pp = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
                     }}
-                }}
-            }}
 "#,
-                batch = p.batch,
-            ),
-            String::new(),
-        )
+            batch = p.batch
+        );
+        (format!("            const int sp = (int)(t % SPLITS);\n{}{}", row0(rb), pair_loops(bn, &col, &body)), String::new())
     } else if cfg.tma_store {
         (tma_epilogue(p, names, bn, rb, ec.as_ref()), TMA_STORE_DRAIN.to_string())
-    } else if let Some(ec) = &ec {
-        // Direct stores from registers, guarded.
-        let st = store_values(p);
-        (
-            format!(
-                r#"            // Epilogue: accumulator (j, h) of this thread is row 16w + l/4 + 8h, columns
-            // 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN block.
-            const long long bofs = (long long)bt * {cbs}LL;
-            #pragma unroll
-            for (int j = 0; j < {bn} / 8; ++j) {{
-                const long long col = colt + 8 * j;
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {{
-                    const long long row = row0 + 8 * h;
-{value}                    if (row < M_) {{
-                        unsigned char* rp = cbase + bofs + row * {crs}LL;
-                        {st}
-                    }}
-                }}
-            }}
-"#,
-                cbs = c.batch_stride * esz,
-                crs = c.row_stride * esz,
-                value = ec.value,
-            ),
-            String::new(),
-        )
     } else {
-        (
-            format!(
-                r#"            // Epilogue: accumulator (j, h) of this thread is row 16w + l/4 + 8h, columns
-            // 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN block.
-            const long long row0 = {rb} + w * 16 + (l >> 2);
-            const long long bofs = (long long)bt * {cbs}LL;
-            #pragma unroll
-            for (int j = 0; j < {bn} / 8; ++j) {{
-                const long long col = (long long)tn * {bn} + 8 * j + 2 * (l & 3);
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {{
-                    const long long row = row0 + 8 * h;
-                    if (row < M_) {{
-                        unsigned char* rp = cbase + bofs + row * {crs}LL;
-                        {store}
-                    }}
-                }}
-            }}
-"#,
-                cbs = c.batch_stride * esz,
-                crs = c.row_stride * esz,
-            ),
-            String::new(),
-        )
+        // Direct stores from registers, guarded: accumulator (j, h) of this thread is row
+        // 16w + l/4 + 8h, columns 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN
+        // block; through the side values (`ec`) or the general `epilogue`.
+        let (first, col, value, st) = match &ec {
+            Some(ec) => (String::new(), "colt + 8 * j".to_string(), ec.value.as_str(), store_values(p)),
+            None => (row0(rb), col, "", store),
+        };
+        let body = format!("{value}                    if (row < M_) {{\n                        unsigned char* rp = cbase + bofs + row * {crs}LL;\n                        {st}\n                    }}\n");
+        (format!("{first}            const long long bofs = (long long)bt * {cbs}LL;\n{}", pair_loops(bn, &col, &body)), String::new())
     };
     // The k steps of a stage: all four, or (64-row tiles) this consumer's two.
     let (steps, first) = if kpair { (2, "2 * cw + ") } else { (4, "") };
@@ -1055,6 +1005,27 @@ fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str) 
     EpiCode { prep, value, aligned }
 }
 
+/// This thread's first row `row0` from the tile's row base `rb`.
+fn row0(rb: &str) -> String {
+    format!("            const long long row0 = {rb} + w * 16 + (l >> 2);\n")
+}
+
+/// The loops over this thread's accumulator pairs `(j, h)`: row `row = row0 + 8 h`, columns
+/// `col` (the expression `col`, of `j`) and `col + 1`; `body` inside.
+fn pair_loops(bn: usize, col: &str, body: &str) -> String {
+    format!(
+        r#"            #pragma unroll
+            for (int j = 0; j < {bn} / 8; ++j) {{
+                const long long col = {col};
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    const long long row = row0 + 8 * h;
+{body}                }}
+            }}
+"#
+    )
+}
+
 /// The last consumer thread to store C with TMA waits for its stores before the kernel ends.
 const TMA_STORE_DRAIN: &str = "        if (tid == 0) asm volatile(\"cp.async.bulk.wait_group 0;\" ::: \"memory\");\n";
 
@@ -1072,38 +1043,25 @@ fn tma_epilogue(p: &GemmProblem, names: &str, bn: usize, rb: &str, ec: Option<&E
     let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
     let values = match ec {
         Some(ec) => format!(
-            r#"            unsigned cv[{n}];
-            #pragma unroll
-            for (int j = 0; j < {bn} / 8; ++j) {{
-                const long long col = colt + 8 * j;
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {{
-                    const long long row = row0 + 8 * h;
-                    (void)row; (void)col;
-{value}                    cv[2 * j + h] = {pack};
-                }}
-            }}
-"#,
-            n = bn / 4,
-            value = ec.value
+            "            unsigned cv[{}];\n{}",
+            bn / 4,
+            pair_loops(bn, "colt + 8 * j", &format!("                    (void)row; (void)col;\n{}                    cv[2 * j + h] = {pack};\n", ec.value))
         ),
         None => format!(
-            r#"            unsigned cv[{n}];
-            const long long row0 = {rb} + w * 16 + (l >> 2);
-            #pragma unroll
-            for (int j = 0; j < {bn} / 8; ++j) {{
-                const long long col = (long long)tn * {bn} + 8 * j + 2 * (l & 3);
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {{
-                    const long long row = row0 + 8 * h;
-                    float v0 = 0.f, v1 = 0.f;
+            "            unsigned cv[{}];\n{}{}",
+            bn / 4,
+            row0(rb),
+            pair_loops(
+                bn,
+                &format!("(long long)tn * {bn} + 8 * j + 2 * (l & 3)"),
+                &format!(
+                    r#"                    float v0 = 0.f, v1 = 0.f;
                     if (row < M_ && col < N_) v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
                     if (row < M_ && col + 1 < N_) v1 = epilogue(d[4 * j + 2 * h + 1], bt, row, col + 1{names});
                     cv[2 * j + h] = {pack};
-                }}
-            }}
-"#,
-            n = bn / 4
+"#
+                )
+            )
         ),
     };
     let store = format!(
