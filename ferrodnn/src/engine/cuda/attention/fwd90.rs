@@ -66,15 +66,14 @@ fn persistent(_p: &Problem) -> bool {
 
 /// Whether the persistent kernel's CTAs take their items by ticket (an atomic counter in scratch,
 /// zeroed by a launch before), in list order, instead of every `gridDim.x`-th item: where items
-/// differ in size (a causal mask, a window), or are long (more than 16 K/V tiles), where a CTA
-/// on a slower SM would otherwise finish last by a whole item and the zeroing launch costs
-/// nothing measurable (b4h16s4096d128: 674-675 TFLOP/s against 664-675 with the fixed
-/// assignment, 657-667 with one CTA per item; short uniform items keep the fixed assignment,
-/// which needs no launch before). With the fixed assignment and unequal items, CTAs that started
-/// on heavy items fall behind the others, the items in flight spread over many heads, and their
-/// K/V tiles miss L2 (ncu, bench/NOTES.md session 18: b4h16s4096d128 causal read 1.12 GB from
-/// DRAM instead of 0.20, L2 hits 52% instead of 86%, SMs active 411 K to 1136 K cycles); by
-/// ticket the items in flight are the next `gridDim.x` of the list, as with one CTA per item.
+/// differ in size (a causal mask, a window), or are long (more than 16 K/V tiles:
+/// b4h16s4096d128 674-675 TFLOP/s by ticket against 664-675 with the fixed assignment and
+/// 657-667 with one CTA per item; short uniform items keep the fixed assignment, which needs no
+/// launch before). With the fixed assignment and unequal items, CTAs that started on heavy items
+/// fall behind the others, the items in flight spread over many heads, and their K/V tiles miss
+/// L2 (ncu, bench/NOTES.md session 18: b4h16s4096d128 causal read 1.12 GB from DRAM instead of
+/// 0.20, L2 hits 52% instead of 86%, SMs active 411 K to 1136 K cycles); by ticket the items in
+/// flight are the next `gridDim.x` of the list, as with one CTA per item.
 /// `FERRODNN_ATTN_DYNAMIC=0` / `=1` turns it off / on everywhere to compare.
 fn dynamic(p: &Problem) -> bool {
     match std::env::var("FERRODNN_ATTN_DYNAMIC").as_deref() {
@@ -618,8 +617,8 @@ FA_INIT
 /// Whether the consumers take turns (FA_PINGPONG): yes at d = 128 (measured on the H100,
 /// bench/NOTES.md sessions 17 and 18: without, b4h16s4096d128 1-3% slower in both kernels), not
 /// in the persistent kernel at d = 64 (b16h16s1024d64 +5% without, 421.6-422.6 against
-/// 394.2-401.9 TFLOP/s). `FERRODNN_ATTN_PINGPONG=0` / `=1`
-/// turns it off / on everywhere to compare.
+/// 394.2-401.9 TFLOP/s). `FERRODNN_ATTN_PINGPONG=0` / `=1` turns it off / on everywhere to
+/// compare.
 fn pingpong(p: &Problem, persist: bool) -> bool {
     match std::env::var("FERRODNN_ATTN_PINGPONG").as_deref() {
         Ok("0") => false,
