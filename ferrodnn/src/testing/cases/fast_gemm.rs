@@ -268,9 +268,8 @@ pub(super) fn cases() -> Vec<Case> {
         v.push(Case::new(name, g));
     }
     // More tiles than an H100 has SMs with the TMA-store epilogue, so that CTAs go on to further
-    // tiles, whose first stage is issued between the two parts of the previous tile's epilogue:
-    // 288 128 x 128 tiles (three rounds, the last partial) with bias + relu, partial edge tiles;
-    // 160 batched 128 x 256 tiles.
+    // tiles and reuse their C block: 288 128 x 128 tiles (three rounds, the last partial) with
+    // bias + relu, partial edge tiles; 160 batched 128 x 256 tiles.
     {
         let name = "fast_gemm_big_tiles_rounds_bias_relu_1100x4000x40_bf16".to_string();
         let mut g = Graph::new(name.clone());

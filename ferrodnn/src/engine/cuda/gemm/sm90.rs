@@ -636,9 +636,6 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         ),
         None => String::new(),
     };
-    // C's column of accumulator pair j: from the tile's first column, or from `colt` (the
-    // side-value epilogues' `prep`).
-    let col = format!("(long long)tn * {bn} + 8 * j + 2 * (l & 3)");
     let (crs, cbs) = (c.row_stride * esz, c.batch_stride * esz);
     let (epilogue, tail) = if cfg.splits > 1 {
         // Split k: this split's f32 partial sums go to the workspace, [split][batch][M][NP]; the
@@ -651,19 +648,19 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
 "#,
             batch = p.batch
         );
-        (format!("            const int sp = (int)(t % SPLITS);\n{}{}", row0(rb), pair_loops(bn, &col, &body)), String::new())
+        (format!("            const int sp = (int)(t % SPLITS);\n{}", acc_loops(rb, bn, false, "", &body)), String::new())
     } else if cfg.tma_store {
         (tma_epilogue(p, names, bn, rb, ec.as_ref()), TMA_STORE_DRAIN.to_string())
     } else {
         // Direct stores from registers, guarded: accumulator (j, h) of this thread is row
         // 16w + l/4 + 8h, columns 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN
         // block; through the side values (`ec`) or the general `epilogue`.
-        let (first, col, value, st) = match &ec {
-            Some(ec) => (String::new(), "colt + 8 * j".to_string(), ec.value.as_str(), store_values(p)),
-            None => (row0(rb), col, "", store),
+        let (value, st) = match &ec {
+            Some(ec) => (ec.value.as_str(), store_values(p)),
+            None => ("", store),
         };
         let body = format!("{value}                    if (row < M_) {{\n                        unsigned char* rp = cbase + bofs + row * {crs}LL;\n                        {st}\n                    }}\n");
-        (format!("{first}            const long long bofs = (long long)bt * {cbs}LL;\n{}", pair_loops(bn, &col, &body)), String::new())
+        (acc_loops(rb, bn, ec.is_some(), &format!("            const long long bofs = (long long)bt * {cbs}LL;\n"), &body), String::new())
     };
     // The k steps of a stage: all four, or (64-row tiles) this consumer's two.
     let (steps, first) = if kpair { (2, "2 * cw + ") } else { (4, "") };
@@ -1005,16 +1002,18 @@ fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str) 
     EpiCode { prep, value, aligned }
 }
 
-/// This thread's first row `row0` from the tile's row base `rb`.
-fn row0(rb: &str) -> String {
-    format!("            const long long row0 = {rb} + w * 16 + (l >> 2);\n")
-}
-
-/// The loops over this thread's accumulator pairs `(j, h)`: row `row = row0 + 8 h`, columns
-/// `col` (the expression `col`, of `j`) and `col + 1`; `body` inside.
-fn pair_loops(bn: usize, col: &str, body: &str) -> String {
+/// The loops over this thread's accumulator pairs `(j, h)` around `body`: row `row = row0 + 8 h`,
+/// columns `col` and `col + 1`. With `sides` the side-value epilogue's `prep` already defined
+/// `row0` and `colt` (the thread's first row and column); otherwise `row0` is defined here from
+/// the tile's row base `rb`. The statements `pre` come before the loops.
+fn acc_loops(rb: &str, bn: usize, sides: bool, pre: &str, body: &str) -> String {
+    let (row0, col) = if sides {
+        (String::new(), "colt + 8 * j".to_string())
+    } else {
+        (format!("            const long long row0 = {rb} + w * 16 + (l >> 2);\n"), format!("(long long)tn * {bn} + 8 * j + 2 * (l & 3)"))
+    };
     format!(
-        r#"            #pragma unroll
+        r#"{row0}{pre}            #pragma unroll
             for (int j = 0; j < {bn} / 8; ++j) {{
                 const long long col = {col};
                 #pragma unroll
@@ -1041,29 +1040,17 @@ const TMA_STORE_DRAIN: &str = "        if (tid == 0) asm volatile(\"cp.async.bul
 fn tma_epilogue(p: &GemmProblem, names: &str, bn: usize, rb: &str, ec: Option<&EpiCode>) -> String {
     let pack = if p.c.dtype == DataType::Bf16 { "bf16x2_bits(v0, v1)" } else { "f16x2_bits(v0, v1)" };
     let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
-    let values = match ec {
-        Some(ec) => format!(
-            "            unsigned cv[{}];\n{}",
-            bn / 4,
-            pair_loops(bn, "colt + 8 * j", &format!("                    (void)row; (void)col;\n{}                    cv[2 * j + h] = {pack};\n", ec.value))
-        ),
+    let body = match ec {
+        Some(ec) => format!("                    (void)row; (void)col;\n{}                    cv[2 * j + h] = {pack};\n", ec.value),
         None => format!(
-            "            unsigned cv[{}];\n{}{}",
-            bn / 4,
-            row0(rb),
-            pair_loops(
-                bn,
-                &format!("(long long)tn * {bn} + 8 * j + 2 * (l & 3)"),
-                &format!(
-                    r#"                    float v0 = 0.f, v1 = 0.f;
+            r#"                    float v0 = 0.f, v1 = 0.f;
                     if (row < M_ && col < N_) v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
                     if (row < M_ && col + 1 < N_) v1 = epilogue(d[4 * j + 2 * h + 1], bt, row, col + 1{names});
                     cv[2 * j + h] = {pack};
 "#
-                )
-            )
         ),
     };
+    let values = format!("            unsigned cv[{}];\n{}", bn / 4, acc_loops(rb, bn, ec.is_some(), "", &body));
     let store = format!(
         r#"            const unsigned cbuf = base + STAGES * STAGE_BYTES + cw * {cblock}u;
             unsigned char* const cgen = smem_raw + (cbuf - smem_u32(smem_raw));
