@@ -374,6 +374,17 @@ fn forward() -> Vec<Spec> {
         a.sliding_window_left = Some(150);
         a.sliding_window_right = Some(10);
     }));
+    // The split last round of long items (more than 16 K/V tiles; an H100's 132 SMs), taken
+    // by ticket: 200 items of 18 tiles, the last 68 cut into ranges of 9-10 tiles (items in two
+    // or three segments, two segments in most ranges), with dropout and stats; 152 items of 17
+    // tiles, the last 20 cut into ranges of 2-3. (FERRODNN_ATTN_SPLIT=1 splits the persistent
+    // cases above too: their tails are shorter than the grid, so most ranges hold one tile or
+    // none.)
+    v.push(Spec::new("fwd90_split_tail_d64_dropout", Bf16).b(2).heads(25, 5).seq(500, 2200).stats_f32().attrs(|a| a.dropout = Some(0.1)));
+    v.push(Spec::new("fwd90_split_tail_ticket_d128", F16).b(1).heads(38, 2).dims(128, 128).seq(500, 2100));
+    // Whole q and K/V tiles without a mask (the softmax drops its mask check), split: 200
+    // items of 17 tiles.
+    v.push(Spec::new("fwd90_split_whole_tiles_d64", Bf16).b(2).heads(50, 10).seq(256, 2176).stats_f32());
     v
 }
 
@@ -491,6 +502,10 @@ mod tests {
                     assert_eq!(src.contains("#define FA_DYNAMIC 1\n"), causal, "{} {e}", c.name);
                 }
                 assert_eq!(has("attn_fwd_ticket_sm90"), hopper && causal, "{} ({})", c.name, target.arch);
+                // No split last round: one K/V tile, or a causal mask.
+                for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_fwd_sm90")) {
+                    assert!(src.contains("#define FA_SPLIT 0\n"), "{} {e}", c.name);
+                }
                 // The heaviest-first tile order (it acts under causal masks only).
                 for (e, src) in sources.iter().filter(|(e, _)| ["attn_fwd_sm90", "attn_bwd_dq_sm90", "attn_bwd_dkdv_sm90", "attn_bwd_dkdv_dq_sm90"].iter().any(|k| e.ends_with(k)))
                 {
@@ -504,5 +519,28 @@ mod tests {
             }
         }
         assert_eq!(seen, (true, true), "both cases found");
+    }
+
+    /// The split last round: the split cases' forward on Hopper splits (with a zeroing launch
+    /// before it and a grid of one CTA per SM), the window case's does not.
+    #[test]
+    fn split_tail_cases_split() {
+        let cases = super::cases();
+        let target = Target::sm90a();
+        for name in [
+            "fast_attn_fwd90_split_tail_d64_dropout",
+            "fast_attn_fwd90_split_tail_ticket_d128",
+            "fast_attn_fwd90_split_whole_tiles_d64",
+            "fast_attn_fwd90_persist_window_rounds_d128",
+        ] {
+            let c = cases.iter().find(|c| c.name.starts_with(name)).unwrap_or_else(|| panic!("{name} found"));
+            let split = !name.contains("window");
+            let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            let (_, src) = sources.iter().find(|(e, _)| e.ends_with("attn_fwd_sm90")).unwrap_or_else(|| panic!("{name}: the Hopper forward"));
+            assert_eq!(src.contains("#define FA_SPLIT 1\n"), split, "{name}");
+            assert_eq!(src.contains(&format!("#define FA_G {}LL\n", target.sm_count)), split, "{name}");
+            assert!(sources.iter().any(|(e, _)| e.ends_with("attn_fwd_ticket_sm90")), "{name}: the zeroing launch");
+            assert_eq!(src.contains("#define FA_WHOLE_TILES 1\n"), name.contains("whole"), "{name}");
+        }
     }
 }

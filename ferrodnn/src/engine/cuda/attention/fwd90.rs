@@ -4,7 +4,10 @@
 //! items, heaviest first (with a causal mask, those of four heads at a time: `fa90_work_at`),
 //! taking every `gridDim.x`-th item or, with items of unequal sizes or long ones, the next one by
 //! ticket ([`persistent`], [`dynamic`], [`KERNEL_PERSIST`]; one CTA per item, [`KERNEL`], to
-//! compare):
+//! compare). Without a mask, long items (more than 16 K/V tiles) past the last whole round
+//! are split along the keys into one contiguous range of tiles per CTA, each segment's
+//! partial O, row maxima and sums stored in scratch and the item combined by the CTA that
+//! completes it ([`split`], FA_SPLIT):
 //! - warpgroup 0, the producer, gives its registers back (`setmaxnreg.dec`); one thread loads
 //!   the Q tile once and then the K and V tiles of 128 keys with TMA into three stages each
 //!   (two where shared memory holds no more; 128-byte swizzle), K and V on separate "full" /
@@ -41,9 +44,10 @@ const BM: i64 = 128;
 const BN: i64 = 128;
 
 /// Dynamic shared memory: Q (two buffers when persistent), `kvs` stages of K and of V, 1 KiB of
-/// alignment slack, barriers (and, when persistent, the two Q buffers' item numbers).
+/// alignment slack, barriers (and, when persistent, the two Q buffers' unit numbers and the
+/// split tail's flag).
 fn shared_bytes(p: &Problem, persist: bool, kvs: i64) -> usize {
-    let (q, bars) = if persist { (2, 4 * kvs + 4 + 2) } else { (1, 4 * kvs + 1) };
+    let (q, bars) = if persist { (2, 4 * kvs + 4 + 3) } else { (1, 4 * kvs + 1) };
     (q * BM * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + bars * 8) as usize + 1024
 }
 
@@ -83,6 +87,42 @@ fn dynamic(p: &Problem) -> bool {
     }
 }
 
+/// The split tail of the persistent kernel (FA_SPLIT): `nfull` items in whole rounds of `g`
+/// CTAs, then the `tail` items left, of `t` K/V tiles each, cut into `g` contiguous ranges of
+/// tiles (a CTA's range holds at most two segments of items), each segment's partial O, row
+/// maxima and sums stored in scratch and the item combined by the CTA that completes its
+/// count.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Split {
+    nfull: i64,
+    tail: i64,
+    t: i64,
+    g: i64,
+}
+
+/// Whether, and how, the persistent kernel splits its last round: without a mask or window
+/// (items of equal size), for long items (more than 16 K/V tiles), where that round leaves
+/// CTAs idle, when the longest range plus a tile of overhead is at most 4/5 of an item.
+/// b4h16s4096d128 has 2048 items of 32 tiles for 132 SMs, 15.5 rounds: the last 68 items as
+/// ranges of at most 17 tiles (measured on the H100, bench/NOTES.md session 19: 681 TFLOP/s
+/// against 656-671 unsplit). Short items lose: b16h16s1024d64 (8 tiles, ranges of at most 5)
+/// ran 385-390 split against 431-437. `FERRODNN_ATTN_SPLIT=0` turns it off, `=1` splits any
+/// partial last round, to compare.
+fn split(p: &Problem, nt: i64, sms: i64) -> Option<Split> {
+    let t = (p.s_kv + BN - 1) / BN;
+    let (g, tail) = (sms.max(1), nt % sms.max(1));
+    if !super::unmasked(p.attrs) || t < 2 || tail == 0 {
+        return None;
+    }
+    let longest = (tail * t + g - 1) / g;
+    let pays = match std::env::var("FERRODNN_ATTN_SPLIT").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => t > 16 && 5 * (longest + 1) <= 4 * t,
+    };
+    pays.then_some(Split { nfull: nt - tail, tail, t, g })
+}
+
 const BODY: &str = r#"
 // The max (MAX) or sum of row hh (0: g, 1: g + 8) of a thread's score accumulators (columns
 // 8n + 2t, +1 at 4n + 2hh, +1), pairwise.
@@ -106,7 +146,15 @@ __device__ __forceinline__ float fa90_row_tree(const float (&sc)[FA_BN / 2], int
 // must be rescaled by); sc left holding P (dropout applied).
 __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                              i64 r0, i64 wq0, i64 j0, i64 lq, i64 lkv, i64 off, i64 bi, i64 h, int tg) {
+#if FA_WHOLE_TILES
+    // No mask, and no partial q or K/V tile: known here, where the persistent kernel's split
+    // tail leaves the compiler no bound on j0 (with the check, the d = 64 loop ran 7% more
+    // instructions).
+    const bool need = false;
+    (void)wq0; (void)j0; (void)lq; (void)lkv; (void)off;
+#else
     const bool need = fa_tile_needs_mask(wq0, 64, j0, FA_BN, lq, lkv, off);
+#endif
     // Blocks with nothing to mask or add keep the raw scores: the row max is taken on them
     // (the scale is positive) and the scale goes into the exponent's fused multiply-add, one
     // multiply an element fewer.
@@ -218,6 +266,89 @@ __device__ __forceinline__ void fa90_pv(float (&o)[FA_DV / 2], const u32 (&pf)[F
     #pragma unroll
     for (int kt = 0; kt < FA_BN / 16; ++kt) fa90_wgmma_o(o, pf[kt], make_desc(sv + kt * 2048u, FA_BN * 128u, 1024u));
 }
+
+#if FA_SPLIT
+// The split tail (FA_SPLIT, persistent kernel): the items past the whole rounds, FA_NFULL..,
+// of FA_T K/V tiles each, FA_TAILW tiles in all, cut into FA_G contiguous ranges, CTA c taking
+// tiles [lo(c), lo(c + 1)) of that list. A range is shorter than an item, so it holds at most
+// two segments (the end of one item, the start of the next): units FA_NFULL + c and
+// FA_NFULL + FA_G + c.
+__device__ __forceinline__ i64 fa90_tail_lo(i64 c) { return c * FA_TAILW / FA_G; }
+// The CTA whose range holds tile x of the list (the last c with lo(c) <= x).
+__device__ __forceinline__ i64 fa90_tail_owner(i64 x) { return ((x + 1) * FA_G - 1) / FA_TAILW; }
+// Unit u's tiles [x0, x1) of the list (empty when x0 >= x1).
+__device__ __forceinline__ void fa90_tail_unit(i64 u, i64& x0, i64& x1) {
+    const i64 lo = fa90_tail_lo(blockIdx.x), hi = fa90_tail_lo(blockIdx.x + 1), e = (lo / FA_T + 1) * FA_T;
+    const bool first = u - FA_NFULL < FA_G;
+    x0 = first ? lo : e;
+    x1 = first ? fa_min(hi, e) : hi;
+}
+
+// A segment of split item ti done: consumer thread t's (0..255) unnormalized O, row maxima and
+// sums into the unit's slot of `part` (float j of thread t at j * 256 + t); the CTA whose
+// segment completes the item's count (`cnt`, zeroed by a launch before) then reads every
+// segment, in the order of their CTAs (so the result does not depend on which came last),
+// and leaves the item's O, maxima and sums in o, m and l for the store. Returns whether this
+// CTA is that one. The flag at `flag` (shared) carries the count's answer to every consumer.
+__device__ __forceinline__ bool fa90_tail_part(float* part, unsigned* cnt, unsigned flag, i64 u, i64 ti, float (&o)[FA_DV / 2], float (&m)[2], float (&l)[2], int t) {
+    constexpr int NV = FA_DV / 2 + 4;
+    const i64 x0 = ti * FA_T, ca = fa90_tail_owner(x0), cb = fa90_tail_owner(x0 + FA_T - 1);
+    // Slot 2c + 1 when CTA c's range starts before the item (the item is its second segment).
+    auto slot = [&](i64 c) { return part + (2 * c + (fa90_tail_lo(c) < x0 ? 1 : 0)) * (NV * 256) + t; };
+    float* mine = part + (2 * (i64)blockIdx.x + (u - FA_NFULL >= FA_G ? 1 : 0)) * (NV * 256) + t;
+    #pragma unroll
+    for (int x = 0; x < FA_DV / 2; ++x) mine[x * 256] = o[x];
+    mine[(FA_DV / 2) * 256] = m[0];
+    mine[(FA_DV / 2 + 1) * 256] = m[1];
+    mine[(FA_DV / 2 + 2) * 256] = l[0];
+    mine[(FA_DV / 2 + 3) * 256] = l[1];
+    // The consumers' stores ordered (by the barrier, then one thread's device-scope fence,
+    // which is cumulative) before that thread counts the segment; on the other side, the count
+    // read before a fence, and the barrier, before any consumer reads the other segments.
+    asm volatile("bar.sync 3, 256;" ::: "memory");
+    if (t == 0) {
+        unsigned segs = 0;
+        for (i64 c = ca; c <= cb; ++c) segs += fa90_tail_lo(c) < fa90_tail_lo(c + 1) ? 1u : 0u;
+        __threadfence();
+        const unsigned last = atomicAdd(cnt + ti, 1u) == segs - 1u ? 1u : 0u;
+        __threadfence();
+        asm volatile("st.shared.u32 [%0], %1;" :: "r"(flag), "r"(last) : "memory");
+    }
+    asm volatile("bar.sync 3, 256;" ::: "memory");
+    unsigned last;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag) : "memory");
+    if (!last) return false;
+    // Reads through L2 (__ldcg): the other segments were written by other SMs.
+    float mx[2] = {FA_NINF, FA_NINF};
+    for (i64 c = ca; c <= cb; ++c) {
+        if (fa90_tail_lo(c) >= fa90_tail_lo(c + 1)) continue;
+        const float* p = slot(c);
+        mx[0] = fmaxf(mx[0], __ldcg(p + (FA_DV / 2) * 256));
+        mx[1] = fmaxf(mx[1], __ldcg(p + (FA_DV / 2 + 1) * 256));
+    }
+    #pragma unroll
+    for (int x = 0; x < FA_DV / 2; ++x) o[x] = 0.0f;
+    l[0] = 0.0f;
+    l[1] = 0.0f;
+    for (i64 c = ca; c <= cb; ++c) {
+        if (fa90_tail_lo(c) >= fa90_tail_lo(c + 1)) continue;
+        const float* p = slot(c);
+        // A row with every key of the segment masked (max -inf) adds nothing.
+        float f[2];
+        #pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float ms = __ldcg(p + (FA_DV / 2 + hh) * 256);
+            f[hh] = ms == FA_NINF ? 0.0f : fa_exp2(ms - mx[hh]);
+            l[hh] = fmaf(__ldcg(p + (FA_DV / 2 + 2 + hh) * 256), f[hh], l[hh]);
+        }
+        #pragma unroll
+        for (int x = 0; x < FA_DV / 2; ++x) o[x] = fmaf(__ldcg(p + x * 256), f[(x >> 1) & 1], o[x]);
+    }
+    m[0] = mx[0];
+    m[1] = mx[1];
+    return true;
+}
+#endif
 
 // Ping-pong between the two consumer warpgroups (FA_PINGPONG): warpgroup cw issues its matrix
 // products only in its turn (named barrier 1 + cw) and then hands the turn to the other
@@ -413,12 +544,13 @@ const KERNEL_PERSIST: &str = r#"extern "C" __global__ void __launch_bounds__(384
 #define VEMPTY(s) (bars + 24u * FA_KVS + 8u * (s))
 #define QFULL(s) (bars + 32u * FA_KVS + 8u * (s))
 #define QEMPTY(s) (bars + 32u * FA_KVS + 16u + 8u * (s))
-    // The item numbers of the two Q buffers (FA_DYNAMIC).
-    const unsigned ITEMS = bars + 32u * FA_KVS + 32u;
+    // The unit numbers of the two Q buffers (FA_DYNAMIC), and whether this CTA combines a split
+    // item (FA_SPLIT).
+    const unsigned ITEMS = bars + 32u * FA_KVS + 32u, FLAG = ITEMS + 16u;
+    (void)FLAG;
 FA_INIT
     const int wg = threadIdx.x >> 7;
     // The work list: FA_QT q tiles x FA_HQ heads x FA_B batches.
-    constexpr i64 NT = (i64)FA_QT * FA_HQ * FA_B;
     // Item l's q tile, head, batch, key range and K/V tiles.
     struct Item { i64 q0, h, bi, lq, lkv, off; int t0, t1; bool any; };
     auto item = [&](i64 l) {
@@ -430,6 +562,32 @@ FA_INIT
         it.off = fa_diag_off(it.lq, it.lkv);
         it.any = fa90_key_tiles(it.q0, FA_BM, FA_BN, it.lq, it.lkv, it.off, it.t0, it.t1);
         return it;
+    };
+    // Unit u: item u with all its K/V tiles [ta, tb), or (FA_SPLIT, u >= FA_NFULL) this CTA's
+    // segment of tail item ti: `part` when the item has others, `none` when the segment is empty.
+    struct Unit { Item it; int ta, tb; i64 ti; bool part, none; };
+    auto unit = [&](i64 u) {
+        Unit w;
+#if FA_SPLIT
+        if (u >= FA_NFULL) {
+            i64 x0, x1;
+            fa90_tail_unit(u, x0, x1);
+            w.none = x0 >= x1;
+            w.ti = w.none ? 0 : x0 / FA_T;
+            w.it = item(FA_NFULL + w.ti);
+            w.ta = w.it.t0 + (int)(x0 - w.ti * FA_T);
+            w.tb = w.none ? w.ta : w.ta + (int)(x1 - x0);
+            w.part = x1 - x0 < FA_T;
+            return w;
+        }
+#endif
+        w.it = item(u);
+        w.ta = w.it.t0;
+        w.tb = w.it.t1;
+        w.ti = 0;
+        w.part = false;
+        w.none = false;
+        return w;
     };
     if (threadIdx.x == 0) {
         for (int s = 0; s < FA_KVS; ++s) {
@@ -460,28 +618,46 @@ FA_INIT
             // loop with a break, ptxas moved the loop's addresses off the uniform datapath and the
             // persistent d64 forward ran 4.5% slower, bench/NOTES.md session 18.)
 #if FA_DYNAMIC
+            i64 u = -1;
             for (;; ++n) {
                 const int qs = n & 1;
                 mbar_wait(QEMPTY(qs), ((unsigned)(n >> 1) & 1u) ^ 1u);
-                // The CTA's first item by its index, the next ones by ticket; the consumers read
-                // the number beside Q's buffer, and a number past the list ends them.
-                const i64 l = n == 0 ? (i64)blockIdx.x : (i64)gridDim.x + (i64)atomicAdd(fa_ticket, 1u);
-                *(volatile i64*)(fa_smem_raw + (ITEMS + 8u * qs - smem_u32(fa_smem_raw))) = l;
-                if (l >= NT) {
+                // The CTA's first item by its index, the next ones by ticket (then, FA_SPLIT, its
+                // tail segments that are not empty); the consumers read the unit's number beside
+                // Q's buffer, and a number past the units ends them.
+                const bool whole = u < FA_NFULL;
+                u = n == 0 ? (i64)blockIdx.x : whole ? (i64)gridDim.x + (i64)atomicAdd(fa_ticket, 1u) : u + gridDim.x;
+#if FA_SPLIT
+                if (u >= FA_NFULL) {
+                    if (whole) u = FA_NFULL + blockIdx.x;
+                    while (u < FA_NU && unit(u).none) u += gridDim.x;
+                }
+#endif
+                *(volatile i64*)(fa_smem_raw + (ITEMS + 8u * qs - smem_u32(fa_smem_raw))) = u;
+                if (u >= FA_NU) {
                     mbar_arrive(QFULL(qs));
                     break;
                 }
 #else
-            for (i64 l = blockIdx.x; l < NT; l += gridDim.x, ++n) {
+            for (i64 u = blockIdx.x; u < FA_NU; u += gridDim.x, ++n) {
                 const int qs = n & 1;
+#endif
+                const Unit un = unit(u);
+#if FA_SPLIT && !FA_DYNAMIC
+                if (un.none) {
+                    --n;
+                    continue;
+                }
+#endif
+#if !FA_DYNAMIC
                 mbar_wait(QEMPTY(qs), ((unsigned)(n >> 1) & 1u) ^ 1u);
 #endif
-                const Item it = item(l);
+                const Item& it = un.it;
                 mbar_expect_tx(QFULL(qs), Q_BYTES);
                 #pragma unroll
                 for (int ch = 0; ch < FA_D / 64; ++ch) fa90_tma(sQ + qs * Q_BYTES + ch * (FA_BM * 128u), &tq, QFULL(qs), ch * 64, (int)it.q0, (int)it.h, (int)it.bi);
                 const int kh = (int)(it.h / FA_GROUP);
-                for (int t = it.t0; t < it.t1; ++t, ++c) {
+                for (int t = un.ta; t < un.tb; ++t, ++c) {
                     const int s = c % FA_KVS;
                     const unsigned ph = ((unsigned)c / FA_KVS) & 1u;
                     mbar_wait(KEMPTY(s), ph ^ 1u);
@@ -509,14 +685,21 @@ FA_INIT
 #if FA_DYNAMIC
         for (;; ++n) {
             mbar_wait(QFULL(n & 1), (unsigned)(n >> 1) & 1u);
-            const i64 l = *(volatile i64*)(fa_smem_raw + (ITEMS + 8u * (n & 1) - smem_u32(fa_smem_raw)));
-            if (l >= NT) break;
+            const i64 u = *(volatile i64*)(fa_smem_raw + (ITEMS + 8u * (n & 1) - smem_u32(fa_smem_raw)));
+            if (u >= FA_NU) break;
 #else
-        for (i64 l = blockIdx.x; l < NT; l += gridDim.x, ++n) {
+        for (i64 u = blockIdx.x; u < FA_NU; u += gridDim.x, ++n) {
 #endif
-            const Item it = item(l);
+            const Unit un = unit(u);
+#if FA_SPLIT && !FA_DYNAMIC
+            if (un.none) {
+                --n;
+                continue;
+            }
+#endif
+            const Item& it = un.it;
             const i64 q0 = it.q0, h = it.h, bi = it.bi, lq = it.lq, lkv = it.lkv, off = it.off;
-            const int t0 = it.t0, t1 = it.t1;
+            const int t0 = un.ta, t1 = un.tb;
             const i64 wq0 = q0 + cw * 64;
             const i64 r0 = wq0 + w * 16 + g;
             const int qs = n & 1;
@@ -587,6 +770,10 @@ FA_INIT
             }
             // Q is no longer read: its buffer takes item n + 2.
             mbar_arrive(QEMPTY(qs));
+#if FA_SPLIT
+            // A segment of a split item: stored for the CTA that completes the item.
+            if (un.part && !fa90_tail_part(fa_part, fa_ticket + 1, FLAG, u, un.ti, o, m, l2, cw * 128 + tid)) continue;
+#endif
             // Normalize and store; empty rows (padded, or every key masked) give o = 0, stats = +inf.
             #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
@@ -646,6 +833,8 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let c = p.common(true);
     let mut defs = c.defines.clone() + &hopper::heavy_first();
     let persist = persistent(p);
+    let whole_tiles = super::unmasked(p.attrs) && p.s_q % BM == 0 && p.s_kv % BN == 0;
+    defs += &format!("#define FA_WHOLE_TILES {}\n", whole_tiles as u8);
     defs += &format!("#define FA_BM {BM}\n#define FA_BN {BN}\n#define FA_HAS_STATS {}\n#define FA_PINGPONG {}\n", if stats.is_some() { 1 } else { 0 }, pingpong(p, persist) as u8);
     let stores = p.output_store("o", "O", o, p.pair_ok(o));
     let mut params = vec!["void* o_p".to_string()];
@@ -661,13 +850,24 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     args.extend(c.args.iter().cloned());
     let entry = p.entry("attn_fwd_sm90");
     let qt = (p.s_q + BM - 1) / BM;
+    let nt = qt * p.h_q * p.b;
     let dynamic = persist && dynamic(p);
+    let split = if persist { split(p, nt, target.sm_count as i64) } else { None };
     if persist {
-        defs += &format!("#define FA_QT {qt}LL\n#define FA_DYNAMIC {}\n", dynamic as u8);
+        let (nfull, nu) = split.map_or((nt, nt), |s| (s.nfull, s.nfull + 2 * s.g));
+        defs += &format!("#define FA_QT {qt}LL\n#define FA_DYNAMIC {}\n#define FA_NFULL {nfull}LL\n#define FA_NU {nu}LL\n", dynamic as u8);
+        defs += &match split {
+            Some(s) => format!("#define FA_SPLIT 1\n#define FA_T {}LL\n#define FA_TAILW {}LL\n#define FA_G {}LL\n", s.t, s.tail * s.t, s.g),
+            None => "#define FA_SPLIT 0\n".into(),
+        };
     }
-    if dynamic {
+    if dynamic || split.is_some() {
         params.push("unsigned* fa_ticket".into());
         args.push(Arg::Scratch(0));
+    }
+    if split.is_some() {
+        params.push("float* fa_part".into());
+        args.push(Arg::Scratch(1));
     }
     let body = format!("{BODY}{}", if persist { KERNEL_PERSIST } else { KERNEL });
     let body = body.replace("FA_INIT", &fa_init(&c)).replace("FA_ENTRY", &entry).replace("FA_PARAMS", &params.join(", "));
@@ -681,7 +881,11 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
         if qreg { hopper::wgmma_rs_major(p, "fa90_wgmma_sr", BN, false) } else { String::new() }
     );
     let source = format!("{defs}{HELPERS}{stores}{}{wgmma}{body}", hopper::helpers());
-    let grid = if persist { ((qt * p.h_q * p.b).min(target.sm_count.max(1) as i64), 1, 1) } else { (qt, p.h_q, p.b) };
+    let grid = match (persist, split) {
+        (true, Some(s)) => (s.g, 1, 1),
+        (true, None) => (nt.min(target.sm_count.max(1) as i64), 1, 1),
+        _ => (qt, p.h_q, p.b),
+    };
     if grid.0 > i32::MAX as i64 {
         return None;
     }
@@ -695,22 +899,30 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
         args,
         cluster: None,
     };
-    if !dynamic {
+    if !dynamic && split.is_none() {
         return Some(NodeKernels::one(main));
     }
-    // The ticket counter, zeroed before the kernel takes its tickets.
+    // The ticket counter and the split items' counts, zeroed before the kernel.
+    let words = 1 + split.map_or(0, |s| s.tail);
     let entry = p.entry("attn_fwd_ticket_sm90");
     let zero = Launch {
-        source: format!("extern \"C\" __global__ void __launch_bounds__(32) {entry}(unsigned* fa_ticket)\n{{\n    if (threadIdx.x == 0) *fa_ticket = 0u;\n}}\n"),
+        source: format!(
+            "extern \"C\" __global__ void __launch_bounds__(256) {entry}(unsigned* fa_ticket)\n{{\n    for (int i = threadIdx.x; i < {words}; i += 256) fa_ticket[i] = 0u;\n}}\n"
+        ),
         entry,
-        threads: 32,
-        block: 32,
+        threads: 256,
+        block: 256,
         exact_grid: Some((1, 1, 1)),
         shared_bytes: 0,
         args: vec![Arg::Scratch(0)],
         cluster: None,
     };
-    Some(NodeKernels { launches: vec![zero, main], scratch: vec![4] })
+    // A split tail's partials: two slots per CTA of 256 consumer threads' O, maxima and sums.
+    let mut scratch = vec![4 * words as usize];
+    if let Some(s) = split {
+        scratch.push((2 * s.g * 256 * (p.d_v / 2 + 4) * 4) as usize);
+    }
+    Some(NodeKernels { launches: vec![zero, main], scratch })
 }
 
 /// The Hopper unit of a forward node, when this kernel takes it; the general kernel with
