@@ -606,18 +606,18 @@ FA_INIT
     if (wg == 0) {
         // Producer: per unit (an item, or a segment of one), Q into buffer n % 2 (n: the CTA's
         // unit count), then K and V of each of its tiles into stage c % FA_KVS (c: the CTA's K/V
-        // tile count). The consumers'
-        // setmaxnreg.inc takes only what the producer gives back from the CTA's launch
-        // allocation (168 x 384 = 128 x 24 + 256 x 240): asking for more never returns.
+        // tile count). The consumers' setmaxnreg.inc takes only what the producer gives back
+        // from the CTA's launch allocation (168 x 384 = 128 x 24 + 256 x 240): asking for more
+        // never returns.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (threadIdx.x == 0) {
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tq) : "memory");
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tk) : "memory");
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tv) : "memory");
             int n = 0, c = 0;
-            // (The fixed assignment keeps the loop's form `u < FA_NU; u += gridDim.x`: as an endless
-            // loop with a break, ptxas moved the loop's addresses off the uniform datapath and the
-            // persistent d64 forward ran 4.5% slower, bench/NOTES.md session 18.)
+            // (The fixed assignment keeps the loop's form `u < FA_NU; u += gridDim.x`: as an
+            // endless loop with a break, ptxas moved the loop's addresses off the uniform datapath
+            // and the persistent d64 forward ran 4.5% slower, bench/NOTES.md session 18.)
 #if FA_DYNAMIC
             i64 u = -1;
             for (;; ++n) {
