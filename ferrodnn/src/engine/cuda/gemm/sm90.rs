@@ -2,7 +2,8 @@
 //! an mbarrier pipeline, warp-specialized, persistent.
 //!
 //! One CTA per SM (384 threads) loops over output tiles in a grouped order (`GROUP_M` tiles down
-//! M before moving along N, so that concurrently running CTAs share A and B panels in L2):
+//! M before moving along N, so that concurrently running CTAs share A and B panels in L2; 16, or
+//! 4 for k loops up to 2048, see `group_m`):
 //! - warpgroup 0, the producer, gives most of its registers back (`setmaxnreg.dec`) and one of its
 //!   threads issues the TMA copies of each k-slice (A: `BM x 64`, B: `64 x BN`) into a ring of
 //!   `STAGES` shared-memory stages, each guarded by a "full" barrier (TMA transaction count) and
@@ -137,7 +138,7 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     // Clusters of two with B multicast are correct but measured 2.3x slower than single CTAs
     // (bench/NOTES.md, session 9): off until that is understood.
     let cluster_m = 1;
-    let cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, 16), tma_store, splits, cluster_m, bm: BM, swap: false };
+    let cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, cluster_m, bm: BM, swap: false };
     // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T,
     // 64-row tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles, no reduce launch),
     // and each stage carries 2 or 4 KiB of A instead of 16. Eight stages (80 KiB): 6, 12 and 16
@@ -158,10 +159,19 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
         let tiles = |bn: usize| q.batch * q.m.div_ceil(BM) * q.n.div_ceil(bn);
         if 2 * tiles(128) > sms || kt < 8 {
             let bn = if q.n > 128 && tiles(256) >= sms && q.k > 256 { 256 } else { 128 };
-            return Config { bn, stages: 2, group_m: q.m.div_ceil(BM).clamp(1, 16), tma_store: false, splits: 1, cluster_m: 1, bm: BM, swap: true }.with_most_stages();
+            return Config { bn, stages: 2, group_m: q.m.div_ceil(BM).clamp(1, group_m(&q)), tma_store: false, splits: 1, cluster_m: 1, bm: BM, swap: true }.with_most_stages();
         }
     }
     cfg.with_most_stages()
+}
+
+/// Tiles down M per group of the tile order (at most; `FERRODNN_GEMM_GROUP_M` sets it, for
+/// tuning): 16 for long k loops, 4 up to K = 2048, where the 132 tiles in flight then cover
+/// whole rows of tiles (measured on the H100, bench/NOTES.md session 20: 16384x4096x1024 +2.9%,
+/// with bias + relu +2.3%; 4096^3 within noise; 8192^3, fp16 and tf32 slower with 4).
+fn group_m(p: &GemmProblem) -> usize {
+    let env = std::env::var("FERRODNN_GEMM_GROUP_M").ok().and_then(|v| v.parse().ok()).filter(|&g| g >= 1);
+    env.unwrap_or(if p.k <= 2048 { 4 } else { 16 })
 }
 
 /// tf32 with B N-major can run as C^T = B^T A^T with B^T from registers: both operands
@@ -1317,6 +1327,9 @@ mod tests {
         let p = problem(1, 8192, 8192, 8192, true, false, DataType::Bf16);
         assert_eq!(reject(&p, &t), None);
         assert_eq!(choose(&p, &t).bn, 256);
+        // Groups of 16 tiles down M for long k loops, of 4 up to K = 2048.
+        assert_eq!(choose(&p, &t).group_m, 16);
+        assert_eq!(choose(&problem(1, 16384, 4096, 1024, true, false, DataType::Bf16), &t).group_m, 4);
         assert!(choose(&p, &t).shared_bytes() <= 227 * 1024);
         assert!(reject(&p, &Target::sm80()).is_some());
         // k = 7: a row stride of 14 bytes cannot be a TMA stride.
