@@ -521,6 +521,28 @@ mod tests {
         assert_eq!(seen, (true, true), "both cases found");
     }
 
+    /// The causal order's heads at a time: four for the check cases and b4h16s4096d128, one for
+    /// b1h32s16384d128, whose Q, dO, K and V per head exceed the 16 MiB budget.
+    #[test]
+    fn causal_order_takes_heads_by_l2_budget() {
+        use super::{build, Bwd, Spec};
+        use crate::graph::ops::sdpa::CausalAlignment::TopLeft;
+        use crate::DataType::Bf16;
+        let target = Target::sm90a();
+        for (name, b, h, s, heads) in [("long", 1, 32, 16384, 1), ("mid", 4, 16, 4096, 4)] {
+            let c = build(&Spec::new(name, Bf16).b(b).heads(h, h).dims(128, 128).seq(s, s).attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Chained));
+            let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let ordered = ["attn_fwd_sm90", "attn_bwd_dq_sm90", "attn_bwd_dkdv_sm90", "attn_bwd_dkdv_dq_sm90"];
+            let kernels: Vec<_> = sources.iter().filter(|(e, _)| ordered.iter().any(|k| e.ends_with(k))).collect();
+            for k in ordered {
+                assert!(kernels.iter().any(|(e, _)| e.ends_with(k)), "{name}: {k}");
+            }
+            for (e, src) in kernels {
+                assert!(src.contains(&format!("#define FA_HEADS_GROUP {heads}\n")), "{name} {e}");
+            }
+        }
+    }
+
     /// The split last round: the split cases' forward on Hopper splits (with a zeroing launch
     /// before it and a grid of one CTA per SM), the window case's does not.
     #[test]

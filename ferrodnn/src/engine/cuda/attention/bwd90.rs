@@ -742,7 +742,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     let nqt = (p.s_q + 63) / 64;
     let acc_rows = if bulk { nqt * 64 } else { p.s_q };
     let base = bwd::base_defines(p, ports, &c, Dbias::None, true)
-        + &hopper::heavy_first()
+        + &hopper::heavy_first(p)
         + &format!(
             "#define FA_DQ_BULK {}\n#define FA_NQT {nqt}LL\n#define FA_DQA_ROWS {acc_rows}LL\n#define FA_DQ_WARP {}\n#define FA_SPLIT_DK {}\n",
             bulk as i32,

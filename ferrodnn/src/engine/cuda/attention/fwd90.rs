@@ -832,7 +832,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let o = node.output("o")?;
     let stats = node.output("stats");
     let c = p.common(true);
-    let mut defs = c.defines.clone() + &hopper::heavy_first();
+    let mut defs = c.defines.clone() + &hopper::heavy_first(p);
     let persist = persistent(p);
     let whole_tiles = super::unmasked(p.attrs) && p.s_q % BM == 0 && p.s_kv % BN == 0;
     defs += &format!("#define FA_WHOLE_TILES {}\n", whole_tiles as u8);

@@ -114,15 +114,21 @@ pub(super) fn wgmma_rs_major(p: &Problem, name: &str, n: i64, n_major: bool) -> 
     )
 }
 
-/// Device code after the attention HELPERS: the TMA map type, the sm90 barrier / TMA / wgmma
-/// helpers, the 4-d tile load, and the packing of f32 accumulators into A fragments.
-/// The define that turns on `fa90_work`'s heaviest-first order for causal masks (measured on
-/// the H100, bench/NOTES.md session 13: causal forward +4%, causal backward +6%;
-/// `FERRODNN_ATTN_HEAVY_FIRST=0` turns it off to compare).
-pub(super) fn heavy_first() -> String {
-    format!("#define FA_HEAVY_FIRST {}\n", !super::switched_off("FERRODNN_ATTN_HEAVY_FIRST") as u8)
+/// The defines of `fa90_work`'s heaviest-first order for causal masks (measured on the H100,
+/// bench/NOTES.md session 13: causal forward +4%, causal backward +6%;
+/// `FERRODNN_ATTN_HEAVY_FIRST=0` turns it off to compare) and of the heads it takes at a time:
+/// as many as keep their Q, dO, K and V within 16 MiB, from one to four (b1h32s16384d128
+/// causal: one, backward +0.6% against four; b4h16s4096d128: four, its forward 4.5% slower
+/// with one; bench/NOTES.md session 20). `FERRODNN_ATTN_HEADS_GROUP` sets it, for tuning.
+pub(super) fn heavy_first(p: &Problem) -> String {
+    let per_head = (p.s_q + p.s_kv) * (p.d + p.d_v) * 2;
+    let fit = ((16i64 << 20) / per_head.max(1)).clamp(1, 4);
+    let env = std::env::var("FERRODNN_ATTN_HEADS_GROUP").ok().and_then(|v| v.parse::<i64>().ok()).filter(|&g| g >= 1);
+    format!("#define FA_HEAVY_FIRST {}\n#define FA_HEADS_GROUP {}\n", !super::switched_off("FERRODNN_ATTN_HEAVY_FIRST") as u8, env.unwrap_or(fit))
 }
 
+/// Device code after the attention HELPERS: the TMA map type, the sm90 barrier / TMA / wgmma
+/// helpers, the 4-d tile load, and the packing of f32 accumulators into A fragments.
 pub(super) fn helpers() -> String {
     format!("{TMA_MAP_DECL}{SM90_HELPERS}{TMA4}")
 }
@@ -143,8 +149,8 @@ __device__ __forceinline__ void fa90_tma(unsigned dst, const TmaMap* map, unsign
 // `heavy_first` in hopper.rs). Otherwise tile-major order.
 __device__ __forceinline__ void fa90_work_at(i64 l, i64 nt, i64 nh, i64 nhb, i64& rank, i64& h, i64& bi) {
 #if FA_CAUSAL && FA_HEAVY_FIRST
-    const i64 g = l / (4 * nt), r = l - g * 4 * nt, gs = fa_min(4, nhb - g * 4);
-    const i64 hb = g * 4 + r % gs;
+    const i64 g = l / (FA_HEADS_GROUP * nt), r = l - g * FA_HEADS_GROUP * nt, gs = fa_min(FA_HEADS_GROUP, nhb - g * FA_HEADS_GROUP);
+    const i64 hb = g * FA_HEADS_GROUP + r % gs;
     rank = r / gs;
 #else
     const i64 hb = l / nt;
