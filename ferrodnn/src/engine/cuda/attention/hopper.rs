@@ -118,7 +118,7 @@ pub(super) fn wgmma_rs_major(p: &Problem, name: &str, n: i64, n_major: bool) -> 
 /// bench/NOTES.md session 13: causal forward +4%, causal backward +6%;
 /// `FERRODNN_ATTN_HEAVY_FIRST=0` turns it off to compare) and of the heads it takes at a time:
 /// as many as keep their Q, dO, K and V within 16 MiB, from one to four (b1h32s16384d128
-/// causal: one, backward +0.6% against four; b4h16s4096d128: four, its forward 4.5% slower
+/// causal: one, backward +0.4-0.6% against four; b4h16s4096d128: four, its forward 4.5% slower
 /// with one; bench/NOTES.md session 20). `FERRODNN_ATTN_HEADS_GROUP` sets it, for tuning.
 pub(super) fn heavy_first(p: &Problem) -> String {
     let per_head = (p.s_q + p.s_kv) * (p.d + p.d_v) * 2;
@@ -143,10 +143,10 @@ __device__ __forceinline__ void fa90_tma(unsigned dst, const TmaMap* map, unsign
 // Work item `l` of a list of `nt` tiles x `nh` heads x batch (`nhb` heads and batches): its
 // tile's rank (0: the tile with the most work), head and batch. With a causal mask the tiles'
 // work differs (it grows with a q tile's index, and shrinks with a K/V tile's), so the items are
-// the tiles of four heads at a time heaviest first: blocks starting in the order of their
-// linear index (or persistent blocks taking the items in order) end with the lightest, and the
-// heads in flight, whose tiles share K/V or Q/dO through L2, stay few (FA_HEAVY_FIRST,
-// `heavy_first` in hopper.rs). Otherwise tile-major order.
+// the tiles of FA_HEADS_GROUP heads at a time (one to four) heaviest first: blocks starting in
+// the order of their linear index (or persistent blocks taking the items in order) end with the
+// lightest, and the heads in flight, whose tiles share K/V or Q/dO through L2, stay few
+// (FA_HEAVY_FIRST, `heavy_first` in hopper.rs). Otherwise tile-major order.
 __device__ __forceinline__ void fa90_work_at(i64 l, i64 nt, i64 nh, i64 nhb, i64& rank, i64& h, i64& bi) {
 #if FA_CAUSAL && FA_HEAVY_FIRST
     const i64 g = l / (FA_HEADS_GROUP * nt), r = l - g * FA_HEADS_GROUP * nt, gs = fa_min(FA_HEADS_GROUP, nhb - g * FA_HEADS_GROUP);

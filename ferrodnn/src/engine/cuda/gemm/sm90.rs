@@ -135,8 +135,9 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
     let t0 = tiles(bn);
     let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
     let tma_store = splits == 1 && tma_store_ok(p);
-    // Clusters of two with B multicast are correct but measured 2.3x slower than single CTAs
-    // (bench/NOTES.md, session 9): off until that is understood.
+    // Clusters of two with B multicast are correct but measured slower than single CTAs: 2.3x
+    // in session 9, 2.5% in session 20 (launching only the clusters that fit; bench/NOTES.md):
+    // off.
     let cluster_m = 1;
     let cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, cluster_m, bm: BM, swap: false };
     // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T,
