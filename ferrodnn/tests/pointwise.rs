@@ -124,7 +124,13 @@ fn reference(mode: PointwiseMode, a: f64, b: f64, c: f64) -> f64 {
             let lo = lower_clip.unwrap_or(0.0);
             let hi = upper_clip.unwrap_or(f64::INFINITY);
             let s = negative_slope.unwrap_or(0.0);
-            let y = if a >= lo { a } else { lo + s * (a - lo) };
+            let y = if a >= lo {
+                a
+            } else if s == 0.0 {
+                lo
+            } else {
+                lo + s * (a - lo)
+            };
             if y > hi {
                 hi
             } else {
@@ -491,6 +497,24 @@ fn arithmetic_on_integers_rounds_and_saturates() {
     assert_eq!(y.data, vec![2.0, -2.0, -4.0, 0.0]);
     let (y, _) = run_mode(Mod, &ins, &[vec![7.0, -7.0, 7.0, -7.0], vec![3.0, 3.0, -3.0, -3.0]], None, None);
     assert_eq!(y.data, vec![1.0, -1.0, 1.0, -1.0]);
+}
+
+#[test]
+fn relu_without_a_slope_clips_infinities_and_keeps_nan() {
+    // As PyTorch's relu: -inf gives the lower clip (not 0 * -inf = NaN); a slope keeps -inf.
+    let x = [f64::NEG_INFINITY, -2.5, -0.0, 0.0, 1.5, f64::INFINITY, f64::NAN];
+    let ins = [input(&[7], None, DataType::F32)];
+    let relu = |lower_clip, negative_slope| Relu { lower_clip, upper_clip: None, negative_slope };
+    for (mode, want) in [
+        (relu(None, None), [0.0, 0.0, 0.0, 0.0, 1.5, f64::INFINITY, f64::NAN]),
+        (relu(Some(1.0), Some(0.0)), [1.0, 1.0, 1.0, 1.0, 1.5, f64::INFINITY, f64::NAN]),
+        (relu(None, Some(0.5)), [f64::NEG_INFINITY, -1.25, 0.0, 0.0, 1.5, f64::INFINITY, f64::NAN]),
+    ] {
+        let (y, _) = run_mode(mode, &ins, &[x.to_vec()], None, None);
+        for ((&got, &w), &a) in y.data.iter().zip(&want).zip(&x) {
+            assert!(got == w || (got.is_nan() && w.is_nan()), "{mode:?} of {a}: {got}, want {w}");
+        }
+    }
 }
 
 #[test]

@@ -46,7 +46,8 @@ pub enum PointwiseMode {
     /// Copy with a cast to the output's type.
     Identity,
     /// `min(x, upper_clip)` above the lower clip (0 when unset), and
-    /// `lower_clip + negative_slope * (x - lower_clip)` below it (also capped by upper_clip).
+    /// `lower_clip + negative_slope * (x - lower_clip)` below it (also capped by upper_clip);
+    /// without a slope (unset or 0), `lower_clip` below it, -inf included. NaN stays NaN.
     Relu {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lower_clip: Option<f64>,
@@ -320,7 +321,16 @@ impl PointwiseMode {
             Identity => a,
             Relu { lower_clip, upper_clip, negative_slope } => {
                 let lo = lower_clip.unwrap_or(0.0);
-                let mut y = if a < lo { lo + negative_slope.unwrap_or(0.0) * (a - lo) } else { a };
+                let slope = negative_slope.unwrap_or(0.0);
+                // Without a slope the clip itself, so that -inf gives it (as PyTorch's relu
+                // gives 0) rather than 0 * -inf.
+                let mut y = if a >= lo {
+                    a
+                } else if slope == 0.0 {
+                    lo
+                } else {
+                    lo + slope * (a - lo)
+                };
                 if let Some(hi) = upper_clip {
                     y = y.min(hi);
                 }

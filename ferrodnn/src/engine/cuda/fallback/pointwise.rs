@@ -47,9 +47,10 @@ fn formula(mode: PointwiseMode) -> String {
         Identity => "a".into(),
         Relu { lower_clip, upper_clip, negative_slope } => {
             let lo = opt(lower_clip, 0.0);
-            let slope = opt(negative_slope, 0.0);
             let hi = upper_clip.map_or("(1.0/0.0)".to_string(), c_double);
-            format!("isnan(a) ? a : fmin(a < {lo} ? {lo} + {slope} * (a - {lo}) : a, {hi})")
+            // Without a slope the clip itself (so -inf gives it, not 0 * -inf).
+            let below = if negative_slope.is_none_or(|s| s == 0.0) { lo.clone() } else { format!("{lo} + {} * (a - {lo})", opt(negative_slope, 0.0)) };
+            format!("isnan(a) ? a : fmin(a < {lo} ? {below} : a, {hi})")
         }
         LeakyRelu { negative_slope } => format!("a < 0.0 ? {} * a : a", c_double(negative_slope)),
         Elu { alpha } => format!("a > 0.0 ? a : {} * (exp(a) - 1.0)", c_double(alpha)),

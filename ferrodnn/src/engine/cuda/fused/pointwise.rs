@@ -494,9 +494,10 @@ pub(crate) fn formula(mode: PointwiseMode, dbl: bool, fast: bool) -> String {
         Identity => "a".into(),
         Relu { lower_clip, upper_clip, negative_slope } => {
             let lo = opt(lower_clip, 0.0);
-            let slope = opt(negative_slope, 0.0);
             let hi = l(upper_clip.unwrap_or(f64::INFINITY));
-            format!("isnan(a) ? a : {}(a < {lo} ? {lo} + {slope} * (a - {lo}) : a, {hi})", f("fmin"))
+            // Without a slope the clip itself (so -inf gives it, not 0 * -inf).
+            let below = if negative_slope.is_none_or(|s| s == 0.0) { lo.clone() } else { format!("{lo} + {} * (a - {lo})", opt(negative_slope, 0.0)) };
+            format!("isnan(a) ? a : {}(a < {lo} ? {below} : a, {hi})", f("fmin"))
         }
         LeakyRelu { negative_slope } => format!("a < {zero} ? {} * a : a", l(negative_slope)),
         Elu { alpha } => format!("a > {zero} ? a : {} * {}(a)", l(alpha), f("expm1")),

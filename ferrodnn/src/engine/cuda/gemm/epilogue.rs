@@ -45,15 +45,20 @@ fn round_to(dt: DataType, v: &str) -> Option<String> {
 }
 
 /// The f32 formula of a pointwise mode in the epilogue: the fused engine's, except the plain
-/// relu, whose general form (clips, slope, a NaN test) costs seven instructions per element
-/// where three give the same values: `0 + 0 * a` below zero (+0, or NaN for -inf, as the CPU
-/// engine computes it), `a` otherwise (NaN included).
+/// relu ([`plain_relu`]), whose general form (clips, slope, a NaN test) costs seven
+/// instructions per element where two give the same values: 0 below zero (-inf included),
+/// `a` otherwise (NaN included).
 fn node_formula(mode: PointwiseMode, fast: bool) -> String {
-    let zero = |v: Option<f64>| v.is_none_or(|v| v == 0.0);
     match mode {
-        PointwiseMode::Relu { lower_clip, upper_clip: None, negative_slope } if zero(lower_clip) && zero(negative_slope) => "a < 0.f ? fmaf(0.f, a, 0.f) : a".into(),
+        m if plain_relu(m) => "a < 0.f ? 0.f : a".into(),
         _ => formula(mode, false, fast),
     }
+}
+
+/// A relu without clips other than 0 and without a slope: `max(a, 0)` with NaN kept.
+fn plain_relu(mode: PointwiseMode) -> bool {
+    let zero = |v: Option<f64>| v.is_none_or(|v| v == 0.0);
+    matches!(mode, PointwiseMode::Relu { lower_clip, upper_clip: None, negative_slope } if zero(lower_clip) && zero(negative_slope))
 }
 
 /// How a side input varies over C's elements.
@@ -154,6 +159,8 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
     let mut sides: Vec<Side> = Vec::new();
     let mut side: HashMap<usize, String> = HashMap::new();
     let mut prev: (TensorId, String) = (c, "acc".to_string());
+    // The chain up to its last node (its body and value), for `epilogue_u`.
+    let mut before_last = (String::new(), String::new());
     if !chain.is_empty() {
         if let Some(r) = round_to(dtype(graph, c), "acc") {
             let _ = writeln!(body, "    {r}");
@@ -184,13 +191,7 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
                     }
                     let shift = rc - r;
                     let eff: Vec<i64> = (0..rc).map(|a| if a < shift || d.dims[a - shift] == 1 { 0 } else { d.strides[a - shift] }).collect();
-                    let sd = Side {
-                        tensor: port.tensor,
-                        dtype: dt,
-                        row_stride: eff[rc - 2],
-                        col_stride: eff[rc - 1],
-                        batch: (0..rc - 2).map(|a| (cdims[a], eff[a])).collect(),
-                    };
+                    let sd = Side { tensor: port.tensor, dtype: dt, row_stride: eff[rc - 2], col_stride: eff[rc - 1], batch: (0..rc - 2).map(|a| (cdims[a], eff[a])).collect() };
                     let mut off = String::from("0LL");
                     if sd.row_stride != 0 {
                         let _ = write!(off, " + row * {}LL", sd.row_stride);
@@ -214,6 +215,9 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
             };
             let _ = writeln!(inner, "        const float {} = {v};", port.name);
         }
+        if k + 1 == chain.len() {
+            before_last = (body.clone(), prev.1.clone());
+        }
         let _ = writeln!(body, "    float v{k};\n    {{\n{inner}        v{k} = {};\n    }}", node_formula(attrs.mode, fast));
         let y = node.outputs.first()?.tensor;
         if k + 1 < chain.len() {
@@ -224,11 +228,17 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
         prev = (y, format!("v{k}"));
     }
     let xparams: String = (0..sides.len()).map(|i| format!(", float x{i}")).collect();
+    // A last plain relu under a 16-bit C can be the conversion's (`cvt.rn.relu`): the same
+    // values (negative and -inf to +0, NaN kept).
+    let relu_last =
+        matches!(dtype(graph, out), DataType::F16 | DataType::Bf16) && chain.last().is_some_and(|&n| matches!(&graph.nodes[n].op, Op::Pointwise(a) if plain_relu(a.mode)));
+    let unrelu =
+        if relu_last { format!("__device__ __forceinline__ float epilogue_u(float acc{xparams}) {{\n{}    return {};\n}}\n", before_last.0, before_last.1) } else { String::new() };
     let xnames: String = (0..sides.len()).map(|i| format!(", x{i}")).collect();
     let code = format!(
-        "{helpers}\n__device__ __forceinline__ float epilogue_v(float acc{xparams}) {{\n{body}    return {ret};\n}}\n__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col{params}) {{\n    (void)batch; (void)row; (void)col;\n{loads}    return epilogue_v(acc{xnames});\n}}\n",
+        "{helpers}\n{unrelu}__device__ __forceinline__ float epilogue_v(float acc{xparams}) {{\n{body}    return {ret};\n}}\n__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col{params}) {{\n    (void)batch; (void)row; (void)col;\n{loads}    return epilogue_v(acc{xnames});\n}}\n",
         helpers = helpers(false, fast),
         ret = prev.1
     );
-    Some(Epilogue { nodes: chain.to_vec(), code, params, names, args, sides: Some(sides) })
+    Some(Epilogue { nodes: chain.to_vec(), code, params, names, args, sides: Some(sides), relu_last })
 }

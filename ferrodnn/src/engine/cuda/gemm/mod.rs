@@ -72,6 +72,10 @@ pub struct Epilogue {
     /// `float epilogue_v(float acc, float x0, ...)` (the chain as a function of the side values,
     /// see `epilogue.rs`); None for a hand-written epilogue that defines only `epilogue`.
     pub sides: Option<Vec<epilogue::Side>>,
+    /// The chain ends in a plain relu (`epilogue.rs`) and `code` also defines
+    /// `float epilogue_u(float acc, float x0, ...)`: `epilogue_v` without that relu, for a kernel
+    /// whose conversion to C's 16-bit type applies it (`cvt.rn.relu`).
+    pub relu_last: bool,
 }
 
 impl Epilogue {
@@ -418,6 +422,24 @@ mod case_tests {
         assert!(taken * 2 > all, "{taken} of {all}");
     }
 
+    /// A last plain relu under a 16-bit C goes into the Hopper kernel's TMA-store conversion
+    /// (`cvt.rn.relu`, the chain without it as `epilogue_u`); under an f32 C, or a clipped
+    /// relu, the chain keeps it.
+    #[test]
+    fn a_last_relu_under_16_bit_c_is_the_conversions() {
+        let source = |name: &str| -> String {
+            let c = cases::all().into_iter().find(|c| c.name == name).unwrap_or_else(|| panic!("{name}"));
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let units = crate::engine::cuda::fused::units(&g, &Target::sm90a()).unwrap();
+            units.iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
+        };
+        let fused = source("fast_gemm_big_tiles_rounds_bias_relu_1100x4000x40_bf16");
+        assert!(fused.contains("float epilogue_u(") && fused.contains("bf16x2_relu_bits(v0, v1)"));
+        let f32_out = source("fast_gemm_bias_relu_200x136x72_f32_to_f32");
+        assert!(!f32_out.contains("epilogue_u(") && !f32_out.contains("relu_bits(v0"));
+    }
+
     /// With the `tf32` knob (`Target::allow_tf32`), f32 GEMMs get other kernels (one tf32 pass)
     /// and 16-bit ones the same.
     #[test]
@@ -429,7 +451,8 @@ mod case_tests {
         for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
             let mut g = c.graph.clone();
             g.validate().unwrap();
-            let f32_in = g.nodes.iter().any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.iter().any(|p| g.resolved_data_type(p.tensor) == Some(crate::DataType::F32)));
+            let f32_in =
+                g.nodes.iter().any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.iter().any(|p| g.resolved_data_type(p.tensor) == Some(crate::DataType::F32)));
             for target in [Target::sm80(), Target::sm90a()] {
                 let same = sources(&g, &target) == sources(&g, &target.clone().with_tf32(true));
                 if f32_in && !c.name.contains("no_flatten") {

@@ -505,7 +505,7 @@ pub fn unit(_graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, ta
 /// pointers must be 16-byte aligned (as A's, B's and C's for TMA).
 pub fn vector_sides(p: &GemmProblem, epi: &Epilogue, cfg: &Config) -> Vec<TensorId> {
     match &epi.sides {
-        Some(sides) if cfg.splits == 1 && !cfg.swap => epi_code(p, sides, cfg.bn, "", "").aligned,
+        Some(sides) if cfg.splits == 1 && !cfg.swap => epi_code(p, sides, cfg.bn, "", "", false).aligned,
         _ => Vec::new(),
     }
 }
@@ -634,10 +634,13 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     let names = &epi.names;
     let store = store_code(p, names, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]", cfg.swap);
     let esz = c.dtype.size() as i64;
+    // A last relu applied by the TMA-store epilogue's conversion (one instruction a pair instead
+    // of two a value: about 40% of a bias + relu epilogue's instructions).
+    let relu_cvt = epi.relu_last && cfg.tma_store && epi.sides.is_some() && !std::env::var("FERRODNN_GEMM_RELU_CVT").is_ok_and(|v| v == "0");
     // The epilogue from the side inputs' layouts (loads hoisted out of the store loop), when the
     // epilogue gives them.
     let ec = match &epi.sides {
-        Some(sides) if cfg.splits == 1 && !cfg.swap => Some(epi_code(p, sides, bn, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]")),
+        Some(sides) if cfg.splits == 1 && !cfg.swap => Some(epi_code(p, sides, bn, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]", relu_cvt)),
         _ => None,
     };
     let prep = match &ec {
@@ -661,7 +664,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         );
         (format!("            const int sp = (int)(t % SPLITS);\n{}", acc_loops(rb, bn, false, "", &body)), String::new())
     } else if cfg.tma_store {
-        (tma_epilogue(p, names, bn, rb, ec.as_ref()), TMA_STORE_DRAIN.to_string())
+        (tma_epilogue(p, names, bn, rb, ec.as_ref(), relu_cvt), TMA_STORE_DRAIN.to_string())
     } else {
         // Direct stores from registers, guarded: accumulator (j, h) of this thread is row
         // 16w + l/4 + 8h, columns 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN
@@ -911,7 +914,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
 /// - full tensors (and per-column ones beyond the budget): inside the loop, one (vector) load
 ///   per accumulator pair, from row pointers computed once per tile.
 ///
-/// `value` computes `v0` and `v1` (columns `col`, `col + 1` of row `row`) for accumulator pair
+/// `value` computes `v0` and `v1` (columns `col`, `col + 1` of row `row`; without the last relu
+/// with `relu_cvt`, `epilogue_u`) for accumulator pair
 /// `(j, h)` inside the loops over `j` and `h` (unrolled: the arrays indexed by them are
 /// registers), with `row`, `col` defined. Loads are guarded by the matrix extents (out-of-range
 /// values are computed from zeros and never stored by the caller). `aligned`: side inputs read as
@@ -922,7 +926,7 @@ struct EpiCode {
     aligned: Vec<TensorId>,
 }
 
-fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str) -> EpiCode {
+fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str, relu_cvt: bool) -> EpiCode {
     let mut prep = String::new();
     let mut value = String::new();
     let mut aligned = Vec::new();
@@ -1009,7 +1013,8 @@ fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str) 
     }
     let a0: String = x0.iter().map(|x| format!(", {x}")).collect();
     let a1: String = x1.iter().map(|x| format!(", {x}")).collect();
-    let _ = writeln!(value, "                    const float v0 = epilogue_v({acc0}{a0});\n                    const float v1 = epilogue_v({acc1}{a1});");
+    let f = if relu_cvt { "epilogue_u" } else { "epilogue_v" };
+    let _ = writeln!(value, "                    const float v0 = {f}({acc0}{a0});\n                    const float v1 = {f}({acc1}{a1});");
     EpiCode { prep, value, aligned }
 }
 
@@ -1048,8 +1053,9 @@ const TMA_STORE_DRAIN: &str = "        if (tid == 0) asm volatile(\"cp.async.bul
 /// are computed but never stored) while the warps go on. The block is reused once the last
 /// store has read it. Plain C++ stores to shared memory (no asm memory clobber), so the
 /// compiler may schedule loads of the values ahead of them.
-fn tma_epilogue(p: &GemmProblem, names: &str, bn: usize, rb: &str, ec: Option<&EpiCode>) -> String {
-    let pack = if p.c.dtype == DataType::Bf16 { "bf16x2_bits(v0, v1)" } else { "f16x2_bits(v0, v1)" };
+fn tma_epilogue(p: &GemmProblem, names: &str, bn: usize, rb: &str, ec: Option<&EpiCode>, relu_cvt: bool) -> String {
+    let ty = if p.c.dtype == DataType::Bf16 { "bf16" } else { "f16" };
+    let pack = format!("{ty}x2{}_bits(v0, v1)", if relu_cvt { "_relu" } else { "" });
     let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
     let body = match ec {
         Some(ec) => format!("                    (void)row; (void)col;\n{}                    cv[2 * j + h] = {pack};\n", ec.value),
@@ -1286,6 +1292,18 @@ __device__ __forceinline__ unsigned bf16x2_bits(float a, float b) {
 __device__ __forceinline__ unsigned f16x2_bits(float a, float b) {
     __half2 v = __floats2half2_rn(a, b);
     return *(unsigned*)&v;
+}
+// As bf16x2_bits / f16x2_bits with relu: negative values (and -inf) to +0, NaN kept. (cvt puts
+// its first source in the upper half.)
+__device__ __forceinline__ unsigned bf16x2_relu_bits(float a, float b) {
+    unsigned r;
+    asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+}
+__device__ __forceinline__ unsigned f16x2_relu_bits(float a, float b) {
+    unsigned r;
+    asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
 }
 // A wgmma shared-memory descriptor with the 128-byte swizzle.
 __device__ __forceinline__ unsigned long long make_desc(unsigned addr, unsigned lbo, unsigned sbo) {
