@@ -3,7 +3,7 @@
 //!
 //! One CTA per SM (384 threads) loops over output tiles in a grouped order (`GROUP_M` tiles down
 //! M before moving along N, so that concurrently running CTAs share A and B panels in L2; 16, or
-//! 4 for k loops up to 2048, see `group_m`):
+//! 4 for k loops up to 4096, see `group_m`):
 //! - warpgroup 0, the producer, gives most of its registers back (`setmaxnreg.dec`) and one of its
 //!   threads issues the TMA copies of each k-slice (A: `BM x 64`, B: `64 x BN`) into a ring of
 //!   `STAGES` shared-memory stages, each guarded by a "full" barrier (TMA transaction count) and
@@ -167,12 +167,13 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Config {
 }
 
 /// Tiles down M per group of the tile order (at most; `FERRODNN_GEMM_GROUP_M` sets it, for
-/// tuning): 16 for long k loops, 4 up to K = 2048, where the 132 tiles in flight then cover
-/// whole rows of tiles (measured on the H100, bench/NOTES.md session 20: 16384x4096x1024 +2.9%,
-/// with bias + relu +2.3%; 4096^3 within noise; 8192^3, fp16 and tf32 slower with 4).
+/// tuning): 16 for long k loops, 4 up to K = 4096, where the 132 tiles in flight then cover
+/// whole rows of tiles (measured on the H100, bench/NOTES.md: 16384x4096x1024 +2.9%, with bias
+/// + relu +2.3%, session 20; 4096^3 +0.3%, with bias + relu +0.4%, session 21; 8192^3, fp16
+/// and tf32 slower with 4).
 fn group_m(p: &GemmProblem) -> usize {
     let env = std::env::var("FERRODNN_GEMM_GROUP_M").ok().and_then(|v| v.parse().ok()).filter(|&g| g >= 1);
-    env.unwrap_or(if p.k <= 2048 { 4 } else { 16 })
+    env.unwrap_or(if p.k <= 4096 { 4 } else { 16 })
 }
 
 /// tf32 with B N-major can run as C^T = B^T A^T with B^T from registers: both operands
@@ -1346,9 +1347,10 @@ mod tests {
         let p = problem(1, 8192, 8192, 8192, true, false, DataType::Bf16);
         assert_eq!(reject(&p, &t), None);
         assert_eq!(choose(&p, &t).bn, 256);
-        // Groups of 16 tiles down M for long k loops, of 4 up to K = 2048.
+        // Groups of 16 tiles down M for long k loops, of 4 up to K = 4096.
         assert_eq!(choose(&p, &t).group_m, 16);
         assert_eq!(choose(&problem(1, 16384, 4096, 1024, true, false, DataType::Bf16), &t).group_m, 4);
+        assert_eq!(choose(&problem(1, 4096, 4096, 4096, true, false, DataType::Bf16), &t).group_m, 4);
         assert!(choose(&p, &t).shared_bytes() <= 227 * 1024);
         assert!(reject(&p, &Target::sm80()).is_some());
         // k = 7: a row stride of 14 bytes cannot be a TMA stride.
