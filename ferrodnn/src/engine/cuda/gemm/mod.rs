@@ -423,8 +423,7 @@ mod case_tests {
     }
 
     /// A last plain relu under a 16-bit C goes into the Hopper kernel's TMA-store conversion
-    /// (`cvt.rn.relu`, the chain without it as `epilogue_u`); under an f32 C, or a clipped
-    /// relu, the chain keeps it.
+    /// (`cvt.rn.relu`, the chain without it as `epilogue_u`); under an f32 C the chain keeps it.
     #[test]
     fn a_last_relu_under_16_bit_c_is_the_conversions() {
         let source = |name: &str| -> String {
