@@ -637,7 +637,8 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     let esz = c.dtype.size() as i64;
     // A last relu applied by the TMA-store epilogue's conversion (one instruction a pair instead
     // of two a value: the bias + relu epilogue is 420 SASS instructions instead of 655).
-    let relu_cvt = epi.relu_last && cfg.tma_store && epi.sides.is_some() && !std::env::var("FERRODNN_GEMM_RELU_CVT").is_ok_and(|v| v == "0");
+    // (`relu_last` comes only with the side inputs' layouts, so `ec` below exists then.)
+    let relu_cvt = epi.relu_last && cfg.tma_store && !std::env::var("FERRODNN_GEMM_RELU_CVT").is_ok_and(|v| v == "0");
     // The epilogue from the side inputs' layouts (loads hoisted out of the store loop), when the
     // epilogue gives them.
     let ec = match &epi.sides {
