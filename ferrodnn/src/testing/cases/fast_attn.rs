@@ -385,6 +385,11 @@ fn forward() -> Vec<Spec> {
     // Whole q and K/V tiles without a mask (the softmax drops its mask check), split: 200
     // items of 17 tiles.
     v.push(Spec::new("fwd90_split_whole_tiles_d64", Bf16).b(2).heads(50, 10).seq(256, 2176).stats_f32());
+    // Whole tiles without a mask or split at d = 64, more items than SMs: five K/V tiles (steps
+    // in pairs and a pair at the end, with FERRODNN_ATTN_DEEP=1), two (one last step), one.
+    v.push(Spec::new("fwd90_whole_tiles_d64_five", Bf16).b(3).heads(32, 8).seq(256, 640).stats_f32());
+    v.push(Spec::new("fwd90_whole_tiles_d64_two", F16).b(2).heads(40, 40).seq(384, 256));
+    v.push(Spec::new("fwd90_whole_tiles_d64_one", Bf16).b(1).heads(4, 2).seq(256, 128));
     v
 }
 
