@@ -7,6 +7,7 @@ use ferrodnn::engine::cuda::{DeviceBuffer, Event};
 use ferrodnn::engine::{Buffer, PlanPolicy};
 use ferrodnn::graph::ops::norm::{BatchnormAttrs, NormAttrs};
 use ferrodnn::graph::ops::pointwise::PointwiseMode;
+use ferrodnn::graph::ops::reduction::ReductionMode;
 use ferrodnn::graph::ops::resample::ResampleAttrs;
 use ferrodnn::layout::required_bytes;
 use ferrodnn::testing::{random_values, SplitMix64};
@@ -137,6 +138,27 @@ fn matmul_workload(id: &str, dt: DataType, batch: i64, m: i64, n: i64, k: i64, b
     Workload { id: id.to_string(), graph: g, flops: Some(2 * (batch * m * n * k) as u64) }
 }
 
+/// `a [m, k] x b [k, n]` in fp8 e4m3, A row-major and B stored `n x k` (K-major, as fp8 GEMMs
+/// take it: cuBLASLt's `torch._scaled_mm` needs B column-major too), times a dequantizing scale
+/// (0.5, by value), output bf16; with `amax`, also the output's amax (f32), as an fp8 recipe
+/// takes it for the next scale.
+fn matmul_fp8_workload(m: i64, n: i64, k: i64, amax: bool) -> Workload {
+    let (f8, bf) = (DataType::Fp8E4m3, DataType::Bf16);
+    let id = format!("matmul_fp8_e4m3_{}{m}x{n}x{k}", if amax { "amax_" } else { "" });
+    let mut g = Graph::new(&id).io_data_type(bf);
+    let a = g.tensor(TensorDesc::new("a", &[m, k], f8));
+    let b = g.tensor(TensorDesc::new("b", &[k, n], f8).with_layout(&[1, 0]));
+    let x = g.matmul(a, b);
+    let s = g.scalar("scale", 0.5);
+    let y = g.scale(x, s);
+    out(&mut g, y, bf);
+    if amax {
+        let r = g.reduction(y, ReductionMode::Amax, &[0, 1]);
+        out(&mut g, r, DataType::F32);
+    }
+    Workload { id, graph: g, flops: Some(2 * (m * n * k) as u64) }
+}
+
 /// The GEMM suite of the tensor-core matmul issue. `matmul_tf32_*` has f32 inputs and output.
 fn gemm() -> Vec<Workload> {
     let (bf, h, f) = (DataType::Bf16, DataType::F16, DataType::F32);
@@ -151,6 +173,10 @@ fn gemm() -> Vec<Workload> {
     v.push(matmul_workload("matmul_tf32_8192x8192x8192", f, 1, 8192, 8192, 8192, false));
     v.push(matmul_workload("matmul_bf16_batch64_512x512x64", bf, 64, 512, 512, 64, false));
     v.push(matmul_workload("matmul_bf16_16x8192x8192", bf, 1, 16, 8192, 8192, false));
+    for (m, n, k) in [(8192, 8192, 8192), (4096, 4096, 4096)] {
+        v.push(matmul_fp8_workload(m, n, k, false));
+    }
+    v.push(matmul_fp8_workload(8192, 8192, 8192, true));
     v
 }
 
@@ -188,7 +214,7 @@ fn random_fill(host: &mut [u8], dt: DataType, seed: u64, positive: bool) {
     });
 }
 
-pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Option<String>, max_runs: usize) -> Result<(), String> {
+pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Option<String>, max_runs: usize, autotune: bool) -> Result<(), String> {
     let t = Instant::now();
     let handle = Handle::new();
     let handle_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -196,7 +222,7 @@ pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Opt
     println!("handle created in {handle_ms:.1} ms (device, driver context, NVRTC, kernel cache)");
     let stream = handle.stream().ok_or("bench needs a GPU stream")?;
     let l2 = device.info().l2_cache_bytes.max(1);
-    let policy = PlanPolicy { engine: Some(EngineKind::Cuda), ..Default::default() };
+    let policy = PlanPolicy { engine: Some(EngineKind::Cuda), autotune, ..Default::default() };
     let mut results = Vec::new();
     for w in suite(suite_name)? {
         if filter.as_deref().is_some_and(|f| !w.id.contains(f)) {
@@ -290,7 +316,7 @@ pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Opt
             "engine": plan.engine().name(), "workspace_bytes": plan.workspace_size(),
         }));
     }
-    let report = json!({ "device": device.name(), "arch": device.arch(), "suite": suite_name, "handle_ms": handle_ms, "workloads": results });
+    let report = json!({ "device": device.name(), "arch": device.arch(), "suite": suite_name, "autotune": autotune, "handle_ms": handle_ms, "workloads": results });
     let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     match out_path {
         Some(p) => std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?,
@@ -314,7 +340,7 @@ mod tests {
     #[test]
     fn every_gemm_workload_validates_and_counts_flops() {
         let ws = super::suite("gemm").unwrap();
-        assert_eq!(ws.len(), 10);
+        assert_eq!(ws.len(), 13);
         for w in ws {
             let mut g = w.graph.clone();
             g.validate().unwrap_or_else(|e| panic!("{}: {e}", w.id));

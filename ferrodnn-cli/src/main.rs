@@ -57,6 +57,10 @@ enum Command {
         /// Most timed runs per workload (also stops after about two seconds).
         #[arg(long, default_value_t = 50)]
         runs: usize,
+        /// Build the plans with autotuning (`PlanPolicy::autotune`: each Hopper GEMM timed once
+        /// in a few tile configurations, the fastest kept; the build times then include it).
+        #[arg(long)]
+        autotune: bool,
     },
     /// Run every check case (every op, multi-op graphs) on the GPU against the CPU engine and
     /// print a pass/fail table; exits non-zero on any failure.
@@ -135,7 +139,7 @@ fn main() -> ExitCode {
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
-        Command::Bench { suite, out, filter, runs } => bench::bench(&suite, out, filter, runs),
+        Command::Bench { suite, out, filter, runs, autotune } => bench::bench(&suite, out, filter, runs, autotune),
         Command::GpuCheck { filter, out, seed, shard } => gpu_check::gpu_check(filter, out, seed, shard),
     };
     match result {

@@ -41,7 +41,7 @@ fn problem(c: &Case) -> GemmProblem {
     };
     let a = if c.a_kmajor { op(0, t, m, k, k, 1, m * k) } else { op(0, t, m, k, 1, m, m * k) };
     let b = if c.b_kmajor { op(1, t, k, n, 1, k, 0) } else { op(1, t, k, n, n, 1, 0) };
-    GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), allow_tf32: c.tf32 }
+    GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), allow_tf32: c.tf32, fast_fp8: false }
 }
 
 fn identity() -> Epilogue {
@@ -356,7 +356,9 @@ fn sm90_gemm_matches_f64_reference() {
             // Other configurations, for tuning the heuristic.
             let target = Target::new(&dev.arch(), dev.sm_count());
             let base = sm90::choose(&problem(c), &target);
-            for (bn, stages, tma_store, splits, cluster_m) in [(256, 3, true, 1, 2), (256, 4, false, 1, 1), (128, 6, true, 1, 1), (128, 7, false, 4, 1), (128, 6, false, 2, 1), (64, 8, true, 1, 1)] {
+            for (bn, stages, tma_store, splits, cluster_m) in
+                [(256, 3, true, 1, 2), (256, 4, false, 1, 1), (128, 6, true, 1, 1), (128, 7, false, 4, 1), (128, 6, false, 2, 1), (64, 8, true, 1, 1)]
+            {
                 let cfg = sm90::Config { bn, stages, tma_store, splits, cluster_m, bm: 128, swap: false, ..base };
                 if cfg == base || sm90::kernels_with(&problem(c), &identity(), &target, "gemm_probe", cfg).is_none() {
                     continue;

@@ -119,6 +119,11 @@ pub struct PlanPolicy {
     /// Build every candidate plan of every engine (for autotuning or inspection). By default
     /// only each engine's best candidate that builds is compiled.
     pub all_candidates: bool,
+    /// Autotune: the CUDA engine's plans get the knob `autotune`, with which each Hopper GEMM
+    /// problem is timed once on the device in a few tile configurations and runs in the
+    /// fastest; the choice is kept in memory and on disk beside the kernel cache, keyed by the
+    /// problem, so later builds (in this process or another) do not time it again.
+    pub autotune: bool,
 }
 
 /// A buffer of a variant pack or a workspace.
@@ -304,7 +309,10 @@ impl Handle {
                 reasons.push(format!("{}: {e}", engine.kind().name()));
                 continue;
             }
-            for knobs in engine.candidates(&g) {
+            for mut knobs in engine.candidates(&g) {
+                if policy.autotune && engine.kind() == EngineKind::Cuda && !knobs.iter().any(|k| k.name == "fused" && k.value == 0) {
+                    knobs.push(Knob { name: "autotune".into(), value: 1 });
+                }
                 let notes = engine.behavior(&g, &knobs);
                 if (policy.deterministic_only && !notes.deterministic) || (policy.no_reduced_precision && notes.reduced_precision) {
                     reasons.push(format!("{}: plan with knobs {knobs:?} does not meet the policy ({notes:?})", engine.kind().name()));

@@ -74,6 +74,11 @@ pub struct Target {
     /// 10-bit mantissa) instead of 3xTF32 (about f32 accuracy): the `tf32` knob, which makes
     /// the plan's behavior notes say reduced precision.
     pub allow_tf32: bool,
+    /// The plan lets fp8 matmuls accumulate in the tensor cores' own adder (Hopper's fp8 `wgmma`,
+    /// twice the 16-bit rate, whose sums keep fewer bits than f32: cuBLASLt's "fast
+    /// accumulation") instead of converting to f16 and accumulating in f32: the `fp8_fast_accum`
+    /// knob, which makes the plan's behavior notes say reduced precision.
+    pub allow_fp8_fast_accum: bool,
     /// The plan may accumulate with float atomics, whose order varies from run to run: the
     /// `atomics` knob (attention backward's dQ in one pass over K/V), which makes the plan's
     /// behavior notes say non-deterministic.
@@ -85,11 +90,28 @@ pub struct Target {
     /// its blocks overlap its predecessor's last wave instead of following it. On by default
     /// where the device has it; `FERRODNN_PDL=0` turns it off for the engine.
     pub pdl: bool,
+    /// Autotuned GEMM configurations: each Hopper GEMM runs in the configuration its tuning kept
+    /// (`gemm::tune`), where there is one; the `autotune` knob.
+    pub autotune: bool,
+    /// Every Hopper GEMM runs in tuning candidate `i` of its problem (`sm90::tuning_configs`;
+    /// the heuristic's where there is no such candidate): the `gemm_config` knob of the plans an
+    /// autotuning times.
+    pub gemm_config: Option<u8>,
 }
 
 impl Target {
     pub fn new(arch: &str, sm_count: u32) -> Target {
-        let mut t = Target { arch: arch.to_string(), sm_count, experimental: false, allow_tf32: false, allow_atomics: false, pdl: false };
+        let mut t = Target {
+            arch: arch.to_string(),
+            sm_count,
+            experimental: false,
+            allow_tf32: false,
+            allow_fp8_fast_accum: false,
+            allow_atomics: false,
+            pdl: false,
+            autotune: false,
+            gemm_config: None,
+        };
         t.pdl = t.cc() >= 90;
         t
     }
@@ -106,6 +128,11 @@ impl Target {
     /// This target with f32 matmuls allowed (or not) to run as tf32.
     pub fn with_tf32(mut self, allow: bool) -> Target {
         self.allow_tf32 = allow;
+        self
+    }
+    /// This target with fp8 matmuls allowed (or not) to accumulate in the tensor cores' adder.
+    pub fn with_fp8_fast_accum(mut self, allow: bool) -> Target {
+        self.allow_fp8_fast_accum = allow;
         self
     }
     /// This target with float atomics allowed (or not).
@@ -176,6 +203,22 @@ fn tf32_knob(knobs: &[Knob]) -> bool {
     fused_knob(knobs) && knobs.iter().any(|k| k.name == "tf32" && k.value != 0)
 }
 
+/// Whether a plan's knobs let fp8 matmuls accumulate in the tensor cores' adder (off unless
+/// asked for; only with fusion).
+fn fp8_fast_accum_knob(knobs: &[Knob]) -> bool {
+    fused_knob(knobs) && knobs.iter().any(|k| k.name == "fp8_fast_accum" && k.value != 0)
+}
+
+/// Whether a plan's knobs ask for autotuned GEMM configurations (only with fusion).
+fn autotune_knob(knobs: &[Knob]) -> bool {
+    fused_knob(knobs) && knobs.iter().any(|k| k.name == "autotune" && k.value != 0)
+}
+
+/// The GEMM tuning candidate a plan's knobs force (`gemm_config`), if any.
+fn gemm_config_knob(knobs: &[Knob]) -> Option<u8> {
+    knobs.iter().find(|k| k.name == "gemm_config").and_then(|k| u8::try_from(k.value).ok())
+}
+
 /// Whether a plan's knobs allow float atomics (off unless asked for; only with fusion).
 fn atomics_knob(knobs: &[Knob]) -> bool {
     fused_knob(knobs) && knobs.iter().any(|k| k.name == "atomics" && k.value != 0)
@@ -184,6 +227,15 @@ fn atomics_knob(knobs: &[Knob]) -> bool {
 /// Whether the graph has an attention backward whose kernels the `atomics` knob changes.
 fn has_atomic_sdpa_backward(graph: &Graph) -> bool {
     graph.nodes.iter().any(|n| matches!(&n.op, crate::graph::ops::Op::SdpaBackward(a) if super::attention::atomic_dq_pays(a)))
+}
+
+/// Whether the graph has a matmul with two fp8 inputs: the `fp8_fast_accum` knob changes its
+/// kernels.
+fn has_fp8_matmul(graph: &Graph) -> bool {
+    graph
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.len() == 2 && n.inputs.iter().all(|p| graph.resolved_data_type(p.tensor).is_some_and(|t| t.is_fp8())))
 }
 
 /// Whether the graph has a matmul with an f32 input: the `tf32` knob changes its kernels.
@@ -271,8 +323,10 @@ pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, Str
     let mut out = Vec::new();
     let mut units = CudaEngine::units(&g, target, true)?;
     units.extend(CudaEngine::units(&g, target, false)?);
-    if has_f32_matmul(&g) {
-        units.extend(CudaEngine::units(&g, &target.clone().with_tf32(true), true)?);
+    // The reduced-precision plan's (see `candidates`).
+    let (f32s, fp8s) = (has_f32_matmul(&g), has_fp8_matmul(&g));
+    if f32s || fp8s {
+        units.extend(CudaEngine::units(&g, &target.clone().with_tf32(f32s).with_fp8_fast_accum(fp8s), true)?);
     }
     if has_atomic_sdpa_backward(&g) {
         units.extend(CudaEngine::units(&g, &target.clone().with_atomics(true), true)?);
@@ -284,6 +338,109 @@ pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, Str
         }
     }
     Ok(out)
+}
+
+impl CudaEngine {
+    /// Tunes each GEMM problem of `graph` that has no tuning yet (`gemm::tune`). A problem that
+    /// cannot be timed (its operands do not fit in the device's free memory, say) keeps the
+    /// heuristic's configuration: tuning only ever changes speed.
+    fn tune_gemms(&self, graph: &Graph, target: &Target) {
+        for (p, descs) in super::gemm::tunable_problems(graph, target) {
+            let key = super::gemm::tune::key(&p, target);
+            if super::gemm::tune::TuneCache::global().get(&key).is_none() {
+                let _ = self.tune_gemm(&p, descs, &key, target);
+            }
+        }
+    }
+
+    /// Times `p` in each of its candidate configurations (a plan of the matmul alone, with the
+    /// same operand and output layouts and types, random inputs, built in parallel; two warm-up
+    /// runs, then the mean of five between events) and keeps the fastest under `key`.
+    fn tune_gemm(&self, p: &super::gemm::GemmProblem, [da, db, dc]: [crate::graph::TensorDesc; 3], key: &str, target: &Target) -> Result<()> {
+        use super::gemm::{sm90, tune};
+        let configs = sm90::tuning_configs(p, target);
+        let mut g = Graph::new("gemm_tune");
+        let named = |mut d: crate::graph::TensorDesc, name: &str, uid: i64| {
+            d.name = name.into();
+            d.uid = Some(uid);
+            d.is_virtual = false;
+            d
+        };
+        let a = g.tensor(named(da, "a", 1));
+        let b = g.tensor(named(db, "b", 2));
+        let c = g.matmul(a, b);
+        g.set_output(c);
+        {
+            let d = g.desc_mut(c);
+            d.name = "c".into();
+            d.uid = Some(3);
+            d.strides = dc.strides.clone();
+            d.data_type = dc.data_type;
+        }
+        g.validate()?;
+        let g = Arc::new(g);
+        let mut knobs = vec![Knob { name: "tf32".into(), value: target.allow_tf32 as i64 }, Knob { name: "fp8_fast_accum".into(), value: target.allow_fp8_fast_accum as i64 }];
+        knobs.push(Knob { name: "gemm_config".into(), value: 0 });
+        let plans: Vec<Box<dyn CompiledPlan>> = (0..configs.len())
+            .into_par_iter()
+            .map(|i| {
+                let mut k = knobs.clone();
+                if let Some(last) = k.last_mut() {
+                    last.value = i as i64;
+                }
+                self.build(g.clone(), &k)
+            })
+            .collect::<Result<_>>()?;
+        // Inputs of random values (the tensor cores' power, and so their clock, depends on
+        // them), the output, a workspace.
+        let mut rng = crate::testing::SplitMix64::new(0x7475_6e65);
+        let mut buffers = Vec::new();
+        for (uid, t) in [(1, a), (2, b), (3, c)] {
+            let d = g.desc(t);
+            let dt = g.resolved_data_type(t).unwrap_or(DataType::F32);
+            let bytes = required_bytes(d, dt).max(1);
+            let buf = if uid == 3 {
+                self.device.alloc(bytes)?
+            } else {
+                let mut host = vec![0u8; bytes];
+                for (i, v) in crate::testing::random_values(bytes / dt.size(), dt, &mut rng).into_iter().enumerate() {
+                    dt.write(&mut host, i, v);
+                }
+                self.device.upload(&host)?
+            };
+            buffers.push((uid, buf));
+        }
+        let ws_bytes = plans.iter().map(|p| p.workspace_size()).max().unwrap_or(0).max(1);
+        let ws = self.device.alloc(ws_bytes)?;
+        let stream = self.stream.read().map_err(|_| Error::Device("the handle's stream lock is poisoned".into()))?.clone();
+        let (start, end) = (super::Event::new(&self.device)?, super::Event::new(&self.device)?);
+        let mut best: Option<(f32, usize)> = None;
+        for (i, plan) in plans.iter().enumerate() {
+            let run = || -> Result<()> {
+                let mut pack = VariantPack::new();
+                for (uid, buf) in &buffers {
+                    pack.device(*uid, buf.device_ptr(), buf.len());
+                }
+                plan.execute(&mut pack, Some(Buffer::Device { ptr: ws.device_ptr(), bytes: ws.len() }))
+            };
+            run()?;
+            run()?;
+            start.record(&stream)?;
+            for _ in 0..5 {
+                run()?;
+            }
+            end.record(&stream)?;
+            end.synchronize()?;
+            let ms = start.elapsed_ms(&end)? / 5.0;
+            if best.is_none_or(|(b, _)| ms < b) {
+                best = Some((ms, i));
+            }
+        }
+        if let Some((_, i)) = best {
+            tune::TuneCache::global().put(key, tune::Tuned::of(&configs[i]));
+        }
+        Ok(())
+    }
 }
 
 impl Engine for CudaEngine {
@@ -302,14 +459,24 @@ impl Engine for CudaEngine {
 
     /// Fused and specialized kernels first, then the plain per-node fallback. A graph with an
     /// f32 matmul gets a tf32 plan first (reduced precision, as cuBLAS's and cuDNN's default
-    /// tf32 math: `PlanPolicy::no_reduced_precision` skips it for the exact 3xTF32 plan). On
+    /// tf32 math: `PlanPolicy::no_reduced_precision` skips it for the exact 3xTF32 plan); one
+    /// with an fp8 matmul, a plan first whose fp8 products accumulate in the tensor cores' adder
+    /// (reduced precision, cuBLASLt's fast accumulation; the next plan converts fp8 to f16 and
+    /// accumulates in f32). On
     /// Hopper, an attention backward gets a plan first that accumulates dQ with float atomics
     /// (non-deterministic, as cuDNN's default: `PlanPolicy::deterministic_only` skips it).
     fn candidates(&self, graph: &Graph) -> Vec<Vec<Knob>> {
         let fused = |v| Knob { name: "fused".into(), value: v };
         let mut v = vec![vec![fused(1)], vec![fused(0)]];
+        let mut reduced = Vec::new();
         if has_f32_matmul(graph) {
-            v.insert(0, vec![fused(1), Knob { name: "tf32".into(), value: 1 }]);
+            reduced.push(Knob { name: "tf32".into(), value: 1 });
+        }
+        if has_fp8_matmul(graph) {
+            reduced.push(Knob { name: "fp8_fast_accum".into(), value: 1 });
+        }
+        if !reduced.is_empty() {
+            v.insert(0, std::iter::once(fused(1)).chain(reduced).collect());
         }
         if has_atomic_sdpa_backward(graph) && self.target().hopper() {
             v.insert(0, vec![fused(1), Knob { name: "atomics".into(), value: 1 }]);
@@ -320,13 +487,19 @@ impl Engine for CudaEngine {
     fn behavior(&self, _graph: &Graph, knobs: &[Knob]) -> BehaviorNotes {
         // No atomics unless the `atomics` knob asks for them (split-k partial sums are added in
         // order): same inputs, same bits. The fallback computes in double; f32 matmuls run as
-        // 3xTF32 unless the `tf32` knob asks for one tf32 pass.
-        BehaviorNotes { runtime_compiled: true, deterministic: !atomics_knob(knobs), reduced_precision: tf32_knob(knobs) }
+        // 3xTF32 unless the `tf32` knob asks for one tf32 pass, fp8 matmuls in f32 unless the
+        // `fp8_fast_accum` knob asks for the tensor cores' adder.
+        BehaviorNotes { runtime_compiled: true, deterministic: !atomics_knob(knobs), reduced_precision: tf32_knob(knobs) || fp8_fast_accum_knob(knobs) }
     }
 
     fn build(&self, graph: Arc<Graph>, knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
         let g = &*graph;
-        let target = self.target().with_tf32(tf32_knob(knobs)).with_atomics(atomics_knob(knobs));
+        let mut target = self.target().with_tf32(tf32_knob(knobs)).with_fp8_fast_accum(fp8_fast_accum_knob(knobs)).with_atomics(atomics_knob(knobs));
+        target.gemm_config = gemm_config_knob(knobs);
+        if autotune_knob(knobs) {
+            self.tune_gemms(g, &target);
+            target.autotune = true;
+        }
         let units = Self::units(g, &target, fused_knob(knobs))?;
         let opts = CompileOptions::new(target.arch.clone());
         let cache = KernelCache::global();

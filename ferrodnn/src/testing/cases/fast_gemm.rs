@@ -10,6 +10,7 @@
 
 use super::Case;
 use crate::graph::ops::pointwise::PointwiseMode;
+use crate::graph::ops::reduction::ReductionMode;
 use crate::graph::TensorId;
 use crate::{DataType, Graph, TensorDesc};
 
@@ -187,6 +188,79 @@ pub(super) fn cases() -> Vec<Case> {
     v.push(mm("fp8_e5m2_e4m3_bt_to_f32", t("a", &[33, 57], Fp8E5m2), transposed("b", &[57, 70], Fp8E4m3), F32));
     v.push(mm("fp8_e4m3_at_to_bf16", transposed("a", &[64, 64], Fp8E4m3), t("b", &[64, 48], Fp8E4m3), Bf16));
     v.push(mm("fp8_e4m3_to_fp8", t("a", &[40, 64], Fp8E4m3), t("b", &[64, 48], Fp8E4m3), Fp8E4m3));
+    // fp8 with both operands K-major and K a multiple of 16 (Hopper's wgmma k32 kernel): partial
+    // tiles and k stages (K = 272: two stages of 128, the last partial), e4m3 x e5m2, batched
+    // with B broadcast, more 128 x 256 tiles than SMs (TMA-store epilogue, bias + relu in the
+    // conversion), split k (few tiles, long K).
+    v.push(mm("fp8_wgmma_e4m3_bt_130x200x272_to_bf16", t("a", &[130, 272], Fp8E4m3), transposed("b", &[272, 200], Fp8E4m3), Bf16));
+    v.push(mm("fp8_wgmma_e4m3_e5m2_bt_batch_3x72x136x96_to_f32", t("a", &[3, 72, 96], Fp8E4m3), transposed("b", &[96, 136], Fp8E5m2), F32));
+    for (name, at, bt, (m, n, k), ot) in [
+        ("big_tiles_e4m3_scale_bias_relu_1100x4000x272", Fp8E4m3, Fp8E4m3, (1100, 4000, 272), Bf16),
+        ("e5m2_e4m3_scale_bias_relu_200x136x160", Fp8E5m2, Fp8E4m3, (200, 136, 160), F16),
+    ] {
+        // The dequantizing scale (by value) and a bf16 bias, as an fp8 GEMM's epilogue.
+        let name = format!("fast_gemm_fp8_wgmma_{name}_to_{ot}");
+        let mut g = Graph::new(name.clone());
+        let a = g.tensor(t("a", &[m, k], at));
+        let b = g.tensor(transposed("b", &[k, n], bt));
+        let x = g.matmul(a, b);
+        let sc = g.scalar("scale", 0.0625);
+        let y = g.scale(x, sc);
+        let bias = g.tensor(t("bias", &[1, n], Bf16));
+        let y = g.bias(y, bias);
+        let y = g.relu(y);
+        out(&mut g, y, "y", ot);
+        v.push(Case::new(name, g));
+    }
+    // Reductions of the GEMM's output over all its elements folded into the Hopper kernel's
+    // epilogue (amax, max, min): the TMA-store path (bf16, the relu in the conversion, more tiles
+    // than SMs), direct f32 stores, a batched f16 C reduced to bf16, and fp8 inputs whose scaled
+    // f32 result (virtual: also cast to fp8 by the next node) gives its amax.
+    // Along rows and columns too (per-row and per-column partials): sums and amax, batched.
+    // `axis`: None for all, Some(1) along each row (y [.., m, 1]), Some(0) along each column.
+    for (name, mode, axis, (batch, m, n, k), it, ct, rt) in [
+        ("amax_bias_relu_big_tiles", ReductionMode::Amax, None, (1, 1100, 4000, 272), Bf16, Bf16, F32),
+        ("max_bias_relu", ReductionMode::Max, None, (1, 200, 136, 72), Bf16, F32, F32),
+        ("min_bias_relu_batch", ReductionMode::Min, None, (3, 72, 136, 64), F16, F16, Bf16),
+        ("rowsum_bias_relu", ReductionMode::Add, Some(1), (1, 200, 136, 72), Bf16, Bf16, F32),
+        ("rowamax_bias_relu_big_tiles_batch", ReductionMode::Amax, Some(1), (2, 640, 4000, 272), Bf16, Bf16, Bf16),
+        ("colamax_bias_relu_big_tiles", ReductionMode::Amax, Some(0), (1, 1100, 4000, 272), Bf16, Bf16, F32),
+        ("colsum_bias_relu_batch", ReductionMode::Add, Some(0), (3, 72, 136, 64), F16, F32, F32),
+    ] {
+        let name = format!("fast_gemm_tap_{name}_{}{m}x{n}x{k}_{it}_to_{ct}", if batch > 1 { format!("{batch}x") } else { String::new() });
+        let mut g = Graph::new(name.clone());
+        let lead: Vec<i64> = if batch > 1 { vec![batch] } else { vec![] };
+        let a = g.tensor(t("a", &[lead.clone(), vec![m, k]].concat(), it));
+        let b = g.tensor(t("b", &[k, n], it));
+        let x = g.matmul(a, b);
+        let bias = g.tensor(t("bias", &[1, n], it));
+        let y = g.bias(x, bias);
+        let y = g.relu(y);
+        out(&mut g, y, "y", ct);
+        let rank = lead.len() + 2;
+        let axes: Vec<usize> = match axis {
+            None => (0..rank).collect(),
+            Some(a) => vec![rank - 2 + a],
+        };
+        let r = g.reduction(y, mode, &axes);
+        out(&mut g, r, "r", rt);
+        v.push(Case::new(name, g));
+    }
+    {
+        let name = "fast_gemm_tap_fp8_wgmma_scaled_amax_cast_200x136x160".to_string();
+        let mut g = Graph::new(name.clone());
+        let a = g.tensor(t("a", &[200, 160], Fp8E4m3));
+        let b = g.tensor(transposed("b", &[160, 136], Fp8E4m3));
+        let x = g.matmul(a, b);
+        let sc = g.scalar("descale", 0.25);
+        let d = g.scale(x, sc);
+        let amax = g.reduction(d, ReductionMode::Amax, &[0, 1]);
+        out(&mut g, amax, "amax", F32);
+        let y = g.pointwise(PointwiseMode::Identity, &[d]);
+        out(&mut g, y, "y", Fp8E4m3);
+        v.push(Case::new(name, g));
+    }
+    v.push(mm("fp8_wgmma_splitk_64x48x4096_e4m3_to_f32", t("a", &[64, 4096], Fp8E4m3), transposed("b", &[4096, 48], Fp8E4m3), F32));
     // Mixed input types, converted exactly on load: f16 x bf16 (tf32), f32 x bf16 (3xTF32),
     // fp8 x bf16 and fp8 x f16.
     v.push(mm("mixed_f16_bf16_to_f32", t("a", &[33, 72], F16), t("b", &[72, 40], Bf16), F32));

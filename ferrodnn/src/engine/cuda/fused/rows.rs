@@ -760,7 +760,8 @@ impl Gen<'_> {
 "#
             )
         } else {
-            format!(r#"    const int lt = threadIdx.x;
+            format!(
+                r#"    const int lt = threadIdx.x;
 @param_regs@    FrRaw<@tx@, V> rx[CPT];
     float pk = 0.0f;
     auto fetch = [&](i64 r) {{
@@ -783,7 +784,8 @@ impl Gen<'_> {
         const float K = pk;
         if (PRE && r + (i64)gridDim.x < N) fetch(r + (i64)gridDim.x);
 {compute}    }}
-"#)
+"#
+            )
         };
         let body = fill(
             &template,

@@ -992,7 +992,11 @@ fn pool_strip(ni: usize, a: &ResampleAttrs, xt: DataType, helpers: &str, dims: [
     };
     let entry = if argmax { entry_name(ni, "pool_bwd_argmax_strip") } else { entry_name(ni, &format!("pool_nhwc_strip_{}", a.mode.name())) };
     // The argmax bytes (window taps) of one output vector.
-    let idx_defs = if argmax { format!("typedef {} IDXW;\nunion IdxV {{ IDXW u; unsigned char b[VEC]; }};\n", if vec == 8 { "unsigned long long" } else { "unsigned int" }) } else { String::new() };
+    let idx_defs = if argmax {
+        format!("typedef {} IDXW;\nunion IdxV {{ IDXW u; unsigned char b[VEC]; }};\n", if vec == 8 { "unsigned long long" } else { "unsigned int" })
+    } else {
+        String::new()
+    };
     let source = format!(
         r#"{helpers}
 {idx_defs}#define C_ {c}
@@ -1165,7 +1169,9 @@ const POOL_MAX_FOOTPRINT: i64 = 64;
 fn max_words(xt: DataType) -> (&'static str, &'static str, &'static str) {
     match xt {
         DataType::F16 => ("0xfc00fc00u", "0x7e007e00u", "__half2 r = __hmax2_nan(*(const __half2*)&a, *(const __half2*)&b); return *(const unsigned int*)&r;"),
-        DataType::Bf16 => ("0xff80ff80u", "0x7fc07fc0u", "__nv_bfloat162 r = __hmax2_nan(*(const __nv_bfloat162*)&a, *(const __nv_bfloat162*)&b); return *(const unsigned int*)&r;"),
+        DataType::Bf16 => {
+            ("0xff80ff80u", "0x7fc07fc0u", "__nv_bfloat162 r = __hmax2_nan(*(const __nv_bfloat162*)&a, *(const __nv_bfloat162*)&b); return *(const unsigned int*)&r;")
+        }
         _ => ("0xff800000u", "0x7fc00000u", "const float x = __uint_as_float(a), y = __uint_as_float(b); return (y > x || y != y) ? b : a;"),
     }
 }
@@ -2404,7 +2410,13 @@ extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv, IDXW* 
             "(float)((min(oh + KH, H_) - max(oh, (IS)0)) * (min(ow + KW, W_) - max(ow, (IS)0)))"
         };
         // One division per covering output (not per element).
-        ("", None, format!("                        const float inv = 1.f / {div};\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) acc[k] = fmaf(g[k], inv, acc[k]);\n"))
+        (
+            "",
+            None,
+            format!(
+                "                        const float inv = 1.f / {div};\n#pragma unroll\n                        for (int k = 0; k < VEC; ++k) acc[k] = fmaf(g[k], inv, acc[k]);\n"
+            ),
+        )
     };
     let entry = entry_name(ni, &format!("pool_bwd_{}", a.mode.name()));
     let total = n * h * w * cv;

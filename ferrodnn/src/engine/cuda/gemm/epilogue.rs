@@ -240,5 +240,5 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
         helpers = helpers(false, fast),
         ret = prev.1
     );
-    Some(Epilogue { nodes: chain.to_vec(), code, params, names, args, sides: Some(sides), relu_last })
+    Some(Epilogue { nodes: chain.to_vec(), code, params, names, args, sides: Some(sides), relu_last, tap: None })
 }

@@ -11,12 +11,14 @@
 pub mod epilogue;
 pub mod sm80;
 pub mod sm90;
+pub mod tune;
 
 use super::engine::{Target, Unit};
 use super::fallback::Arg;
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::graph::ops::pointwise::PointwiseMode;
+use crate::graph::ops::reduction::ReductionMode;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, TensorDesc, TensorId};
 use std::collections::HashMap;
@@ -49,6 +51,10 @@ pub struct GemmProblem {
     /// f32 inputs may run as tf32 (the plan's `tf32` knob, `Target::allow_tf32`: its behavior
     /// notes then say reduced precision); otherwise f32 runs as 3xTF32 (about f32 accuracy).
     pub allow_tf32: bool,
+    /// fp8 inputs may accumulate in the tensor cores' adder (the plan's `fp8_fast_accum` knob,
+    /// `Target::allow_fp8_fast_accum`: reduced precision); otherwise they are converted to f16
+    /// and accumulated in f32.
+    pub fast_fp8: bool,
 }
 
 /// What happens to each accumulator before it is stored: the group's pointwise nodes after the
@@ -76,6 +82,76 @@ pub struct Epilogue {
     /// `float epilogue_u(float acc, float x0, ...)`: `epilogue_v` without that relu, for a kernel
     /// whose conversion to C's 16-bit type applies it (`cvt.rn.relu`).
     pub relu_last: bool,
+    /// A reduction of the stored C over all its elements, folded into the epilogue ([`Tap`]).
+    pub tap: Option<Tap>,
+}
+
+/// A reduction node that the GEMM computes from the values it stores: `y = reduce(C)` over every
+/// element, along each row (`y [.., m, 1]`) or along each column (`y [.., 1, n]`), for max, min,
+/// amax (an fp8 recipe's next scale is made from a GEMM output's amax, per tensor or per row) and
+/// sums. The kernel folds the values as stored (rounded to C's type) into partials, one per
+/// tile and warp (or row, or column), in the workspace, and a second launch folds the partials in
+/// a fixed order, so the result does not depend on the schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tap {
+    pub node: usize,
+    pub mode: ReductionMode,
+    pub axes: TapAxes,
+    /// The reduction's output, its type and strides (elements; its dims are C's with the reduced
+    /// ones 1).
+    pub y: TensorId,
+    pub dtype: DataType,
+    pub y_dims: Vec<i64>,
+    pub y_strides: Vec<i64>,
+}
+
+/// What a [`Tap`] reduces over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TapAxes {
+    /// Every element: one value.
+    All,
+    /// Each row of each batch: along the columns.
+    Rows,
+    /// Each column of each batch: along the rows.
+    Cols,
+}
+
+impl Tap {
+    /// The tap of reduction node `n` over `out`, when it is one: mode max, min, amax or add,
+    /// over all of `out`'s axes, or its last (rows) or second-last (columns) alone, an output in
+    /// f32, f16 or bf16 with non-negative strides.
+    fn of(graph: &Graph, n: usize, out: TensorId) -> Option<Tap> {
+        let node = graph.nodes.get(n)?;
+        let Op::Reduction(attrs) = &node.op else { return None };
+        if !matches!(attrs.mode, ReductionMode::Amax | ReductionMode::Max | ReductionMode::Min | ReductionMode::Add) || node.input("x")? != out {
+            return None;
+        }
+        let rank = graph.desc(out).dims.len();
+        let mut axes = attrs.axes.clone();
+        axes.sort_unstable();
+        axes.dedup();
+        let kind = if axes == (0..rank).collect::<Vec<_>>() {
+            TapAxes::All
+        } else if rank >= 2 && axes == [rank - 1] {
+            TapAxes::Rows
+        } else if rank >= 2 && axes == [rank - 2] {
+            TapAxes::Cols
+        } else {
+            return None;
+        };
+        let y = node.output("y")?;
+        let dt = dtype(graph, y);
+        let yd = graph.desc(y);
+        if !side_type(dt) || node.outputs.len() != 1 || yd.strides.len() != rank || yd.strides.iter().any(|&s| s < 0) {
+            return None;
+        }
+        Some(Tap { node: n, mode: attrs.mode, axes: kind, y, dtype: dt, y_dims: yd.dims.clone(), y_strides: yd.strides.clone() })
+    }
+}
+
+/// A reduction node reading `out` that could be the GEMM's tap ([`Tap::of`]).
+fn tap_candidate(graph: &Graph, out: TensorId, cons: &HashMap<usize, Vec<usize>>) -> Option<usize> {
+    cons.get(&out.0)?.iter().copied().find(|&n| Tap::of(graph, n, out).is_some())
 }
 
 impl Epilogue {
@@ -100,12 +176,20 @@ pub fn groups(graph: &Graph, order: &[usize], target: &Target) -> Vec<Vec<usize>
             continue;
         }
         let chain = epilogue_chain(graph, ni, &cons);
-        if chain.is_empty() {
-            continue;
-        }
+        let Some(c) = graph.nodes[ni].output("c") else { continue };
+        let last = chain.last().and_then(|&n| graph.nodes[n].outputs.first()).map_or(c, |p| p.tensor);
         let mut nodes = vec![ni];
         nodes.extend(chain);
-        if plan_group(graph, &nodes, target).is_some() {
+        // With the reduction of its output folded in, where the kernel can; else without.
+        if let Some(t) = tap_candidate(graph, last, &cons) {
+            let mut with = nodes.clone();
+            with.push(t);
+            if plan_group(graph, &with, target).is_some() {
+                out.push(with);
+                continue;
+            }
+        }
+        if nodes.len() > 1 && plan_group(graph, &nodes, target).is_some() {
             out.push(nodes);
         }
     }
@@ -120,17 +204,55 @@ pub fn unit(graph: &Graph, nodes: &[usize], target: &Target) -> Result<Option<Un
             return Ok(Some(u));
         }
     }
+    // Only the Hopper kernel folds a reduction in (the group then runs node by node).
+    if epi.tap.is_some() {
+        return Ok(None);
+    }
     sm80::unit(graph, nodes, &problem, &epi, target)
 }
 
-/// The problem and epilogue of a group `[matmul, epilogue nodes...]`, when this engine takes
-/// it: the nodes must form a valid epilogue chain (checked again here: `unit` is also asked
-/// about single nodes of any kind).
+/// The GEMM problems of a graph that an autotuning can time on `target` (the Hopper kernel, more
+/// than one candidate configuration), each with its operands' and output's descriptions (for a
+/// graph of the matmul alone, see `CudaEngine::tune_gemms`).
+pub fn tunable_problems(graph: &Graph, target: &Target) -> Vec<(GemmProblem, [TensorDesc; 3])> {
+    if !target.hopper() {
+        return Vec::new();
+    }
+    let Ok(order) = graph.topological_order() else { return Vec::new() };
+    let grouped = groups(graph, &order, target);
+    let lone = order.iter().filter(|&&n| matches!(graph.nodes[n].op, Op::Matmul(_)) && !grouped.iter().any(|g| g[0] == n)).map(|&n| vec![n]);
+    let mut out: Vec<(GemmProblem, [TensorDesc; 3])> = Vec::new();
+    for nodes in grouped.iter().cloned().chain(lone) {
+        let Some((p, _)) = plan_group(graph, &nodes, target) else { continue };
+        let node = &graph.nodes[nodes[0]];
+        let (Some(a), Some(b)) = (node.input("a"), node.input("b")) else { continue };
+        if sm90::reject(&p, target).is_some() || sm90::tuning_configs(&p, target).len() < 2 || out.iter().any(|(q, _)| *q == p) {
+            continue;
+        }
+        let with_type = |t: TensorId| {
+            let mut d = graph.desc(t).clone();
+            d.data_type = Some(dtype(graph, t));
+            d
+        };
+        let descs = [with_type(a), with_type(b), with_type(p.c.tensor)];
+        out.push((p, descs));
+    }
+    out
+}
+
+/// The problem and epilogue of a group `[matmul, epilogue nodes..., tap?]`, when this engine
+/// takes it: the nodes must form a valid epilogue chain (checked again here: `unit` is also asked
+/// about single nodes of any kind), and a last reduction node must be a [`Tap`] of the chain's
+/// output that the Hopper kernel's configuration for the problem can fold in.
 fn plan_group(graph: &Graph, nodes: &[usize], target: &Target) -> Option<(GemmProblem, Epilogue)> {
-    let (&mm, chain) = nodes.split_first()?;
+    let (&mm, rest) = nodes.split_first()?;
     if !matches!(graph.nodes.get(mm)?.op, Op::Matmul(_)) {
         return None;
     }
+    let (chain, tap) = match rest.split_last() {
+        Some((&t, chain)) if matches!(graph.nodes.get(t)?.op, Op::Reduction(_)) => (chain, Some(t)),
+        _ => (rest, None),
+    };
     let cons = consumers(graph);
     let full = epilogue_chain(graph, mm, &cons);
     if full.len() < chain.len() || full[..chain.len()] != *chain {
@@ -142,7 +264,14 @@ fn plan_group(graph: &Graph, nodes: &[usize], target: &Target) -> Option<(GemmPr
         None => c,
     };
     let p = problem(graph, mm, out, target)?;
-    let epi = epilogue::build(graph, mm, chain)?;
+    let mut epi = epilogue::build(graph, mm, chain)?;
+    if let Some(t) = tap {
+        let tap = Tap::of(graph, t, out)?;
+        if !target.hopper() || !sm90::takes_tap(&p, target) {
+            return None;
+        }
+        epi.tap = Some(tap);
+    }
     Some((p, epi))
 }
 
@@ -364,7 +493,7 @@ pub(crate) fn problem(graph: &Graph, mm: usize, out: TensorId, target: &Target) 
     if batch > u32::MAX as i64 {
         return None;
     }
-    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: target.allow_tf32 })
+    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: target.allow_tf32, fast_fp8: target.allow_fp8_fast_accum })
 }
 
 #[cfg(test)]
@@ -437,6 +566,37 @@ mod case_tests {
         assert!(fused.contains("float epilogue_u(") && fused.contains("bf16x2_relu_bits(v0, v1)"));
         let f32_out = source("fast_gemm_bias_relu_200x136x72_f32_to_f32");
         assert!(!f32_out.contains("epilogue_u(") && !f32_out.contains("relu_bits(v0"));
+    }
+
+    /// The tap cases: on Hopper the reduction of C is the GEMM kernel's (a second launch folds
+    /// the partials), also for fp8 with fast accumulation; elsewhere, and for fp8 without it, the
+    /// reduction runs as its own unit.
+    #[test]
+    fn reductions_of_c_fold_into_the_hopper_gemm() {
+        let entries = |g: &crate::Graph, t: &Target| -> Vec<Vec<String>> {
+            crate::engine::cuda::fused::units(g, t).unwrap().iter().map(|u| u.kernels.launches.iter().map(|l| l.entry.clone()).collect()).collect()
+        };
+        let mut seen = 0;
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_tap_")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let fp8 = c.name.contains("fp8");
+            let hopper = Target::sm90a().with_fp8_fast_accum(true);
+            let units = entries(&g, &hopper);
+            let gemm = units.iter().find(|u| u.iter().any(|e| e.contains("gemm_sm90"))).unwrap_or_else(|| panic!("{}: {units:?}", c.name));
+            assert!(gemm.last().is_some_and(|e| e.ends_with("_sm90_tap")), "{}: {units:?}", c.name);
+            assert!(!units.iter().flatten().any(|e| e.contains("reduce")), "{}: {units:?}", c.name);
+            for t in [Target::sm80(), Target::sm90a()] {
+                if t.hopper() && !fp8 {
+                    continue;
+                }
+                let units = entries(&g, &t);
+                assert!(!units.iter().flatten().any(|e| e.ends_with("_tap")), "{} ({}): {units:?}", c.name, t.arch);
+                assert!(units.iter().flatten().any(|e| e.contains("reduce")), "{} ({}): {units:?}", c.name, t.arch);
+            }
+            seen += 1;
+        }
+        assert_eq!(seen, 8);
     }
 
     /// With the `tf32` knob (`Target::allow_tf32`), f32 GEMMs get other kernels (one tf32 pass)

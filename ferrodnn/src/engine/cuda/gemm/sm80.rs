@@ -827,6 +827,7 @@ mod tests {
             b: op(dt, k, n, n as i64, 1, (k * n) as i64, 1),
             c: op(dt, m, n, n as i64, 1, (m * n) as i64, 2),
             allow_tf32: false,
+            fast_fp8: false,
         }
     }
 

@@ -27,6 +27,11 @@
 //! is read from shared memory as usual. Where that needs a split of k (few tiles) or B's rows
 //! are not TMA rows, a first launch copies B transposed and rounded instead.
 //!
+//! fp8 (e4m3 and e5m2, either operand either type) runs `wgmma ... k32` at twice the 16-bit
+//! rate, 128 k a stage (the same bytes as 16-bit stages); 8-bit operands are K-major only, so
+//! A must be row-major and B stored `n x k` (as cuBLASLt's fp8 GEMMs take them too); other
+//! layouts run on the mma.sync kernel, which converts fp8 to f16 as it loads.
+//!
 //! Shared-memory tiles use the 128-byte swizzle that TMA writes and wgmma reads. Operands may be
 //! K-major (the usual row-major A, or B stored `n x k`) or M/N-major (B stored `k x n`, A
 //! stored column-major): wgmma's transpose flags take both for 16-bit types. Out-of-range rows,
@@ -35,18 +40,20 @@
 //! when the plan executes (the unit's `unaligned` alternative runs otherwise).
 
 use super::epilogue::{Side, SideKind};
-use super::{Epilogue, GemmProblem, Operand};
+use super::{Epilogue, GemmProblem, Operand, Tap, TapAxes};
 use crate::dtype::DataType;
 use crate::engine::cuda::engine::{Target, Unaligned, Unit};
 use crate::engine::cuda::fallback::{entry_name, Arg, Launch, NodeKernels, INDEPENDENT_LAUNCH};
 use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
 use crate::error::Result;
+use crate::graph::ops::reduction::ReductionMode;
 use crate::graph::{Graph, TensorId};
 use std::fmt::Write;
 
 /// Rows of A per CTA tile (two consumer warpgroups of 64 rows).
 const BM: usize = 128;
-/// k per pipeline stage: one 128-byte swizzle span, 64 16-bit elements or 32 f32 (tf32).
+/// k per pipeline stage: one 128-byte swizzle span, 64 16-bit elements, 32 f32 (tf32) or 128
+/// fp8.
 fn bk(t: DataType) -> usize {
     128 / t.size()
 }
@@ -120,9 +127,53 @@ impl Config {
     }
 }
 
-/// The configuration for a problem: the widest tile that still gives every SM work, and as
-/// many stages as fit in 227 KiB of shared memory.
+/// The configuration for a problem: the heuristic's ([`heuristic`]), or with the target's
+/// `gemm_config` the tuning candidate of that index ([`tuning_configs`]: the plans an autotuning
+/// times), or in an autotuned plan (`Target::autotune`) the candidate its tuning kept
+/// ([`super::tune`]).
 pub fn choose(p: &GemmProblem, target: &Target) -> Config {
+    let base = heuristic(p, target);
+    if let Some(i) = target.gemm_config {
+        return tuning_configs_of(p, base).get(i as usize).copied().unwrap_or(base);
+    }
+    if target.autotune {
+        if let Some(t) = super::tune::TuneCache::global().get(&super::tune::key(p, target)) {
+            let cfg = t.apply(base);
+            if tuning_configs_of(p, base).contains(&cfg) {
+                return cfg;
+            }
+        }
+    }
+    base
+}
+
+/// The configurations an autotuning times for `p`, the heuristic's first: 128- and 256-wide
+/// tiles, each in groups of 4, 8 and 16 tiles down M (the heuristic's as well), as many stages as
+/// fit. Only the heuristic's where it splits k, computes C^T or uses clusters.
+pub fn tuning_configs(p: &GemmProblem, target: &Target) -> Vec<Config> {
+    tuning_configs_of(p, heuristic(p, target))
+}
+
+fn tuning_configs_of(p: &GemmProblem, base: Config) -> Vec<Config> {
+    let mut v = vec![base];
+    if base.splits != 1 || base.swap || base.cluster_m != 1 || base.bm != BM {
+        return v;
+    }
+    let widths: &[usize] = if p.n > 128 { &[256, 128] } else { &[128] };
+    for &bn in widths {
+        for g in [base.group_m, 4, 8, 16] {
+            let cfg = Config { bn, group_m: g.min(p.m.div_ceil(BM)).max(1), ..base }.with_most_stages();
+            if !v.contains(&cfg) {
+                v.push(cfg);
+            }
+        }
+    }
+    v
+}
+
+/// The heuristic's configuration for a problem: the widest tile that still gives every SM work,
+/// and as many stages as fit in 227 KiB of shared memory.
+pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     let tiles = |bn: usize| p.batch * p.m.div_ceil(BM) * p.n.div_ceil(bn);
     let sms = target.sm_count.max(1) as usize;
     // BN 256 halves the B traffic per flop, but leaves SMs idle when tiles are few, and short
@@ -235,8 +286,14 @@ fn reject_as(p: &GemmProblem, target: &Target, rs: bool) -> Option<String> {
     }
     let t = p.a.dtype;
     let sixteen = matches!(t, DataType::Bf16 | DataType::F16) && p.b.dtype == t;
-    if !sixteen && !tf32(p) {
-        return Some(format!("inputs {} x {}: this kernel takes bf16 x bf16, f16 x f16, or f32 x f32 as tf32 (reduced precision allowed)", p.a.dtype, p.b.dtype));
+    if !sixteen && !tf32(p) && !fp8(p) {
+        return Some(format!(
+            "inputs {} x {}: this kernel takes bf16 x bf16, f16 x f16, fp8 x fp8 (e4m3 or e5m2 each), or f32 x f32 as tf32 (reduced precision allowed)",
+            p.a.dtype, p.b.dtype
+        ));
+    }
+    if fp8(p) && (major(&p.a, true) != Some(Major::K) || major(&p.b, false) != Some(Major::K)) {
+        return Some("fp8: wgmma reads 8-bit operands K-major only: A must be row-major and B stored n x k (column-major)".into());
     }
     if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
         return Some(format!("output {}: this kernel stores bf16, f16 or f32", p.c.dtype));
@@ -261,6 +318,14 @@ fn reject_as(p: &GemmProblem, target: &Target, rs: bool) -> Option<String> {
         }
     }
     None
+}
+
+/// fp8 inputs (e4m3 or e5m2, each operand its own) that may accumulate in the tensor cores'
+/// adder (`GemmProblem::fast_fp8`): `wgmma ... k32` at twice the 16-bit rate, both operands
+/// K-major. (Its sums keep fewer bits than f32: relative errors of 7e-5 at K = 96 and 3e-4 at
+/// K = 4096 against the CPU engine's f32 sums, measured on the H100, bench/NOTES.md session 22.)
+fn fp8(p: &GemmProblem) -> bool {
+    p.a.dtype.is_fp8() && p.b.dtype.is_fp8() && p.fast_fp8
 }
 
 /// f32 inputs that run as tf32: `wgmma ... .tf32` reads the f32 bits and ignores the low 13
@@ -392,9 +457,13 @@ fn tma_of(op: &Operand, is_a: bool, tile: usize, batch: usize) -> TmaDesc {
     TmaDesc { tensor: op.tensor, dtype: op.dtype, dims, strides, boxes, swizzle: SWIZZLE }
 }
 
+/// The type's name in `wgmma`'s shape suffix.
 fn ctype(dt: DataType) -> &'static str {
     match dt {
         DataType::Bf16 => "bf16",
+        DataType::F32 => "tf32",
+        DataType::Fp8E4m3 => "e4m3",
+        DataType::Fp8E5m2 => "e5m2",
         _ => "f16",
     }
 }
@@ -436,7 +505,11 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
     if tf32(p) && cfg.cluster_m != 1 {
         return None;
     }
-    // Scratch buffers: B's transposed copy (tf32), then the split partials.
+    // A tap needs one launch over C's own tiles and the side-value epilogue.
+    if epi.tap.is_some() && (cfg.splits != 1 || cfg.swap || cfg.bm != BM || cfg.cluster_m != 1 || epi.sides.is_none()) {
+        return None;
+    }
+    // Scratch buffers: B's transposed copy (tf32), the tap's partials, the split partials.
     let mut launches = Vec::new();
     let mut scratch = Vec::new();
     let b = b_operand(p);
@@ -464,9 +537,17 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         args.push(Arg::TensorMap(Box::new(tma_of_c(p))));
     }
     args.push(Arg::Ptr(p.c.tensor));
+    // The tap's partials.
+    let tap_part = scratch.len();
+    if let Some(tap) = &epi.tap {
+        scratch.push(tap_parts(tap, p, cfg.bn) * 4);
+    }
     // The split partials (a null pointer when there is no split).
     let part = scratch.len();
     args.push(if cfg.splits > 1 { Arg::Scratch(part) } else { Arg::I64(0) });
+    if epi.tap.is_some() {
+        args.push(Arg::Scratch(tap_part));
+    }
     args.extend(epi.args.iter().cloned());
     let launch = Launch {
         source,
@@ -479,6 +560,9 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         cluster: (cfg.cluster_m > 1).then_some((cfg.cluster_m as u32, 1, 1)),
     };
     launches.push(launch);
+    if let Some(tap) = &epi.tap {
+        launches.push(tap_launch(tap, p, cfg.bn, &format!("{entry}_tap"), tap_part));
+    }
     if cfg.splits > 1 {
         scratch.push(cfg.splits * p.batch * p.m * (p.n + p.n % 2) * 4);
         launches.push(reduce_launch(p, epi, cfg.splits, &format!("{entry}_reduce"), part));
@@ -489,17 +573,218 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
 /// The Hopper unit of a GEMM group: the wgmma kernel, with the mma.sync kernel (scalar loads,
 /// no alignment needs) as the alternative for buffers that are not 16-byte aligned at execute
 /// time (TMA needs aligned base addresses). `None` when this kernel cannot run the problem.
-pub fn unit(_graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, target: &Target) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, target: &Target) -> Result<Option<Unit>> {
     let Some(&last) = nodes.last() else { return Ok(None) };
     let cfg = choose(p, target);
     let Some(kernels) = kernels_with(p, epi, target, &entry_name(last, "gemm_sm90"), cfg) else { return Ok(None) };
     let Some(alt) = super::sm80::choose(p, target) else { return Ok(None) };
-    let alternative = super::sm80::kernels(&alt.scalar(), p, epi, last, "_u");
+    let mut alternative = super::sm80::kernels(&alt.scalar(), p, epi, last, "_u");
+    let mut writes = vec![p.c.tensor];
+    if let Some(tap) = &epi.tap {
+        // The alternative reduces the stored C with the reduction node's own kernel.
+        let r = crate::engine::cuda::fallback::generate(graph, tap.node)?;
+        let base = alternative.scratch.len();
+        alternative.scratch.extend(r.scratch);
+        alternative.launches.extend(r.launches.into_iter().map(|mut l| {
+            for a in &mut l.args {
+                match a {
+                    Arg::Scratch(i) | Arg::ScratchTensorMap(i, _) => *i += base,
+                    _ => {}
+                }
+            }
+            l
+        }));
+        writes.push(tap.y);
+    }
     let mut tensors = vec![p.a.tensor, p.b.tensor, p.c.tensor];
     tensors.extend(vector_sides(p, epi, &cfg));
     tensors.sort_by_key(|t| t.0);
     tensors.dedup();
-    Ok(Some(Unit { nodes: nodes.to_vec(), kernels, writes: vec![p.c.tensor], unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })) }))
+    Ok(Some(Unit { nodes: nodes.to_vec(), kernels, writes, unaligned: Some(Box::new(Unaligned { tensors, kernels: alternative })) }))
+}
+
+/// Whether the kernel configuration for `p` can fold a reduction of C into its epilogue
+/// ([`Tap`]): one launch without a split of k, C as the problem gives it (not C^T), and the
+/// epilogue from the side inputs' layouts (every generated epilogue has them).
+pub fn takes_tap(p: &GemmProblem, target: &Target) -> bool {
+    let cfg = choose(p, target);
+    reject(p, target).is_none() && cfg.splits == 1 && !cfg.swap && cfg.bm == BM
+}
+
+/// The tap's device functions: `tap_fold(acc, v)` adds a stored value to a partial, `tap_comb`
+/// combines two partials, `TAP_ID` is the empty partial. max and min propagate NaN (`max.NaN`),
+/// as the CPU engine's reductions do; sums are f32.
+fn tap_helpers(tap: &Tap) -> String {
+    let (id, fold, comb) = match tap.mode {
+        ReductionMode::Amax => ("0.f", "tap_max(acc, fabsf(v))", "tap_max(a, b)"),
+        ReductionMode::Max => ("__int_as_float(0xff800000)", "tap_max(acc, v)", "tap_max(a, b)"),
+        ReductionMode::Add => ("0.f", "acc + v", "a + b"),
+        _ => ("__int_as_float(0x7f800000)", "tap_min(acc, v)", "tap_min(a, b)"),
+    };
+    format!(
+        r#"#define TAP_ID {id}
+__device__ __forceinline__ float tap_max(float a, float b) {{ float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }}
+__device__ __forceinline__ float tap_min(float a, float b) {{ float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }}
+__device__ __forceinline__ float tap_fold(float acc, float v) {{ return {fold}; }}
+__device__ __forceinline__ float tap_comb(float a, float b) {{ return {comb}; }}
+"#
+    )
+}
+
+/// The partials a tap's kernel writes: one per consumer warp and tile (all), per tile column,
+/// batch and row (rows), per tile row, consumer warp, batch and column (columns).
+fn tap_parts(tap: &Tap, p: &GemmProblem, bn: usize) -> usize {
+    let (tiles_m, tiles_n) = (p.m.div_ceil(BM), p.n.div_ceil(bn));
+    match tap.axes {
+        TapAxes::All => p.batch * tiles_m * tiles_n * 8,
+        TapAxes::Rows => tiles_n * p.batch * p.m,
+        TapAxes::Cols => tiles_m * 8 * p.batch * p.n,
+    }
+}
+
+/// The tap's second launch, folding the partials in a fixed order: one block over all of them
+/// (all), or a thread per row or column of each batch, each over its partials in tile order;
+/// the result stored in the reduction's output at its strides.
+fn tap_launch(tap: &Tap, p: &GemmProblem, bn: usize, entry: &str, scratch: usize) -> Launch {
+    let conv = match tap.dtype {
+        DataType::Bf16 => "*((__nv_bfloat16*)y + o) = __float2bfloat16_rn(a);",
+        DataType::F16 => "*((__half*)y + o) = __float2half_rn(a);",
+        _ => "*((float*)y + o) = a;",
+    };
+    let helpers = tap_helpers(tap);
+    let parts = tap_parts(tap, p, bn);
+    let (source, threads, block) = match tap.axes {
+        TapAxes::All => (
+            format!(
+                r#"{helpers}extern "C" __global__ void __launch_bounds__(1024) {entry}(const float* __restrict__ part, void* __restrict__ y) {{
+    __shared__ float s[1024];
+    const int tid = threadIdx.x;
+    float a = TAP_ID;
+    for (long long i = tid; i < {parts}LL; i += 1024) a = tap_comb(a, part[i]);
+    s[tid] = a;
+    __syncthreads();
+    #pragma unroll
+    for (int w = 512; w > 0; w >>= 1) {{
+        if (tid < w) s[tid] = tap_comb(s[tid], s[tid + w]);
+        __syncthreads();
+    }}
+    if (tid == 0) {{
+        a = s[0];
+        const long long o = 0;
+        {conv}
+    }}
+}}
+"#
+            ),
+            1024,
+            1024,
+        ),
+        TapAxes::Rows | TapAxes::Cols => {
+            let rows = tap.axes == TapAxes::Rows;
+            // Outputs (batch, index): index a row (rows) or a column; partial q of output i at
+            // part[(q * OUTS) + i]; the index's stride in y; y's batch strides over C's batch dims.
+            let (extent, count, stride) =
+                if rows { (p.m, p.n.div_ceil(bn), tap.y_strides[tap.y_strides.len() - 2]) } else { (p.n, p.m.div_ceil(BM) * 8, tap.y_strides[tap.y_strides.len() - 1]) };
+            let outs = p.batch * extent;
+            let rank = tap.y_strides.len();
+            let side =
+                super::epilogue::Side { tensor: tap.y, dtype: tap.dtype, row_stride: 0, col_stride: 0, batch: (0..rank - 2).map(|a| (tap.y_dims[a], tap.y_strides[a])).collect() };
+            let bo = side.batch_offset("bt", "o");
+            (
+                format!(
+                    r#"{helpers}extern "C" __global__ void __launch_bounds__(256) {entry}(const float* __restrict__ part, void* __restrict__ y) {{
+    const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+    if (i >= {outs}LL) return;
+    float a = TAP_ID;
+    for (int q = 0; q < {count}; ++q) a = tap_comb(a, part[(long long)q * {outs}LL + i]);
+    const long long bt = i / {extent}LL;
+    long long o = (i % {extent}LL) * {stride}LL;
+    {bo}
+    {conv}
+}}
+"#
+                ),
+                outs as u64,
+                256,
+            )
+        }
+    };
+    Launch { source, entry: entry.to_string(), threads, block, exact_grid: None, shared_bytes: 0, args: vec![Arg::Scratch(scratch), Arg::Ptr(tap.y)], cluster: None }
+}
+
+/// The tap's code in the epilogue of the kernel: `decl` before the tile's loops, `fold(lo, hi)`
+/// (for element pair (j, h), the stored values of columns `col` and `col + 1`), `pre_j` / `post_j`
+/// around each column group's rows, and `end` after the loops (partials to `tpart`).
+struct TapCode {
+    decl: String,
+    pre_j: String,
+    post_j: String,
+    end: String,
+    acc: &'static str,
+    acc1: &'static str,
+}
+
+impl TapCode {
+    fn new(tap: &Tap, p: &GemmProblem) -> TapCode {
+        let (m, n, b) = (p.m, p.n, p.batch);
+        match tap.axes {
+            TapAxes::All => TapCode {
+                decl: "            float tacc = TAP_ID;\n".into(),
+                pre_j: String::new(),
+                post_j: String::new(),
+                end: "            #pragma unroll\n            for (int o = 16; o > 0; o >>= 1) tacc = tap_comb(tacc, __shfl_xor_sync(0xffffffffu, tacc, o));\n            if (l == 0) tpart[t * 8 + cw * 4 + w] = tacc;\n".into(),
+                acc: "tacc",
+                acc1: "tacc",
+            },
+            // A row's values lie with the four lanes of a quad: folded across them, and the
+            // quad's first lane writes the row's partial of this tile column.
+            TapAxes::Rows => TapCode {
+                decl: "            float racc[2] = {TAP_ID, TAP_ID};\n".into(),
+                pre_j: String::new(),
+                post_j: String::new(),
+                end: format!(
+                    r#"            #pragma unroll
+            for (int h = 0; h < 2; ++h) {{
+                racc[h] = tap_comb(racc[h], __shfl_xor_sync(0xffffffffu, racc[h], 1));
+                racc[h] = tap_comb(racc[h], __shfl_xor_sync(0xffffffffu, racc[h], 2));
+                const long long row = row0 + 8 * h;
+                if ((l & 3) == 0 && row < {m}LL) tpart[((long long)tn * {b} + bt) * {m}LL + row] = racc[h];
+            }}
+"#
+                ),
+                acc: "racc[h]",
+                acc1: "racc[h]",
+            },
+            // A column's values of this warp's 16 rows lie with the eight lanes of equal l % 4:
+            // folded across them after each column group, and lanes 0-3 write the warp's partials.
+            TapAxes::Cols => TapCode {
+                decl: String::new(),
+                pre_j: "                float cc0 = TAP_ID, cc1 = TAP_ID;\n".into(),
+                post_j: format!(
+                    r#"                #pragma unroll
+                for (int o = 4; o < 32; o <<= 1) {{
+                    cc0 = tap_comb(cc0, __shfl_xor_sync(0xffffffffu, cc0, o));
+                    cc1 = tap_comb(cc1, __shfl_xor_sync(0xffffffffu, cc1, o));
+                }}
+                if (l < 4) {{
+                    float* const tp = tpart + ((long long)(tm * 8 + cw * 4 + w) * {b} + bt) * {n}LL;
+                    if (col < {n}LL) tp[col] = cc0;
+                    if (col + 1 < {n}LL) tp[col + 1] = cc1;
+                }}
+"#
+                ),
+                end: String::new(),
+                acc: "cc0",
+                acc1: "cc1",
+            },
+        }
+    }
+
+    /// Folds stored values `lo` (column `col`) and `hi` (column `col + 1`) of row `row`.
+    fn fold(&self, lo: &str, hi: &str) -> String {
+        let (a0, a1) = (self.acc, self.acc1);
+        format!("                    if (row < M_ && col < N_) {a0} = tap_fold({a0}, {lo});\n                    if (row < M_ && col + 1 < N_) {a1} = tap_fold({a1}, {hi});\n")
+    }
 }
 
 /// Side inputs of the epilogue that the kernel of `cfg` reads as 2-element vectors: their base
@@ -511,19 +796,22 @@ pub fn vector_sides(p: &GemmProblem, epi: &Epilogue, cfg: &Config) -> Vec<Tensor
     }
 }
 
-/// Inline-asm wrapper of one `wgmma.m64n{bn}k16` with both operands from shared memory.
-fn wgmma_fn(bn: usize, t: DataType, trans_a: bool, trans_b: bool) -> String {
+/// Inline-asm wrapper of one `wgmma.m64n{bn}k*` with both operands from shared memory (A of
+/// type `ta`, B of `tb`).
+fn wgmma_fn(bn: usize, ta: DataType, tb: DataType, trans_a: bool, trans_b: bool) -> String {
     let nd = bn / 2;
     let regs: Vec<String> = (0..nd).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..nd).map(|i| format!("\"+f\"(d[{i}])")).collect();
-    // tf32: k 8 per instruction (32 bytes of a K-major row, as 16 16-bit elements), and no
-    // transpose operands (32-bit types are K-major only).
-    let (ty, kk, trans) = if t == DataType::F32 { ("tf32", 8, String::new()) } else { (ctype(t), 16, format!(", {}, {}", trans_a as u8, trans_b as u8)) };
+    // Each instruction takes 32 bytes of a K-major row: k 16 of a 16-bit type, 8 of tf32, 32 of
+    // fp8. 32- and 8-bit types have no transpose operands (they are K-major only).
+    let kk = 32 / ta.size();
+    let trans = if ta.size() == 2 { format!(", {}, {}", trans_a as u8, trans_b as u8) } else { String::new() };
+    let (tya, tyb) = (ctype(ta), ctype(tb));
     format!(
         r#"__device__ __forceinline__ void wgmma_tile(float (&d)[{nd}], unsigned long long da, unsigned long long db, int scale_d) {{
     asm volatile(
         "{{\n.reg .pred p;\nsetp.ne.b32 p, %{sd}, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n{bn}k{kk}.f32.{ty}.{ty} {{{regs}}}, %{da}, %{db}, p, 1, 1{trans};\n}}\n"
+        "wgmma.mma_async.sync.aligned.m64n{bn}k{kk}.f32.{tya}.{tyb} {{{regs}}}, %{da}, %{db}, p, 1, 1{trans};\n}}\n"
         : {outs}
         : "l"(da), "l"(db), "r"(scale_d));
 }}
@@ -590,9 +878,12 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     s.push_str(TMA_MAP_DECL);
     s.push_str(&epi.code);
     s.push_str(SM90_HELPERS);
+    if let Some(tap) = &epi.tap {
+        s.push_str(&tap_helpers(tap));
+    }
     // tf32 with A M-major (C^T of a B stored `k x n`): A's fragments come from registers.
     let rs = p.a.dtype == DataType::F32 && ma == Major::Mn;
-    s.push_str(&if rs { wgmma_rs_tf32_fn(bn) } else { wgmma_fn(bn, p.a.dtype, ma == Major::Mn, mb == Major::Mn) });
+    s.push_str(&if rs { wgmma_rs_tf32_fn(bn) } else { wgmma_fn(bn, p.a.dtype, p.b.dtype, ma == Major::Mn, mb == Major::Mn) });
     // TMA coordinates (innermost first) of the slices of one stage.
     let a_load = match ma {
         Major::K => format!("tma_load(sa, &ta, full, kt * {BK}, tm * {bm}, bt, {a3});"),
@@ -645,6 +936,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         Some(sides) if cfg.splits == 1 && !cfg.swap => Some(epi_code(p, sides, bn, "d[4 * j + 2 * h]", "d[4 * j + 2 * h + 1]", relu_cvt)),
         _ => None,
     };
+    let tap = epi.tap.as_ref().map(|t| TapCode::new(t, p));
     let prep = match &ec {
         Some(ec) => format!(
             "            // This thread's first row and column in the tile, and the side values it needs.\n            const long long row0 = {rb} + w * 16 + (l >> 2);\n            const long long colt = (long long)tn * {bn} + 2 * (l & 3);\n{}",
@@ -666,7 +958,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         );
         (format!("            const int sp = (int)(t % SPLITS);\n{}", acc_loops(rb, bn, false, "", &body)), String::new())
     } else if cfg.tma_store {
-        (tma_epilogue(p, names, bn, rb, ec.as_ref(), relu_cvt), TMA_STORE_DRAIN.to_string())
+        (tma_epilogue(p, names, bn, rb, ec.as_ref(), relu_cvt, tap.as_ref()), TMA_STORE_DRAIN.to_string())
     } else {
         // Direct stores from registers, guarded: accumulator (j, h) of this thread is row
         // 16w + l/4 + 8h, columns 8j + 2(l%4) and the next one, of this warpgroup's 64 x BN
@@ -675,8 +967,16 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             Some(ec) => (ec.value.as_str(), store_values(p)),
             None => ("", store),
         };
-        let body = format!("{value}                    if (row < M_) {{\n                        unsigned char* rp = cbase + bofs + row * {crs}LL;\n                        {st}\n                    }}\n");
-        (acc_loops(rb, bn, ec.is_some(), &format!("            const long long bofs = (long long)bt * {cbs}LL;\n"), &body), String::new())
+        // The tap folds the values as stored (rounded to C's type).
+        let r = |v: &str| match c.dtype {
+            DataType::Bf16 => format!("__bfloat162float(__float2bfloat16_rn({v}))"),
+            DataType::F16 => format!("__half2float(__float2half_rn({v}))"),
+            _ => v.to_string(),
+        };
+        let fold = tap.as_ref().map_or(String::new(), |t| t.fold(&r("v0"), &r("v1")));
+        let body = format!("{value}{fold}                    if (row < M_) {{\n                        unsigned char* rp = cbase + bofs + row * {crs}LL;\n                        {st}\n                    }}\n");
+        let (pre_j, post_j) = tap.as_ref().map_or(("", ""), |t| (t.pre_j.as_str(), t.post_j.as_str()));
+        (acc_loops_with(rb, bn, ec.is_some(), &format!("            const long long bofs = (long long)bt * {cbs}LL;\n"), pre_j, &body, post_j), String::new())
     };
     // The k steps of a stage: all four, or (64-row tiles) this consumer's two.
     let (steps, first) = if kpair { (2, "2 * cw + ") } else { (4, "") };
@@ -743,6 +1043,11 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     // 64-row tiles: the second consumer's sums go through shared memory (element i of every
     // thread together, so the accesses are conflict-free) into the first's, which alone runs
     // the epilogue; the second barrier keeps the buffer until they are read.
+    // The tap's partials around the epilogue (kernels with a tap have no 64-row tiles).
+    let epilogue = match &tap {
+        Some(t) => format!("{}{epilogue}{}", t.decl, t.end),
+        None => epilogue,
+    };
     let epilogue_all = if kpair {
         format!(
             r#"            {{
@@ -821,7 +1126,7 @@ __device__ __forceinline__ void tile_coords(long long t, int rank, int& bt, int&
     tn = in_group / gm;
 }}
 
-extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, {tcm}void* __restrict__ c, float* __restrict__ part{params}) {{
+extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, {tcm}void* __restrict__ c, float* __restrict__ part{tpart}{params}) {{
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned bars = base + STAGES * STAGE_BYTES + {c_bytes}u;
@@ -900,6 +1205,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) {entry}(const __grid_consta
         tiles = p.batch * tiles_m.div_ceil(cfg.cluster_m) * tiles_n,
         stage_bytes = a_bytes + b_bytes,
         params = epi.params,
+        tpart = if epi.tap.is_some() { ", float* __restrict__ tpart" } else { "" },
     );
     s
 }
@@ -1025,6 +1331,12 @@ fn epi_code(p: &GemmProblem, sides: &[Side], bn: usize, acc0: &str, acc1: &str, 
 /// `row0` and `colt` (the thread's first row and column); otherwise `row0` is defined here from
 /// the tile's row base `rb`. The statements `pre` come before the loops.
 fn acc_loops(rb: &str, bn: usize, sides: bool, pre: &str, body: &str) -> String {
+    acc_loops_with(rb, bn, sides, pre, "", body, "")
+}
+
+/// [`acc_loops`] with statements `pre_j` and `post_j` before and after each column group's rows
+/// (inside the loop over `j`, where `col` is defined).
+fn acc_loops_with(rb: &str, bn: usize, sides: bool, pre: &str, pre_j: &str, body: &str, post_j: &str) -> String {
     let (row0, col) = if sides {
         (String::new(), "colt + 8 * j".to_string())
     } else {
@@ -1034,11 +1346,11 @@ fn acc_loops(rb: &str, bn: usize, sides: bool, pre: &str, body: &str) -> String 
         r#"{row0}{pre}            #pragma unroll
             for (int j = 0; j < {bn} / 8; ++j) {{
                 const long long col = {col};
-                #pragma unroll
+{pre_j}                #pragma unroll
                 for (int h = 0; h < 2; ++h) {{
                     const long long row = row0 + 8 * h;
 {body}                }}
-            }}
+{post_j}            }}
 "#
     )
 }
@@ -1055,12 +1367,21 @@ const TMA_STORE_DRAIN: &str = "        if (tid == 0) asm volatile(\"cp.async.bul
 /// are computed but never stored) while the warps go on. The block is reused once the last
 /// store has read it. Plain C++ stores to shared memory (no asm memory clobber), so the
 /// compiler may schedule loads of the values ahead of them.
-fn tma_epilogue(p: &GemmProblem, names: &str, bn: usize, rb: &str, ec: Option<&EpiCode>, relu_cvt: bool) -> String {
+fn tma_epilogue(p: &GemmProblem, names: &str, bn: usize, rb: &str, ec: Option<&EpiCode>, relu_cvt: bool, tap: Option<&TapCode>) -> String {
     let ty = if p.c.dtype == DataType::Bf16 { "bf16" } else { "f16" };
     let pack = format!("{ty}x2{}_bits(v0, v1)", if relu_cvt { "_relu" } else { "" });
     let coords = if p.batch > 1 { "bt, true" } else { "0, false" };
+    // The tap folds the packed values (as stored: rounded, and the relu in the conversion).
+    let fold = tap.map_or(String::new(), |t| {
+        if p.c.dtype == DataType::Bf16 {
+            t.fold("__uint_as_float(cv[2 * j + h] << 16)", "__uint_as_float(cv[2 * j + h] & 0xffff0000u)")
+        } else {
+            t.fold("__half2float(__ushort_as_half((unsigned short)(cv[2 * j + h] & 0xffffu)))", "__half2float(__ushort_as_half((unsigned short)(cv[2 * j + h] >> 16)))")
+        }
+    });
+    let (pre_j, post_j) = tap.map_or(("", ""), |t| (t.pre_j.as_str(), t.post_j.as_str()));
     let body = match ec {
-        Some(ec) => format!("                    (void)row; (void)col;\n{}                    cv[2 * j + h] = {pack};\n", ec.value),
+        Some(ec) => format!("                    (void)row; (void)col;\n{}                    cv[2 * j + h] = {pack};\n{fold}", ec.value),
         None => format!(
             r#"                    float v0 = 0.f, v1 = 0.f;
                     if (row < M_ && col < N_) v0 = epilogue(d[4 * j + 2 * h], bt, row, col{names});
@@ -1069,7 +1390,7 @@ fn tma_epilogue(p: &GemmProblem, names: &str, bn: usize, rb: &str, ec: Option<&E
 "#
         ),
     };
-    let values = format!("            unsigned cv[{}];\n{}", bn / 4, acc_loops(rb, bn, ec.is_some(), "", &body));
+    let values = format!("            unsigned cv[{}];\n{}", bn / 4, acc_loops_with(rb, bn, ec.is_some(), "", pre_j, &body, post_j));
     let store = format!(
         r#"            const unsigned cbuf = base + STAGES * STAGE_BYTES + cw * {cblock}u;
             unsigned char* const cgen = smem_raw + (cbuf - smem_u32(smem_raw));
@@ -1335,7 +1656,7 @@ mod tests {
         let a = if a_kmajor { operand(0, t, m, k, k as i64, 1, (m * k) as i64) } else { operand(0, t, m, k, 1, m as i64, (m * k) as i64) };
         let b = if b_kmajor { operand(1, t, k, n, 1, k as i64, 0) } else { operand(1, t, k, n, n as i64, 1, 0) };
         let c = operand(2, out, m, n, n as i64, 1, (m * n) as i64);
-        GemmProblem { batch, m, n, k, a, b, c, allow_tf32: false }
+        GemmProblem { batch, m, n, k, a, b, c, allow_tf32: false, fast_fp8: false }
     }
 
     fn identity() -> Epilogue {
@@ -1383,6 +1704,8 @@ mod tests {
             (problem(2, 24, 8192, 512, true, true, DataType::F16), "decode, C^T, B K-major, batched"),
             (problem(1, 16, 2048, 8192, true, false, DataType::Bf16), "decode, split k"),
             (problem(1, 40, 4296, 48, true, true, DataType::F32), "B K-major, f32 out"),
+            (fp8_problem(problem(1, 1100, 4000, 400, true, true, DataType::Bf16), DataType::Fp8E4m3, DataType::Fp8E4m3), "fp8 e4m3"),
+            (fp8_problem(problem(2, 72, 136, 96, true, true, DataType::F32), DataType::Fp8E5m2, DataType::Fp8E4m3), "fp8 e5m2 x e4m3, batched"),
         ] {
             let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel"));
             let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
@@ -1416,6 +1739,66 @@ mod tests {
         p.b.dtype = DataType::F32;
         p.allow_tf32 = true;
         p
+    }
+
+    /// An autotuning's candidates: the heuristic's first, then other widths and tile orders,
+    /// each a configuration the kernel takes; the `gemm_config` knob (`Target::gemm_config`)
+    /// picks one; problems that split k or compute C^T have only the heuristic's.
+    #[test]
+    fn tuning_candidates_are_valid_configurations() {
+        let t = Target::sm90a();
+        for p in [
+            problem(1, 8192, 8192, 8192, true, false, DataType::Bf16),
+            problem(1, 16384, 4096, 1024, true, true, DataType::Bf16),
+            problem(2, 304, 200, 136, false, true, DataType::F16),
+        ] {
+            let v = tuning_configs(&p, &t);
+            assert_eq!(v[0], heuristic(&p, &t));
+            // Two widths by four tile orders, fewer where the rows of tiles are few.
+            assert!(v.len() >= if p.m >= 4096 { 6 } else { 2 }, "{v:?}");
+            for (i, cfg) in v.iter().enumerate() {
+                assert!(kernels_with(&p, &identity(), &t, "g", *cfg).is_some(), "{cfg:?}");
+                assert!(!v[..i].contains(cfg), "duplicate {cfg:?}");
+                let forced = Target { gemm_config: Some(i as u8), ..t.clone() };
+                assert_eq!(choose(&p, &forced), *cfg);
+            }
+            // Past the list: the heuristic's.
+            assert_eq!(choose(&p, &Target { gemm_config: Some(200), ..t.clone() }), v[0]);
+        }
+        for p in [problem(1, 16, 8192, 8192, true, false, DataType::Bf16), problem(1, 16, 2048, 8192, true, false, DataType::Bf16)] {
+            assert_eq!(tuning_configs(&p, &t), vec![heuristic(&p, &t)]);
+        }
+    }
+
+    /// The problem with fp8 inputs (`ta` x `tb`).
+    fn fp8_problem(mut p: GemmProblem, ta: DataType, tb: DataType) -> GemmProblem {
+        p.a.dtype = ta;
+        p.b.dtype = tb;
+        p.fast_fp8 = true;
+        p
+    }
+
+    #[test]
+    fn fp8_takes_k_major_operands() {
+        let t = Target::sm90a();
+        // A row-major, B stored n x k: wgmma k32 with each operand's own type, 128 k a stage.
+        let p = fp8_problem(problem(1, 8192, 8192, 8192, true, true, DataType::Bf16), DataType::Fp8E4m3, DataType::Fp8E5m2);
+        assert_eq!(reject(&p, &t), None);
+        let k = kernels(&p, &identity(), &t, "g").unwrap();
+        assert!(k.launches[0].source.contains("m64n256k32.f32.e4m3.e5m2"), "fp8 wgmma");
+        assert!(!k.launches[0].source.contains(", 0, 0;"), "no transpose operands for 8-bit types");
+        // B N-major (or A column-major): 8-bit operands are K-major only, so the mma.sync kernel
+        // (which converts fp8 to f16 on load) takes it.
+        let why = reject(&fp8_problem(problem(1, 256, 256, 256, true, false, DataType::Bf16), DataType::Fp8E4m3, DataType::Fp8E4m3), &t).expect("B N-major rejected");
+        assert!(why.contains("K-major"), "{why}");
+        assert!(reject(&fp8_problem(problem(1, 256, 256, 256, false, true, DataType::Bf16), DataType::Fp8E4m3, DataType::Fp8E4m3), &t).is_some());
+        // fp8 x bf16 is not a wgmma type pair.
+        assert!(reject(&fp8_problem(problem(1, 256, 256, 256, true, true, DataType::Bf16), DataType::Fp8E4m3, DataType::Bf16), &t).is_some());
+        // K = 40: rows of 40 bytes are not 16-byte multiples for TMA.
+        assert!(reject(&fp8_problem(problem(1, 64, 64, 40, true, true, DataType::Bf16), DataType::Fp8E4m3, DataType::Fp8E4m3), &t).is_some());
+        // Without fast accumulation (the plan's `fp8_fast_accum` knob), fp8 is not taken: the
+        // mma.sync kernel accumulates in f32.
+        assert!(reject(&GemmProblem { fast_fp8: false, ..p }, &t).is_some());
     }
 
     #[test]
