@@ -229,13 +229,10 @@ fn has_atomic_sdpa_backward(graph: &Graph) -> bool {
     graph.nodes.iter().any(|n| matches!(&n.op, crate::graph::ops::Op::SdpaBackward(a) if super::attention::atomic_dq_pays(a)))
 }
 
-/// Whether the graph has a matmul with two fp8 inputs: the `fp8_fast_accum` knob changes its
-/// kernels.
-fn has_fp8_matmul(graph: &Graph) -> bool {
-    graph
-        .nodes
-        .iter()
-        .any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.len() == 2 && n.inputs.iter().all(|p| graph.resolved_data_type(p.tensor).is_some_and(|t| t.is_fp8())))
+/// Whether the graph has a matmul of two fp8 tensors (its inputs, or the sources of its scaled
+/// operands, `gemm::Prologue`): the `fp8_fast_accum` knob changes its kernels.
+pub(crate) fn has_fp8_matmul(graph: &Graph) -> bool {
+    graph.nodes.iter().enumerate().any(|(i, n)| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && super::gemm::reads_fp8(graph, i))
 }
 
 /// Whether the graph has a matmul with an f32 input: the `tf32` knob changes its kernels.

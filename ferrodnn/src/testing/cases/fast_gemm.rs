@@ -260,6 +260,36 @@ pub(super) fn cases() -> Vec<Case> {
         out(&mut g, y, "y", Fp8E4m3);
         v.push(Case::new(name, g));
     }
+    // Scaled operands (a' = x * s in f32, read by the matmul alone): the scales move into the
+    // epilogue and the GEMM reads x: fp8 with per-tensor scales (a tensor and a by-value one; the
+    // fp8 GEMM with its dequantizing scales), bf16 A with a scale per row, f16 B with a scale per
+    // column, batched.
+    for (name, (batch, m, n, k), xt, ct, sa, sb) in [
+        ("fp8_scaled_operands_big_tiles", (1, 1100, 4000, 272), Fp8E4m3, Bf16, Some(vec![1, 1]), Some(vec![])),
+        ("row_scaled_a", (1, 200, 136, 72), Bf16, F32, Some(vec![200, 1]), None),
+        ("col_scaled_b_batch", (3, 72, 136, 64), F16, F16, None, Some(vec![1, 136])),
+    ] {
+        let name = format!("fast_gemm_prologue_{name}_{}{m}x{n}x{k}_{xt}_to_{ct}", if batch > 1 { format!("{batch}x") } else { String::new() });
+        let mut g = Graph::new(name.clone());
+        let lead: Vec<i64> = if batch > 1 { vec![batch] } else { vec![] };
+        let a = g.tensor(t("a", &[lead.clone(), vec![m, k]].concat(), xt));
+        let b = g.tensor(if xt.is_fp8() { transposed("b", &[k, n], xt) } else { t("b", &[k, n], xt) });
+        let scaled = |g: &mut Graph, x, s: Option<Vec<i64>>, name: &'static str| match s {
+            None => x,
+            Some(dims) => {
+                let s = if dims.is_empty() { g.scalar(name, 0.375) } else { g.tensor(TensorDesc::new(name, &dims, F32)) };
+                let y = g.mul(x, s);
+                g.desc_mut(y).data_type = Some(F32);
+                y
+            }
+        };
+        let a1 = scaled(&mut g, a, sa, "sa");
+        let b1 = scaled(&mut g, b, sb, "sb");
+        let x = g.matmul(a1, b1);
+        let y = g.relu(x);
+        out(&mut g, y, "y", ct);
+        v.push(Case::new(name, g));
+    }
     v.push(mm("fp8_wgmma_splitk_64x48x4096_e4m3_to_f32", t("a", &[64, 4096], Fp8E4m3), transposed("b", &[4096, 48], Fp8E4m3), F32));
     // Mixed input types, converted exactly on load: f16 x bf16 (tf32), f32 x bf16 (3xTF32),
     // fp8 x bf16 and fp8 x f16.

@@ -134,9 +134,68 @@ impl Side {
     }
 }
 
+/// The epilogue's side inputs as it builds them: each tensor's value name (`x<i>`), its loads in
+/// the `epilogue` wrapper, parameters, arguments and layouts.
+#[derive(Default)]
+struct Sides {
+    loads: String,
+    params: String,
+    names: String,
+    args: Vec<Arg>,
+    sides: Vec<Side>,
+    value: HashMap<usize, String>,
+}
+
+impl Sides {
+    /// The value of tensor `t` for element `(batch, row, col)` of C (dims `cdims`): a literal for a
+    /// by-value constant (rounded to its type, as the CPU engine does), else a side input at its
+    /// broadcast offset, loaded once however many nodes read it.
+    fn value(&mut self, graph: &Graph, t: TensorId, cdims: &[i64]) -> Option<String> {
+        let d = graph.desc(t);
+        if d.is_pass_by_value {
+            return Some(lit(dtype(graph, t).quantize(d.value?), false));
+        }
+        if let Some(x) = self.value.get(&t.0) {
+            return Some(x.clone());
+        }
+        let rc = cdims.len();
+        let i = self.args.len();
+        let dt = dtype(graph, t);
+        let ct = ctype(dt)?;
+        let r = d.dims.len();
+        if r > rc || d.strides.len() != r {
+            return None;
+        }
+        let shift = rc - r;
+        let eff: Vec<i64> = (0..rc).map(|a| if a < shift || d.dims[a - shift] == 1 { 0 } else { d.strides[a - shift] }).collect();
+        let sd = Side { tensor: t, dtype: dt, row_stride: eff[rc - 2], col_stride: eff[rc - 1], batch: (0..rc - 2).map(|a| (cdims[a], eff[a])).collect() };
+        let mut off = String::from("0LL");
+        if sd.row_stride != 0 {
+            let _ = write!(off, " + row * {}LL", sd.row_stride);
+        }
+        if sd.col_stride != 0 {
+            let _ = write!(off, " + col * {}LL", sd.col_stride);
+        }
+        let _ = writeln!(self.loads, "    long long o{i} = {off};");
+        let bo = sd.batch_offset("batch", &format!("o{i}"));
+        if !bo.is_empty() {
+            let _ = write!(self.loads, "    {bo}");
+        }
+        let _ = writeln!(self.loads, "    const float x{i} = fz_cv(((const {ct}*)e{i})[o{i}]);");
+        let _ = write!(self.params, ", const void* __restrict__ e{i}");
+        let _ = write!(self.names, ", e{i}");
+        self.args.push(Arg::Ptr(t));
+        self.sides.push(sd);
+        self.value.insert(t.0, format!("x{i}"));
+        Some(format!("x{i}"))
+    }
+}
+
 /// The epilogue of matmul `mm` followed by `chain` (nodes already checked by
-/// `epilogue_chain`), or None when a node cannot be expressed.
-pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
+/// `epilogue_chain`), or None when a node cannot be expressed. `scales`: tensors (by-value
+/// scalars, or per-row / per-column / per-tensor side inputs) the accumulator is multiplied by
+/// first, the scales of the operands' prologues (`super::Prologue`).
+pub fn build(graph: &Graph, mm: usize, scales: &[TensorId], chain: &[usize]) -> Option<Epilogue> {
     let c = graph.nodes.get(mm)?.output("c")?;
     let cdims = graph.desc(c).dims.clone();
     let rc = cdims.len();
@@ -152,15 +211,14 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
     // `body`: the formulas over `acc` and the side values `x<i>` (epilogue_v); `loads`: the
     // wrapper's loads of one element's side values.
     let mut body = String::new();
-    let mut loads = String::new();
-    let mut params = String::new();
-    let mut names = String::new();
-    let mut args = Vec::new();
-    let mut sides: Vec<Side> = Vec::new();
-    let mut side: HashMap<usize, String> = HashMap::new();
+    let mut sv = Sides::default();
     let mut prev: (TensorId, String) = (c, "acc".to_string());
     // The chain up to its last node (its body and value), for `epilogue_u`.
     let mut before_last = (String::new(), String::new());
+    for &t in scales {
+        let x = sv.value(graph, t, &cdims)?;
+        let _ = writeln!(body, "    acc *= {x};");
+    }
     if !chain.is_empty() {
         if let Some(r) = round_to(dtype(graph, c), "acc") {
             let _ = writeln!(body, "    {r}");
@@ -172,47 +230,7 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
         // Port values of this node (a side input read by several nodes is loaded once).
         let mut inner = String::new();
         for port in &node.inputs {
-            let v = if port.tensor == prev.0 {
-                prev.1.clone()
-            } else {
-                let d = graph.desc(port.tensor);
-                if d.is_pass_by_value {
-                    lit(dtype(graph, port.tensor).quantize(d.value?), false)
-                } else if let Some(x) = side.get(&port.tensor.0) {
-                    x.clone()
-                } else {
-                    // A side input, at its broadcast offset.
-                    let i = args.len();
-                    let dt = dtype(graph, port.tensor);
-                    let ct = ctype(dt)?;
-                    let r = d.dims.len();
-                    if r > rc || d.strides.len() != r {
-                        return None;
-                    }
-                    let shift = rc - r;
-                    let eff: Vec<i64> = (0..rc).map(|a| if a < shift || d.dims[a - shift] == 1 { 0 } else { d.strides[a - shift] }).collect();
-                    let sd = Side { tensor: port.tensor, dtype: dt, row_stride: eff[rc - 2], col_stride: eff[rc - 1], batch: (0..rc - 2).map(|a| (cdims[a], eff[a])).collect() };
-                    let mut off = String::from("0LL");
-                    if sd.row_stride != 0 {
-                        let _ = write!(off, " + row * {}LL", sd.row_stride);
-                    }
-                    if sd.col_stride != 0 {
-                        let _ = write!(off, " + col * {}LL", sd.col_stride);
-                    }
-                    let _ = writeln!(loads, "    long long o{i} = {off};");
-                    let bo = sd.batch_offset("batch", &format!("o{i}"));
-                    if !bo.is_empty() {
-                        let _ = write!(loads, "    {bo}");
-                    }
-                    let _ = writeln!(loads, "    const float x{i} = fz_cv(((const {ct}*)e{i})[o{i}]);");
-                    let _ = write!(params, ", const void* __restrict__ e{i}");
-                    let _ = write!(names, ", e{i}");
-                    args.push(Arg::Ptr(port.tensor));
-                    sides.push(sd);
-                    side.insert(port.tensor.0, format!("x{i}"));
-                    format!("x{i}")
-                }
-            };
+            let v = if port.tensor == prev.0 { prev.1.clone() } else { sv.value(graph, port.tensor, &cdims)? };
             let _ = writeln!(inner, "        const float {} = {v};", port.name);
         }
         if k + 1 == chain.len() {
@@ -227,6 +245,7 @@ pub fn build(graph: &Graph, mm: usize, chain: &[usize]) -> Option<Epilogue> {
         }
         prev = (y, format!("v{k}"));
     }
+    let Sides { loads, params, names, args, sides, .. } = sv;
     let xparams: String = (0..sides.len()).map(|i| format!(", float x{i}")).collect();
     // A last plain relu under a 16-bit C can be the conversion's (`cvt.rn.relu`): the same
     // values (negative and -inf to +0, NaN kept).

@@ -149,6 +149,73 @@ impl Tap {
     }
 }
 
+/// A pointwise node that scales a matmul operand, `a' = x * s` (mul or scale), moved into the
+/// epilogue: the GEMM reads `x` and multiplies each result by `s` instead, which the product's
+/// linearity allows for a scale per tensor, per row of A (`s [.., m, 1]`) or per column of B
+/// (`s [.., 1, n]`). Only where the scaled operand is f32 (so the CPU engine's stored `a'` is the
+/// exact product to 2^-24, as the GEMM's own) and read by the matmul alone; this is how an fp8
+/// GEMM with dequantizing scales reads as a graph (`(a8 * sa) x (b8 * sb)`): it then runs as the
+/// fp8 GEMM it is, with the scales in the epilogue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prologue {
+    pub node: usize,
+    /// The operand's source and its scale (a by-value scalar or a tensor).
+    pub src: TensorId,
+    pub scale: TensorId,
+}
+
+impl Prologue {
+    /// The prologue of operand `port` ("a" or "b") of matmul `mm`, when there is one.
+    fn of(graph: &Graph, mm: usize, port: &str, cons: &HashMap<usize, Vec<usize>>) -> Option<Prologue> {
+        let t = graph.nodes.get(mm)?.input(port)?;
+        let d = graph.desc(t);
+        if !d.is_virtual || d.is_pass_by_value || dtype(graph, t) != DataType::F32 || cons.get(&t.0)? != &vec![mm] {
+            return None;
+        }
+        let (n, node) = graph.nodes.iter().enumerate().find(|(_, n)| n.outputs.iter().any(|o| o.tensor == t))?;
+        let Op::Pointwise(attrs) = &node.op else { return None };
+        if !matches!(attrs.mode, PointwiseMode::Mul | PointwiseMode::Scale) || node.inputs.len() != 2 || node.outputs.len() != 1 || graph.compute_type(node) != DataType::F32 {
+            return None;
+        }
+        let rank = d.dims.len();
+        let (x, s) = (node.input("a")?, node.input("b")?);
+        for (src, scale) in [(x, s), (s, x)] {
+            let (sd, xd) = (graph.desc(scale), graph.desc(src));
+            if xd.is_pass_by_value || xd.dims != d.dims {
+                continue;
+            }
+            let ok = if sd.is_pass_by_value {
+                sd.value.is_some()
+            } else {
+                // Ones but for A's rows (dim rank - 2) or B's columns (dim rank - 1).
+                let keep = if port == "a" { rank - 2 } else { rank - 1 };
+                let shift = rank.saturating_sub(sd.dims.len());
+                !sd.is_virtual
+                    && side_type(dtype(graph, scale))
+                    && sd.dims.len() <= rank
+                    && sd.strides.len() == sd.dims.len()
+                    && sd.strides.iter().all(|&st| st >= 0)
+                    && sd.dims.iter().enumerate().all(|(i, &e)| e == 1 || (i + shift == keep && e == d.dims[keep]))
+            };
+            if ok {
+                return Some(Prologue { node: n, src, scale });
+            }
+        }
+        None
+    }
+}
+
+/// Whether matmul `mm` multiplies two fp8 tensors: its inputs, or the sources of its operands'
+/// [`Prologue`]s.
+pub fn reads_fp8(graph: &Graph, mm: usize) -> bool {
+    let cons = consumers(graph);
+    let Some(node) = graph.nodes.get(mm) else { return false };
+    ["a", "b"].iter().all(|port| {
+        let src = Prologue::of(graph, mm, port, &cons).map(|p| p.src).or_else(|| node.input(port));
+        src.is_some_and(|t| dtype(graph, t).is_fp8())
+    })
+}
+
 /// A reduction node reading `out` that could be the GEMM's tap ([`Tap::of`]).
 fn tap_candidate(graph: &Graph, out: TensorId, cons: &HashMap<usize, Vec<usize>>) -> Option<usize> {
     cons.get(&out.0)?.iter().copied().find(|&n| Tap::of(graph, n, out).is_some())
@@ -178,18 +245,26 @@ pub fn groups(graph: &Graph, order: &[usize], target: &Target) -> Vec<Vec<usize>
         let chain = epilogue_chain(graph, ni, &cons);
         let Some(c) = graph.nodes[ni].output("c") else { continue };
         let last = chain.last().and_then(|&n| graph.nodes[n].outputs.first()).map_or(c, |p| p.tensor);
-        let mut nodes = vec![ni];
-        nodes.extend(chain);
-        // With the reduction of its output folded in, where the kernel can; else without.
-        if let Some(t) = tap_candidate(graph, last, &cons) {
-            let mut with = nodes.clone();
-            with.push(t);
-            if plan_group(graph, &with, target).is_some() {
-                out.push(with);
-                continue;
+        // The operands' scales moved into the epilogue, and the reduction of the output folded
+        // in, where the kernels can; else without.
+        let pro: Vec<usize> = ["a", "b"].iter().filter_map(|port| Prologue::of(graph, ni, port, &cons)).map(|p| p.node).collect();
+        let tap = tap_candidate(graph, last, &cons);
+        let mut tries = Vec::new();
+        for with_pro in [true, false] {
+            for with_tap in [true, false] {
+                if (with_pro && pro.is_empty()) || (with_tap && tap.is_none()) {
+                    continue;
+                }
+                let mut nodes: Vec<usize> = if with_pro { pro.clone() } else { Vec::new() };
+                nodes.push(ni);
+                nodes.extend(&chain);
+                nodes.extend(tap.filter(|_| with_tap));
+                if nodes.len() > 1 {
+                    tries.push(nodes);
+                }
             }
         }
-        if nodes.len() > 1 && plan_group(graph, &nodes, target).is_some() {
+        if let Some(nodes) = tries.into_iter().find(|n| plan_group(graph, n, target).is_some()) {
             out.push(nodes);
         }
     }
@@ -220,12 +295,11 @@ pub fn tunable_problems(graph: &Graph, target: &Target) -> Vec<(GemmProblem, [Te
     }
     let Ok(order) = graph.topological_order() else { return Vec::new() };
     let grouped = groups(graph, &order, target);
-    let lone = order.iter().filter(|&&n| matches!(graph.nodes[n].op, Op::Matmul(_)) && !grouped.iter().any(|g| g[0] == n)).map(|&n| vec![n]);
+    let lone = order.iter().filter(|&&n| matches!(graph.nodes[n].op, Op::Matmul(_)) && !grouped.iter().any(|g| g.contains(&n))).map(|&n| vec![n]);
     let mut out: Vec<(GemmProblem, [TensorDesc; 3])> = Vec::new();
     for nodes in grouped.iter().cloned().chain(lone) {
         let Some((p, _)) = plan_group(graph, &nodes, target) else { continue };
-        let node = &graph.nodes[nodes[0]];
-        let (Some(a), Some(b)) = (node.input("a"), node.input("b")) else { continue };
+        let (a, b) = (p.a.tensor, p.b.tensor);
         if sm90::reject(&p, target).is_some() || sm90::tuning_configs(&p, target).len() < 2 || out.iter().any(|(q, _)| *q == p) {
             continue;
         }
@@ -245,9 +319,27 @@ pub fn tunable_problems(graph: &Graph, target: &Target) -> Vec<(GemmProblem, [Te
 /// about single nodes of any kind), and a last reduction node must be a [`Tap`] of the chain's
 /// output that the Hopper kernel's configuration for the problem can fold in.
 fn plan_group(graph: &Graph, nodes: &[usize], target: &Target) -> Option<(GemmProblem, Epilogue)> {
+    let at = nodes.iter().position(|&n| matches!(graph.nodes.get(n).map(|n| &n.op), Some(Op::Matmul(_))))?;
+    let (pro_nodes, nodes) = nodes.split_at(at);
     let (&mm, rest) = nodes.split_first()?;
-    if !matches!(graph.nodes.get(mm)?.op, Op::Matmul(_)) {
-        return None;
+    // The operands' prologues (each node the prologue of A or of B), their sources and scales.
+    let cons_all = consumers(graph);
+    let (mut a_src, mut b_src) = (graph.nodes[mm].input("a")?, graph.nodes[mm].input("b")?);
+    let mut scales = Vec::new();
+    for &pn in pro_nodes {
+        let pa = Prologue::of(graph, mm, "a", &cons_all).filter(|p| p.node == pn);
+        let pb = Prologue::of(graph, mm, "b", &cons_all).filter(|p| p.node == pn);
+        match (pa, pb) {
+            (Some(p), _) => {
+                a_src = p.src;
+                scales.push(p.scale);
+            }
+            (None, Some(p)) => {
+                b_src = p.src;
+                scales.push(p.scale);
+            }
+            _ => return None,
+        }
     }
     let (chain, tap) = match rest.split_last() {
         Some((&t, chain)) if matches!(graph.nodes.get(t)?.op, Op::Reduction(_)) => (chain, Some(t)),
@@ -263,8 +355,8 @@ fn plan_group(graph: &Graph, nodes: &[usize], target: &Target) -> Option<(GemmPr
         Some(&n) => graph.nodes[n].outputs.first()?.tensor,
         None => c,
     };
-    let p = problem(graph, mm, out, target)?;
-    let mut epi = epilogue::build(graph, mm, chain)?;
+    let p = problem_of(graph, mm, a_src, b_src, out, target)?;
+    let mut epi = epilogue::build(graph, mm, &scales, chain)?;
     if let Some(t) = tap {
         let tap = Tap::of(graph, t, out)?;
         if !target.hopper() || !sm90::takes_tap(&p, target) {
@@ -451,17 +543,18 @@ fn operand(graph: &Graph, id: TensorId, out_batch: &[i64]) -> Option<Operand> {
     })
 }
 
-/// The GEMM of matmul node `mm` storing into `out` (its own c, or the last node of its
-/// epilogue, with c's dims), when the tensor-core kernels take it: float inputs other than f64
+/// The GEMM of matmul node `mm` reading its operands from `a` and `b` (its own inputs, or the
+/// sources of its operands' [`Prologue`]s) and storing into `out` (its own c, or the last node of
+/// its epilogue, with c's dims), when the tensor-core kernels take it: float inputs other than f64
 /// (mixed types as `sm80::mma_kind` allows; fp8 on sm_89+), batch dims that flatten to one
 /// stride per operand, a C type of f32/f16/bf16/fp8, and a compute type that leaves the inputs
 /// as they are (the CPU engine rounds inputs to it).
-pub(crate) fn problem(graph: &Graph, mm: usize, out: TensorId, target: &Target) -> Option<GemmProblem> {
+fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId, target: &Target) -> Option<GemmProblem> {
     let node = graph.nodes.get(mm)?;
     if !matches!(node.op, Op::Matmul(_)) {
         return None;
     }
-    let (a, b, c) = (node.input("a")?, node.input("b")?, node.output("c")?);
+    let c = node.output("c")?;
     let (ta, tb, tc) = (dtype(graph, a), dtype(graph, b), dtype(graph, out));
     let family_ok = sm80::mma_kind(ta, tb, target.allow_tf32, target).is_some();
     if !family_ok || !store_type(tc) || !store_type(dtype(graph, c)) {
@@ -599,6 +692,35 @@ mod case_tests {
         assert_eq!(seen, 8);
     }
 
+    /// Scaled operands: the scale nodes join the GEMM's unit (no kernel of their own), the GEMM
+    /// reads the unscaled sources (fp8 then runs on wgmma in the fast-accumulation plan), and
+    /// the scales are the epilogue's first multiplies.
+    #[test]
+    fn operand_scales_move_into_the_epilogue() {
+        let mut seen = 0;
+        for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_prologue_")) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let fp8 = c.name.contains("fp8");
+            assert_eq!(crate::engine::cuda::engine::has_fp8_matmul(&g), fp8, "{}", c.name);
+            for t in [Target::sm80(), Target::sm90a().with_fp8_fast_accum(fp8)] {
+                let units = crate::engine::cuda::fused::units(&g, &t).unwrap();
+                // (No fp8 tensor-core path before sm_89: the scales and the GEMM run apart.)
+                if fp8 && !t.hopper() {
+                    assert!(units.len() > 1, "{}", c.name);
+                    continue;
+                }
+                assert_eq!(units.len(), 1, "{} ({}): {} units", c.name, t.arch, units.len());
+                let src: String = units[0].kernels.launches.iter().map(|l| l.source.clone()).collect();
+                assert!(src.contains("acc *= "), "{}", c.name);
+                let wgmma = src.contains(if fp8 { "k32.f32.e4m3.e4m3" } else { "wgmma.mma_async" });
+                assert_eq!(wgmma, t.hopper(), "{} ({})", c.name, t.arch);
+            }
+            seen += 1;
+        }
+        assert_eq!(seen, 3);
+    }
+
     /// With the `tf32` knob (`Target::allow_tf32`), f32 GEMMs get other kernels (one tf32 pass)
     /// and 16-bit ones the same.
     #[test]
@@ -610,6 +732,11 @@ mod case_tests {
         for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
             let mut g = c.graph.clone();
             g.validate().unwrap();
+            // (Scaled operands' GEMMs read the unscaled sources where the target can: fp8 only
+            // from sm_89 on; `operand_scales_move_into_the_epilogue`.)
+            if c.name.starts_with("fast_gemm_prologue_") {
+                continue;
+            }
             let f32_in =
                 g.nodes.iter().any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.iter().any(|p| g.resolved_data_type(p.tensor) == Some(crate::DataType::F32)));
             for target in [Target::sm80(), Target::sm90a()] {
