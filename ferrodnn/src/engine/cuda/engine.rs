@@ -376,16 +376,12 @@ impl CudaEngine {
         }
         g.validate()?;
         let g = Arc::new(g);
-        let mut knobs = vec![Knob { name: "tf32".into(), value: target.allow_tf32 as i64 }, Knob { name: "fp8_fast_accum".into(), value: target.allow_fp8_fast_accum as i64 }];
-        knobs.push(Knob { name: "gemm_config".into(), value: 0 });
+        let knob = |name: &str, value: i64| Knob { name: name.into(), value };
         let plans: Vec<Box<dyn CompiledPlan>> = (0..configs.len())
             .into_par_iter()
             .map(|i| {
-                let mut k = knobs.clone();
-                if let Some(last) = k.last_mut() {
-                    last.value = i as i64;
-                }
-                self.build(g.clone(), &k)
+                let knobs = [knob("tf32", target.allow_tf32 as i64), knob("fp8_fast_accum", target.allow_fp8_fast_accum as i64), knob("gemm_config", i as i64)];
+                self.build(g.clone(), &knobs)
             })
             .collect::<Result<_>>()?;
         // Inputs of random values (the tensor cores' power, and so their clock, depends on

@@ -82,7 +82,8 @@ pub struct Epilogue {
     /// `float epilogue_u(float acc, float x0, ...)`: `epilogue_v` without that relu, for a kernel
     /// whose conversion to C's 16-bit type applies it (`cvt.rn.relu`).
     pub relu_last: bool,
-    /// A reduction of the stored C over all its elements, folded into the epilogue ([`Tap`]).
+    /// A reduction of the stored C (over all of it, its rows or its columns), folded into the
+    /// kernel ([`Tap`]).
     pub tap: Option<Tap>,
 }
 
@@ -167,9 +168,11 @@ pub struct Prologue {
 impl Prologue {
     /// The prologue of operand `port` ("a" or "b") of matmul `mm`, when there is one.
     fn of(graph: &Graph, mm: usize, port: &str, cons: &HashMap<usize, Vec<usize>>) -> Option<Prologue> {
-        let t = graph.nodes.get(mm)?.input(port)?;
+        let node = graph.nodes.get(mm)?;
+        let t = node.input(port)?;
         let d = graph.desc(t);
-        if !d.is_virtual || d.is_pass_by_value || dtype(graph, t) != DataType::F32 || cons.get(&t.0)? != &vec![mm] {
+        // (Both operands one tensor: the GEMM would read the unscaled tensor for one of them.)
+        if node.input("a") == node.input("b") || !d.is_virtual || d.is_pass_by_value || dtype(graph, t) != DataType::F32 || cons.get(&t.0)? != &vec![mm] {
             return None;
         }
         let (n, node) = graph.nodes.iter().enumerate().find(|(_, n)| n.outputs.iter().any(|o| o.tensor == t))?;
