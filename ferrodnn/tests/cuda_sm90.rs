@@ -66,7 +66,7 @@ fn bias_relu(c: &Case) -> Epilogue {
     g.desc_mut(y).data_type = Some(c.out);
     g.validate().expect("probe graph");
     assert_eq!(g.nodes.len(), 3);
-    let epi = epilogue::build(&g, 0, &[1, 2]).expect("epilogue");
+    let epi = epilogue::build(&g, 0, &[], &[1, 2]).expect("epilogue");
     assert_eq!(epi.args, vec![Arg::Ptr(TensorId(3))]);
     epi
 }
