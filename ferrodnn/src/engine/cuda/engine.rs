@@ -230,9 +230,9 @@ fn has_atomic_sdpa_backward(graph: &Graph) -> bool {
 }
 
 /// Whether the graph has a matmul of two fp8 tensors (its inputs, or the sources of its scaled
-/// operands, `gemm::Prologue`): the `fp8_fast_accum` knob changes its kernels.
-pub(crate) fn has_fp8_matmul(graph: &Graph) -> bool {
-    graph.nodes.iter().enumerate().any(|(i, n)| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && super::gemm::reads_fp8(graph, i))
+/// operands): the `fp8_fast_accum` knob changes its kernels.
+fn has_fp8_matmul(graph: &Graph) -> bool {
+    super::gemm::has_fp8_matmul(graph)
 }
 
 /// Whether the graph has a matmul with an f32 input: the `tf32` knob changes its kernels.

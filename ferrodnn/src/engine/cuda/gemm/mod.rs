@@ -208,14 +208,15 @@ impl Prologue {
     }
 }
 
-/// Whether matmul `mm` multiplies two fp8 tensors: its inputs, or the sources of its operands'
-/// [`Prologue`]s.
-pub fn reads_fp8(graph: &Graph, mm: usize) -> bool {
+/// Whether the graph has a matmul of two fp8 tensors: its inputs, or the sources of its
+/// operands' [`Prologue`]s.
+pub fn has_fp8_matmul(graph: &Graph) -> bool {
     let cons = consumers(graph);
-    let Some(node) = graph.nodes.get(mm) else { return false };
-    ["a", "b"].iter().all(|port| {
-        let src = Prologue::of(graph, mm, port, &cons).map(|p| p.src).or_else(|| node.input(port));
-        src.is_some_and(|t| dtype(graph, t).is_fp8())
+    graph.nodes.iter().enumerate().filter(|(_, n)| matches!(n.op, Op::Matmul(_))).any(|(mm, node)| {
+        ["a", "b"].iter().all(|port| {
+            let src = Prologue::of(graph, mm, port, &cons).map(|p| p.src).or_else(|| node.input(port));
+            src.is_some_and(|t| dtype(graph, t).is_fp8())
+        })
     })
 }
 
@@ -326,29 +327,23 @@ fn plan_group(graph: &Graph, nodes: &[usize], target: &Target) -> Option<(GemmPr
     let (pro_nodes, nodes) = nodes.split_at(at);
     let (&mm, rest) = nodes.split_first()?;
     // The operands' prologues (each node the prologue of A or of B), their sources and scales.
-    let cons_all = consumers(graph);
+    let cons = consumers(graph);
     let (mut a_src, mut b_src) = (graph.nodes[mm].input("a")?, graph.nodes[mm].input("b")?);
     let mut scales = Vec::new();
+    let (pa, pb) = (Prologue::of(graph, mm, "a", &cons), Prologue::of(graph, mm, "b", &cons));
     for &pn in pro_nodes {
-        let pa = Prologue::of(graph, mm, "a", &cons_all).filter(|p| p.node == pn);
-        let pb = Prologue::of(graph, mm, "b", &cons_all).filter(|p| p.node == pn);
-        match (pa, pb) {
-            (Some(p), _) => {
-                a_src = p.src;
-                scales.push(p.scale);
-            }
-            (None, Some(p)) => {
-                b_src = p.src;
-                scales.push(p.scale);
-            }
+        let (src, p) = match (&pa, &pb) {
+            (Some(p), _) if p.node == pn => (&mut a_src, p),
+            (_, Some(p)) if p.node == pn => (&mut b_src, p),
             _ => return None,
-        }
+        };
+        *src = p.src;
+        scales.push(p.scale);
     }
     let (chain, tap) = match rest.split_last() {
         Some((&t, chain)) if matches!(graph.nodes.get(t)?.op, Op::Reduction(_)) => (chain, Some(t)),
         _ => (rest, None),
     };
-    let cons = consumers(graph);
     let full = epilogue_chain(graph, mm, &cons);
     if full.len() < chain.len() || full[..chain.len()] != *chain {
         return None;
@@ -705,7 +700,7 @@ mod case_tests {
             let mut g = c.graph.clone();
             g.validate().unwrap();
             let fp8 = c.name.contains("fp8");
-            assert_eq!(crate::engine::cuda::engine::has_fp8_matmul(&g), fp8, "{}", c.name);
+            assert_eq!(super::has_fp8_matmul(&g), fp8, "{}", c.name);
             for t in [Target::sm80(), Target::sm90a().with_fp8_fast_accum(fp8)] {
                 let units = crate::engine::cuda::fused::units(&g, &t).unwrap();
                 // (No fp8 tensor-core path before sm_89: the scales and the GEMM run apart.)

@@ -114,6 +114,11 @@ impl Config {
             0
         }
     }
+    /// The kernel of this configuration can fold a reduction of C in (a [`Tap`]): one launch
+    /// over C's own 128-row tiles, no split of k, no C^T, no cluster.
+    fn folds_tap(&self) -> bool {
+        self.splits == 1 && !self.swap && self.bm == BM && self.cluster_m == 1
+    }
     /// This configuration with as many stages (2 to 8) as fit in 227 KiB of shared memory.
     fn with_most_stages(mut self) -> Config {
         self.stages = 2;
@@ -506,7 +511,7 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         return None;
     }
     // A tap needs one launch over C's own tiles and the side-value epilogue.
-    if epi.tap.is_some() && (cfg.splits != 1 || cfg.swap || cfg.bm != BM || cfg.cluster_m != 1 || epi.sides.is_none()) {
+    if epi.tap.is_some() && (!cfg.folds_tap() || epi.sides.is_none()) {
         return None;
     }
     // Scratch buffers: B's transposed copy (tf32), the tap's partials, the split partials.
@@ -537,17 +542,15 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         args.push(Arg::TensorMap(Box::new(tma_of_c(p))));
     }
     args.push(Arg::Ptr(p.c.tensor));
-    // The tap's partials.
-    let tap_part = scratch.len();
-    if let Some(tap) = &epi.tap {
+    // The tap's partials (before the split partials: a tap comes without a split).
+    let tap_part = epi.tap.as_ref().map(|tap| {
         scratch.push(tap_parts(tap, p, cfg.bn) * 4);
-    }
+        scratch.len() - 1
+    });
     // The split partials (a null pointer when there is no split).
     let part = scratch.len();
     args.push(if cfg.splits > 1 { Arg::Scratch(part) } else { Arg::I64(0) });
-    if epi.tap.is_some() {
-        args.push(Arg::Scratch(tap_part));
-    }
+    args.extend(tap_part.map(Arg::Scratch));
     args.extend(epi.args.iter().cloned());
     let launch = Launch {
         source,
@@ -560,8 +563,8 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         cluster: (cfg.cluster_m > 1).then_some((cfg.cluster_m as u32, 1, 1)),
     };
     launches.push(launch);
-    if let Some(tap) = &epi.tap {
-        launches.push(tap_launch(tap, p, cfg.bn, &format!("{entry}_tap"), tap_part));
+    if let (Some(tap), Some(at)) = (&epi.tap, tap_part) {
+        launches.push(tap_launch(tap, p, cfg.bn, &format!("{entry}_tap"), at));
     }
     if cfg.splits > 1 {
         scratch.push(cfg.splits * p.batch * p.m * (p.n + p.n % 2) * 4);
@@ -607,8 +610,7 @@ pub fn unit(graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, tar
 /// ([`Tap`]): one launch without a split of k, C as the problem gives it (not C^T), and the
 /// epilogue from the side inputs' layouts (every generated epilogue has them).
 pub fn takes_tap(p: &GemmProblem, target: &Target) -> bool {
-    let cfg = choose(p, target);
-    reject(p, target).is_none() && cfg.splits == 1 && !cfg.swap && cfg.bm == BM
+    reject(p, target).is_none() && choose(p, target).folds_tap()
 }
 
 /// The tap's device functions: `tap_fold(acc, v)` adds a stored value to a partial, `tap_comb`
