@@ -11,6 +11,13 @@ def fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
+def spread(ratio, rounds):
+    """A ratio, with the range of its rounds' own ratios when the run had several."""
+    if ratio is None or not rounds or len(rounds) < 2:
+        return fmt(ratio, ".3f")
+    return f"{ratio:.3f} ({min(rounds):.3f}-{max(rounds):.3f})"
+
+
 def chart(result, png):
     try:
         import matplotlib
@@ -39,7 +46,9 @@ def chart(result, png):
 def render(paths):
     out = ["# Benchmarks", "",
            "Measured by `bench/run.py` (ferrodnn and PyTorch in the same run on the same GPU; CUDA-event medians after warm-up).",
-           "ratio = torch_ms / ours_ms (above 1: ferrodnn is faster). pct_roofline = our achieved rate against the binding ceiling",
+           "ratio = torch_ms / ours_ms (above 1: ferrodnn is faster); where a run had several interleaved rounds (ferrodnn, then",
+           "PyTorch), each side's time is its median over the rounds and the range in brackets is the rounds' own ratios, the",
+           "row's run-to-run noise. pct_roofline = our achieved rate against the binding ceiling",
            "measured in the same run (device-to-device copy bandwidth for memory-bound work, bf16 GEMM rate for compute-bound work).",
            "Build times: cold = first plan build in a new process with an empty kernel cache; warm disk = first build in a new process",
            "with the kernel cache on disk; in process = a rebuild of a graph seen before in the process (the plan cache).", ""]
@@ -74,9 +83,9 @@ def render(paths):
             if w.get("note"):
                 notes.append(w["note"])
                 wid += f" [{len(notes)}]"
-            cells = [wid, fmt(w.get("ours_ms"), ".4f"), fmt(w.get("torch_ms"), ".4f"), fmt(w.get("ratio"), ".3f")]
+            cells = [wid, fmt(w.get("ours_ms"), ".4f"), fmt(w.get("torch_ms"), ".4f"), spread(w.get("ratio"), w.get("ratio_rounds"))]
             cells += [fmt(w.get("ours_tflops"), ".0f"), fmt(w.get("torch_tflops"), ".0f")] if flops else []
-            cells += [fmt(w.get("cudnn_graph_ms"), ".4f"), fmt(w.get("ratio_vs_cudnn_graph"), ".3f")] if cudnn else []
+            cells += [fmt(w.get("cudnn_graph_ms"), ".4f"), spread(w.get("ratio_vs_cudnn_graph"), w.get("ratio_vs_cudnn_graph_rounds"))] if cudnn else []
             cells += [fmt(w.get("pct_roofline"), ".1f"), build]
             out.append("| " + " | ".join(cells) + " |")
         if notes:

@@ -3,8 +3,9 @@ GPU, the same workloads through PyTorch (cuDNN, cuBLAS, flash attention inside),
 ceilings (a large device-to-device copy and a large bf16 GEMM). Writes <out>/<gpu>.json in the
 shape BENCHMARKS.md is rendered from (bench/render.py).
 
-Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|gemm]
-The memory-bound suite writes <out>/<gpu>.json, other suites <out>/<gpu>-<suite>.json.
+Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|gemm|attention] [--rounds N]
+The memory-bound suite writes <out>/<gpu>.json, other suites <out>/<gpu>-<suite>.json. Each side's time is the median over
+N interleaved rounds (ferrodnn's process, then PyTorch and cuDNN; 3 by default), and each row keeps its rounds' ratios.
 """
 import argparse, datetime, json, os, subprocess, sys, tempfile
 
@@ -217,14 +218,20 @@ def ours(exe, suite, cache_dir, runs):
     return {w["id"]: w for w in report["workloads"]}, report.get("handle_ms")
 
 
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ferrodnn", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--suite", default="memory-bound")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (ferrodnn's process, then PyTorch and cuDNN), each side's time the median over rounds: the GPU's clocks and power move between rounds by more than some rows' margins")
     ap.add_argument("--commit", default=os.environ.get("FERRODNN_COMMIT", "unknown"))
-    ap.add_argument("--skip-cold", action="store_true", help="one process instead of two (a shorter device call): its first builds, from an empty cache, are the cold ones; no warm-disk times")
+    ap.add_argument("--skip-cold", action="store_true", help="no separate first process with an empty kernel cache (a shorter device call): the first round's first builds, from an empty cache, are the cold ones; no warm-disk times")
     args = ap.parse_args()
 
     name = torch.cuda.get_device_name()
@@ -233,41 +240,50 @@ def main():
     print(f"rooflines: {roof}", flush=True)
     cache = tempfile.mkdtemp(prefix="ferrodnn-kernels-")
     cold, cold_handle = ({}, None) if args.skip_cold else ours(args.ferrodnn, args.suite, cache, 3)  # first process: empty kernel cache
-    warm, warm_handle = ours(args.ferrodnn, args.suite, cache, args.runs)  # second process: warm disk cache
-    cudnn_ms = {}
-    if args.suite == "memory-bound":
-        theirs = torch_memory_bound()
-    elif args.suite == "gemm":
-        theirs = torch_gemm()
-        cudnn_ms = cudnn_gemm()
-    elif args.suite == "attention":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from torch_attention import torch_attention
-        theirs = torch_attention(bench)
-    else:
-        theirs = {}
+    rounds = []  # per round: (ours by workload id, handle ms, torch ms by id, cuDNN graph ms by id)
+    for _ in range(max(1, args.rounds)):
+        mine, handle = ours(args.ferrodnn, args.suite, cache, args.runs)  # a new process: warm disk cache (but for the first with --skip-cold)
+        cudnn_ms = {}
+        if args.suite == "memory-bound":
+            theirs = torch_memory_bound()
+        elif args.suite == "gemm":
+            theirs = torch_gemm()
+            cudnn_ms = cudnn_gemm()
+        elif args.suite == "attention":
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from torch_attention import torch_attention
+            theirs = torch_attention(bench)
+        else:
+            theirs = {}
+        rounds.append((mine, handle, theirs, cudnn_ms))
+    warm, warm_handle = rounds[0][0], rounds[0][1]
     workloads = []
     for wid, w in warm.items():
-        row = {"id": wid, "ours_ms": w.get("ours_ms"), "torch_ms": theirs.get(wid), "bytes": w.get("bytes"), "flops": w.get("flops")}
-        if w.get("ours_ms") and w.get("flops"):
-            row["ours_tflops"] = w["flops"] / w["ours_ms"] / 1e9
+        ours_ms = median(r[0].get(wid, {}).get("ours_ms") for r in rounds)
+        row = {"id": wid, "ours_ms": ours_ms, "torch_ms": median(r[2].get(wid) for r in rounds), "bytes": w.get("bytes"), "flops": w.get("flops")}
+        if ours_ms and w.get("flops"):
+            row["ours_tflops"] = w["flops"] / ours_ms / 1e9
             if row["torch_ms"]:
                 row["torch_tflops"] = w["flops"] / row["torch_ms"] / 1e9
-        if wid in cudnn_ms:
-            row["cudnn_graph_ms"] = cudnn_ms[wid]
-            row["ratio_vs_cudnn_graph"] = cudnn_ms[wid] / w["ours_ms"] if w.get("ours_ms") else None
-        if w.get("ours_ms") and row["torch_ms"]:
-            row["ratio"] = row["torch_ms"] / w["ours_ms"]
-        else:
-            row["ratio"] = None
-        if w.get("ours_ms"):
+        cudnn = median(r[3].get(wid) for r in rounds)
+        if cudnn:
+            row["cudnn_graph_ms"] = cudnn
+            row["ratio_vs_cudnn_graph"] = cudnn / ours_ms if ours_ms else None
+        row["ratio"] = row["torch_ms"] / ours_ms if ours_ms and row["torch_ms"] else None
+        # Each round's own ratios: their spread is the run-to-run noise of the row.
+        per = [(r[2].get(wid), r[0].get(wid, {}).get("ours_ms"), r[3].get(wid)) for r in rounds]
+        if len(rounds) > 1 and row["ratio"]:
+            row["ratio_rounds"] = [t / o for t, o, _ in per if t and o]
+            if cudnn:
+                row["ratio_vs_cudnn_graph_rounds"] = [c / o for _, o, c in per if c and o]
+        if ours_ms:
             if w.get("flops"):
                 # fp8's tensor-core rate is twice bf16's: its ceiling is twice the measured bf16 GEMM.
                 ceiling = roof["gemm_bf16_tflops"] * (2 if "_fp8_" in wid else 1)
-                row["pct_roofline"] = 100 * w["flops"] / w["ours_ms"] / 1e9 / ceiling
+                row["pct_roofline"] = 100 * w["flops"] / ours_ms / 1e9 / ceiling
             elif w.get("bytes"):
-                row["pct_roofline"] = 100 * w["bytes"] / w["ours_ms"] / 1e6 / roof["copy_gbs"]
-        if args.skip_cold:  # the one process started with an empty cache: its first build is the cold one
+                row["pct_roofline"] = 100 * w["bytes"] / ours_ms / 1e6 / roof["copy_gbs"]
+        if args.skip_cold:  # the first round's process started with an empty cache: its first build is the cold one
             row["build_ms"] = {"cold": w.get("build_ms_first"), "warm_disk": None, "in_process": w.get("build_ms_in_process")}
         else:
             row["build_ms"] = {"cold": cold.get(wid, {}).get("build_ms_first"), "warm_disk": w.get("build_ms_first"), "in_process": w.get("build_ms_in_process")}
@@ -281,6 +297,7 @@ def main():
         "commit": args.commit,
         "software": f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}",
         "suite": args.suite,
+        "rounds": len(rounds),
         "roofline": roof,
         "handle_ms": {"cold": warm_handle, "warm_disk": None} if args.skip_cold else {"cold": cold_handle, "warm_disk": warm_handle},
         "workloads": workloads,
