@@ -306,6 +306,40 @@ def test_batchnorm_training_and_backward(handle):
     torch.testing.assert_close(b32.grad, DBias_actual, atol=5e-2, rtol=1e-3)
 
 
+def sdpa_forward_graph(handle, io_type, q, k, v, o, stats, attn_scale, causal):
+    """The forward as the frontend's samples write it; stats (f32) when `stats` is given."""
+    graph = cudnn.pygraph(io_data_type=io_type, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    tq, tk, tv = graph.tensor_like(q), graph.tensor_like(k), graph.tensor_like(v)
+    to, tstats = graph.sdpa(name="sdpa", q=tq, k=tk, v=tv, is_inference=stats is None, attn_scale=attn_scale, use_causal_mask=causal)
+    to.set_output(True).set_dim(o.size()).set_stride(o.stride())
+    pack = {tq: q, tk: k, tv: v, to: o}
+    if stats is not None:
+        tstats.set_output(True).set_dim(stats.size()).set_stride(stats.stride())
+        tstats.set_data_type(cudnn.data_type.FLOAT)
+        pack[tstats] = stats
+    build(graph)
+    return graph, pack
+
+
+def sdpa_backward_graph(handle, io_type, q, k, v, o, dO, stats, dQ, dK, dV, attn_scale, causal, deterministic):
+    graph = cudnn.pygraph(io_data_type=io_type, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    tq, tk, tv, to, tdO, tstats = (graph.tensor_like(x) for x in (q, k, v, o, dO, stats))
+    tdQ, tdK, tdV = graph.sdpa_backward(
+        name="sdpa_backward", q=tq, k=tk, v=tv, o=to, dO=tdO, stats=tstats, attn_scale=attn_scale, use_causal_mask=causal, use_deterministic_algorithm=deterministic,
+    )
+    for t, x in ((tdQ, dQ), (tdK, dK), (tdV, dV)):
+        t.set_output(True).set_dim(x.size()).set_stride(x.stride())
+    build(graph)
+    return graph, {tq: q, tk: k, tv: v, to: o, tdO: dO, tstats: stats, tdQ: dQ, tdK: dK, tdV: dV}
+
+
+def run_graphs(*graphs):
+    workspace = torch.empty(max(g.get_workspace_size() for g, _ in graphs), device="cuda", dtype=torch.uint8)
+    for g, pack in graphs:
+        g.execute(pack, workspace)
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("causal,deterministic", [(False, False), (True, False), (False, True)])
 def test_sdpa_forward_and_backward(handle, causal, deterministic):
     torch.manual_seed(5)
@@ -322,64 +356,17 @@ def test_sdpa_forward_and_backward(handle, causal, deterministic):
     dQ_gpu, dK_gpu, dV_gpu = torch.empty_like(q_gpu), torch.empty_like(k_gpu), torch.empty_like(v_gpu)
     dO_gpu = torch.randn_like(o_gpu)
 
-    graph_forward = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
-    q_forward = graph_forward.tensor_like(q_gpu)
-    k_forward = graph_forward.tensor_like(k_gpu)
-    v_forward = graph_forward.tensor_like(v_gpu)
-    o_forward, stats_forward = graph_forward.sdpa(name="sdpa", q=q_forward, k=k_forward, v=v_forward, is_inference=False, attn_scale=attn_scale, use_causal_mask=causal)
-    o_forward.set_output(True).set_dim(o_gpu.size()).set_stride(o_gpu.stride())
-    stats_forward.set_output(True).set_dim(stats_gpu.size()).set_stride(stats_gpu.stride())
-    stats_forward.set_data_type(cudnn.data_type.FLOAT)
-    graph_forward.validate()
-    graph_forward.build_operation_graph()
-    graph_forward.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    graph_forward.check_support()
-    graph_forward.build_plans()
-
-    graph_backward = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
-    q_backward = graph_backward.tensor_like(q_gpu)
-    k_backward = graph_backward.tensor_like(k_gpu)
-    v_backward = graph_backward.tensor_like(v_gpu)
-    o_backward = graph_backward.tensor_like(o_gpu)
-    dO_backward = graph_backward.tensor_like(dO_gpu)
-    stats_backward = graph_backward.tensor_like(stats_gpu)
-    dQ_backward, dK_backward, dV_backward = graph_backward.sdpa_backward(
-        name="sdpa_backward", q=q_backward, k=k_backward, v=v_backward, o=o_backward, dO=dO_backward, stats=stats_backward, attn_scale=attn_scale, use_causal_mask=causal,
-        use_deterministic_algorithm=deterministic,
-    )
-    dQ_backward.set_output(True).set_dim(dQ_gpu.size()).set_stride(dQ_gpu.stride())
-    dK_backward.set_output(True).set_dim(dK_gpu.size()).set_stride(dK_gpu.stride())
-    dV_backward.set_output(True).set_dim(dV_gpu.size()).set_stride(dV_gpu.stride())
-    graph_backward.validate()
-    graph_backward.build_operation_graph()
-    graph_backward.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    graph_backward.check_support()
-    graph_backward.build_plans()
+    half = cudnn.data_type.HALF
+    forward = sdpa_forward_graph(handle, half, q_gpu, k_gpu, v_gpu, o_gpu, stats_gpu, attn_scale, causal)
+    backward = sdpa_backward_graph(handle, half, q_gpu, k_gpu, v_gpu, o_gpu, dO_gpu, stats_gpu, dQ_gpu, dK_gpu, dV_gpu, attn_scale, causal, deterministic)
     # On Hopper, the first plan of attention without a sliding window adds dQ with float atomics
     # unless asked not to.
-    notes = graph_backward.get_behavior_notes()
+    notes = backward[0].get_behavior_notes()
     if deterministic or torch.cuda.get_device_capability() != (9, 0):
         assert "DETERMINISTIC" in notes, notes
     else:
         assert "DETERMINISTIC" not in notes, notes
-
-    workspace = torch.empty(max(graph_forward.get_workspace_size(), graph_backward.get_workspace_size()), device="cuda", dtype=torch.uint8)
-    graph_forward.execute({q_forward: q_gpu, k_forward: k_gpu, v_forward: v_gpu, o_forward: o_gpu, stats_forward: stats_gpu}, workspace)
-    graph_backward.execute(
-        {
-            q_backward: q_gpu,
-            k_backward: k_gpu,
-            v_backward: v_gpu,
-            o_backward: o_gpu,
-            dO_backward: dO_gpu,
-            stats_backward: stats_gpu,
-            dQ_backward: dQ_gpu,
-            dK_backward: dK_gpu,
-            dV_backward: dV_gpu,
-        },
-        workspace,
-    )
-    torch.cuda.synchronize()
+    run_graphs(forward, backward)
 
     q_ref = q_gpu.detach().float().requires_grad_()
     k_ref = k_gpu.detach().float().requires_grad_()
@@ -395,6 +382,55 @@ def test_sdpa_forward_and_backward(handle, causal, deterministic):
     torch.testing.assert_close(dQ_ref, dQ_gpu.float(), atol=5e-3, rtol=3e-3)
     torch.testing.assert_close(dK_ref, dK_gpu.float(), atol=5e-3, rtol=3e-3)
     torch.testing.assert_close(dV_ref, dV_gpu.float(), atol=5e-3, rtol=3e-3)
+
+
+def rel_err(x, ref):
+    """||x - ref|| / ||ref|| in float32."""
+    return ((x.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+# The four shapes of the attention suite (bench_attention.rs: bf16, [b, h, s, d] packed, scale
+# 1/sqrt(d)), forward with stats and backward with the default (on Hopper, atomic) plan.
+@pytest.mark.parametrize("b,h,s,d,causal", [(4, 16, 4096, 128, False), (4, 16, 4096, 128, True), (16, 16, 1024, 64, False), (1, 32, 16384, 128, True)])
+def test_sdpa_benchmark_shapes_against_pytorch(handle, b, h, s, d, causal):
+    torch.manual_seed(11)
+    scale = 1.0 / math.sqrt(d)
+    q, k, v, dO = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    # Outputs poisoned with NaN: an element left unwritten fails below.
+    o, dQ, dK, dV = (torch.full_like(q, float("nan")) for _ in range(4))
+    o_inference = torch.full_like(q, float("nan"))
+    stats = torch.full((b, h, s, 1), float("nan"), device="cuda", dtype=torch.float32)
+    bf16 = cudnn.data_type.BFLOAT16
+    run_graphs(
+        sdpa_forward_graph(handle, bf16, q, k, v, o, stats, scale, causal),
+        sdpa_forward_graph(handle, bf16, q, k, v, o_inference, None, scale, causal),
+        sdpa_backward_graph(handle, bf16, q, k, v, o, dO, stats, dQ, dK, dV, scale, causal, False),
+    )
+    # The benchmark's forward (no stats) gives the same O.
+    assert torch.equal(o_inference, o)
+
+    # PyTorch in bf16 (its own backend choice: cuDNN or flash attention).
+    qt, kt, vt = (x.clone().requires_grad_() for x in (q, k, v))
+    ot = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=scale)
+    dQt, dKt, dVt = torch.autograd.grad(outputs=[ot], inputs=[qt, kt, vt], grad_outputs=[dO])
+    for name, ours, theirs in (("o", o, ot), ("dQ", dQ, dQt), ("dK", dK, dKt), ("dV", dV, dVt)):
+        assert torch.isfinite(ours).all(), name
+        assert rel_err(ours, theirs) < 2e-2, (name, rel_err(ours, theirs))
+
+    # A float32 reference for one head (the last batch's last head), against which ours must be
+    # about as close as PyTorch's bf16 result.
+    bi, hi = b - 1, h - 1
+    q32, k32, v32 = (x[bi : bi + 1, hi : hi + 1].float().requires_grad_() for x in (q, k, v))
+    o32 = torch.nn.functional.scaled_dot_product_attention(q32, k32, v32, is_causal=causal, scale=scale)
+    grads32 = torch.autograd.grad(outputs=[o32], inputs=[q32, k32, v32], grad_outputs=[dO[bi : bi + 1, hi : hi + 1].float()])
+    for name, ours, theirs, ref in zip(("o", "dQ", "dK", "dV"), (o, dQ, dK, dV), (ot, dQt, dKt, dVt), (o32, *grads32)):
+        e_ours, e_torch = rel_err(ours[bi : bi + 1, hi : hi + 1], ref), rel_err(theirs[bi : bi + 1, hi : hi + 1], ref)
+        print(f"b{b}h{h}s{s}d{d}{'_causal' if causal else ''} {name}: relative error against float32, ours {e_ours:.2e}, PyTorch {e_torch:.2e}; ours against PyTorch {rel_err(ours, theirs):.2e}")
+        assert e_ours <= max(1.5 * e_torch, 2e-3), (name, e_ours, e_torch)
+    scores = (q32[0, 0].detach() @ k32[0, 0].detach().T) * scale
+    if causal:
+        scores = scores.masked_fill(torch.ones(s, s, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(stats[bi, hi], torch.logsumexp(scores, -1, keepdim=True), atol=2e-3, rtol=1e-3)
 
 
 def test_host_torch_tensors_run_on_the_cpu_engine(handle):
