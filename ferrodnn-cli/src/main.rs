@@ -6,6 +6,7 @@ mod bench_memory;
 mod demo;
 mod gpu_check;
 mod gpu_smoke;
+mod ptx_manifest;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use ferrodnn::engine::PlanPolicy;
@@ -107,6 +108,19 @@ enum Command {
         #[arg(long)]
         notes: bool,
     },
+    /// Write the PTX of every kernel the check cases and benchmark suites compile (sm_80 and
+    /// sm_90a) as a manifest, one line a kernel with the hash of its PTX: a manifest before and
+    /// after a change to the generators shows which kernels' code changed. Needs NVRTC, no GPU.
+    PtxManifest {
+        /// The manifest file to write.
+        out: std::path::PathBuf,
+        /// Also keep each distinct PTX here, as <hash>.ptx.
+        #[arg(long)]
+        ptx_dir: Option<std::path::PathBuf>,
+        /// Only graphs whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+    },
     /// Smoke-check the CUDA runtime on the GPU: NVRTC compile, kernel cache, module load, launches
     /// checked element by element against the CPU, wrapped streams, event timing, an mma.sync
     /// tile and a cluster launch. Prints JSON; exits non-zero if a check fails (0 with
@@ -136,6 +150,7 @@ fn main() -> ExitCode {
         Command::CompileCases { arch, sm_count, filter, experimental, dump, bench, notes } => {
             compile_cases(&arch, sm_count, filter.as_deref(), experimental, dump.as_deref(), bench.as_deref(), notes)
         }
+        Command::PtxManifest { out, ptx_dir, filter } => ptx_manifest::ptx_manifest(&out, ptx_dir.as_deref(), filter.as_deref()),
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),

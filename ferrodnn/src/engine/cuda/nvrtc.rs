@@ -34,6 +34,8 @@ const REQUIRED_NVRTC_SYMBOLS: &[&str] = &[
     "nvrtcGetProgramLog",
     "nvrtcGetCUBINSize",
     "nvrtcGetCUBIN",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
 ];
 
 /// The NVRTC that was loaded: its version and where it was found.
@@ -438,6 +440,48 @@ pub fn ptxas_perf_notes(log: &str) -> Vec<&str> {
 /// ("Potential Performance Loss: ...", [`WGMMA_SERIALIZED`]) are there.
 pub fn compile_cubin_logged(source: &str, name: &str, opts: &CompileOptions) -> Result<(Vec<u8>, String)> {
     opts.check_arch()?;
+    let (prog, log) = compile_program(source, name, opts)?;
+    let mut size = 0usize;
+    // SAFETY: a compiled program and a valid out pointer.
+    let r = unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) };
+    if r != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return Err(Error::Device(format!("kernel `{name}`: NVRTC produced no cubin for {} ({}); is it a real architecture such as sm_90a?", opts.arch, nvrtc_error(r))));
+    }
+    let mut cubin = vec![0u8; size];
+    // SAFETY: the buffer holds exactly the size NVRTC reported.
+    let r = unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut c_char) };
+    if r != sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(Error::Device(format!("kernel `{name}`: nvrtcGetCUBIN failed: {}", nvrtc_error(r))));
+    }
+    Ok((cubin, log))
+}
+
+/// Compile `source` to PTX for the virtual architecture of `opts.arch` (`sm_90a` gives
+/// `compute_90a`): no ptxas pass, so much faster than [`compile_cubin`]. The PTX is what NVRTC's
+/// front end made of the source, so two sources with the same PTX compile to the same machine
+/// code: the kernel-layer refactors are checked that way (`ferrodnn compile-cases --ptx-manifest`).
+pub fn compile_ptx(source: &str, name: &str, opts: &CompileOptions) -> Result<String> {
+    opts.check_arch()?;
+    let virtual_opts = CompileOptions { arch: opts.arch.replacen("sm_", "compute_", 1), ..opts.clone() };
+    let (prog, _) = compile_program(source, name, &virtual_opts)?;
+    let mut size = 0usize;
+    // SAFETY: a compiled program and a valid out pointer.
+    let r = unsafe { sys::nvrtcGetPTXSize(prog.0, &mut size) };
+    if r != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return Err(Error::Device(format!("kernel `{name}`: NVRTC produced no PTX for {} ({})", virtual_opts.arch, nvrtc_error(r))));
+    }
+    let mut ptx = vec![0u8; size];
+    // SAFETY: the buffer holds exactly the size NVRTC reported, NUL included.
+    let r = unsafe { sys::nvrtcGetPTX(prog.0, ptx.as_mut_ptr() as *mut c_char) };
+    if r != sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(Error::Device(format!("kernel `{name}`: nvrtcGetPTX failed: {}", nvrtc_error(r))));
+    }
+    Ok(String::from_utf8_lossy(&ptx).trim_end_matches('\0').to_string())
+}
+
+/// Runs NVRTC on `source` with `opts` (whose architecture the caller checked): the compiled
+/// program and its log, or an error with the log.
+fn compile_program(source: &str, name: &str, opts: &CompileOptions) -> Result<(Program, String)> {
     nvrtc()?;
     let headers = cuda_include_dir();
     let args = opts.args(headers.found.as_deref());
@@ -472,19 +516,7 @@ pub fn compile_cubin_logged(source: &str, name: &str, opts: &CompileOptions) -> 
         }
         return Err(Error::Device(msg));
     }
-    let mut size = 0usize;
-    // SAFETY: a compiled program and a valid out pointer.
-    let r = unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) };
-    if r != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
-        return Err(Error::Device(format!("kernel `{name}`: NVRTC produced no cubin for {} ({}); is it a real architecture such as sm_90a?", opts.arch, nvrtc_error(r))));
-    }
-    let mut cubin = vec![0u8; size];
-    // SAFETY: the buffer holds exactly the size NVRTC reported.
-    let r = unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut c_char) };
-    if r != sys::nvrtcResult::NVRTC_SUCCESS {
-        return Err(Error::Device(format!("kernel `{name}`: nvrtcGetCUBIN failed: {}", nvrtc_error(r))));
-    }
-    Ok((cubin, log))
+    Ok((prog, log))
 }
 
 /// Compile through a [`KernelCache`](super::KernelCache): the key covers the source, the
