@@ -8,8 +8,6 @@ OUT=${OUT:-/tmp/ferrodnn-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 export FERRODNN_CACHE_DIR=/tmp/ferrodnn-kernel-cache
-# EXPERIMENTAL=1: also plan the kernels not yet checked on a GPU (FERRODNN_EXPERIMENTAL).
-export FERRODNN_EXPERIMENTAL=${EXPERIMENTAL:-0}
 # Reuse the kernels compiled on an earlier machine (same image, same NVRTC), when carried.
 mkdir -p "$FERRODNN_CACHE_DIR"
 [ -f .gpu/kcache.tar.gz ] && tar -xzf .gpu/kcache.tar.gz -C "$FERRODNN_CACHE_DIR" && echo "kernel cache: $(ls "$FERRODNN_CACHE_DIR" | wc -l) entries carried in"

@@ -92,9 +92,6 @@ enum Command {
         /// Only cases whose name contains this.
         #[arg(long)]
         filter: Option<String>,
-        /// Generate the experimental kernels too (see FERRODNN_EXPERIMENTAL).
-        #[arg(long)]
-        experimental: bool,
         /// Also write each kernel's full source (prelude included) to DIR/<entry>_<n>.cu, for
         /// inspection with NVRTC or nvcc (register use, spills).
         #[arg(long)]
@@ -147,8 +144,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::GpuCheckRuntime { out, device } => return gpu_smoke::main(device, out.as_deref()),
         Command::Ops { json } => ops(json),
-        Command::CompileCases { arch, sm_count, filter, experimental, dump, bench, notes } => {
-            compile_cases(&arch, sm_count, filter.as_deref(), experimental, dump.as_deref(), bench.as_deref(), notes)
+        Command::CompileCases { arch, sm_count, filter, dump, bench, notes } => {
+            compile_cases(&arch, sm_count, filter.as_deref(), dump.as_deref(), bench.as_deref(), notes)
         }
         Command::PtxManifest { out, ptx_dir, filter } => ptx_manifest::ptx_manifest(&out, ptx_dir.as_deref(), filter.as_deref()),
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
@@ -278,10 +275,10 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 }
 
 /// See [`Command::CompileCases`].
-fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, experimental: bool, dump: Option<&std::path::Path>, suite: Option<&str>, notes: bool) -> Result<(), String> {
+fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, dump: Option<&std::path::Path>, suite: Option<&str>, notes: bool) -> Result<(), String> {
     use ferrodnn::engine::cuda::{compile_cached, compile_cubin_logged, ptxas_perf_notes, CompileOptions, KernelCache, Target};
     use rayon::prelude::*;
-    let target = Target { experimental, ..Target::new(arch, sm_count) };
+    let target = Target::new(arch, sm_count);
     let mut sources = std::collections::BTreeMap::new();
     let mut graphs: Vec<(String, ferrodnn::Graph)> = ferrodnn::testing::cases::all().into_iter().map(|c| (c.name, c.graph)).collect();
     if let Some(name) = suite {

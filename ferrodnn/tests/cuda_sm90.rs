@@ -4,7 +4,7 @@
 //! With FERRODNN_SM90_TIMING=1 it also prints TFLOP/s of the large shapes (no assertion on
 //! speed: that lives in the benchmark harness).
 
-use ferrodnn::engine::cuda::fallback::{Arg, PRELUDE};
+use ferrodnn::engine::cuda::kernel::{kernel_text, Arg, Grid};
 use ferrodnn::engine::cuda::gemm::sm90;
 use ferrodnn::engine::cuda::gemm::{epilogue, Epilogue, GemmProblem, Operand};
 use ferrodnn::engine::cuda::{compile_cubin, gpu_available, CompileOptions, CudaDevice, Event, Module, Target};
@@ -119,7 +119,9 @@ fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, t
     .unwrap_or_else(|| panic!("no kernel: {:?} {cfg:?}", sm90::reject(&p, &target)));
     let mut fns = Vec::new();
     for l in &nk.launches {
-        let cubin = compile_cubin(&format!("{PRELUDE}\n{}", l.source), &l.entry, &CompileOptions::new(dev.arch())).expect("compile");
+        // Plain launches here, not programmatic dependents.
+        let plain = Target::new(&dev.arch(), dev.sm_count()).with_pdl(false);
+        let cubin = compile_cubin(&kernel_text(l, &plain).0, &l.entry, &CompileOptions::new(dev.arch())).expect("compile");
         let module = Module::load(dev, &cubin).expect("load");
         let f = module.function(&l.entry).expect("function");
         if l.shared_bytes > 48 * 1024 {
@@ -169,7 +171,10 @@ fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, t
             let mut w = words[i].clone();
             let mut params: Vec<*mut c_void> = m.iter_mut().map(|m| m as *mut _ as *mut c_void).collect();
             params.extend(w.iter_mut().map(|w| w as *mut u64 as *mut c_void));
-            let mut grid = l.exact_grid.unwrap_or(((l.threads.div_ceil(l.block as u64)).clamp(1, dev.sm_count() as u64 * 32) as u32, 1, 1));
+            let mut grid = match l.grid {
+                Grid::Exact(x, y, z) => (x, y, z),
+                Grid::Cover(threads) => (threads.div_ceil(l.block as u64).clamp(1, dev.sm_count() as u64 * 32) as u32, 1, 1),
+            };
             // As the engine does: a persistent cluster kernel gets the clusters that fit.
             if let Some(cl) = l.cluster {
                 let fit = f.max_active_clusters((l.block, 1, 1), cl, l.shared_bytes);
@@ -311,7 +316,7 @@ fn sm90_gemm_matches_f64_reference() {
     // The same cases with 2-CTA clusters (B multicast) where they have more than one tile row.
     let target = Target::new(&dev.arch(), dev.sm_count());
     for c in small.iter().filter(|c| c.m > 128) {
-        let cfg = sm90::Config { cluster_m: 2, splits: 1, ..sm90::choose(&problem(c), &target) };
+        let cfg = sm90::Config { cluster_m: 2, splits: 1, ..sm90::choose(&problem(c), &target, &Default::default()) };
         let (err, _) = run(&dev, c, None, false, Some(cfg));
         let tol = if c.out == DataType::F32 { 1e-5 } else { 8e-3 };
         eprintln!("{}x{}x{}x{} a_kmajor {} b_kmajor {} {} cluster 2: rel err {err:.2e}", c.batch, c.m, c.n, c.k, c.a_kmajor, c.b_kmajor, c.out);
@@ -331,7 +336,7 @@ fn sm90_gemm_matches_f64_reference() {
     // Under compute-sanitizer, the small cases are enough (FERRODNN_SM90_SMALL_ONLY=1).
     let big: &[Case] = if std::env::var_os("FERRODNN_SM90_SMALL_ONLY").is_some() { &[] } else { &big };
     for c in big {
-        let chosen = sm90::choose(&problem(c), &Target::new(&dev.arch(), dev.sm_count()));
+        let chosen = sm90::choose(&problem(c), &Target::new(&dev.arch(), dev.sm_count()), &Default::default());
         eprintln!("chosen: {chosen:?}");
         let (err, tflops) = run(&dev, c, Some(256), timing, None);
         eprintln!(
@@ -355,7 +360,7 @@ fn sm90_gemm_matches_f64_reference() {
             }
             // Other configurations, for tuning the heuristic.
             let target = Target::new(&dev.arch(), dev.sm_count());
-            let base = sm90::choose(&problem(c), &target);
+            let base = sm90::choose(&problem(c), &target, &Default::default());
             for (bn, stages, tma_store, splits, cluster_m) in
                 [(256, 3, true, 1, 2), (256, 4, false, 1, 1), (128, 6, true, 1, 1), (128, 7, false, 4, 1), (128, 6, false, 2, 1), (64, 8, true, 1, 1)]
             {

@@ -3,7 +3,8 @@
 //! stream (no allocation, no compilation, no host synchronization), so it can be captured in a
 //! CUDA graph.
 
-use super::fallback::{self, Arg, NodeKernels, TRef, PRELUDE};
+use super::kernel::{kernel_text, Arg, Grid, NodeKernels, Options, TRef, Target};
+use super::planner::{self, has_atomic_sdpa_backward, has_f32_matmul, has_fp8_matmul};
 use super::{compile_cached, CompileOptions, CudaDevice, DeviceBuffer, Function, KernelCache, Module, Stream};
 use crate::dtype::DataType;
 use crate::engine::{BehaviorNotes, Buffer, CompiledPlan, Engine, EngineKind, Knob, VariantPack};
@@ -33,163 +34,11 @@ impl CudaEngine {
         CudaEngine { device, stream }
     }
 
-    /// The kernel units of a validated graph: with `fused`, memory-bound chains are fused and
-    /// specialized kernels (GEMM, attention, rows, spatial) replace the fallback's where they
-    /// apply on `target`.
-    fn units(graph: &Graph, target: &Target, fused: bool) -> Result<Vec<Unit>> {
-        if fused {
-            super::fused::units(graph, target)
-        } else {
-            fallback_units(graph)
-        }
-    }
-
     /// The device this engine generates kernels for.
     pub fn target(&self) -> Target {
         let pdl = !std::env::var("FERRODNN_PDL").is_ok_and(|v| v == "0") && super::module::has_launch_ex();
-        let mut t = Target::new(&self.device.arch(), self.device.sm_count()).with_pdl(pdl);
-        t.experimental = experimental_from_env();
-        t
+        Target::new(&self.device.arch(), self.device.sm_count()).with_pdl(pdl)
     }
-}
-
-/// Whether `FERRODNN_EXPERIMENTAL=1` asks for the kernels that compile and are generated for the
-/// check cases, but have not yet passed the GPU check on a device (see [`Target::experimental`]).
-pub fn experimental_from_env() -> bool {
-    std::env::var("FERRODNN_EXPERIMENTAL").is_ok_and(|v| v == "1")
-}
-
-/// What kernel generation may assume about the device: the NVRTC architecture (`sm_80`,
-/// `sm_90a`, ...) and the number of SMs (for one-wave and persistent grids). A kernel source is
-/// a pure function of the graph and the target.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Target {
-    pub arch: String,
-    pub sm_count: u32,
-    /// Also generate the kernels that are written and compile but have not yet passed the GPU
-    /// check against the CPU engine on a device (off by default; `FERRODNN_EXPERIMENTAL=1` turns
-    /// it on for the engine). A kernel leaves this set once a GPU run has checked it.
-    pub experimental: bool,
-    /// The plan lets f32 matmuls run as tf32 (one tensor-core pass on inputs rounded to a
-    /// 10-bit mantissa) instead of 3xTF32 (about f32 accuracy): the `tf32` knob, which makes
-    /// the plan's behavior notes say reduced precision.
-    pub allow_tf32: bool,
-    /// The plan lets fp8 matmuls accumulate in the tensor cores' own adder (Hopper's fp8 `wgmma`,
-    /// twice the 16-bit rate, whose sums keep fewer bits than f32: cuBLASLt's "fast
-    /// accumulation") instead of converting to f16 and accumulating in f32: the `fp8_fast_accum`
-    /// knob, which makes the plan's behavior notes say reduced precision.
-    pub allow_fp8_fast_accum: bool,
-    /// The plan may accumulate with float atomics, whose order varies from run to run: the
-    /// `atomics` knob (attention backward's dQ in one pass over K/V), which makes the plan's
-    /// behavior notes say non-deterministic.
-    pub allow_atomics: bool,
-    /// Programmatic dependent launch (sm_90 or newer): every kernel waits for the kernels before
-    /// it in the stream at its start (`griddepcontrol.wait`, before any memory access) and then
-    /// lets the next one launch (`griddepcontrol.launch_dependents`), and the plan launches it
-    /// with programmatic stream serialization, so that a kernel's launch and the scheduling of
-    /// its blocks overlap its predecessor's last wave instead of following it. On by default
-    /// where the device has it; `FERRODNN_PDL=0` turns it off for the engine.
-    pub pdl: bool,
-    /// Autotuned GEMM configurations: each Hopper GEMM runs in the configuration its tuning kept
-    /// (`gemm::tune`), where there is one; the `autotune` knob.
-    pub autotune: bool,
-    /// Every Hopper GEMM runs in tuning candidate `i` of its problem (`sm90::tuning_configs`;
-    /// the heuristic's where there is no such candidate): the `gemm_config` knob of the plans an
-    /// autotuning times.
-    pub gemm_config: Option<u8>,
-}
-
-impl Target {
-    pub fn new(arch: &str, sm_count: u32) -> Target {
-        let mut t = Target {
-            arch: arch.to_string(),
-            sm_count,
-            experimental: false,
-            allow_tf32: false,
-            allow_fp8_fast_accum: false,
-            allow_atomics: false,
-            pdl: false,
-            autotune: false,
-            gemm_config: None,
-        };
-        t.pdl = t.cc() >= 90;
-        t
-    }
-    /// This target with programmatic dependent launch on or off (off below sm_90).
-    pub fn with_pdl(mut self, on: bool) -> Target {
-        self.pdl = on && self.cc() >= 90;
-        self
-    }
-    /// This target with the experimental kernels on.
-    pub fn with_experimental(mut self) -> Target {
-        self.experimental = true;
-        self
-    }
-    /// This target with f32 matmuls allowed (or not) to run as tf32.
-    pub fn with_tf32(mut self, allow: bool) -> Target {
-        self.allow_tf32 = allow;
-        self
-    }
-    /// This target with fp8 matmuls allowed (or not) to accumulate in the tensor cores' adder.
-    pub fn with_fp8_fast_accum(mut self, allow: bool) -> Target {
-        self.allow_fp8_fast_accum = allow;
-        self
-    }
-    /// This target with float atomics allowed (or not).
-    pub fn with_atomics(mut self, allow: bool) -> Target {
-        self.allow_atomics = allow;
-        self
-    }
-    /// An A100 (sm_80, 108 SMs): the mma.sync / cp.async generation.
-    pub fn sm80() -> Target {
-        Target::new("sm_80", 108)
-    }
-    /// An H100 SXM (sm_90a, 132 SMs): wgmma, TMA, clusters.
-    pub fn sm90a() -> Target {
-        Target::new("sm_90a", 132)
-    }
-    /// The compute capability as a number: 80, 86, 89, 90, ...
-    pub fn cc(&self) -> u32 {
-        self.arch.trim_start_matches("sm_").trim_end_matches('a').parse().unwrap_or(80)
-    }
-    /// Hopper's arch-specific features (wgmma, setmaxnreg) need the `a` target (`sm_90a`).
-    pub fn hopper(&self) -> bool {
-        self.arch == "sm_90a"
-    }
-}
-
-/// The kernels of a group of nodes (one node, or a fused chain) and the tensors they write.
-#[derive(Clone, Debug)]
-pub struct Unit {
-    /// Node indices covered, in topological order.
-    pub nodes: Vec<usize>,
-    pub kernels: NodeKernels,
-    /// Tensors the unit writes to memory (outputs consumed outside the unit, or graph outputs);
-    /// tensors internal to the unit never reach memory.
-    pub writes: Vec<TensorId>,
-    /// Kernels to run instead when a listed tensor's pointer is not 16-byte aligned at execute
-    /// time (fast kernels with TMA or vector accesses that need it; the pointer is only known
-    /// then). The alternative must compute the same outputs.
-    pub unaligned: Option<Box<Unaligned>>,
-}
-
-/// See [`Unit::unaligned`].
-#[derive(Clone, Debug)]
-pub struct Unaligned {
-    pub tensors: Vec<TensorId>,
-    pub kernels: NodeKernels,
-}
-
-/// One fallback unit per node, in topological order.
-pub fn fallback_units(graph: &Graph) -> Result<Vec<Unit>> {
-    let order = graph.topological_order()?;
-    order
-        .into_iter()
-        .map(|ni| {
-            let writes = graph.nodes[ni].outputs.iter().map(|p| p.tensor).collect();
-            Ok(Unit { nodes: vec![ni], kernels: fallback::generate(graph, ni)?, writes, unaligned: None })
-        })
-        .collect()
 }
 
 /// Whether a plan's knobs ask for fusion and specialized kernels (the default).
@@ -197,155 +46,54 @@ fn fused_knob(knobs: &[Knob]) -> bool {
     knobs.iter().find(|k| k.name == "fused").is_none_or(|k| k.value != 0)
 }
 
-/// Whether a plan's knobs let f32 matmuls run as tf32 (off unless asked for; only with fusion,
-/// since the fallback computes in double).
-fn tf32_knob(knobs: &[Knob]) -> bool {
-    fused_knob(knobs) && knobs.iter().any(|k| k.name == "tf32" && k.value != 0)
-}
-
-/// Whether a plan's knobs let fp8 matmuls accumulate in the tensor cores' adder (off unless
-/// asked for; only with fusion).
-fn fp8_fast_accum_knob(knobs: &[Knob]) -> bool {
-    fused_knob(knobs) && knobs.iter().any(|k| k.name == "fp8_fast_accum" && k.value != 0)
-}
-
-/// Whether a plan's knobs ask for autotuned GEMM configurations (only with fusion).
-fn autotune_knob(knobs: &[Knob]) -> bool {
-    fused_knob(knobs) && knobs.iter().any(|k| k.name == "autotune" && k.value != 0)
-}
-
-/// The GEMM tuning candidate a plan's knobs force (`gemm_config`), if any.
-fn gemm_config_knob(knobs: &[Knob]) -> Option<u8> {
-    knobs.iter().find(|k| k.name == "gemm_config").and_then(|k| u8::try_from(k.value).ok())
-}
-
-/// Whether a plan's knobs allow float atomics (off unless asked for; only with fusion).
-fn atomics_knob(knobs: &[Knob]) -> bool {
-    fused_knob(knobs) && knobs.iter().any(|k| k.name == "atomics" && k.value != 0)
-}
-
-/// Whether the graph has an attention backward whose kernels the `atomics` knob changes.
-fn has_atomic_sdpa_backward(graph: &Graph) -> bool {
-    graph.nodes.iter().any(|n| matches!(&n.op, crate::graph::ops::Op::SdpaBackward(a) if super::attention::atomic_dq_pays(a)))
-}
-
-/// Whether the graph has a matmul of two fp8 tensors (its inputs, or the sources of its scaled
-/// operands): the `fp8_fast_accum` knob changes its kernels.
-fn has_fp8_matmul(graph: &Graph) -> bool {
-    super::gemm::has_fp8_matmul(graph)
-}
-
-/// Whether the graph has a matmul with an f32 input: the `tf32` knob changes its kernels.
-fn has_f32_matmul(graph: &Graph) -> bool {
-    graph
-        .nodes
-        .iter()
-        .any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.iter().any(|p| graph.resolved_data_type(p.tensor).unwrap_or(DataType::F32) == DataType::F32))
-}
-
-/// The text NVRTC compiles for a launch: the prelude and the launch's source, with the
-/// programmatic-dependent-launch prologue ([`PDL_PROLOGUE`]) as the entry's first statements when
-/// the target has it; and whether it has (the plan then launches it as a dependent).
-fn kernel_text(l: &fallback::Launch, target: &Target) -> (String, bool) {
-    let own_site = l.source.contains(fallback::PDL_SITE);
-    if target.pdl && !l.source.starts_with(fallback::INDEPENDENT_LAUNCH) {
-        if let Some(at) = entry_body_start(&l.source, &l.entry) {
-            // Wait only (the next kernel launches as this one's blocks exit rather than once
-            // they have all started) for kernels marked so, or all with `FERRODNN_PDL_TRIGGER=0`
-            // (a tuning switch).
-            let wait_only = l.source.starts_with(fallback::WAIT_ONLY_LAUNCH) || std::env::var("FERRODNN_PDL_TRIGGER").is_ok_and(|v| v == "0");
-            let prologue = if wait_only { PDL_WAIT_ONLY } else { PDL_PROLOGUE };
-            if own_site {
-                return (format!("{PRELUDE}\n__device__ __forceinline__ void pdl_site() {{{prologue}}}\n{}", l.source), true);
-            }
-            return (format!("{PRELUDE}\n{}{prologue}{}", &l.source[..at], &l.source[at..]), true);
-        }
+/// The kernel-generation options a plan's knobs ask for. `tf32`, `fp8_fast_accum`, `atomics` and
+/// `autotune` are off unless asked for, and only with fusion (the fallback computes in double);
+/// `gemm_config` forces a GEMM tuning candidate.
+fn options_of(knobs: &[Knob]) -> Options {
+    let fused = fused_knob(knobs);
+    let on = |name: &str| fused && knobs.iter().any(|k| k.name == name && k.value != 0);
+    Options {
+        tf32: on("tf32"),
+        fp8_fast_accum: on("fp8_fast_accum"),
+        atomics: on("atomics"),
+        autotune: on("autotune"),
+        gemm_config: knobs.iter().find(|k| k.name == "gemm_config").and_then(|k| u8::try_from(k.value).ok()),
     }
-    let site = if own_site { "__device__ __forceinline__ void pdl_site() {}\n" } else { "" };
-    (format!("{PRELUDE}\n{site}{}", l.source), false)
 }
 
-/// The first statements of a kernel launched as a programmatic dependent: wait until the
-/// kernels before it in the stream have completed and their writes are visible (before any
-/// memory access), then let the next kernel launch (its blocks then wait the same way, so they
-/// only take the SM slots this kernel's finished blocks leave).
-const PDL_PROLOGUE: &str = "\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n#endif\n";
-
-/// [`PDL_PROLOGUE`] without the trigger.
-const PDL_WAIT_ONLY: &str = "\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
-
-/// The byte offset just past the opening brace of `entry`'s definition
-/// (`extern "C" __global__ ... entry(params) {`) in `source`, or None.
-fn entry_body_start(source: &str, entry: &str) -> Option<usize> {
-    let needle = format!("{entry}(");
-    let mut from = 0;
-    while let Some(pos) = source[from..].find(&needle).map(|p| p + from) {
-        from = pos + needle.len();
-        // The name must be whole, and declared by the `__global__` before it.
-        let whole = !matches!(source[..pos].chars().next_back(), Some(c) if c.is_alphanumeric() || c == '_');
-        let decl = source[..pos].rfind("__global__").is_some_and(|g| !source[g..pos].contains([';', '{', '}']));
-        if !whole || !decl {
-            continue;
-        }
-        let mut depth = 1usize;
-        let mut close = None;
-        for (i, c) in source[from..].char_indices() {
-            match c {
-                '(' => depth += 1,
-                ')' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        close = Some(from + i + 1);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let close = close?;
-        let rest = &source[close..];
-        let brace = rest.len() - rest.trim_start().len();
-        if rest[brace..].starts_with('{') {
-            return Some(close + brace + 1);
-        }
-    }
-    None
-}
-
-/// Every kernel source a graph's CUDA plan compiles, with its entry name: for tests that
-/// compile them without a GPU, and for `FERRODNN_LOG`-style inspection.
-pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, String)>> {
+/// Every launch of a graph's CUDA plans (each candidate plan's, the unaligned alternatives too),
+/// for `target`: for tests that compile them without a GPU, and for inspection.
+pub fn plan_launches(graph: &Graph, target: &Target) -> Result<Vec<super::kernel::Launch>> {
     let mut g = graph.clone();
     g.validate()?;
-    let mut out = Vec::new();
-    let mut units = CudaEngine::units(&g, target, true)?;
-    units.extend(CudaEngine::units(&g, target, false)?);
+    let plain = Options::default();
+    let mut units = planner::units(&g, target, &plain, true)?;
+    units.extend(planner::units(&g, target, &plain, false)?);
     // The reduced-precision plan's (see `candidates`).
     let (f32s, fp8s) = (has_f32_matmul(&g), has_fp8_matmul(&g));
     if f32s || fp8s {
-        units.extend(CudaEngine::units(&g, &target.clone().with_tf32(f32s).with_fp8_fast_accum(fp8s), true)?);
+        units.extend(planner::units(&g, target, &plain.clone().with_tf32(f32s).with_fp8_fast_accum(fp8s), true)?);
     }
     if has_atomic_sdpa_backward(&g) {
-        units.extend(CudaEngine::units(&g, &target.clone().with_atomics(true), true)?);
+        units.extend(planner::units(&g, target, &plain.clone().with_atomics(true), true)?);
     }
-    for u in units {
-        let alternative = u.unaligned.map(|a| a.kernels.launches).unwrap_or_default();
-        for l in u.kernels.launches.into_iter().chain(alternative) {
-            out.push((l.entry.clone(), kernel_text(&l, target).0));
-        }
-    }
-    Ok(out)
+    Ok(units.into_iter().flat_map(|u| u.kernels.launches.into_iter().chain(u.unaligned.map(|a| a.kernels.launches).unwrap_or_default())).collect())
+}
+
+/// Every kernel text a graph's CUDA plans compile ([`plan_launches`]), with its entry name.
+pub fn kernel_sources(graph: &Graph, target: &Target) -> Result<Vec<(String, String)>> {
+    Ok(plan_launches(graph, target)?.into_iter().map(|l| (l.entry.clone(), kernel_text(&l, target).0)).collect())
 }
 
 impl CudaEngine {
     /// Tunes each GEMM problem of `graph` that has no tuning yet (`gemm::tune`). A problem that
     /// cannot be timed (its operands do not fit in the device's free memory, say) keeps the
     /// heuristic's configuration: tuning only ever changes speed.
-    fn tune_gemms(&self, graph: &Graph, target: &Target) {
-        for (p, descs) in super::gemm::tunable_problems(graph, target) {
+    fn tune_gemms(&self, graph: &Graph, target: &Target, options: &Options) {
+        for (p, descs) in super::gemm::tunable_problems(graph, target, options) {
             let key = super::gemm::tune::key(&p, target);
             if super::gemm::tune::TuneCache::global().get(&key).is_none() {
-                let _ = self.tune_gemm(&p, descs, &key, target);
+                let _ = self.tune_gemm(&p, descs, &key, target, options);
             }
         }
     }
@@ -353,7 +101,7 @@ impl CudaEngine {
     /// Times `p` in each of its candidate configurations (a plan of the matmul alone, with the
     /// same operand and output layouts and types, random inputs, built in parallel; two warm-up
     /// runs, then the mean of five between events) and keeps the fastest under `key`.
-    fn tune_gemm(&self, p: &super::gemm::GemmProblem, [da, db, dc]: [crate::graph::TensorDesc; 3], key: &str, target: &Target) -> Result<()> {
+    fn tune_gemm(&self, p: &super::gemm::GemmProblem, [da, db, dc]: [crate::graph::TensorDesc; 3], key: &str, target: &Target, options: &Options) -> Result<()> {
         use super::gemm::{sm90, tune};
         let configs = sm90::tuning_configs(p, target);
         let mut g = Graph::new("gemm_tune");
@@ -380,7 +128,7 @@ impl CudaEngine {
         let plans: Vec<Box<dyn CompiledPlan>> = (0..configs.len())
             .into_par_iter()
             .map(|i| {
-                let knobs = [knob("tf32", target.allow_tf32 as i64), knob("fp8_fast_accum", target.allow_fp8_fast_accum as i64), knob("gemm_config", i as i64)];
+                let knobs = [knob("tf32", options.tf32 as i64), knob("fp8_fast_accum", options.fp8_fast_accum as i64), knob("gemm_config", i as i64)];
                 self.build(g.clone(), &knobs)
             })
             .collect::<Result<_>>()?;
@@ -447,7 +195,7 @@ impl Engine for CudaEngine {
                 return Err(Error::NotSupported(format!("tensor \"{}\": the CUDA engine needs by-value scalars to carry their value in the graph", t.name)));
             }
         }
-        Self::units(graph, &self.target(), false).map(|_| ())
+        planner::fallback_units(graph).map(|_| ())
     }
 
     /// Fused and specialized kernels first, then the plain per-node fallback. A graph with an
@@ -482,25 +230,25 @@ impl Engine for CudaEngine {
         // order): same inputs, same bits. The fallback computes in double; f32 matmuls run as
         // 3xTF32 unless the `tf32` knob asks for one tf32 pass, fp8 matmuls in f32 unless the
         // `fp8_fast_accum` knob asks for the tensor cores' adder.
-        BehaviorNotes { runtime_compiled: true, deterministic: !atomics_knob(knobs), reduced_precision: tf32_knob(knobs) || fp8_fast_accum_knob(knobs) }
+        let o = options_of(knobs);
+        BehaviorNotes { runtime_compiled: true, deterministic: !o.atomics, reduced_precision: o.tf32 || o.fp8_fast_accum }
     }
 
     fn build(&self, graph: Arc<Graph>, knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
         let g = &*graph;
-        let mut target = self.target().with_tf32(tf32_knob(knobs)).with_fp8_fast_accum(fp8_fast_accum_knob(knobs)).with_atomics(atomics_knob(knobs));
-        target.gemm_config = gemm_config_knob(knobs);
-        if autotune_knob(knobs) {
-            self.tune_gemms(g, &target);
-            target.autotune = true;
+        let target = self.target();
+        let options = options_of(knobs);
+        if options.autotune {
+            self.tune_gemms(g, &target, &options);
         }
-        let units = Self::units(g, &target, fused_knob(knobs))?;
+        let units = planner::units(g, &target, &options, fused_knob(knobs))?;
         let opts = CompileOptions::new(target.arch.clone());
         let cache = KernelCache::global();
 
         // Every launch of every unit (and of its unaligned alternative), compiled in parallel
         // (NVRTC is thread-safe), each as its own module.
         let lists: Vec<&NodeKernels> = units.iter().flat_map(|u| std::iter::once(&u.kernels).chain(u.unaligned.as_ref().map(|a| &a.kernels))).collect();
-        let launches: Vec<&fallback::Launch> = lists.iter().flat_map(|k| k.launches.iter()).collect();
+        let launches: Vec<&super::kernel::Launch> = lists.iter().flat_map(|k| k.launches.iter()).collect();
         let texts: Vec<(String, bool)> = launches.iter().map(|l| kernel_text(l, &target)).collect();
         let cubins: Vec<Arc<Vec<u8>>> = launches.par_iter().zip(&texts).map(|(l, (text, _))| compile_cached(cache, text, &l.entry, &opts)).collect::<Result<_>>()?;
         let mut cubins = cubins.into_iter().zip(texts.iter().map(|t| t.1));
@@ -547,9 +295,9 @@ impl Engine for CudaEngine {
                 if l.shared_bytes > 48 * 1024 {
                     function.set_max_dynamic_shared_memory(l.shared_bytes)?;
                 }
-                let mut grid = match l.exact_grid {
-                    Some(grid) => grid,
-                    None => (l.threads.div_ceil(l.block.max(1) as u64).clamp(1, max_grid) as u32, 1, 1),
+                let mut grid = match l.grid {
+                    Grid::Exact(x, y, z) => (x, y, z),
+                    Grid::Cover(threads) => (threads.div_ceil(l.block.max(1) as u64).clamp(1, max_grid) as u32, 1, 1),
                 };
                 // Cluster launches are persistent (they stride over their work by the grid): run
                 // no more clusters than fit on the device at once, so none waits for a second
@@ -793,44 +541,36 @@ impl CudaPlan {
 
 #[cfg(test)]
 mod tests {
-    use super::{entry_body_start, kernel_sources, Target};
+    use super::{kernel_sources, plan_launches, Target};
+    use crate::engine::cuda::kernel::{kernel_text, Pdl};
 
-    #[test]
-    fn entry_body_start_finds_the_definition() {
-        let src = "// k_rows( in a comment\n__device__ void k_rows_helper(int a) {}\nextern \"C\" __global__ void __launch_bounds__(256, 2) k_rows(const float* x, TRef r) {\n    body();\n}\n";
-        let at = entry_body_start(src, "k_rows").expect("found");
-        assert_eq!(&src[at - 1..at + 5], "{\n    ");
-        assert!(src[..at].ends_with("TRef r) {"));
-        assert_eq!(entry_body_start(src, "k_none"), None);
-        assert_eq!(entry_body_start("extern \"C\" __global__ void k(int a);", "k"), None);
-    }
-
-    /// Every kernel of every check case gets the dependent-launch prologue on sm_90a (once, as
-    /// its first statements; none for the few marked independent) and none on sm_80 or with it
-    /// turned off.
+    /// Every kernel of every check case waits for its predecessor on sm_90a (one `pdl_site()`,
+    /// before any load of the entry but L2 prefetches; launched as a dependent unless the launch
+    /// says independent, and without the early trigger when it says wait-only), and is an
+    /// ordinary launch on sm_80 or with dependent launches turned off.
     #[test]
     fn every_hopper_kernel_waits_for_its_predecessor_first() {
-        let wait = "griddepcontrol.wait;";
         for case in crate::testing::cases::all() {
-            for (target, want) in [(Target::sm90a(), 1), (Target::sm90a().with_pdl(false), 0), (Target::sm80().with_pdl(true), 0)] {
-                let Ok(list) = kernel_sources(&case.graph, &target) else { continue };
-                for (entry, src) in list {
-                    let want = if src.contains(crate::engine::cuda::fallback::INDEPENDENT_LAUNCH) { 0 } else { want };
-                    assert_eq!(src.matches(wait).count(), want, "{} {entry} ({})", case.name, target.arch);
-                    let trigger = "griddepcontrol.launch_dependents;";
-                    let wait_only = src.contains(crate::engine::cuda::fallback::WAIT_ONLY_LAUNCH);
-                    assert_eq!(src.matches(trigger).count(), if wait_only { 0 } else { want }, "{} {entry} ({})", case.name, target.arch);
-                    if want == 1 && src.contains(crate::engine::cuda::fallback::PDL_SITE) {
-                        // The kernel places the prologue itself: before any load (only L2
-                        // prefetches may come first).
-                        let body = &src[entry_body_start(&src, &entry).expect("entry found")..];
-                        let site = body.find(crate::engine::cuda::fallback::PDL_SITE).expect("site in the entry");
-                        for load in ["cp.async", "ld.global", "ldx_", "ld_"] {
-                            assert!(!body[..site].contains(load), "{} {entry}: {load} before the dependent-launch wait", case.name);
+            for target in [Target::sm90a(), Target::sm90a().with_pdl(false), Target::sm80().with_pdl(true)] {
+                let Ok(list) = plan_launches(&case.graph, &target) else { continue };
+                for l in list {
+                    let (text, dependent) = kernel_text(&l, &target);
+                    let what = format!("{} {} ({})", case.name, l.entry, target.arch);
+                    let want = target.hopper() && target.pdl && l.pdl != Pdl::Independent;
+                    assert_eq!(dependent, want, "{what}");
+                    let mode = if !want { 0 } else if l.pdl == Pdl::WaitOnly { 2 } else { 1 };
+                    assert!(text.starts_with(&format!("#define FDNN_PDL {mode}\n")), "{what}");
+                    if want {
+                        let source = &text[text.len() - l.source.len().min(text.len())..];
+                        let body = source.find(&format!("{}(", l.entry)).or_else(|| source.find("KERNEL_NAME(")).expect("the entry");
+                        let site = source[body..].find("pdl_site();").map(|s| s + body);
+                        let site = site.unwrap_or_else(|| text.rfind("pdl_site();").expect("a dependent-launch site"));
+                        assert_eq!(text.matches("pdl_site();").count(), 1, "{what}");
+                        let before = &text[text.len() - source.len()..][..site.min(source.len())];
+                        let entry_to_site = &before[body.min(before.len())..];
+                        for load in ["cp.async", "ld.global", "ldx_", "ld_", "__ldg"] {
+                            assert!(!entry_to_site.contains(load), "{what}: {load} before the dependent-launch wait");
                         }
-                    } else if want == 1 {
-                        let body = entry_body_start(&src, &entry).expect("entry found");
-                        assert!(src[body..].trim_start().starts_with("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900"), "{} {entry}", case.name);
                     }
                 }
             }
@@ -847,7 +587,7 @@ mod tests {
             |src: &str, what: &str| -> Vec<u32> { src.match_indices(what).map(|(at, _)| src[at + what.len()..].split(';').next().unwrap().trim().parse().unwrap()).collect() };
         let mut seen = 0;
         for case in crate::testing::cases::all() {
-            for target in [Target::sm90a(), Target::sm90a().with_experimental()] {
+            for target in [Target::sm90a()] {
                 let Ok(list) = kernel_sources(&case.graph, &target) else { continue };
                 for (entry, src) in list {
                     let (dec, inc) = (value(&src, "setmaxnreg.dec.sync.aligned.u32"), value(&src, "setmaxnreg.inc.sync.aligned.u32"));

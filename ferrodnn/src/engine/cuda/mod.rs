@@ -1,7 +1,6 @@
 //! The CUDA runtime under the GPU engines: the device ([`CudaDevice`], [`Stream`],
 //! [`DeviceBuffer`]), runtime compilation with NVRTC ([`compile_cubin`]), the kernel cache
 //! ([`KernelCache`]), and loading and launching kernels ([`Module`], [`Function`], [`Event`]).
-//! No op kernels live here yet.
 //!
 //! Nothing here needs CUDA at build time: cudarc loads `libcuda` and `libnvrtc` with `dlopen`
 //! on first use, after we have checked they exist, so a machine without them gets an
@@ -33,13 +32,16 @@ pub mod engine;
 pub mod fallback;
 pub mod fused;
 pub mod gemm;
+pub mod kernel;
 pub mod module;
 pub mod nvrtc;
+pub mod planner;
 pub mod runtime;
 pub mod tma;
 
 pub use cache::{CacheStats, KernelCache, KernelKey};
-pub use engine::{kernel_sources, CudaEngine, SharedStream, Target};
+pub use engine::{kernel_sources, plan_launches, CudaEngine, SharedStream};
+pub use kernel::{Options, Target};
 pub use module::{synchronize_timeout, Event, Function, FunctionAttributes, Module};
 pub use nvrtc::{
     compile_cached, compile_cubin, compile_cubin_logged, compile_ptx, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, ptxas_perf_notes, CompileOptions, HeaderSearch, NvrtcInfo,

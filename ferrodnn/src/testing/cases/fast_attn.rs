@@ -485,7 +485,7 @@ mod tests {
         let mut seen = (false, false);
         for c in cases.iter().filter(|c| c.name.starts_with("fast_attn_bwd_d128_sq130") || c.name.starts_with("fast_attn_bwd_causal_tl_d128")) {
             let causal = c.name.contains("causal");
-            for target in [Target::sm80(), Target::sm90a(), Target::sm90a().with_experimental()] {
+            for target in [Target::sm80(), Target::sm90a()] {
                 let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name));
                 let has = |entry: &str| sources.iter().any(|(e, _)| e.ends_with(entry));
                 let hopper = target.hopper();

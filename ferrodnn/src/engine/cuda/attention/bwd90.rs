@@ -30,8 +30,7 @@
 use super::bwd::{self, Dbias, Ports};
 use super::hopper::{self, tma_of};
 use super::{fa_init, Problem, HELPERS};
-use crate::engine::cuda::engine::{Target, Unaligned, Unit};
-use crate::engine::cuda::fallback::{Arg, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Options, Pdl, Target, Unaligned, Unit};
 
 /// dK/dV: keys per CTA (two consumers of 64) and query rows per step.
 const KV_BK: i64 = 128;
@@ -776,12 +775,12 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
         Some(Launch {
             source,
             entry,
-            threads: (grid.0 * grid.1 * grid.2 * 384) as u64,
+            grid: Grid::Exact(grid.0 as u32, grid.1 as u32, grid.2 as u32),
             block: 384,
-            exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
             shared_bytes: shared as u32,
             args: Vec::new(),
             cluster: None,
+            pdl: Pdl::Dependent,
         })
     };
     let mut inputs = vec!["const void* dbuf_p".to_string(), "const void* stats_p".to_string()];
@@ -807,7 +806,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
         let mut args = vec![Arg::Scratch(0), Arg::Ptr(ports.o), Arg::Ptr(ports.d_o)];
         args.push(if atomic { Arg::Scratch(1) } else { Arg::Scratch(0) });
         let threads = (rows as u64 * (p.d_v / 8) as u64).max(if atomic { acc_elems / 4 } else { 0 });
-        launches.push(Launch { source, entry, threads, block: 256, exact_grid: None, shared_bytes: 0, args, cluster: None });
+        launches.push(Launch { source, entry, grid: Grid::Cover(threads), block: 256, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent });
     } else {
         if atomic {
             launches.push(bwd::launch(p, &base, ZERO_ACC_FN, "attn_bwd_dq_zero_sm90", &["void* dqa_p".into()], vec![Arg::Scratch(1)], ZERO_ACC, None, acc_elems / 4, 256, 0)?);
@@ -867,7 +866,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
 
 /// The Hopper unit of a backward node without dbias, when these kernels take it; the general
 /// kernels with element-wise loads are the alternative for base pointers TMA cannot take.
-pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
+pub(super) fn unit(p: &Problem, target: &Target, options: &Options) -> Option<Unit> {
     let node = p.node;
     let ports = Ports {
         o: node.input("o")?,
@@ -883,7 +882,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     }
     // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and
     // they pay.
-    let atomic = target.allow_atomics && super::atomic_dq_pays(p.attrs);
+    let atomic = options.atomics && super::atomic_dq_pays(p.attrs);
     let qs = kv_qs();
     if dq_shared(p).max(dkdv_shared(p, atomic, qs)) > 227 * 1024 {
         return None;

@@ -22,8 +22,8 @@
 //! possible) when `group * s_q <= 16` and the shared memory fits; returns `None` otherwise.
 
 use super::{fa_init, max_shared, Problem, HELPERS};
-use crate::engine::cuda::engine::{Target, Unaligned, Unit};
-use crate::engine::cuda::fallback::{st, Arg, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
+use crate::engine::cuda::kernel::ctype::st;
 
 /// Warps per CTA.
 const NW: i64 = 4;
@@ -410,12 +410,12 @@ fn generate(p: &Problem, s: &Shape, vec: bool) -> Option<NodeKernels> {
     let main = Launch {
         source,
         entry,
-        threads: (grid.0 * grid.1 * grid.2 * nt) as u64,
+        grid: Grid::Exact(grid.0 as u32, grid.1 as u32, grid.2 as u32),
         block: nt as u32,
-        exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
         shared_bytes: s.shared as u32,
         args,
         cluster: None,
+        pdl: Pdl::Dependent,
     };
     if !split {
         return Some(NodeKernels::one(main));

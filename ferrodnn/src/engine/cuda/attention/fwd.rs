@@ -8,8 +8,8 @@
 //! `(ceil(s_q / BM), h_q, b)`, heaviest (last) q tiles first for causal masks.
 
 use super::{fa_init, max_shared, Problem, HELPERS};
-use crate::engine::cuda::engine::{Target, Unaligned, Unit};
-use crate::engine::cuda::fallback::{st, Arg, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
+use crate::engine::cuda::kernel::ctype::st;
 
 const BODY: &str = r#"
 {
@@ -271,12 +271,12 @@ pub(super) fn generate(p: &Problem, vec: bool) -> Option<NodeKernels> {
     let launch = Launch {
         source,
         entry,
-        threads: (grid.0 * grid.1 * grid.2 * nw * 32) as u64,
+        grid: Grid::Exact(grid.0 as u32, grid.1 as u32, grid.2 as u32),
         block: (nw * 32) as u32,
-        exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
         shared_bytes: shared as u32,
         args,
         cluster: None,
+        pdl: Pdl::Dependent,
     };
     Some(NodeKernels::one(launch))
 }

@@ -35,8 +35,8 @@
 
 use super::hopper::{self, tma_of};
 use super::{fa_init, Problem, HELPERS};
-use crate::engine::cuda::engine::{Target, Unaligned, Unit};
-use crate::engine::cuda::fallback::{st, Arg, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
+use crate::engine::cuda::kernel::ctype::st;
 
 /// Query rows per CTA (two consumer warpgroups of 64).
 const BM: i64 = 128;
@@ -893,12 +893,12 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let main = Launch {
         source,
         entry,
-        threads: (grid.0 * grid.1 * grid.2 * 384) as u64,
+        grid: Grid::Exact(grid.0 as u32, grid.1 as u32, grid.2 as u32),
         block: 384,
-        exact_grid: Some((grid.0 as u32, grid.1 as u32, grid.2 as u32)),
         shared_bytes: shared_bytes(p, persist, kvs) as u32,
         args,
         cluster: None,
+        pdl: Pdl::Dependent,
     };
     if !dynamic && split.is_none() {
         return Some(NodeKernels::one(main));
@@ -911,12 +911,12 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
             "extern \"C\" __global__ void __launch_bounds__(256) {entry}(unsigned* fa_ticket)\n{{\n    for (int i = threadIdx.x; i < {words}; i += 256) fa_ticket[i] = 0u;\n}}\n"
         ),
         entry,
-        threads: 256,
+        grid: Grid::Exact(1, 1, 1),
         block: 256,
-        exact_grid: Some((1, 1, 1)),
         shared_bytes: 0,
         args: vec![Arg::Scratch(0)],
         cluster: None,
+        pdl: Pdl::Dependent,
     };
     // A split tail's partials: two slots per CTA of 256 consumer threads' O, maxima and sums.
     let mut scratch = vec![4 * words as usize];

@@ -28,8 +28,8 @@ mod fwd;
 mod fwd90;
 mod hopper;
 
-use super::engine::{Target, Unit};
-use super::fallback::{ld, st, Arg};
+use super::kernel::{Arg, Options, Target, Unit};
+use super::kernel::ctype::{ld, st};
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs};
@@ -60,7 +60,7 @@ pub(super) fn unmasked(a: &SdpaAttrs) -> bool {
 }
 
 /// The unit of an sdpa or sdpa_backward node, when this engine runs it.
-pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Option<Unit>> {
     let node = &graph.nodes[ni];
     let (attrs, backward) = match &node.op {
         Op::Sdpa(a) => (a, false),
@@ -72,7 +72,7 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     }
     let Some(p) = Problem::new(graph, ni, attrs, backward) else { return Ok(None) };
     if backward {
-        Ok(bwd90::unit(&p, target).or_else(|| bwd::unit(&p, target)))
+        Ok(bwd90::unit(&p, target, options).or_else(|| bwd::unit(&p, target)))
     } else {
         if let Some(u) = decode::unit(&p, target) {
             return Ok(Some(u));
@@ -208,7 +208,7 @@ impl<'a> Problem<'a> {
     }
 
     pub fn entry(&self, what: &str) -> String {
-        super::fallback::entry_name(self.ni, what)
+        super::kernel::entry_name(self.ni, what)
     }
 
     /// `#define`s every kernel of the node shares (sizes, masks, features, strides, loaders),

@@ -14,7 +14,7 @@
 //!   (sums of `dy * xhat` and `dy` into `dscale` and `dbias`).
 //! - genstats: one block per channel; batchnorm_inference and bn_finalize: elementwise.
 
-use super::{c_double, Arg, Ctx, Launch, NodeKernels};
+use super::{c_double, Arg, Ctx, Grid, Launch, NodeKernels, Pdl};
 use crate::error::Result;
 use crate::graph::ops::norm::*;
 use crate::graph::TensorId;
@@ -98,7 +98,7 @@ fn grouping(x: &[i64], target: &[i64]) -> (i64, i64, i64) {
 /// A launch of one `NB`-thread block per group (grid-stride over groups beyond the cap).
 fn group_launch(source: String, entry: &str, groups: i64, sig: Sig) -> Launch {
     let blocks = groups.clamp(1, 65535) as u32;
-    Launch { source, entry: entry.to_string(), threads: blocks as u64 * NB as u64, block: NB, exact_grid: Some((blocks, 1, 1)), shared_bytes: 0, args: sig.args, cluster: None }
+    Launch { source, entry: entry.to_string(), grid: Grid::Exact(blocks, 1, 1), block: NB, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent }
 }
 
 /// Forward of layernorm, rmsnorm (`rms`), instancenorm, adalayernorm: statistics per group,

@@ -11,7 +11,7 @@
 //!   Deterministic; sums differ from the serial order only by double rounding, and integer
 //!   sums and products stay exact while they fit in a double's 53 bits.
 
-use super::{Arg, Ctx, Launch, NodeKernels};
+use super::{Arg, Ctx, Grid, Launch, NodeKernels, Pdl};
 use crate::error::Result;
 use crate::graph::ops::reduction::{ReductionAttrs, ReductionMode};
 
@@ -159,12 +159,12 @@ extern "C" __global__ void {fin_entry}(void* y, TRef ty, const double* part, TRe
     let part = Launch {
         source: part_source,
         entry: part_entry,
-        threads: blocks * BLOCK as u64,
+        grid: Grid::Exact(grid, 1, 1),
         block: BLOCK,
-        exact_grid: Some((grid, 1, 1)),
         shared_bytes: 0,
         args: vec![Arg::Scratch(0), Arg::Ptr(x), Arg::Ref(x), Arg::Ref(y), Arg::I64(chunks as i64)],
         cluster: None,
+        pdl: Pdl::Dependent,
     };
     let fin = Launch::elementwise(fin_source, &fin_entry, outputs, vec![Arg::Ptr(y), Arg::Ref(y), Arg::Scratch(0), Arg::Ref(x), Arg::I64(chunks as i64)]);
     Ok(NodeKernels { launches: vec![part, fin], scratch: vec![(blocks * 8) as usize] })

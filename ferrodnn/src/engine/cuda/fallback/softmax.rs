@@ -6,7 +6,7 @@
 //! one block per row (block-strided over rows), each pass a strided loop plus a shared-memory
 //! tree (maximum, then sum).
 
-use super::{Arg, Ctx, Launch, NodeKernels};
+use super::{Arg, Ctx, Grid, Launch, NodeKernels, Pdl};
 use crate::error::Result;
 use crate::graph::ops::softmax::SoftmaxAttrs;
 use crate::graph::TensorId;
@@ -63,7 +63,7 @@ fn launch(source: String, entry: &str, rows: u64, len: i64, args: Vec<Arg>) -> L
     } else {
         let block = block_for(len);
         let grid = rows.clamp(1, 1 << 20) as u32;
-        Launch { source, entry: entry.to_string(), threads: rows * block as u64, block, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args, cluster: None }
+        Launch { source, entry: entry.to_string(), grid: Grid::Exact(grid, 1, 1), block, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent }
     }
 }
 

@@ -25,8 +25,8 @@
 //! tensor's offset from the output's multi-index.
 
 use crate::dtype::DataType;
-use crate::engine::cuda::engine::Unit;
-use crate::engine::cuda::fallback::{c_double, entry_name, Arg, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Unit};
+use crate::engine::cuda::kernel::ctype::c_double;
 use crate::error::Result;
 use crate::graph::ops::pointwise::PointwiseMode;
 use crate::graph::ops::Op;
@@ -782,7 +782,7 @@ pub fn unit(graph: &Graph, nodes: &[usize]) -> Result<Option<Unit>> {
         Some(v) => (p.n as u64).div_ceil(v as u64),
         None => p.n as u64,
     };
-    let launch = Launch { source: src, entry, threads: threads.max(1), block: BLOCK, exact_grid: None, shared_bytes: 0, args, cluster: None };
+    let launch = Launch { source: src, entry, grid: Grid::Cover(threads.max(1)), block: BLOCK, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent };
     Ok(Some(Unit { nodes: p.order.clone(), kernels: NodeKernels::one(launch), writes: vec![p.y], unaligned: None }))
 }
 
@@ -824,7 +824,7 @@ mod tests {
         assert!(p.exts.iter().all(|e| e.access == Access::Flat));
         assert_eq!(p.dims, vec![48 * 1024]);
         let u = unit(&g, &gs[0]).unwrap().unwrap();
-        assert_eq!(u.kernels.launches[0].threads, 48 * 1024 / 8);
+        assert_eq!(u.kernels.launches[0].grid, Grid::Cover(48 * 1024 / 8));
         if std::env::var_os("FZ_PRINT").is_some() {
             println!("{}", u.kernels.launches[0].source);
         }

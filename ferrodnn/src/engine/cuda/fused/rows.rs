@@ -37,8 +37,7 @@
 //! at plan time (so is the scratch and the order of the sums).
 
 use crate::dtype::DataType;
-use crate::engine::cuda::engine::{Target, Unit};
-use crate::engine::cuda::fallback::{entry_name, Arg, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Target, Unit};
 use crate::error::Result;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
@@ -630,7 +629,7 @@ impl Gen<'_> {
             &row_loop(ts, bs, &body),
         );
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
+        Some(NodeKernels::one(Launch { source, entry, grid: Grid::Cover(threads), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent }))
     }
 
     /// The block-per-row forward norms (rows longer than 1024 elements): persistent blocks
@@ -814,7 +813,7 @@ impl Gen<'_> {
             &body,
         );
         let grid = grid as u32;
-        NodeKernels::one(Launch { source, entry, threads: grid as u64 * bs as u64, block: bs, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args: sig.args, cluster: None })
+        NodeKernels::one(Launch { source, entry, grid: Grid::Exact(grid, 1, 1), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent })
     }
 
     /// Softmax / log-softmax forward over `axis` (every later axis of size 1).
@@ -925,7 +924,7 @@ impl Gen<'_> {
             &row_loop(ts, bs, &body),
         );
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
+        Some(NodeKernels::one(Launch { source, entry, grid: Grid::Cover(threads), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent }))
     }
 
     /// Softmax / log-softmax backward over `axis` (every later axis of size 1): `y`, `dy` ->
@@ -1023,7 +1022,7 @@ impl Gen<'_> {
             &row_loop(ts, bs, &body),
         );
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
+        Some(NodeKernels::one(Launch { source, entry, grid: Grid::Cover(threads), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent }))
     }
 
     /// A scale-like tensor of adalayernorm over an x of dims `xd`: dims `[B or 1, S or 1...,
@@ -1205,7 +1204,7 @@ impl Gen<'_> {
             &row_loop(ts, bs, &body),
         );
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
+        Some(NodeKernels::one(Launch { source, entry, grid: Grid::Cover(threads), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent }))
     }
 
     /// A kernel: helpers, constants, pointer declarations, the alignment flag, the reduction
@@ -1500,7 +1499,7 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
         );
         let grid = blocks as u32;
         let launch1 =
-            Launch { source: source1, entry: entry1, threads: grid as u64 * bs as u64, block: bs, exact_grid: Some((grid, 1, 1)), shared_bytes: 0, args: sig.args, cluster: None };
+            Launch { source: source1, entry: entry1, grid: Grid::Exact(grid, 1, 1), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent };
 
         // Finalize: column sums of the partials in block order.
         let mut sig2 = Sig::default();
@@ -1581,12 +1580,12 @@ extern "C" __global__ void __launch_bounds__(@threads@) @entry@(@params@) {
         let launch2 = Launch {
             source: source2,
             entry: entry2,
-            threads: grid2 as u64 * groups as u64 * 32 * FIN_SLICES as u64,
+            grid: Grid::Exact(grid2, groups as u32, 1),
             block: 32 * FIN_SLICES,
-            exact_grid: Some((grid2, groups as u32, 1)),
             shared_bytes: 0,
             args: sig2.args,
             cluster: None,
+            pdl: Pdl::Dependent,
         };
         let mut scratch = vec![part_bytes];
         if db {
@@ -1801,7 +1800,7 @@ impl Gen<'_> {
             &row_loop(ts, bs, &body),
         );
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
+        Some(NodeKernels::one(Launch { source, entry, grid: Grid::Cover(threads), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent }))
     }
 
     /// Instancenorm backward with the spatial axes packed: a row per (n, c) (x and dy kept in
@@ -1934,7 +1933,7 @@ impl Gen<'_> {
             2,
             &row_loop(ts, bs, &body),
         );
-        let launch1 = Launch { source, entry, threads: rows as u64 * ts as u64, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None };
+        let launch1 = Launch { source, entry, grid: Grid::Cover(rows as u64 * ts as u64), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent };
         // dscale[c] = sum over n of part[n * C + c], dbias[c] of part[N + n * C + c].
         let entry2 = self.entry("instancenorm_bwd_params");
         let source2 = fill(
@@ -1981,12 +1980,12 @@ extern "C" __global__ void __launch_bounds__(1024) @entry@(const float* part, vo
         let launch2 = Launch {
             source: source2,
             entry: entry2,
-            threads: grid2 as u64 * 1024,
+            grid: Grid::Exact(grid2, 1, 1),
             block: 1024,
-            exact_grid: Some((grid2, 1, 1)),
             shared_bytes: 0,
             args: vec![Arg::Scratch(0), Arg::Ptr(dscale), Arg::Ptr(dbias)],
             cluster: None,
+            pdl: Pdl::Dependent,
         };
         Some(NodeKernels { launches: vec![launch1, launch2], scratch: vec![(2 * rows * 4) as usize] })
     }
@@ -2358,6 +2357,6 @@ impl Gen<'_> {
         let frq = "// A value rounded to type T and back (the CPU stores each node's result in its tensor's type).\ntemplate <typename T>\n__device__ __forceinline__ float fr_q(float v) {\n    T t;\n    fr_fromf(v, t);\n    return fr_tof(t);\n}\n";
         let source = source.replacen("extern \"C\"", &format!("{frq}extern \"C\""), 1);
         let threads = rows as u64 * ts as u64;
-        Some(NodeKernels::one(Launch { source, entry, threads, block: bs, exact_grid: None, shared_bytes: 0, args: sig.args, cluster: None }))
+        Some(NodeKernels::one(Launch { source, entry, grid: Grid::Cover(threads), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent }))
     }
 }

@@ -28,8 +28,8 @@
 //! channels) for big windows. Max with the CPU's NaN rule (a NaN wins), averages summed in
 //! f32 with the CPU's divisors.
 use crate::dtype::DataType;
-use crate::engine::cuda::engine::{Target, Unit};
-use crate::engine::cuda::fallback::{c_double, entry_name, type_suffix, Arg, Launch, NodeKernels, WAIT_ONLY_LAUNCH};
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Target, Unit};
+use crate::engine::cuda::kernel::ctype::c_double;
 use crate::error::Result;
 use crate::graph::ops::norm::{peer_ports, BatchnormAttrs, BnFinalizeAttrs};
 use crate::graph::ops::resample::{ResampleAttrs, ResampleMode};
@@ -78,6 +78,11 @@ fn c_type(dt: DataType) -> Option<&'static str> {
         DataType::F32 => Some("float"),
         _ => None,
     }
+}
+
+/// The suffix of a type's `ld_`/`st_` functions in the prelude: the type's own name.
+fn dtype_name(dt: DataType) -> &'static str {
+    dt.name()
 }
 
 fn dtype(graph: &Graph, id: TensorId) -> DataType {
@@ -342,8 +347,8 @@ fn batchnorm(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms: i64
 
     // Finalize: 32 channels per block, 32 segments of partials per channel.
     let fin_entry = entry_name(ni, "bn_nhwc_finalize");
-    let st_of = |i: usize| format!("st_{}", type_suffix(chans[i].1));
-    let ld_of = |i: usize| format!("ld_{}", type_suffix(chans[i].1));
+    let st_of = |i: usize| format!("st_{}", dtype_name(chans[i].1));
+    let ld_of = |i: usize| format!("ld_{}", dtype_name(chans[i].1));
     let mut fin_params = "const void* xv, const float* part, float* co, const void* sc, const void* bi, void* mo, void* iv".to_string();
     let mut fin_args = vec![Arg::Ptr(x), Arg::Scratch(0), Arg::Scratch(1), Arg::Ptr(scale), Arg::Ptr(bias), Arg::Ptr(mean), Arg::Ptr(inv)];
     let mut running_code = String::new();
@@ -450,12 +455,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) {apply_entry}(const void*
     let launch = |source: String, entry: String, grid: i64, block: i64, args: Vec<Arg>| Launch {
         source,
         entry,
-        threads: (grid * block) as u64,
+        grid: Grid::Exact(grid as u32, 1, 1),
         block: block as u32,
-        exact_grid: Some((grid as u32, 1, 1)),
         shared_bytes: 0,
         args,
         cluster: None,
+        pdl: Pdl::Dependent,
     };
     Some(NodeKernels {
         launches: vec![
@@ -526,10 +531,10 @@ fn bn_inference(graph: &Graph, ni: usize, node: &Node, sms: i64) -> Option<NodeK
     // Coefficients of channel ch: mu, a = inv * scale, b = bias.
     let coef = format!(
         "    const double sc_ = {l0}(sc, ch * {s0}LL), bi_ = {l1}(bi, ch * {s1}LL), mn_ = {l2}(mn, ch * {s2}LL), iv_ = {l3}(iv, ch * {s3}LL);\n",
-        l0 = format_args!("ld_{}", type_suffix(chans[0].1)),
-        l1 = format_args!("ld_{}", type_suffix(chans[1].1)),
-        l2 = format_args!("ld_{}", type_suffix(chans[2].1)),
-        l3 = format_args!("ld_{}", type_suffix(chans[3].1)),
+        l0 = format_args!("ld_{}", dtype_name(chans[0].1)),
+        l1 = format_args!("ld_{}", dtype_name(chans[1].1)),
+        l2 = format_args!("ld_{}", dtype_name(chans[2].1)),
+        l3 = format_args!("ld_{}", dtype_name(chans[3].1)),
         s0 = chans[0].0,
         s1 = chans[1].0,
         s2 = chans[2].0,
@@ -584,7 +589,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) {entry}({params}) {{
 "#
         );
         let launch =
-            Launch { source, entry, threads: (g.blocks * g.block) as u64, block: g.block as u32, exact_grid: Some((g.blocks as u32, 1, 1)), shared_bytes: 0, args, cluster: None };
+            Launch { source, entry, grid: Grid::Exact(g.blocks as u32, 1, 1), block: g.block as u32, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent };
         return Some(NodeKernels::one(launch));
     }
     if !row_major(&xd.dims, &xd.strides) || !row_major(&yd.dims, &yd.strides) {
@@ -629,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(256) {entry}({params}) {{
 }}
 "#
     );
-    let launch = Launch { source, entry, threads: items as u64, block: 256, exact_grid: None, shared_bytes: 0, args, cluster: None };
+    let launch = Launch { source, entry, grid: Grid::Cover(items as u64), block: 256, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent };
     Some(NodeKernels::one(launch))
 }
 
@@ -685,18 +690,18 @@ extern "C" __global__ void __launch_bounds__(1024) {fin_entry}(const void* xv, c
     }}
 }}
 "#,
-        sts = format_args!("st_{}", type_suffix(st)),
-        stq = format_args!("st_{}", type_suffix(qt)),
+        sts = format_args!("st_{}", dtype_name(st)),
+        stq = format_args!("st_{}", dtype_name(qt)),
     );
     let launch = |source: String, entry: String, grid: i64, block: i64, args: Vec<Arg>| Launch {
         source,
         entry,
-        threads: (grid * block) as u64,
+        grid: Grid::Exact(grid as u32, 1, 1),
         block: block as u32,
-        exact_grid: Some((grid as u32, 1, 1)),
         shared_bytes: 0,
         args,
         cluster: None,
+        pdl: Pdl::Dependent,
     };
     Some(NodeKernels {
         launches: vec![
@@ -828,7 +833,7 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}) {entry}(const void*
         posth = a.post_padding[0],
         postw = a.post_padding[1],
     );
-    let launch = Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(x), Arg::Ptr(y)], cluster: None };
+    let launch = Launch { source, entry, grid: Grid::Cover(total as u64), block: POOL_THREADS, shared_bytes: 0, args: vec![Arg::Ptr(x), Arg::Ptr(y)], cluster: None, pdl: Pdl::Dependent };
     Some(NodeKernels::one(launch))
 }
 
@@ -1142,16 +1147,16 @@ extern "C" __global__ void __launch_bounds__(NT) {entry}(const void* __restrict_
     // ends: with the deeper ring, 4-5% faster than waiting without the trigger (bench/NOTES.md,
     // session 14). Other forward grids wait without the trigger (3-6% faster than an
     // independent launch).
-    let source = if early || argmax { source } else { format!("{WAIT_ONLY_LAUNCH}{source}") };
+    let pdl = if early || argmax { Pdl::Dependent } else { Pdl::WaitOnly };
     Some(Launch {
         source,
         entry,
-        threads: (blocks * threads) as u64,
+        grid: Grid::Exact(blocks as u32, 1, 1),
         block: threads as u32,
-        exact_grid: Some((blocks as u32, 1, 1)),
         shared_bytes: (nd * slot_bytes).max(smem_floor) as u32,
         args,
         cluster: None,
+        pdl,
     })
 }
 
@@ -1339,7 +1344,7 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}, 3) {entry}(const vo
         posth = a.post_padding[0],
         postw = a.post_padding[1],
     );
-    Some(Launch { source, entry, threads: total as u64, block: POOL_THREADS, exact_grid: None, shared_bytes: 0, args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])], cluster: None })
+    Some(Launch { source, entry, grid: Grid::Cover(total as u64), block: POOL_THREADS, shared_bytes: 0, args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])], cluster: None, pdl: Pdl::Dependent })
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1358,11 +1363,11 @@ struct StatT {
 impl StatT {
     /// A C expression loading element (g, c) of pointer `p` as double.
     fn ld(&self, p: &str, g: &str, c: &str) -> String {
-        format!("ld_{}({p}, ({g}) * {}LL + ({c}) * {}LL)", type_suffix(self.dt), self.s0, self.s1)
+        format!("ld_{}({p}, ({g}) * {}LL + ({c}) * {}LL)", dtype_name(self.dt), self.s0, self.s1)
     }
     /// A C statement storing double `v` to element (g, c) of `p`.
     fn st(&self, p: &str, g: &str, c: &str, v: &str) -> String {
-        format!("st_{}({p}, ({g}) * {}LL + ({c}) * {}LL, {v});", type_suffix(self.dt), self.s0, self.s1)
+        format!("st_{}({p}, ({g}) * {}LL + ({c}) * {}LL, {v});", dtype_name(self.dt), self.s0, self.s1)
     }
 }
 
@@ -1932,12 +1937,12 @@ extern "C" __global__ void __launch_bounds__(256) @entry@(const void* xv@dyp@, c
 
 /// A launch with an exact grid.
 fn exact(source: String, entry: String, grid: i64, block: i64, args: Vec<Arg>) -> Launch {
-    Launch { source, entry, threads: (grid * block) as u64, block: block as u32, exact_grid: Some((grid as u32, 1, 1)), shared_bytes: 0, args, cluster: None }
+    Launch { source, entry, grid: Grid::Exact(grid as u32, 1, 1), block: block as u32, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent }
 }
 
 /// A grid-stride launch over `threads` threads of 256.
 fn strided(source: String, entry: String, threads: i64, args: Vec<Arg>) -> Launch {
-    Launch { source, entry, threads: threads.max(1) as u64, block: 256, exact_grid: None, shared_bytes: 0, args, cluster: None }
+    Launch { source, entry, grid: Grid::Cover(threads.max(1) as u64), block: 256, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent }
 }
 
 /// Backward of batchnorm (per channel over every axis but 1; `groups` 1) and instancenorm
@@ -2008,7 +2013,7 @@ fn norm_backward(graph: &Graph, ni: usize, node: &Node, instance: bool, sms: i64
         return Some(NodeKernels {
             launches: vec![
                 exact(stats, stats_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Ptr(mean), Arg::Ptr(inv), Arg::Scratch(0)]),
-                Launch { exact_grid: Some(fin_grid), ..exact(fin, fin_entry, 1, 1024, fin_args) },
+                Launch { grid: Grid::Exact(fin_grid.0, fin_grid.1, fin_grid.2), ..exact(fin, fin_entry, 1, 1024, fin_args) },
                 exact(apply, apply_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Ptr(dy), Arg::Scratch(1), Arg::Ptr(dx)]),
             ],
             scratch,
@@ -2095,7 +2100,7 @@ fn instancenorm_nhwc(graph: &Graph, ni: usize, node: &Node, eps: f64, sms: i64) 
     Some(NodeKernels {
         launches: vec![
             exact(stats_src, stats_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Scratch(0)]),
-            Launch { exact_grid: Some(fin_grid), ..exact(fin, fin_entry, 1, 1024, fin_args) },
+            Launch { grid: Grid::Exact(fin_grid.0, fin_grid.1, fin_grid.2), ..exact(fin, fin_entry, 1, 1024, fin_args) },
             exact(apply, apply_entry, geom.grid(), geom.block, vec![Arg::Ptr(x), Arg::Scratch(1), Arg::Ptr(y)]),
         ],
         scratch: vec![(2 * geom.grid() * c * 4) as usize, (3 * n0 * c * 4) as usize],
@@ -2255,7 +2260,7 @@ fn bn_finalize(graph: &Graph, ni: usize, node: &Node, a: &BnFinalizeAttrs) -> Op
         let write = outs.iter().any(|o| o.0 == name);
         params.push(format!("{}void* {name}", if write { "" } else { "const " }));
         args.push(Arg::Ptr(id));
-        offs.insert(name, (if c > 1 { t.strides[1] } else { 0 }, type_suffix(dt)));
+        offs.insert(name, (if c > 1 { t.strides[1] } else { 0 }, dtype_name(dt)));
     }
     let ld = |n: &str| format!("ld_{}({n}, c * {}LL)", offs[n].1, offs[n].0);
     let st = |n: &str, v: &str| format!("st_{}({n}, c * {}LL, {v});", offs[n].1, offs[n].0);

@@ -18,7 +18,7 @@
 
 use super::{dtype, Epilogue};
 use crate::dtype::DataType;
-use crate::engine::cuda::fallback::Arg;
+use crate::engine::cuda::kernel::Arg;
 use crate::engine::cuda::fused::pointwise::{formula, helpers, lit};
 use crate::graph::ops::pointwise::PointwiseMode;
 use crate::graph::ops::Op;

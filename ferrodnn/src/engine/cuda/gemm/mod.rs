@@ -13,8 +13,7 @@ pub mod sm80;
 pub mod sm90;
 pub mod tune;
 
-use super::engine::{Target, Unit};
-use super::fallback::Arg;
+use super::kernel::{Arg, Options, Target, Unit};
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::graph::ops::pointwise::PointwiseMode;
@@ -48,11 +47,11 @@ pub struct GemmProblem {
     pub a: Operand,
     pub b: Operand,
     pub c: Operand,
-    /// f32 inputs may run as tf32 (the plan's `tf32` knob, `Target::allow_tf32`: its behavior
+    /// f32 inputs may run as tf32 (the plan's `tf32` knob, `Options::tf32`: its behavior
     /// notes then say reduced precision); otherwise f32 runs as 3xTF32 (about f32 accuracy).
     pub allow_tf32: bool,
     /// fp8 inputs may accumulate in the tensor cores' adder (the plan's `fp8_fast_accum` knob,
-    /// `Target::allow_fp8_fast_accum`: reduced precision); otherwise they are converted to f16
+    /// `Options::fp8_fast_accum`: reduced precision); otherwise they are converted to f16
     /// and accumulated in f32.
     pub fast_fp8: bool,
 }
@@ -239,7 +238,7 @@ impl Epilogue {
 /// Groups of nodes to run as one GEMM: the matmul first, then the epilogue nodes it absorbs,
 /// in topological order. Only matmuls this engine runs and that absorb at least one node form
 /// a group (a lone matmul is asked for through [`unit`] with one node).
-pub fn groups(graph: &Graph, order: &[usize], target: &Target) -> Vec<Vec<usize>> {
+pub fn groups(graph: &Graph, order: &[usize], target: &Target, options: &Options) -> Vec<Vec<usize>> {
     let cons = consumers(graph);
     let mut out = Vec::new();
     for &ni in order {
@@ -268,7 +267,7 @@ pub fn groups(graph: &Graph, order: &[usize], target: &Target) -> Vec<Vec<usize>
                 }
             }
         }
-        if let Some(nodes) = tries.into_iter().find(|n| plan_group(graph, n, target).is_some()) {
+        if let Some(nodes) = tries.into_iter().find(|n| plan_group(graph, n, target, options).is_some()) {
             out.push(nodes);
         }
     }
@@ -276,10 +275,10 @@ pub fn groups(graph: &Graph, order: &[usize], target: &Target) -> Vec<Vec<usize>
 }
 
 /// The unit of a GEMM group (or of a single matmul node), when this engine runs it.
-pub fn unit(graph: &Graph, nodes: &[usize], target: &Target) -> Result<Option<Unit>> {
-    let Some((problem, epi)) = plan_group(graph, nodes, target) else { return Ok(None) };
+pub fn unit(graph: &Graph, nodes: &[usize], target: &Target, options: &Options) -> Result<Option<Unit>> {
+    let Some((problem, epi)) = plan_group(graph, nodes, target, options) else { return Ok(None) };
     if target.hopper() {
-        if let Some(u) = sm90::unit(graph, nodes, &problem, &epi, target)? {
+        if let Some(u) = sm90::unit(graph, nodes, &problem, &epi, target, options)? {
             return Ok(Some(u));
         }
     }
@@ -293,16 +292,16 @@ pub fn unit(graph: &Graph, nodes: &[usize], target: &Target) -> Result<Option<Un
 /// The GEMM problems of a graph that an autotuning can time on `target` (the Hopper kernel, more
 /// than one candidate configuration), each with its operands' and output's descriptions (for a
 /// graph of the matmul alone, see `CudaEngine::tune_gemms`).
-pub fn tunable_problems(graph: &Graph, target: &Target) -> Vec<(GemmProblem, [TensorDesc; 3])> {
+pub fn tunable_problems(graph: &Graph, target: &Target, options: &Options) -> Vec<(GemmProblem, [TensorDesc; 3])> {
     if !target.hopper() {
         return Vec::new();
     }
     let Ok(order) = graph.topological_order() else { return Vec::new() };
-    let grouped = groups(graph, &order, target);
+    let grouped = groups(graph, &order, target, options);
     let lone = order.iter().filter(|&&n| matches!(graph.nodes[n].op, Op::Matmul(_)) && !grouped.iter().any(|g| g.contains(&n))).map(|&n| vec![n]);
     let mut out: Vec<(GemmProblem, [TensorDesc; 3])> = Vec::new();
     for nodes in grouped.iter().cloned().chain(lone) {
-        let Some((p, _)) = plan_group(graph, &nodes, target) else { continue };
+        let Some((p, _)) = plan_group(graph, &nodes, target, options) else { continue };
         let (a, b) = (p.a.tensor, p.b.tensor);
         if sm90::reject(&p, target).is_some() || sm90::tuning_configs(&p, target).len() < 2 || out.iter().any(|(q, _)| *q == p) {
             continue;
@@ -322,7 +321,7 @@ pub fn tunable_problems(graph: &Graph, target: &Target) -> Vec<(GemmProblem, [Te
 /// takes it: the nodes must form a valid epilogue chain (checked again here: `unit` is also asked
 /// about single nodes of any kind), and a last reduction node must be a [`Tap`] of the chain's
 /// output that the Hopper kernel's configuration for the problem can fold in.
-fn plan_group(graph: &Graph, nodes: &[usize], target: &Target) -> Option<(GemmProblem, Epilogue)> {
+fn plan_group(graph: &Graph, nodes: &[usize], target: &Target, options: &Options) -> Option<(GemmProblem, Epilogue)> {
     let at = nodes.iter().position(|&n| matches!(graph.nodes.get(n).map(|n| &n.op), Some(Op::Matmul(_))))?;
     let (pro_nodes, nodes) = nodes.split_at(at);
     let (&mm, rest) = nodes.split_first()?;
@@ -353,11 +352,11 @@ fn plan_group(graph: &Graph, nodes: &[usize], target: &Target) -> Option<(GemmPr
         Some(&n) => graph.nodes[n].outputs.first()?.tensor,
         None => c,
     };
-    let p = problem_of(graph, mm, a_src, b_src, out, target)?;
+    let p = problem_of(graph, mm, a_src, b_src, out, target, options)?;
     let mut epi = epilogue::build(graph, mm, &scales, chain)?;
     if let Some(t) = tap {
         let tap = Tap::of(graph, t, out)?;
-        if !target.hopper() || !sm90::takes_tap(&p, target) {
+        if !target.hopper() || !sm90::takes_tap(&p, target, options) {
             return None;
         }
         epi.tap = Some(tap);
@@ -547,14 +546,14 @@ fn operand(graph: &Graph, id: TensorId, out_batch: &[i64]) -> Option<Operand> {
 /// (mixed types as `sm80::mma_kind` allows; fp8 on sm_89+), batch dims that flatten to one
 /// stride per operand, a C type of f32/f16/bf16/fp8, and a compute type that leaves the inputs
 /// as they are (the CPU engine rounds inputs to it).
-fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId, target: &Target) -> Option<GemmProblem> {
+fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId, target: &Target, options: &Options) -> Option<GemmProblem> {
     let node = graph.nodes.get(mm)?;
     if !matches!(node.op, Op::Matmul(_)) {
         return None;
     }
     let c = node.output("c")?;
     let (ta, tb, tc) = (dtype(graph, a), dtype(graph, b), dtype(graph, out));
-    let family_ok = sm80::mma_kind(ta, tb, target.allow_tf32, target).is_some();
+    let family_ok = sm80::mma_kind(ta, tb, options.tf32, target).is_some();
     if !family_ok || !store_type(tc) || !store_type(dtype(graph, c)) {
         return None;
     }
@@ -584,7 +583,7 @@ fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId,
     if batch > u32::MAX as i64 {
         return None;
     }
-    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: target.allow_tf32, fast_fp8: target.allow_fp8_fast_accum })
+    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: options.tf32, fast_fp8: options.fp8_fast_accum })
 }
 
 #[cfg(test)]
@@ -605,7 +604,7 @@ mod tests {
 
 #[cfg(test)]
 mod case_tests {
-    use crate::engine::cuda::engine::Target;
+    use crate::engine::cuda::kernel::{Options, Target};
     use crate::testing::cases;
 
     /// Which kernels each GEMM case runs (`GEMM_PRINT=1` prints them, `GEMM_SOURCE=<case>` the
@@ -618,7 +617,7 @@ mod case_tests {
         for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_") || c.name.contains("matmul") || c.name.starts_with("multi_")) {
             let mut g = c.graph.clone();
             g.validate().unwrap();
-            let units = crate::engine::cuda::fused::units(&g, &target).unwrap();
+            let units = crate::engine::cuda::planner::units(&g, &target, &Options::default(), true).unwrap();
             let entries: Vec<String> = units.iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.entry.clone())).collect();
             let gemm = entries.iter().any(|e| e.contains("gemm"));
             all += 1;
@@ -630,7 +629,7 @@ mod case_tests {
             if std::env::var("GEMM_SOURCE").is_ok_and(|s| s == c.name) {
                 for u in &units {
                     for l in &u.kernels.launches {
-                        println!("// ===== {} grid {:?} block {} smem {}\n{}", l.entry, l.exact_grid, l.block, l.shared_bytes, l.source);
+                        println!("// ===== {} grid {:?} block {} smem {}\n{}", l.entry, l.grid, l.block, l.shared_bytes, l.source);
                     }
                 }
             }
@@ -650,7 +649,7 @@ mod case_tests {
             let c = cases::all().into_iter().find(|c| c.name == name).unwrap_or_else(|| panic!("{name}"));
             let mut g = c.graph.clone();
             g.validate().unwrap();
-            let units = crate::engine::cuda::fused::units(&g, &Target::sm90a()).unwrap();
+            let units = crate::engine::cuda::planner::units(&g, &Target::sm90a(), &Options::default(), true).unwrap();
             units.iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
         };
         let fused = source("fast_gemm_big_tiles_rounds_bias_relu_1100x4000x40_bf16");
@@ -664,16 +663,15 @@ mod case_tests {
     /// reduction runs as its own unit.
     #[test]
     fn reductions_of_c_fold_into_the_hopper_gemm() {
-        let entries = |g: &crate::Graph, t: &Target| -> Vec<Vec<String>> {
-            crate::engine::cuda::fused::units(g, t).unwrap().iter().map(|u| u.kernels.launches.iter().map(|l| l.entry.clone()).collect()).collect()
+        let entries = |g: &crate::Graph, t: &Target, o: &Options| -> Vec<Vec<String>> {
+            crate::engine::cuda::planner::units(g, t, o, true).unwrap().iter().map(|u| u.kernels.launches.iter().map(|l| l.entry.clone()).collect()).collect()
         };
         let mut seen = 0;
         for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_tap_")) {
             let mut g = c.graph.clone();
             g.validate().unwrap();
             let fp8 = c.name.contains("fp8");
-            let hopper = Target::sm90a().with_fp8_fast_accum(true);
-            let units = entries(&g, &hopper);
+            let units = entries(&g, &Target::sm90a(), &Options::default().with_fp8_fast_accum(true));
             let gemm = units.iter().find(|u| u.iter().any(|e| e.contains("gemm_sm90"))).unwrap_or_else(|| panic!("{}: {units:?}", c.name));
             assert!(gemm.last().is_some_and(|e| e.ends_with("_sm90_tap")), "{}: {units:?}", c.name);
             assert!(!units.iter().flatten().any(|e| e.contains("reduce")), "{}: {units:?}", c.name);
@@ -681,7 +679,7 @@ mod case_tests {
                 if t.hopper() && !fp8 {
                     continue;
                 }
-                let units = entries(&g, &t);
+                let units = entries(&g, &t, &Options::default());
                 assert!(!units.iter().flatten().any(|e| e.ends_with("_tap")), "{} ({}): {units:?}", c.name, t.arch);
                 assert!(units.iter().flatten().any(|e| e.contains("reduce")), "{} ({}): {units:?}", c.name, t.arch);
             }
@@ -701,8 +699,8 @@ mod case_tests {
             g.validate().unwrap();
             let fp8 = c.name.contains("fp8");
             assert_eq!(super::has_fp8_matmul(&g), fp8, "{}", c.name);
-            for t in [Target::sm80(), Target::sm90a().with_fp8_fast_accum(fp8)] {
-                let units = crate::engine::cuda::fused::units(&g, &t).unwrap();
+            for t in [Target::sm80(), Target::sm90a()] {
+                let units = crate::engine::cuda::planner::units(&g, &t, &Options::default().with_fp8_fast_accum(fp8 && t.hopper()), true).unwrap();
                 // (No fp8 tensor-core path before sm_89: the scales and the GEMM run apart.)
                 if fp8 && !t.hopper() {
                     assert!(units.len() > 1, "{}", c.name);
@@ -719,12 +717,12 @@ mod case_tests {
         assert_eq!(seen, 3);
     }
 
-    /// With the `tf32` knob (`Target::allow_tf32`), f32 GEMMs get other kernels (one tf32 pass)
+    /// With the `tf32` knob (`Options::tf32`), f32 GEMMs get other kernels (one tf32 pass)
     /// and 16-bit ones the same.
     #[test]
-    fn tf32_target_changes_only_f32_gemms() {
-        let sources = |g: &crate::Graph, t: &Target| -> Vec<String> {
-            crate::engine::cuda::fused::units(g, t).unwrap().iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
+    fn tf32_option_changes_only_f32_gemms() {
+        let sources = |g: &crate::Graph, t: &Target, tf32: bool| -> Vec<String> {
+            crate::engine::cuda::planner::units(g, t, &Options::default().with_tf32(tf32), true).unwrap().iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
         };
         let (mut f32s, mut others) = (0, 0);
         for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
@@ -738,7 +736,7 @@ mod case_tests {
             let f32_in =
                 g.nodes.iter().any(|n| matches!(n.op, crate::graph::ops::Op::Matmul(_)) && n.inputs.iter().any(|p| g.resolved_data_type(p.tensor) == Some(crate::DataType::F32)));
             for target in [Target::sm80(), Target::sm90a()] {
-                let same = sources(&g, &target) == sources(&g, &target.clone().with_tf32(true));
+                let same = sources(&g, &target, false) == sources(&g, &target, true);
                 if f32_in && !c.name.contains("no_flatten") {
                     assert!(!same, "{}: tf32 changes nothing on {}", c.name, target.arch);
                     f32s += 1;
@@ -751,11 +749,11 @@ mod case_tests {
         assert!(f32s > 10 && others > 10, "{f32s} {others}");
         // The tf32 cases (and f32 epilogue cases with row-major A, K % 4 == 0) take the wgmma
         // kernel on sm_90a.
-        let t = Target::sm90a().with_tf32(true);
+        let t = Target::sm90a();
         for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_tf32_") || (c.name.contains("_f32_to_") && c.name.contains("x72_f32"))) {
             let mut g = c.graph.clone();
             g.validate().unwrap();
-            let units = crate::engine::cuda::fused::units(&g, &t).unwrap();
+            let units = crate::engine::cuda::planner::units(&g, &t, &Options::default().with_tf32(true), true).unwrap();
             assert!(units.iter().any(|u| u.kernels.launches.iter().any(|l| l.source.contains("k8.f32.tf32.tf32"))), "{}: no wgmma tf32 kernel", c.name);
         }
     }
@@ -769,7 +767,7 @@ mod case_tests {
             let mut g = c.graph.clone();
             g.validate().unwrap();
             for target in [Target::sm80(), Target::sm90a()] {
-                let units = crate::engine::cuda::fused::units(&g, &target).unwrap();
+                let units = crate::engine::cuda::planner::units(&g, &target, &Options::default(), true).unwrap();
                 for u in units.iter().filter(|u| u.kernels.launches.iter().any(|l| l.entry.contains("gemm_sm90"))) {
                     assert!(target.hopper(), "{}: wgmma kernel for {}", c.name, target.arch);
                     let alt = u.unaligned.as_ref().unwrap_or_else(|| panic!("{}: no unaligned alternative", c.name));
@@ -790,7 +788,7 @@ mod case_tests {
         for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_") && c.name.contains("x74")) {
             let mut g = c.graph.clone();
             g.validate().unwrap();
-            let units = crate::engine::cuda::fused::units(&g, &target).unwrap();
+            let units = crate::engine::cuda::planner::units(&g, &target, &Options::default(), true).unwrap();
             let gemm = units.iter().find(|u| u.kernels.launches.iter().any(|l| l.entry.contains("gemm_sm90"))).unwrap_or_else(|| panic!("{}: no wgmma kernel", c.name));
             assert_eq!(gemm.kernels.launches.len(), 1, "{}: a split", c.name);
             let src = &gemm.kernels.launches[0].source;
@@ -803,7 +801,7 @@ mod case_tests {
 
 #[cfg(test)]
 mod dump {
-    use crate::engine::cuda::engine::Target;
+    use crate::engine::cuda::kernel::{Options, Target};
     use crate::{DataType, Graph, TensorDesc};
 
     /// `GEMM_DUMP=<dir>` writes the full sources (prelude included) of the GEMM suite's bf16
@@ -829,10 +827,10 @@ mod dump {
                 g.set_output(y);
                 g.desc_mut(y).data_type = Some(bf);
                 g.validate().unwrap();
-                let units = crate::engine::cuda::fused::units(&g, &Target::sm90a()).unwrap();
+                let units = crate::engine::cuda::planner::units(&g, &Target::sm90a(), &Options::default(), true).unwrap();
                 for u in &units {
                     for l in &u.kernels.launches {
-                        let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                        let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, l.source);
                         std::fs::write(dir.join(format!("{id}_{}.cu", l.entry)), src).unwrap();
                     }
                 }
@@ -847,10 +845,10 @@ mod dump {
             g.set_output(y);
             g.validate().unwrap();
             let t = Target::sm90a();
-            let (p, epi) = super::plan_group(&g, &[0], &t).unwrap();
-            let cfg = super::sm90::Config { cluster_m: 2, ..super::sm90::choose(&p, &t) };
+            let (p, epi) = super::plan_group(&g, &[0], &t, &Options::default()).unwrap();
+            let cfg = super::sm90::Config { cluster_m: 2, ..super::sm90::choose(&p, &t, &Options::default()) };
             let k = super::sm90::kernels_with(&p, &epi, &t, "cluster_gemm_sm90", cfg).unwrap();
-            let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
+            let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, k.launches[0].source);
             std::fs::write(dir.join("cluster_8192_gemm_sm90.cu"), src).unwrap();
         }
         // matmul_tf32_8192x8192x8192 with the tf32 knob.
@@ -862,9 +860,9 @@ mod dump {
             let y = g.matmul(a, b);
             g.set_output(y);
             g.validate().unwrap();
-            for u in crate::engine::cuda::fused::units(&g, &Target::sm90a().with_tf32(true)).unwrap() {
+            for u in crate::engine::cuda::planner::units(&g, &Target::sm90a(), &Options::default().with_tf32(true), true).unwrap() {
                 for l in &u.kernels.launches {
-                    let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                    let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, l.source);
                     std::fs::write(dir.join(format!("tf32_8192_{}.cu", l.entry)), src).unwrap();
                 }
             }
@@ -873,10 +871,10 @@ mod dump {
         for c in crate::testing::cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
             let mut g = c.graph.clone();
             g.validate().unwrap();
-            for (t, tag) in [(Target::sm90a(), ""), (Target::sm90a().with_tf32(true), "tf32_")] {
-                for u in crate::engine::cuda::fused::units(&g, &t).unwrap() {
+            for (tf32, tag) in [(false, ""), (true, "tf32_")] {
+                for u in crate::engine::cuda::planner::units(&g, &Target::sm90a(), &Options::default().with_tf32(tf32), true).unwrap() {
                     for l in u.kernels.launches.iter().filter(|l| l.entry.contains("gemm_sm90")) {
-                        let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                        let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, l.source);
                         std::fs::write(dir.join(format!("{tag}{}_{}.cu", c.name, l.entry)), src).unwrap();
                     }
                 }

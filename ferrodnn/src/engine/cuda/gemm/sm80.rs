@@ -28,8 +28,7 @@
 
 use super::{Epilogue, GemmProblem, Operand};
 use crate::dtype::DataType;
-use crate::engine::cuda::engine::{Target, Unaligned, Unit};
-use crate::engine::cuda::fallback::{entry_name, Arg, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
 use crate::error::Result;
 use crate::graph::Graph;
 use std::fmt::Write;
@@ -770,12 +769,12 @@ pub fn kernels(cfg: &Config, p: &GemmProblem, epi: &Epilogue, node: usize, tag: 
     launches.push(Launch {
         source: main,
         entry,
-        threads: grid * threads as u64,
+        grid: Grid::Exact(grid32, 1, 1),
         block: threads,
-        exact_grid: Some((grid32, 1, 1)),
         shared_bytes: cfg.shared_bytes() as u32,
         args,
         cluster: None,
+        pdl: Pdl::Dependent,
     });
     if cfg.splits > 1 {
         let entry = entry_name(node, &format!("gemm{tag}_reduce"));

@@ -42,8 +42,7 @@
 use super::epilogue::{Side, SideKind};
 use super::{Epilogue, GemmProblem, Operand, Tap, TapAxes};
 use crate::dtype::DataType;
-use crate::engine::cuda::engine::{Target, Unaligned, Unit};
-use crate::engine::cuda::fallback::{entry_name, Arg, Launch, NodeKernels, INDEPENDENT_LAUNCH};
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Options, Pdl, Target, Unaligned, Unit};
 use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
 use crate::error::Result;
 use crate::graph::ops::reduction::ReductionMode;
@@ -134,14 +133,14 @@ impl Config {
 
 /// The configuration for a problem: the heuristic's ([`heuristic`]), or with the target's
 /// `gemm_config` the tuning candidate of that index ([`tuning_configs`]: the plans an autotuning
-/// times), or in an autotuned plan (`Target::autotune`) the candidate its tuning kept
+/// times), or in an autotuned plan (`Options::autotune`) the candidate its tuning kept
 /// ([`super::tune`]).
-pub fn choose(p: &GemmProblem, target: &Target) -> Config {
+pub fn choose(p: &GemmProblem, target: &Target, options: &Options) -> Config {
     let base = heuristic(p, target);
-    if let Some(i) = target.gemm_config {
+    if let Some(i) = options.gemm_config {
         return tuning_configs_of(p, base).get(i as usize).copied().unwrap_or(base);
     }
-    if target.autotune {
+    if options.autotune {
         if let Some(t) = super::tune::TuneCache::global().get(&super::tune::key(p, target)) {
             let cfg = t.apply(base);
             if tuning_configs_of(p, base).contains(&cfg) {
@@ -380,7 +379,7 @@ fn transpose_launch(p: &GemmProblem, entry: &str, scratch: usize, target: &Targe
     let tiles = tk * tn * bt_batches(p);
     // Launched independently, as the GEMM after it (the pair measured 9% slower as dependents).
     let source = format!(
-        r#"{INDEPENDENT_LAUNCH}extern "C" __global__ void __launch_bounds__(256) {entry}(const float* __restrict__ b, float* __restrict__ bt) {{
+        r#"extern "C" __global__ void __launch_bounds__(256) {entry}(const float* __restrict__ b, float* __restrict__ bt) {{
     __shared__ float tile[32][33];
     const long long K = {k}, N = {n}, KP = {kp}, TK = {tk}, TN = {tn}, TILES = {tiles};
     const int x = threadIdx.x % 32, y = threadIdx.x / 32;
@@ -417,12 +416,12 @@ fn transpose_launch(p: &GemmProblem, entry: &str, scratch: usize, target: &Targe
     Launch {
         source,
         entry: entry.to_string(),
-        threads: grid as u64 * 256,
+        grid: Grid::Exact(grid, 1, 1),
         block: 256,
-        exact_grid: Some((grid, 1, 1)),
         shared_bytes: 0,
         args: vec![Arg::Ptr(b.tensor), Arg::Scratch(scratch)],
         cluster: None,
+        pdl: Pdl::Independent,
     }
 }
 
@@ -475,7 +474,7 @@ fn ctype(dt: DataType) -> &'static str {
 
 /// The kernel's launches: one persistent launch.
 pub fn kernels(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str) -> Option<NodeKernels> {
-    kernels_with(p, epi, target, entry, choose(p, target))
+    kernels_with(p, epi, target, entry, choose(p, target, &Options::default()))
 }
 
 /// [`kernels`] with a given configuration (for tuning; `None` when it cannot run `p`): of the
@@ -535,7 +534,6 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
     let source = source(p, epi, &cfg, ma, mb, ta.dims.len() == 3, tb.dims.len() == 3, entry);
     // As a programmatic dependent launch the unsplit kernel measured slower on the H100 (6% with
     // a bias + relu epilogue, 9% for tf32 after the transpose); the split one (decode) 2% faster.
-    let source = if cfg.splits == 1 && !cfg.swap { format!("{INDEPENDENT_LAUNCH}{source}") } else { source };
     let tb_arg = if b_transposed(p) { Arg::ScratchTensorMap(0, Box::new(tb)) } else { Arg::TensorMap(Box::new(tb)) };
     let mut args = vec![Arg::TensorMap(Box::new(ta)), tb_arg];
     if cfg.tma_store {
@@ -555,12 +553,12 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
     let launch = Launch {
         source,
         entry: entry.to_string(),
-        threads: grid as u64 * 384,
+        grid: Grid::Exact(grid, 1, 1),
         block: 384,
-        exact_grid: Some((grid, 1, 1)),
         shared_bytes: cfg.shared_bytes() as u32,
         args,
         cluster: (cfg.cluster_m > 1).then_some((cfg.cluster_m as u32, 1, 1)),
+        pdl: if cfg.splits == 1 && !cfg.swap { Pdl::Independent } else { Pdl::Dependent },
     };
     launches.push(launch);
     if let (Some(tap), Some(at)) = (&epi.tap, tap_part) {
@@ -576,9 +574,9 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
 /// The Hopper unit of a GEMM group: the wgmma kernel, with the mma.sync kernel (scalar loads,
 /// no alignment needs) as the alternative for buffers that are not 16-byte aligned at execute
 /// time (TMA needs aligned base addresses). `None` when this kernel cannot run the problem.
-pub fn unit(graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, target: &Target) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, target: &Target, options: &Options) -> Result<Option<Unit>> {
     let Some(&last) = nodes.last() else { return Ok(None) };
-    let cfg = choose(p, target);
+    let cfg = choose(p, target, options);
     let Some(kernels) = kernels_with(p, epi, target, &entry_name(last, "gemm_sm90"), cfg) else { return Ok(None) };
     let Some(alt) = super::sm80::choose(p, target) else { return Ok(None) };
     let mut alternative = super::sm80::kernels(&alt.scalar(), p, epi, last, "_u");
@@ -609,8 +607,8 @@ pub fn unit(graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, tar
 /// Whether the kernel configuration for `p` can fold a reduction of C into its epilogue
 /// ([`Tap`]): one launch without a split of k, C as the problem gives it (not C^T), and the
 /// epilogue from the side inputs' layouts (every generated epilogue has them).
-pub fn takes_tap(p: &GemmProblem, target: &Target) -> bool {
-    reject(p, target).is_none() && choose(p, target).folds_tap()
+pub fn takes_tap(p: &GemmProblem, target: &Target, options: &Options) -> bool {
+    reject(p, target).is_none() && choose(p, target, options).folds_tap()
 }
 
 /// The tap's device functions: `tap_fold(acc, v)` adds a stored value to a partial, `tap_comb`
@@ -711,7 +709,7 @@ fn tap_launch(tap: &Tap, p: &GemmProblem, bn: usize, entry: &str, scratch: usize
             )
         }
     };
-    Launch { source, entry: entry.to_string(), threads, block, exact_grid: None, shared_bytes: 0, args: vec![Arg::Scratch(scratch), Arg::Ptr(tap.y)], cluster: None }
+    Launch { source, entry: entry.to_string(), grid: Grid::Cover(threads), block, shared_bytes: 0, args: vec![Arg::Scratch(scratch), Arg::Ptr(tap.y)], cluster: None, pdl: Pdl::Dependent }
 }
 
 /// The tap's code in the epilogue of the kernel: `decl` before the tile's loops, `fold(lo, hi)`
@@ -1668,27 +1666,28 @@ mod tests {
     #[test]
     fn picks_and_rejects() {
         let t = Target::sm90a();
+        let o = Options::default();
         let p = problem(1, 8192, 8192, 8192, true, false, DataType::Bf16);
         assert_eq!(reject(&p, &t), None);
-        assert_eq!(choose(&p, &t).bn, 256);
+        assert_eq!(choose(&p, &t, &o).bn, 256);
         // Groups of 16 tiles down M for long k loops, of 4 up to K = 4096.
-        assert_eq!(choose(&p, &t).group_m, 16);
-        assert_eq!(choose(&problem(1, 16384, 4096, 1024, true, false, DataType::Bf16), &t).group_m, 4);
-        assert_eq!(choose(&problem(1, 4096, 4096, 4096, true, false, DataType::Bf16), &t).group_m, 4);
-        assert!(choose(&p, &t).shared_bytes() <= 227 * 1024);
+        assert_eq!(choose(&p, &t, &o).group_m, 16);
+        assert_eq!(choose(&problem(1, 16384, 4096, 1024, true, false, DataType::Bf16), &t, &o).group_m, 4);
+        assert_eq!(choose(&problem(1, 4096, 4096, 4096, true, false, DataType::Bf16), &t, &o).group_m, 4);
+        assert!(choose(&p, &t, &o).shared_bytes() <= 227 * 1024);
         assert!(reject(&p, &Target::sm80()).is_some());
         // k = 7: a row stride of 14 bytes cannot be a TMA stride.
         assert!(reject(&problem(1, 64, 64, 7, true, false, DataType::Bf16), &t).is_some());
         // Decode: C^T in 64 x 16 tiles, no split; 64 x 32 tiles for M = 17..32; A column-major
         // keeps the split 128-row tiles (A^T would be N-major, too narrow a tile for TMA).
-        let d = choose(&problem(1, 16, 8192, 8192, true, false, DataType::Bf16), &t);
+        let d = choose(&problem(1, 16, 8192, 8192, true, false, DataType::Bf16), &t, &o);
         assert_eq!((d.swap, d.bm, d.bn, d.splits), (true, 64, 16, 1));
         assert!(d.stages == 8 && d.shared_bytes() <= 227 * 1024);
-        assert_eq!(choose(&problem(1, 20, 8192, 8192, true, true, DataType::Bf16), &t).bn, 32);
-        let d = choose(&problem(1, 16, 8192, 8192, false, false, DataType::Bf16), &t);
+        assert_eq!(choose(&problem(1, 20, 8192, 8192, true, true, DataType::Bf16), &t, &o).bn, 32);
+        let d = choose(&problem(1, 16, 8192, 8192, false, false, DataType::Bf16), &t, &o);
         assert_eq!((d.swap, d.bn, d.splits), (false, 128, 2));
         // Fewer columns: 128-wide tiles and split k.
-        let d = choose(&problem(1, 16, 2048, 8192, true, false, DataType::Bf16), &t);
+        let d = choose(&problem(1, 16, 2048, 8192, true, false, DataType::Bf16), &t, &o);
         assert_eq!((d.bn, d.splits > 1), (128, true));
     }
 
@@ -1699,6 +1698,7 @@ mod tests {
             return;
         }
         let t = Target::sm90a();
+        let o = Options::default();
         for (p, what) in [
             (problem(1, 8192, 8192, 8192, true, false, DataType::Bf16), "A K-major, B N-major"),
             (problem(3, 304, 200, 136, false, true, DataType::F32), "A M-major, B K-major, batched"),
@@ -1710,14 +1710,14 @@ mod tests {
             (fp8_problem(problem(2, 72, 136, 96, true, true, DataType::F32), DataType::Fp8E5m2, DataType::Fp8E4m3), "fp8 e5m2 x e4m3, batched"),
         ] {
             let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel"));
-            let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
+            let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, k.launches[0].source);
             compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}: {e}"));
         }
         // The 64-wide tile, a configuration the probe (tests/cuda_sm90.rs) times.
         let p = problem(1, 16, 8192, 8192, true, false, DataType::Bf16);
-        let cfg = Config { bn: 64, splits: 1, stages: 8, tma_store: true, bm: BM, swap: false, ..choose(&p, &t) };
+        let cfg = Config { bn: 64, splits: 1, stages: 8, tma_store: true, bm: BM, swap: false, ..choose(&p, &t, &o) };
         let k = kernels_with(&p, &identity(), &t, "gemm_test", cfg).expect("BN 64 config");
-        let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, k.launches[0].source);
+        let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, k.launches[0].source);
         compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("BN 64: {e}"));
         // tf32: B N-major (C^T with B^T from registers), B K-major, batched with split k (B N-major
         // through a transposed copy).
@@ -1729,7 +1729,7 @@ mod tests {
             let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel ({:?})", reject(&p, &t)));
             assert_eq!(k.launches.len(), launches, "{what}");
             for l in &k.launches {
-                let src = format!("{}\n{}", crate::engine::cuda::fallback::PRELUDE, l.source);
+                let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, l.source);
                 compile_cubin(&src, &l.entry, &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}: {e}"));
             }
         }
@@ -1761,11 +1761,11 @@ mod tests {
             for (i, cfg) in v.iter().enumerate() {
                 assert!(kernels_with(&p, &identity(), &t, "g", *cfg).is_some(), "{cfg:?}");
                 assert!(!v[..i].contains(cfg), "duplicate {cfg:?}");
-                let forced = Target { gemm_config: Some(i as u8), ..t.clone() };
-                assert_eq!(choose(&p, &forced), *cfg);
+                let forced = Options { gemm_config: Some(i as u8), ..Default::default() };
+                assert_eq!(choose(&p, &t, &forced), *cfg);
             }
             // Past the list: the heuristic's.
-            assert_eq!(choose(&p, &Target { gemm_config: Some(200), ..t.clone() }), v[0]);
+            assert_eq!(choose(&p, &t, &Options { gemm_config: Some(200), ..Default::default() }), v[0]);
         }
         for p in [problem(1, 16, 8192, 8192, true, false, DataType::Bf16), problem(1, 16, 2048, 8192, true, false, DataType::Bf16)] {
             assert_eq!(tuning_configs(&p, &t), vec![heuristic(&p, &t)]);
@@ -1806,11 +1806,12 @@ mod tests {
     #[test]
     fn tf32_takes_k_major_a_and_copies_n_major_b() {
         let t = Target::sm90a();
+        let o = Options::default();
         let p = tf32_problem(problem(1, 8192, 8192, 8192, true, false, DataType::F32));
         assert_eq!(reject(&p, &t), None);
         assert!(b_transposed(&p) && rs_ok(&p));
         // Enough tiles: C^T = B^T A^T in one launch, B^T's fragments from registers.
-        let cfg = choose(&p, &t);
+        let cfg = choose(&p, &t, &o);
         assert!(cfg.swap && cfg.bm == BM && cfg.bn == 256 && cfg.splits == 1);
         let k = kernels(&p, &identity(), &t, "g").unwrap();
         assert!(k.scratch.is_empty() && k.launches.len() == 1);
@@ -1821,7 +1822,7 @@ mod tests {
         assert!(k.launches[1].source.contains("m64n256k8.f32.tf32.tf32") && !k.launches[1].source.contains("wgmma_tile_rs"));
         // Few tiles (split k): the copy.
         let few = tf32_problem(problem(1, 64, 64, 4096, true, false, DataType::F32));
-        assert!(!choose(&few, &t).swap && choose(&few, &t).splits > 1);
+        assert!(!choose(&few, &t, &o).swap && choose(&few, &t, &o).splits > 1);
         // N not a multiple of 4: B's rows cannot be TMA rows, so only the copy can run it.
         assert!(!rs_ok(&tf32_problem(problem(1, 72, 97, 64, true, false, DataType::F32))));
         // Without the knob, f32 is not taken; A column-major is not either (no transpose of A).

@@ -12,7 +12,7 @@
 use super::sm90::Config;
 use super::GemmProblem;
 use crate::engine::cuda::cache::KernelCache;
-use crate::engine::cuda::engine::Target;
+use crate::engine::cuda::kernel::Target;
 use crate::graph::Fnv64;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
