@@ -6,13 +6,15 @@
 //!
 //! Layers, top to bottom: [`graph`] (tensors, ops, inference, validation, JSON; knows nothing of
 //! engines), [`engine`] (the engine interface, plans, the CPU reference engine), and helpers
-//! ([`layout`] for strided buffers, [`testing`] for seeded data and comparisons).
+//! ([`layout`] for strided buffers, [`random`] for seeded values, [`testing`] for test data and
+//! comparisons).
 
 pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod graph;
 pub mod layout;
+pub mod random;
 pub mod testing;
 
 pub use dtype::DataType;

@@ -179,6 +179,11 @@ impl<'a> VariantPack<'a> {
 /// An engine: says which graphs it supports and builds compiled plans for them.
 pub trait Engine: Send + Sync {
     fn kind(&self) -> EngineKind;
+    /// The engine's tuning switches that change its plans (empty for the defaults): part of every
+    /// cached plan's key.
+    fn tuning_key(&self) -> String {
+        String::new()
+    }
     /// Ok when this engine can run the (validated) graph; otherwise why not.
     fn supports(&self, graph: &Graph) -> Result<()>;
     /// Candidate knob sets, best first by the engine's own heuristics.
@@ -229,7 +234,8 @@ impl Plan {
 pub struct Handle {
     engines: Vec<Box<dyn Engine>>,
     cuda: Option<(Arc<cuda::CudaDevice>, cuda::SharedStream)>,
-    /// Compiled plans by (graph key, engine, knobs): a graph seen before builds in microseconds.
+    /// Compiled plans by (graph key, engine, knobs and the engine's tuning switches): a graph
+    /// seen before builds in microseconds.
     plans: std::sync::Mutex<HashMap<(u64, EngineKind, String), (Arc<Graph>, Arc<dyn CompiledPlan>)>>,
 }
 
@@ -357,7 +363,7 @@ impl Handle {
     /// The compiled plan of `engine` for a validated graph, from this handle's plan cache when
     /// the same graph (by key) was built before with the same knobs.
     fn compiled(&self, engine: &dyn Engine, g: &Arc<Graph>, key: u64, knobs: &[Knob]) -> Result<(Arc<Graph>, Arc<dyn CompiledPlan>)> {
-        let cache_key = (key, engine.kind(), serde_json::to_string(knobs).unwrap_or_default());
+        let cache_key = (key, engine.kind(), format!("{}{}", serde_json::to_string(knobs).unwrap_or_default(), engine.tuning_key()));
         if let Some(hit) = self.plans.lock().ok().and_then(|m| m.get(&cache_key).cloned()) {
             // Keys hash the whole computation; equal graphs also compare equal but for names.
             return Ok(hit);

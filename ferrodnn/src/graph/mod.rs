@@ -309,6 +309,21 @@ impl Graph {
         Ok(())
     }
 
+    /// The nodes reading each tensor, by tensor index (each node once, in node order); tensors
+    /// no node reads are absent.
+    pub fn consumers(&self) -> HashMap<usize, Vec<usize>> {
+        let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (ni, node) in self.nodes.iter().enumerate() {
+            for p in &node.inputs {
+                let v = m.entry(p.tensor.0).or_default();
+                if !v.contains(&ni) {
+                    v.push(ni);
+                }
+            }
+        }
+        m
+    }
+
     /// Node indices in an order where each node comes after the producers of its inputs.
     pub fn topological_order(&self) -> Result<Vec<usize>> {
         let mut producer: HashMap<usize, usize> = HashMap::new();

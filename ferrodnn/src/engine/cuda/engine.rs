@@ -3,7 +3,7 @@
 //! stream (no allocation, no compilation, no host synchronization), so it can be captured in a
 //! CUDA graph.
 
-use super::kernel::{kernel_text, Arg, Grid, NodeKernels, Options, TRef, Target};
+use super::kernel::{kernel_text, Arg, Grid, NodeKernels, Options, TRef, Target, Tuning};
 use super::planner::{self, has_atomic_sdpa_backward, has_f32_matmul, has_fp8_matmul};
 use super::{compile_cached, CompileOptions, CudaDevice, DeviceBuffer, Function, KernelCache, Module, Stream};
 use crate::dtype::DataType;
@@ -36,7 +36,7 @@ impl CudaEngine {
 
     /// The device this engine generates kernels for.
     pub fn target(&self) -> Target {
-        let pdl = !std::env::var("FERRODNN_PDL").is_ok_and(|v| v == "0") && super::module::has_launch_ex();
+        let pdl = Tuning::get().pdl && super::module::has_launch_ex();
         Target::new(&self.device.arch(), self.device.sm_count()).with_pdl(pdl)
     }
 }
@@ -48,11 +48,12 @@ fn fused_knob(knobs: &[Knob]) -> bool {
 
 /// The kernel-generation options a plan's knobs ask for. `tf32`, `fp8_fast_accum`, `atomics` and
 /// `autotune` are off unless asked for, and only with fusion (the fallback computes in double);
-/// `gemm_config` forces a GEMM tuning candidate.
+/// `gemm_config` forces a GEMM tuning candidate. The process's tuning switches come along.
 fn options_of(knobs: &[Knob]) -> Options {
     let fused = fused_knob(knobs);
     let on = |name: &str| fused && knobs.iter().any(|k| k.name == name && k.value != 0);
     Options {
+        tuning: Tuning::get().clone(),
         tf32: on("tf32"),
         fp8_fast_accum: on("fp8_fast_accum"),
         atomics: on("atomics"),
@@ -134,7 +135,7 @@ impl CudaEngine {
             .collect::<Result<_>>()?;
         // Inputs of random values (the tensor cores' power, and so their clock, depends on
         // them), the output, a workspace.
-        let mut rng = crate::testing::SplitMix64::new(0x7475_6e65);
+        let mut rng = crate::random::SplitMix64::new(0x7475_6e65);
         let mut buffers = Vec::new();
         for (uid, t) in [(1, a), (2, b), (3, c)] {
             let d = g.desc(t);
@@ -144,7 +145,7 @@ impl CudaEngine {
                 self.device.alloc(bytes)?
             } else {
                 let mut host = vec![0u8; bytes];
-                for (i, v) in crate::testing::random_values(bytes / dt.size(), dt, &mut rng).into_iter().enumerate() {
+                for (i, v) in crate::random::random_values(bytes / dt.size(), dt, &mut rng).into_iter().enumerate() {
                     dt.write(&mut host, i, v);
                 }
                 self.device.upload(&host)?
@@ -187,6 +188,10 @@ impl CudaEngine {
 impl Engine for CudaEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Cuda
+    }
+
+    fn tuning_key(&self) -> String {
+        Tuning::get().key()
     }
 
     fn supports(&self, graph: &Graph) -> Result<()> {
@@ -420,6 +425,7 @@ impl CudaPlan {
         let mut words: Vec<u64> = Vec::with_capacity(n);
         let mut refs: Vec<TRef> = Vec::with_capacity(n);
         let mut floats: Vec<f64> = Vec::with_capacity(n);
+        let mut singles: Vec<f32> = Vec::with_capacity(n);
         let mut maps: Vec<cudarc::driver::sys::CUtensorMap> = Vec::with_capacity(n);
         let mut params: Vec<*mut c_void> = Vec::with_capacity(n);
         for arg in &step.args {
@@ -444,6 +450,21 @@ impl CudaPlan {
                 Arg::F64(v) => {
                     floats.push(*v);
                     params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));
+                }
+                Arg::F32(v) => {
+                    singles.push(*v);
+                    params.push(singles.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f32 as *mut c_void));
+                }
+                Arg::Scalar { tensor, double } => {
+                    let d = self.graph.desc(*tensor);
+                    let v = d.value.ok_or_else(|| Error::InvalidArgument(format!("tensor \"{}\": the by-value scalar has no value", d.name)))?;
+                    if *double {
+                        floats.push(v);
+                        params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));
+                    } else {
+                        singles.push(v as f32);
+                        params.push(singles.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f32 as *mut c_void));
+                    }
                 }
                 Arg::TensorMap(desc) => {
                     maps.push(desc.encode(ptrs[desc.tensor.0])?);

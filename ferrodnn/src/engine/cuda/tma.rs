@@ -5,7 +5,7 @@
 //! work, no allocation), about a microsecond.
 //!
 //! Kernels declare the parameter with their own type of the same size and alignment:
-//! `struct alignas(64) TmaMap { unsigned long long opaque[16]; };` (see [`TMA_MAP_DECL`]).
+//! `struct alignas(64) TmaMap { unsigned long long opaque[16]; };` (in `kernel/hopper.cuh`).
 
 use super::runtime::{check, driver};
 use crate::dtype::DataType;
@@ -14,9 +14,6 @@ use crate::graph::TensorId;
 use cudarc::driver::sys;
 use std::ffi::c_void;
 use std::sync::OnceLock;
-
-/// The C declaration kernels use for a tensor-map parameter.
-pub const TMA_MAP_DECL: &str = "struct alignas(64) TmaMap { unsigned long long opaque[16]; };\n";
 
 /// How to encode one tiled tensor map over a tensor of the graph.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

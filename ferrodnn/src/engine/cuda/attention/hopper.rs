@@ -10,8 +10,8 @@
 
 use super::Problem;
 use crate::dtype::DataType;
-use crate::engine::cuda::gemm::sm90::SM90_HELPERS;
-use crate::engine::cuda::tma::{TmaDesc, TMA_MAP_DECL};
+use crate::engine::cuda::kernel::HOPPER;
+use crate::engine::cuda::tma::TmaDesc;
 use crate::graph::TensorId;
 
 /// Whether the Hopper kernels take the problem (the target is checked by the caller): head
@@ -130,7 +130,7 @@ pub(super) fn heavy_first(p: &Problem) -> String {
 /// Device code after the attention HELPERS: the TMA map type, the sm90 barrier / TMA / wgmma
 /// helpers, the 4-d tile load, and the packing of f32 accumulators into A fragments.
 pub(super) fn helpers() -> String {
-    format!("{TMA_MAP_DECL}{SM90_HELPERS}{TMA4}")
+    format!("{HOPPER}{TMA4}")
 }
 
 const TMA4: &str = r#"

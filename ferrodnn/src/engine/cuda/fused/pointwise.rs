@@ -117,20 +117,6 @@ fn candidate(graph: &Graph, ni: usize) -> bool {
     })
 }
 
-/// Nodes reading each tensor (each node once).
-fn consumers(graph: &Graph) -> HashMap<usize, Vec<usize>> {
-    let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (ni, node) in graph.nodes.iter().enumerate() {
-        for p in &node.inputs {
-            let v = m.entry(p.tensor.0).or_default();
-            if !v.contains(&ni) {
-                v.push(ni);
-            }
-        }
-    }
-    m
-}
-
 /// Disjoint groups of pointwise nodes to fuse (each at least two nodes), each in topological
 /// order.
 pub fn groups(graph: &Graph, order: &[usize], exclude: &std::collections::HashSet<usize>) -> Vec<Vec<usize>> {
@@ -141,7 +127,7 @@ pub fn groups(graph: &Graph, order: &[usize], exclude: &std::collections::HashSe
             position[n] = i;
         }
     }
-    let cons = consumers(graph);
+    let cons = graph.consumers();
     let cand: Vec<bool> = (0..nn).map(|ni| position[ni] != usize::MAX && !exclude.contains(&ni) && candidate(graph, ni)).collect();
     let out_of = |ni: usize| graph.nodes[ni].outputs[0].tensor;
     // A node is inner when its output may stay in registers: virtual, read only by candidates
@@ -305,7 +291,7 @@ fn plan(graph: &Graph, nodes: &[usize], position: &[usize]) -> Option<Plan> {
     let mut order = nodes.to_vec();
     order.sort_by_key(|&n| position.get(n).copied().unwrap_or(usize::MAX));
     order.dedup();
-    let cons = consumers(graph);
+    let cons = graph.consumers();
     let produced: HashMap<usize, usize> = order.iter().enumerate().map(|(k, &n)| (graph.nodes[n].outputs[0].tensor.0, k)).collect();
     // Exactly one exit, the last node; every other output virtual and read only inside.
     let last = order.len() - 1;

@@ -2020,20 +2020,6 @@ fn prologue_formula(graph: &Graph, ni: usize) -> Option<&'static str> {
     Some(f)
 }
 
-/// Nodes reading each tensor (each node once).
-fn readers(graph: &Graph) -> HashMap<usize, Vec<usize>> {
-    let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (ni, node) in graph.nodes.iter().enumerate() {
-        for p in &node.inputs {
-            let v = m.entry(p.tensor.0).or_default();
-            if !v.contains(&ni) {
-                v.push(ni);
-            }
-        }
-    }
-    m
-}
-
 /// The prologue chain of norm node `ni`: the pointwise nodes (add, sub, mul of tensors of x's
 /// dims) that compute its x, walking back from x through tensors that are virtual and read by
 /// one node only (a tensor read elsewhere, or produced by another kind of node, is an input
@@ -2073,7 +2059,7 @@ pub fn prologue_groups(graph: &Graph, order: &[usize], target: &Target) -> Vec<V
             producer.insert(p.tensor.0, ni);
         }
     }
-    let rd = readers(graph);
+    let rd = graph.consumers();
     let position: HashMap<usize, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut taken = std::collections::HashSet::new();
     let mut out = Vec::new();
@@ -2112,7 +2098,7 @@ pub fn prologue_unit(graph: &Graph, nodes: &[usize], target: &Target) -> Result<
         return Ok(None);
     }
     let Some(x) = node.input("x") else { return Ok(None) };
-    let rd = readers(graph);
+    let rd = graph.consumers();
     // Every chain tensor but x is read inside the group only, and virtual.
     let mut x_made = false;
     for &p in chain {

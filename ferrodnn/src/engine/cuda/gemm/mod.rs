@@ -210,7 +210,7 @@ impl Prologue {
 /// Whether the graph has a matmul of two fp8 tensors: its inputs, or the sources of its
 /// operands' [`Prologue`]s.
 pub fn has_fp8_matmul(graph: &Graph) -> bool {
-    let cons = consumers(graph);
+    let cons = graph.consumers();
     graph.nodes.iter().enumerate().filter(|(_, n)| matches!(n.op, Op::Matmul(_))).any(|(mm, node)| {
         ["a", "b"].iter().all(|port| {
             let src = Prologue::of(graph, mm, port, &cons).map(|p| p.src).or_else(|| node.input(port));
@@ -239,7 +239,7 @@ impl Epilogue {
 /// in topological order. Only matmuls this engine runs and that absorb at least one node form
 /// a group (a lone matmul is asked for through [`unit`] with one node).
 pub fn groups(graph: &Graph, order: &[usize], target: &Target, options: &Options) -> Vec<Vec<usize>> {
-    let cons = consumers(graph);
+    let cons = graph.consumers();
     let mut out = Vec::new();
     for &ni in order {
         if !matches!(graph.nodes.get(ni).map(|n| &n.op), Some(Op::Matmul(_))) {
@@ -326,7 +326,7 @@ fn plan_group(graph: &Graph, nodes: &[usize], target: &Target, options: &Options
     let (pro_nodes, nodes) = nodes.split_at(at);
     let (&mm, rest) = nodes.split_first()?;
     // The operands' prologues (each node the prologue of A or of B), their sources and scales.
-    let cons = consumers(graph);
+    let cons = graph.consumers();
     let (mut a_src, mut b_src) = (graph.nodes[mm].input("a")?, graph.nodes[mm].input("b")?);
     let mut scales = Vec::new();
     let (pa, pb) = (Prologue::of(graph, mm, "a", &cons), Prologue::of(graph, mm, "b", &cons));
@@ -362,20 +362,6 @@ fn plan_group(graph: &Graph, nodes: &[usize], target: &Target, options: &Options
         epi.tap = Some(tap);
     }
     Some((p, epi))
-}
-
-/// Nodes reading each tensor (each node once).
-fn consumers(graph: &Graph) -> HashMap<usize, Vec<usize>> {
-    let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (ni, node) in graph.nodes.iter().enumerate() {
-        for p in &node.inputs {
-            let v = m.entry(p.tensor.0).or_default();
-            if !v.contains(&ni) {
-                v.push(ni);
-            }
-        }
-    }
-    m
 }
 
 fn dtype(graph: &Graph, id: TensorId) -> DataType {

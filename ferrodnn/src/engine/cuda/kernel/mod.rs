@@ -24,8 +24,8 @@ pub mod ctype;
 mod source;
 mod target;
 
-pub use source::{kernel_text, Signature, Source, PRELUDE};
-pub use target::{Options, Target};
+pub use source::{kernel_text, Signature, Source, HOPPER, PRELUDE};
+pub use target::{Options, Target, Tuning};
 
 use crate::graph::{Graph, TensorId};
 
@@ -109,6 +109,13 @@ pub enum Arg {
     Scratch(usize),
     I64(i64),
     F64(f64),
+    /// A `float` parameter: a value a user may change between plans (an epsilon, a scale, a
+    /// probability, a clip bound), passed rather than compiled in so that one kernel serves
+    /// every value.
+    F32(f32),
+    /// The value of by-value scalar tensor `tensor`, as a `double` parameter when `double`, else
+    /// a `float`.
+    Scalar { tensor: TensorId, double: bool },
     /// A TMA tensor map (`const __grid_constant__ TmaMap`, 128 bytes) over a tensor, encoded
     /// when the plan executes from the tensor's pointer (see [`crate::engine::cuda::tma`]).
     TensorMap(Box<crate::engine::cuda::tma::TmaDesc>),

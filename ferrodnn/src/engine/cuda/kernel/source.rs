@@ -9,6 +9,10 @@ use std::fmt::{Display, Write};
 /// the dependent-launch site (`prelude.cuh`).
 pub const PRELUDE: &str = include_str!("prelude.cuh");
 
+/// The Hopper helpers the GEMM and attention kernels share (`hopper.cuh`): the tensor-map
+/// parameter type, mbarriers, TMA copies, wgmma fences.
+pub const HOPPER: &str = include_str!("hopper.cuh");
+
 /// One kernel's text as a generator writes it: the configuration chosen in Rust, as `#define`s
 /// (the entry's name and parameter list among them, see [`Source::entry`]), followed by the
 /// `.cuh` templates (read with `include_str!`) that read it. This is the one way every generator
@@ -105,6 +109,14 @@ impl Signature {
     /// `double name`.
     pub fn f64(&mut self, name: &str, v: f64) -> &mut Signature {
         self.param(format!("double {name}"), Arg::F64(v))
+    }
+    /// `float name`: a runtime value (see [`Arg::F32`]).
+    pub fn f32(&mut self, name: &str, v: f64) -> &mut Signature {
+        self.param(format!("float {name}"), Arg::F32(v as f32))
+    }
+    /// The value of by-value scalar tensor `id` as `double name` (when `double`) or `float name`.
+    pub fn scalar(&mut self, name: &str, id: TensorId, double: bool) -> &mut Signature {
+        self.param(format!("{} {name}", if double { "double" } else { "float" }), Arg::Scalar { tensor: id, double })
     }
     /// The parameter list, as C.
     pub fn list(&self) -> String {

@@ -45,9 +45,11 @@ impl Target {
     }
 }
 
-/// What a plan's knobs ask of kernel generation.
+/// What a plan's knobs ask of kernel generation, and the process's tuning switches.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Options {
+    /// The tuning switches ([`Tuning::get`]).
+    pub tuning: Tuning,
     /// f32 matmuls may run as tf32 (one tensor-core pass on inputs rounded to a 10-bit mantissa)
     /// instead of 3xTF32 (about f32 accuracy): the `tf32` knob, which makes the plan's behavior
     /// notes say reduced precision.
@@ -85,5 +87,69 @@ impl Options {
     pub fn with_atomics(mut self, allow: bool) -> Options {
         self.atomics = allow;
         self
+    }
+}
+
+/// Tuning switches: developer settings for comparing a kernel variant against the default in the
+/// benchmark harness, each read from its environment variable once per process. They are part of
+/// every plan's key ([`Tuning::key`]), so a plan built under one setting is never reused under
+/// another. The defaults are what the heuristics measured best. Every switch is listed here and
+/// nowhere else:
+///
+/// | variable | default | effect |
+/// |---|---|---|
+/// | `FERRODNN_PDL=0` | on | no programmatic dependent launches: every kernel an ordinary launch |
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Tuning {
+    /// Launch kernels as programmatic dependents where the device allows (`FERRODNN_PDL`).
+    pub pdl: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning { pdl: true }
+    }
+}
+
+impl Tuning {
+    /// The switches of this process, read from the environment on first use.
+    pub fn get() -> &'static Tuning {
+        static TUNING: std::sync::OnceLock<Tuning> = std::sync::OnceLock::new();
+        TUNING.get_or_init(|| Tuning::from_env(|name| std::env::var(name).ok()))
+    }
+
+    /// The switches as `var` reads them (the defaults where a variable is unset or unparsable).
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Tuning {
+        let mut t = Tuning::default();
+        if let Some(v) = var("FERRODNN_PDL") {
+            t.pdl = v != "0";
+        }
+        t
+    }
+
+    /// What of these switches differs from the defaults, as text for plan keys ("" for the
+    /// defaults).
+    pub fn key(&self) -> String {
+        let d = Tuning::default();
+        let mut parts = Vec::new();
+        if self.pdl != d.pdl {
+            parts.push(format!("pdl={}", self.pdl as u8));
+        }
+        parts.join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tuning;
+
+    #[test]
+    fn tuning_reads_its_switches_and_keys_what_differs() {
+        let t = Tuning::from_env(|_| None);
+        assert_eq!(t, Tuning::default());
+        assert_eq!(t.key(), "");
+        let off = Tuning::from_env(|n| (n == "FERRODNN_PDL").then(|| "0".to_string()));
+        assert!(!off.pdl);
+        assert_eq!(off.key(), "pdl=0");
     }
 }
