@@ -40,6 +40,29 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Explain what the CUDA engine makes of a graph (from a JSON file), without running it: the
+    /// fusion groups, which engine took each node and why each fast engine that could have taken
+    /// it declined, and the kernels with their launch shapes; `--source` adds every kernel's text
+    /// exactly as NVRTC compiles it. Needs no GPU: for this machine's GPU when there is one,
+    /// otherwise for `--arch` / `--sm-count` (an H100 by default).
+    Explain {
+        graph: std::path::PathBuf,
+        /// Print each kernel's full source.
+        #[arg(long)]
+        source: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The NVRTC architecture to plan for (default: this machine's GPU, else sm_90a).
+        #[arg(long)]
+        arch: Option<String>,
+        /// The SM count to plan for (default: this machine's GPU, else 132).
+        #[arg(long)]
+        sm_count: Option<u32>,
+        /// The plan's knobs as NAME=VALUE (default: the engine's first candidate), e.g. fused=0.
+        #[arg(long = "knob", value_parser = parse_knob)]
+        knobs: Vec<ferrodnn::engine::Knob>,
+    },
     /// Build a conv -> bias -> relu graph, a layernorm graph and an attention graph, run each on
     /// the best engine available and print results, errors and timings.
     Demo,
@@ -144,10 +167,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::GpuCheckRuntime { out, device } => return gpu_smoke::main(device, out.as_deref()),
         Command::Ops { json } => ops(json),
-        Command::CompileCases { arch, sm_count, filter, dump, bench, notes } => {
-            compile_cases(&arch, sm_count, filter.as_deref(), dump.as_deref(), bench.as_deref(), notes)
-        }
+        Command::CompileCases { arch, sm_count, filter, dump, bench, notes } => compile_cases(&arch, sm_count, filter.as_deref(), dump.as_deref(), bench.as_deref(), notes),
         Command::PtxManifest { out, ptx_dir, filter } => ptx_manifest::ptx_manifest(&out, ptx_dir.as_deref(), filter.as_deref()),
+        Command::Explain { graph, source, json, arch, sm_count, knobs } => explain(&graph, source, json, arch, sm_count, &knobs),
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
@@ -262,6 +284,27 @@ fn run(path: &std::path::Path, engine: EngineArg, seed: u64) -> Result<(), Strin
         return Err("some outputs differ from the CPU engine beyond tolerance".into());
     }
     Ok(())
+}
+
+/// See [`Command::Explain`].
+fn explain(path: &std::path::Path, source: bool, json: bool, arch: Option<String>, sm_count: Option<u32>, knobs: &[ferrodnn::engine::Knob]) -> Result<(), String> {
+    use ferrodnn::engine::cuda::{self, CudaDevice, Target};
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let graph = Graph::from_json(&text).map_err(|e| e.to_string())?;
+    let device = if cuda::gpu_available() { CudaDevice::open(0).ok() } else { None };
+    let arch = arch.or_else(|| device.as_ref().map(|d| d.arch())).unwrap_or_else(|| "sm_90a".into());
+    let sm_count = sm_count.or_else(|| device.as_ref().map(|d| d.sm_count())).unwrap_or(132);
+    let e = cuda::explain(&graph, &Target::new(&arch, sm_count), knobs).map_err(|e| e.to_string())?;
+    let out = if json { serde_json::to_string_pretty(&e).map_err(|e| e.to_string())? + "\n" } else { e.to_text(source) };
+    // A closed pipe (`ferrodnn explain g.json --source | head`) is not an error worth a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
+    Ok(())
+}
+
+fn parse_knob(s: &str) -> Result<ferrodnn::engine::Knob, String> {
+    let (name, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected NAME=VALUE, e.g. fused=0"))?;
+    let value: i64 = value.parse().map_err(|_| format!("`{s}`: VALUE is not an integer"))?;
+    Ok(ferrodnn::engine::Knob { name: name.to_string(), value })
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {

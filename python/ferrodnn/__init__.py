@@ -31,6 +31,7 @@ from ._ferrodnn import (  # noqa: F401
     gpu_available,
     handle,
     heur_mode,
+    kernel_cache_stats,
     norm_forward_phase,
     padding_mode,
     reduction_mode,

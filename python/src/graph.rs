@@ -1510,6 +1510,30 @@ impl PyGraph {
         Ok(st.built.as_ref().and_then(|b| b.plans.get(index)).map_or(0, |p| p.workspace_size()))
     }
 
+    /// What the CUDA engine makes of this graph, without running it (`ferrodnn explain`): the
+    /// fusion groups, which engine took each node and why each fast engine that could have taken
+    /// it declined, the kernels with their launch shapes, and with `source=True` every kernel's
+    /// text exactly as NVRTC compiles it. For the handle's GPU, or an H100 (sm_90a, 132 SMs) on a
+    /// machine without one; `as_json=True` returns JSON text.
+    #[pyo3(signature = (source = false, as_json = false))]
+    fn explain(&self, source: bool, as_json: bool) -> PyResult<String> {
+        let mut st = lock(&self.state)?;
+        if st.built.is_none() {
+            st.lower()?;
+        }
+        let target = match st.handle.cuda_device() {
+            Some(d) => ferrodnn::engine::cuda::Target::new(&d.arch(), d.sm_count()),
+            None => ferrodnn::engine::cuda::Target::sm90a(),
+        };
+        let lowered = &st.built.as_ref().expect("lowered").lowered;
+        let e = ferrodnn::engine::cuda::explain(lowered, &target, &[]).map_err(to_py_err)?;
+        if as_json {
+            serde_json::to_string_pretty(&e).map_err(|e| SerializationError::new_err(e.to_string()))
+        } else {
+            Ok(e.to_text(source))
+        }
+    }
+
     /// The behavior notes of the first plan, by name.
     fn get_behavior_notes(&self, py: Python<'_>) -> PyResult<Vec<&'static str>> {
         self.build_plans_inner(py, false)?;

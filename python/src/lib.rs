@@ -292,6 +292,19 @@ fn set_stream(handle: &Bound<'_, PyHandle>, stream: &Bound<'_, PyAny>) -> PyResu
 }
 
 /// The cuDNN version this API corresponds to (the frontend's samples gate features on it).
+/// What the process's kernel cache has done: kernels found in memory, found on disk, and compiled
+/// with NVRTC (a dict of counts). Plans whose kernels were built before (for another value of an
+/// epsilon or a scale, say) find them in memory and compile nothing.
+#[pyfunction]
+fn kernel_cache_stats(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    let s = ferrodnn::engine::cuda::KernelCache::global().stats();
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("memory_hits", s.memory_hits)?;
+    d.set_item("disk_hits", s.disk_hits)?;
+    d.set_item("compiles", s.compiles)?;
+    Ok(d)
+}
+
 #[pyfunction]
 fn backend_version() -> i64 {
     91000
@@ -342,6 +355,7 @@ fn _ferrodnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(destroy_handle, m)?)?;
     m.add_function(wrap_pyfunction!(set_stream, m)?)?;
     m.add_function(wrap_pyfunction!(backend_version, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel_cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(get_cudnn_version, m)?)?;
     m.add_function(wrap_pyfunction!(backend_version_string, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_available, m)?)?;

@@ -242,3 +242,22 @@ def test_by_value_scalar_operand():
     np.testing.assert_array_equal(y, -x)
     with pytest.raises(cudnn.InvalidArgumentError, match="alpha"):
         g.execute({X: x, Y: y}, None)
+
+
+def test_explain_names_the_engines_and_the_kernels():
+    # A CPU handle: the CUDA engine's plan is explained for an H100 without a GPU.
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT, handle=cudnn.create_cpu_handle(), name="scale_relu")
+    X = g.tensor(name="X", dim=[64, 256], stride=[256, 1], data_type=cudnn.data_type.HALF)
+    S = g.tensor(name="S", dim=[1, 256], stride=[256, 1], data_type=cudnn.data_type.HALF)
+    Y = g.relu(input=g.mul(a=X, b=S, name="mul"), name="relu")
+    Y.set_output(True)
+    g.validate()
+    text = g.explain()
+    assert 'graph "scale_relu" on sm_90a (132 SMs)' in text
+    assert "-> pointwise fusion" in text and "kernel n1_fused_pointwise" in text, text
+    with_source = g.explain(source=True)
+    assert "#define FDNN_PDL 1" in with_source and '__global__' in with_source
+    import json
+    units = json.loads(g.explain(as_json=True))["units"]
+    assert [u["engine"] for u in units] == ["pointwise fusion"]

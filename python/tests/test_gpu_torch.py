@@ -443,3 +443,28 @@ def test_host_torch_tensors_run_on_the_cpu_engine(handle):
     graph.build([cudnn.heur_mode.A])
     graph.execute({X: x, Y: y}, None)
     torch.testing.assert_close(y, torch.nn.functional.gelu(x), atol=1e-5, rtol=1e-5)
+
+
+def test_one_compilation_serves_every_epsilon(handle):
+    # A layernorm executed with three epsilons: the first execute compiles (or reads from disk)
+    # its kernels; the others change only a kernel argument and compile nothing.
+    N, C = 96, 768
+    x_gpu = torch.randn(N, C, device="cuda", dtype=torch.float16)
+    scale_gpu = torch.randn(1, C, device="cuda", dtype=torch.float16)
+    bias_gpu = torch.randn(1, C, device="cuda", dtype=torch.float16)
+    graph = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X, S, B = graph.tensor_like(x_gpu), graph.tensor_like(scale_gpu), graph.tensor_like(bias_gpu)
+    E = graph.tensor_like(torch.full((1, 1), 1e-5, dtype=torch.float32))
+    Y, _, _ = graph.layernorm(norm_forward_phase=cudnn.norm_forward_phase.INFERENCE, input=X, scale=S, bias=B, epsilon=E)
+    Y.set_output(True)
+    workspace = build(graph)
+    loaded = []
+    for eps in [1e-5, 1e-2, 0.5]:
+        y = torch.empty_like(x_gpu)
+        graph.execute({X: x_gpu, S: scale_gpu, B: bias_gpu, E: torch.full((1, 1), eps, dtype=torch.float32), Y: y}, workspace)
+        torch.cuda.synchronize()
+        ref = torch.nn.functional.layer_norm(x_gpu.float(), [C], scale_gpu[0].float(), bias_gpu[0].float(), eps=eps)
+        torch.testing.assert_close(y.float(), ref, atol=2e-2, rtol=2e-2)
+        stats = cudnn.kernel_cache_stats()
+        loaded.append(stats["compiles"] + stats["disk_hits"])
+    assert loaded[1] == loaded[0] and loaded[2] == loaded[0], loaded

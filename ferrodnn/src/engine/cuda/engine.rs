@@ -42,14 +42,14 @@ impl CudaEngine {
 }
 
 /// Whether a plan's knobs ask for fusion and specialized kernels (the default).
-fn fused_knob(knobs: &[Knob]) -> bool {
+pub(super) fn fused_knob(knobs: &[Knob]) -> bool {
     knobs.iter().find(|k| k.name == "fused").is_none_or(|k| k.value != 0)
 }
 
 /// The kernel-generation options a plan's knobs ask for. `tf32`, `fp8_fast_accum`, `atomics` and
 /// `autotune` are off unless asked for, and only with fusion (the fallback computes in double);
 /// `gemm_config` forces a GEMM tuning candidate. The process's tuning switches come along.
-fn options_of(knobs: &[Knob]) -> Options {
+pub(super) fn options_of(knobs: &[Knob]) -> Options {
     let fused = fused_knob(knobs);
     let on = |name: &str| fused && knobs.iter().any(|k| k.name == name && k.value != 0);
     Options {
@@ -60,6 +60,33 @@ fn options_of(knobs: &[Knob]) -> Options {
         autotune: on("autotune"),
         gemm_config: knobs.iter().find(|k| k.name == "gemm_config").and_then(|k| u8::try_from(k.value).ok()),
     }
+}
+
+/// The CUDA engine's candidate plans for a graph, best first: fused and specialized kernels,
+/// then the plain per-node fallback. A graph with an f32 matmul gets a tf32 plan first (reduced
+/// precision, as cuBLAS's and cuDNN's default tf32 math: `PlanPolicy::no_reduced_precision` skips
+/// it for the exact 3xTF32 plan); one with an fp8 matmul, a plan first whose fp8 products
+/// accumulate in the tensor cores' adder (reduced precision, cuBLASLt's fast accumulation; the
+/// next plan converts fp8 to f16 and accumulates in f32). On Hopper, an attention backward gets
+/// a plan first that accumulates dQ with float atomics (non-deterministic, as cuDNN's default:
+/// `PlanPolicy::deterministic_only` skips it).
+pub fn candidate_knobs(graph: &Graph, hopper: bool) -> Vec<Vec<Knob>> {
+    let fused = |v| Knob { name: "fused".into(), value: v };
+    let mut v = vec![vec![fused(1)], vec![fused(0)]];
+    let mut reduced = Vec::new();
+    if has_f32_matmul(graph) {
+        reduced.push(Knob { name: "tf32".into(), value: 1 });
+    }
+    if has_fp8_matmul(graph) {
+        reduced.push(Knob { name: "fp8_fast_accum".into(), value: 1 });
+    }
+    if !reduced.is_empty() {
+        v.insert(0, std::iter::once(fused(1)).chain(reduced).collect());
+    }
+    if has_atomic_sdpa_backward(graph) && hopper {
+        v.insert(0, vec![fused(1), Knob { name: "atomics".into(), value: 1 }]);
+    }
+    v
 }
 
 /// Every launch of a graph's CUDA plans (each candidate plan's, the unaligned alternatives too),
@@ -203,31 +230,8 @@ impl Engine for CudaEngine {
         planner::fallback_units(graph).map(|_| ())
     }
 
-    /// Fused and specialized kernels first, then the plain per-node fallback. A graph with an
-    /// f32 matmul gets a tf32 plan first (reduced precision, as cuBLAS's and cuDNN's default
-    /// tf32 math: `PlanPolicy::no_reduced_precision` skips it for the exact 3xTF32 plan); one
-    /// with an fp8 matmul, a plan first whose fp8 products accumulate in the tensor cores' adder
-    /// (reduced precision, cuBLASLt's fast accumulation; the next plan converts fp8 to f16 and
-    /// accumulates in f32). On
-    /// Hopper, an attention backward gets a plan first that accumulates dQ with float atomics
-    /// (non-deterministic, as cuDNN's default: `PlanPolicy::deterministic_only` skips it).
     fn candidates(&self, graph: &Graph) -> Vec<Vec<Knob>> {
-        let fused = |v| Knob { name: "fused".into(), value: v };
-        let mut v = vec![vec![fused(1)], vec![fused(0)]];
-        let mut reduced = Vec::new();
-        if has_f32_matmul(graph) {
-            reduced.push(Knob { name: "tf32".into(), value: 1 });
-        }
-        if has_fp8_matmul(graph) {
-            reduced.push(Knob { name: "fp8_fast_accum".into(), value: 1 });
-        }
-        if !reduced.is_empty() {
-            v.insert(0, std::iter::once(fused(1)).chain(reduced).collect());
-        }
-        if has_atomic_sdpa_backward(graph) && self.target().hopper() {
-            v.insert(0, vec![fused(1), Knob { name: "atomics".into(), value: 1 }]);
-        }
-        v
+        candidate_knobs(graph, self.target().hopper())
     }
 
     fn behavior(&self, _graph: &Graph, knobs: &[Knob]) -> BehaviorNotes {
@@ -579,7 +583,13 @@ mod tests {
                     let what = format!("{} {} ({})", case.name, l.entry, target.arch);
                     let want = target.hopper() && target.pdl && l.pdl != Pdl::Independent;
                     assert_eq!(dependent, want, "{what}");
-                    let mode = if !want { 0 } else if l.pdl == Pdl::WaitOnly { 2 } else { 1 };
+                    let mode = if !want {
+                        0
+                    } else if l.pdl == Pdl::WaitOnly {
+                        2
+                    } else {
+                        1
+                    };
                     assert!(text.starts_with(&format!("#define FDNN_PDL {mode}\n")), "{what}");
                     if want {
                         let source = &text[text.len() - l.source.len().min(text.len())..];

@@ -29,6 +29,7 @@
 pub mod attention;
 pub mod cache;
 pub mod engine;
+pub mod explain;
 pub mod fallback;
 pub mod fused;
 pub mod gemm;
@@ -40,12 +41,13 @@ pub mod runtime;
 pub mod tma;
 
 pub use cache::{CacheStats, KernelCache, KernelKey};
-pub use engine::{kernel_sources, plan_launches, CudaEngine, SharedStream};
+pub use engine::{candidate_knobs, kernel_sources, plan_launches, CudaEngine, SharedStream};
+pub use explain::{explain, Explanation};
 pub use kernel::{Options, Target};
 pub use module::{synchronize_timeout, Event, Function, FunctionAttributes, Module};
 pub use nvrtc::{
-    compile_cached, compile_cubin, compile_cubin_logged, compile_ptx, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, ptxas_perf_notes, CompileOptions, HeaderSearch, NvrtcInfo,
-    WGMMA_SERIALIZED,
+    compile_cached, compile_cubin, compile_cubin_logged, compile_ptx, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, ptxas_perf_notes, CompileOptions, HeaderSearch,
+    NvrtcInfo, WGMMA_SERIALIZED,
 };
 pub use runtime::{device_count, driver_version, CudaDevice, DeviceBuffer, DeviceInfo, Stream, MIN_COMPUTE_CAPABILITY};
 

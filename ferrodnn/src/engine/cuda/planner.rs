@@ -12,25 +12,74 @@ use crate::graph::ops::Op;
 use crate::graph::Graph;
 use std::collections::{HashMap, HashSet};
 
+/// The engines of the CUDA engine a unit can come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Tensor-core GEMM with its fused prologue and epilogue (`gemm/`).
+    Gemm,
+    /// Flash attention forward, backward and decode (`attention/`).
+    Attention,
+    /// A norm with the pointwise chain that makes its input, in one kernel (`fused/`).
+    NormPrologue,
+    /// A chain of pointwise ops in one kernel (`fused/pointwise.rs`).
+    Pointwise,
+    /// The row kernels: layernorm, rmsnorm, adalayernorm, instance norm over packed rows,
+    /// softmax, forward and backward (`fused/`).
+    Rows,
+    /// Batchnorm, genstats, bn_finalize, channels-last instance norm and pooling (`fused/`).
+    Spatial,
+    /// The generic fallback, one kernel (or a few) per node, in double (`fallback/`).
+    Fallback,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Gemm => "gemm",
+            Family::Attention => "attention",
+            Family::NormPrologue => "norm+prologue",
+            Family::Pointwise => "pointwise fusion",
+            Family::Rows => "rows",
+            Family::Spatial => "spatial",
+            Family::Fallback => "fallback",
+        }
+    }
+}
+
+/// A unit and how the planner came to it: the engine that generated it, and the fast engines
+/// that could have taken its node and declined, each with the reason (a fallback unit whose op
+/// no fast engine takes says so as the fallback's own entry).
+#[derive(Clone, Debug)]
+pub struct Planned {
+    pub unit: Unit,
+    pub family: Family,
+    pub declined: Vec<(Family, String)>,
+}
+
 /// The units of a validated graph: with `fused`, memory-bound chains are fused and specialized
 /// kernels (GEMM, attention, rows, spatial) replace the fallback's where they apply on `target`;
 /// without, one fallback unit per node.
 pub fn units(graph: &Graph, target: &Target, options: &Options, fused: bool) -> Result<Vec<Unit>> {
+    Ok(plan(graph, target, options, fused)?.into_iter().map(|p| p.unit).collect())
+}
+
+/// [`units`], each with its engine and the fast engines that declined it.
+pub fn plan(graph: &Graph, target: &Target, options: &Options, fused: bool) -> Result<Vec<Planned>> {
     if fused {
         fused_units(graph, target, options)
     } else {
-        fallback_units(graph)
+        graph.topological_order()?.into_iter().map(|ni| fallback_unit(graph, ni, Vec::new())).collect()
     }
 }
 
 /// One fallback unit per node, in topological order.
 pub fn fallback_units(graph: &Graph) -> Result<Vec<Unit>> {
-    graph.topological_order()?.into_iter().map(|ni| fallback_unit(graph, ni)).collect()
+    units(graph, &Target::sm80(), &Options::default(), false)
 }
 
-fn fallback_unit(graph: &Graph, ni: usize) -> Result<Unit> {
+fn fallback_unit(graph: &Graph, ni: usize, declined: Vec<(Family, String)>) -> Result<Planned> {
     let writes = graph.nodes[ni].outputs.iter().map(|p| p.tensor).collect();
-    Ok(Unit { nodes: vec![ni], kernels: fallback::generate(graph, ni)?, writes, unaligned: None })
+    Ok(Planned { unit: Unit { nodes: vec![ni], kernels: fallback::generate(graph, ni)?, writes, unaligned: None }, family: Family::Fallback, declined })
 }
 
 /// The kinds of multi-node groups.
@@ -42,7 +91,7 @@ enum Group {
 }
 
 /// The units of a validated graph with fusion and specialized kernels applied.
-fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<Unit>> {
+fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<Planned>> {
     let order = graph.topological_order()?;
     // Multi-node groups: GEMM groups first (a matmul and the epilogue it absorbs), then norms
     // with the pointwise prologue that makes their input, then pointwise chains among the
@@ -65,19 +114,21 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
             let (kind, grp) = &groups[gi];
             let last = grp.iter().copied().max_by_key(|n| position[n]).unwrap_or(ni);
             if ni == last {
-                let unit = match kind {
-                    Group::Gemm => gemm::unit(graph, grp, target, options)?,
-                    Group::NormPrologue => fused::rows::prologue_unit(graph, grp, target)?,
-                    Group::Pointwise => fused::pointwise::unit(graph, grp)?,
+                let (unit, family) = match kind {
+                    Group::Gemm => (gemm::unit(graph, grp, target, options)?, Family::Gemm),
+                    Group::NormPrologue => (fused::rows::prologue_unit(graph, grp, target)?, Family::NormPrologue),
+                    Group::Pointwise => (fused::pointwise::unit(graph, grp)?, Family::Pointwise),
                 };
                 match unit {
-                    Some(u) => out.push(u),
+                    Some(unit) => out.push(Planned { unit, family, declined: Vec::new() }),
                     // The group could not be generated after all: run its nodes one by one.
                     None => {
                         let mut nodes = grp.clone();
                         nodes.sort_by_key(|n| position[n]);
                         for n in nodes {
-                            out.push(single(graph, n, target, options)?);
+                            let mut p = single(graph, n, target, options)?;
+                            p.declined.insert(0, (family, format!("the group of nodes {grp:?} could not be generated as one kernel")));
+                            out.push(p);
                         }
                     }
                 }
@@ -89,21 +140,88 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
     Ok(out)
 }
 
-/// One node: a specialized kernel when one applies, else the fallback's.
-fn single(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Unit> {
-    if let Some(u) = gemm::unit(graph, &[ni], target, options)? {
-        return Ok(u);
+/// One node: a specialized kernel when one applies, else the fallback's. Each fast engine that
+/// takes the node's kind of op and declines it is recorded.
+fn single(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Planned> {
+    let op = &graph.nodes[ni].op;
+    let mut declined = Vec::new();
+    let tries: [(Family, bool); 4] = [
+        (Family::Gemm, matches!(op, Op::Matmul(_))),
+        (Family::Attention, matches!(op, Op::Sdpa(_) | Op::SdpaBackward(_))),
+        (Family::Rows, rows_op(op)),
+        (Family::Spatial, spatial_op(op)),
+    ];
+    for (family, takes) in tries {
+        let unit = match family {
+            Family::Gemm => gemm::unit(graph, &[ni], target, options)?,
+            Family::Attention => attention::unit(graph, ni, target, options)?,
+            Family::Rows => fused::rows::unit(graph, ni, target)?,
+            _ => fused::spatial::unit(graph, ni, target)?,
+        };
+        match unit {
+            Some(unit) => return Ok(Planned { unit, family, declined }),
+            None if takes => declined.push((family, decline_reason(graph, ni, family, target))),
+            None => {}
+        }
     }
-    if let Some(u) = attention::unit(graph, ni, target, options)? {
-        return Ok(u);
+    if matches!(op, Op::Pointwise(_)) {
+        declined.push((Family::Pointwise, "a single pointwise node with no neighbour to fuse runs as one elementwise kernel".into()));
     }
-    if let Some(u) = fused::rows::unit(graph, ni, target)? {
-        return Ok(u);
+    if tries.iter().all(|(_, takes)| !takes) && !matches!(op, Op::Pointwise(_)) {
+        declined.push((Family::Fallback, format!("no fast engine takes {} yet", op.kind())));
     }
-    if let Some(u) = fused::spatial::unit(graph, ni, target)? {
-        return Ok(u);
+    fallback_unit(graph, ni, declined)
+}
+
+/// The ops the row kernels take (under their conditions).
+fn rows_op(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Layernorm(_)
+            | Op::Rmsnorm(_)
+            | Op::Adalayernorm(_)
+            | Op::Softmax(_)
+            | Op::LayernormBackward(_)
+            | Op::RmsnormBackward(_)
+            | Op::AdalayernormBackward(_)
+            | Op::SoftmaxBackward(_)
+            | Op::Instancenorm(_)
+            | Op::InstancenormBackward(_)
+    )
+}
+
+/// The ops the spatial kernels take (under their conditions).
+fn spatial_op(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Batchnorm(_)
+            | Op::BatchnormInference(_)
+            | Op::BatchnormBackward(_)
+            | Op::Genstats(_)
+            | Op::BnFinalize(_)
+            | Op::Instancenorm(_)
+            | Op::InstancenormBackward(_)
+            | Op::Resample(_)
+            | Op::ResampleBackward(_)
+    )
+}
+
+/// Why `family` declined node `ni`: what the planner can tell from the node's types and the
+/// target, else the family's conditions in general.
+fn decline_reason(graph: &Graph, ni: usize, family: Family, target: &Target) -> String {
+    let node = &graph.nodes[ni];
+    let types: Vec<String> = node.inputs.iter().chain(&node.outputs).map(|p| format!("{}: {}", p.name, graph.resolved_data_type(p.tensor).unwrap_or(DataType::F32))).collect();
+    if graph.compute_type(node) == DataType::F64 {
+        return "it computes in f64; the fast kernels compute in f32".into();
     }
-    fallback_unit(graph, ni)
+    let conditions = match family {
+        Family::Gemm => "operand types the tensor cores take (f16, bf16, f32 as tf32, fp8), a batch that flattens, layouts its kernels read",
+        Family::Attention => "f16 or bf16 q/k/v with head dims the kernels take, shared memory for the tiles on this target",
+        Family::Rows => "f32/f16/bf16 tensors packed row-major over the normalized axes, rows of at most 32768 elements (16384 backward), a normal f32 epsilon",
+        Family::Spatial => "f32/f16/bf16 tensors in the layouts its kernels read (channels-last or packed NCHW), per-channel statistics",
+        _ => "",
+    };
+    format!("its conditions are not met on {} ({}); it takes {conditions}", target.arch, types.join(", "))
 }
 
 /// Whether the graph has an attention backward whose kernels the `atomics` option changes.

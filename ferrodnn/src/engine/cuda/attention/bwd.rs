@@ -21,8 +21,8 @@
 //! several pages), a bias broadcast over query rows or keys when dbias is wanted.
 
 use super::{fa_init, max_shared, Common, Problem, HELPERS};
-use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
 use crate::engine::cuda::kernel::ctype::{ld, st};
+use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
 use crate::graph::TensorId;
 
 /// D_i = do_i . o_i, a warp per row (grid-stride).
@@ -543,7 +543,19 @@ pub(super) fn launch(
         }
         None => None,
     };
-    Some(Launch { source, entry, grid: match exact_grid { Some((x, y, z)) => Grid::Exact(x, y, z), None => Grid::Cover(threads) }, block, shared_bytes: shared as u32, args, cluster: None, pdl: Pdl::Dependent })
+    Some(Launch {
+        source,
+        entry,
+        grid: match exact_grid {
+            Some((x, y, z)) => Grid::Exact(x, y, z),
+            None => Grid::Cover(threads),
+        },
+        block,
+        shared_bytes: shared as u32,
+        args,
+        cluster: None,
+        pdl: Pdl::Dependent,
+    })
 }
 
 /// The `#define`s every backward launch shares: the node's (`c`), dO's strides, the dbias

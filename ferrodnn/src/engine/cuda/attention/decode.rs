@@ -22,8 +22,8 @@
 //! possible) when `group * s_q <= 16` and the shared memory fits; returns `None` otherwise.
 
 use super::{fa_init, max_shared, Problem, HELPERS};
-use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
 use crate::engine::cuda::kernel::ctype::st;
+use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
 
 /// Warps per CTA.
 const NW: i64 = 4;

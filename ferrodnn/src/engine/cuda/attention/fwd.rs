@@ -8,8 +8,8 @@
 //! `(ceil(s_q / BM), h_q, b)`, heaviest (last) q tiles first for causal masks.
 
 use super::{fa_init, max_shared, Problem, HELPERS};
-use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
 use crate::engine::cuda::kernel::ctype::st;
+use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
 
 const BODY: &str = r#"
 {

@@ -35,8 +35,8 @@
 
 use super::hopper::{self, tma_of};
 use super::{fa_init, Problem, HELPERS};
-use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
 use crate::engine::cuda::kernel::ctype::st;
+use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Pdl, Target, Unaligned, Unit};
 
 /// Query rows per CTA (two consumer warpgroups of 64).
 const BM: i64 = 128;

@@ -28,8 +28,8 @@ mod fwd;
 mod fwd90;
 mod hopper;
 
-use super::kernel::{Arg, Options, Target, Unit};
 use super::kernel::ctype::{ld, st};
+use super::kernel::{Arg, Options, Target, Unit};
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs};

@@ -25,8 +25,8 @@
 //! tensor's offset from the output's multi-index.
 
 use crate::dtype::DataType;
-use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Unit};
 use crate::engine::cuda::kernel::ctype::c_double;
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Unit};
 use crate::error::Result;
 use crate::graph::ops::pointwise::PointwiseMode;
 use crate::graph::ops::Op;

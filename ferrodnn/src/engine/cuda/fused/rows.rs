@@ -1498,8 +1498,7 @@ extern "C" __global__ void __launch_bounds__({bs}, {min_blocks}) {entry}({params
             &body,
         );
         let grid = blocks as u32;
-        let launch1 =
-            Launch { source: source1, entry: entry1, grid: Grid::Exact(grid, 1, 1), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent };
+        let launch1 = Launch { source: source1, entry: entry1, grid: Grid::Exact(grid, 1, 1), block: bs, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent };
 
         // Finalize: column sums of the partials in block order.
         let mut sig2 = Sig::default();

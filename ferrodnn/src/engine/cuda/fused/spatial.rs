@@ -28,8 +28,8 @@
 //! channels) for big windows. Max with the CPU's NaN rule (a NaN wins), averages summed in
 //! f32 with the CPU's divisors.
 use crate::dtype::DataType;
-use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Target, Unit};
 use crate::engine::cuda::kernel::ctype::c_double;
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Target, Unit};
 use crate::error::Result;
 use crate::graph::ops::norm::{peer_ports, BatchnormAttrs, BnFinalizeAttrs};
 use crate::graph::ops::resample::{ResampleAttrs, ResampleMode};
@@ -588,8 +588,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 4) {entry}({params}) {{
 }}
 "#
         );
-        let launch =
-            Launch { source, entry, grid: Grid::Exact(g.blocks as u32, 1, 1), block: g.block as u32, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent };
+        let launch = Launch { source, entry, grid: Grid::Exact(g.blocks as u32, 1, 1), block: g.block as u32, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent };
         return Some(NodeKernels::one(launch));
     }
     if !row_major(&xd.dims, &xd.strides) || !row_major(&yd.dims, &yd.strides) {
@@ -833,7 +832,8 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}) {entry}(const void*
         posth = a.post_padding[0],
         postw = a.post_padding[1],
     );
-    let launch = Launch { source, entry, grid: Grid::Cover(total as u64), block: POOL_THREADS, shared_bytes: 0, args: vec![Arg::Ptr(x), Arg::Ptr(y)], cluster: None, pdl: Pdl::Dependent };
+    let launch =
+        Launch { source, entry, grid: Grid::Cover(total as u64), block: POOL_THREADS, shared_bytes: 0, args: vec![Arg::Ptr(x), Arg::Ptr(y)], cluster: None, pdl: Pdl::Dependent };
     Some(NodeKernels::one(launch))
 }
 
@@ -1148,16 +1148,7 @@ extern "C" __global__ void __launch_bounds__(NT) {entry}(const void* __restrict_
     // session 14). Other forward grids wait without the trigger (3-6% faster than an
     // independent launch).
     let pdl = if early || argmax { Pdl::Dependent } else { Pdl::WaitOnly };
-    Some(Launch {
-        source,
-        entry,
-        grid: Grid::Exact(blocks as u32, 1, 1),
-        block: threads as u32,
-        shared_bytes: (nd * slot_bytes).max(smem_floor) as u32,
-        args,
-        cluster: None,
-        pdl,
-    })
+    Some(Launch { source, entry, grid: Grid::Exact(blocks as u32, 1, 1), block: threads as u32, shared_bytes: (nd * slot_bytes).max(smem_floor) as u32, args, cluster: None, pdl })
 }
 
 /// Threads a tiled pooling launch should have at least; smaller output tiles are taken until it
@@ -1344,7 +1335,16 @@ extern "C" __global__ void __launch_bounds__({POOL_THREADS}, 3) {entry}(const vo
         posth = a.post_padding[0],
         postw = a.post_padding[1],
     );
-    Some(Launch { source, entry, grid: Grid::Cover(total as u64), block: POOL_THREADS, shared_bytes: 0, args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])], cluster: None, pdl: Pdl::Dependent })
+    Some(Launch {
+        source,
+        entry,
+        grid: Grid::Cover(total as u64),
+        block: POOL_THREADS,
+        shared_bytes: 0,
+        args: vec![Arg::Ptr(xy[0]), Arg::Ptr(xy[1])],
+        cluster: None,
+        pdl: Pdl::Dependent,
+    })
 }
 
 // ----------------------------------------------------------------------------------------------

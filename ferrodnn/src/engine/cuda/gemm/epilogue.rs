@@ -18,8 +18,8 @@
 
 use super::{dtype, Epilogue};
 use crate::dtype::DataType;
-use crate::engine::cuda::kernel::Arg;
 use crate::engine::cuda::fused::pointwise::{formula, helpers, lit};
+use crate::engine::cuda::kernel::Arg;
 use crate::graph::ops::pointwise::PointwiseMode;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, TensorId};

@@ -708,7 +708,11 @@ mod case_tests {
     #[test]
     fn tf32_option_changes_only_f32_gemms() {
         let sources = |g: &crate::Graph, t: &Target, tf32: bool| -> Vec<String> {
-            crate::engine::cuda::planner::units(g, t, &Options::default().with_tf32(tf32), true).unwrap().iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
+            crate::engine::cuda::planner::units(g, t, &Options::default().with_tf32(tf32), true)
+                .unwrap()
+                .iter()
+                .flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone()))
+                .collect()
         };
         let (mut f32s, mut others) = (0, 0);
         for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {

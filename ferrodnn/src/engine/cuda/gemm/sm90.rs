@@ -42,8 +42,8 @@
 use super::epilogue::{Side, SideKind};
 use super::{Epilogue, GemmProblem, Operand, Tap, TapAxes};
 use crate::dtype::DataType;
-use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Options, Pdl, Target, Unaligned, Unit};
 use crate::engine::cuda::kernel::HOPPER;
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Options, Pdl, Target, Unaligned, Unit};
 use crate::engine::cuda::tma::TmaDesc;
 use crate::error::Result;
 use crate::graph::ops::reduction::ReductionMode;
@@ -710,7 +710,16 @@ fn tap_launch(tap: &Tap, p: &GemmProblem, bn: usize, entry: &str, scratch: usize
             )
         }
     };
-    Launch { source, entry: entry.to_string(), grid: Grid::Cover(threads), block, shared_bytes: 0, args: vec![Arg::Scratch(scratch), Arg::Ptr(tap.y)], cluster: None, pdl: Pdl::Dependent }
+    Launch {
+        source,
+        entry: entry.to_string(),
+        grid: Grid::Cover(threads),
+        block,
+        shared_bytes: 0,
+        args: vec![Arg::Scratch(scratch), Arg::Ptr(tap.y)],
+        cluster: None,
+        pdl: Pdl::Dependent,
+    }
 }
 
 /// The tap's code in the epilogue of the kernel: `decl` before the tile's loops, `fold(lo, hi)`

@@ -115,7 +115,10 @@ pub enum Arg {
     F32(f32),
     /// The value of by-value scalar tensor `tensor`, as a `double` parameter when `double`, else
     /// a `float`.
-    Scalar { tensor: TensorId, double: bool },
+    Scalar {
+        tensor: TensorId,
+        double: bool,
+    },
     /// A TMA tensor map (`const __grid_constant__ TmaMap`, 128 bytes) over a tensor, encoded
     /// when the plan executes from the tensor's pointer (see [`crate::engine::cuda::tma`]).
     TensorMap(Box<crate::engine::cuda::tma::TmaDesc>),
