@@ -62,6 +62,12 @@ impl TensorDesc {
         TensorDesc { is_pass_by_value: true, value: Some(value), ..TensorDesc::new(name, &[1], data_type) }
     }
 
+    /// A by-value scalar of shape `[1]` whose value comes with each execution's variant pack (a
+    /// host buffer of one element), as cuDNN takes them: one plan serves every value.
+    pub fn runtime_scalar(name: impl Into<String>, data_type: DataType) -> TensorDesc {
+        TensorDesc { is_pass_by_value: true, ..TensorDesc::new(name, &[1], data_type) }
+    }
+
     pub fn with_strides(mut self, strides: &[i64]) -> TensorDesc {
         self.strides = strides.to_vec();
         self

@@ -43,7 +43,9 @@ pub fn execute_dense(handle: &Handle, graph: &Graph, inputs: &HashMap<TensorId, 
 /// [`execute_dense`] with a plan already built.
 pub fn execute_plan_dense(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorId, Nd>) -> Result<HashMap<TensorId, Nd>> {
     let g = plan.graph();
+    // Inputs; by-value scalars (those whose values the graph does not give) stay host buffers.
     let mut in_bufs: Vec<(i64, Vec<u8>)> = Vec::new();
+    let mut host_scalars: Vec<(i64, Vec<u8>)> = Vec::new();
     for id in g.input_tensors() {
         let d = g.desc(id);
         if d.is_pass_by_value && d.value.is_some() {
@@ -53,7 +55,11 @@ pub fn execute_plan_dense(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorI
         let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
         let mut bytes = vec![POISON_BYTE; required_bytes(d, dtype)];
         scatter(d, dtype, nd, &mut bytes);
-        in_bufs.push((d.uid.unwrap_or_default(), bytes));
+        if d.is_pass_by_value {
+            host_scalars.push((d.uid.unwrap_or_default(), bytes));
+        } else {
+            in_bufs.push((d.uid.unwrap_or_default(), bytes));
+        }
     }
     let mut out_bufs: Vec<(TensorId, i64, Vec<u8>)> = g
         .output_tensors()
@@ -65,10 +71,10 @@ pub fn execute_plan_dense(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorI
         })
         .collect();
     if plan.engine() == EngineKind::Cuda {
-        run_on_device(handle, plan, &in_bufs, &mut out_bufs)?;
+        run_on_device(handle, plan, &in_bufs, &host_scalars, &mut out_bufs)?;
     } else {
         let mut pack = VariantPack::new();
-        for (uid, b) in &in_bufs {
+        for (uid, b) in in_bufs.iter().chain(&host_scalars) {
             pack.input(*uid, b);
         }
         for (_, uid, b) in &mut out_bufs {
@@ -86,7 +92,7 @@ pub fn execute_plan_dense(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorI
 }
 
 /// Copy host buffers to the device (outputs keep their poison), run, wait, copy outputs back.
-fn run_on_device(handle: &Handle, plan: &Plan, ins: &[(i64, Vec<u8>)], outs: &mut [(TensorId, i64, Vec<u8>)]) -> Result<()> {
+fn run_on_device(handle: &Handle, plan: &Plan, ins: &[(i64, Vec<u8>)], host_scalars: &[(i64, Vec<u8>)], outs: &mut [(TensorId, i64, Vec<u8>)]) -> Result<()> {
     let device = handle.cuda_device().ok_or_else(|| Error::InvalidArgument("a CUDA plan needs a handle with a GPU".into()))?;
     let stream = handle.stream().ok_or_else(|| Error::InvalidArgument("a CUDA plan needs a handle with a GPU".into()))?;
     // Zero-length tensors cannot exist (dims are positive), but keep every allocation non-empty.
@@ -100,6 +106,9 @@ fn run_on_device(handle: &Handle, plan: &Plan, ins: &[(i64, Vec<u8>)], outs: &mu
         let mut pack = VariantPack::new();
         for (uid, b) in d_ins.iter().chain(&d_outs) {
             pack.device(*uid, b.device_ptr(), b.len());
+        }
+        for (uid, b) in host_scalars {
+            pack.input(*uid, b);
         }
         plan.execute(&mut pack, Some(crate::engine::Buffer::Device { ptr: ws.device_ptr(), bytes: ws.len() }))?;
     }

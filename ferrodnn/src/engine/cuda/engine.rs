@@ -3,7 +3,7 @@
 //! stream (no allocation, no compilation, no host synchronization), so it can be captured in a
 //! CUDA graph.
 
-use super::kernel::{kernel_text, Arg, Grid, NodeKernels, Options, TRef, Target, Tuning};
+use super::kernel::{kernel_text, Arg, Grid, Launch, NodeKernels, Options, Signature, Source, TRef, Target, Tuning};
 use super::planner::{self, has_atomic_sdpa_backward, has_f32_matmul, has_fp8_matmul};
 use super::{compile_cached, CompileOptions, CudaDevice, DeviceBuffer, Function, KernelCache, Module, Stream};
 use crate::dtype::DataType;
@@ -89,6 +89,35 @@ pub fn candidate_knobs(graph: &Graph, hopper: bool) -> Vec<Vec<Knob>> {
     v
 }
 
+/// The by-value scalars whose values come with the variant pack (the graph gives none), by
+/// tensor index.
+pub(super) fn runtime_scalars(graph: &Graph) -> Vec<usize> {
+    graph.tensors.iter().enumerate().filter(|(_, t)| t.is_pass_by_value && t.value.is_none() && !t.is_virtual).map(|(i, _)| i).collect()
+}
+
+/// The launches that write the runtime scalars into the plan's constants at the start of every
+/// execute, 32 a launch (scalars.cuh): kernels that read by-value tensors through a pointer find
+/// them there. The words follow each other from the first scalar's.
+pub(super) fn scalar_launches(graph: &Graph) -> Vec<Launch> {
+    let runtime = runtime_scalars(graph);
+    runtime
+        .chunks(32)
+        .enumerate()
+        .map(|(c, chunk)| {
+            let mut sig = Signature::new();
+            sig.param("unsigned long long* dst", Arg::Ptr(TensorId(chunk[0])));
+            for (k, &t) in chunk.iter().enumerate() {
+                sig.param(format!("unsigned long long w{k}"), Arg::ScalarWord(TensorId(t)));
+            }
+            let entry = format!("set_scalars_{c}");
+            let words: Vec<String> = (0..chunk.len()).map(|k| format!("w{k}")).collect();
+            let source =
+                Source::new().entry(&entry, &sig).define("SCALAR_COUNT", chunk.len()).define("SCALAR_WORDS", words.join(", ")).template(include_str!("scalars.cuh")).build();
+            Launch::new(source, entry, Grid::Exact(1, 1, 1), 32, sig.into_args())
+        })
+        .collect()
+}
+
 /// Every launch of a graph's CUDA plans (each candidate plan's, the unaligned alternatives too),
 /// for `target`: for tests that compile them without a GPU, and for inspection.
 pub fn plan_launches(graph: &Graph, target: &Target) -> Result<Vec<super::kernel::Launch>> {
@@ -105,7 +134,8 @@ pub fn plan_launches(graph: &Graph, target: &Target) -> Result<Vec<super::kernel
     if has_atomic_sdpa_backward(&g) {
         units.extend(planner::units(&g, target, &plain.clone().with_atomics(true), true)?);
     }
-    Ok(units.into_iter().flat_map(|u| u.kernels.launches.into_iter().chain(u.unaligned.map(|a| a.kernels.launches).unwrap_or_default())).collect())
+    let units = units.into_iter().flat_map(|u| u.kernels.launches.into_iter().chain(u.unaligned.map(|a| a.kernels.launches).unwrap_or_default()));
+    Ok(scalar_launches(&g).into_iter().chain(units).collect())
 }
 
 /// Every kernel text a graph's CUDA plans compile ([`plan_launches`]), with its entry name.
@@ -222,9 +252,10 @@ impl Engine for CudaEngine {
     }
 
     fn supports(&self, graph: &Graph) -> Result<()> {
-        for t in &graph.tensors {
-            if t.is_pass_by_value && t.value.is_none() && !t.is_virtual {
-                return Err(Error::NotSupported(format!("tensor \"{}\": the CUDA engine needs by-value scalars to carry their value in the graph", t.name)));
+        for (i, t) in graph.tensors.iter().enumerate() {
+            let scalar = t.is_pass_by_value && !t.is_virtual;
+            if scalar && t.value.is_none() && graph.desc(TensorId(i)).element_count() != 1 {
+                return Err(Error::NotSupported(format!("tensor \"{}\": a by-value tensor is one scalar, but its dims are {:?}", t.name, t.dims)));
             }
         }
         planner::fallback_units(graph).map(|_| ())
@@ -257,7 +288,7 @@ impl Engine for CudaEngine {
         // Every launch of every unit (and of its unaligned alternative), compiled in parallel
         // (NVRTC is thread-safe), each as its own module.
         let lists: Vec<&NodeKernels> = units.iter().flat_map(|u| std::iter::once(&u.kernels).chain(u.unaligned.as_ref().map(|a| &a.kernels))).collect();
-        let launches: Vec<&super::kernel::Launch> = lists.iter().flat_map(|k| k.launches.iter()).collect();
+        let launches: Vec<&Launch> = lists.iter().flat_map(|k| k.launches.iter()).collect();
         let texts: Vec<(String, bool)> = launches.iter().map(|l| kernel_text(l, &target)).collect();
         let cubins: Vec<Arc<Vec<u8>>> = launches.par_iter().zip(&texts).map(|(l, (text, _))| compile_cached(cache, text, &l.entry, &opts)).collect::<Result<_>>()?;
         let mut cubins = cubins.into_iter().zip(texts.iter().map(|t| t.1));
@@ -291,7 +322,31 @@ impl Engine for CudaEngine {
                 const_bytes.resize(const_bytes.len().div_ceil(SLICE_ALIGN) * SLICE_ALIGN, 0);
             }
         }
+        // By-value scalars whose values come with the variant pack: one 8-byte word each, after
+        // the constants, written by a kernel of their own at the start of every execute (see
+        // scalars.cuh) for the kernels that read them through a pointer; kernels that take them as
+        // arguments get the values directly.
+        for i in runtime_scalars(g) {
+            const_at.insert(i, const_bytes.len());
+            const_bytes.extend([0u8; 8]);
+        }
         let constants = if const_bytes.is_empty() { None } else { Some(self.device.upload(&const_bytes)?) };
+        let mut scalar_steps = Vec::new();
+        for launch in scalar_launches(g) {
+            let (text, dependent) = kernel_text(&launch, &target);
+            let cubin = compile_cached(cache, &text, &launch.entry, &opts)?;
+            let function = Module::load(&self.device, &cubin)?.function(&launch.entry)?;
+            scalar_steps.push(Step {
+                function,
+                grid: (1, 1, 1),
+                block: (launch.block, 1, 1),
+                cluster: None,
+                dependent,
+                shared_bytes: 0,
+                args: launch.args,
+                scratch_at: Vec::new(),
+            });
+        }
 
         let max_grid = self.device.sm_count().max(1) as u64 * 32;
         let mut steps_of = |kernels: &NodeKernels| -> Result<Vec<Step>> {
@@ -343,6 +398,7 @@ impl Engine for CudaEngine {
             graph: graph.clone(),
             device: self.device.clone(),
             stream: self.stream.clone(),
+            scalar_steps,
             units: plan_units,
             refs,
             virtual_at,
@@ -377,6 +433,8 @@ struct CudaPlan {
     graph: Arc<Graph>,
     device: Arc<CudaDevice>,
     stream: SharedStream,
+    /// The launches that write the variant pack's by-value scalars where kernels read them.
+    scalar_steps: Vec<Step>,
     units: Vec<UnitSteps>,
     refs: Vec<TRef>,
     virtual_at: HashMap<usize, usize>,
@@ -407,14 +465,18 @@ impl CompiledPlan for CudaPlan {
             return Err(Error::InvalidArgument(format!("graph \"{}\": the workspace pointer {ws_ptr:#x} is not device memory of {}", g.name, self.device.name())));
         }
         let ptrs = self.resolve_pointers(pack, ws_ptr)?;
+        let scalars = self.scalar_values(pack)?;
         let stream = self.stream.read().map_err(|_| Error::Device("the handle's stream lock is poisoned".into()))?.clone();
+        for step in &self.scalar_steps {
+            self.launch(step, &ptrs, &scalars, ws_ptr, &stream)?;
+        }
         for unit in &self.units {
             let steps = match &unit.unaligned {
                 Some((tensors, alt)) if tensors.iter().any(|t| ptrs[t.0] % 16 != 0) => alt,
                 _ => &unit.primary,
             };
             for step in steps {
-                self.launch(step, &ptrs, ws_ptr, &stream)?;
+                self.launch(step, &ptrs, &scalars, ws_ptr, &stream)?;
             }
         }
         Ok(())
@@ -422,7 +484,7 @@ impl CompiledPlan for CudaPlan {
 }
 
 impl CudaPlan {
-    fn launch(&self, step: &Step, ptrs: &[u64], ws_ptr: u64, stream: &Stream) -> Result<()> {
+    fn launch(&self, step: &Step, ptrs: &[u64], scalars: &[Option<f64>], ws_ptr: u64, stream: &Stream) -> Result<()> {
         // Argument values live in these vectors until the launch returns; `params` points at
         // them. Capacities are reserved up front so the pointers stay put.
         let n = step.args.len();
@@ -455,13 +517,21 @@ impl CudaPlan {
                     floats.push(*v);
                     params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));
                 }
+                Arg::ScalarWord(tensor) => {
+                    let v = self.graph.desc(*tensor).value.or(scalars[tensor.0]).ok_or_else(|| Error::Device("internal: a by-value scalar was not resolved".into()))?;
+                    let dt = self.graph.resolved_data_type(*tensor).unwrap_or(DataType::F32);
+                    let mut word = [0u8; 8];
+                    let bytes = dt.encode(&[v]);
+                    word[..bytes.len()].copy_from_slice(&bytes);
+                    words.push(u64::from_le_bytes(word));
+                    params.push(words.last_mut().map_or(std::ptr::null_mut(), |w| w as *mut u64 as *mut c_void));
+                }
                 Arg::F32(v) => {
                     singles.push(*v);
                     params.push(singles.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f32 as *mut c_void));
                 }
                 Arg::Scalar { tensor, double } => {
-                    let d = self.graph.desc(*tensor);
-                    let v = d.value.ok_or_else(|| Error::InvalidArgument(format!("tensor \"{}\": the by-value scalar has no value", d.name)))?;
+                    let v = self.graph.desc(*tensor).value.or(scalars[tensor.0]).ok_or_else(|| Error::Device("internal: a by-value scalar was not resolved".into()))?;
                     if *double {
                         floats.push(v);
                         params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));
@@ -513,6 +583,38 @@ impl CudaPlan {
         ok
     }
 
+    /// The value of every by-value scalar the variant pack gives (by tensor index; None for the
+    /// others): a host buffer of one element of the tensor's type, as cuDNN takes them.
+    fn scalar_values(&self, pack: &VariantPack) -> Result<Vec<Option<f64>>> {
+        let g = &*self.graph;
+        let mut values = vec![None; g.tensors.len()];
+        for (i, d) in g.tensors.iter().enumerate() {
+            if !d.is_pass_by_value || d.value.is_some() || d.is_virtual {
+                continue;
+            }
+            let uid = d.uid.unwrap_or_default();
+            let dt = g.resolved_data_type(TensorId(i)).unwrap_or(DataType::F32);
+            let bytes: &[u8] = match pack.buffers.get(&uid) {
+                Some(Buffer::Host(b)) => b,
+                Some(Buffer::HostMut(b)) => b,
+                Some(Buffer::Device { .. }) => {
+                    return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): a by-value scalar is read from host memory, but a device pointer was given", d.name)))
+                }
+                None => return Err(Error::InvalidArgument(format!("graph \"{}\": by-value tensor \"{}\" (uid {uid}) has no value in the variant pack", g.name, d.name))),
+            };
+            if bytes.len() < dt.size() {
+                return Err(Error::InvalidArgument(format!(
+                    "tensor \"{}\" (uid {uid}): the by-value scalar's buffer has {} bytes, but one {dt} needs {}",
+                    d.name,
+                    bytes.len(),
+                    dt.size()
+                )));
+            }
+            values[i] = Some(dt.read(bytes, 0));
+        }
+        Ok(values)
+    }
+
     /// Device pointer of every tensor a kernel may touch, checked: variant-pack buffers are
     /// device memory of this device, large enough, aligned to their type and non-null.
     fn resolve_pointers(&self, pack: &VariantPack, ws_ptr: u64) -> Result<Vec<u64>> {
@@ -523,6 +625,10 @@ impl CudaPlan {
             let d = g.desc(id);
             let uid = d.uid.unwrap_or_default();
             known.insert(uid);
+            if d.is_pass_by_value {
+                // A host scalar (see `scalar_values`); kernels read it from the plan's constants.
+                continue;
+            }
             let dt = g.resolved_data_type(id).unwrap_or(DataType::F32);
             let need = required_bytes(d, dt);
             let (ptr, bytes) = match pack.buffers.get(&uid) {

@@ -17,7 +17,7 @@
 //! assert!(e.to_text(false).contains("pointwise fusion"));
 //! ```
 
-use super::engine::{candidate_knobs, fused_knob, options_of};
+use super::engine::{candidate_knobs, fused_knob, options_of, runtime_scalars, scalar_launches};
 use super::kernel::{kernel_text, Grid, Launch, Target};
 use super::planner;
 use crate::engine::Knob;
@@ -88,16 +88,32 @@ pub fn explain(graph: &Graph, target: &Target, knobs: &[Knob]) -> Result<Explana
         };
         KernelExplained { entry: l.entry.clone(), grid, block: l.block, shared_bytes: l.shared_bytes, cluster: l.cluster, dependent, args: l.args.len(), source }
     };
-    let units = planned
-        .iter()
-        .map(|p| UnitExplained {
+    // The by-value scalars the variant pack gives: written where kernels read them first.
+    let scalars = scalar_launches(&g);
+    let scalar_unit = (!scalars.is_empty()).then(|| UnitExplained {
+        nodes: Vec::new(),
+        engine: "runtime scalars".into(),
+        declined: vec![(
+            "runtime scalars".into(),
+            format!(
+                "the variant pack's by-value scalars {} are written where the kernels read them",
+                runtime_scalars(&g).iter().map(|&t| format!("\"{}\"", g.tensors[t].name)).collect::<Vec<_>>().join(", ")
+            ),
+        )],
+        kernels: scalars.iter().map(kernel).collect(),
+        unaligned: Vec::new(),
+        unaligned_tensors: Vec::new(),
+    });
+    let units = scalar_unit
+        .into_iter()
+        .chain(planned.iter().map(|p| UnitExplained {
             nodes: p.unit.nodes.iter().map(|&n| (n, g.nodes[n].op.kind().to_string(), g.nodes[n].name.clone())).collect(),
             engine: p.family.name().to_string(),
             declined: p.declined.iter().map(|(f, why)| (f.name().to_string(), why.clone())).collect(),
             kernels: p.unit.kernels.launches.iter().map(kernel).collect(),
             unaligned: p.unit.unaligned.iter().flat_map(|a| a.kernels.launches.iter().map(kernel)).collect(),
             unaligned_tensors: p.unit.unaligned.iter().flat_map(|a| a.tensors.iter().map(|t| g.desc(*t).name.clone())).collect(),
-        })
+        }))
         .collect();
     Ok(Explanation { graph: g.name.clone(), arch: target.arch.clone(), sm_count: target.sm_count, knobs, candidates, units })
 }

@@ -160,8 +160,27 @@ fn layernorm_fwd_bwd() -> Case {
     Case::new(name, g)
 }
 
+/// `relu(x * s + t)` and `y2 = x * s` with by-value scalars `s` (f32) and `t` (the io type) whose
+/// values come with the variant pack, not the graph: the CUDA plan writes them where its kernels
+/// read them at the start of every execute.
+fn runtime_scalars(dt: DataType) -> Case {
+    let name = format!("multi_runtime_scalars_{dt}");
+    let mut g = Graph::new(name.clone()).io_data_type(dt);
+    let x = g.tensor(TensorDesc::new("x", &[3, 37, 11], dt));
+    let s = g.tensor(TensorDesc::runtime_scalar("s", DataType::F32));
+    let t = g.tensor(TensorDesc::runtime_scalar("t", dt));
+    let xs = g.mul(x, s);
+    out(&mut g, xs, "y2");
+    let xst = g.add(xs, t);
+    let y = g.relu(xst);
+    out(&mut g, y, "y");
+    Case::new(name, g)
+}
+
 pub(super) fn cases() -> Vec<Case> {
     vec![
+        runtime_scalars(DataType::F32),
+        runtime_scalars(DataType::Bf16),
         conv_bias_relu(DataType::F16),
         conv_bias_relu(DataType::F32),
         matmul_bias_gelu(),

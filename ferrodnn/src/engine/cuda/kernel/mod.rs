@@ -113,12 +113,15 @@ pub enum Arg {
     /// probability, a clip bound), passed rather than compiled in so that one kernel serves
     /// every value.
     F32(f32),
-    /// The value of by-value scalar tensor `tensor`, as a `double` parameter when `double`, else
-    /// a `float`.
+    /// The value of by-value scalar tensor `tensor` (the graph's, or the variant pack's when the
+    /// graph gives none), as a `double` parameter when `double`, else a `float`.
     Scalar {
         tensor: TensorId,
         double: bool,
     },
+    /// The value of by-value scalar tensor `tensor` encoded in its own type, zero-extended to an
+    /// `unsigned long long` parameter.
+    ScalarWord(TensorId),
     /// A TMA tensor map (`const __grid_constant__ TmaMap`, 128 bytes) over a tensor, encoded
     /// when the plan executes from the tensor's pointer (see [`crate::engine::cuda::tma`]).
     TensorMap(Box<crate::engine::cuda::tma::TmaDesc>),
