@@ -4,7 +4,7 @@
 //! bench/NOTES.md, session 16). Needs no GPU; skips (saying so) when NVRTC is missing, unless
 //! FERRODNN_REQUIRE_NVRTC is set (as in CI), where a missing NVRTC fails.
 
-use ferrodnn::engine::cuda::{compile_cubin_logged, kernel_sources, nvrtc_available, CompileOptions, Target, WGMMA_SERIALIZED};
+use ferrodnn::engine::cuda::{compile_with_ptx, kernel_sources, nvrtc_available, CompileOptions, Target, WGMMA_SERIALIZED};
 use ferrodnn::testing::cases;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -39,7 +39,12 @@ fn every_generated_kernel_compiles_for_sm80_and_sm90a() {
     let results: Vec<(String, Result<String, String>)> = sources
         .par_iter()
         .map(|((src, arch), (case, entry))| {
-            (format!("{case} ({entry}, {arch})"), compile_cubin_logged(src, entry, &CompileOptions::new(*arch)).map(|(_, log)| log).map_err(|e| e.to_string()))
+            let what = format!("{case} ({entry}, {arch})");
+            let r = compile_with_ptx(src, entry, &CompileOptions::new(*arch)).map_err(|e| e.to_string()).and_then(|(_, ptx, log)| match dependent_launch_site(src, &ptx, entry) {
+                Ok(()) => Ok(log),
+                Err(e) => Err(format!("dependent launch: {e}")),
+            });
+            (what, r)
         })
         .collect();
     eprintln!("compiled {} distinct (kernel, arch) pairs", sources.len());
@@ -51,4 +56,33 @@ fn every_generated_kernel_compiles_for_sm80_and_sm90a() {
     if !unsupported.is_empty() {
         eprintln!("{} cases have no CUDA kernels yet:\n{}", unsupported.len(), unsupported.join("\n"));
     }
+}
+
+/// A kernel launched as a programmatic dependent (`#define FDNN_PDL 1` or `2` at the top of its
+/// text) waits exactly once (`griddepcontrol.wait`), before any access to global memory (L2
+/// prefetches may come first), and with mode 1 lets the next kernel launch once
+/// (`griddepcontrol.launch_dependents`), with mode 2 never; any other kernel does neither. Read
+/// from the entry's PTX, where the code of the entry block comes first.
+fn dependent_launch_site(text: &str, ptx: &str, entry: &str) -> Result<(), String> {
+    let mode = text.strip_prefix("#define FDNN_PDL ").and_then(|r| r.chars().next()).ok_or("the text does not start with its FDNN_PDL")?;
+    let body = ptx.find(&format!(".entry {entry}(")).map(|at| &ptx[at..]).ok_or("no entry in the PTX")?;
+    let (waits, triggers) = (body.matches("griddepcontrol.wait").count(), body.matches("griddepcontrol.launch_dependents").count());
+    let want = match mode {
+        '0' => (0, 0),
+        '1' => (1, 1),
+        '2' => (1, 0),
+        m => return Err(format!("unknown FDNN_PDL {m}")),
+    };
+    if (waits, triggers) != want {
+        return Err(format!("FDNN_PDL {mode}: {waits} waits and {triggers} triggers in the PTX, expected {want:?}"));
+    }
+    if waits == 1 {
+        let before = &body[..body.find("griddepcontrol.wait").unwrap_or(0)];
+        for access in ["ld.global", "st.global", "atom.global", "red.global", "cp.async", "ld.volatile.global", "ld.relaxed", "ld.acquire"] {
+            if before.contains(access) {
+                return Err(format!("{access} before the wait"));
+            }
+        }
+    }
+    Ok(())
 }

@@ -675,12 +675,13 @@ mod tests {
     use super::{kernel_sources, plan_launches, Target};
     use crate::engine::cuda::kernel::{kernel_text, Pdl};
 
-    /// Every kernel of every check case waits for its predecessor on sm_90a (one `pdl_site()`,
-    /// before any load of the entry but L2 prefetches; launched as a dependent unless the launch
-    /// says independent, and without the early trigger when it says wait-only), and is an
-    /// ordinary launch on sm_80 or with dependent launches turned off.
+    /// Every kernel of every check case is launched as a programmatic dependent on sm_90a unless
+    /// its launch says independent (without the early trigger when it says wait-only), and as
+    /// an ordinary launch on sm_80 or with dependent launches turned off; a dependent's text calls
+    /// `pdl_site()`. (That it waits once, before any global access, is checked in its PTX by the
+    /// codegen test.)
     #[test]
-    fn every_hopper_kernel_waits_for_its_predecessor_first() {
+    fn every_hopper_kernel_waits_for_its_predecessor() {
         for case in crate::testing::cases::all() {
             for target in [Target::sm90a(), Target::sm90a().with_pdl(false), Target::sm80().with_pdl(true)] {
                 let Ok(list) = plan_launches(&case.graph, &target) else { continue };
@@ -689,26 +690,13 @@ mod tests {
                     let what = format!("{} {} ({})", case.name, l.entry, target.arch);
                     let want = target.hopper() && target.pdl && l.pdl != Pdl::Independent;
                     assert_eq!(dependent, want, "{what}");
-                    let mode = if !want {
-                        0
-                    } else if l.pdl == Pdl::WaitOnly {
-                        2
-                    } else {
-                        1
+                    let mode = match (want, l.pdl) {
+                        (false, _) => 0,
+                        (true, Pdl::WaitOnly) => 2,
+                        (true, _) => 1,
                     };
                     assert!(text.starts_with(&format!("#define FDNN_PDL {mode}\n")), "{what}");
-                    if want {
-                        let source = &text[text.len() - l.source.len().min(text.len())..];
-                        let body = source.find(&format!("{}(", l.entry)).or_else(|| source.find("KERNEL_NAME(")).expect("the entry");
-                        let site = source[body..].find("pdl_site();").map(|s| s + body);
-                        let site = site.unwrap_or_else(|| text.rfind("pdl_site();").expect("a dependent-launch site"));
-                        assert_eq!(text.matches("pdl_site();").count(), 1, "{what}");
-                        let before = &text[text.len() - source.len()..][..site.min(source.len())];
-                        let entry_to_site = &before[body.min(before.len())..];
-                        for load in ["cp.async", "ld.global", "ldx_", "ld_", "__ldg"] {
-                            assert!(!entry_to_site.contains(load), "{what}: {load} before the dependent-launch wait");
-                        }
-                    }
+                    assert!(!want || text.contains("pdl_site();"), "{what}");
                 }
             }
         }

@@ -46,8 +46,8 @@ pub use explain::{explain, Explanation};
 pub use kernel::{Options, Target};
 pub use module::{synchronize_timeout, Event, Function, FunctionAttributes, Module};
 pub use nvrtc::{
-    compile_cached, compile_cubin, compile_cubin_logged, compile_ptx, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, ptxas_perf_notes, CompileOptions, HeaderSearch,
-    NvrtcInfo, WGMMA_SERIALIZED,
+    compile_cached, compile_cubin, compile_cubin_logged, compile_ptx, compile_with_ptx, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, ptxas_perf_notes, CompileOptions,
+    HeaderSearch, NvrtcInfo, WGMMA_SERIALIZED,
 };
 pub use runtime::{device_count, driver_version, CudaDevice, DeviceBuffer, DeviceInfo, Stream, MIN_COMPUTE_CAPABILITY};
 

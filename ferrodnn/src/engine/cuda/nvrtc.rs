@@ -439,8 +439,14 @@ pub fn ptxas_perf_notes(log: &str) -> Vec<&str> {
 /// [`compile_cubin`], with NVRTC's log of a successful compilation: ptxas's performance notes
 /// ("Potential Performance Loss: ...", [`WGMMA_SERIALIZED`]) are there.
 pub fn compile_cubin_logged(source: &str, name: &str, opts: &CompileOptions) -> Result<(Vec<u8>, String)> {
+    compile_with_ptx(source, name, opts).map(|(cubin, _, log)| (cubin, log))
+}
+
+/// [`compile_cubin_logged`], with the PTX the cubin was assembled from.
+pub fn compile_with_ptx(source: &str, name: &str, opts: &CompileOptions) -> Result<(Vec<u8>, String, String)> {
     opts.check_arch()?;
     let (prog, log) = compile_program(source, name, opts)?;
+    let ptx = program_ptx(&prog, name, &opts.arch)?;
     let mut size = 0usize;
     // SAFETY: a compiled program and a valid out pointer.
     let r = unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) };
@@ -453,7 +459,7 @@ pub fn compile_cubin_logged(source: &str, name: &str, opts: &CompileOptions) -> 
     if r != sys::nvrtcResult::NVRTC_SUCCESS {
         return Err(Error::Device(format!("kernel `{name}`: nvrtcGetCUBIN failed: {}", nvrtc_error(r))));
     }
-    Ok((cubin, log))
+    Ok((cubin, ptx, log))
 }
 
 /// Compile `source` to PTX for the virtual architecture of `opts.arch` (`sm_90a` gives
@@ -464,11 +470,16 @@ pub fn compile_ptx(source: &str, name: &str, opts: &CompileOptions) -> Result<St
     opts.check_arch()?;
     let virtual_opts = CompileOptions { arch: opts.arch.replacen("sm_", "compute_", 1), ..opts.clone() };
     let (prog, _) = compile_program(source, name, &virtual_opts)?;
+    program_ptx(&prog, name, &virtual_opts.arch)
+}
+
+/// The PTX of a compiled program.
+fn program_ptx(prog: &Program, name: &str, arch: &str) -> Result<String> {
     let mut size = 0usize;
     // SAFETY: a compiled program and a valid out pointer.
     let r = unsafe { sys::nvrtcGetPTXSize(prog.0, &mut size) };
     if r != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
-        return Err(Error::Device(format!("kernel `{name}`: NVRTC produced no PTX for {} ({})", virtual_opts.arch, nvrtc_error(r))));
+        return Err(Error::Device(format!("kernel `{name}`: NVRTC produced no PTX for {arch} ({})", nvrtc_error(r))));
     }
     let mut ptx = vec![0u8; size];
     // SAFETY: the buffer holds exactly the size NVRTC reported, NUL included.
