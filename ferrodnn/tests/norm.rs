@@ -853,3 +853,57 @@ fn bad_graphs_are_rejected() {
     let (mut g, _) = ln_graph(&[2, 5], &[1, 5], DataType::F32, NormAttrs::default().with_epsilon(-1.0));
     expect_invalid(&mut g, "layernorm \"layernorm_0\": epsilon must be positive and finite, got -1");
 }
+
+/// A norm's epsilon (and batchnorm's momentum) given by a by-value scalar on the op's port, as
+/// the cudnn frontend gives them: the value comes with each execution's variant pack and gives
+/// what the attribute of the same value gives; bad tensors on those ports are refused.
+#[test]
+fn attributes_given_by_runtime_scalars() {
+    use ferrodnn::testing::{random_inputs, run_cpu};
+    let f = DataType::F32;
+    let build = |eps_port: bool, eps: f64| {
+        let mut g = Graph::new("ln_eps").io_data_type(f);
+        let x = g.tensor(TensorDesc::new("x", &[5, 3, 7], f));
+        let s = g.tensor(TensorDesc::new("s", &[1, 3, 7], f));
+        let b = g.tensor(TensorDesc::new("b", &[1, 3, 7], f));
+        let (y, m, v) = g.layernorm(x, s, b, NormAttrs::default().with_epsilon(if eps_port { 1e-5 } else { eps }));
+        for t in [y, m.unwrap(), v.unwrap()] {
+            g.set_output(t);
+        }
+        let e = eps_port.then(|| {
+            let e = g.tensor(TensorDesc::runtime_scalar("eps", f));
+            g.set_attribute_tensor(y, "epsilon", e).unwrap();
+            e
+        });
+        (g, y, e)
+    };
+    // (Values f32 holds exactly: the tensor is f32, the attribute f64.)
+    for eps in [0.0009765625, 0.25] {
+        let (mut with_port, y, e) = build(true, eps);
+        with_port.validate().unwrap();
+        let mut inputs = random_inputs(&with_port, 7);
+        inputs.insert(e.unwrap(), ferrodnn::Nd::new(vec![1], vec![eps]));
+        let got = run_cpu(&with_port, &inputs).unwrap();
+        let (mut plain, y2, _) = build(false, eps);
+        plain.validate().unwrap();
+        let want = run_cpu(&plain, &inputs).unwrap();
+        assert_eq!(got[&y].data, want[&y2].data, "eps {eps}");
+    }
+    // Refused: a tensor that is not a by-value scalar, a bad value, a port the op lacks.
+    let (mut g, y, _) = build(false, 1e-5);
+    let t = g.tensor(TensorDesc::new("not_by_value", &[1], f));
+    g.set_attribute_tensor(y, "epsilon", t).unwrap();
+    let err = g.validate().unwrap_err().to_string();
+    assert!(err.contains("input `epsilon`") && err.contains("passed by value"), "{err}");
+    let (mut g, y, _) = build(false, 1e-5);
+    let t = g.tensor(TensorDesc::scalar("eps", -1.0, f));
+    g.set_attribute_tensor(y, "epsilon", t).unwrap();
+    let err = g.validate().unwrap_err().to_string();
+    assert!(err.contains("epsilon must be positive"), "{err}");
+    let (mut g, y, _) = build(false, 1e-5);
+    let t = g.tensor(TensorDesc::runtime_scalar("mo", f));
+    g.set_attribute_tensor(y, "momentum", t).unwrap();
+    let err = g.validate().unwrap_err().to_string();
+    assert!(err.contains("no input port `momentum`"), "{err}");
+    assert!(g.set_attribute_tensor(y, "scale", t).is_err());
+}

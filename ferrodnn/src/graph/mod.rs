@@ -51,6 +51,15 @@ pub struct Node {
 }
 
 impl Node {
+    /// The by-value scalar tensors that may give a node's attributes, by port (see
+    /// [`InferCtx::scalar_attribute`]).
+    pub const ATTRIBUTE_PORTS: [&'static str; 3] = ["epsilon", "momentum", "attn_scale"];
+
+    /// The tensors that give this node's attributes (`epsilon`, `momentum`, `attn_scale`), by port.
+    pub fn attribute_inputs(&self) -> impl Iterator<Item = (&str, TensorId)> {
+        self.inputs.iter().filter(|p| Node::ATTRIBUTE_PORTS.contains(&p.name.as_str())).map(|p| (p.name.as_str(), p.tensor))
+    }
+
     pub fn input(&self, port: &str) -> Option<TensorId> {
         self.inputs.iter().find(|p| p.name == port).map(|p| p.tensor)
     }
@@ -131,6 +140,36 @@ impl Graph {
             t.is_virtual = false;
         }
         id
+    }
+
+    /// Give attribute `port` (`epsilon`, `momentum` or `attn_scale`) of the node that produces
+    /// `output` by the by-value scalar `scalar`, as the cudnn frontend takes them: a runtime
+    /// scalar ([`TensorDesc::runtime_scalar`]) gets its value from each execution's variant pack,
+    /// so one plan serves every value. Validation checks the port belongs to the op.
+    ///
+    /// ```
+    /// use ferrodnn::graph::ops::norm::NormAttrs;
+    /// use ferrodnn::{DataType, Graph, TensorDesc};
+    /// let f = DataType::F32;
+    /// let mut g = Graph::new("ln").io_data_type(f);
+    /// let x = g.tensor(TensorDesc::new("x", &[4, 8], f));
+    /// let s = g.tensor(TensorDesc::new("s", &[1, 8], f));
+    /// let b = g.tensor(TensorDesc::new("b", &[1, 8], f));
+    /// let eps = g.tensor(TensorDesc::runtime_scalar("eps", f));
+    /// let (y, _, _) = g.layernorm(x, s, b, NormAttrs::inference());
+    /// g.set_output(y);
+    /// g.set_attribute_tensor(y, "epsilon", eps).unwrap();
+    /// g.validate().unwrap();
+    /// ```
+    pub fn set_attribute_tensor(&mut self, output: TensorId, port: &str, scalar: TensorId) -> Result<()> {
+        if !Node::ATTRIBUTE_PORTS.contains(&port) {
+            return Err(Error::InvalidArgument(format!("`{port}` is not an attribute given by a tensor (those are {})", Node::ATTRIBUTE_PORTS.join(", "))));
+        }
+        let node =
+            self.nodes.iter_mut().find(|n| n.outputs.iter().any(|p| p.tensor == output)).ok_or_else(|| Error::InvalidArgument(format!("no node produces tensor {}", output.0)))?;
+        node.inputs.retain(|p| p.name != port);
+        node.inputs.push(Port { name: port.to_string(), tensor: scalar });
+        Ok(())
     }
 
     /// The uid of a tensor (assigned by `validate` when the user set none).
@@ -551,6 +590,27 @@ impl InferCtx<'_> {
 
     pub fn has_output(&self, port: &str) -> bool {
         self.node.output(port).is_some()
+    }
+
+    /// An attribute given as a tensor on input `port` (a norm's `epsilon` or `momentum`,
+    /// attention's `attn_scale`), as the cudnn frontend takes them: when connected it must be one
+    /// floating-point element passed by value; its value, when the graph holds it, is checked by
+    /// `check`, otherwise it comes with each execution's variant pack and replaces the attribute.
+    pub fn scalar_attribute(&self, port: &str, check: impl Fn(f64) -> Result<()>) -> Result<()> {
+        let Some(t) = self.opt_input(port)? else { return Ok(()) };
+        let dt = t.data_type.unwrap_or(DataType::F32);
+        if !t.is_pass_by_value || t.element_count() != 1 || !dt.is_float() {
+            return Err(self.err(format!(
+                "input `{port}` (tensor \"{}\") gives an attribute: it must be one floating-point scalar passed by value, got dims {:?} of {dt}{}",
+                t.name,
+                t.dims,
+                if t.is_pass_by_value { "" } else { " not passed by value" }
+            )));
+        }
+        match t.value {
+            Some(v) => check(v),
+            None => Ok(()),
+        }
     }
 
     /// Set an output's dims (checking any the user set), packed strides in the stride order of

@@ -171,6 +171,11 @@ impl NodeIo<'_> {
     pub fn opt_input(&self, port: &str) -> Option<&Nd> {
         self.inputs.get(port)
     }
+    /// An attribute: the value of the by-value scalar on input `port` when one is connected (see
+    /// `InferCtx::scalar_attribute`), else the node's own `value`.
+    pub fn attribute(&self, port: &str, value: f64) -> f64 {
+        self.opt_input(port).and_then(|nd| nd.data.first().copied()).unwrap_or(value)
+    }
     pub fn has_output(&self, port: &str) -> bool {
         self.node.output(port).is_some()
     }

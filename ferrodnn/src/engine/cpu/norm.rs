@@ -89,7 +89,7 @@ fn norm_forward(io: &mut NodeIo, attrs: &NormAttrs, axes: NormAxes, rms: bool) -
     let dims = x.dims.clone();
     let sdims = axes.stats_dims(&dims);
     let g = groups(io, "statistics", &dims, &sdims)?;
-    let eps = attrs.epsilon;
+    let eps = io.attribute("epsilon", attrs.epsilon);
     // (mean, inv_variance) per group.
     let stats: Vec<(f64, f64)> = g
         .members
@@ -236,7 +236,8 @@ pub(crate) fn batchnorm(io: &mut NodeIo, a: &BatchnormAttrs) -> Result<()> {
         // The peers' sum-of-squares form may round a zero variance slightly negative.
         var[c] = (m2 / total).max(0.0);
     }
-    let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + a.epsilon).sqrt()).collect();
+    let eps = io.attribute("epsilon", a.epsilon);
+    let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
 
     let scale = broadcast_full(io, "scale", io.input("scale")?, &dims)?;
     let bias = broadcast_full(io, "bias", io.input("bias")?, &dims)?;
@@ -255,7 +256,7 @@ pub(crate) fn batchnorm(io: &mut NodeIo, a: &BatchnormAttrs) -> Result<()> {
             }
             let rm = channel_row(io, "in_running_mean", rm, 0, channels)?;
             let rv = channel_row(io, "in_running_var", rv, 0, channels)?;
-            let mo = a.momentum;
+            let mo = io.attribute("momentum", a.momentum);
             // PyTorch's update: the running variance tracks the unbiased estimate.
             let unbias = total / (total - 1.0);
             let new_mean: Vec<f64> = (0..channels).map(|c| (1.0 - mo) * rm[c] + mo * mean[c]).collect();
@@ -323,7 +324,8 @@ pub(crate) fn bn_finalize(io: &mut NodeIo, a: &BnFinalizeAttrs) -> Result<()> {
     let mean: Vec<f64> = (0..c).map(|i| s[i] / count).collect();
     // E[x^2] - E[x]^2 can round slightly below zero for a constant channel.
     let var: Vec<f64> = (0..c).map(|i| (q[i] / count - mean[i] * mean[i]).max(0.0)).collect();
-    let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + a.epsilon).sqrt()).collect();
+    let eps = io.attribute("epsilon", a.epsilon);
+    let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
     let eq_scale: Vec<f64> = (0..c).map(|i| scale[i] * inv[i]).collect();
     let eq_bias: Vec<f64> = (0..c).map(|i| bias[i] - mean[i] * eq_scale[i]).collect();
     let running = match (io.opt_input("prev_running_mean"), io.opt_input("prev_running_var")) {
@@ -332,7 +334,7 @@ pub(crate) fn bn_finalize(io: &mut NodeIo, a: &BnFinalizeAttrs) -> Result<()> {
                 return Err(io.err(format!("updating the running variance needs accum_count of at least 2, got {}", a.accum_count)));
             }
             let (rm, rv) = (vals("prev_running_mean")?, vals("prev_running_var")?);
-            let mo = a.momentum;
+            let mo = io.attribute("momentum", a.momentum);
             let unbias = count / (count - 1.0);
             let m: Vec<f64> = (0..c).map(|i| (1.0 - mo) * rm[i] + mo * mean[i]).collect();
             let v: Vec<f64> = (0..c).map(|i| (1.0 - mo) * rv[i] + mo * var[i] * unbias).collect();

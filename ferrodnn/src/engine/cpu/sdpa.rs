@@ -155,7 +155,7 @@ impl<'a> Attention<'a> {
             s_kv,
             d,
             d_v,
-            scale: a.attn_scale.unwrap_or(1.0 / (d as f64).sqrt()),
+            scale: io.attribute("attn_scale", a.attn_scale.unwrap_or(1.0 / (d as f64).sqrt())),
             len_q,
             len_kv,
             slopes: a.alibi.then(|| alibi_slopes(h_q)),

@@ -252,6 +252,13 @@ impl Engine for CudaEngine {
     }
 
     fn supports(&self, graph: &Graph) -> Result<()> {
+        if let Some((node, port)) = graph.nodes.iter().find_map(|n| n.attribute_inputs().next().map(|(p, _)| (n, p.to_string()))) {
+            return Err(Error::NotSupported(format!(
+                "{} \"{}\": the CUDA engine does not yet take attribute `{port}` from a tensor; give it as the op's attribute",
+                node.op.kind(),
+                node.name
+            )));
+        }
         for (i, t) in graph.tensors.iter().enumerate() {
             let scalar = t.is_pass_by_value && !t.is_virtual;
             if scalar && t.value.is_none() && graph.desc(TensorId(i)).element_count() != 1 {

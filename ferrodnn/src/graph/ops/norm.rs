@@ -574,8 +574,9 @@ fn infer_norm_forward(ctx: &mut InferCtx, a: &NormAttrs, axes: NormAxes, rms: bo
     let stats: &[&str] = if rms { &["inv_variance"] } else { &["mean", "inv_variance"] };
     let mut outputs = vec!["y"];
     outputs.extend_from_slice(stats);
-    check_ports(ctx, &["x", "scale", "bias"], &outputs, false)?;
+    check_ports(ctx, &["x", "scale", "bias", "epsilon"], &outputs, false)?;
     check_epsilon(ctx, a.epsilon)?;
+    ctx.scalar_attribute("epsilon", |v| check_epsilon(ctx, v))?;
     let x = norm_x(ctx, "x", axes)?;
     let scale = float_input(ctx, "scale")?;
     check_param(ctx, "scale", &scale, &x, axes)?;
@@ -666,9 +667,16 @@ fn check_optional_outputs(ctx: &InferCtx, ports: &[&str], present: bool, because
 }
 
 pub(crate) fn infer_batchnorm(ctx: &mut InferCtx, a: &BatchnormAttrs) -> Result<()> {
-    check_ports(ctx, &["x", "scale", "bias", "in_running_mean", "in_running_var"], &["y", "mean", "inv_variance", "out_running_mean", "out_running_var"], true)?;
+    check_ports(
+        ctx,
+        &["x", "scale", "bias", "in_running_mean", "in_running_var", "epsilon", "momentum"],
+        &["y", "mean", "inv_variance", "out_running_mean", "out_running_var"],
+        true,
+    )?;
     check_epsilon(ctx, a.epsilon)?;
     check_momentum(ctx, a.momentum)?;
+    ctx.scalar_attribute("epsilon", |v| check_epsilon(ctx, v))?;
+    ctx.scalar_attribute("momentum", |v| check_momentum(ctx, v))?;
     let axes = NormAxes::Batch;
     let x = norm_x(ctx, "x", axes)?;
     let scale = float_input(ctx, "scale")?;
@@ -751,12 +759,14 @@ pub(crate) fn infer_genstats(ctx: &mut InferCtx, _a: &NormAttrs) -> Result<()> {
 pub(crate) fn infer_bn_finalize(ctx: &mut InferCtx, a: &BnFinalizeAttrs) -> Result<()> {
     check_ports(
         ctx,
-        &["sum", "sq_sum", "scale", "bias", "prev_running_mean", "prev_running_var"],
+        &["sum", "sq_sum", "scale", "bias", "prev_running_mean", "prev_running_var", "epsilon", "momentum"],
         &["eq_scale", "eq_bias", "saved_mean", "saved_inv_std", "next_running_mean", "next_running_var"],
         false,
     )?;
     check_epsilon(ctx, a.epsilon)?;
     check_momentum(ctx, a.momentum)?;
+    ctx.scalar_attribute("epsilon", |v| check_epsilon(ctx, v))?;
+    ctx.scalar_attribute("momentum", |v| check_momentum(ctx, v))?;
     if a.accum_count < 1 {
         return Err(ctx.err(format!("accum_count (elements per channel behind the sums) must be at least 1, got {}", a.accum_count)));
     }

@@ -121,6 +121,9 @@ pub struct SdpaInputs {
     /// `[b, 1, max_pages, 1]` integer block indices into the K / V block pools.
     pub page_table_k: Option<TensorId>,
     pub page_table_v: Option<TensorId>,
+    /// A by-value f32 scalar giving the scale of the scores when each execution's variant pack
+    /// holds it (replacing `SdpaAttrs::attn_scale`).
+    pub attn_scale: Option<TensorId>,
 }
 
 impl SdpaInputs {
@@ -133,6 +136,7 @@ impl SdpaInputs {
             ("offset", self.offset),
             ("page_table_k", self.page_table_k),
             ("page_table_v", self.page_table_v),
+            ("attn_scale", self.attn_scale),
         ]
         .into_iter()
         .filter_map(|(p, t)| t.map(|t| (p, t)))
@@ -328,11 +332,11 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
             }
         }
     }
+    let check_scale = |s: f64| if s.is_finite() { Ok(()) } else { Err(ctx.err(format!("attn_scale must be finite, got {s}"))) };
     if let Some(s) = a.attn_scale {
-        if !s.is_finite() {
-            return Err(ctx.err(format!("attn_scale must be finite, got {s}")));
-        }
+        check_scale(s)?;
     }
+    ctx.scalar_attribute("attn_scale", check_scale)?;
     Ok(Dims { b, h_q, s_q, d_v, q, k, v, bias })
 }
 
