@@ -12,7 +12,7 @@ __device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], b
     // instruction), one loop for blocks that need no mask (the same for every thread of the
     // warpgroup, so one uniform branch) and one with the mask as a select. The mask's 64-bit
     // index arithmetic, evaluated for every element of every block, was most of these
-    // kernels' instructions (bench/NOTES.md, session 14).
+    // kernels' instructions.
     if (!need) {
         #pragma unroll
         for (int n = 0; n < 8; ++n) {

@@ -39,42 +39,16 @@ const KV_BQ: i64 = 64;
 const Q_BM: i64 = 128;
 const Q_BN: i64 = 64;
 
-/// The dK/dV kernel's shared memory with `qs` stages of Q and dO (and their lse and D rows), and
-/// with `atomic` the dS^T buffers (and the dQ staging tiles of the bulk reductions).
-fn dkdv_shared(p: &Problem, atomic: bool, qs: i64) -> usize {
-    let ds = if atomic { 2 * KV_BK * KV_BQ * 2 } else { 0 } + if atomic && dq_bulk() { 2 * 64 * 64 * 4 } else { 0 };
-    (KV_BK * (p.d + p.d_v) * 2 + qs * KV_BQ * (p.d + p.d_v) * 2 + ds + 2 * qs * KV_BQ * 4) as usize + 1024 + 64
-}
-
 /// Stages of Q and dO in the dK/dV kernel: three keep more loads in flight while the two
 /// consumers hold a stage for a whole step (measured on the H100 against two: +5% on the causal
-/// backward, the same elsewhere; `FERRODNN_ATTN_BWD_QS=2` to compare).
+/// backward, the same elsewhere).
 const KV_QS: i64 = 3;
 
-fn kv_qs() -> i64 {
-    std::env::var("FERRODNN_ATTN_BWD_QS").ok().and_then(|v| v.parse().ok()).filter(|q| (2..=3).contains(q)).unwrap_or(KV_QS)
-}
-
-/// Whether the atomic path adds dQ by bulk reductions of staged tiles (measured on the H100,
-/// bench/NOTES.md session 13: +7% at b4h16s4096d128, +13% at b16h16s1024d64 over vector
-/// reductions; `FERRODNN_ATTN_DQ_BULK=0` turns it off to compare).
-fn dq_bulk() -> bool {
-    !super::switched_off("FERRODNN_ATTN_DQ_BULK")
-}
-
-/// Whether a reducer warp of the producer warpgroup issues the atomic path's bulk reductions
-/// (the consumers only stage their tiles and signal; measured on the H100, bench/NOTES.md
-/// session 15: +3-4% on every backward row over the consumers issuing them;
-/// `FERRODNN_ATTN_DQ_WARP=0` turns it off to compare).
-fn dq_warp() -> bool {
-    !super::switched_off("FERRODNN_ATTN_DQ_WARP")
-}
-
-/// Whether the atomic path at d = 128 issues each step's dQ product between the two halves of
-/// the dK product (FlashAttention-3's order; `FERRODNN_ATTN_BWD_SPLIT_DK=0` issues it after the
-/// whole dK product, as at d = 64, to compare).
-fn split_dk() -> bool {
-    !super::switched_off("FERRODNN_ATTN_BWD_SPLIT_DK")
+/// The dK/dV kernel's shared memory: KV_QS stages of Q and dO (and their lse and D rows), and
+/// with `atomic` the dS^T buffers and the dQ staging tiles of the bulk reductions.
+fn dkdv_shared(p: &Problem, atomic: bool) -> usize {
+    let ds = if atomic { 2 * KV_BK * KV_BQ * 2 + 2 * 64 * 64 * 4 } else { 0 };
+    (KV_BK * (p.d + p.d_v) * 2 + KV_QS * KV_BQ * (p.d + p.d_v) * 2 + ds + 2 * KV_QS * KV_BQ * 4) as usize + 1024 + 64
 }
 
 /// Whether the `D` launch reads O and dO 16 bytes at a time: both in the io type with rows
@@ -91,20 +65,17 @@ fn dq_shared(p: &Problem) -> usize {
 /// The launches: `D`, then either the dQ and dK/dV kernels (deterministic), or (`atomic`) the
 /// dK/dV kernel adding each step's dS K into a zeroed f32 accumulator and a last pass that
 /// writes dQ from it.
-fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKernels> {
-    // The atomic path's dQ by bulk reductions of 64 x 64 tiles: the accumulator is then tiled,
-    // with rows padded to whole tiles.
-    let bulk = atomic && dq_bulk();
+fn generate(p: &Problem, ports: &Ports, atomic: bool) -> Option<NodeKernels> {
+    // The atomic path's dQ by bulk reductions of 64 x 64 tiles: the accumulator is tiled, with
+    // rows padded to whole tiles.
     let nqt = (p.s_q + 63) / 64;
-    let acc_rows = if bulk { nqt * 64 } else { p.s_q };
+    let acc_rows = nqt * 64;
     // A kernel's text up to its own defines.
     let base = |entry: &str, sig: &Signature| {
-        hopper::heavy_first(p, bwd::base(p, ports, entry, sig, Dbias::None, true))
-            .flag("FA_DQ_BULK", bulk)
+        hopper::heads_group(p, bwd::base(p, ports, entry, sig, Dbias::None, true))
             .define("FA_NQT", format!("{nqt}LL"))
             .define("FA_DQA_ROWS", format!("{acc_rows}LL"))
-            .flag("FA_DQ_WARP", dq_warp())
-            .flag("FA_SPLIT_DK", p.d == 128 && split_dk())
+            .flag("FA_SPLIT_DK", p.d == 128)
     };
     // The TMA maps of Q, dO, K and V, the first parameters of the dQ and dK/dV kernels.
     let maps = |sig: &mut Signature, rows_q: i64, rows_k: i64| {
@@ -161,8 +132,6 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
     }
 
     // dK, dV (and the dQ products with `atomic`).
-    // Causal masks walk the q tiles downward (`FA_QTILE`; `FERRODNN_ATTN_QREV=0` turns it off).
-    let qrev = p.attrs.causal.is_some() && !super::switched_off("FERRODNN_ATTN_QREV");
     let entry = p.entry(if atomic { "attn_bwd_dkdv_dq_sm90" } else { "attn_bwd_dkdv_sm90" });
     let mut sig = Signature::new();
     maps(&mut sig, KV_BQ, KV_BK);
@@ -171,10 +140,10 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool, qs: i64) -> Option<NodeKer
         sig.scratch("void", "dqa_p", 1, true);
     }
     inputs(&mut sig);
-    let src = base(&entry, &sig).define("FA_BK", KV_BK).define("FA_BQ", KV_BQ).flag("FA_ATOMIC_DQ", atomic).define("FA_QS", qs).flag("FA_QREV", qrev);
+    let src = base(&entry, &sig).define("FA_BK", KV_BK).define("FA_BQ", KV_BQ).flag("FA_ATOMIC_DQ", atomic).define("FA_QS", KV_QS).flag("FA_QREV", p.attrs.causal.is_some());
     let src = p.output_store(src, "DK", ports.dk, p.pair_ok(ports.dk));
     let source = hopper_source(p.output_store(src, "DV", ports.dv, p.pair_ok(ports.dv)), include_str!("bwd90_dkdv.cuh"));
-    launches.push(bwd::launch(entry, source, sig, Some(((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b)), 0, 384, dkdv_shared(p, atomic, qs))?);
+    launches.push(bwd::launch(entry, source, sig, Some(((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b)), 0, 384, dkdv_shared(p, atomic))?);
 
     if atomic {
         let entry = p.entry("attn_bwd_dq_acc_sm90");
@@ -205,11 +174,10 @@ pub(super) fn unit(p: &Problem, target: &Target, options: &Options) -> Option<Un
     // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and
     // they pay.
     let atomic = options.atomics && super::atomic_dq_pays(p.attrs);
-    let qs = kv_qs();
-    if dq_shared(p).max(dkdv_shared(p, atomic, qs)) > 227 * 1024 {
+    if dq_shared(p).max(dkdv_shared(p, atomic)) > 227 * 1024 {
         return None;
     }
-    let kernels = generate(p, &ports, atomic, qs)?;
+    let kernels = generate(p, &ports, atomic)?;
     let alternative = bwd::generate(p, &ports, Dbias::None, false)?;
     let mut tensors = vec![p.q, p.k, p.v, ports.d_o];
     if d_vec(p, &ports) {

@@ -7,7 +7,7 @@
 // Reads common.cuh's, sm90.cuh's and bwd90.cuh's defines and:
 //   FA_BK, FA_BQ, FA_QS, FA_QREV          keys per CTA, query rows per step, stages, q tiles
 //                                         walked downward
-//   FA_ATOMIC_DQ, FA_DQ_BULK, FA_DQ_WARP, FA_SPLIT_DK, FA_NQT   the atomic dQ path
+//   FA_ATOMIC_DQ, FA_SPLIT_DK, FA_NQT     the atomic dQ path
 //   LD_STATS, ST_S0..2                    the stats
 //   DK_S0..3, DK_PAIR, ST_DK, DV_S0..3, DV_PAIR, ST_DV   dk's and dv's strides and stores
 
@@ -32,23 +32,17 @@ __device__ __forceinline__ void fa90_dq_reduce(void* dqa_p, unsigned st, i64 bi,
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
-// Adds a consumer's 64 x 64 f32 dQ tile (its step's query rows i0.., channels 64c..) into the
-// accumulator at dqa_p. With FA_DQ_BULK: into the consumer's staging buffer st (once the bulk
-// reduction of its previous tile has read it), then one bulk reduction into the tile's 16 KiB
-// block (full L2 lines instead of 8-byte reductions), issued by the reducer warp with
-// FA_DQ_WARP, else by the consumer's thread 0; row r's float pair p sits at pair p ^ 4 (r % 8)
-// (r % 8 is g: conflict-free stores), which ACC_DQ undoes. Otherwise vector reductions
-// straight from the registers.
-__device__ __forceinline__ void fa90_dq_add(void* dqa_p, const float (&dq)[32], unsigned st, int tid, int cw, i64 bi, i64 h, i64 i0, i64 lq, int c) {
+// Stages a consumer's 64 x 64 f32 dQ tile (its step's query rows, one 64-channel chunk) for the
+// reducer warp, which adds it into the tile's 16 KiB block of the accumulator by one bulk
+// reduction (full L2 lines: measured on the H100 +7% at b4h16s4096d128 and +13% at
+// b16h16s1024d64 over vector reductions from the registers; the reducer warp issuing them, not
+// the consumers, +3-4% on every backward row): into the consumer's staging buffer st, once the
+// reducer warp has read its previous tile. Row r's float pair p sits at pair p ^ 4 (r % 8) (r % 8
+// is g: conflict-free stores), which the dQ pass (bwd90_dq_acc.cuh) undoes.
+__device__ __forceinline__ void fa90_dq_stage(const float (&dq)[32], unsigned st, int tid, int cw) {
     const int w = tid >> 5, g = (tid & 31) >> 2, tg = tid & 3;
-#if FA_DQ_BULK
-#if FA_DQ_WARP
     // The reducer warp (warp 2) has read the buffer's previous tile.
     asm volatile("bar.sync %0, 160;" :: "r"(6 + cw) : "memory");
-#else
-    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
-#endif
     #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const unsigned r = (unsigned)(w * 16 + g + hh * 8);
@@ -59,27 +53,8 @@ __device__ __forceinline__ void fa90_dq_add(void* dqa_p, const float (&dq)[32], 
         }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#if FA_DQ_WARP
     // Staged: the reducer warp adds it.
     asm volatile("bar.arrive %0, 160;" :: "r"(4 + cw) : "memory");
-    (void)dqa_p; (void)bi; (void)h; (void)i0; (void)c;
-#else
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");
-    if (tid == 0) fa90_dq_reduce(dqa_p, st, bi, h, i0, c);
-#endif
-    (void)lq;
-#else
-    #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const i64 i = i0 + w * 16 + g + hh * 8;
-        if (i < lq) {
-            float* row = reinterpret_cast<float*>(dqa_p) + ((bi * FA_HQ + h) * FA_SQ + i) * FA_D + c * 64 + tg * 2;
-            #pragma unroll
-            for (int n = 0; n < 8; ++n) asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(row + n * 8), "f"(dq[4 * n + 2 * hh]), "f"(dq[4 * n + 2 * hh + 1]) : "memory");
-        }
-    }
-    (void)st; (void)cw;
-#endif
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) {
@@ -90,9 +65,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
     constexpr unsigned K_BYTES = FA_BK * FA_D * 2, V_BYTES = FA_BK * FA_DV * 2, Q_BYTES = FA_BQ * FA_D * 2, O_BYTES = FA_BQ * FA_DV * 2;
     // With FA_ATOMIC_DQ, two buffers of dS^T (keys x queries) for dQ follow dO.
     constexpr unsigned DS_BYTES = FA_BK * FA_BQ * 2;
-    // With FA_DQ_BULK, a 64 x 64 f32 dQ staging tile per consumer follows (16 KiB each).
+    // With FA_ATOMIC_DQ, a 64 x 64 f32 dQ staging tile per consumer follows (16 KiB each).
     constexpr unsigned DQT_BYTES = 64 * 64 * 4;
-    const unsigned sK = base, sV = sK + K_BYTES, sQ = sV + V_BYTES, sO = sQ + FA_QS * Q_BYTES, sDS = sO + FA_QS * O_BYTES, sDQ = sDS + FA_ATOMIC_DQ * 2 * DS_BYTES, bars = sDQ + FA_DQ_BULK * 2 * DQT_BYTES;
+    const unsigned sK = base, sV = sK + K_BYTES, sQ = sV + V_BYTES, sO = sQ + FA_QS * Q_BYTES, sDS = sO + FA_QS * O_BYTES, sDQ = sDS + FA_ATOMIC_DQ * 2 * DS_BYTES, bars = sDQ + FA_ATOMIC_DQ * 2 * DQT_BYTES;
     (void)sDS;
     (void)sDQ;
     // Barriers: K/V; Q+dO full (TMA bytes and the 32 lanes that stage lse and D), empty.
@@ -147,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
     if (wg == 0) {
         // The producer keeps 24 registers so that each consumer thread gets 240: with 232, at
         // d = 128 (dK, dV, S, dP and P or dS fragments live at once) ptxas serialized every
-        // wgmma (C7512, each one waiting for the one before; bench/NOTES.md, session 16). Its
+        // wgmma (C7512, each one waiting for the one before). Its
         // loops stay rolled (`unroll 1`) to fit.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -188,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 mbar_arrive(QFULL(s));
             }
         }
-#if FA_ATOMIC_DQ && FA_DQ_BULK && FA_DQ_WARP
+#if FA_ATOMIC_DQ
         else if (warp == 2 && any) {
             // The dQ reducer: consumer cw's staged tile of each step in which it has one (both
             // every step at d = 128, consumer it % 2 at d = 64) added by one bulk reduction, its
@@ -303,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 for (int ks = FA_BQ / 32; ks < FA_BQ / 16; ++ks) fa90_wgmma_rs<FA_D>(dk, da[ks], make_desc(sq + ks * 2048u, FA_BQ * 128u, 1024u));
                 wgmma_commit();
                 wgmma_wait1();
-                fa90_dq_add(dqa_p, dq, sDQ + cw * DQT_BYTES, tid, cw, bi, h, i0, lq, c);
+                fa90_dq_stage(dq, sDQ + cw * DQT_BYTES, tid, cw);
                 wgmma_wait0();
                 mbar_arrive(QEMPTY(s));
 #else
@@ -317,8 +292,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 wgmma_wait0();
                 mbar_arrive(QEMPTY(s));
 #if FA_ATOMIC_DQ
-                // Without the split (d = 64, where FlashAttention-3's order was 16% slower:
-                // bench/NOTES.md, session 15): this warpgroup's chunk of dQ += dS K, if it has one
+                // Without the split (d = 64, where FlashAttention-3's order was 16% slower on the
+                // H100): this warpgroup's chunk of dQ += dS K, if it has one
                 // at this step, after the barrier and the dK product. The buffer is written again
                 // two steps later, after the next step's barrier, which this warpgroup passes only
                 // once its product here has completed.
@@ -330,15 +305,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                     for (int ks = 0; ks < FA_BK / 16; ++ks) fa90_wgmma_ss<64, true>(dq, make_desc(sds + ks * 2048u, DS_BYTES, 1024u), make_desc(sK + c * (FA_BK * 128u) + ks * 2048u, FA_BK * 128u, 1024u), ks > 0 ? 1 : 0);
                     wgmma_commit();
                     wgmma_wait0();
-                    fa90_dq_add(dqa_p, dq, sDQ + cw * DQT_BYTES, tid, cw, bi, h, i0, lq, c);
+                    fa90_dq_stage(dq, sDQ + cw * DQT_BYTES, tid, cw);
                 }
 #endif
 #endif
             }
         }
-#if FA_DQ_BULK && !FA_DQ_WARP
-        if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#endif
         #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const i64 j = jt + hh * 8;

@@ -1,7 +1,7 @@
 // The atomic path's last pass (attention/bwd90.rs): dQ from the f32 accumulator (times the
 // attention scale, which dS leaves out), four channels (16 bytes of the accumulator) a thread.
 //
-// Reads common.cuh's defines and FA_DQ_BULK, FA_NQT (the accumulator's tiled layout),
+// Reads common.cuh's defines and FA_NQT (the accumulator's tiled layout: 64 x 64 tiles),
 // DQ_S0..3, DQ_PAIR, ST_DQ (dq's strides and store).
 
 FA_DEFINE_STORE(dq, DQ_PAIR, ST_DQ, DQ_S3)
@@ -11,15 +11,11 @@ extern "C" __global__ void __launch_bounds__(256) KERNEL_NAME(KERNEL_PARAMS) {
     GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * (FA_D / 4)) {
         const i64 c = (e % (FA_D / 4)) * 4, r = e / (FA_D / 4);
         const i64 i = r % FA_SQ, h = (r / FA_SQ) % FA_HQ, bi = r / (FA_SQ * FA_HQ);
-#if FA_DQ_BULK
         // Tiles of 64 rows x 64 channels, 16 KiB each, pairs swizzled by row (see the dK/dV
         // kernel); the swizzle flips pair bits 2 and up, so a 4-aligned channel group stays
         // together and in order.
         const i64 t = ((bi * FA_HQ + h) * FA_NQT + i / 64) * (FA_D / 64) + c / 64, rr = i % 64, pp = ((c % 64) / 2) ^ (4 * (rr % 8));
         const float* a = reinterpret_cast<const float*>(dqa_p) + t * 4096 + rr * 64 + pp * 2;
-#else
-        const float* a = reinterpret_cast<const float*>(dqa_p) + r * FA_D + c;
-#endif
         const float4 v = __ldcs(reinterpret_cast<const float4*>(a));
         const i64 at = bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + c * DQ_S3;
         fa_store_dq(dq_p, at, v.x * FA_SCALE, v.y * FA_SCALE);

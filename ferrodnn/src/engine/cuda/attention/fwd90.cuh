@@ -1,14 +1,13 @@
 // The Hopper forward kernel (FlashAttention-3's recipe on wgmma, TMA and warp specialization;
 // attention/fwd90.rs): a producer warpgroup loading Q and the K/V tiles by TMA, two consumer
-// warpgroups of 64 query rows each. Persistent (FA_PERSIST): one CTA per SM over the list of
-// (q tile, head, batch) items, by index or (FA_DYNAMIC) by ticket, with the split tail
-// (FA_SPLIT); else one CTA per item.
+// warpgroups of 64 query rows each; persistent: one CTA per SM over the list of (q tile, head,
+// batch) items, by index or (FA_DYNAMIC) by ticket, with the split tail (FA_SPLIT).
 //
 // Reads common.cuh's and sm90.cuh's defines and:
 //   FA_BM, FA_BN, FA_KVS                  query rows per CTA, keys per K/V tile, K/V stages
 //   FA_WHOLE_TILES                        no mask and no partial q or K/V tile
 //   FA_PINGPONG, FA_QREG                  consumers taking turns; Q fragments in registers
-//   FA_PERSIST, FA_QT, FA_DYNAMIC, FA_NFULL, FA_NU   the persistent kernel's work list
+//   FA_QT, FA_DYNAMIC, FA_NFULL, FA_NU    the work list
 //   FA_SPLIT, FA_T, FA_TAILW, FA_G        its split tail
 //   O_S0..3, O_PAIR, ST_O                 o's strides and store
 //   FA_HAS_STATS, ST_STATS, ST_S0..2      the log-sum-exp stats output
@@ -38,8 +37,8 @@ __device__ __forceinline__ float fa90_row_tree(const float (&sc)[FA_BN / 2], int
 __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                              i64 r0, i64 wq0, i64 j0, i64 lq, i64 lkv, i64 off, i64 bi, i64 h, int tg) {
 #if FA_WHOLE_TILES
-    // No mask, and no partial q or K/V tile: known here, where the persistent kernel's split
-    // tail leaves the compiler no bound on j0 (with the check, the d = 64 loop ran 7% more
+    // No mask, and no partial q or K/V tile: known here, where the split tail leaves the
+    // compiler no bound on j0 (with the check, the d = 64 loop ran 7% more
     // instructions).
     const bool need = false;
     (void)wq0; (void)j0; (void)lq; (void)lkv; (void)off;
@@ -107,7 +106,7 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
 }
 
 // O *= alpha (the rows' factors after a tile's softmax). Always: skipping it where no row of the
-// warp has a new max (a vote, one branch per warp) was 2-6% slower (bench/NOTES.md, session 15).
+// warp has a new max (a vote, one branch per warp) was 2-6% slower on the H100.
 __device__ __forceinline__ void fa90_rescale(float (&o)[FA_DV / 2], const float (&alpha)[2]) {
     #pragma unroll
     for (int n = 0; n < FA_DV / 8; ++n) {
@@ -159,7 +158,7 @@ __device__ __forceinline__ void fa90_pv(float (&o)[FA_DV / 2], const u32 (&pf)[F
 }
 
 #if FA_SPLIT
-// The split tail (FA_SPLIT, persistent kernel): the items past the whole rounds, FA_NFULL..,
+// The split tail (FA_SPLIT): the items past the whole rounds, FA_NFULL..,
 // of FA_T K/V tiles each, FA_TAILW tiles in all, cut into FA_G contiguous ranges, CTA c taking
 // tiles [lo(c), lo(c + 1)) of that list. A range is shorter than an item, so it holds at most
 // two segments (the end of one item, the start of the next): units FA_NFULL + c and
@@ -259,18 +258,16 @@ __device__ __forceinline__ void fa90_turn_end(int cw, bool pass) {
 #endif
 }
 
-// The kernel. Persistent (FA_PERSIST): one CTA per SM takes the work items `blockIdx.x`,
-// `+ gridDim.x`, ... of the (q tile, head, batch) list (heaviest first: `fa90_work_at`), or
-// (FA_DYNAMIC) its first item by its index and then the next item of the list by ticket (an
-// atomic counter: `gridDim.x` plus the ticket), which the producer writes beside the item's Q
-// buffer for the consumers (a number past the list ends both); Q has two buffers, so the
-// producer loads the next tile's Q and first K/V tiles while the consumers still finish the
-// current tile and store its O, and the K/V ring runs on across tiles. The per-tile steps are
-// those of the one-item form (one CTA per item), which stays: the work-list form with a grid of
-// one CTA per item ran b4h16s4096d128 3% slower than it.
+// The kernel, persistent: one CTA per SM takes the work items `blockIdx.x`, `+ gridDim.x`, ...
+// of the (q tile, head, batch) list (heaviest first: `fa90_work_at`), or (FA_DYNAMIC) its first
+// item by its index and then the next item of the list by ticket (an atomic counter: `gridDim.x`
+// plus the ticket), which the producer writes beside the item's Q buffer for the consumers (a
+// number past the list ends both); Q has two buffers, so the producer loads the next tile's Q
+// and first K/V tiles while the consumers still finish the current tile and store its O, and
+// the K/V ring runs on across tiles (measured on the H100 against one CTA per item:
+// b16h16s1024d64 +10-12%, b4h16s4096d128 +1.5% and the causal rows +1-4%).
 extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
-#if FA_PERSIST
     extern __shared__ unsigned char fa_smem_raw[];
     const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
     constexpr unsigned Q_BYTES = FA_BM * FA_D * 2, K_BYTES = FA_BN * FA_D * 2, V_BYTES = FA_BN * FA_DV * 2;
@@ -355,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
             int n = 0, c = 0;
             // (The fixed assignment keeps the loop's form `u < FA_NU; u += gridDim.x`: as an
             // endless loop with a break, ptxas moved the loop's addresses off the uniform datapath
-            // and the persistent d64 forward ran 4.5% slower, bench/NOTES.md session 18.)
+            // and the d64 forward ran 4.5% slower on the H100.)
 #if FA_DYNAMIC
             i64 u = -1;
             for (;; ++n) {
@@ -419,7 +416,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
 #if FA_QREG
         u32 qf[FA_D / 16][4];
 #endif
-        // Turns as in the one-item kernel, started afresh for each item with keys.
+        // Turns, started afresh for each item with keys: one per tile (its scores with the
+        // previous tile's P V) and one for the last P V; warpgroup 0 goes first, and warpgroup 1
+        // does not pass its last turn on (no turn of warpgroup 0 follows it).
         int n = 0, c = 0;
 #if FA_DYNAMIC
         for (;; ++n) {
@@ -537,153 +536,4 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
 #undef VEMPTY
 #undef QFULL
 #undef QEMPTY
-#else
-    extern __shared__ unsigned char fa_smem_raw[];
-    const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
-    constexpr unsigned Q_BYTES = FA_BM * FA_D * 2, K_BYTES = FA_BN * FA_D * 2, V_BYTES = FA_BN * FA_DV * 2;
-    const unsigned sQ = base, sK = sQ + Q_BYTES, sV = sK + FA_KVS * K_BYTES, bars = sV + FA_KVS * V_BYTES;
-    // Barriers: Q; K full, V full, K empty, V empty (FA_KVS stages each).
-    const unsigned qbar = bars;
-#define KFULL(s) (bars + 8u + 8u * (s))
-#define VFULL(s) (bars + 8u + 8u * FA_KVS + 8u * (s))
-#define KEMPTY(s) (bars + 8u + 16u * FA_KVS + 8u * (s))
-#define VEMPTY(s) (bars + 8u + 24u * FA_KVS + 8u * (s))
-    FA_INIT
-    const int wg = threadIdx.x >> 7;
-    i64 rank, h, bi;
-    fa90_work(rank, h, bi);
-    const i64 qt = (i64)gridDim.x - 1 - rank, kh = h / FA_GROUP;
-    i64 lq, lkv;
-    fa_lens(A, bi, lq, lkv);
-    const i64 off = fa_diag_off(lq, lkv);
-    const i64 q0 = qt * FA_BM;
-    int t0, t1;
-    const bool any = fa90_key_tiles(q0, FA_BM, FA_BN, lq, lkv, off, t0, t1);
-    if (threadIdx.x == 0) {
-        mbar_init(qbar, 1u);
-        for (int s = 0; s < FA_KVS; ++s) {
-            mbar_init(KFULL(s), 1u);
-            mbar_init(VFULL(s), 1u);
-            mbar_init(KEMPTY(s), 256u);
-            mbar_init(VEMPTY(s), 256u);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (wg == 0) {
-        // Producer: Q once, then K and V of each tile into stage (t - t0) % FA_KVS.
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
-        if (threadIdx.x == 0 && any) {
-            asm volatile("prefetch.tensormap [%0];" :: "l"(&tk) : "memory");
-            asm volatile("prefetch.tensormap [%0];" :: "l"(&tv) : "memory");
-            mbar_expect_tx(qbar, Q_BYTES);
-            #pragma unroll
-            for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sQ + c * (FA_BM * 128u), &tq, qbar, c * 64, (int)q0, (int)h, (int)bi);
-            for (int t = t0; t < t1; ++t) {
-                const int s = (t - t0) % FA_KVS;
-                const unsigned ph = ((t - t0) / FA_KVS) & 1;
-                mbar_wait(KEMPTY(s), ph ^ 1u);
-                mbar_expect_tx(KFULL(s), K_BYTES);
-                #pragma unroll
-                for (int c = 0; c < FA_D / 64; ++c) fa90_tma(sK + s * K_BYTES + c * (FA_BN * 128u), &tk, KFULL(s), c * 64, t * FA_BN, (int)kh, (int)bi);
-                mbar_wait(VEMPTY(s), ph ^ 1u);
-                mbar_expect_tx(VFULL(s), V_BYTES);
-                #pragma unroll
-                for (int c = 0; c < FA_DV / 64; ++c) fa90_tma(sV + s * V_BYTES + c * (FA_BN * 128u), &tv, VFULL(s), c * 64, t * FA_BN, (int)kh, (int)bi);
-            }
-        }
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
-        const int cw = wg - 1, tid = threadIdx.x & 127, w = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
-        const i64 wq0 = q0 + cw * 64;
-        const i64 r0 = wq0 + w * 16 + g;
-        const unsigned sq = sQ + cw * 8192u;
-        float m[2] = {FA_NINF, FA_NINF};
-        float l[2] = {0.0f, 0.0f};
-        float o[FA_DV / 2];
-        #pragma unroll
-        for (int i = 0; i < FA_DV / 2; ++i) o[i] = 0.0f;
-        if (any) {
-            float sc[FA_BN / 2];
-            u32 pf[FA_BN / 16][4];
-            float alpha[2];
-            // Turns: one per tile (its scores with the previous tile's P V) and one for the
-            // last P V; warpgroup 0 goes first, and warpgroup 1 does not pass its last turn on
-            // (no turn of warpgroup 0 follows it).
-#if FA_PINGPONG
-            if (cw == 1) asm volatile("bar.arrive 1, 256;" ::: "memory");
-#endif
-            mbar_wait(qbar, 0u);
-#if FA_QREG
-            u32 qf[FA_D / 16][4];
-            fa90_q_frags(qf, sq, w, lane);
-#endif
-            // Tile t0: scores, softmax, P.
-            mbar_wait(KFULL(0), 0u);
-            fa90_turn_begin(cw);
-            wgmma_fence();
-            FA_SCORES(sc, sK);
-            wgmma_commit();
-            fa90_turn_end(cw, true);
-            wgmma_wait0();
-            mbar_arrive(KEMPTY(0));
-            fa90_softmax(A, sc, m, l, alpha, r0, wq0, (i64)t0 * FA_BN, lq, lkv, off, bi, h, tg);
-            fa90_pack<FA_BN>(pf, sc);
-            for (int t = t0 + 1; t < t1; ++t) {
-                const int s = (t - t0) % FA_KVS, ps = (t - 1 - t0) % FA_KVS;
-                const unsigned ph = ((t - t0) / FA_KVS) & 1, pph = ((t - 1 - t0) / FA_KVS) & 1;
-                // Issue tile t's scores and tile t-1's P V together.
-                mbar_wait(KFULL(s), ph);
-                mbar_wait(VFULL(ps), pph);
-                fa90_turn_begin(cw);
-                wgmma_fence();
-                FA_SCORES(sc, sK + s * K_BYTES);
-                wgmma_commit();
-                fa90_pv(o, pf, sV + ps * V_BYTES);
-                wgmma_commit();
-                fa90_turn_end(cw, true);
-                // Scores done (the P V may still run): free K, softmax while P V runs.
-                wgmma_wait1();
-                mbar_arrive(KEMPTY(s));
-                fa90_softmax(A, sc, m, l, alpha, r0, wq0, (i64)t * FA_BN, lq, lkv, off, bi, h, tg);
-                wgmma_wait0();
-                mbar_arrive(VEMPTY(ps));
-                fa90_rescale(o, alpha);
-                fa90_pack<FA_BN>(pf, sc);
-            }
-            {
-                const int s = (t1 - 1 - t0) % FA_KVS;
-                const unsigned ph = ((t1 - 1 - t0) / FA_KVS) & 1;
-                mbar_wait(VFULL(s), ph);
-                fa90_turn_begin(cw);
-                wgmma_fence();
-                fa90_pv(o, pf, sV + s * V_BYTES);
-                wgmma_commit();
-                fa90_turn_end(cw, cw == 0);
-                wgmma_wait0();
-                mbar_arrive(VEMPTY(s));
-            }
-        }
-        // Normalize and store; empty rows (padded, or every key masked) give o = 0, stats = +inf.
-        #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            float lsum = l[hh];
-            lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
-            lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
-            const i64 i = r0 + hh * 8;
-            const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
-            const float inv = empty ? 0.0f : FA_KEEP_SCALE / lsum;
-            if (i < FA_SQ) {
-                fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
-#if FA_HAS_STATS
-                if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
-#endif
-            }
-        }
-    }
-#undef KFULL
-#undef VFULL
-#undef KEMPTY
-#undef VEMPTY
-#endif
 }

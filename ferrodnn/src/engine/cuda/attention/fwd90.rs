@@ -3,11 +3,12 @@
 //! One CTA (384 threads) per SM over the work list of (q tile of 128 rows, query head, batch)
 //! items, heaviest first (with a causal mask, those of four heads at a time: `fa90_work_at`),
 //! taking every `gridDim.x`-th item or, with items of unequal sizes or long ones, the next one by
-//! ticket ([`persistent`], [`dynamic`]; `fwd90.cuh` with FA_PERSIST; one CTA per item without, to
-//! compare). Without a mask, long items (more than 16 K/V tiles) past the last whole round
-//! are split along the keys into one contiguous range of tiles per CTA, each segment's
-//! partial O, row maxima and sums stored in scratch and the item combined by the CTA that
-//! completes it ([`split`], FA_SPLIT):
+//! ticket ([`dynamic`]); persistent, so that each item's O stores and first loads overlap its
+//! neighbours' work (measured on the H100 against one CTA per item: b16h16s1024d64 +10-12%,
+//! b4h16s4096d128 +1.5% and the causal rows +1-4%). Without a mask, long items (more than 16 K/V
+//! tiles) past the last whole round are split along the keys into one contiguous range of tiles
+//! per CTA, each segment's partial O, row maxima and sums stored in scratch and the item combined
+//! by the CTA that completes it ([`split`], FA_SPLIT):
 //! - warpgroup 0, the producer, gives its registers back (`setmaxnreg.dec`); one thread loads
 //!   the Q tile once and then the K and V tiles of 128 keys with TMA into three stages each
 //!   (two where shared memory holds no more; 128-byte swizzle), K and V on separate "full" /
@@ -21,9 +22,9 @@
 //!   warpgroup the two products are pipelined: tile t's scores are issued together with tile
 //!   t-1's P V, and the online softmax of tile t runs while that P V is on the tensor cores;
 //!   O is rescaled once the P V is done. The two consumers take turns on the tensor cores
-//!   (ping-pong), except in the persistent kernel at d = 64, which runs faster without. The
-//!   softmax sits on each consumer's critical path, so its row maxima and sums are trees, not
-//!   chains (measured on the H100, bench/NOTES.md session 15: +2-5% on every forward row).
+//!   (ping-pong), except at d = 64, which runs faster without. The softmax sits on each
+//!   consumer's critical path, so its row maxima and sums are trees, not chains (measured on the
+//!   H100: +2-5% on every forward row).
 //!
 //! The softmax, masks, bias, ALiBi and dropout are those of the general kernel ([`super::fwd`])
 //! on the wgmma accumulator layout (thread `l` of warp `w` holds rows `16w + l/4` and `+8`,
@@ -42,51 +43,37 @@ const BM: i64 = 128;
 /// Keys per K/V tile.
 const BN: i64 = 128;
 
-/// Dynamic shared memory: Q (two buffers when persistent), `kvs` stages of K and of V, 1 KiB of
-/// alignment slack, barriers (and, when persistent, the two Q buffers' unit numbers and the
-/// split tail's flag).
-fn shared_bytes(p: &Problem, persist: bool, kvs: i64) -> usize {
-    let (q, bars) = if persist { (2, 4 * kvs + 4 + 3) } else { (1, 4 * kvs + 1) };
-    (q * BM * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + bars * 8) as usize + 1024
+/// Dynamic shared memory: two Q buffers, `kvs` stages of K and of V, 1 KiB of alignment slack,
+/// barriers, the two Q buffers' unit numbers and the split tail's flag.
+fn shared_bytes(p: &Problem, kvs: i64) -> usize {
+    (2 * BM * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + (4 * kvs + 4 + 3) * 8) as usize + 1024
 }
 
-/// K/V stages: three where shared memory allows (measured on the H100, bench/NOTES.md session
-/// 17: +3% at b16h16s1024d64, +1% on the causal rows against two; four gained nothing), else
-/// two. `FERRODNN_ATTN_KVS=2` / `4` to compare.
-fn kv_stages(p: &Problem, persist: bool) -> i64 {
-    let want = std::env::var("FERRODNN_ATTN_KVS").ok().and_then(|v| v.parse().ok()).filter(|k| (2..=4).contains(k)).unwrap_or(3);
-    (2..=want).rev().find(|&k| shared_bytes(p, persist, k) <= 227 * 1024).unwrap_or(2)
-}
-
-/// Whether the forward runs persistent (FA_PERSIST in `fwd90.cuh`), overlapping each item's O stores
-/// and first loads with its neighbours' work: everywhere (measured on the H100, bench/NOTES.md
-/// sessions 13 and 18: b16h16s1024d64 +10-12%, b4h16s4096d128 +1.5% and the causal rows +1-4%
-/// with items by ticket, see [`dynamic`]). `FERRODNN_ATTN_PERSIST=0` runs one CTA per item (the
-/// one-item kernel) to compare.
-fn persistent(_p: &Problem) -> bool {
-    !super::switched_off("FERRODNN_ATTN_PERSIST")
-}
-
-/// Whether the persistent kernel's CTAs take their items by ticket (an atomic counter in scratch,
-/// zeroed by a launch before), in list order, instead of every `gridDim.x`-th item: where items
-/// differ in size (a causal mask, a window), or are long (more than 16 K/V tiles:
-/// b4h16s4096d128 674-675 TFLOP/s by ticket against 664-675 with the fixed assignment and
-/// 657-667 with one CTA per item; short uniform items keep the fixed assignment, which needs no
-/// launch before). With the fixed assignment and unequal items, CTAs that started on heavy items
-/// fall behind the others, the items in flight spread over many heads, and their K/V tiles miss
-/// L2 (ncu, bench/NOTES.md session 18: b4h16s4096d128 causal read 1.12 GB from DRAM instead of
-/// 0.20, L2 hits 52% instead of 86%, SMs active 411 K to 1136 K cycles); by ticket the items in
-/// flight are the next `gridDim.x` of the list, as with one CTA per item.
-/// `FERRODNN_ATTN_DYNAMIC=0` / `=1` turns it off / on everywhere to compare.
-fn dynamic(p: &Problem) -> bool {
-    match std::env::var("FERRODNN_ATTN_DYNAMIC").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => !super::unmasked(p.attrs) || (p.s_kv + BN - 1) / BN > 16,
+/// K/V stages: three where shared memory allows (measured on the H100: +3% at b16h16s1024d64,
+/// +1% on the causal rows against two; four gained nothing), else two.
+fn kv_stages(p: &Problem) -> i64 {
+    if shared_bytes(p, 3) <= 227 * 1024 {
+        3
+    } else {
+        2
     }
 }
 
-/// The split tail of the persistent kernel (FA_SPLIT): `nfull` items in whole rounds of `g`
+/// Whether the kernel's CTAs take their items by ticket (an atomic counter in scratch, zeroed by
+/// a launch before), in list order, instead of every `gridDim.x`-th item: where items differ in
+/// size (a causal mask, a window), or are long (more than 16 K/V tiles: b4h16s4096d128 674-675
+/// TFLOP/s by ticket against 664-675 with the fixed assignment and 657-667 with one CTA per
+/// item; short uniform items keep the fixed assignment, which needs no launch before). With the
+/// fixed assignment and unequal items, CTAs that started on heavy items fall behind the others,
+/// the items in flight spread over many heads, and their K/V tiles miss L2 (ncu on the H100:
+/// b4h16s4096d128 causal read 1.12 GB from DRAM instead of 0.20, L2 hits 52% instead of 86%, SMs
+/// active 411 K to 1136 K cycles); by ticket the items in flight are the next `gridDim.x` of the
+/// list, as with one CTA per item.
+fn dynamic(p: &Problem) -> bool {
+    !super::unmasked(p.attrs) || (p.s_kv + BN - 1) / BN > 16
+}
+
+/// The kernel's split tail (FA_SPLIT): `nfull` items in whole rounds of `g`
 /// CTAs, then the `tail` items left, of `t` K/V tiles each, cut into `g` contiguous ranges of
 /// tiles (a CTA's range holds at most two segments of items), each segment's partial O, row
 /// maxima and sums stored in scratch and the item combined by the CTA that completes its
@@ -99,14 +86,12 @@ struct Split {
     g: i64,
 }
 
-/// Whether, and how, the persistent kernel splits its last round: without a mask or window
-/// (items of equal size), for long items (more than 16 K/V tiles), where that round leaves
-/// CTAs idle, when the longest range plus a tile of overhead is at most 4/5 of an item.
-/// b4h16s4096d128 has 2048 items of 32 tiles for 132 SMs, 15.5 rounds: the last 68 items as
-/// ranges of at most 17 tiles (measured on the H100, bench/NOTES.md session 19: 681 TFLOP/s
-/// against 656-671 unsplit). Short items lose: b16h16s1024d64 (8 tiles, ranges of at most 5)
-/// ran 385-390 split against 431-437. `FERRODNN_ATTN_SPLIT=0` turns it off, `=1` splits any
-/// partial last round, to compare.
+/// Whether, and how, the kernel splits its last round: without a mask or window (items of equal
+/// size), for long items (more than 16 K/V tiles), where that round leaves CTAs idle, when the
+/// longest range plus a tile of overhead is at most 4/5 of an item. b4h16s4096d128 has 2048 items
+/// of 32 tiles for 132 SMs, 15.5 rounds: the last 68 items as ranges of at most 17 tiles
+/// (measured on the H100: 681 TFLOP/s against 656-671 unsplit). Short items lose: b16h16s1024d64
+/// (8 tiles, ranges of at most 5) ran 385-390 split against 431-437.
 fn split(p: &Problem, nt: i64, sms: i64) -> Option<Split> {
     let t = (p.s_kv + BN - 1) / BN;
     let (g, tail) = (sms.max(1), nt % sms.max(1));
@@ -114,48 +99,31 @@ fn split(p: &Problem, nt: i64, sms: i64) -> Option<Split> {
         return None;
     }
     let longest = (tail * t + g - 1) / g;
-    let pays = match std::env::var("FERRODNN_ATTN_SPLIT").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => t > 16 && 5 * (longest + 1) <= 4 * t,
-    };
-    pays.then_some(Split { nfull: nt - tail, tail, t, g })
+    (t > 16 && 5 * (longest + 1) <= 4 * t).then_some(Split { nfull: nt - tail, tail, t, g })
 }
 
-/// Whether the consumers take turns (FA_PINGPONG): yes at d = 128 (measured on the H100,
-/// bench/NOTES.md sessions 17 and 18: without, b4h16s4096d128 1-3% slower in both kernels), not
-/// in the persistent kernel at d = 64 (b16h16s1024d64 +5% without, 421.6-422.6 against
-/// 394.2-401.9 TFLOP/s). `FERRODNN_ATTN_PINGPONG=0` / `=1` turns it off / on everywhere to
-/// compare.
-fn pingpong(p: &Problem, persist: bool) -> bool {
-    match std::env::var("FERRODNN_ATTN_PINGPONG").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => !(persist && p.d == 64),
-    }
+/// Whether the consumers take turns (FA_PINGPONG): yes at d = 128 (measured on the H100:
+/// without, b4h16s4096d128 1-3% slower), not at d = 64 (b16h16s1024d64 +5% without,
+/// 421.6-422.6 against 394.2-401.9 TFLOP/s).
+fn pingpong(p: &Problem) -> bool {
+    p.d != 64
 }
 
 /// Whether the scores take Q from registers (`fa90_q_frags`) instead of shared memory, which
 /// spares the K/V tiles' shared-memory reads a fifth of their traffic: under a causal mask
-/// (measured on the H100, bench/NOTES.md session 17: +2-3% on both causal rows, -1% on
-/// b4h16s4096d128). `FERRODNN_ATTN_QREG=0` / `=1` turns it off / on everywhere to compare.
+/// (measured on the H100: +2-3% on both causal rows, -1% on b4h16s4096d128).
 fn qreg(p: &Problem) -> bool {
-    match std::env::var("FERRODNN_ATTN_QREG").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => p.attrs.causal.is_some(),
-    }
+    p.attrs.causal.is_some()
 }
 
 fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let node = p.node;
     let o = node.output("o")?;
     let stats = node.output("stats");
-    let persist = persistent(p);
     let qt = (p.s_q + BM - 1) / BM;
     let nt = qt * p.h_q * p.b;
-    let dynamic = persist && dynamic(p);
-    let split = if persist { split(p, nt, target.sm_count as i64) } else { None };
+    let dynamic = dynamic(p);
+    let split = split(p, nt, target.sm_count as i64);
     let mut sig = Signature::new();
     for (name, t, rows) in [("tq", p.q, BM), ("tk", p.k, BN), ("tv", p.v, BN)] {
         sig.param(format!("const __grid_constant__ TmaMap {name}"), Arg::TensorMap(Box::new(tma_of(p, t, rows))));
@@ -173,36 +141,33 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     }
     let entry = p.entry("attn_fwd_sm90");
     let whole_tiles = super::unmasked(p.attrs) && p.s_q % BM == 0 && p.s_kv % BN == 0;
-    let mut src = hopper::heavy_first(p, p.source(&entry, &sig, true))
+    let mut src = hopper::heads_group(p, p.source(&entry, &sig, true))
         .flag("FA_WHOLE_TILES", whole_tiles)
         .define("FA_BM", BM)
         .define("FA_BN", BN)
         .flag("FA_HAS_STATS", stats.is_some())
-        .flag("FA_PINGPONG", pingpong(p, persist))
-        .flag("FA_PERSIST", persist);
+        .flag("FA_PINGPONG", pingpong(p));
     if let Some(s) = stats {
         src = p.stats_store(src, s);
     }
     src = p.output_store(src, "O", o, p.pair_ok(o));
-    if persist {
-        let (nfull, nu) = split.map_or((nt, nt), |s| (s.nfull, s.nfull + 2 * s.g));
-        src = src.define("FA_QT", format!("{qt}LL")).flag("FA_DYNAMIC", dynamic).define("FA_NFULL", format!("{nfull}LL")).define("FA_NU", format!("{nu}LL"));
-        src = match split {
-            Some(s) => src.flag("FA_SPLIT", true).define("FA_T", format!("{}LL", s.t)).define("FA_TAILW", format!("{}LL", s.tail * s.t)).define("FA_G", format!("{}LL", s.g)),
-            None => src.flag("FA_SPLIT", false),
-        };
-    }
-    let kvs = kv_stages(p, persist);
-    let source = src.flag("FA_QREG", qreg(p)).define("FA_KVS", kvs).template(COMMON).template(HOPPER).template(SM90).template(include_str!("fwd90.cuh")).build();
-    let grid = match (persist, split) {
-        (true, Some(s)) => (s.g, 1, 1),
-        (true, None) => (nt.min(target.sm_count.max(1) as i64), 1, 1),
-        _ => (qt, p.h_q, p.b),
+    let (nfull, nu) = split.map_or((nt, nt), |s| (s.nfull, s.nfull + 2 * s.g));
+    src = src.define("FA_QT", format!("{qt}LL")).flag("FA_DYNAMIC", dynamic).define("FA_NFULL", format!("{nfull}LL")).define("FA_NU", format!("{nu}LL"));
+    src = match split {
+        Some(s) => src.flag("FA_SPLIT", true).define("FA_T", format!("{}LL", s.t)).define("FA_TAILW", format!("{}LL", s.tail * s.t)).define("FA_G", format!("{}LL", s.g)),
+        None => src.flag("FA_SPLIT", false),
     };
-    if grid.0 > i32::MAX as i64 {
+    let kvs = kv_stages(p);
+    let source = src.flag("FA_QREG", qreg(p)).define("FA_KVS", kvs).template(COMMON).template(HOPPER).template(SM90).template(include_str!("fwd90.cuh")).build();
+    // One CTA per SM (or per item, where there are fewer).
+    let grid = match split {
+        Some(s) => s.g,
+        None => nt.min(target.sm_count.max(1) as i64),
+    };
+    if grid > i32::MAX as i64 {
         return None;
     }
-    let main = Launch::new(source, entry, Grid::Exact(grid.0 as u32, grid.1 as u32, grid.2 as u32), 384, sig.into_args()).with_shared(shared_bytes(p, persist, kvs) as u32);
+    let main = Launch::new(source, entry, Grid::Exact(grid as u32, 1, 1), 384, sig.into_args()).with_shared(shared_bytes(p, kvs) as u32);
     if !dynamic && split.is_none() {
         return Some(NodeKernels::one(main));
     }
@@ -224,7 +189,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
 /// The Hopper unit of a forward node, when this kernel takes it; the general kernel with
 /// element-wise loads is the alternative for base pointers TMA cannot take.
 pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
-    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p, persistent(p), 2) > 227 * 1024 {
+    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p, 2) > 227 * 1024 {
         return None;
     }
     let kernels = generate(p, target)?;

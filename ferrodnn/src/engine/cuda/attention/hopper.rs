@@ -44,17 +44,13 @@ pub(super) fn tma_of(p: &Problem, t: TensorId, rows: i64) -> TmaDesc {
     TmaDesc { tensor: t, dtype: p.dt, dims, strides, boxes: vec![64, rows as u32, 1, 1], swizzle: 128 }
 }
 
-/// The defines of `fa90_work`'s heaviest-first order for causal masks (measured on the H100,
-/// bench/NOTES.md session 13: causal forward +4%, causal backward +6%;
-/// `FERRODNN_ATTN_HEAVY_FIRST=0` turns it off to compare) and of the heads it takes at a time:
-/// as many as keep their Q, dO, K and V within 16 MiB, from one to four (b1h32s16384d128
-/// causal: one, backward +0.4-0.6% against four; b4h16s4096d128: four, its forward 4.5% slower
-/// with one; bench/NOTES.md session 20). `FERRODNN_ATTN_HEADS_GROUP` sets it, for tuning.
-pub(super) fn heavy_first(p: &Problem, s: Source) -> Source {
+/// The define of the heads `fa90_work_at` (`sm90.cuh`) takes at a time in its heaviest-first
+/// order for causal masks: as many as keep their Q, dO, K and V within 16 MiB, from one to four
+/// (measured on the H100: b1h32s16384d128 causal: one, backward +0.4-0.6% against four;
+/// b4h16s4096d128: four, its forward 4.5% slower with one).
+pub(super) fn heads_group(p: &Problem, s: Source) -> Source {
     let per_head = (p.s_q + p.s_kv) * (p.d + p.d_v) * 2;
-    let fit = ((16i64 << 20) / per_head.max(1)).clamp(1, 4);
-    let env = std::env::var("FERRODNN_ATTN_HEADS_GROUP").ok().and_then(|v| v.parse::<i64>().ok()).filter(|&g| g >= 1);
-    s.flag("FA_HEAVY_FIRST", !super::switched_off("FERRODNN_ATTN_HEAVY_FIRST")).define("FA_HEADS_GROUP", env.unwrap_or(fit))
+    s.define("FA_HEADS_GROUP", ((16i64 << 20) / per_head.max(1)).clamp(1, 4))
 }
 
 /// The Hopper device helpers of the attention kernels (after `common.cuh` and the kernel

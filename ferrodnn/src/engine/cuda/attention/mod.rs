@@ -38,14 +38,12 @@ use crate::graph::{Graph, Node, TensorId};
 
 /// Whether a backward with these attributes runs faster with dQ added by float atomics in the
 /// dK/dV pass (the `atomics` plan knob) than with its own pass: without a sliding window
-/// (measured on the H100, bench/NOTES.md: unmasked +6% at b4h16s4096d128 and +14% at
-/// b16h16s1024d64 in session 11; under a causal mask, with dQ added by bulk reductions and
-/// the mask skipped where blocks need none, a tie at b4h16s4096d128 and +7% at
-/// b1h32s16384d128 in session 14). Sliding windows, not measured, keep the deterministic
-/// passes. `FERRODNN_ATTN_ATOMIC_MASKED=1` takes the atomic path under windows too (a tuning
-/// switch).
+/// (measured on the H100: unmasked +6% at b4h16s4096d128 and +14% at b16h16s1024d64; under a
+/// causal mask, with dQ added by bulk reductions and the mask skipped where blocks need none, a
+/// tie at b4h16s4096d128 and +7% at b1h32s16384d128). Sliding windows, not measured, keep the
+/// deterministic passes.
 pub fn atomic_dq_pays(a: &SdpaAttrs) -> bool {
-    no_window(a) || std::env::var("FERRODNN_ATTN_ATOMIC_MASKED").is_ok_and(|v| v == "1")
+    no_window(a)
 }
 
 /// No sliding window on either side.
@@ -344,12 +342,6 @@ pub(crate) fn drop_threshold(p: f64) -> u64 {
 
 /// Device helpers every attention kernel shares (after the node's `#define`s).
 pub(crate) const COMMON: &str = include_str!("common.cuh");
-
-/// Whether the tuning switch `name` is set to 0 in the environment (to compare a kernel variant
-/// against the one without it in the benchmark).
-pub(super) fn switched_off(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == "0")
-}
 
 #[cfg(test)]
 mod tests {
