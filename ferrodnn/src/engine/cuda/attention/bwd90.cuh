@@ -17,7 +17,7 @@ __device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], b
         #pragma unroll
         for (int n = 0; n < 8; ++n) {
             #pragma unroll
-            for (int e = 0; e < 4; ++e) sc[4 * n + e] = fa_exp2(sc[4 * n + e] * FA_SCALE_LOG2 - lse(n, e));
+            for (int e = 0; e < 4; ++e) sc[4 * n + e] = fa_exp2(sc[4 * n + e] * A.scale_log2 - lse(n, e));
         }
     } else {
         #pragma unroll
@@ -25,7 +25,7 @@ __device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], b
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const bool vis = fa_visible(qi(n, e), kj(n, e), lq, lkv, off);
-                const float pv = fa_exp2(sc[4 * n + e] * FA_SCALE_LOG2 - lse(n, e));
+                const float pv = fa_exp2(sc[4 * n + e] * A.scale_log2 - lse(n, e));
                 sc[4 * n + e] = vis ? pv : 0.0f;
             }
         }
@@ -41,7 +41,7 @@ __device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], b
             const i64 i = qi(n, e), j = kj(n, e);
             float pv = 0.0f;
             if (!need || fa_visible(i, j, lq, lkv, off)) {
-                float s2 = sc[4 * n + e] * FA_SCALE_LOG2;
+                float s2 = sc[4 * n + e] * A.scale_log2;
 #if FA_HAS_BIAS || FA_ALIBI
                 s2 = fmaf(fa_add(A, bi, h, i, j), FA_LOG2E, s2);
 #endif
@@ -59,17 +59,17 @@ __device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], b
 }
 
 // P as the A operand of dV += P^T dO (with the dropout factor).
-__device__ __forceinline__ void fa90_p_frags(u32 (&a)[4][4], const float (&sc)[32], unsigned keep) {
+__device__ __forceinline__ void fa90_p_frags(const FaIn& A, u32 (&a)[4][4], const float (&sc)[32], unsigned keep) {
     float t[32];
     #pragma unroll
     for (int x = 0; x < 32; ++x) {
 #if FA_DROPOUT
-        t[x] = ((keep >> x) & 1u) ? sc[x] * FA_KEEP_SCALE : 0.0f;
+        t[x] = ((keep >> x) & 1u) ? sc[x] * A.keep_scale : 0.0f;
 #else
         t[x] = sc[x];
 #endif
     }
-    (void)keep;
+    (void)A; (void)keep;
     fa90_pack<64>(a, t);
 }
 
@@ -77,19 +77,19 @@ __device__ __forceinline__ void fa90_p_frags(u32 (&a)[4][4], const float (&sc)[3
 // attention scale: dK and dQ take it once, when they are stored, instead of every element of
 // every block here.
 template <typename FL>
-__device__ __forceinline__ void fa90_ds(float (&dp)[32], const float (&sc)[32], unsigned keep, FL dd) {
+__device__ __forceinline__ void fa90_ds(const FaIn& A, float (&dp)[32], const float (&sc)[32], unsigned keep, FL dd) {
     #pragma unroll
     for (int n = 0; n < 8; ++n) {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float d = dp[4 * n + e];
 #if FA_DROPOUT
-            d = ((keep >> (4 * n + e)) & 1u) ? d * FA_KEEP_SCALE : 0.0f;
+            d = ((keep >> (4 * n + e)) & 1u) ? d * A.keep_scale : 0.0f;
 #endif
             dp[4 * n + e] = sc[4 * n + e] * (d - dd(n, e));
         }
     }
-    (void)keep;
+    (void)A; (void)keep;
 }
 
 // 64 x 64 products from shared memory, k = W channels: rows of A at sa and of B at sb, each a

@@ -227,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                     [&](int n, int e) { return i0 + n * 8 + tg * 2 + (e & 1); },
                     [&](int n, int e) { (void)n; return jt + (e >> 1) * 8; },
                     [&](int n, int e) { return sLb[n * 8 + tg * 2 + (e & 1)]; });
-                fa90_p_frags(pa, sc, keep);
+                fa90_p_frags(A, pa, sc, keep);
                 // dV += P^T dO (dO N-major: 64-channel chunks FA_BQ * 128 bytes apart).
                 wgmma_fence();
                 #pragma unroll
@@ -235,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 wgmma_commit();
                 wgmma_wait1();
                 // dS^T, then dK += dS^T Q.
-                fa90_ds(dp, sc, keep, [&](int n, int e) { return sDb[n * 8 + tg * 2 + (e & 1)]; });
+                fa90_ds(A, dp, sc, keep, [&](int n, int e) { return sDb[n * 8 + tg * 2 + (e & 1)]; });
                 u32 da[4][4];
                 fa90_pack<64>(da, dp);
 #if FA_ATOMIC_DQ
@@ -315,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         for (int hh = 0; hh < 2; ++hh) {
             const i64 j = jt + hh * 8;
             if (j < FA_SKV) {
-                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dk(dk_p, at, a, b); }, bi * DK_S0 + kh * DK_S1 + j * DK_S2, DK_S3, dk, hh, tg, FA_SCALE);
+                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dk(dk_p, at, a, b); }, bi * DK_S0 + kh * DK_S1 + j * DK_S2, DK_S3, dk, hh, tg, A.scale);
                 fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_dv(dv_p, at, a, b); }, bi * DV_S0 + kh * DV_S1 + j * DV_S2, DV_S3, dv, hh, tg, 1.0f);
             }
         }

@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                     [&](int n, int e) { return j0 + n * 8 + tg * 2 + (e & 1); },
                     [&](int n, int e) { (void)n; return lse2[e >> 1]; });
                 wgmma_wait0();
-                fa90_ds(dp, sc, keep, [&](int n, int e) { (void)n; return dd[e >> 1]; });
+                fa90_ds(A, dp, sc, keep, [&](int n, int e) { (void)n; return dd[e >> 1]; });
                 u32 da[4][4];
                 fa90_pack<64>(da, dp);
                 // dQ += dS K (K N-major: 64-channel chunks FA_BN * 128 bytes apart).
@@ -117,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         for (int hh = 0; hh < 2; ++hh) {
             const i64 i = r0 + hh * 8;
             if (i < FA_SQ) {
-                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dq(dq_p, at, a, b); }, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2, DQ_S3, dq, hh, tg, FA_SCALE);
+                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dq(dq_p, at, a, b); }, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2, DQ_S3, dq, hh, tg, A.scale);
             }
         }
     }

@@ -2,7 +2,7 @@
 // attention scale, which dS leaves out), four channels (16 bytes of the accumulator) a thread.
 //
 // Reads common.cuh's defines and FA_NQT (the accumulator's tiled layout: 64 x 64 tiles),
-// DQ_S0..3, DQ_PAIR, ST_DQ (dq's strides and store).
+// DQ_S0..3, DQ_PAIR, ST_DQ (dq's strides and store); the scale is the parameter fa_scale.
 
 FA_DEFINE_STORE(dq, DQ_PAIR, ST_DQ, DQ_S3)
 
@@ -18,7 +18,7 @@ extern "C" __global__ void __launch_bounds__(256) KERNEL_NAME(KERNEL_PARAMS) {
         const float* a = reinterpret_cast<const float*>(dqa_p) + t * 4096 + rr * 64 + pp * 2;
         const float4 v = __ldcs(reinterpret_cast<const float4*>(a));
         const i64 at = bi * DQ_S0 + h * DQ_S1 + i * DQ_S2 + c * DQ_S3;
-        fa_store_dq(dq_p, at, v.x * FA_SCALE, v.y * FA_SCALE);
-        fa_store_dq(dq_p, at + 2 * DQ_S3, v.z * FA_SCALE, v.w * FA_SCALE);
+        fa_store_dq(dq_p, at, v.x * fa_scale, v.y * fa_scale);
+        fa_store_dq(dq_p, at + 2 * DQ_S3, v.z * fa_scale, v.w * fa_scale);
     }
 }

@@ -151,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
                 const i64 i = i0 + col;
                 float pk = 0.0f, ds = 0.0f;
                 if (!need || fa_visible(i, j, lq, lkv, off)) {
-                    float s2 = sacc[n][e] * FA_SCALE_LOG2;
+                    float s2 = sacc[n][e] * A.scale_log2;
 #if FA_HAS_BIAS || FA_ALIBI
                     s2 = fmaf(fa_add(A, bi, h, i, j), FA_LOG2E, s2);
 #endif
@@ -159,8 +159,8 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
                     float dp = pacc[n][e];
 #if FA_DROPOUT
                     if (fa_keep(A, bi, h, i, j)) {
-                        pk = p * FA_KEEP_SCALE;
-                        dp *= FA_KEEP_SCALE;
+                        pk = p * A.keep_scale;
+                        dp *= A.keep_scale;
                     } else {
                         dp = 0.0f;
                     }
@@ -170,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
                     ds = p * (dp - sDb[col]);
                 }
                 sacc[n][e] = pk;
-                pacc[n][e] = ds * FA_SCALE;
+                pacc[n][e] = ds * A.scale;
             }
         }
         (void)h;

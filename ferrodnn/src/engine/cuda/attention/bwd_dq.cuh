@@ -132,14 +132,14 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
                 const i64 j = j0 + n * 8 + tg * 2 + (e & 1);
                 float ds = 0.0f;
                 if (!need || fa_visible(i, j, lq, lkv, off)) {
-                    float s2 = sacc[n][e] * FA_SCALE_LOG2;
+                    float s2 = sacc[n][e] * A.scale_log2;
 #if FA_HAS_BIAS || FA_ALIBI
                     s2 = fmaf(fa_add(A, bi, h, i, j), FA_LOG2E, s2);
 #endif
                     const float p = fa_exp2(s2 - lse2[e >> 1]);
                     float dp = pacc[n][e];
 #if FA_DROPOUT
-                    dp = fa_keep(A, bi, h, i, j) ? dp * FA_KEEP_SCALE : 0.0f;
+                    dp = fa_keep(A, bi, h, i, j) ? dp * A.keep_scale : 0.0f;
 #endif
                     ds = p * (dp - dd[e >> 1]);
 #if FA_DBIAS == 1
@@ -148,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
                     if (chunk == 0) reinterpret_cast<float*>(db_p)[((bi * FA_HQ + h) * FA_SQ + i) * FA_SKV + j] = ds;
 #endif
                 }
-                sacc[n][e] = ds * FA_SCALE;
+                sacc[n][e] = ds * A.scale;
             }
         }
 

@@ -5,14 +5,15 @@
 // The instantiation defines (attention/mod.rs, Problem::source):
 //   FA_BF16, FA_MMA_T        the io type (bf16 or f16) and its mma type name ("bf16", "f16")
 //   FA_B, FA_HQ, FA_HKV, FA_SQ, FA_SKV, FA_GROUP, FA_D, FA_DV, FA_LDK, FA_LDV   sizes
-//   FA_SCALE, FA_SCALE_LOG2  the attention scale, and times log2(e)
 //   FA_CAUSAL, FA_BOTTOM_RIGHT, FA_HAS_SWL, FA_SWL, FA_HAS_SWR, FA_SWR, FA_PADDING   masks
 //   FA_HAS_BIAS, FA_ALIBI, FA_NSLOPES, FA_SLOPES   bias (LD_BIAS, BI_S0..3) and ALiBi slopes
-//   FA_DROPOUT, FA_DROP_T, FA_KEEP_SCALE, LD_SEED, LD_OFFSET   dropout
+//   FA_DROPOUT, LD_SEED, LD_OFFSET   dropout
 //   FA_PAGED                 paged K/V (LD_PTK, LD_PTV, PTK_S0/2, PTV_S0/2, FA_KNB, FA_KBS,
 //                            FA_VNB, FA_VBS)
 //   Q_S0..3, K_S0..3, V_S0..3, Q_VEC, K_VEC, V_VEC   strides, and whether rows take cp.async
 //   LD_SLQ, LD_SLKV, SLQ_S0, SLKV_S0   the padding mask's lengths (with FA_PADDING)
+// The attention scale and the dropout probability's keep scale and threshold are kernel
+// parameters (FA_INIT reads them into FaIn), so that one kernel serves every value.
 
 #if FA_ALIBI
 // The ALiBi slopes of the query heads. A table in constant memory, not a switch: ptxas compiled
@@ -132,14 +133,18 @@ __device__ __forceinline__ u32 fa_philox(u64 seed, u64 offset, u64 index) {
     }
 }
 
-// The optional inputs (null when absent).
+// The optional inputs (null when absent) and the runtime scalars: the attention scale (and times
+// log2(e)), the dropout keep scale 1 / (1 - p) (1 without dropout) and the dropout threshold
+// (the smallest Philox word that keeps an element).
 struct FaIn {
     const void* bias; const void* slq; const void* slkv; const void* ptk; const void* ptv;
     u64 seed; u64 offset;
+    float scale; float scale_log2; float keep_scale; u64 drop_t;
 };
 
-// The optional inputs of the kernel's parameters in `FaIn A` (FA_INIT, at the start of a kernel
-// that takes them: bias_p, slq_p / slkv_p, ptk_p / ptv_p, seed_p / offset_p as the features ask).
+// The kernel's parameters in `FaIn A` (FA_INIT, at the start of a kernel that takes them, in the
+// order of Problem::inputs): bias_p, slq_p / slkv_p, ptk_p / ptv_p as the features ask,
+// fa_scale, fa_scale_log2, and with dropout seed_p / offset_p, fa_keep_scale, fa_drop_t.
 #if FA_HAS_BIAS
 #define FA_INIT_BIAS A.bias = bias_p;
 #else
@@ -157,13 +162,19 @@ struct FaIn {
 #endif
 #if FA_DROPOUT
 // By-value seeds live in the plan's constant buffer: read through the pointer too.
-#define FA_INIT_SEED A.seed = fa_seed_bits(LD_SEED(seed_p, 0)); A.offset = fa_seed_bits(LD_OFFSET(offset_p, 0));
+#define FA_INIT_SEED                                                                                \
+    A.seed = fa_seed_bits(LD_SEED(seed_p, 0));                                                      \
+    A.offset = fa_seed_bits(LD_OFFSET(offset_p, 0));                                                \
+    A.keep_scale = fa_keep_scale;                                                                   \
+    A.drop_t = (u64)fa_drop_t;
 #else
 #define FA_INIT_SEED
 #endif
-#define FA_INIT \
-    FaIn A; \
-    A.bias = nullptr; A.slq = nullptr; A.slkv = nullptr; A.ptk = nullptr; A.ptv = nullptr; A.seed = 0; A.offset = 0; \
+#define FA_INIT                                                                                     \
+    FaIn A;                                                                                         \
+    A.bias = nullptr; A.slq = nullptr; A.slkv = nullptr; A.ptk = nullptr; A.ptv = nullptr;         \
+    A.seed = 0; A.offset = 0;                                                                       \
+    A.scale = fa_scale; A.scale_log2 = fa_scale_log2; A.keep_scale = 1.0f; A.drop_t = 0;            \
     FA_INIT_BIAS FA_INIT_LENS FA_INIT_PAGES FA_INIT_SEED
 
 // Per-batch lengths, clamped to [0, s] (the CPU rejects others; a kernel must not index past).
@@ -256,7 +267,7 @@ __device__ __forceinline__ float fa_add(const FaIn& A, i64 bi, i64 h, i64 i, i64
 __device__ __forceinline__ bool fa_keep(const FaIn& A, i64 bi, i64 h, i64 i, i64 j) {
 #if FA_DROPOUT
     const u64 idx = (u64)(((bi * FA_HQ + h) * FA_SQ + i) * FA_SKV + j);
-    return (u64)fa_philox(A.seed, A.offset, idx) >= FA_DROP_T;
+    return (u64)fa_philox(A.seed, A.offset, idx) >= A.drop_t;
 #else
     (void)A; (void)bi; (void)h; (void)i; (void)j;
     return true;
@@ -288,12 +299,12 @@ __device__ __forceinline__ i64 fa_vrow(const FaIn& A, i64 bi, i64 kh, i64 j) {
 
 // `fa_store_NAME(p, off, a, b)`: an output's elements `off` and `off + S3` from two floats, as a
 // pair of 4 bytes (the io type) when PAIR, else through ST (`st_<type>`) each.
-#define FA_DEFINE_STORE(NAME, PAIR, ST, S3) \
-    __device__ __forceinline__ void fa_store_##NAME(void* p, i64 off, float a, float b) { \
-        if constexpr (PAIR) { \
-            *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p) + off) = fa_pack(a, b); \
-        } else { \
-            ST(p, off, (double)a); \
-            ST(p, off + S3, (double)b); \
-        } \
+#define FA_DEFINE_STORE(NAME, PAIR, ST, S3)                                                         \
+    __device__ __forceinline__ void fa_store_##NAME(void* p, i64 off, float a, float b) {           \
+        if constexpr (PAIR) {                                                                       \
+            *reinterpret_cast<u32*>(reinterpret_cast<u16*>(p) + off) = fa_pack(a, b);               \
+        } else {                                                                                    \
+            ST(p, off, (double)a);                                                                  \
+            ST(p, off + S3, (double)b);                                                             \
+        }                                                                                           \
     }

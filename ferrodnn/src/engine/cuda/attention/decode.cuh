@@ -141,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
                 for (int e = 0; e < 4; ++e) {
                     const i64 i = ir[e >> 1];
                     const i64 j = j0 + n * 8 + tg * 2 + (e & 1);
-                    float x = sacc[n][e] * FA_SCALE_LOG2;
+                    float x = sacc[n][e] * A.scale_log2;
                     if (need && (j >= s_hi || !fa_visible(i, j, lq, lkv, off))) x = FA_NINF;
 #if FA_HAS_BIAS || FA_ALIBI
                     else x = fmaf(fa_add(A, bi, hr[e >> 1], i, j), FA_LOG2E, x);
@@ -153,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
             #pragma unroll
             for (int n = 0; n < FA_KW / 8; ++n) {
                 #pragma unroll
-                for (int e = 0; e < 4; ++e) sacc[n][e] *= FA_SCALE_LOG2;
+                for (int e = 0; e < 4; ++e) sacc[n][e] *= A.scale_log2;
             }
         }
 
@@ -256,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
 #if FA_NSPLIT == 1
         // Empty rows (padded, or every key masked) give o = 0, stats = +inf.
         const bool empty = i >= lq || mxr == FA_NINF || !(ls > 0.0f);
-        const float inv = empty ? 0.0f : FA_KEEP_SCALE / ls;
+        const float inv = empty ? 0.0f : A.keep_scale / ls;
         fa_store_o(o_p, bi * O_S0 + hq * O_S1 + i * O_S2 + c * O_S3, o0 * inv, o1 * inv);
 #if FA_HAS_STATS
         if (c == 0) ST_STATS(stats_p, bi * ST_S0 + hq * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(mxr * FA_LN2 + logf(ls)));

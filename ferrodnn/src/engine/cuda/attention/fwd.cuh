@@ -113,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
                 for (int e = 0; e < 4; ++e) {
                     const i64 i = q0 + warp * 16 + g + (e >> 1) * 8;
                     const i64 j = j0 + n * 8 + tg * 2 + (e & 1);
-                    float x = sacc[n][e] * FA_SCALE_LOG2;
+                    float x = sacc[n][e] * A.scale_log2;
                     if (need && !fa_visible(i, j, lq, lkv, off)) x = FA_NINF;
 #if FA_HAS_BIAS || FA_ALIBI
                     else x = fmaf(fa_add(A, bi, h, i, j), FA_LOG2E, x);
@@ -125,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
             #pragma unroll
             for (int n = 0; n < FA_BN / 8; ++n) {
                 #pragma unroll
-                for (int e = 0; e < 4; ++e) sacc[n][e] *= FA_SCALE_LOG2;
+                for (int e = 0; e < 4; ++e) sacc[n][e] *= A.scale_log2;
             }
         }
 
@@ -201,7 +201,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
         lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
         const i64 i = q0 + warp * 16 + g + hh * 8;
         const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
-        const float inv = empty ? 0.0f : FA_KEEP_SCALE / lsum;
+        const float inv = empty ? 0.0f : A.keep_scale / lsum;
         if (i < FA_SQ) {
             const i64 ob = bi * O_S0 + h * O_S1 + i * O_S2;
             #pragma unroll

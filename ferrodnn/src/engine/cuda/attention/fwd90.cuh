@@ -48,7 +48,7 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
     // Blocks with nothing to mask or add keep the raw scores: the row max is taken on them
     // (the scale is positive) and the scale goes into the exponent's fused multiply-add, one
     // multiply an element fewer.
-    const bool raw = !(need || FA_HAS_BIAS || FA_ALIBI) && FA_SCALE_LOG2 > 0.0f;
+    const bool raw = !(need || FA_HAS_BIAS || FA_ALIBI) && A.scale_log2 > 0.0f;
     if (need || FA_HAS_BIAS || FA_ALIBI) {
         #pragma unroll
         for (int n = 0; n < FA_BN / 8; ++n) {
@@ -56,7 +56,7 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
             for (int e = 0; e < 4; ++e) {
                 const i64 i = r0 + (e >> 1) * 8;
                 const i64 j = j0 + n * 8 + tg * 2 + (e & 1);
-                float x = sc[4 * n + e] * FA_SCALE_LOG2;
+                float x = sc[4 * n + e] * A.scale_log2;
                 if (need && !fa_visible(i, j, lq, lkv, off)) x = FA_NINF;
 #if FA_HAS_BIAS || FA_ALIBI
                 else x = fmaf(fa_add(A, bi, h, i, j), FA_LOG2E, x);
@@ -66,7 +66,7 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
         }
     } else if (!raw) {
         #pragma unroll
-        for (int n = 0; n < FA_BN / 2; ++n) sc[n] *= FA_SCALE_LOG2;
+        for (int n = 0; n < FA_BN / 2; ++n) sc[n] *= A.scale_log2;
     }
     // Row maxima and sums as trees (depth 5 over a row's 32 elements instead of a chain of 32:
     // the softmax sits on each warpgroup's critical path).
@@ -76,12 +76,12 @@ __device__ __forceinline__ void fa90_softmax(const FaIn& A, float (&sc)[FA_BN / 
         mx[1] = fmaxf(mx[1], m[1]);
     }
     float mu[2];
-    const float sm = raw ? FA_SCALE_LOG2 : 1.0f;
+    const float sm = raw ? A.scale_log2 : 1.0f;
     #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
         mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-        if (raw) mx[hh] = fmaxf(m[hh], mx[hh] * FA_SCALE_LOG2);
+        if (raw) mx[hh] = fmaxf(m[hh], mx[hh] * A.scale_log2);
         // A row with every key masked so far keeps max -inf: exponentiate against 0.
         mu[hh] = mx[hh] == FA_NINF ? 0.0f : mx[hh];
         alpha[hh] = fa_exp2(m[hh] - mu[hh]);
@@ -520,7 +520,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
                 const i64 i = r0 + hh * 8;
                 const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
-                const float inv = empty ? 0.0f : FA_KEEP_SCALE / lsum;
+                const float inv = empty ? 0.0f : A.keep_scale / lsum;
                 if (i < FA_SQ) {
                     fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
 #if FA_HAS_STATS

@@ -231,8 +231,6 @@ impl<'a> Problem<'a> {
             .define("FA_DV", self.d_v)
             .define("FA_LDK", self.d + 8)
             .define("FA_LDV", self.d_v + 8)
-            .define("FA_SCALE", c_float(self.scale))
-            .define("FA_SCALE_LOG2", c_float(self.scale * std::f64::consts::LOG2_E))
             .flag("FA_CAUSAL", a.causal.is_some())
             .flag("FA_BOTTOM_RIGHT", a.causal == Some(CausalAlignment::BottomRight))
             .flag("FA_HAS_SWL", a.sliding_window_left.is_some())
@@ -243,8 +241,6 @@ impl<'a> Problem<'a> {
             .flag("FA_HAS_BIAS", self.bias.is_some())
             .flag("FA_ALIBI", a.alibi)
             .flag("FA_DROPOUT", self.dropout.is_some())
-            .define("FA_DROP_T", format!("{}ULL", self.dropout.map_or(0, drop_threshold)))
-            .define("FA_KEEP_SCALE", c_float(self.dropout.map_or(1.0, |p| 1.0 / (1.0 - p))))
             .flag("FA_PAGED", self.paged.is_some());
         s = self.strides(s, "Q", self.q, false);
         s = self.strides(s, "K", self.k, false);
@@ -282,8 +278,11 @@ impl<'a> Problem<'a> {
         s
     }
 
-    /// The parameters of the optional inputs (bias, padding lengths, page tables, dropout seed
-    /// and offset), which `FA_INIT` (`common.cuh`) reads into `FaIn A`.
+    /// The parameters of the optional inputs (bias, padding lengths, page tables) and of the
+    /// runtime scalars (the attention scale, and times log2(e), in f32 as the kernels compute),
+    /// then with dropout the seed and offset, the keep scale 1 / (1 - p) and the drop threshold:
+    /// what `FA_INIT` (`common.cuh`) reads into `FaIn A`. Values, not literals, so that one
+    /// kernel serves every scale and dropout probability.
     pub fn inputs(&self, sig: &mut Signature) {
         if let Some(t) = self.bias {
             sig.ptr("bias_p", t, false);
@@ -294,8 +293,10 @@ impl<'a> Problem<'a> {
         if let Some((tk, tv)) = self.paged {
             sig.ptr("ptk_p", tk, false).ptr("ptv_p", tv, false);
         }
-        if let (Some(_), Some(seed), Some(offset)) = (self.dropout, self.seed, self.offset) {
+        sig.f32("fa_scale", self.scale).f32("fa_scale_log2", self.scale * std::f64::consts::LOG2_E);
+        if let (Some(p), Some(seed), Some(offset)) = (self.dropout, self.seed, self.offset) {
             sig.ptr("seed_p", seed, false).ptr("offset_p", offset, false);
+            sig.f32("fa_keep_scale", 1.0 / (1.0 - p)).i64("fa_drop_t", drop_threshold(p) as i64);
         }
     }
 
