@@ -363,8 +363,7 @@ fn forward() -> Vec<Spec> {
     v.push(Spec::new("fwd90_persist_items_d64_gqa", Bf16).b(3).heads(16, 4).seq(300, 257));
     v.push(Spec::new("fwd90_persist_items_d128_stats", F16).b(2).heads(36, 36).dims(128, 128).seq(200, 300).stats_f32());
     // Without a mask and with more than 16 K/V tiles of 128 keys: the persistent kernel taking
-    // items by ticket (and, with FERRODNN_ATTN_PERSIST=0, the one-item kernel), partial q and
-    // K/V tiles, GQA.
+    // items by ticket, partial q and K/V tiles, GQA.
     v.push(Spec::new("fwd90_one_item_long_kv_d128", Bf16).b(1).heads(2, 1).dims(128, 128).seq(130, 2100).stats_f32());
     // The persistent kernel over items of unequal sizes, taken by ticket, with more items than
     // an H100 has SMs: under a causal mask (Q's fragments from registers), and under a window.
@@ -377,16 +376,14 @@ fn forward() -> Vec<Spec> {
     // The split last round of long items (more than 16 K/V tiles; an H100's 132 SMs), taken
     // by ticket: 200 items of 18 tiles, the last 68 cut into ranges of 9-10 tiles (items in two
     // or three segments, two segments in most ranges), with dropout and stats; 152 items of 17
-    // tiles, the last 20 cut into ranges of 2-3. (FERRODNN_ATTN_SPLIT=1 splits the persistent
-    // cases above too: their tails are shorter than the grid, so most ranges hold one tile or
-    // none.)
+    // tiles, the last 20 cut into ranges of 2-3.
     v.push(Spec::new("fwd90_split_tail_d64_dropout", Bf16).b(2).heads(25, 5).seq(500, 2200).stats_f32().attrs(|a| a.dropout = Some(0.1)));
     v.push(Spec::new("fwd90_split_tail_ticket_d128", F16).b(1).heads(38, 2).dims(128, 128).seq(500, 2100));
     // Whole q and K/V tiles without a mask (the softmax drops its mask check), split: 200
     // items of 17 tiles.
     v.push(Spec::new("fwd90_split_whole_tiles_d64", Bf16).b(2).heads(50, 10).seq(256, 2176).stats_f32());
-    // Whole tiles without a mask or split at d = 64, more items than SMs: five K/V tiles (steps
-    // in pairs and a pair at the end, with FERRODNN_ATTN_DEEP=1), two (one last step), one.
+    // Whole tiles without a mask or split at d = 64, more items than SMs: five K/V tiles, two,
+    // one.
     v.push(Spec::new("fwd90_whole_tiles_d64_five", Bf16).b(3).heads(32, 8).seq(256, 640).stats_f32());
     v.push(Spec::new("fwd90_whole_tiles_d64_two", F16).b(2).heads(40, 40).seq(384, 256));
     v.push(Spec::new("fwd90_whole_tiles_d64_one", Bf16).b(1).heads(4, 2).seq(256, 128));
@@ -495,9 +492,9 @@ mod tests {
                     assert!(src.contains("#define FA_QS 3\n"), "{} {e}", c.name);
                 }
                 assert_eq!(has("attn_fwd_sm90"), hopper, "{} ({})", c.name, target.arch);
-                // dQ by bulk reductions in the atomic dK/dV kernel.
+                // dQ (by bulk reductions) in the atomic dK/dV kernel.
                 for (e, src) in sources.iter().filter(|(e, _)| e.ends_with("attn_bwd_dkdv_dq_sm90")) {
-                    assert!(src.contains("#define FA_DQ_BULK 1\n"), "{} {e}", c.name);
+                    assert!(src.contains("#define FA_ATOMIC_DQ 1\n"), "{} {e}", c.name);
                 }
                 // The persistent forward, both for short uniform items (two K/V tiles here) and
                 // for a causal mask's unequal ones, which the CTAs take by ticket (zeroed by a
@@ -514,7 +511,7 @@ mod tests {
                 // The heaviest-first tile order (it acts under causal masks only).
                 for (e, src) in sources.iter().filter(|(e, _)| ["attn_fwd_sm90", "attn_bwd_dq_sm90", "attn_bwd_dkdv_sm90", "attn_bwd_dkdv_dq_sm90"].iter().any(|k| e.ends_with(k)))
                 {
-                    assert!(src.contains("#define FA_HEAVY_FIRST 1\n"), "{} {e}", c.name);
+                    assert!(src.contains("#define FA_HEADS_GROUP "), "{} {e}", c.name);
                 }
             }
             if causal {
