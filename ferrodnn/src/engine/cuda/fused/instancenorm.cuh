@@ -4,9 +4,11 @@
 // sum(dy) / HW - xhat * sum(dy * xhat) / HW), and each row's two sums to scratch (part: sum(dy *
 // xhat) at r, sum(dy) at N + r) for instancenorm_params.cuh.
 //
+// Epsilon is the kernel parameter `eps` (forward), so that one kernel serves every value.
+//
 // The instantiation defines:
 //   ROW_N, ROW_C, ROW_V, ROW_CPT, ROW_TS, ROW_BS, ROW_LANES   the row geometry (rows.rs)
-//   ROW_H, ROW_EPS     elements per row (HW), epsilon (forward)
+//   ROW_H              elements per row (HW)
 //   ROW_ALIGNED        the vector accesses' alignment flag (a C expression of the pointers)
 //   IN_BACKWARD        1: backward, 0: forward
 //   IN_NC              channels: the row's channel is r % IN_NC
@@ -74,7 +76,6 @@ extern "C" __global__ void __launch_bounds__(ROW_BS, 1) KERNEL_NAME(KERNEL_PARAM
         }
     }
 #else
-    constexpr float EPS = ROW_EPS;
     const T_X* x = (const T_X*)xp;
     const T_SC* sc = (const T_SC*)scp;
     const T_BI* bi = (const T_BI*)bip;
@@ -96,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(ROW_BS, 1) KERNEL_NAME(KERNEL_PARAM
         float v[CPT][V];
         fr_load_row<TS, C>(x + xo, v, lt, ok, al);
         const float mean = fr_row_mean<TS>(v, red, rb, HF);
-        const float inv = fr_row_inv<TS, C>(v, mean, lt, red, rb, HF, EPS);
+        const float inv = fr_row_inv<TS, C>(v, mean, lt, red, rb, HF, eps);
         if (ok && lt == 0) {
 #if NORM_MEAN
             fr_fromf(mean, mo[OFF_MEAN(r)]);

@@ -8,7 +8,7 @@
 
 use super::rows::{aligned, norm_team, tensor, vec_width, Gen, RowT, Team, MAX_ROW, ROWS_CUH};
 use crate::dtype::DataType;
-use crate::engine::cuda::kernel::ctype::{c_float, float_c_type};
+use crate::engine::cuda::kernel::ctype::float_c_type;
 use crate::engine::cuda::kernel::{Grid, Launch, NodeKernels, Signature, Source, Target, Unit};
 use crate::error::Result;
 use crate::graph::ops::Op;
@@ -25,10 +25,11 @@ const INSTANCENORM_PARAMS_CUH: &str = include_str!("instancenorm_params.cuh");
 /// Column slices (warps) of the dscale/dbias finalize kernel.
 const FIN_SLICES: u32 = 32;
 
-/// An f32 literal for a positive normal epsilon, or None (the kernels take no other).
-fn eps_literal(v: f64) -> Option<String> {
+/// Epsilon, when it is a positive normal f32 (the kernels take no other): the kernels' `float
+/// eps` parameter, so that one kernel serves every value.
+fn epsilon(v: f64) -> Option<f64> {
     let f = v as f32;
-    (f.is_normal() && f > 0.0).then(|| c_float(v))
+    (f.is_normal() && f > 0.0).then_some(v)
 }
 
 /// The statistics outputs' defines (`NORM_MEAN`, `NORM_INV`, and their `T_`/`OFF_` where the
@@ -96,7 +97,6 @@ struct NormBlock {
     sig: Signature,
     al: String,
     rms: bool,
-    eps: String,
     team: Team,
     /// Bytes per element of x, and of scale plus bias.
     xs: i64,
@@ -140,7 +140,7 @@ impl Gen<'_> {
         let v = vec_width(self.dt(x), h);
         let c = h / v;
         let (ts, bs, cpt) = norm_team(h, c, v)?;
-        let eps = eps_literal(eps)?;
+        let eps = epsilon(eps)?;
         let xt = self.rows(x, 1, v, true)?;
         let yt = self.rows(y, 1, v, true)?;
         let st = self.param(scale, &xd, v)?;
@@ -171,6 +171,7 @@ impl Gen<'_> {
         if let Some(i) = &it {
             sig.ptr("ivp", i.id, true);
         }
+        sig.f32("eps", eps);
         let al = aligned(v, &vec_tensors);
         let entry = self.entry(if rms { "rmsnorm_rows" } else { "layernorm_rows" });
         let team = Team { n: rows, h, c, v, cpt, ts, bs };
@@ -178,9 +179,9 @@ impl Gen<'_> {
             // A block per row, persistent: see `norm_forward_block`.
             let xs = self.dt(x).size() as i64;
             let ps = (st.dt.size() + bt.as_ref().map_or(0, |b| b.dt.size())) as i64;
-            return Some(self.norm_forward_block(NormBlock { entry, sig, al, rms, eps, team, xs, ps, xt, yt, st, bt, mt, it }));
+            return Some(self.norm_forward_block(NormBlock { entry, sig, al, rms, team, xs, ps, xt, yt, st, bt, mt, it }));
         }
-        let mut src = team.source(&entry, &sig, al).define("ROW_EPS", eps).flag("NORM_RMS", rms).flag("NORM_PROLOGUE", false);
+        let mut src = team.source(&entry, &sig, al).flag("NORM_RMS", rms).flag("NORM_PROLOGUE", false);
         src = tensor(tensor(tensor(src, "X", &xt), "Y", &yt), "SC", &st).flag("NORM_BIAS", bt.is_some());
         if let Some(b) = &bt {
             src = tensor(src, "BI", b);
@@ -199,7 +200,7 @@ impl Gen<'_> {
     /// row: the sums of `x - K` and `(x - K)^2` around the row's first element `K` (for
     /// layernorm; rmsnorm only needs the sum of squares).
     fn norm_forward_block(&self, b: NormBlock) -> NodeKernels {
-        let NormBlock { entry, sig, al, rms, eps, team, xs, ps, xt, yt, st, bt, mt, it } = b;
+        let NormBlock { entry, sig, al, rms, team, xs, ps, xt, yt, st, bt, mt, it } = b;
         let e = team.cpt * team.v;
         // Per thread: the row (raw), the next row (raw), scale and bias (raw).
         let raw = e * xs / 4;
@@ -216,7 +217,7 @@ impl Gen<'_> {
         let rows = team.n;
         let per_block = ((rows + slots - 1) / slots).max(3);
         let grid = ((rows + per_block - 1) / per_block).max(1);
-        let mut src = team.source(&entry, &sig, al).define("ROW_MIN_BLOCKS", per_sm).define("ROW_EPS", eps).flag("NORM_RMS", rms);
+        let mut src = team.source(&entry, &sig, al).define("ROW_MIN_BLOCKS", per_sm).flag("NORM_RMS", rms);
         src = src.flag("NB_PRE", pre).flag("NB_AHEAD2", pre2).flag("NB_KEEP", keep);
         src = tensor(tensor(tensor(src, "X", &xt), "Y", &yt), "SC", &st).flag("NORM_BIAS", bt.is_some());
         if let Some(b) = &bt {
@@ -291,7 +292,7 @@ impl Gen<'_> {
         let v = vec_width(self.dt(x), h);
         let c = h / v;
         let (ts, bs, cpt) = norm_team(h, c, v)?;
-        let eps = eps_literal(eps)?;
+        let eps = epsilon(eps)?;
         let xt = self.rows(x, last, v, true)?;
         let yt = self.rows(y, last, v, true)?;
         let st = self.ada_param(scale, &xd, v)?;
@@ -312,10 +313,11 @@ impl Gen<'_> {
         if let Some(i) = &it {
             sig.ptr("ivp", i.id, true);
         }
+        sig.f32("eps", eps);
         let al = aligned(v, &[("x", &xt), ("y", &yt), ("sc", &st), ("bi", &bt)]);
         let team = Team { n: rows, h, c, v, cpt, ts, bs };
         let entry = self.entry("adalayernorm_rows");
-        let mut src = team.source(&entry, &sig, al).define("ROW_EPS", eps).flag("NORM_RMS", false).flag("NORM_PROLOGUE", false);
+        let mut src = team.source(&entry, &sig, al).flag("NORM_RMS", false).flag("NORM_PROLOGUE", false);
         src = tensor(tensor(tensor(tensor(src, "X", &xt), "Y", &yt), "SC", &st), "BI", &bt).flag("NORM_BIAS", true);
         let source = stats(src, mt.as_ref(), it.as_ref()).template(ROWS_CUH).template(NORM_ROWS_CUH).build();
         Some(NodeKernels::one(team.launch(source, entry, sig)))
@@ -489,7 +491,7 @@ impl Gen<'_> {
         let v = vec_width(self.dt(x), h);
         let c = h / v;
         let (ts, bs, cpt) = norm_team(h, c, v)?;
-        let eps = eps_literal(eps)?;
+        let eps = epsilon(eps)?;
         let xt = self.rows(x, 2, v, true)?;
         let yt = self.rows(y, 2, v, true)?;
         let st = self.chan(scale, &xd)?;
@@ -510,9 +512,10 @@ impl Gen<'_> {
         if let Some(i) = &it {
             sig.ptr("ivp", i.id, true);
         }
+        sig.f32("eps", eps);
         let team = Team { n: rows, h, c, v, cpt, ts, bs };
         let entry = self.entry("instancenorm_rows");
-        let mut src = team.source(&entry, &sig, aligned(v, &[("x", &xt), ("y", &yt)])).define("ROW_EPS", eps).flag("IN_BACKWARD", false);
+        let mut src = team.source(&entry, &sig, aligned(v, &[("x", &xt), ("y", &yt)])).flag("IN_BACKWARD", false);
         src = src.define("IN_NC", format!("{}LL", xd[1])).define("IN_SC_STRIDE", format!("{}LL", st.stride)).define("IN_BI_STRIDE", format!("{}LL", bt.stride));
         src = tensor(tensor(src, "X", &xt), "Y", &yt).define("T_SC", st.ty).define("T_BI", bt.ty);
         let source = stats(src, mt.as_ref(), it.as_ref()).template(ROWS_CUH).template(INSTANCENORM_CUH).build();
@@ -756,7 +759,7 @@ impl Gen<'_> {
         let v = vec_width(narrow, h);
         let c = h / v;
         let (ts, bs, cpt) = norm_team(h, c, v)?;
-        let eps = eps_literal(eps)?;
+        let eps = epsilon(eps)?;
         let ets: Vec<RowT> = ext.iter().map(|&t| self.rows(t, 1, v, true)).collect::<Option<_>>()?;
         let yt = self.rows(y, 1, v, true)?;
         let xt = if write_x { Some(self.rows(x, 1, v, true)?) } else { None };
@@ -798,9 +801,10 @@ impl Gen<'_> {
         if let Some(i) = &it {
             sig.ptr("ivp", i.id, true);
         }
+        sig.f32("eps", eps);
         let team = Team { n: rows, h, c, v, cpt, ts, bs };
         let entry = self.entry(if rms { "prologue_rmsnorm_rows" } else { "prologue_layernorm_rows" });
-        let mut src = team.source(&entry, &sig, aligned(v, &vec_tensors)).define("ROW_EPS", eps).flag("NORM_RMS", rms).flag("NORM_PROLOGUE", true);
+        let mut src = team.source(&entry, &sig, aligned(v, &vec_tensors)).flag("NORM_RMS", rms).flag("NORM_PROLOGUE", true);
         src = src.define("PRO_INPUTS", ets.len()).flag("NORM_WRITE_X", write_x);
         for (j, e) in ets.iter().enumerate() {
             src = tensor(src, &format!("E{j}"), e);

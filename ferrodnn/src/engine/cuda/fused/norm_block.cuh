@@ -6,10 +6,12 @@
 // (NB_KEEP), else read in each row. One block reduction per row: the sums of x - K and
 // (x - K)^2 around the row's first element K (layernorm; rmsnorm only needs the squares).
 //
+// Epsilon is the kernel parameter `eps` (forward), so that one kernel serves every value.
+//
 // The instantiation defines:
 //   ROW_N, ROW_C, ROW_V, ROW_CPT, ROW_BS   rows, chunks per row, elements per chunk, chunks
 //                      per thread, threads per block (rows.rs); ROW_MIN_BLOCKS blocks per SM
-//   ROW_H, ROW_EPS     elements per row, epsilon
+//   ROW_H              elements per row
 //   ROW_ALIGNED        the vector accesses' alignment flag (a C expression of the pointers)
 //   NORM_RMS, NORM_BIAS, NORM_MEAN, NORM_INV   as in norm_rows.cuh
 //   NB_PRE, NB_AHEAD2, NB_KEEP   the prefetch and the scale and bias in registers, as above
@@ -26,7 +28,6 @@ extern "C" __global__ void __launch_bounds__(ROW_BS, ROW_MIN_BLOCKS) KERNEL_NAME
     constexpr int RMS = NORM_RMS;
     constexpr int NR = RMS ? 1 : 2;
     constexpr float HF = ROW_H;
-    constexpr float EPS = ROW_EPS;
     (void)PRE;
     const T_X* x = (const T_X*)xp;
     const T_SC* sc = (const T_SC*)scp;
@@ -124,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(ROW_BS, ROW_MIN_BLOCKS) KERNEL_NAME
         const float dm = RMS ? 0.0f : t[0] / HF;
         const float mean = RMS ? 0.0f : K + dm;
         const float var = RMS ? t[1] / HF : fmaxf(t[1] / HF - dm * dm, 0.0f);
-        const float inv = 1.0f / sqrtf(var + EPS);
+        const float inv = 1.0f / sqrtf(var + eps);
         const i64 yo = OFF_Y(r);
         if (lt == 0) {
 #if NORM_MEAN

@@ -6,10 +6,12 @@
 // NORM_PROLOGUE, x is computed per element by a chain of pointwise nodes from up to 6 inputs
 // (and written too with NORM_WRITE_X).
 //
+// Epsilon is the kernel parameter `eps` (forward), so that one kernel serves every value.
+//
 // The instantiation defines:
 //   ROW_N, ROW_C, ROW_V, ROW_CPT, ROW_TS, ROW_BS   rows, chunks per row, elements per chunk,
 //                      chunks per thread, team size, block size (rows.rs); ROW_LANES
-//   ROW_H, ROW_EPS     elements per row, epsilon
+//   ROW_H              elements per row
 //   ROW_ALIGNED        the vector accesses' alignment flag (a C expression of the pointers)
 //   NORM_RMS           1: rmsnorm (no mean taken out), 0: layernorm
 //   NORM_BIAS, NORM_MEAN, NORM_INV   1 where the node has bias, the mean and inv_variance outputs
@@ -28,7 +30,6 @@ extern "C" __global__ void __launch_bounds__(ROW_BS, 1) KERNEL_NAME(KERNEL_PARAM
     constexpr int TS = ROW_TS;
     constexpr int BS = ROW_BS;
     constexpr float HF = ROW_H;
-    constexpr float EPS = ROW_EPS;
 #if NORM_PROLOGUE
 #if PRO_INPUTS > 0
     const T_E0* e0 = (const T_E0*)e0p;
@@ -170,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(ROW_BS, 1) KERNEL_NAME(KERNEL_PARAM
 #if !NORM_RMS
         mean = fr_row_mean<TS>(v, red, rb, HF);
 #endif
-        const float inv = fr_row_inv<TS, C>(v, mean, lt, red, rb, HF, EPS);
+        const float inv = fr_row_inv<TS, C>(v, mean, lt, red, rb, HF, eps);
         if (ok && lt == 0) {
 #if NORM_MEAN
             fr_fromf(mean, mo[OFF_MEAN(r)]);
