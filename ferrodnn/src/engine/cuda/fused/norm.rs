@@ -749,7 +749,7 @@ impl Gen<'_> {
                 }
             }
         }
-        if ext.len() > PROLOGUE_MAX_INPUTS || ext.iter().chain(&made).any(|&t| self.dims(t) != xd.as_slice()) {
+        if chain.len() > PROLOGUE_MAX_NODES || ext.len() > PROLOGUE_MAX_INPUTS || ext.iter().chain(&made).any(|&t| self.dims(t) != xd.as_slice()) {
             return None;
         }
         let rows: i64 = xd[0];
