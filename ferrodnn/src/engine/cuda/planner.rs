@@ -98,7 +98,7 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
     // remaining nodes. Each group runs where its last node (in topological order) would.
     let mut groups: Vec<(Group, Vec<usize>)> = gemm::groups(graph, &order, target, options).into_iter().map(|g| (Group::Gemm, g)).collect();
     let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
-    groups.extend(fused::rows::prologue_groups(graph, &order, target).into_iter().filter(|g| g.iter().all(|n| !claimed.contains(n))).map(|g| (Group::NormPrologue, g)));
+    groups.extend(fused::norm::prologue_groups(graph, &order, target).into_iter().filter(|g| g.iter().all(|n| !claimed.contains(n))).map(|g| (Group::NormPrologue, g)));
     let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
     groups.extend(fused::pointwise::groups(graph, &order, &claimed).into_iter().map(|g| (Group::Pointwise, g)));
     let mut group_of: HashMap<usize, usize> = HashMap::new();
@@ -116,7 +116,7 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
             if ni == last {
                 let (unit, family) = match kind {
                     Group::Gemm => (gemm::unit(graph, grp, target, options)?, Family::Gemm),
-                    Group::NormPrologue => (fused::rows::prologue_unit(graph, grp, target)?, Family::NormPrologue),
+                    Group::NormPrologue => (fused::norm::prologue_unit(graph, grp, target)?, Family::NormPrologue),
                     Group::Pointwise => (fused::pointwise::unit(graph, grp)?, Family::Pointwise),
                 };
                 match unit {
