@@ -36,6 +36,7 @@ pub mod kernel;
 pub mod module;
 pub mod nvrtc;
 pub mod planner;
+pub mod pointwise;
 pub mod runtime;
 pub mod tma;
 
