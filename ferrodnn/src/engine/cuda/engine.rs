@@ -458,6 +458,8 @@ impl CudaPlan {
                 Arg::Scalar { tensor, double } => {
                     let d = self.graph.desc(*tensor);
                     let v = d.value.ok_or_else(|| Error::InvalidArgument(format!("tensor \"{}\": the by-value scalar has no value", d.name)))?;
+                    // Rounded to the tensor's type, as the CPU engine reads it.
+                    let v = self.graph.resolved_data_type(*tensor).unwrap_or(DataType::F32).quantize(v);
                     if *double {
                         floats.push(v);
                         params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));

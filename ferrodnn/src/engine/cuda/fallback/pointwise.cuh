@@ -7,7 +7,8 @@
 //                                  read with LD_A, LD_B, LD_C; 0: its value is 0
 //   PW_ROUND_F32                   1: inputs are rounded to f32 first (an f32 compute type)
 //   PW_FORMULA                     the value of `a`, `b`, `c` (and `idx`, the output's
-//                                  multi-index), a call of pointwise/ops.cuh
+//                                  multi-index), a call of pointwise/ops.cuh whose attributes
+//                                  are the parameters `s0`, `s1`, ...
 //   ST_Y                           the store of the output `y`
 
 // An input's value as the CPU engine sees it: rounded to the compute type.

@@ -1,6 +1,6 @@
 //! Pointwise ops: one thread per output element (grid-stride), inputs read with numpy
 //! broadcasting, the mode's formula in double (`pointwise.cuh`, the formulas of
-//! `pointwise/ops.cuh`).
+//! `pointwise/ops.cuh`), its attributes passed as parameters.
 
 use super::{Ctx, Launch, NodeKernels};
 use crate::dtype::DataType;
@@ -20,7 +20,14 @@ pub(super) fn pointwise(ctx: &Ctx, attrs: &PointwiseAttrs) -> Result<NodeKernels
             sig.tensor(&format!("p{port}"), t, false);
         }
     }
-    let formula = ops::call(attrs.mode, ["a", "b", "c"], Form::Reference, true, &mut |v| ops::lit(v, true));
+    // Attributes are `double` parameters `s<i>`, so that one kernel serves every value.
+    let mut scalars = 0;
+    let formula = ops::call(attrs.mode, ["a", "b", "c"], Form::Reference, true, &mut |v| {
+        let name = format!("s{scalars}");
+        scalars += 1;
+        sig.f64(&name, v);
+        name
+    });
     // The CPU engine rounds each input to the compute type before applying the formula.
     let mut src = Source::new().entry(&entry, &sig).flag("PW_ROUND_F32", ctx.graph.compute_type(ctx.node) != DataType::F64);
     for (_, has, ld, t) in ports {

@@ -13,10 +13,12 @@
 //                          ZERO   element 0 (size 1 in every dim), once per thread;
 //                          ROWS   at offset FZ_OFF<k>(flat); in the vector loop, at the vector's
 //                                 offset plus j * INNER (a vector lies within one innermost row);
-//                          ELEM   at offset FZ_OFF<k>(flat), element by element
+//                          ELEM   at offset FZ_OFF<k>(flat), element by element;
+//                          ARG    the parameter itself, of type fz_t (a by-value scalar, an
+//                                 attribute)
 //   FZ_OFF<k>(f)         the offset of input k (ROWS, ELEM) at flat index f
 //   FZ_NODES(X)          the group's nodes in order, X(k, VALUE): node k's value v<k>, a call over
-//                        the inputs' values x<i>, earlier values v<j> and constants
+//                        the inputs' values x<i> and earlier values v<j>
 //   FZ_RESULT            the exit's value
 //   FZ_Y, FZ_TO_Y        the output's C type and its conversion from fz_t
 //   FZ_PACKED            1: the output is packed (its offset is the flat index); 0: its offset is
@@ -44,6 +46,7 @@ __device__ __forceinline__ fz_t fz_expr(FZ_INPUTS(FZ_XPARAM, FZ_COMMA)) {
     __device__ __forceinline__ i64 fz_off##k(i64 i) { return FZ_OFF##k(i); }
 #define FZ_OFF_FN_ELEM(k) \
     __device__ __forceinline__ i64 fz_off##k(i64 i) { return FZ_OFF##k(i); }
+#define FZ_OFF_FN_ARG(k)
 FZ_INPUTS(FZ_OFF_FN, )
 #if !FZ_PACKED
 __device__ __forceinline__ i64 fz_offy(i64 i) { return FZ_OFFY(i); }
@@ -56,36 +59,42 @@ __device__ __forceinline__ i64 fz_offy(i64 i) { return FZ_OFFY(i); }
 #define FZ_TOP_ZERO(k, T) const fz_t z##k = fz_cv(((const T*)p##k)[0]);
 #define FZ_TOP_ROWS(k, T)
 #define FZ_TOP_ELEM(k, T)
+#define FZ_TOP_ARG(k, T)
 // The alignment test of the vector loop: the FLAT pointers.
 #define FZ_PTR(k, kind, T, inner) FZ_PTR_##kind(k)
 #define FZ_PTR_FLAT(k) | (unsigned long long)p##k
 #define FZ_PTR_ZERO(k)
 #define FZ_PTR_ROWS(k)
 #define FZ_PTR_ELEM(k)
+#define FZ_PTR_ARG(k)
 // Per vector: a FLAT input's vector, a ROWS input's offset.
 #define FZ_PRE(k, kind, T, inner) FZ_PRE_##kind(k, T)
 #define FZ_PRE_FLAT(k, T) const fz_vec<T> r##k = ((const fz_vec<T>*)p##k)[v];
 #define FZ_PRE_ZERO(k, T)
 #define FZ_PRE_ROWS(k, T) const i64 o##k = fz_off##k(i0);
 #define FZ_PRE_ELEM(k, T)
+#define FZ_PRE_ARG(k, T)
 // Per element j of a vector: a ROWS or ELEM input's value.
 #define FZ_ELEM(k, kind, T, inner) FZ_ELEM_##kind(k, T, inner)
 #define FZ_ELEM_FLAT(k, T, inner)
 #define FZ_ELEM_ZERO(k, T, inner)
 #define FZ_ELEM_ROWS(k, T, inner) const fz_t x##k = fz_cv(((const T*)p##k)[o##k + (i64)j * inner]);
 #define FZ_ELEM_ELEM(k, T, inner) const fz_t x##k = fz_cv(((const T*)p##k)[fz_off##k(i0 + j)]);
+#define FZ_ELEM_ARG(k, T, inner)
 // The value of element j of a vector.
 #define FZ_VALUE_V(k, kind, T, inner) FZ_VALUE_V_##kind(k)
 #define FZ_VALUE_V_FLAT(k) fz_cv(r##k.v[j])
 #define FZ_VALUE_V_ZERO(k) z##k
 #define FZ_VALUE_V_ROWS(k) x##k
 #define FZ_VALUE_V_ELEM(k) x##k
+#define FZ_VALUE_V_ARG(k) p##k
 // The value of element i in the scalar loop.
 #define FZ_VALUE(k, kind, T, inner) FZ_VALUE_##kind(k, T)
 #define FZ_VALUE_FLAT(k, T) fz_cv(((const T*)p##k)[i])
 #define FZ_VALUE_ZERO(k, T) z##k
 #define FZ_VALUE_ROWS(k, T) fz_cv(((const T*)p##k)[fz_off##k(i)])
 #define FZ_VALUE_ELEM(k, T) fz_cv(((const T*)p##k)[fz_off##k(i)])
+#define FZ_VALUE_ARG(k, T) p##k
 
 #if FZ_VEC
 template <typename T> struct __align__(16) fz_vec {

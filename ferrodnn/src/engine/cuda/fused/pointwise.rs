@@ -7,9 +7,10 @@
 //!
 //! [`unit`] generates one kernel computing the whole expression per output element: each
 //! external input is read once (an input used by several nodes is loaded once), by-value
-//! constants are baked into the source as literals (rounded as the CPU engine rounds them),
-//! inner values are rounded to their tensor's type (f32 by default, so a no-op in f32) and
-//! node inputs to the compute type, as the CPU engine does. Arithmetic is in f32, or in double
+//! constants and the nodes' attributes are kernel parameters, so that one kernel serves every
+//! value (a constant rounded to its tensor's type, as the CPU engine reads it), inner values
+//! are rounded to their tensor's type (f32 by default, so a no-op in f32) and node inputs to
+//! the compute type, as the CPU engine does. Arithmetic is in f32, or in double
 //! when any tensor of the group is f64, any node computes in f64, or 16-bit inner values feed
 //! an f32 output. With a 16-bit output, exp and sigmoid use fast intrinsics.
 //!
@@ -201,8 +202,9 @@ enum Src {
     Inner(usize),
     /// External input slot.
     Ext(usize),
-    /// A by-value constant, already rounded to its tensor's type.
-    Const(f64),
+    /// A by-value scalar with its value in the graph: a kernel parameter (the value rounded to
+    /// the tensor's type when the plan executes, as the CPU engine reads it).
+    Const(TensorId),
 }
 
 struct Plan {
@@ -296,8 +298,8 @@ fn plan(graph: &Graph, nodes: &[usize], position: &[usize]) -> Option<Plan> {
             let d = graph.desc(p.tensor);
             let src = if let Some(&k) = produced.get(&p.tensor.0) {
                 Src::Inner(k)
-            } else if let Some(v) = constant(d) {
-                Src::Const(dtype(graph, p.tensor).quantize(v))
+            } else if constant(d).is_some() {
+                Src::Const(p.tensor)
             } else {
                 ext_ids.push(p.tensor);
                 Src::Ext(ext_ids.len() - 1)
@@ -387,21 +389,30 @@ fn plan(graph: &Graph, nodes: &[usize], position: &[usize]) -> Option<Plan> {
     Some(Plan { order, y, ydt, n, dims, ystrides: ys, packed, exts, srcs, dbl, fast })
 }
 
+/// A value a kernel takes as a parameter (an input of kind `ARG`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Scalar {
+    /// A by-value scalar tensor.
+    Tensor(TensorId),
+    /// An attribute's value.
+    Attr(f64),
+}
+
 /// The value of node `k` of the plan (`v<k>`): its mode's call (`pointwise/ops.cuh`) on its
 /// inputs, rounded to its tensor's type when it is an inner value of another type than the
-/// arithmetic type.
-fn node_value(graph: &Graph, p: &Plan, k: usize) -> String {
+/// arithmetic type. `scalar` names the parameter of a by-value scalar or an attribute.
+fn node_value(graph: &Graph, p: &Plan, k: usize, scalar: &mut dyn FnMut(Scalar) -> String) -> String {
     let n = p.order[k];
     let node = &graph.nodes[n];
     // Never None (see `candidate`).
     let mode = mode_of(graph, n).unwrap_or(PointwiseMode::Identity);
     // Node inputs are rounded to the compute type (f32 rounding is a no-op in f32 code).
     let round_in = p.dbl && graph.compute_type(node) == DataType::F32;
-    let port = |name: &str| {
+    let mut port = |name: &str| {
         let v = match node.input(name).and_then(|t| p.srcs.get(&t.0)) {
             Some(Src::Inner(j)) => format!("v{j}"),
             Some(Src::Ext(i)) => format!("x{i}"),
-            Some(Src::Const(c)) => lit(*c, p.dbl),
+            Some(&Src::Const(t)) => scalar(Scalar::Tensor(t)),
             None => lit(0.0, p.dbl),
         };
         if round_in {
@@ -411,7 +422,7 @@ fn node_value(graph: &Graph, p: &Plan, k: usize) -> String {
         }
     };
     let (a, b, c) = (port("a"), port("b"), port("c"));
-    let value = ops::call(mode, [&a, &b, &c], Form::Fused, p.dbl, &mut |v| lit(v, p.dbl));
+    let value = ops::call(mode, [&a, &b, &c], Form::Fused, p.dbl, &mut |v| scalar(Scalar::Attr(v)));
     // Inner values are rounded to their tensor's type, as the CPU engine stores them.
     let dt = dtype(graph, node.outputs[0].tensor);
     let native = if p.dbl { DataType::F64 } else { DataType::F32 };
@@ -475,7 +486,36 @@ fn source(graph: &Graph, p: &Plan, entry: &str) -> (String, Signature) {
             format!("X({i}, {kind}, {}, {}LL)", c_type(e.dt), e.strides.last().unwrap_or(&0))
         })
         .collect();
-    let nodes: Vec<String> = (0..p.order.len()).map(|k| format!("X({k}, {})", node_value(graph, p, k))).collect();
+    // By-value scalars (one parameter per tensor) and attributes are inputs of kind ARG after
+    // the pointers, parameters of the arithmetic type.
+    let mut scalars: Vec<Scalar> = Vec::new();
+    let first = p.exts.len();
+    let nodes: Vec<String> = (0..p.order.len())
+        .map(|k| {
+            let value = node_value(graph, p, k, &mut |s| {
+                let i = match s {
+                    Scalar::Tensor(_) => scalars.iter().position(|&x| x == s),
+                    Scalar::Attr(_) => None,
+                };
+                let i = i.unwrap_or_else(|| {
+                    scalars.push(s);
+                    scalars.len() - 1
+                });
+                format!("x{}", first + i)
+            });
+            format!("X({k}, {value})")
+        })
+        .collect();
+    let mut inputs = inputs;
+    for (i, &s) in scalars.iter().enumerate() {
+        let name = format!("p{}", first + i);
+        match s {
+            Scalar::Tensor(t) => sig.scalar(&name, t, p.dbl),
+            Scalar::Attr(v) if p.dbl => sig.f64(&name, v),
+            Scalar::Attr(v) => sig.f32(&name, v),
+        };
+        inputs.push(format!("X({}, ARG, fz_t, 0LL)", first + i));
+    }
     let mut src = Source::new()
         .entry(entry, &sig)
         .flag("FZ_DOUBLE", p.dbl)
@@ -565,6 +605,36 @@ mod tests {
         if std::env::var_os("FZ_PRINT").is_some() {
             println!("{}", u.kernels.launches[0].source);
         }
+    }
+
+    /// By-value constants and attributes are kernel arguments: groups that differ only in their
+    /// values share one kernel.
+    #[test]
+    fn values_are_kernel_arguments() {
+        let launch = |g: &Graph| {
+            let order = g.topological_order().unwrap();
+            let gs = groups(g, &order, &Default::default());
+            unit(g, &gs[0]).unwrap().unwrap().kernels.launches.remove(0)
+        };
+        let g = case("fast_pw_around_matmul_bf16");
+        let mut h = g.clone();
+        for node in &mut h.nodes {
+            if let Op::Pointwise(a) = &mut node.op {
+                if let PointwiseMode::Swish { beta } = &mut a.mode {
+                    *beta = 1.5;
+                }
+            }
+        }
+        let (a, b) = (launch(&g), launch(&h));
+        assert_eq!(a.source, b.source);
+        assert_ne!(a.args, b.args);
+        let g = case("fast_pw_chain5_48x1024_bf16");
+        let mut h = g.clone();
+        let half = h.tensors.iter().position(|t| t.name == "half").unwrap();
+        h.tensors[half].value = Some(0.25);
+        let (a, b) = (launch(&g), launch(&h));
+        assert_eq!(a.source, b.source);
+        assert_eq!(a.args, b.args);
     }
 
     #[test]

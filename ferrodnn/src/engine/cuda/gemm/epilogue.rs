@@ -7,8 +7,10 @@
 //!
 //! Side inputs (bias `[.., 1, n]`, `[.., m, 1]`, a residual `[.., m, n]`, any strides) are read
 //! at offsets baked into the source from their broadcast strides over C's dims; `batch` is the
-//! row-major flat index over C's batch dims. By-value constants become literals (rounded to
-//! their tensor's type, as the CPU engine does). Intermediate values are rounded to their
+//! row-major flat index over C's batch dims. By-value constants and the nodes' attributes are
+//! float parameters `ea<j>` after the side inputs' (a constant rounded to its tensor's type when
+//! the plan executes, as the CPU engine reads it), so that one kernel serves every value; the
+//! GEMM kernel's parameter list ends with them ([`Epilogue::params`]). Intermediate values are rounded to their
 //! tensor's type when it is 16-bit (the chain allows that only under a 16-bit or fp8 output,
 //! see `epilogue_chain`); f32 intermediates need nothing.
 //!
@@ -21,8 +23,8 @@
 use super::{dtype, Epilogue};
 use crate::dtype::DataType;
 use crate::engine::cuda::kernel::ctype::float_c_type;
-use crate::engine::cuda::kernel::{Arg, Source};
-use crate::engine::cuda::pointwise::{self as ops, lit, Form};
+use crate::engine::cuda::kernel::{Arg, Signature, Source};
+use crate::engine::cuda::pointwise::{self as ops, Form};
 use crate::graph::ops::pointwise::PointwiseMode;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, TensorId};
@@ -38,11 +40,15 @@ fn round_to(dt: DataType, v: &str) -> Option<String> {
 /// relu ([`plain_relu`]), whose general form (clips, slope, a NaN test) costs seven
 /// instructions per element where two give the same values: 0 below zero (-inf included),
 /// `a` otherwise (NaN included).
-fn node_call(mode: PointwiseMode, args: [&str; 3]) -> String {
+fn node_call(mode: PointwiseMode, args: [&str; 3], sv: &mut Sides) -> String {
     if plain_relu(mode) {
         return format!("pw_relu0({})", args[0]);
     }
-    ops::call(mode, args, Form::Fused, false, &mut |v| lit(v, false))
+    ops::call(mode, args, Form::Fused, false, &mut |v| {
+        sv.scalar(|sig, name| {
+            sig.f32(name, v);
+        })
+    })
 }
 
 /// A relu without clips other than 0 and without a slope: `max(a, 0)` with NaN kept.
@@ -124,8 +130,9 @@ impl Side {
     }
 }
 
-/// The epilogue's side inputs as it builds them: each tensor's value name (`x<i>`), its
-/// parameter, layout and offset.
+/// The epilogue's inputs as it builds them: the side inputs (each tensor's value name `x<i>`,
+/// its parameter `e<i>`, layout and offset) and the scalar parameters `ea<j>` (by-value scalars
+/// and attributes, floats).
 #[derive(Default)]
 struct Sides {
     /// The parameters `, const void* __restrict__ e<i>` and their arguments.
@@ -136,19 +143,28 @@ struct Sides {
     list: Vec<String>,
     offsets: Vec<String>,
     value: HashMap<usize, String>,
+    /// The scalar parameters, their names and arguments.
+    scalars: Signature,
+    scalar_names: Vec<String>,
 }
 
 impl Sides {
-    /// The value of tensor `t` for element `(batch, row, col)` of C (dims `cdims`): a literal for a
-    /// by-value constant (rounded to its type, as the CPU engine does), else a side input at its
-    /// broadcast offset, loaded once however many nodes read it.
+    /// The value of tensor `t` for element `(batch, row, col)` of C (dims `cdims`): a parameter
+    /// for a by-value constant (rounded to its type when the plan executes, as the CPU engine
+    /// reads it), else a side input at its broadcast offset; either once however many nodes
+    /// read it.
     fn value(&mut self, graph: &Graph, t: TensorId, cdims: &[i64]) -> Option<String> {
         let d = graph.desc(t);
-        if d.is_pass_by_value {
-            return Some(lit(dtype(graph, t).quantize(d.value?), false));
-        }
         if let Some(x) = self.value.get(&t.0) {
             return Some(x.clone());
+        }
+        if d.is_pass_by_value {
+            d.value?;
+            let name = self.scalar(|sig, name| {
+                sig.scalar(name, t, false);
+            });
+            self.value.insert(t.0, name.clone());
+            return Some(name);
         }
         let rc = cdims.len();
         let i = self.sides.len();
@@ -185,6 +201,14 @@ impl Sides {
         self.sides.push(sd);
         self.value.insert(t.0, format!("x{i}"));
         Some(format!("x{i}"))
+    }
+
+    /// A new scalar parameter `ea<j>`, declared by `declare`.
+    fn scalar(&mut self, declare: impl FnOnce(&mut Signature, &str)) -> String {
+        let name = format!("ea{}", self.scalar_names.len());
+        declare(&mut self.scalars, &name);
+        self.scalar_names.push(name.clone());
+        name
     }
 }
 
@@ -235,7 +259,7 @@ pub fn build(graph: &Graph, mm: usize, scales: &[TensorId], chain: &[usize]) -> 
                 _ => return None,
             }
         }
-        let value = node_call(attrs.mode, [&args[0], &args[1], &args[2]]);
+        let value = node_call(attrs.mode, [&args[0], &args[1], &args[2]], &mut sv);
         let y = node.outputs.first()?.tensor;
         if k + 1 == chain.len() {
             last = (value, prev.1.clone());
@@ -249,16 +273,20 @@ pub fn build(graph: &Graph, mm: usize, scales: &[TensorId], chain: &[usize]) -> 
     // values (negative and -inf to +0, NaN kept).
     let relu_last =
         matches!(dtype(graph, out), DataType::F16 | DataType::Bf16) && chain.last().is_some_and(|&n| matches!(&graph.nodes[n].op, Op::Pointwise(a) if plain_relu(a.mode)));
-    let Sides { params, args, sides, list, offsets, .. } = sv;
-    let chain_code = Chain { sides: &list, offsets: &offsets, acc: &acc, nodes: &nodes, last: &last.0, before_last: &last.1 };
+    let Sides { mut params, mut args, sides, list, offsets, scalars, scalar_names, .. } = sv;
+    let chain_code = Chain { sides: &list, offsets: &offsets, scalars: &scalar_names, acc: &acc, nodes: &nodes, last: &last.0, before_last: &last.1 };
     let code = chain_code.code(fast, relu_last);
-    let names: String = (0..sides.len()).map(|i| format!(", e{i}")).collect();
+    let names: String = (0..sides.len()).map(|i| format!(", e{i}")).chain(scalar_names.iter().map(|n| format!(", {n}"))).collect();
+    if !scalars.is_empty() {
+        let _ = write!(params, ", {}", scalars.list());
+        args.extend(scalars.into_args());
+    }
     Some(Epilogue { nodes: chain.to_vec(), code, params, names, args, sides: Some(sides), relu_last, tap: None })
 }
 
 /// The empty epilogue (C = the accumulator).
 pub fn identity() -> Epilogue {
-    let code = Chain { sides: &[], offsets: &[], acc: "acc", nodes: &[], last: "acc", before_last: "acc" }.code(false, false);
+    let code = Chain { sides: &[], offsets: &[], scalars: &[], acc: "acc", nodes: &[], last: "acc", before_last: "acc" }.code(false, false);
     Epilogue { code, sides: Some(Vec::new()), ..Default::default() }
 }
 
@@ -267,6 +295,8 @@ struct Chain<'a> {
     /// `X(i, T)` of each side input, and its offset.
     sides: &'a [String],
     offsets: &'a [String],
+    /// The scalar parameters' names.
+    scalars: &'a [String],
     acc: &'a str,
     /// `X(k, VALUE)` of each node but the last.
     nodes: &'a [String],
@@ -281,6 +311,7 @@ impl Chain<'_> {
             .flag("FZ_DOUBLE", false)
             .flag("PW_FAST", fast)
             .define("EPI_SIDES(X)", self.sides.join(" "))
+            .define("EPI_SCALARS(X)", self.scalars.iter().map(|n| format!("X({n})")).collect::<Vec<_>>().join(" "))
             .define("EPI_ACC", self.acc)
             .define("EPI_NODES(X)", self.nodes.join(" "))
             .define("EPI_LAST", self.last)

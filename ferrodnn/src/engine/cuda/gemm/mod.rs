@@ -62,8 +62,10 @@ pub struct GemmProblem {
 /// (the `code`, `epilogue.cuh` instantiated, which also defines the `fz_*` conversions of
 /// `pointwise/convert.cuh` and the `pw_*` ops of `pointwise/ops.cuh`), whose extra
 /// parameters are declared by `params` (`, const void* __restrict__ e0, ...`: one pointer per
-/// side input, offsets baked in) and passed by `names` (`, e0, ...`); a kernel appends `params`
-/// to its own parameter list and `args` to its own args, and names no variable `e<i>`. `batch`
+/// side input, offsets baked in; then `, float ea0, ...`: the chain's by-value scalars and
+/// attributes) and passed by `names` (`, e0, ..., ea0, ...`); a kernel appends `params` to its
+/// own parameter list and `args` to its own args, and names no variable `e<i>` or `ea<j>`
+/// (`epilogue_v` and `epilogue_u` are macros that pass the `ea<j>` on). `batch`
 /// is the row-major flat index over C's batch dims. An empty epilogue returns `acc`; C's
 /// rounding to its type is the kernel's store.
 #[derive(Clone, Debug, PartialEq, Default)]

@@ -113,8 +113,8 @@ pub enum Arg {
     /// probability, a clip bound), passed rather than compiled in so that one kernel serves
     /// every value.
     F32(f32),
-    /// The value of by-value scalar tensor `tensor`, as a `double` parameter when `double`, else
-    /// a `float`.
+    /// The value of by-value scalar tensor `tensor`, rounded to the tensor's type (as the CPU
+    /// engine reads it), as a `double` parameter when `double`, else a `float`.
     Scalar { tensor: TensorId, double: bool },
     /// A TMA tensor map (`const __grid_constant__ TmaMap`, 128 bytes) over a tensor, encoded
     /// when the plan executes from the tensor's pointer (see [`crate::engine::cuda::tma`]).

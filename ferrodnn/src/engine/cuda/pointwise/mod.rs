@@ -52,8 +52,9 @@ pub fn lit(v: f64, dbl: bool) -> String {
 
 /// The C call of `mode`'s device function on the values of ports a, b and c (`args`, C
 /// expressions of the arithmetic type; unused ones are ignored), in float or double (`dbl`).
-/// `attr` spells an attribute's value (a literal, or the name of a kernel parameter); attributes
-/// left unset take their default as a literal.
+/// `attr` spells an attribute's value: the kernels declare a parameter for it and give its name,
+/// so that one kernel serves every value. Attributes left unset take their default as a literal
+/// (a relu's slope of 0 too: without a slope the formula differs, see `pw_relu`).
 pub fn call(mode: PointwiseMode, args: [&str; 3], form: Form, dbl: bool, attr: &mut dyn FnMut(f64) -> String) -> String {
     use PointwiseMode::*;
     let [a, b, c] = args;
