@@ -602,9 +602,6 @@ mod tests {
         assert_eq!(p.dims, vec![48 * 1024]);
         let u = unit(&g, &gs[0]).unwrap().unwrap();
         assert_eq!(u.kernels.launches[0].grid, Grid::Cover(48 * 1024 / 8));
-        if std::env::var_os("FZ_PRINT").is_some() {
-            println!("{}", u.kernels.launches[0].source);
-        }
     }
 
     /// By-value constants and attributes are kernel arguments: groups that differ only in their
@@ -657,9 +654,6 @@ mod tests {
             let order = g.topological_order().unwrap();
             let gs = groups(&g, &order, &Default::default());
             let p = the_plan(&g, &gs[0]);
-            if std::env::var_os("FZ_PRINT").is_some() {
-                println!("// {name}\n{}", source(&g, &p, "k").0);
-            }
             (p.vec(), p.packed, p.dims.clone())
         };
         assert_eq!(path("fast_pw_chain5_transposed_b_bf16"), (None, true, vec![64, 96]));
