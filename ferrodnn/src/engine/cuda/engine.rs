@@ -538,7 +538,10 @@ impl CudaPlan {
                     params.push(singles.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f32 as *mut c_void));
                 }
                 Arg::Scalar { tensor, double } => {
-                    let v = self.graph.desc(*tensor).value.or(scalars[tensor.0]).ok_or_else(|| Error::Device("internal: a by-value scalar was not resolved".into()))?;
+                    let d = self.graph.desc(*tensor);
+                    let v = d.value.or(scalars[tensor.0]).ok_or_else(|| Error::Device("internal: a by-value scalar was not resolved".into()))?;
+                    // Rounded to the tensor's type, as the CPU engine reads it.
+                    let v = self.graph.resolved_data_type(*tensor).unwrap_or(DataType::F32).quantize(v);
                     if *double {
                         floats.push(v);
                         params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));

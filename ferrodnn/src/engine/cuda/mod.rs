@@ -37,6 +37,7 @@ pub mod kernel;
 pub mod module;
 pub mod nvrtc;
 pub mod planner;
+pub mod pointwise;
 pub mod runtime;
 pub mod tma;
 

@@ -7,9 +7,10 @@
 //!
 //! [`unit`] generates one kernel computing the whole expression per output element: each
 //! external input is read once (an input used by several nodes is loaded once), by-value
-//! constants are baked into the source as literals (rounded as the CPU engine rounds them),
-//! inner values are rounded to their tensor's type (f32 by default, so a no-op in f32) and
-//! node inputs to the compute type, as the CPU engine does. Arithmetic is in f32, or in double
+//! constants and the nodes' attributes are kernel parameters, so that one kernel serves every
+//! value (a constant rounded to its tensor's type, as the CPU engine reads it), inner values
+//! are rounded to their tensor's type (f32 by default, so a no-op in f32) and node inputs to
+//! the compute type, as the CPU engine does. Arithmetic is in f32, or in double
 //! when any tensor of the group is f64, any node computes in f64, or 16-bit inner values feed
 //! an f32 output. With a 16-bit output, exp and sigmoid use fast intrinsics.
 //!
@@ -25,45 +26,20 @@
 //! tensor's offset from the output's multi-index.
 
 use crate::dtype::DataType;
-use crate::engine::cuda::kernel::ctype::c_double;
-use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Unit};
+use crate::engine::cuda::kernel::ctype::{c_type, dtype};
+use crate::engine::cuda::kernel::{entry_name, Grid, Launch, NodeKernels, Pdl, Signature, Source, Unit};
+use crate::engine::cuda::pointwise::{self as ops, lit, Form};
 use crate::error::Result;
 use crate::graph::ops::pointwise::PointwiseMode;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, TensorDesc, TensorId};
 use std::collections::HashMap;
-use std::fmt::Write;
 
 const BLOCK: u32 = 256;
-
-/// sqrt(2 / pi)
-const GELU_K: f64 = 0.797_884_560_802_865_4;
 
 /// Types the fused kernels load, store and round to.
 fn is_float(dt: DataType) -> bool {
     matches!(dt, DataType::F32 | DataType::F16 | DataType::Bf16 | DataType::F64)
-}
-
-fn ctype(dt: DataType) -> &'static str {
-    match dt {
-        DataType::F64 => "double",
-        DataType::F16 => "__half",
-        DataType::Bf16 => "__nv_bfloat16",
-        _ => "float",
-    }
-}
-
-fn suffix(dt: DataType) -> &'static str {
-    match dt {
-        DataType::F64 => "f64",
-        DataType::F16 => "f16",
-        DataType::Bf16 => "bf16",
-        _ => "f32",
-    }
-}
-
-fn dtype(graph: &Graph, id: TensorId) -> DataType {
-    graph.resolved_data_type(id).unwrap_or(DataType::F32)
 }
 
 fn mode_of(graph: &Graph, ni: usize) -> Option<PointwiseMode> {
@@ -226,8 +202,9 @@ enum Src {
     Inner(usize),
     /// External input slot.
     Ext(usize),
-    /// A by-value constant, already rounded to its tensor's type.
-    Const(f64),
+    /// A by-value scalar with its value in the graph: a kernel parameter (the value rounded to
+    /// the tensor's type when the plan executes, as the CPU engine reads it).
+    Const(TensorId),
 }
 
 struct Plan {
@@ -321,8 +298,8 @@ fn plan(graph: &Graph, nodes: &[usize], position: &[usize]) -> Option<Plan> {
             let d = graph.desc(p.tensor);
             let src = if let Some(&k) = produced.get(&p.tensor.0) {
                 Src::Inner(k)
-            } else if let Some(v) = constant(d) {
-                Src::Const(dtype(graph, p.tensor).quantize(v))
+            } else if constant(d).is_some() {
+                Src::Const(p.tensor)
             } else {
                 ext_ids.push(p.tensor);
                 Src::Ext(ext_ids.len() - 1)
@@ -412,341 +389,157 @@ fn plan(graph: &Graph, nodes: &[usize], position: &[usize]) -> Option<Plan> {
     Some(Plan { order, y, ydt, n, dims, ystrides: ys, packed, exts, srcs, dbl, fast })
 }
 
-/// A literal of the kernel's arithmetic type (parenthesized when negative).
-pub(crate) fn lit(v: f64, dbl: bool) -> String {
-    if dbl {
-        let s = c_double(v);
-        if v < 0.0 && !s.starts_with('(') {
-            format!("({s})")
-        } else {
-            s
-        }
-    } else {
-        let f = v as f32;
-        if f.is_nan() {
-            "__int_as_float(0x7fffffff)".into()
-        } else if f.is_infinite() {
-            if f > 0.0 {
-                "__int_as_float(0x7f800000)".into()
-            } else {
-                "__int_as_float(0xff800000)".into()
-            }
-        } else if f < 0.0 {
-            format!("({f:e}f)")
-        } else {
-            format!("{f:e}f")
-        }
-    }
+/// A value a kernel takes as a parameter (an input of kind `ARG`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Scalar {
+    /// A by-value scalar tensor.
+    Tensor(TensorId),
+    /// An attribute's value.
+    Attr(f64),
 }
 
-/// The C expression of a mode over `a`, `b`, `c` of the arithmetic type (float, or double
-/// when `dbl`): the fallback's formulas (fallback/pointwise.rs) in either type, with `__expf`
-/// for exp when `fast`.
-pub(crate) fn formula(mode: PointwiseMode, dbl: bool, fast: bool) -> String {
-    use PointwiseMode::*;
-    let f = |name: &str| match (dbl, fast && name == "exp") {
-        (true, _) => name.to_string(),
-        (false, true) => "__expf".to_string(),
-        (false, false) => format!("{name}f"),
+/// The value of node `k` of the plan (`v<k>`): its mode's call (`pointwise/ops.cuh`) on its
+/// inputs, rounded to its tensor's type when it is an inner value of another type than the
+/// arithmetic type. `scalar` names the parameter of a by-value scalar or an attribute.
+fn node_value(graph: &Graph, p: &Plan, k: usize, scalar: &mut dyn FnMut(Scalar) -> String) -> String {
+    let n = p.order[k];
+    let node = &graph.nodes[n];
+    // Never None (see `candidate`).
+    let mode = mode_of(graph, n).unwrap_or(PointwiseMode::Identity);
+    // Node inputs are rounded to the compute type (f32 rounding is a no-op in f32 code).
+    let round_in = p.dbl && graph.compute_type(node) == DataType::F32;
+    let mut port = |name: &str| {
+        let v = match node.input(name).and_then(|t| p.srcs.get(&t.0)) {
+            Some(Src::Inner(j)) => format!("v{j}"),
+            Some(Src::Ext(i)) => format!("x{i}"),
+            Some(&Src::Const(t)) => scalar(Scalar::Tensor(t)),
+            None => lit(0.0, p.dbl),
+        };
+        if round_in {
+            format!("(double)(float)({v})")
+        } else {
+            v
+        }
     };
-    let l = |v: f64| lit(v, dbl);
-    let (zero, one, half) = (l(0.0), l(1.0), l(0.5));
-    let opt = |v: Option<f64>, default: f64| l(v.unwrap_or(default));
-    match mode {
-        Add | Bias => "a + b".into(),
-        Sub => "a - b".into(),
-        Mul | Scale => "a * b".into(),
-        Div => "a / b".into(),
-        Max => "fz_max(a, b)".into(),
-        Min => "fz_min(a, b)".into(),
-        Pow => format!("{}(a, b)", f("pow")),
-        Mod => format!("{}(a, b)", f("fmod")),
-        AddSquare => "a + b * b".into(),
-        Abs => format!("{}(a)", f("fabs")),
-        Neg => "-a".into(),
-        Exp => format!("{}(a)", f("exp")),
-        Log => format!("{}(a)", f("log")),
-        Sqrt => format!("{}(a)", f("sqrt")),
-        Rsqrt => format!("{one} / {}(a)", f("sqrt")),
-        Reciprocal => format!("{one} / a"),
-        Sin => format!("{}(a)", f("sin")),
-        Cos => format!("{}(a)", f("cos")),
-        Tan => format!("{}(a)", f("tan")),
-        Tanh => format!("{}(a)", f("tanh")),
-        Sigmoid => "fz_sigmoid(a)".into(),
-        Erf => format!("{}(a)", f("erf")),
-        Floor => format!("{}(a)", f("floor")),
-        Ceil => format!("{}(a)", f("ceil")),
-        Identity => "a".into(),
-        Relu { lower_clip, upper_clip, negative_slope } => {
-            let lo = opt(lower_clip, 0.0);
-            let hi = l(upper_clip.unwrap_or(f64::INFINITY));
-            // Without a slope the clip itself (so -inf gives it, not 0 * -inf).
-            let below = if negative_slope.is_none_or(|s| s == 0.0) { lo.clone() } else { format!("{lo} + {} * (a - {lo})", opt(negative_slope, 0.0)) };
-            format!("isnan(a) ? a : {}(a < {lo} ? {below} : a, {hi})", f("fmin"))
-        }
-        LeakyRelu { negative_slope } => format!("a < {zero} ? {} * a : a", l(negative_slope)),
-        Elu { alpha } => format!("a > {zero} ? a : {} * {}(a)", l(alpha), f("expm1")),
-        Gelu => format!("{half} * a * ({one} + {}(a * {}))", f("erf"), l(std::f64::consts::FRAC_1_SQRT_2)),
-        GeluApproxTanh => format!("{half} * a * ({one} + {}({} * (a + {} * a * a * a)))", f("tanh"), l(GELU_K), l(0.044715)),
-        Swish { beta } => format!("a * fz_sigmoid({} * a)", l(beta)),
-        Softplus { beta } => format!("fz_softplus({b} * a) / {b}", b = l(beta)),
-        CmpEq => format!("(a == b) ? {one} : {zero}"),
-        CmpNeq => format!("(a != b) ? {one} : {zero}"),
-        CmpGt => format!("(a > b) ? {one} : {zero}"),
-        CmpGe => format!("(a >= b) ? {one} : {zero}"),
-        CmpLt => format!("(a < b) ? {one} : {zero}"),
-        CmpLe => format!("(a <= b) ? {one} : {zero}"),
-        LogicalAnd => format!("(a != {zero} && b != {zero}) ? {one} : {zero}"),
-        LogicalOr => format!("(a != {zero} || b != {zero}) ? {one} : {zero}"),
-        LogicalNot => format!("(a == {zero}) ? {one} : {zero}"),
-        BinarySelect => format!("(c != {zero}) ? a : b"),
-        // Never grouped (see `candidate`).
-        GenIndex { .. } => zero,
-        // Backward forms: a = dy, b = x.
-        ReluBackward { lower_clip, upper_clip, negative_slope } => {
-            let lo = opt(lower_clip, 0.0);
-            let slope = opt(negative_slope, 0.0);
-            let above = match upper_clip {
-                Some(hi) => format!("(b >= {} ? {zero} : {one})", l(hi)),
-                None => one.clone(),
-            };
-            format!("a * (b <= {lo} ? {slope} : {above})")
-        }
-        SigmoidBackward => format!("a * fz_sigmoid(b) * ({one} - fz_sigmoid(b))"),
-        TanhBackward => format!("a * ({one} - {t}(b) * {t}(b))", t = f("tanh")),
-        EluBackward { alpha } => format!("b > {zero} ? a : a * {} * {}(b)", l(alpha), f("exp")),
-        GeluBackward => {
-            format!("a * ({half} * ({one} + {}(b * {})) + b * {}({} * b * b) * {})", f("erf"), l(std::f64::consts::FRAC_1_SQRT_2), f("exp"), l(-0.5), l(0.398_942_280_401_432_7))
-        }
-        GeluApproxTanhBackward => {
-            let t = format!("{}({} * (b + {} * b * b * b))", f("tanh"), l(GELU_K), l(0.044715));
-            format!("a * ({half} * ({one} + {t}) + {half} * b * ({one} - {t} * {t}) * {} * ({one} + {} * b * b))", l(GELU_K), l(3.0 * 0.044715))
-        }
-        SwishBackward { beta } => {
-            let bt = l(beta);
-            format!("a * (fz_sigmoid({bt} * b) + {bt} * b * fz_sigmoid({bt} * b) * ({one} - fz_sigmoid({bt} * b)))")
-        }
-        SoftplusBackward { beta } => format!("a * fz_sigmoid({} * b)", l(beta)),
-        LeakyReluBackward { negative_slope } => format!("b <= {zero} ? a * {} : a", l(negative_slope)),
-    }
-}
-
-/// Conversions and math helpers for the arithmetic type.
-pub(crate) fn helpers(dbl: bool, fast: bool) -> &'static str {
-    if fast {
-        r#"
-typedef float fz_t;
-__device__ __forceinline__ float fz_cv(float x) { return x; }
-__device__ __forceinline__ float fz_cv(__half x) { return __half2float(x); }
-__device__ __forceinline__ float fz_cv(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float fz_to_f32(float v) { return v; }
-__device__ __forceinline__ __half fz_to_f16(float v) { return __float2half_rn(v); }
-__device__ __forceinline__ __nv_bfloat16 fz_to_bf16(float v) { return __float2bfloat16_rn(v); }
-// sigmoid with one exp: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below (NaN stays NaN).
-// The denominator lies in [1, 2], where __fdividef is exact to 2 ulp.
-__device__ __forceinline__ float fz_sigmoid(float x) { float e = __expf(-fabsf(x)); float r = __fdividef(1.0f, 1.0f + e); return x >= 0.0f ? r : e * r; }
-__device__ __forceinline__ float fz_softplus(float x) { return x > 30.0f ? x : log1pf(__expf(x)); }
-__device__ __forceinline__ float fz_max(float a, float b) { return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b); }
-__device__ __forceinline__ float fz_min(float a, float b) { return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fminf(a, b); }
-"#
-    } else if dbl {
-        r#"
-typedef double fz_t;
-__device__ __forceinline__ double fz_cv(double x) { return x; }
-__device__ __forceinline__ double fz_cv(float x) { return (double)x; }
-__device__ __forceinline__ double fz_cv(__half x) { return (double)__half2float(x); }
-__device__ __forceinline__ double fz_cv(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
-__device__ __forceinline__ double fz_to_f64(double v) { return v; }
-__device__ __forceinline__ float fz_to_f32(double v) { return (float)v; }
-__device__ __forceinline__ __half fz_to_f16(double v) { return __double2half(v); }
-__device__ __forceinline__ __nv_bfloat16 fz_to_bf16(double v) { return __double2bfloat16(v); }
-__device__ __forceinline__ double fz_sigmoid(double x) { return x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
-__device__ __forceinline__ double fz_softplus(double x) { return x > 30.0 ? x : log1p(exp(x)); }
-__device__ __forceinline__ double fz_max(double a, double b) { return (isnan(a) || isnan(b)) ? (0.0/0.0) : fmax(a, b); }
-__device__ __forceinline__ double fz_min(double a, double b) { return (isnan(a) || isnan(b)) ? (0.0/0.0) : fmin(a, b); }
-"#
+    let (a, b, c) = (port("a"), port("b"), port("c"));
+    let value = ops::call(mode, [&a, &b, &c], Form::Fused, p.dbl, &mut |v| scalar(Scalar::Attr(v)));
+    // Inner values are rounded to their tensor's type, as the CPU engine stores them.
+    let dt = dtype(graph, node.outputs[0].tensor);
+    let native = if p.dbl { DataType::F64 } else { DataType::F32 };
+    if k + 1 == p.order.len() || dt == native {
+        value
     } else {
-        r#"
-typedef float fz_t;
-__device__ __forceinline__ float fz_cv(float x) { return x; }
-__device__ __forceinline__ float fz_cv(__half x) { return __half2float(x); }
-__device__ __forceinline__ float fz_cv(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float fz_to_f32(float v) { return v; }
-__device__ __forceinline__ __half fz_to_f16(float v) { return __float2half_rn(v); }
-__device__ __forceinline__ __nv_bfloat16 fz_to_bf16(float v) { return __float2bfloat16_rn(v); }
-// sigmoid with one exp: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below (NaN stays NaN).
-__device__ __forceinline__ float fz_sigmoid(float x) { float e = expf(-fabsf(x)); float r = 1.0f / (1.0f + e); return x >= 0.0f ? r : e * r; }
-__device__ __forceinline__ float fz_softplus(float x) { return x > 30.0f ? x : log1pf(expf(x)); }
-__device__ __forceinline__ float fz_max(float a, float b) { return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b); }
-__device__ __forceinline__ float fz_min(float a, float b) { return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fminf(a, b); }
-"#
+        format!("fz_cv(fz_to_{}({value}))", dt.name())
     }
 }
 
-/// `fz_t fz_expr(fz_t x0, ...)`: the group's value from its external inputs.
-fn expr_fn(graph: &Graph, p: &Plan) -> String {
-    let params: Vec<String> = (0..p.exts.len()).map(|i| format!("fz_t x{i}")).collect();
-    let mut s = format!("__device__ __forceinline__ fz_t fz_expr({}) {{\n", params.join(", "));
-    let last = p.order.len() - 1;
-    for (k, &n) in p.order.iter().enumerate() {
-        let node = &graph.nodes[n];
-        let Some(mode) = mode_of(graph, n) else { continue };
-        // Node inputs are rounded to the compute type (f32 rounding is a no-op in f32 code).
-        let round_in = p.dbl && graph.compute_type(node) == DataType::F32;
-        let _ = writeln!(s, "    fz_t v{k};\n    {{");
-        for port in &node.inputs {
-            let v = match p.srcs.get(&port.tensor.0) {
-                Some(Src::Inner(j)) => format!("v{j}"),
-                Some(Src::Ext(i)) => format!("x{i}"),
-                Some(Src::Const(c)) => lit(*c, p.dbl),
-                None => lit(0.0, p.dbl),
-            };
-            let v = if round_in { format!("(double)(float)({v})") } else { v };
-            let _ = writeln!(s, "        const fz_t {} = {v};", port.name);
-        }
-        let _ = writeln!(s, "        v{k} = {};\n    }}", formula(mode, p.dbl, p.fast));
-        // Inner values are rounded to their tensor's type, as the CPU engine stores them.
-        if k != last {
-            let dt = dtype(graph, node.outputs[0].tensor);
-            let native = if p.dbl { DataType::F64 } else { DataType::F32 };
-            if dt != native {
-                let _ = writeln!(s, "    v{k} = fz_cv(fz_to_{}(v{k}));", suffix(dt));
-            }
-        }
-    }
-    let _ = writeln!(s, "    return v{last};\n}}");
-    s
-}
-
-/// An offset function over the plan's merged dims: `i64 name(i64 i)` for row-major flat index
-/// `i`.
-fn offset_fn(name: &str, p: &Plan, strides: &[i64]) -> String {
+/// The offset at flat index `f` (a macro parameter) of a tensor with `strides` over the plan's
+/// merged dims, as a C expression.
+fn offset_expr(p: &Plan, strides: &[i64]) -> String {
     let small = p.n <= u32::MAX as i64;
     let (ut, us) = if small { ("unsigned", "u") } else { ("unsigned long long", "ull") };
-    let mut s = format!("__device__ __forceinline__ i64 {name}(i64 i) {{\n    {ut} q = ({ut})i;\n    i64 off = 0;\n");
+    // The flat index divided by the dims inside the current one.
+    let mut q = format!("({ut})(f)");
+    let mut terms = Vec::new();
     // Only up to the outermost dim this tensor moves along.
-    let outer = strides.iter().position(|&x| x != 0);
-    if let Some(outer) = outer {
+    if let Some(outer) = strides.iter().position(|&x| x != 0) {
         for a in (outer..p.dims.len()).rev() {
             let (d, e) = (p.dims[a], strides[a]);
-            if a == outer {
-                if a == 0 {
-                    let _ = writeln!(s, "    off += (i64)q * {e}LL;");
-                } else {
-                    let _ = writeln!(s, "    off += (i64)(q % {d}{us}) * {e}LL;");
-                }
-            } else {
-                if e != 0 {
-                    let _ = writeln!(s, "    off += (i64)(q % {d}{us}) * {e}LL;");
-                }
-                let _ = writeln!(s, "    q /= {d}{us};");
+            if a == outer && a == 0 {
+                terms.push(format!("(i64)({q}) * {e}LL"));
+            } else if a == outer || e != 0 {
+                terms.push(format!("(i64)({q} % {d}{us}) * {e}LL"));
             }
+            q = format!("{q} / {d}{us}");
         }
     }
-    let _ = writeln!(s, "    (void)q;\n    return off;\n}}");
-    s
+    if terms.is_empty() {
+        "0LL".into()
+    } else {
+        format!("({})", terms.join(" + "))
+    }
 }
 
-fn source(graph: &Graph, p: &Plan, entry: &str) -> String {
-    let mut s = String::new();
-    s += helpers(p.dbl, p.fast);
-    s += &expr_fn(graph, p);
+/// The kernel of a plan (`pointwise.cuh`) and its signature.
+fn source(graph: &Graph, p: &Plan, entry: &str) -> (String, Signature) {
+    let mut sig = Signature::new();
+    sig.ptr("y_p", p.y, true);
+    for (i, e) in p.exts.iter().enumerate() {
+        sig.ptr(&format!("p{i}"), e.id, false);
+    }
+    let vec = p.vec();
+    // The vector loop's inputs lie within one innermost row when the row length is a multiple
+    // of the vector: broadcast inputs then take one offset per vector plus j times the inner
+    // stride.
+    let inner_rows = vec.is_some_and(|v| p.dims.last().is_some_and(|&d| d % v == 0));
+    let inputs: Vec<String> = p
+        .exts
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let kind = match e.access {
+                Access::Flat => "FLAT",
+                Access::Zero => "ZERO",
+                Access::Strided { .. } if inner_rows => "ROWS",
+                Access::Strided { .. } => "ELEM",
+            };
+            format!("X({i}, {kind}, {}, {}LL)", c_type(e.dt), e.strides.last().unwrap_or(&0))
+        })
+        .collect();
+    // By-value scalars (one parameter per tensor) and attributes are inputs of kind ARG after
+    // the pointers, parameters of the arithmetic type.
+    let mut scalars: Vec<Scalar> = Vec::new();
+    let first = p.exts.len();
+    let nodes: Vec<String> = (0..p.order.len())
+        .map(|k| {
+            let value = node_value(graph, p, k, &mut |s| {
+                let i = match s {
+                    Scalar::Tensor(_) => scalars.iter().position(|&x| x == s),
+                    Scalar::Attr(_) => None,
+                };
+                let i = i.unwrap_or_else(|| {
+                    scalars.push(s);
+                    scalars.len() - 1
+                });
+                format!("x{}", first + i)
+            });
+            format!("X({k}, {value})")
+        })
+        .collect();
+    let mut inputs = inputs;
+    for (i, &s) in scalars.iter().enumerate() {
+        let name = format!("p{}", first + i);
+        match s {
+            Scalar::Tensor(t) => sig.scalar(&name, t, p.dbl),
+            Scalar::Attr(v) if p.dbl => sig.f64(&name, v),
+            Scalar::Attr(v) => sig.f32(&name, v),
+        };
+        inputs.push(format!("X({}, ARG, fz_t, 0LL)", first + i));
+    }
+    let mut src = Source::new()
+        .entry(entry, &sig)
+        .flag("FZ_DOUBLE", p.dbl)
+        .flag("PW_FAST", p.fast)
+        .define("FZ_BLOCK", BLOCK)
+        .define("FZ_N", format!("{}LL", p.n))
+        .define("FZ_INPUTS(X, S)", inputs.join(" S "))
+        .define("FZ_NODES(X)", nodes.join(" "))
+        .define("FZ_RESULT", format!("v{}", p.order.len() - 1))
+        .define("FZ_Y", c_type(p.ydt))
+        .define("FZ_TO_Y", format!("fz_to_{}", p.ydt.name()))
+        .flag("FZ_PACKED", p.packed)
+        .define("FZ_VEC", vec.unwrap_or(0))
+        .flag("FZ_STRIDED", p.exts.iter().any(|e| matches!(e.access, Access::Strided { .. })));
     for (i, e) in p.exts.iter().enumerate() {
         if let Access::Strided { .. } = e.access {
-            s += &offset_fn(&format!("fz_off{i}"), p, &e.strides);
+            src = src.define(&format!("FZ_OFF{i}(f)"), offset_expr(p, &e.strides));
         }
     }
     if !p.packed {
-        s += &offset_fn("fz_offy", p, &p.ystrides);
+        src = src.define("FZ_OFFY(f)", offset_expr(p, &p.ystrides));
     }
-    let vec = p.vec();
-    // Vector types of the streamed tensors.
-    if let Some(v) = vec {
-        let mut types: Vec<DataType> = p.exts.iter().filter(|e| e.access == Access::Flat).map(|e| e.dt).chain([p.ydt]).collect();
-        types.sort_by_key(|t| suffix(*t));
-        types.dedup();
-        for t in types {
-            let _ = writeln!(s, "struct __align__(16) fzv_{} {{ {} v[{v}]; }};", suffix(t), ctype(t));
-        }
-    }
-    let mut params = vec!["void* y_p".to_string()];
-    params.extend((0..p.exts.len()).map(|i| format!("const void* p{i}")));
-    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {entry}({}) {{", params.join(", "));
-    let _ = writeln!(s, "    const i64 n = {}LL;", p.n);
-    s += "    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n    const i64 nth = (i64)gridDim.x * blockDim.x;\n";
-    for (i, e) in p.exts.iter().enumerate() {
-        if e.access == Access::Zero {
-            let _ = writeln!(s, "    const fz_t z{i} = fz_cv(((const {}*)p{i})[0]);", ctype(e.dt));
-        }
-    }
-    let args = |vals: &dyn Fn(usize) -> String| (0..p.exts.len()).map(vals).collect::<Vec<_>>().join(", ");
-    s += "    i64 start = 0;\n";
-    if let Some(v) = vec {
-        let mut ptrs = vec!["(unsigned long long)y_p".to_string()];
-        ptrs.extend(p.exts.iter().enumerate().filter(|(_, e)| e.access == Access::Flat).map(|(i, _)| format!("(unsigned long long)p{i}")));
-        let _ = writeln!(s, "    if ((({}) & 15ull) == 0) {{", ptrs.join(" | "));
-        let _ = writeln!(s, "        const i64 nv = n / {v};");
-        s += "        for (i64 v = tid; v < nv; v += nth) {\n";
-        if p.exts.iter().any(|e| matches!(e.access, Access::Strided { .. })) {
-            let _ = writeln!(s, "            const i64 i0 = v * {v};");
-        }
-        // The vector lies within one innermost row when the row length is a multiple of it:
-        // broadcast inputs then take one offset per vector plus j times the inner stride.
-        let inner_rows = p.dims.last().is_some_and(|&d| d % v == 0);
-        for (i, e) in p.exts.iter().enumerate() {
-            match e.access {
-                Access::Flat => {
-                    let _ = writeln!(s, "            const fzv_{sf} r{i} = ((const fzv_{sf}*)p{i})[v];", sf = suffix(e.dt));
-                }
-                Access::Strided { .. } if inner_rows => {
-                    let _ = writeln!(s, "            const i64 o{i} = fz_off{i}(i0);");
-                }
-                _ => {}
-            }
-        }
-        let _ = writeln!(s, "            fzv_{} ro;", suffix(p.ydt));
-        s += "            #pragma unroll\n";
-        let _ = writeln!(s, "            for (int j = 0; j < {v}; ++j) {{");
-        for (i, e) in p.exts.iter().enumerate() {
-            if let Access::Strided { .. } = e.access {
-                let inner = *e.strides.last().unwrap_or(&0);
-                let off = if inner_rows {
-                    if inner == 0 {
-                        format!("o{i}")
-                    } else {
-                        format!("o{i} + (i64)j * {inner}LL")
-                    }
-                } else {
-                    format!("fz_off{i}(i0 + j)")
-                };
-                let _ = writeln!(s, "                const fz_t x{i} = fz_cv(((const {}*)p{i})[{off}]);", ctype(e.dt));
-            }
-        }
-        let vals = args(&|i| match p.exts[i].access {
-            Access::Flat => format!("fz_cv(r{i}.v[j])"),
-            Access::Zero => format!("z{i}"),
-            Access::Strided { .. } => format!("x{i}"),
-        });
-        let _ = writeln!(s, "                ro.v[j] = fz_to_{}(fz_expr({vals}));", suffix(p.ydt));
-        s += "            }\n";
-        let _ = writeln!(s, "            ((fzv_{}*)y_p)[v] = ro;", suffix(p.ydt));
-        let _ = writeln!(s, "        }}\n        start = nv * {v};\n    }}");
-    }
-    // Scalar loop: the tail after the vectors, or everything.
-    s += "    for (i64 i = start + tid; i < n; i += nth) {\n";
-    let vals = args(&|i| {
-        let e = &p.exts[i];
-        match e.access {
-            Access::Flat => format!("fz_cv(((const {}*)p{i})[i])", ctype(e.dt)),
-            Access::Zero => format!("z{i}"),
-            Access::Strided { .. } => format!("fz_cv(((const {}*)p{i})[fz_off{i}(i)])", ctype(e.dt)),
-        }
-    });
-    let yoff = if p.packed { "i" } else { "fz_offy(i)" };
-    let _ = writeln!(s, "        (({}*)y_p)[{yoff}] = fz_to_{}(fz_expr({vals}));", ctype(p.ydt), suffix(p.ydt));
-    s += "    }\n    (void)start;\n}\n";
-    s
+    let text = src.template(ops::CONVERT).template(ops::OPS).template(include_str!("pointwise.cuh")).build();
+    (text, sig)
 }
 
 /// The fused unit of a group, or None when it cannot be fused after all.
@@ -761,14 +554,12 @@ pub fn unit(graph: &Graph, nodes: &[usize]) -> Result<Option<Unit>> {
     let Some(p) = plan(graph, nodes, &position) else { return Ok(None) };
     let exit = p.order[p.order.len() - 1];
     let entry = entry_name(exit, "fused_pointwise");
-    let src = source(graph, &p, &entry);
-    let mut args = vec![Arg::Ptr(p.y)];
-    args.extend(p.exts.iter().map(|e| Arg::Ptr(e.id)));
+    let (src, sig) = source(graph, &p, &entry);
     let threads = match p.vec() {
         Some(v) => (p.n as u64).div_ceil(v as u64),
         None => p.n as u64,
     };
-    let launch = Launch { source: src, entry, grid: Grid::Cover(threads.max(1)), block: BLOCK, shared_bytes: 0, args, cluster: None, pdl: Pdl::Dependent };
+    let launch = Launch { source: src, entry, grid: Grid::Cover(threads.max(1)), block: BLOCK, shared_bytes: 0, args: sig.into_args(), cluster: None, pdl: Pdl::Dependent };
     Ok(Some(Unit { nodes: p.order.clone(), kernels: NodeKernels::one(launch), writes: vec![p.y], unaligned: None }))
 }
 
@@ -811,9 +602,36 @@ mod tests {
         assert_eq!(p.dims, vec![48 * 1024]);
         let u = unit(&g, &gs[0]).unwrap().unwrap();
         assert_eq!(u.kernels.launches[0].grid, Grid::Cover(48 * 1024 / 8));
-        if std::env::var_os("FZ_PRINT").is_some() {
-            println!("{}", u.kernels.launches[0].source);
+    }
+
+    /// By-value constants and attributes are kernel arguments: groups that differ only in their
+    /// values share one kernel.
+    #[test]
+    fn values_are_kernel_arguments() {
+        let launch = |g: &Graph| {
+            let order = g.topological_order().unwrap();
+            let gs = groups(g, &order, &Default::default());
+            unit(g, &gs[0]).unwrap().unwrap().kernels.launches.remove(0)
+        };
+        let g = case("fast_pw_around_matmul_bf16");
+        let mut h = g.clone();
+        for node in &mut h.nodes {
+            if let Op::Pointwise(a) = &mut node.op {
+                if let PointwiseMode::Swish { beta } = &mut a.mode {
+                    *beta = 1.5;
+                }
+            }
         }
+        let (a, b) = (launch(&g), launch(&h));
+        assert_eq!(a.source, b.source);
+        assert_ne!(a.args, b.args);
+        let g = case("fast_pw_chain5_48x1024_bf16");
+        let mut h = g.clone();
+        let half = h.tensors.iter().position(|t| t.name == "half").unwrap();
+        h.tensors[half].value = Some(0.25);
+        let (a, b) = (launch(&g), launch(&h));
+        assert_eq!(a.source, b.source);
+        assert_eq!(a.args, b.args);
     }
 
     #[test]
@@ -836,9 +654,6 @@ mod tests {
             let order = g.topological_order().unwrap();
             let gs = groups(&g, &order, &Default::default());
             let p = the_plan(&g, &gs[0]);
-            if std::env::var_os("FZ_PRINT").is_some() {
-                println!("// {name}\n{}", source(&g, &p, "k"));
-            }
             (p.vec(), p.packed, p.dims.clone())
         };
         assert_eq!(path("fast_pw_chain5_transposed_b_bf16"), (None, true, vec![64, 96]));

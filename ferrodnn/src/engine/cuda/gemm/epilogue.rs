@@ -1,12 +1,16 @@
 //! The epilogue of a GEMM group as one device function,
 //! `float epilogue(float acc, long long batch, long long row, long long col, <side inputs>)`:
-//! the pointwise nodes after the matmul applied to the f32 accumulator with the formulas of the
-//! fused pointwise engine (`fused/pointwise.rs`), in f32.
+//! the pointwise nodes after the matmul applied to the f32 accumulator, each a call of the
+//! pointwise op library (`pointwise/ops.cuh`) as in the fused pointwise kernels, in f32. The
+//! device code is `epilogue.cuh`; this file chooses its defines (the chain as calls, the side
+//! inputs' offsets) and [`Epilogue::code`] is the instantiated text a GEMM kernel includes.
 //!
 //! Side inputs (bias `[.., 1, n]`, `[.., m, 1]`, a residual `[.., m, n]`, any strides) are read
 //! at offsets baked into the source from their broadcast strides over C's dims; `batch` is the
-//! row-major flat index over C's batch dims. By-value constants become literals (rounded to
-//! their tensor's type, as the CPU engine does). Intermediate values are rounded to their
+//! row-major flat index over C's batch dims. By-value constants and the nodes' attributes are
+//! float parameters `ea<j>` after the side inputs' (a constant rounded to its tensor's type when
+//! the plan executes, as the CPU engine reads it), so that one kernel serves every value; the
+//! GEMM kernel's parameter list ends with them ([`Epilogue::params`]). Intermediate values are rounded to their
 //! tensor's type when it is 16-bit (the chain allows that only under a 16-bit or fp8 output,
 //! see `epilogue_chain`); f32 intermediates need nothing.
 //!
@@ -18,41 +22,33 @@
 
 use super::{dtype, Epilogue};
 use crate::dtype::DataType;
-use crate::engine::cuda::fused::pointwise::{formula, helpers, lit};
-use crate::engine::cuda::kernel::Arg;
+use crate::engine::cuda::kernel::ctype::float_c_type;
+use crate::engine::cuda::kernel::{Arg, Signature, Source};
+use crate::engine::cuda::pointwise::{self as ops, Form};
 use crate::graph::ops::pointwise::PointwiseMode;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, TensorId};
 use std::collections::HashMap;
 use std::fmt::Write;
 
-fn ctype(dt: DataType) -> Option<&'static str> {
-    match dt {
-        DataType::F32 => Some("float"),
-        DataType::F16 => Some("__half"),
-        DataType::Bf16 => Some("__nv_bfloat16"),
-        _ => None,
-    }
-}
-
-/// Rounding of a value to a 16-bit intermediate type (nothing for f32).
+/// Rounding of a value to a 16-bit intermediate type (None for f32).
 fn round_to(dt: DataType, v: &str) -> Option<String> {
-    match dt {
-        DataType::F16 => Some(format!("{v} = fz_cv(fz_to_f16({v}));")),
-        DataType::Bf16 => Some(format!("{v} = fz_cv(fz_to_bf16({v}));")),
-        _ => None,
-    }
+    matches!(dt, DataType::F16 | DataType::Bf16).then(|| format!("fz_cv(fz_to_{}({v}))", dt.name()))
 }
 
-/// The f32 formula of a pointwise mode in the epilogue: the fused engine's, except the plain
+/// The call of a pointwise node in the epilogue: the fused engine's, in f32, except the plain
 /// relu ([`plain_relu`]), whose general form (clips, slope, a NaN test) costs seven
 /// instructions per element where two give the same values: 0 below zero (-inf included),
 /// `a` otherwise (NaN included).
-fn node_formula(mode: PointwiseMode, fast: bool) -> String {
-    match mode {
-        m if plain_relu(m) => "a < 0.f ? 0.f : a".into(),
-        _ => formula(mode, false, fast),
+fn node_call(mode: PointwiseMode, args: [&str; 3], sv: &mut Sides) -> String {
+    if plain_relu(mode) {
+        return format!("pw_relu0({})", args[0]);
     }
+    ops::call(mode, args, Form::Fused, false, &mut |v| {
+        sv.scalar(|sig, name| {
+            sig.f32(name, v);
+        })
+    })
 }
 
 /// A relu without clips other than 0 and without a slope: `max(a, 0)` with NaN kept.
@@ -100,7 +96,7 @@ impl Side {
 
     /// The C type of the tensor's elements.
     pub fn ctype(&self) -> &'static str {
-        ctype(self.dtype).unwrap_or("float")
+        float_c_type(self.dtype).unwrap_or("float")
     }
 
     /// Whether any batch dim moves the side input.
@@ -134,34 +130,46 @@ impl Side {
     }
 }
 
-/// The epilogue's side inputs as it builds them: each tensor's value name (`x<i>`), its loads in
-/// the `epilogue` wrapper, parameters, arguments and layouts.
+/// The epilogue's inputs as it builds them: the side inputs (each tensor's value name `x<i>`,
+/// its parameter `e<i>`, layout and offset) and the scalar parameters `ea<j>` (by-value scalars
+/// and attributes, floats).
 #[derive(Default)]
 struct Sides {
-    loads: String,
+    /// The parameters `, const void* __restrict__ e<i>` and their arguments.
     params: String,
-    names: String,
     args: Vec<Arg>,
     sides: Vec<Side>,
+    /// `X(i, T)` of `EPI_SIDES`, and each one's `EPI_OFF<i>`.
+    list: Vec<String>,
+    offsets: Vec<String>,
     value: HashMap<usize, String>,
+    /// The scalar parameters, their names and arguments.
+    scalars: Signature,
+    scalar_names: Vec<String>,
 }
 
 impl Sides {
-    /// The value of tensor `t` for element `(batch, row, col)` of C (dims `cdims`): a literal for a
-    /// by-value constant (rounded to its type, as the CPU engine does), else a side input at its
-    /// broadcast offset, loaded once however many nodes read it.
+    /// The value of tensor `t` for element `(batch, row, col)` of C (dims `cdims`): a parameter
+    /// for a by-value constant (rounded to its type when the plan executes, as the CPU engine
+    /// reads it), else a side input at its broadcast offset; either once however many nodes
+    /// read it.
     fn value(&mut self, graph: &Graph, t: TensorId, cdims: &[i64]) -> Option<String> {
         let d = graph.desc(t);
-        if d.is_pass_by_value {
-            return Some(lit(dtype(graph, t).quantize(d.value?), false));
-        }
         if let Some(x) = self.value.get(&t.0) {
             return Some(x.clone());
         }
+        if d.is_pass_by_value {
+            d.value?;
+            let name = self.scalar(|sig, name| {
+                sig.scalar(name, t, false);
+            });
+            self.value.insert(t.0, name.clone());
+            return Some(name);
+        }
         let rc = cdims.len();
-        let i = self.args.len();
+        let i = self.sides.len();
         let dt = dtype(graph, t);
-        let ct = ctype(dt)?;
+        let ct = float_c_type(dt)?;
         let r = d.dims.len();
         if r > rc || d.strides.len() != r {
             return None;
@@ -169,25 +177,38 @@ impl Sides {
         let shift = rc - r;
         let eff: Vec<i64> = (0..rc).map(|a| if a < shift || d.dims[a - shift] == 1 { 0 } else { d.strides[a - shift] }).collect();
         let sd = Side { tensor: t, dtype: dt, row_stride: eff[rc - 2], col_stride: eff[rc - 1], batch: (0..rc - 2).map(|a| (cdims[a], eff[a])).collect() };
+        // The offset at batch `b`, row `r`, column `c`: the batch dims innermost first.
         let mut off = String::from("0LL");
         if sd.row_stride != 0 {
-            let _ = write!(off, " + row * {}LL", sd.row_stride);
+            let _ = write!(off, " + r * {}LL", sd.row_stride);
         }
         if sd.col_stride != 0 {
-            let _ = write!(off, " + col * {}LL", sd.col_stride);
+            let _ = write!(off, " + c * {}LL", sd.col_stride);
         }
-        let _ = writeln!(self.loads, "    long long o{i} = {off};");
-        let bo = sd.batch_offset("batch", &format!("o{i}"));
-        if !bo.is_empty() {
-            let _ = write!(self.loads, "    {bo}");
+        if sd.batched() {
+            let mut q = "b".to_string();
+            for &(extent, stride) in sd.batch.iter().rev() {
+                if stride != 0 {
+                    let _ = write!(off, " + ({q} % {extent}LL) * {stride}LL");
+                }
+                q = format!("{q} / {extent}LL");
+            }
         }
-        let _ = writeln!(self.loads, "    const float x{i} = fz_cv(((const {ct}*)e{i})[o{i}]);");
         let _ = write!(self.params, ", const void* __restrict__ e{i}");
-        let _ = write!(self.names, ", e{i}");
         self.args.push(Arg::Ptr(t));
+        self.list.push(format!("X({i}, {ct})"));
+        self.offsets.push(format!("({off})"));
         self.sides.push(sd);
         self.value.insert(t.0, format!("x{i}"));
         Some(format!("x{i}"))
+    }
+
+    /// A new scalar parameter `ea<j>`, declared by `declare`.
+    fn scalar(&mut self, declare: impl FnOnce(&mut Signature, &str)) -> String {
+        let name = format!("ea{}", self.scalar_names.len());
+        declare(&mut self.scalars, &name);
+        self.scalar_names.push(name.clone());
+        name
     }
 }
 
@@ -208,56 +229,97 @@ pub fn build(graph: &Graph, mm: usize, scales: &[TensorId], chain: &[usize]) -> 
     };
     // Fast exp/sigmoid intrinsics when the output's rounding dwarfs their error.
     let fast = matches!(dtype(graph, out), DataType::F16 | DataType::Bf16 | DataType::Fp8E4m3 | DataType::Fp8E5m2);
-    // `body`: the formulas over `acc` and the side values `x<i>` (epilogue_v); `loads`: the
-    // wrapper's loads of one element's side values.
-    let mut body = String::new();
     let mut sv = Sides::default();
-    let mut prev: (TensorId, String) = (c, "acc".to_string());
-    // The chain up to its last node (its body and value), for `epilogue_u`.
-    let mut before_last = (String::new(), String::new());
+    // The accumulator times the scales, rounded to C's type when a chain follows.
+    let mut acc = "acc".to_string();
     for &t in scales {
         let x = sv.value(graph, t, &cdims)?;
-        let _ = writeln!(body, "    acc *= {x};");
+        acc = format!("{acc} * {x}");
     }
     if !chain.is_empty() {
-        if let Some(r) = round_to(dtype(graph, c), "acc") {
-            let _ = writeln!(body, "    {r}");
+        if let Some(r) = round_to(dtype(graph, c), &acc) {
+            acc = r;
         }
     }
+    // Each node's value `v<k>` (the last one's apart), over the previous node's.
+    let mut nodes = Vec::new();
+    let mut prev: (TensorId, String) = (c, "acc".to_string());
+    let mut last = (String::from("acc"), String::from("acc"));
     for (k, &n) in chain.iter().enumerate() {
         let node = graph.nodes.get(n)?;
         let Op::Pointwise(attrs) = &node.op else { return None };
         // Port values of this node (a side input read by several nodes is loaded once).
-        let mut inner = String::new();
+        let mut args = [String::new(), String::new(), String::new()];
         for port in &node.inputs {
             let v = if port.tensor == prev.0 { prev.1.clone() } else { sv.value(graph, port.tensor, &cdims)? };
-            let _ = writeln!(inner, "        const float {} = {v};", port.name);
-        }
-        if k + 1 == chain.len() {
-            before_last = (body.clone(), prev.1.clone());
-        }
-        let _ = writeln!(body, "    float v{k};\n    {{\n{inner}        v{k} = {};\n    }}", node_formula(attrs.mode, fast));
-        let y = node.outputs.first()?.tensor;
-        if k + 1 < chain.len() {
-            if let Some(r) = round_to(dtype(graph, y), &format!("v{k}")) {
-                let _ = writeln!(body, "    {r}");
+            match port.name.as_str() {
+                "a" => args[0] = v,
+                "b" => args[1] = v,
+                "c" => args[2] = v,
+                _ => return None,
             }
+        }
+        let value = node_call(attrs.mode, [&args[0], &args[1], &args[2]], &mut sv);
+        let y = node.outputs.first()?.tensor;
+        if k + 1 == chain.len() {
+            last = (value, prev.1.clone());
+        } else {
+            let value = round_to(dtype(graph, y), &value).unwrap_or(value);
+            nodes.push(format!("X({k}, {value})"));
         }
         prev = (y, format!("v{k}"));
     }
-    let Sides { loads, params, names, args, sides, .. } = sv;
-    let xparams: String = (0..sides.len()).map(|i| format!(", float x{i}")).collect();
     // A last plain relu under a 16-bit C can be the conversion's (`cvt.rn.relu`): the same
     // values (negative and -inf to +0, NaN kept).
     let relu_last =
         matches!(dtype(graph, out), DataType::F16 | DataType::Bf16) && chain.last().is_some_and(|&n| matches!(&graph.nodes[n].op, Op::Pointwise(a) if plain_relu(a.mode)));
-    let unrelu =
-        if relu_last { format!("__device__ __forceinline__ float epilogue_u(float acc{xparams}) {{\n{}    return {};\n}}\n", before_last.0, before_last.1) } else { String::new() };
-    let xnames: String = (0..sides.len()).map(|i| format!(", x{i}")).collect();
-    let code = format!(
-        "{helpers}\n{unrelu}__device__ __forceinline__ float epilogue_v(float acc{xparams}) {{\n{body}    return {ret};\n}}\n__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col{params}) {{\n    (void)batch; (void)row; (void)col;\n{loads}    return epilogue_v(acc{xnames});\n}}\n",
-        helpers = helpers(false, fast),
-        ret = prev.1
-    );
+    let Sides { mut params, mut args, sides, list, offsets, scalars, scalar_names, .. } = sv;
+    let chain_code = Chain { sides: &list, offsets: &offsets, scalars: &scalar_names, acc: &acc, nodes: &nodes, last: &last.0, before_last: &last.1 };
+    let code = chain_code.code(fast, relu_last);
+    let names: String = (0..sides.len()).map(|i| format!(", e{i}")).chain(scalar_names.iter().map(|n| format!(", {n}"))).collect();
+    if !scalars.is_empty() {
+        let _ = write!(params, ", {}", scalars.list());
+        args.extend(scalars.into_args());
+    }
     Some(Epilogue { nodes: chain.to_vec(), code, params, names, args, sides: Some(sides), relu_last, tap: None })
+}
+
+/// The empty epilogue (C = the accumulator).
+pub fn identity() -> Epilogue {
+    let code = Chain { sides: &[], offsets: &[], scalars: &[], acc: "acc", nodes: &[], last: "acc", before_last: "acc" }.code(false, false);
+    Epilogue { code, sides: Some(Vec::new()), ..Default::default() }
+}
+
+/// The defines of `epilogue.cuh` (see there).
+struct Chain<'a> {
+    /// `X(i, T)` of each side input, and its offset.
+    sides: &'a [String],
+    offsets: &'a [String],
+    /// The scalar parameters' names.
+    scalars: &'a [String],
+    acc: &'a str,
+    /// `X(k, VALUE)` of each node but the last.
+    nodes: &'a [String],
+    last: &'a str,
+    before_last: &'a str,
+}
+
+impl Chain<'_> {
+    /// The epilogue's device code: `epilogue.cuh` instantiated, after the pointwise library.
+    fn code(&self, fast: bool, relu_last: bool) -> String {
+        let mut src = Source::new()
+            .flag("FZ_DOUBLE", false)
+            .flag("PW_FAST", fast)
+            .define("EPI_SIDES(X)", self.sides.join(" "))
+            .define("EPI_SCALARS(X)", self.scalars.iter().map(|n| format!("X({n})")).collect::<Vec<_>>().join(" "))
+            .define("EPI_ACC", self.acc)
+            .define("EPI_NODES(X)", self.nodes.join(" "))
+            .define("EPI_LAST", self.last)
+            .define("EPI_BEFORE_LAST", self.before_last)
+            .flag("EPI_RELU_LAST", relu_last);
+        for (i, off) in self.offsets.iter().enumerate() {
+            src = src.define(&format!("EPI_OFF{i}(b, r, c)"), off);
+        }
+        src.template(ops::CONVERT).template(ops::OPS).template(include_str!("epilogue.cuh")).build()
+    }
 }

@@ -59,10 +59,13 @@ pub struct GemmProblem {
 /// What happens to each accumulator before it is stored: the group's pointwise nodes after the
 /// matmul, as one device function
 /// `__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col EPI_PARAMS)`
-/// (the `code`, which also defines the `fz_*` helpers of `fused/pointwise.rs`), whose extra
+/// (the `code`, `epilogue.cuh` instantiated, which also defines the `fz_*` conversions of
+/// `pointwise/convert.cuh` and the `pw_*` ops of `pointwise/ops.cuh`), whose extra
 /// parameters are declared by `params` (`, const void* __restrict__ e0, ...`: one pointer per
-/// side input, offsets baked in) and passed by `names` (`, e0, ...`); a kernel appends `params`
-/// to its own parameter list and `args` to its own args, and names no variable `e<i>`. `batch`
+/// side input, offsets baked in; then `, float ea0, ...`: the chain's by-value scalars and
+/// attributes) and passed by `names` (`, e0, ..., ea0, ...`); a kernel appends `params` to its
+/// own parameter list and `args` to its own args, and names no variable `e<i>` or `ea<j>`
+/// (`epilogue_v` and `epilogue_u` are macros that pass the `ea<j>` on). `batch`
 /// is the row-major flat index over C's batch dims. An empty epilogue returns `acc`; C's
 /// rounding to its type is the kernel's store.
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -227,11 +230,7 @@ fn tap_candidate(graph: &Graph, out: TensorId, cons: &HashMap<usize, Vec<usize>>
 impl Epilogue {
     /// The empty epilogue (C = the accumulator), with `epilogue_v`.
     pub fn identity() -> Epilogue {
-        Epilogue {
-            code: "__device__ __forceinline__ float epilogue_v(float acc) { return acc; }\n__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col) { (void)batch; (void)row; (void)col; return acc; }\n".into(),
-            sides: Some(Vec::new()),
-            ..Default::default()
-        }
+        epilogue::identity()
     }
 }
 
@@ -641,7 +640,7 @@ mod case_tests {
         let fused = source("fast_gemm_big_tiles_rounds_bias_relu_1100x4000x40_bf16");
         assert!(fused.contains("float epilogue_u(") && fused.contains("bf16x2_relu_bits(v0, v1)"));
         let f32_out = source("fast_gemm_bias_relu_200x136x72_f32_to_f32");
-        assert!(!f32_out.contains("epilogue_u(") && !f32_out.contains("relu_bits(v0"));
+        assert!(!f32_out.contains("#define EPI_RELU_LAST 1") && !f32_out.contains("relu_bits(v0"));
     }
 
     /// The tap cases: on Hopper the reduction of C is the GEMM kernel's (a second launch folds
@@ -694,7 +693,7 @@ mod case_tests {
                 }
                 assert_eq!(units.len(), 1, "{} ({}): {} units", c.name, t.arch, units.len());
                 let src: String = units[0].kernels.launches.iter().map(|l| l.source.clone()).collect();
-                assert!(src.contains("acc *= "), "{}", c.name);
+                assert!(src.lines().any(|l| l.starts_with("#define EPI_ACC ") && l.contains("acc * ")), "{}", c.name);
                 let wgmma = src.contains(if fp8 { "k32.f32.e4m3.e4m3" } else { "wgmma.mma_async" });
                 assert_eq!(wgmma, t.hopper(), "{} ({})", c.name, t.arch);
             }

@@ -114,7 +114,8 @@ pub enum Arg {
     /// every value.
     F32(f32),
     /// The value of by-value scalar tensor `tensor` (the graph's, or the variant pack's when the
-    /// graph gives none), as a `double` parameter when `double`, else a `float`.
+    /// graph gives none), rounded to the tensor's type (as the CPU engine reads it), as a `double`
+    /// parameter when `double`, else a `float`.
     Scalar {
         tensor: TensorId,
         double: bool,
