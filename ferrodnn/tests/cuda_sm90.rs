@@ -4,9 +4,9 @@
 //! With FERRODNN_SM90_TIMING=1 it also prints TFLOP/s of the large shapes (no assertion on
 //! speed: that lives in the benchmark harness).
 
-use ferrodnn::engine::cuda::kernel::{kernel_text, Arg, Grid};
 use ferrodnn::engine::cuda::gemm::sm90;
 use ferrodnn::engine::cuda::gemm::{epilogue, Epilogue, GemmProblem, Operand};
+use ferrodnn::engine::cuda::kernel::{kernel_text, Arg, Grid};
 use ferrodnn::engine::cuda::{compile_cubin, gpu_available, CompileOptions, CudaDevice, Event, Module, Target};
 use ferrodnn::graph::TensorId;
 use ferrodnn::testing::SplitMix64;

@@ -13,7 +13,7 @@ pub mod sm80;
 pub mod sm90;
 pub mod tune;
 
-use super::kernel::{Arg, Options, Target, Unit};
+use super::kernel::{Arg, Options, Signature, Target, Unit};
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::graph::ops::pointwise::PointwiseMode;
@@ -227,11 +227,7 @@ fn tap_candidate(graph: &Graph, out: TensorId, cons: &HashMap<usize, Vec<usize>>
 impl Epilogue {
     /// The empty epilogue (C = the accumulator), with `epilogue_v`.
     pub fn identity() -> Epilogue {
-        Epilogue {
-            code: "__device__ __forceinline__ float epilogue_v(float acc) { return acc; }\n__device__ __forceinline__ float epilogue(float acc, long long batch, long long row, long long col) { (void)batch; (void)row; (void)col; return acc; }\n".into(),
-            sides: Some(Vec::new()),
-            ..Default::default()
-        }
+        Epilogue { code: include_str!("epilogue_identity.cuh").into(), sides: Some(Vec::new()), ..Default::default() }
     }
 }
 
@@ -366,6 +362,24 @@ fn plan_group(graph: &Graph, nodes: &[usize], target: &Target, options: &Options
 
 fn dtype(graph: &Graph, id: TensorId) -> DataType {
     graph.resolved_data_type(id).unwrap_or(DataType::F32)
+}
+
+/// What every GEMM template reads first (`common.cuh`): the data type codes.
+const COMMON: &str = include_str!("common.cuh");
+
+/// A data type as the GEMM templates name it (`common.cuh`): `DT_bf16`, `DT_fp8_e4m3`, ...
+fn dt_code(dt: DataType) -> String {
+    format!("DT_{}", dt.name())
+}
+
+/// The epilogue's extra parameters (`Epilogue::params`: one declaration per argument of
+/// `Epilogue::args`) appended to a kernel's signature.
+fn epilogue_params(sig: &mut Signature, epi: &Epilogue) {
+    let decls: Vec<&str> = epi.params.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+    debug_assert_eq!(decls.len(), epi.args.len(), "epilogue parameters `{}` for {} arguments", epi.params, epi.args.len());
+    for (decl, arg) in decls.into_iter().zip(&epi.args) {
+        sig.param(decl, arg.clone());
+    }
 }
 
 /// Types an epilogue reads side inputs in, and keeps intermediate values in.
@@ -639,9 +653,9 @@ mod case_tests {
             units.iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
         };
         let fused = source("fast_gemm_big_tiles_rounds_bias_relu_1100x4000x40_bf16");
-        assert!(fused.contains("float epilogue_u(") && fused.contains("bf16x2_relu_bits(v0, v1)"));
+        assert!(fused.contains("float epilogue_u(") && fused.contains("#define GEMM_RELU_CVT 1\n") && fused.contains("#define GEMM_C DT_bf16\n"));
         let f32_out = source("fast_gemm_bias_relu_200x136x72_f32_to_f32");
-        assert!(!f32_out.contains("epilogue_u(") && !f32_out.contains("relu_bits(v0"));
+        assert!(!f32_out.contains("epilogue_u(") && !f32_out.contains("#define GEMM_RELU_CVT 1\n"));
     }
 
     /// The tap cases: on Hopper the reduction of C is the GEMM kernel's (a second launch folds
@@ -695,7 +709,8 @@ mod case_tests {
                 assert_eq!(units.len(), 1, "{} ({}): {} units", c.name, t.arch, units.len());
                 let src: String = units[0].kernels.launches.iter().map(|l| l.source.clone()).collect();
                 assert!(src.contains("acc *= "), "{}", c.name);
-                let wgmma = src.contains(if fp8 { "k32.f32.e4m3.e4m3" } else { "wgmma.mma_async" });
+                let e4m3 = src.contains("#define GEMM_A DT_fp8_e4m3\n") && src.contains("#define GEMM_B DT_fp8_e4m3\n");
+                let wgmma = src.contains("wgmma.mma_async") && (!fp8 || e4m3);
                 assert_eq!(wgmma, t.hopper(), "{} ({})", c.name, t.arch);
             }
             seen += 1;
@@ -708,7 +723,11 @@ mod case_tests {
     #[test]
     fn tf32_option_changes_only_f32_gemms() {
         let sources = |g: &crate::Graph, t: &Target, tf32: bool| -> Vec<String> {
-            crate::engine::cuda::planner::units(g, t, &Options::default().with_tf32(tf32), true).unwrap().iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
+            crate::engine::cuda::planner::units(g, t, &Options::default().with_tf32(tf32), true)
+                .unwrap()
+                .iter()
+                .flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone()))
+                .collect()
         };
         let (mut f32s, mut others) = (0, 0);
         for c in cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
@@ -740,7 +759,8 @@ mod case_tests {
             let mut g = c.graph.clone();
             g.validate().unwrap();
             let units = crate::engine::cuda::planner::units(&g, &t, &Options::default().with_tf32(true), true).unwrap();
-            assert!(units.iter().any(|u| u.kernels.launches.iter().any(|l| l.source.contains("k8.f32.tf32.tf32"))), "{}: no wgmma tf32 kernel", c.name);
+            let tf32 = |l: &crate::engine::cuda::kernel::Launch| l.entry.contains("gemm_sm90") && l.source.contains("#define GEMM_A DT_f32\n");
+            assert!(units.iter().any(|u| u.kernels.launches.iter().any(tf32)), "{}: no wgmma tf32 kernel", c.name);
         }
     }
 
@@ -778,7 +798,7 @@ mod case_tests {
             let gemm = units.iter().find(|u| u.kernels.launches.iter().any(|l| l.entry.contains("gemm_sm90"))).unwrap_or_else(|| panic!("{}: no wgmma kernel", c.name));
             assert_eq!(gemm.kernels.launches.len(), 1, "{}: a split", c.name);
             let src = &gemm.kernels.launches[0].source;
-            assert!(src.contains("m64n16k16") || src.contains("m64n32k16"), "{}", c.name);
+            assert!(src.contains("#define GEMM_BN 16\n") || src.contains("#define GEMM_BN 32\n"), "{}", c.name);
             seen += 1;
         }
         assert_eq!(seen, 4);
