@@ -12,9 +12,8 @@
 //   GEMM_STAGES, GEMM_STAGE_BYTES  the pipeline's stages and the bytes of one (A's BM x BK, then B)
 //   GEMM_C_BYTES          shared memory after the stages for C (TMA store) or the second
 //                         consumer's sums (64-row tiles)
-//   GEMM_KT, GEMM_TILES_M, GEMM_TILES_N, GEMM_GROUP_M  k tiles; tile rows (of clusters) and columns;
-//                         tile rows a group of the tile order walks together
-//   GEMM_CM               CTAs a cluster along M (1, or 2 with B multicast)
+//   GEMM_KT, GEMM_TILES_M, GEMM_TILES_N, GEMM_GROUP_M  k tiles; tile rows and columns; tile rows a
+//                         group of the tile order walks together
 //   GEMM_A_MN, GEMM_B_MN  1: A M-major, B N-major in shared memory (else K-major)
 //   GEMM_A3, GEMM_B3      true: the operand's TMA map has a batch coordinate
 //   GEMM_TMA_STORE        1: C (16-bit, row-major) stored through shared memory with TMA
@@ -25,9 +24,9 @@
 //   GEMM_TAP              1: the tap's partials (TAP_AXES) to `tpart`
 
 #define STAGES GEMM_STAGES
-// (The constants below are globals of the kernel's PTX, as they have always been.)
-// TILES_M counts cluster rows of tiles: CM CTAs of a cluster take CM adjacent tile rows.
-static constexpr int CM = GEMM_CM, KT = GEMM_KT, TILES_M = GEMM_TILES_M, TILES_N = GEMM_TILES_N, GROUP_M = GEMM_GROUP_M;
+// The constants below are globals of the kernel's PTX (as every namespace-scope variable is): they
+// stay as they have always been, CM (the CTAs of a cluster: always 1, read by nothing) included.
+static constexpr int CM = 1, KT = GEMM_KT, TILES_M = GEMM_TILES_M, TILES_N = GEMM_TILES_N, GROUP_M = GEMM_GROUP_M;
 static constexpr int SPLITS = GEMM_SPLITS;
 static constexpr long long TILES = (long long)GEMM_BATCH * GEMM_TILES_M * GEMM_TILES_N * SPLITS;
 static constexpr unsigned A_BYTES = GEMM_BM * 128u, STAGE_BYTES = GEMM_STAGE_BYTES;
@@ -40,40 +39,19 @@ static constexpr unsigned A_BYTES = GEMM_BM * 128u, STAGE_BYTES = GEMM_STAGE_BYT
 // A M-major: chunks of one swizzle span of m (64 16-bit or 32 f32 elements) by BK k rows.
 #define A_SPAN (128 / DT_SIZE(GEMM_A))
 #define A_CHUNK (128u * GEMM_BK)
-// The consumers' arrivals a stage's "empty" barrier waits for.
-#define EMPTY_COUNT (GEMM_CM == 1 ? 256u : 8u * GEMM_CM)
 
-__device__ __forceinline__ unsigned cta_rank() {
-    if (CM == 1) return 0u;
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// A consumer is done with a stage: every thread arrives on this CTA's "empty" barrier, or,
-// in a cluster, one lane per warp arrives on the barrier of every CTA of the cluster (each
-// producer multicasts into all of them, so it waits for all of their consumers).
-// The arrive is a release at CTA scope (the default): the consumers only read the stage, and
-// the producer's next TMA write is ordered after the barrier completes; a cluster-scope
-// release would fence every k step.
+// A consumer is done with a stage: every thread of both consumers arrives on the stage's "empty"
+// barrier. The arrive is a release at CTA scope (the default): the consumers only read the stage,
+// and the producer's next TMA write is ordered after the barrier completes. (`lane` is not read:
+// the tf32 main loop's lambda capturing it keeps that kernel's PTX as it was.)
 __device__ __forceinline__ void release_stage(unsigned bar, int lane) {
-    if (CM == 1) {
-        mbar_arrive(bar);
-    } else {
-        __syncwarp();
-        if (lane == 0) {
-            for (unsigned cta = 0; cta < CM; ++cta) {
-                asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [remote];\n}" :: "r"(bar), "r"(cta) : "memory");
-            }
-        }
-    }
+    (void)lane;
+    mbar_arrive(bar);
 }
 
 // Work item `t`: split SPLITS ways along k (k tiles [k0, k1)), then output tiles in grouped
 // order: GROUP_M tiles down M, then the next column; batches outermost.
-__device__ __forceinline__ void tile_coords(long long t, int rank, int& bt, int& tm, int& tn, int& k0, int& k1) {
+__device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& tn, int& k0, int& k1) {
     const int sp = (int)(t % SPLITS);
     t /= SPLITS;
     k0 = (int)((long long)sp * KT / SPLITS);
@@ -86,7 +64,7 @@ __device__ __forceinline__ void tile_coords(long long t, int rank, int& bt, int&
     const int first_m = g * GROUP_M;
     const int gm = min(TILES_M - first_m, GROUP_M);
     const int in_group = r - g * per_group;
-    tm = (first_m + in_group % gm) * CM + rank;
+    tm = first_m + in_group % gm;
     tn = in_group / gm;
 }
 
@@ -275,16 +253,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(bars + 8u * s, 1u);
-            mbar_init(bars + 8u * (STAGES + s), EMPTY_COUNT);
+            mbar_init(bars + 8u * (STAGES + s), 256u);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-#if GEMM_CM > 1
-    cluster_sync();
-#else
     __syncthreads();
-#endif
-    const int rank = (int)cta_rank();
     if (wg == 0) {
         // Producer.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
@@ -293,9 +266,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tb) : "memory");
             int s = 0;
             unsigned phase = 0;
-            for (long long t = blockIdx.x / CM; t < TILES; t += gridDim.x / CM) {
+            for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
                 int bt, tm, tn, k0, k1;
-                tile_coords(t, rank, bt, tm, tn, k0, k1);
+                tile_coords(t, bt, tm, tn, k0, k1);
                 for (int kt = k0; kt < k1; ++kt) {
                     mbar_wait(bars + 8u * (STAGES + s), phase ^ 1u);
                     const unsigned full = bars + 8u * s;
@@ -307,13 +280,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
 #else
                     tma_load(sa, &ta, full, kt * BK, tm * BM, bt, GEMM_A3);
 #endif
-#if GEMM_CM > 1 && GEMM_B_MN
-                    // Cluster: this CTA's half of B (64-wide chunks for N-major, rows of n for
-                    // K-major), multicast into both CTAs at the same offsets.
-                    for (int q = rank * (BN / 128); q < (rank + 1) * (BN / 128); ++q) tma_load_mc(sb + q * 8192u, &tb, full, tn * BN + q * 64, kt * BK, bt, GEMM_B3, (unsigned short)3);
-#elif GEMM_CM > 1
-                    tma_load_mc(sb + rank * (BN / 2 * 128u), &tb, full, kt * BK, tn * BN + rank * (BN / 2), bt, GEMM_B3, (unsigned short)3);
-#elif GEMM_B_MN
+#if GEMM_B_MN
                     for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, kt * BK, bt, GEMM_B3);
 #else
                     tma_load(sb, &tb, full, kt * BK, tn * BN, bt, GEMM_B3);
@@ -345,9 +312,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         for (int i = 0; i < ND; ++i) d[i] = 0.f;
         int s = 0;
         unsigned phase = 0;
-        for (long long t = blockIdx.x / CM; t < TILES; t += gridDim.x / CM) {
+        for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
             int bt, tm, tn, k0, k1;
-            tile_coords(t, rank, bt, tm, tn, k0, k1);
+            tile_coords(t, bt, tm, tn, k0, k1);
             int prev = 0;
 #if GEMM_RS
             // A's fragments (tf32-rounded) from its M-major stage (chunks of 32 rows x 32 k
@@ -559,7 +526,4 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
     }
-#if GEMM_CM > 1
-    cluster_sync();
-#endif
 }

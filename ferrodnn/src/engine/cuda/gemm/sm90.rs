@@ -90,10 +90,6 @@ pub struct Config {
     /// a second launch adds them in order, so few-tile problems (decode: M = 16) still keep
     /// every SM streaming.
     pub splits: usize,
-    /// CTAs per cluster along M (1 or 2): a pair of CTAs computes two tiles in the same
-    /// columns, each loading its own A and half of the shared B tile, multicast by TMA into
-    /// both CTAs' shared memory, which halves B's traffic from L2.
-    pub cluster_m: usize,
     /// Rows of A per CTA tile: 128 (each consumer warpgroup owns 64 rows), or 64 (both
     /// consumers compute the same 64 rows, each over half of every stage's k steps, and the
     /// second adds its sums into the first's through shared memory before the epilogue).
@@ -120,9 +116,9 @@ impl Config {
         }
     }
     /// The kernel of this configuration can fold a reduction of C in (a [`Tap`]): one launch
-    /// over C's own 128-row tiles, no split of k, no C^T, no cluster.
+    /// over C's own 128-row tiles, no split of k, no C^T.
     fn folds_tap(&self) -> bool {
-        self.splits == 1 && !self.swap && self.bm == BM && self.cluster_m == 1
+        self.splits == 1 && !self.swap && self.bm == BM
     }
     /// This configuration with as many stages (2 to 8) as fit in 227 KiB of shared memory.
     fn with_most_stages(mut self) -> Config {
@@ -159,14 +155,14 @@ pub fn choose(p: &GemmProblem, target: &Target, options: &Options) -> Config {
 
 /// The configurations an autotuning times for `p`, the heuristic's first: 128- and 256-wide
 /// tiles, each in groups of 4, 8 and 16 tiles down M (the heuristic's as well), as many stages as
-/// fit. Only the heuristic's where it splits k, computes C^T or uses clusters.
+/// fit. Only the heuristic's where it splits k or computes C^T.
 pub fn tuning_configs(p: &GemmProblem, target: &Target) -> Vec<Config> {
     tuning_configs_of(p, heuristic(p, target))
 }
 
 fn tuning_configs_of(p: &GemmProblem, base: Config) -> Vec<Config> {
     let mut v = vec![base];
-    if base.splits != 1 || base.swap || base.cluster_m != 1 || base.bm != BM {
+    if base.splits != 1 || base.swap || base.bm != BM {
         return v;
     }
     let widths: &[usize] = if p.n > 128 { &[256, 128] } else { &[128] };
@@ -188,53 +184,49 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     let sms = target.sm_count.max(1) as usize;
     // BN 256 halves the B traffic per flop, but leaves SMs idle when tiles are few, and short
     // k loops (K <= 256) gain more from more tiles than from wider ones.
-    // (64-wide tiles for decode, M <= 64, instead of a 2-way split k measured slower: 32.1 vs
-    // 40.4 TFLOP/s at 16 x 8192 x 8192, bench/NOTES.md session 11; their 8 KiB B stages keep
-    // less of B in flight per SM.)
+    // (64-wide tiles for decode, M <= 64, instead of a 2-way split k measured slower on the
+    // H100: 32.1 vs 40.4 TFLOP/s at 16 x 8192 x 8192; their 8 KiB B stages keep less of B in
+    // flight per SM.)
     let bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
     let kt = p.k.div_ceil(bk(p.a.dtype));
     let t0 = tiles(bn);
     let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
     let tma_store = splits == 1 && tma_store_ok(p);
-    // Clusters of two with B multicast are correct but measured slower than single CTAs: 2.3x
-    // in session 9, 2.5% in session 20 (launching only the clusters that fit; bench/NOTES.md):
-    // off.
-    let cluster_m = 1;
-    let cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, cluster_m, bm: BM, swap: false };
+    // (Clusters of two CTAs sharing B by TMA multicast measured slower on the H100 than single
+    // CTAs, 2.5% even launching only the clusters that fit: there is no cluster variant.)
+    let cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, bm: BM, swap: false };
     // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T,
     // 64-row tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles, no reduce launch),
     // and each stage carries 2 or 4 KiB of A instead of 16. Eight stages (80 KiB): 6, 12 and 16
-    // measured 1-3% slower (bench/NOTES.md, session 14).
-    // `FERRODNN_GEMM_SWAP=0` (tuning only) keeps decode on split 128-row tiles; a number sets
-    // the swapped kernel's stages.
-    let swap_env: Option<usize> = std::env::var("FERRODNN_GEMM_SWAP").ok().and_then(|v| v.parse().ok());
-    if p.m <= 32 && !tf32(p) && 8 * p.batch * p.n.div_ceil(64) >= 7 * sms && swap_env != Some(0) && swap_ok(p) {
+    // measured 1-3% slower on the H100.
+    if p.m <= 32 && !tf32(p) && 8 * p.batch * p.n.div_ceil(64) >= 7 * sms && swap_ok(p) {
         let bn = if p.m <= 16 { 16 } else { 32 };
-        let stages = swap_env.unwrap_or(8).clamp(2, 16);
-        return Config { bn, stages, group_m: 1, tma_store: false, splits: 1, cluster_m: 1, bm: 64, swap: true };
+        return Config { bn, stages: 8, group_m: 1, tma_store: false, splits: 1, bm: 64, swap: true };
     }
     // tf32 with B N-major: C^T = B^T A^T with B^T's fragments loaded from shared memory into
     // registers (`rs`), where the tiles are enough for every SM without a split of k; else B's
     // transposed copy (split k needs it).
-    if b_transposed(p) && rs_ok(p) && std::env::var("FERRODNN_GEMM_TF32_RS").map_or(true, |v| v != "0") {
+    if b_transposed(p) && rs_ok(p) {
         let q = swapped(p);
         let tiles = |bn: usize| q.batch * q.m.div_ceil(BM) * q.n.div_ceil(bn);
         if 2 * tiles(128) > sms || kt < 8 {
             let bn = if q.n > 128 && tiles(256) >= sms && q.k > 256 { 256 } else { 128 };
-            return Config { bn, stages: 2, group_m: q.m.div_ceil(BM).clamp(1, group_m(&q)), tma_store: false, splits: 1, cluster_m: 1, bm: BM, swap: true }.with_most_stages();
+            return Config { bn, stages: 2, group_m: q.m.div_ceil(BM).clamp(1, group_m(&q)), tma_store: false, splits: 1, bm: BM, swap: true }.with_most_stages();
         }
     }
     cfg.with_most_stages()
 }
 
-/// Tiles down M per group of the tile order (at most; `FERRODNN_GEMM_GROUP_M` sets it, for
-/// tuning): 16 for long k loops, 4 up to K = 4096, where the 132 tiles in flight then cover
-/// whole rows of tiles (measured on the H100, bench/NOTES.md: 16384x4096x1024 +2.9%, with bias
-/// + relu +2.3%, session 20; 4096^3 +0.3%, with bias + relu +0.4%, session 21; 8192^3, fp16
-/// and tf32 slower with 4).
+/// Tiles down M per group of the tile order (at most): 16 for long k loops, 4 up to K = 4096,
+/// where the 132 tiles in flight then cover whole rows of tiles (measured on the H100:
+/// 16384x4096x1024 +2.9%, with bias + relu +2.3%; 4096^3 +0.3%, with bias + relu +0.4%; 8192^3,
+/// fp16 and tf32 slower with 4).
 fn group_m(p: &GemmProblem) -> usize {
-    let env = std::env::var("FERRODNN_GEMM_GROUP_M").ok().and_then(|v| v.parse().ok()).filter(|&g| g >= 1);
-    env.unwrap_or(if p.k <= 4096 { 4 } else { 16 })
+    if p.k <= 4096 {
+        4
+    } else {
+        16
+    }
 }
 
 /// tf32 with B N-major can run as C^T = B^T A^T with B^T from registers: both operands
@@ -333,7 +325,7 @@ fn reject_as(p: &GemmProblem, target: &Target, rs: bool) -> Option<String> {
 /// fp8 inputs (e4m3 or e5m2, each operand its own) that may accumulate in the tensor cores'
 /// adder (`GemmProblem::fast_fp8`): `wgmma ... k32` at twice the 16-bit rate, both operands
 /// K-major. (Its sums keep fewer bits than f32: relative errors of 7e-5 at K = 96 and 3e-4 at
-/// K = 4096 against the CPU engine's f32 sums, measured on the H100, bench/NOTES.md session 22.)
+/// K = 4096 against the CPU engine's f32 sums, measured on the H100.)
 fn fp8(p: &GemmProblem) -> bool {
     p.a.dtype.is_fp8() && p.b.dtype.is_fp8() && p.fast_fp8
 }
@@ -458,23 +450,14 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
 /// The launches of the problem the kernel computes (with `cfg.swap`, the swapped one).
 fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
     let kt = p.k.div_ceil(bk(p.a.dtype));
-    let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.cluster_m != 1 || cfg.swap)) || !matches!(cfg.cluster_m, 1 | 2);
+    let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.swap));
     // 64-row tiles: one CTA per tile, 16-bit, B K-major for the narrow widths, no TMA store.
     let bad_bm = match cfg.bm {
         128 => !matches!(cfg.bn, 64 | 128 | 256),
-        64 => !matches!(cfg.bn, 16 | 32 | 64 | 128) || cfg.cluster_m != 1 || cfg.tma_store || tf32(p) || (cfg.bn < 64 && major(&p.b, false) != Some(Major::K)),
+        64 => !matches!(cfg.bn, 16 | 32 | 64 | 128) || cfg.tma_store || tf32(p) || (cfg.bn < 64 && major(&p.b, false) != Some(Major::K)),
         _ => true,
     };
-    if reject_as(p, target, cfg.swap && tf32(p)).is_some()
-        || (cfg.tma_store && !tma_store_ok(p))
-        || bad_bm
-        || cfg.shared_bytes() > 227 * 1024
-        || bad_split
-        || (cfg.bn == 64 && cfg.cluster_m != 1)
-    {
-        return None;
-    }
-    if tf32(p) && cfg.cluster_m != 1 {
+    if reject_as(p, target, cfg.swap && tf32(p)).is_some() || (cfg.tma_store && !tma_store_ok(p)) || bad_bm || cfg.shared_bytes() > 227 * 1024 || bad_split {
         return None;
     }
     // A tap needs one launch over C's own tiles and the side-value epilogue.
@@ -491,14 +474,12 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
     }
     let (ma, mb) = (major(&p.a, true)?, major(&b, false)?);
     let ta = tma_of(&p.a, true, cfg.bm, p.batch);
-    // With a cluster, each CTA loads (and multicasts) its share of B.
-    let tb = tma_of(&b, false, cfg.bn / cfg.cluster_m, p.batch);
+    let tb = tma_of(&b, false, cfg.bn, p.batch);
     if ta.check().is_err() || tb.check().is_err() {
         return None;
     }
-    let cm = cfg.cluster_m;
-    let tiles = p.batch * p.m.div_ceil(cfg.bm).div_ceil(cm) * p.n.div_ceil(cfg.bn) * cfg.splits;
-    let grid = (tiles * cm).min(target.sm_count.max(1) as usize / cm * cm).max(cm) as u32;
+    let tiles = p.batch * p.m.div_ceil(cfg.bm) * p.n.div_ceil(cfg.bn) * cfg.splits;
+    let grid = tiles.min(target.sm_count.max(1) as usize).max(1) as u32;
     let (a3, b3) = (ta.dims.len() == 3, tb.dims.len() == 3);
     let tb_arg = if b_transposed(p) { Arg::ScratchTensorMap(0, Box::new(tb)) } else { Arg::TensorMap(Box::new(tb)) };
     let mut sig = Signature::new();
@@ -529,7 +510,7 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         block: 384,
         shared_bytes: cfg.shared_bytes() as u32,
         args: sig.into_args(),
-        cluster: (cfg.cluster_m > 1).then_some((cfg.cluster_m as u32, 1, 1)),
+        cluster: None,
         pdl: if cfg.splits == 1 && !cfg.swap { Pdl::Independent } else { Pdl::Dependent },
     };
     launches.push(launch);
@@ -769,7 +750,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     // A last relu applied by the TMA-store epilogue's conversion (one instruction a pair instead
     // of two a value: the bias + relu epilogue is 420 SASS instructions instead of 655).
     // (`relu_last` comes only with the side inputs' layouts, so the epilogue is hoisted then.)
-    let relu_cvt = epi.relu_last && cfg.tma_store && !std::env::var("FERRODNN_GEMM_RELU_CVT").is_ok_and(|v| v == "0");
+    let relu_cvt = epi.relu_last && cfg.tma_store;
     let sides = hoisted_sides(epi, cfg);
     let mut src = common_defines(Source::new().entry(entry, sig), p, epi, cfg.splits, cfg.swap)
         .define("GEMM_A", dt_code(p.a.dtype))
@@ -786,10 +767,9 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         .define("GEMM_STAGE_BYTES", cfg.stage_bytes())
         .define("GEMM_C_BYTES", cfg.c_bytes())
         .define("GEMM_KT", p.k.div_ceil(bk(p.a.dtype)))
-        .define("GEMM_TILES_M", p.m.div_ceil(cfg.bm).div_ceil(cfg.cluster_m))
+        .define("GEMM_TILES_M", p.m.div_ceil(cfg.bm))
         .define("GEMM_TILES_N", p.n.div_ceil(cfg.bn))
         .define("GEMM_GROUP_M", cfg.group_m)
-        .define("GEMM_CM", cfg.cluster_m)
         .flag("GEMM_TMA_STORE", cfg.tma_store)
         .flag("GEMM_RELU_CVT", relu_cvt)
         .flag("GEMM_HOISTED", sides.is_some())
