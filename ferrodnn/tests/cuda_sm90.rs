@@ -171,28 +171,14 @@ fn run_with(dev: &std::sync::Arc<CudaDevice>, c: &Case, sample: Option<usize>, t
             let mut w = words[i].clone();
             let mut params: Vec<*mut c_void> = m.iter_mut().map(|m| m as *mut _ as *mut c_void).collect();
             params.extend(w.iter_mut().map(|w| w as *mut u64 as *mut c_void));
-            let mut grid = match l.grid {
+            let grid = match l.grid {
                 Grid::Exact(x, y, z) => (x, y, z),
                 Grid::Cover(threads) => (threads.div_ceil(l.block as u64).clamp(1, dev.sm_count() as u64 * 32) as u32, 1, 1),
             };
-            // As the engine does: a persistent cluster kernel gets the clusters that fit.
-            if let Some(cl) = l.cluster {
-                let fit = f.max_active_clusters((l.block, 1, 1), cl, l.shared_bytes);
-                if std::env::var_os("FERRODNN_SM90_TIMING").is_some() {
-                    eprintln!("      cluster {cl:?}: {fit:?} clusters fit, grid {grid:?}");
-                }
-                if let Some(fit) = fit {
-                    grid.0 = grid.0.min(fit * cl.0).max(cl.0);
-                }
-            }
             // SAFETY: the params match the kernel's parameters (maps first, then pointers and
             // words, as the generator orders them); the buffers hold the problem's whole extents
             // and outlive the launches (we synchronize before dropping them).
-            match l.cluster {
-                // SAFETY: as below.
-                Some(cl) => unsafe { f.launch_cluster(&stream, grid, (l.block, 1, 1), cl, l.shared_bytes, &mut params) }.expect("cluster launch"),
-                None => unsafe { f.launch(&stream, grid, (l.block, 1, 1), l.shared_bytes, &mut params) }.expect("launch"),
-            }
+            unsafe { f.launch(&stream, grid, (l.block, 1, 1), l.shared_bytes, &mut params) }.expect("launch");
         }
     };
     launch();
@@ -313,15 +299,6 @@ fn sm90_gemm_matches_f64_reference() {
             assert!(err < 8e-3, "rel err {err}");
         }
     }
-    // The same cases with 2-CTA clusters (B multicast) where they have more than one tile row.
-    let target = Target::new(&dev.arch(), dev.sm_count());
-    for c in small.iter().filter(|c| c.m > 128) {
-        let cfg = sm90::Config { cluster_m: 2, splits: 1, ..sm90::choose(&problem(c), &target, &Default::default()) };
-        let (err, _) = run(&dev, c, None, false, Some(cfg));
-        let tol = if c.out == DataType::F32 { 1e-5 } else { 8e-3 };
-        eprintln!("{}x{}x{}x{} a_kmajor {} b_kmajor {} {} cluster 2: rel err {err:.2e}", c.batch, c.m, c.n, c.k, c.a_kmajor, c.b_kmajor, c.out);
-        assert!(err < tol, "rel err {err} >= {tol}");
-    }
     let big = [
         Case { batch: 1, m: 8192, n: 8192, k: 8192, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
         Case { batch: 1, m: 4096, n: 4096, k: 4096, a_kmajor: true, b_kmajor: false, out: DataType::Bf16, tf32: false },
@@ -361,15 +338,13 @@ fn sm90_gemm_matches_f64_reference() {
             // Other configurations, for tuning the heuristic.
             let target = Target::new(&dev.arch(), dev.sm_count());
             let base = sm90::choose(&problem(c), &target, &Default::default());
-            for (bn, stages, tma_store, splits, cluster_m) in
-                [(256, 3, true, 1, 2), (256, 4, false, 1, 1), (128, 6, true, 1, 1), (128, 7, false, 4, 1), (128, 6, false, 2, 1), (64, 8, true, 1, 1)]
-            {
-                let cfg = sm90::Config { bn, stages, tma_store, splits, cluster_m, bm: 128, swap: false, ..base };
+            for (bn, stages, tma_store, splits) in [(256, 4, false, 1), (128, 6, true, 1), (128, 7, false, 4), (128, 6, false, 2), (64, 8, true, 1)] {
+                let cfg = sm90::Config { bn, stages, tma_store, splits, bm: 128, swap: false, ..base };
                 if cfg == base || sm90::kernels_with(&problem(c), &identity(), &target, "gemm_probe", cfg).is_none() {
                     continue;
                 }
                 let (err, tflops) = run(&dev, c, Some(64), true, Some(cfg));
-                eprintln!("    bn {bn} stages {stages} tma_store {tma_store} splits {splits} cluster {cluster_m}: rel err {err:.2e}, TFLOP/s {:.1}", tflops.unwrap_or(0.0));
+                eprintln!("    bn {bn} stages {stages} tma_store {tma_store} splits {splits}: rel err {err:.2e}, TFLOP/s {:.1}", tflops.unwrap_or(0.0));
                 assert!(err < 8e-3, "rel err {err}");
             }
         }

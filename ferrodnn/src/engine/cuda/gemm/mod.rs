@@ -13,7 +13,7 @@ pub mod sm80;
 pub mod sm90;
 pub mod tune;
 
-use super::kernel::{Arg, Options, Target, Unit};
+use super::kernel::{Arg, Options, Signature, Target, Unit};
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::graph::ops::pointwise::PointwiseMode;
@@ -367,6 +367,24 @@ fn dtype(graph: &Graph, id: TensorId) -> DataType {
     graph.resolved_data_type(id).unwrap_or(DataType::F32)
 }
 
+/// What every GEMM template reads first (`common.cuh`): the data type codes.
+const COMMON: &str = include_str!("common.cuh");
+
+/// A data type as the GEMM templates name it (`common.cuh`): `DT_bf16`, `DT_fp8_e4m3`, ...
+fn dt_code(dt: DataType) -> String {
+    format!("DT_{}", dt.name())
+}
+
+/// The epilogue's extra parameters (`Epilogue::params`: one declaration per argument of
+/// `Epilogue::args`) appended to a kernel's signature.
+fn epilogue_params(sig: &mut Signature, epi: &Epilogue) {
+    let decls: Vec<&str> = epi.params.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+    debug_assert_eq!(decls.len(), epi.args.len(), "epilogue parameters `{}` for {} arguments", epi.params, epi.args.len());
+    for (decl, arg) in decls.into_iter().zip(&epi.args) {
+        sig.param(decl, arg.clone());
+    }
+}
+
 /// Types an epilogue reads side inputs in, and keeps intermediate values in.
 fn side_type(dt: DataType) -> bool {
     matches!(dt, DataType::F32 | DataType::F16 | DataType::Bf16)
@@ -592,8 +610,7 @@ mod case_tests {
     use crate::engine::cuda::kernel::{Options, Target};
     use crate::testing::cases;
 
-    /// Which kernels each GEMM case runs (`GEMM_PRINT=1` prints them, `GEMM_SOURCE=<case>` the
-    /// sources of one case).
+    /// Most GEMM cases run on the tensor-core path, every `fast_gemm_` case whose types it takes.
     #[test]
     fn gemm_cases_take_the_tensor_core_path() {
         let target = Target::sm90a();
@@ -607,17 +624,6 @@ mod case_tests {
             let gemm = entries.iter().any(|e| e.contains("gemm"));
             all += 1;
             taken += gemm as usize;
-            if std::env::var_os("GEMM_PRINT").is_some() {
-                let alt = units.iter().filter(|u| u.unaligned.is_some()).count();
-                println!("{:<60} {} units={} alt={alt} {:?}", c.name, if gemm { "GEMM" } else { "    " }, units.len(), entries);
-            }
-            if std::env::var("GEMM_SOURCE").is_ok_and(|s| s == c.name) {
-                for u in &units {
-                    for l in &u.kernels.launches {
-                        println!("// ===== {} grid {:?} block {} smem {}\n{}", l.entry, l.grid, l.block, l.shared_bytes, l.source);
-                    }
-                }
-            }
             let expect_fallback = ["no_flatten", "_f64", "i8", "u8", "i32", "i64"].iter().any(|s| c.name.contains(s));
             if c.name.starts_with("fast_gemm_") && !expect_fallback {
                 assert!(gemm, "{}: no GEMM kernel", c.name);
@@ -638,9 +644,9 @@ mod case_tests {
             units.iter().flat_map(|u| u.kernels.launches.iter().map(|l| l.source.clone())).collect()
         };
         let fused = source("fast_gemm_big_tiles_rounds_bias_relu_1100x4000x40_bf16");
-        assert!(fused.contains("float epilogue_u(") && fused.contains("bf16x2_relu_bits(v0, v1)"));
+        assert!(fused.contains("float epilogue_u(") && fused.contains("#define GEMM_RELU_CVT 1\n") && fused.contains("#define GEMM_C DT_bf16\n"));
         let f32_out = source("fast_gemm_bias_relu_200x136x72_f32_to_f32");
-        assert!(!f32_out.contains("#define EPI_RELU_LAST 1") && !f32_out.contains("relu_bits(v0"));
+        assert!(!f32_out.contains("#define EPI_RELU_LAST 1") && !f32_out.contains("#define GEMM_RELU_CVT 1\n"));
     }
 
     /// The tap cases: on Hopper the reduction of C is the GEMM kernel's (a second launch folds
@@ -694,7 +700,8 @@ mod case_tests {
                 assert_eq!(units.len(), 1, "{} ({}): {} units", c.name, t.arch, units.len());
                 let src: String = units[0].kernels.launches.iter().map(|l| l.source.clone()).collect();
                 assert!(src.lines().any(|l| l.starts_with("#define EPI_ACC ") && l.contains("acc * ")), "{}", c.name);
-                let wgmma = src.contains(if fp8 { "k32.f32.e4m3.e4m3" } else { "wgmma.mma_async" });
+                let e4m3 = src.contains("#define GEMM_A DT_fp8_e4m3\n") && src.contains("#define GEMM_B DT_fp8_e4m3\n");
+                let wgmma = src.contains("wgmma.mma_async") && (!fp8 || e4m3);
                 assert_eq!(wgmma, t.hopper(), "{} ({})", c.name, t.arch);
             }
             seen += 1;
@@ -743,7 +750,8 @@ mod case_tests {
             let mut g = c.graph.clone();
             g.validate().unwrap();
             let units = crate::engine::cuda::planner::units(&g, &t, &Options::default().with_tf32(true), true).unwrap();
-            assert!(units.iter().any(|u| u.kernels.launches.iter().any(|l| l.source.contains("k8.f32.tf32.tf32"))), "{}: no wgmma tf32 kernel", c.name);
+            let tf32 = |l: &crate::engine::cuda::kernel::Launch| l.entry.contains("gemm_sm90") && l.source.contains("#define GEMM_A DT_f32\n");
+            assert!(units.iter().any(|u| u.kernels.launches.iter().any(tf32)), "{}: no wgmma tf32 kernel", c.name);
         }
     }
 
@@ -781,93 +789,9 @@ mod case_tests {
             let gemm = units.iter().find(|u| u.kernels.launches.iter().any(|l| l.entry.contains("gemm_sm90"))).unwrap_or_else(|| panic!("{}: no wgmma kernel", c.name));
             assert_eq!(gemm.kernels.launches.len(), 1, "{}: a split", c.name);
             let src = &gemm.kernels.launches[0].source;
-            assert!(src.contains("m64n16k16") || src.contains("m64n32k16"), "{}", c.name);
+            assert!(src.contains("#define GEMM_BN 16\n") || src.contains("#define GEMM_BN 32\n"), "{}", c.name);
             seen += 1;
         }
         assert_eq!(seen, 4);
-    }
-}
-
-#[cfg(test)]
-mod dump {
-    use crate::engine::cuda::kernel::{Options, Target};
-    use crate::{DataType, Graph, TensorDesc};
-
-    /// `GEMM_DUMP=<dir>` writes the full sources (prelude included) of the GEMM suite's bf16
-    /// kernels, plain and with bias + relu, for inspection with NVRTC's `--ptxas-options=-v`.
-    #[test]
-    fn dump_suite_sources() {
-        let Some(dir) = std::env::var_os("GEMM_DUMP") else { return };
-        let dir = std::path::PathBuf::from(dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let bf = DataType::Bf16;
-        for (m, n, k) in [(16384, 4096, 1024), (8192, 8192, 8192), (16, 8192, 8192)] {
-            for bias_relu in [false, true] {
-                let id = format!("{}{m}x{n}x{k}", if bias_relu { "bias_relu_" } else { "" });
-                let mut g = Graph::new(id.clone()).io_data_type(bf);
-                let a = g.tensor(TensorDesc::new("a", &[m, k], bf));
-                let b = g.tensor(TensorDesc::new("b", &[k, n], bf));
-                let mut y = g.matmul(a, b);
-                if bias_relu {
-                    let bias = g.tensor(TensorDesc::new("bias", &[1, n], bf));
-                    let t = g.bias(y, bias);
-                    y = g.relu(t);
-                }
-                g.set_output(y);
-                g.desc_mut(y).data_type = Some(bf);
-                g.validate().unwrap();
-                let units = crate::engine::cuda::planner::units(&g, &Target::sm90a(), &Options::default(), true).unwrap();
-                for u in &units {
-                    for l in &u.kernels.launches {
-                        let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, l.source);
-                        std::fs::write(dir.join(format!("{id}_{}.cu", l.entry)), src).unwrap();
-                    }
-                }
-            }
-        }
-        // The 2-CTA cluster variant (B multicast) of 8192^3, off by default.
-        {
-            let mut g = Graph::new("cluster").io_data_type(bf);
-            let a = g.tensor(TensorDesc::new("a", &[8192, 8192], bf));
-            let b = g.tensor(TensorDesc::new("b", &[8192, 8192], bf));
-            let y = g.matmul(a, b);
-            g.set_output(y);
-            g.validate().unwrap();
-            let t = Target::sm90a();
-            let (p, epi) = super::plan_group(&g, &[0], &t, &Options::default()).unwrap();
-            let cfg = super::sm90::Config { cluster_m: 2, ..super::sm90::choose(&p, &t, &Options::default()) };
-            let k = super::sm90::kernels_with(&p, &epi, &t, "cluster_gemm_sm90", cfg).unwrap();
-            let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, k.launches[0].source);
-            std::fs::write(dir.join("cluster_8192_gemm_sm90.cu"), src).unwrap();
-        }
-        // matmul_tf32_8192x8192x8192 with the tf32 knob.
-        {
-            let f = DataType::F32;
-            let mut g = Graph::new("tf32").io_data_type(f);
-            let a = g.tensor(TensorDesc::new("a", &[8192, 8192], f));
-            let b = g.tensor(TensorDesc::new("b", &[8192, 8192], f));
-            let y = g.matmul(a, b);
-            g.set_output(y);
-            g.validate().unwrap();
-            for u in crate::engine::cuda::planner::units(&g, &Target::sm90a(), &Options::default().with_tf32(true), true).unwrap() {
-                for l in &u.kernels.launches {
-                    let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, l.source);
-                    std::fs::write(dir.join(format!("tf32_8192_{}.cu", l.entry)), src).unwrap();
-                }
-            }
-        }
-        // And the wgmma kernels of the check cases.
-        for c in crate::testing::cases::all().into_iter().filter(|c| c.name.starts_with("fast_gemm_")) {
-            let mut g = c.graph.clone();
-            g.validate().unwrap();
-            for (tf32, tag) in [(false, ""), (true, "tf32_")] {
-                for u in crate::engine::cuda::planner::units(&g, &Target::sm90a(), &Options::default().with_tf32(tf32), true).unwrap() {
-                    for l in u.kernels.launches.iter().filter(|l| l.entry.contains("gemm_sm90")) {
-                        let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, l.source);
-                        std::fs::write(dir.join(format!("{tag}{}_{}.cu", c.name, l.entry)), src).unwrap();
-                    }
-                }
-            }
-        }
     }
 }
