@@ -100,7 +100,13 @@ fn single(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Resul
     if let Some(u) = fused::rows::unit(graph, ni, target)? {
         return Ok(u);
     }
-    if let Some(u) = fused::spatial::unit(graph, ni, target)? {
+    if let Some(u) = fused::batchnorm::unit(graph, ni, target)? {
+        return Ok(u);
+    }
+    if let Some(u) = fused::instancenorm::unit(graph, ni, target)? {
+        return Ok(u);
+    }
+    if let Some(u) = fused::pooling::unit(graph, ni, target)? {
         return Ok(u);
     }
     fallback_unit(graph, ni)
