@@ -9,8 +9,8 @@
 //   BN_FINALIZE    a thread per channel (C_ channels), in f64: from the sums (LD_SU, LD_SQ)
 //                  over COUNT elements, the equivalent scale and bias (ST_ES, ST_EB), the saved
 //                  mean and inverse deviation (ST_SM, ST_SI), with BN_RUNNING the running
-//                  statistics (LD_RM, LD_RV, ST_NM, ST_NV, MOMENTUM, UNBIAS: COUNT / (COUNT - 1));
-//                  EPS
+//                  statistics (LD_RM, LD_RV, ST_NM, ST_NV, UNBIAS: COUNT / (COUNT - 1)); the
+//                  parameters `eps` and, with BN_RUNNING, `momentum` (doubles)
 // Per-channel tensor T: LD_T or ST_T, and its stride T_S along C.
 
 #define BN_INFER_NHWC 1
@@ -96,15 +96,15 @@ extern "C" __global__ void BN_LAUNCH_BOUNDS KERNEL_NAME(KERNEL_PARAMS) {
     for (i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x; c < C_; c += (i64)gridDim.x * blockDim.x) {
         const double mean = LD_SU(su, c * SU_S) / COUNT;
         const double var = fmax(LD_SQ(sq, c * SQ_S) / COUNT - mean * mean, 0.0);
-        const double inv = 1.0 / sqrt(var + EPS);
+        const double inv = 1.0 / sqrt(var + eps);
         const double eqs = LD_SC(sc, c * SC_S) * inv;
         ST_ES(es, c * ES_S, eqs);
         ST_EB(eb, c * EB_S, LD_BI(bi, c * BI_S) - mean * eqs);
         ST_SM(sm, c * SM_S, mean);
         ST_SI(si, c * SI_S, inv);
 #if BN_RUNNING
-        ST_NM(nm, c * NM_S, (1.0 - MOMENTUM) * LD_RM(rm, c * RM_S) + MOMENTUM * mean);
-        ST_NV(nv, c * NV_S, (1.0 - MOMENTUM) * LD_RV(rv, c * RV_S) + MOMENTUM * var * UNBIAS);
+        ST_NM(nm, c * NM_S, (1.0 - momentum) * LD_RM(rm, c * RM_S) + momentum * mean);
+        ST_NV(nv, c * NV_S, (1.0 - momentum) * LD_RV(rv, c * RV_S) + momentum * var * UNBIAS);
 #endif
     }
 #endif

@@ -97,14 +97,15 @@ fn training(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms: i64)
     sig.ptr("xv", x, false).scratch("float", "part", 0, false).scratch("float", "co", 1, true);
     sig.ptr("sc", scale, false).ptr("bi", bias, false).ptr("mo", mean, true).ptr("vo", inv, true);
     if let Some(([rm, rv, orm, orv], _)) = &run {
-        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true);
+        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true).f64("momentum", a.momentum);
     }
+    sig.f64("eps", a.epsilon);
     let fin_entry = entry_name(ni, "bn_nhwc_finalize");
-    let src = channels::start(&fin_entry, &sig, v, &g, false).define("EPS", c_double(a.epsilon)).flag("FIN_RUNNING", run.is_some());
+    let src = channels::start(&fin_entry, &sig, v, &g, false).flag("FIN_RUNNING", run.is_some());
     let mut src = define_chans(src, &[(&sc, "SC", false), (&bi, "BI", false), (&mo, "MO", true), (&vo, "VO", true)]);
     if let Some((_, [rm, rv, orm, orv])) = &run {
         let n = positions as f64;
-        src = src.define("MOMENTUM", c_double(a.momentum)).define("UNBIAS", c_double(n / (n - 1.0)));
+        src = src.define("UNBIAS", c_double(n / (n - 1.0)));
         src = define_chans(src, &[(rm, "RM", false), (rv, "RV", false), (orm, "ORM", true), (orv, "ORV", true)]);
     }
     let finalize = channels::finalize(src, fin_entry, sig, "FIN_BN", 1, c, false);
@@ -156,14 +157,15 @@ fn training_nchw(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms:
     sig.ptr("xv", x, false).scratch("float", "part", 0, false).scratch("float", "co", 1, true);
     sig.ptr("sc", scale, false).ptr("bi", bias, false).ptr("mo", mean, true).ptr("vo", inv, true);
     if let Some(([rm, rv, orm, orv], _)) = &run {
-        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true);
+        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true).f64("momentum", a.momentum);
     }
+    sig.f64("eps", a.epsilon);
     let fin_entry = entry_name(ni, "bn_nchw_finalize");
-    let src = channels::start(&fin_entry, &sig, v, &geom, false).define("EPS", c_double(a.epsilon)).flag("FIN_RUNNING", run.is_some());
+    let src = channels::start(&fin_entry, &sig, v, &geom, false).flag("FIN_RUNNING", run.is_some());
     let mut src = define_chans(src, &[(&sc, "SC", false), (&bi, "BI", false), (&mo, "MO", true), (&vo, "VO", true)]);
     if let Some((_, [rm, rv, orm, orv])) = &run {
         let cnt = (n0 * hw) as f64;
-        src = src.define("MOMENTUM", c_double(a.momentum)).define("UNBIAS", c_double(cnt / (cnt - 1.0)));
+        src = src.define("UNBIAS", c_double(cnt / (cnt - 1.0)));
         src = define_chans(src, &[(rm, "RM", false), (rv, "RV", false), (orm, "ORM", true), (orv, "ORV", true)]);
     }
     let finalize = channels::finalize(src, fin_entry, sig, "FIN_BN", 1, c, false);
@@ -320,15 +322,13 @@ fn bn_finalize(graph: &Graph, ni: usize, node: &Node, a: &BnFinalizeAttrs) -> Op
         sig.ptr(name, id, write);
         chans.push((name.to_uppercase(), write, ChanT::new(graph, id, if c > 1 { t.strides[1] } else { 0 })));
     }
-    let mut src = Source::new()
-        .entry(&entry, &sig)
-        .define("BN_KERNEL", "BN_FINALIZE")
-        .flag("BN_RUNNING", running)
-        .define("C_", format!("{c}LL"))
-        .define("COUNT", c_double(count))
-        .define("EPS", c_double(a.epsilon));
+    sig.f64("eps", a.epsilon);
     if running {
-        src = src.define("MOMENTUM", c_double(a.momentum)).define("UNBIAS", c_double(count / (count - 1.0)));
+        sig.f64("momentum", a.momentum);
+    }
+    let mut src = Source::new().entry(&entry, &sig).define("BN_KERNEL", "BN_FINALIZE").flag("BN_RUNNING", running).define("C_", format!("{c}LL")).define("COUNT", c_double(count));
+    if running {
+        src = src.define("UNBIAS", c_double(count / (count - 1.0)));
     }
     for (name, write, t) in &chans {
         src = t.define(src, name, *write);

@@ -2,12 +2,13 @@
 // 32 warps takes 32 channels; the partials of channel_stats.cuh are summed in f64 in a fixed
 // order into `s` and `q` per (group, channel), then FIN_OP's work with them:
 //   FIN_BN        batchnorm training forward: mean and inv_variance (ST_MO, ST_VO), with
-//                 FIN_RUNNING the running statistics (LD_RM, LD_RV, ST_ORM, ST_ORV, MOMENTUM,
-//                 UNBIAS: n / (n - 1)), and the apply pass's coefficients co[3][C] (mean,
-//                 inv * scale, bias: LD_SC, LD_BI); EPS
+//                 FIN_RUNNING the running statistics (LD_RM, LD_RV, ST_ORM, ST_ORV, UNBIAS:
+//                 n / (n - 1)), and the apply pass's coefficients co[3][C] (mean, inv * scale,
+//                 bias: LD_SC, LD_BI); the parameters `eps` and, with FIN_RUNNING, `momentum`
+//                 (doubles)
 //   FIN_GENSTATS  genstats: the sums of x and x^2 with the shift undone (ST_SU, ST_SQ)
 //   FIN_IN        instancenorm forward: per group, the coefficients co[3][G][C] and with
-//                 FIN_STATS mean and inv_variance (ST_MO, ST_VO); EPS
+//                 FIN_STATS mean and inv_variance (ST_MO, ST_VO); the parameter `eps` (double)
 //   FIN_BWD       the backward: per group, the coefficients co[4][G][C] of dx (LD_MN, LD_IV,
 //                 LD_SC), then dscale and dbias (ST_DS, ST_DB) summed over the groups in order
 // By CH_GEOM: CH_SLABS (FIN_BN, FIN_GENSTATS), partials part[2][NBLK][C], 32 segments of them
@@ -63,13 +64,13 @@ extern "C" __global__ void __launch_bounds__(1024) KERNEL_NAME(KERNEL_PARAMS) {
         const double dm = s / n;
         const double mu = (double)x2f(((const XT*)xv)[c]) + dm;
         const double var = fmax(q / n - dm * dm, 0.0);
-        const double inv = 1.0 / sqrt(var + EPS);
+        const double inv = 1.0 / sqrt(var + eps);
         ST_MO(mo, c * MO_S, mu);
         ST_VO(vo, c * VO_S, inv);
 #if FIN_RUNNING
         const double unbias = UNBIAS;
-        ST_ORM(orm, c * ORM_S, (1.0 - MOMENTUM) * LD_RM(rm, c * RM_S) + MOMENTUM * mu);
-        ST_ORV(orv, c * ORV_S, (1.0 - MOMENTUM) * LD_RV(rv, c * RV_S) + MOMENTUM * var * unbias);
+        ST_ORM(orm, c * ORM_S, (1.0 - momentum) * LD_RM(rm, c * RM_S) + momentum * mu);
+        ST_ORV(orv, c * ORV_S, (1.0 - momentum) * LD_RV(rv, c * RV_S) + momentum * var * unbias);
 #endif
         co[c] = (float)mu;
         co[C_ + c] = (float)(inv * LD_SC(sc, c * SC_S));
@@ -157,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(1024) KERNEL_NAME(KERNEL_PARAMS) {
             const double dm = s / n;
             const double mu = K + dm;
             const double var = fmax(q / n - dm * dm, 0.0);
-            const double inv = 1.0 / sqrt(var + EPS);
+            const double inv = 1.0 / sqrt(var + eps);
 #if FIN_STATS
             ST_MO(mo, STAT_AT(MO, g, c), mu);
             ST_VO(vo, STAT_AT(VO, g, c), inv);
@@ -170,13 +171,13 @@ extern "C" __global__ void __launch_bounds__(1024) KERNEL_NAME(KERNEL_PARAMS) {
             const double dm = s / n;
             const double mu = K + dm;
             const double var = fmax(q / n - dm * dm, 0.0);
-            const double inv = 1.0 / sqrt(var + EPS);
+            const double inv = 1.0 / sqrt(var + eps);
             ST_MO(mo, STAT_AT(MO, 0, c), mu);
             ST_VO(vo, STAT_AT(VO, 0, c), inv);
 #if FIN_RUNNING
             const double unbias = UNBIAS;
-            ST_ORM(orm, STAT_AT(ORM, 0, c), (1.0 - MOMENTUM) * LD_RM(rm, STAT_AT(RM, 0, c)) + MOMENTUM * mu);
-            ST_ORV(orv, STAT_AT(ORV, 0, c), (1.0 - MOMENTUM) * LD_RV(rv, STAT_AT(RV, 0, c)) + MOMENTUM * var * unbias);
+            ST_ORM(orm, STAT_AT(ORM, 0, c), (1.0 - momentum) * LD_RM(rm, STAT_AT(RM, 0, c)) + momentum * mu);
+            ST_ORV(orv, STAT_AT(ORV, 0, c), (1.0 - momentum) * LD_RV(rv, STAT_AT(RV, 0, c)) + momentum * var * unbias);
 #endif
             co[c] = (float)mu;
             co[C_ + c] = (float)(inv * LD_SC(sc, STAT_AT(SC, 0, c)));
