@@ -156,7 +156,7 @@ fn single(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Resul
             Family::Gemm => gemm::unit(graph, &[ni], target, options)?,
             Family::Attention => attention::unit(graph, ni, target, options)?,
             Family::Rows => fused::rows::unit(graph, ni, target)?,
-            _ => fused::spatial::unit(graph, ni, target)?,
+            _ => spatial_unit(graph, ni, target)?,
         };
         match unit {
             Some(unit) => return Ok(Planned { unit, family, declined }),
@@ -188,6 +188,17 @@ fn rows_op(op: &Op) -> bool {
             | Op::Instancenorm(_)
             | Op::InstancenormBackward(_)
     )
+}
+
+/// The spatial family's kernels for one node: batchnorm's, instancenorm's or pooling's.
+fn spatial_unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
+    if let Some(u) = fused::batchnorm::unit(graph, ni, target)? {
+        return Ok(Some(u));
+    }
+    if let Some(u) = fused::instancenorm::unit(graph, ni, target)? {
+        return Ok(Some(u));
+    }
+    fused::pooling::unit(graph, ni, target)
 }
 
 /// The ops the spatial kernels take (under their conditions).

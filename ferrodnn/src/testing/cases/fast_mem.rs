@@ -1,5 +1,5 @@
-//! Cases for the fast kernels of issue 4's second round (engine/cuda/fused/spatial.rs and
-//! rows.rs): batchnorm backward (NHWC and NCHW), batchnorm training forward and genstats on
+//! Cases for the fast kernels of issue 4's second round (engine/cuda/fused/batchnorm.rs,
+//! instancenorm.rs, pooling.rs and rows.rs): batchnorm backward (NHWC and NCHW), batchnorm training forward and genstats on
 //! NCHW, bn_finalize, instancenorm forward and backward (NCHW rows, NHWC groups),
 //! adalayernorm backward, max and average pooling backward (NHWC 2D), and the prologue fusion
 //! of a pointwise chain into layernorm/rmsnorm (residual add -> norm); each with the shapes the

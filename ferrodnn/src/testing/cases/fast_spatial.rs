@@ -1,8 +1,8 @@
-//! Cases for the fast NHWC batchnorm and pooling kernels (engine/cuda/fused/spatial.rs): the
-//! shapes they take (C a multiple of 16 bytes of channels, odd position counts, several
-//! blocks of statistics, more channel vectors than a block has threads, mixed x/y types) and
-//! layouts that must fall back (NCHW, C not a multiple of 8 for 16-bit types, peers, 3D
-//! pooling, padded rows).
+//! Cases for the fast NHWC batchnorm and pooling kernels (engine/cuda/fused/batchnorm.rs and
+//! pooling.rs): the shapes they take (C a multiple of 16 bytes of channels, odd position
+//! counts, several blocks of statistics, more channel vectors than a block has threads, mixed
+//! x/y types) and layouts that must fall back (NCHW, C not a multiple of 8 for 16-bit types,
+//! peers, 3D pooling, padded rows).
 
 use super::Case;
 use crate::graph::ops::norm::BatchnormAttrs;

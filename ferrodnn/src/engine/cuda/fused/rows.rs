@@ -98,18 +98,6 @@ pub(super) struct RowT {
     pub align: usize,
 }
 
-/// Replace each `@key@` of a template.
-// Still used by fused/spatial.rs until its kernels move to templates; the row kernels no longer
-// use it.
-pub(super) fn fill(template: &str, subs: &[(&str, String)]) -> String {
-    let mut s = template.to_string();
-    for (k, v) in subs {
-        s = s.replace(&format!("@{k}@"), v);
-    }
-    debug_assert!(!s.contains("@"), "unfilled template key in {s}");
-    s
-}
-
 /// Elements per chunk: 8 for 2-byte x, 4 for f32 x, when that divides the row; else 1.
 pub(super) fn vec_width(x: DataType, h: i64) -> i64 {
     let v = if x.size() == 2 { 8 } else { 4 };
