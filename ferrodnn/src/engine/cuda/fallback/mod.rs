@@ -26,7 +26,7 @@ mod transform;
 
 use crate::dtype::DataType;
 use crate::engine::cuda::kernel::ctype::{self, c_double};
-use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl};
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels};
 use crate::error::{Error, Result};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
