@@ -192,10 +192,10 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
 
 // Peer k's (mean, M2) from its (sum, sum of squares) over as many elements as x's, and its
 // terms of the combined mean and M2.
-#define BN_PEER_STATS(k, LD)                                     \
-    double ps##k = LD(p##k, g * tp##k.strides[1]);               \
+#define BN_PEER_STATS(k, LD)                                          \
+    double ps##k = LD(p##k, g * tp##k.strides[1]);                    \
     double pq##k = LD(p##k, tp##k.strides[0] + g * tp##k.strides[1]); \
-    double pmean##k = ps##k / nl;                                \
+    double pmean##k = ps##k / nl;                                     \
     double pm2##k = pq##k - ps##k * ps##k / nl;
 #define BN_PEER_MEAN(k, LD) +pmean##k
 #define BN_PEER_M2(k, LD) +(pm2##k + nl * (pmean##k - mu) * (pmean##k - mu))

@@ -94,7 +94,7 @@ __device__ __forceinline__ i64 red_count(const TRef& tx) {
 
 // The offset of the group's element `r` (row-major over the reduced axes) from the group's
 // first element.
-#define RED_OFF_AXIS(a)                         \
+#define RED_OFF_AXIS(a)                      \
     off += (r % tx.dims[a]) * tx.strides[a]; \
     r /= tx.dims[a];
 __device__ __forceinline__ i64 red_off(const TRef& tx, i64 r) {

@@ -17,12 +17,12 @@
 //   RS_INCLUDE_PADDING   1: the average's divisor counts the padding, 0: only real elements
 //   RS_BACKWARD          1: dx from dy and x (LD_DY, ST_DX), 0: y from x (ST_Y); LD_X
 
-#define RS_CONSTS                                                                                  \
-    const i64 W[RS_NSP] = { RS_WINDOW }, S[RS_NSP] = { RS_STRIDE }, PRE[RS_NSP] = { RS_PRE },      \
-              POST[RS_NSP] = { RS_POST };                                                          \
-    (void)W;                                                                                       \
-    (void)S;                                                                                       \
-    (void)PRE;                                                                                     \
+#define RS_CONSTS                                                                             \
+    const i64 W[RS_NSP] = { RS_WINDOW }, S[RS_NSP] = { RS_STRIDE }, PRE[RS_NSP] = { RS_PRE }, \
+              POST[RS_NSP] = { RS_POST };                                                     \
+    (void)W;                                                                                  \
+    (void)S;                                                                                  \
+    (void)PRE;                                                                                \
     (void)POST;
 
 // Nested loops of `v0, v1, ...` over [lo[d], hi[d]) (outermost dim first), the offset of the

@@ -40,17 +40,17 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
 #else
 
 // Input j's element at idx, with c on the axis, into v.
-#define CAT_READ(j, LD)                                                                           \
-    {                                                                                             \
-        i64 o = 0;                                                                                \
+#define CAT_READ(j, LD)                                                                            \
+    {                                                                                              \
+        i64 o = 0;                                                                                 \
         for (int a = 0; a < tx##j.rank; ++a) o += (a == CAT_AXIS ? c : idx[a]) * tx##j.strides[a]; \
-        v = LD(x##j, o);                                                                          \
+        v = LD(x##j, o);                                                                           \
     }
 // Input j's element when c falls in it, else (the chain goes on) c relative to the next input.
-#define CAT_PICK(j, LD)                \
-    if (c < tx##j.dims[CAT_AXIS])      \
-        CAT_READ(j, LD)                \
-    else {                             \
+#define CAT_PICK(j, LD)           \
+    if (c < tx##j.dims[CAT_AXIS]) \
+        CAT_READ(j, LD)           \
+    else {                        \
         c -= tx##j.dims[CAT_AXIS];
 #define CAT_CLOSE(j, LD) }
 #define CAT_EXTENT(j, LD) tx##j.dims[CAT_AXIS] +
