@@ -10,7 +10,7 @@
 // The instantiation defines NORM_KERNEL, one of:
 //   NORM_FORWARD          layernorm, rmsnorm, instancenorm, adalayernorm: statistics, then y.
 //                         NORM_RMS (no mean), NORM_BIAS (LD_BI), NORM_MEAN (ST_MEAN),
-//                         NORM_INV (ST_INV), NORM_EPSILON; LD_X, LD_SC, ST_Y
+//                         NORM_INV (ST_INV); LD_X, LD_SC, ST_Y
 //   NORM_BACKWARD_DX      dx, one block per statistics group: NORM_RMS (no mean: else
 //                         LD_MEAN), LD_DY, LD_X, LD_INV, LD_SC, ST_DX
 //   NORM_BACKWARD_DSCALE  dscale (and dbias when NORM_DBIAS), one block per element of scale:
@@ -18,15 +18,17 @@
 //   NORM_BATCHNORM        batchnorm's forward with its peers' statistics, BN_PEERS(X) (a list
 //                         of X(k, ld_<type>) for peer k), BN_PARTS (peers + 1, a double literal)
 //                         and the running statistics when BN_RUNNING (LD_RM, LD_RV, ST_RM, ST_RV,
-//                         BN_MOMENTUM); NORM_EPSILON, LD_X, LD_SC, LD_BI, ST_Y, ST_MEAN, ST_INV
+//                         the parameter `momentum`); LD_X, LD_SC, LD_BI, ST_Y, ST_MEAN, ST_INV
 //   NORM_GENSTATS         per-channel sum and sum of squares: LD_X, ST_SUM, ST_SQ
 //   NORM_BN_INFERENCE     y from x and the given statistics: LD_X, LD_SC, LD_BI, LD_MEAN,
 //                         LD_INV, ST_Y
 //   NORM_BN_FINALIZE      the equivalent scale and bias from genstats' sums: BN_COUNT,
-//                         NORM_EPSILON, BN_RUNNING (BN_MOMENTUM); LD_SUM, LD_SQ, LD_SC, LD_BI,
+//                         BN_RUNNING (with `momentum`); LD_SUM, LD_SQ, LD_SC, LD_BI,
 //                         ST_EQ_SCALE, ST_EQ_BIAS, ST_SAVED_MEAN, ST_SAVED_INV, LD_RM, LD_RV,
 //                         ST_RM, ST_RV
-// and NORM_BLOCK, the block size of the group kernels (a power of two).
+// and NORM_BLOCK, the block size of the group kernels (a power of two). The forward kernels,
+// batchnorm and bn_finalize take `double epsilon` (and with running statistics `double
+// momentum`) as parameters: values a user may change between executes.
 
 #define NORM_FORWARD 0
 #define NORM_BACKWARD_DX 1
@@ -102,7 +104,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         }
         q = block_sum(q, sh);
         double var = M > 0 ? q / (double)M : 0.0;
-        double inv = 1.0 / sqrt(var + NORM_EPSILON);
+        double inv = 1.0 / sqrt(var + epsilon);
         if (threadIdx.x == 0) {
             norm_index(tx, mask, g, 0, idx);
 #if NORM_MEAN
@@ -226,15 +228,15 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         double mu = (0.0 + lmean BN_PEERS(BN_PEER_MEAN)) / BN_PARTS;
         double m2 = 0.0 + (lm2 + nl * (lmean - mu) * (lmean - mu)) BN_PEERS(BN_PEER_M2);
         double var = fmax(m2 / total, 0.0);
-        double inv = 1.0 / sqrt(var + NORM_EPSILON);
+        double inv = 1.0 / sqrt(var + epsilon);
         if (threadIdx.x == 0) {
             norm_index(tx, mask, g, 0, idx);
             ST_MEAN(mo, bcast_offset(tmo, idx, tx.rank), mu);
             ST_INV(iv, bcast_offset(tiv, idx, tx.rank), inv);
 #if BN_RUNNING
             double unbias = total / (total - 1.0);
-            ST_RM(orm, bcast_offset(torm, idx, tx.rank), (1.0 - BN_MOMENTUM) * LD_RM(rm, bcast_offset(trm, idx, tx.rank)) + BN_MOMENTUM * mu);
-            ST_RV(orv, bcast_offset(torv, idx, tx.rank), (1.0 - BN_MOMENTUM) * LD_RV(rv, bcast_offset(trv, idx, tx.rank)) + BN_MOMENTUM * var * unbias);
+            ST_RM(orm, bcast_offset(torm, idx, tx.rank), (1.0 - momentum) * LD_RM(rm, bcast_offset(trm, idx, tx.rank)) + momentum * mu);
+            ST_RV(orv, bcast_offset(torv, idx, tx.rank), (1.0 - momentum) * LD_RV(rv, bcast_offset(trv, idx, tx.rank)) + momentum * var * unbias);
 #endif
         }
         for (i64 m = threadIdx.x; m < M; m += blockDim.x) {
@@ -302,7 +304,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         double bi_v = LD_BI(bi, offset_at(tbi, idx));
         double mean = su_v / count;
         double var = fmax(sq_v / count - mean * mean, 0.0);
-        double inv = 1.0 / sqrt(var + NORM_EPSILON);
+        double inv = 1.0 / sqrt(var + epsilon);
         double eq_scale = sc_v * inv;
         ST_EQ_SCALE(es, offset_at(tes, idx), eq_scale);
         ST_EQ_BIAS(eb, offset_at(teb, idx), bi_v - mean * eq_scale);
@@ -310,8 +312,8 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         ST_SAVED_INV(si, offset_at(tsi, idx), inv);
 #if BN_RUNNING
         double unbias = count / (count - 1.0);
-        ST_RM(nrm, offset_at(tnrm, idx), (1.0 - BN_MOMENTUM) * LD_RM(rm, offset_at(trm, idx)) + BN_MOMENTUM * mean);
-        ST_RV(nrv, offset_at(tnrv, idx), (1.0 - BN_MOMENTUM) * LD_RV(rv, offset_at(trv, idx)) + BN_MOMENTUM * var * unbias);
+        ST_RM(nrm, offset_at(tnrm, idx), (1.0 - momentum) * LD_RM(rm, offset_at(trm, idx)) + momentum * mean);
+        ST_RV(nrv, offset_at(tnrv, idx), (1.0 - momentum) * LD_RV(rv, offset_at(trv, idx)) + momentum * var * unbias);
 #endif
     }
 }

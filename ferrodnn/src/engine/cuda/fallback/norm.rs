@@ -14,6 +14,9 @@
 //!   `dy * scale * xhat`, then `dx` for its members) and one launch per element of `scale`
 //!   (sums of `dy * xhat` and `dy` into `dscale` and `dbias`).
 //! - genstats: one block per channel; batchnorm_inference and bn_finalize: elementwise.
+//!
+//! Epsilon and momentum are kernel parameters (a user may change them between executes);
+//! bn_finalize's accumulation count is compiled in.
 
 use super::{c_double, Ctx, Grid, Launch, NodeKernels};
 use crate::engine::cuda::kernel::{Signature, Source};
@@ -81,7 +84,7 @@ fn norm_forward(ctx: &Ctx, attrs: &NormAttrs, axes: NormAxes, rms: bool) -> Resu
 
     let mut sig = Signature::new();
     sig.tensor("x", x, false).tensor("sc", scale, false);
-    let mut defines = vec![("NORM_RMS", flag(rms)), ("NORM_EPSILON", c_double(attrs.epsilon)), ("LD_X", ctx.ld(x)), ("LD_SC", ctx.ld(scale)), ("ST_Y", ctx.st(y))];
+    let mut defines = vec![("NORM_RMS", flag(rms)), ("LD_X", ctx.ld(x)), ("LD_SC", ctx.ld(scale)), ("ST_Y", ctx.st(y))];
     defines.push(("NORM_BIAS", flag(bias.is_some())));
     if let Some(b) = bias {
         sig.tensor("bi", b, false);
@@ -99,6 +102,7 @@ fn norm_forward(ctx: &Ctx, attrs: &NormAttrs, axes: NormAxes, rms: bool) -> Resu
         defines.push(("ST_INV", ctx.st(v)));
     }
     group_params(&mut sig, grouping);
+    sig.f64("epsilon", attrs.epsilon);
     let source = source(&entry, &sig, "NORM_FORWARD", defines);
     Ok(NodeKernels::one(group_launch(source, &entry, grouping.1, sig)))
 }
@@ -173,15 +177,7 @@ pub(super) fn batchnorm(ctx: &Ctx, a: &BatchnormAttrs) -> Result<NodeKernels> {
 
     let mut sig = Signature::new();
     sig.tensor("x", x, false).tensor("sc", scale, false).tensor("bi", bias, false).tensor("y", y, true).tensor("mo", mean, true).tensor("iv", inv, true);
-    let mut defines = vec![
-        ("NORM_EPSILON", c_double(a.epsilon)),
-        ("LD_X", ctx.ld(x)),
-        ("LD_SC", ctx.ld(scale)),
-        ("LD_BI", ctx.ld(bias)),
-        ("ST_Y", ctx.st(y)),
-        ("ST_MEAN", ctx.st(mean)),
-        ("ST_INV", ctx.st(inv)),
-    ];
+    let mut defines = vec![("LD_X", ctx.ld(x)), ("LD_SC", ctx.ld(scale)), ("LD_BI", ctx.ld(bias)), ("ST_Y", ctx.st(y)), ("ST_MEAN", ctx.st(mean)), ("ST_INV", ctx.st(inv))];
     // Peer k's statistics arrive as `p<k>`.
     let mut list = String::new();
     for (k, &(_, p)) in peers.iter().enumerate() {
@@ -193,9 +189,13 @@ pub(super) fn batchnorm(ctx: &Ctx, a: &BatchnormAttrs) -> Result<NodeKernels> {
     defines.push(("BN_RUNNING", flag(running.is_some())));
     if let Some((rm, rv, orm, orv)) = running {
         sig.tensor("rm", rm, false).tensor("rv", rv, false).tensor("orm", orm, true).tensor("orv", orv, true);
-        defines.extend([("BN_MOMENTUM", c_double(a.momentum)), ("LD_RM", ctx.ld(rm)), ("LD_RV", ctx.ld(rv)), ("ST_RM", ctx.st(orm)), ("ST_RV", ctx.st(orv))]);
+        defines.extend([("LD_RM", ctx.ld(rm)), ("LD_RV", ctx.ld(rv)), ("ST_RM", ctx.st(orm)), ("ST_RV", ctx.st(orv))]);
     }
     group_params(&mut sig, grouping);
+    sig.f64("epsilon", a.epsilon);
+    if running.is_some() {
+        sig.f64("momentum", a.momentum);
+    }
     let source = source(&entry, &sig, "NORM_BATCHNORM", defines);
     Ok(NodeKernels::one(group_launch(source, &entry, grouping.1, sig)))
 }
@@ -238,7 +238,7 @@ pub(super) fn bn_finalize(ctx: &Ctx, a: &BnFinalizeAttrs) -> Result<NodeKernels>
     let sum = ctx.input("sum")?;
     let entry = ctx.entry("bn_finalize");
     let mut sig = Signature::new();
-    let mut defines = vec![("BN_COUNT", c_double(a.accum_count as f64)), ("NORM_EPSILON", c_double(a.epsilon))];
+    let mut defines = vec![("BN_COUNT", c_double(a.accum_count as f64))];
     for (name, port, load) in [("su", "sum", "LD_SUM"), ("sq", "sq_sum", "LD_SQ"), ("sc", "scale", "LD_SC"), ("bi", "bias", "LD_BI")] {
         let t = ctx.input(port)?;
         sig.tensor(name, t, false);
@@ -250,21 +250,20 @@ pub(super) fn bn_finalize(ctx: &Ctx, a: &BnFinalizeAttrs) -> Result<NodeKernels>
         sig.tensor(name, t, true);
         defines.push((store, ctx.st(t)));
     }
-    match (ctx.node.input("prev_running_mean"), ctx.node.input("prev_running_var")) {
+    let running = match (ctx.node.input("prev_running_mean"), ctx.node.input("prev_running_var")) {
         (Some(rm), Some(rv)) => {
             let (nrm, nrv) = (ctx.output("next_running_mean")?, ctx.output("next_running_var")?);
             sig.tensor("rm", rm, false).tensor("rv", rv, false).tensor("nrm", nrm, true).tensor("nrv", nrv, true);
-            defines.extend([
-                ("BN_RUNNING", flag(true)),
-                ("BN_MOMENTUM", c_double(a.momentum)),
-                ("LD_RM", ctx.ld(rm)),
-                ("LD_RV", ctx.ld(rv)),
-                ("ST_RM", ctx.st(nrm)),
-                ("ST_RV", ctx.st(nrv)),
-            ]);
+            defines.extend([("LD_RM", ctx.ld(rm)), ("LD_RV", ctx.ld(rv)), ("ST_RM", ctx.st(nrm)), ("ST_RV", ctx.st(nrv))]);
+            true
         }
-        (None, None) => defines.push(("BN_RUNNING", flag(false))),
+        (None, None) => false,
         _ => return Err(ctx.err("give both prev_running_mean and prev_running_var or neither")),
+    };
+    defines.push(("BN_RUNNING", flag(running)));
+    sig.f64("epsilon", a.epsilon);
+    if running {
+        sig.f64("momentum", a.momentum);
     }
     let source = source(&entry, &sig, "NORM_BN_FINALIZE", defines);
     Ok(NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(sum), sig.into_args())))

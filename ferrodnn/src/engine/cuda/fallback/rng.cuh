@@ -3,15 +3,16 @@
 // strides), drawing the uniform of its index.
 //
 // The instantiation defines:
-//   RNG_BERNOULLI      1: 1 with probability RNG_PROBABILITY, else 0; 0: uniform in
-//                      (RNG_LOW, RNG_HIGH)
+//   RNG_BERNOULLI      1: 1 with probability `probability`, else 0; 0: uniform in (low, high)
+//                      (`probability`, `low` and `high` are the kernel's double parameters: a
+//                      user may change them between executes)
 //   LD_SEED, LD_OFFSET, ST_Y
 
 // The value of uniform `u`, as the CPU computes it (unfused).
 #if RNG_BERNOULLI
-#define RNG_VALUE(u) ((u < RNG_PROBABILITY) ? 1.0 : 0.0)
+#define RNG_VALUE(u) ((u < probability) ? 1.0 : 0.0)
 #else
-#define RNG_VALUE(u) __dadd_rn(RNG_LOW, __dmul_rn(RNG_HIGH - RNG_LOW, u))
+#define RNG_VALUE(u) __dadd_rn(low, __dmul_rn(high - low, u))
 #endif
 
 extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {

@@ -4,7 +4,7 @@
 //! device code is `rng.cuh`, after the generator `philox.cuh` ([`PHILOX`]), which sdpa's
 //! dropout shares.
 
-use super::{c_double, Ctx, Launch, NodeKernels};
+use super::{Ctx, Launch, NodeKernels};
 use crate::engine::cuda::kernel::{Signature, Source};
 use crate::error::Result;
 use crate::graph::ops::rng::{Distribution, RngAttrs};
@@ -19,11 +19,25 @@ pub(super) fn rng(ctx: &Ctx, a: &RngAttrs) -> Result<NodeKernels> {
     let entry = ctx.entry("rng");
     let mut sig = Signature::new();
     sig.tensor("y", y, true).ptr("seed_p", seed, false).ptr("offset_p", offset, false);
-    let source = Source::new().entry(&entry, &sig);
-    let source = match a.distribution {
-        Distribution::Uniform { low, high } => source.flag("RNG_BERNOULLI", false).define("RNG_LOW", c_double(low)).define("RNG_HIGH", c_double(high)),
-        Distribution::Bernoulli { probability } => source.flag("RNG_BERNOULLI", true).define("RNG_PROBABILITY", c_double(probability)),
+    // The distribution's parameters are the kernel's, a user may change them between executes.
+    let bernoulli = match a.distribution {
+        Distribution::Uniform { low, high } => {
+            sig.f64("low", low).f64("high", high);
+            false
+        }
+        Distribution::Bernoulli { probability } => {
+            sig.f64("probability", probability);
+            true
+        }
     };
-    let source = source.define("LD_SEED", ctx.ld(seed)).define("LD_OFFSET", ctx.ld(offset)).define("ST_Y", ctx.st(y)).template(PHILOX).template(include_str!("rng.cuh")).build();
+    let source = Source::new()
+        .entry(&entry, &sig)
+        .flag("RNG_BERNOULLI", bernoulli)
+        .define("LD_SEED", ctx.ld(seed))
+        .define("LD_OFFSET", ctx.ld(offset))
+        .define("ST_Y", ctx.st(y))
+        .template(PHILOX)
+        .template(include_str!("rng.cuh"))
+        .build();
     Ok(NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(y), sig.into_args())))
 }

@@ -14,11 +14,13 @@
 // - SD_DBIAS: one thread per bias element, summing dS over the broadcast dims (ST_DB).
 //
 // The instantiation also defines the sizes SD_B, SD_HQ, SD_HKV, SD_SQ, SD_SKV, SD_D, SD_DV,
-// SD_GROUP (query heads per kv head); the attributes SD_SCALE, SD_CAUSAL, SD_BOTTOM_RIGHT,
+// SD_GROUP (query heads per kv head); the attributes SD_CAUSAL, SD_BOTTOM_RIGHT,
 // SD_HAS_SWL / SD_SWL, SD_HAS_SWR / SD_SWR (sliding windows), SD_HAS_BIAS, SD_PADDING, SD_ALIBI
-// (with SD_SLOPES(X), a list of X(head, slope)), SD_DROPOUT (SD_P, SD_KEEP), SD_PAGED,
+// (with SD_SLOPES(X), a list of X(head, slope)), SD_DROPOUT, SD_PAGED,
 // SD_BACKWARD; and the loads LD_Q, LD_K, LD_V, LD_BIAS, LD_SLQ, LD_SLKV, LD_PTK, LD_PTV, LD_O,
-// LD_DO, LD_STATS, LD_SEED, LD_OFFSET of the tensors present.
+// LD_DO, LD_STATS, LD_SEED, LD_OFFSET of the tensors present. The attention scale and the
+// dropout's probability and keep scale 1/(1-p) are the kernel's double parameters `sd_scale`,
+// `sd_dropout_p` and `sd_dropout_keep` (values a user may change between executes).
 
 #define SD_FORWARD 0
 #define SD_ROW_D 1
@@ -32,8 +34,8 @@
 #define SD_DVA (SD_DV > 0 ? SD_DV : 1)
 #define SD_ROWS (SD_B * SD_HQ * SD_SQ)
 
-// What every kernel reads: the tensors present (pointer and layout) and the dropout's seed and
-// offset.
+// What every kernel reads: the tensors present (pointer and layout), the attention scale and the
+// dropout's seed, offset, probability and keep scale.
 struct Att {
     const void* q; TRef tq;
     const void* k; TRef tk;
@@ -45,8 +47,10 @@ struct Att {
     const void* slq; TRef tslq;
     const void* slkv; TRef tslkv;
 #endif
+    double scale;
 #if SD_DROPOUT
     u64 seed; u64 offset;
+    double dropout_p; double dropout_keep;
 #endif
 #if SD_PAGED
     const void* ptk; TRef tptk;
@@ -98,24 +102,27 @@ struct Att {
 #endif
 // By-value seeds live in the plan's constant buffer: read through the pointer too.
 #if SD_DROPOUT
-#define SD_INIT_DROPOUT                        \
-    A.seed = fd_seed_bits(LD_SEED(seed_p, 0)); \
-    A.offset = fd_seed_bits(LD_OFFSET(offset_p, 0));
+#define SD_INIT_DROPOUT                              \
+    A.seed = fd_seed_bits(LD_SEED(seed_p, 0));       \
+    A.offset = fd_seed_bits(LD_OFFSET(offset_p, 0)); \
+    A.dropout_p = sd_dropout_p;                      \
+    A.dropout_keep = sd_dropout_keep;
 #else
 #define SD_INIT_DROPOUT
 #endif
-#define SD_INIT      \
-    Att A;           \
-    A.q = q_p;       \
-    A.tq = tq_r;     \
-    A.k = k_p;       \
-    A.tk = tk_r;     \
-    A.v = v_p;       \
-    A.tv = tv_r;     \
-    SD_INIT_BIAS     \
-    SD_INIT_PADDING  \
-    SD_INIT_PAGED    \
-    SD_INIT_BACKWARD \
+#define SD_INIT         \
+    Att A;              \
+    A.q = q_p;          \
+    A.tq = tq_r;        \
+    A.k = k_p;          \
+    A.tk = tk_r;        \
+    A.v = v_p;          \
+    A.tv = tv_r;        \
+    A.scale = sd_scale; \
+    SD_INIT_BIAS        \
+    SD_INIT_PADDING     \
+    SD_INIT_PAGED       \
+    SD_INIT_BACKWARD    \
     SD_INIT_DROPOUT
 
 // Per-batch lengths (clamped to [0, s]: the CPU rejects others, a kernel must not index past).
@@ -195,7 +202,7 @@ __device__ __forceinline__ double sd_slope(i64 h) {
 
 // The score from the dot product q_i . k_j: scaled, plus bias and ALiBi.
 __device__ __forceinline__ double sd_score(const Att& A, i64 bi, i64 h, i64 i, i64 j, double dot) {
-    double s = SD_SCALE * dot;
+    double s = A.scale * dot;
 #if SD_HAS_BIAS
     const TRef& tb = A.tb;
     i64 boff = (tb.dims[0] == 1 ? 0 : bi) * tb.strides[0] + (tb.dims[1] == 1 ? 0 : h) * tb.strides[1]
@@ -213,7 +220,7 @@ __device__ __forceinline__ double sd_score(const Att& A, i64 bi, i64 h, i64 i, i
 __device__ __forceinline__ double sd_keep(const Att& A, i64 bi, i64 h, i64 i, i64 j) {
 #if SD_DROPOUT
     u64 idx = (u64)((((bi * SD_HQ + h) * SD_SQ + i) * SD_SKV) + j);
-    return fd_philox_uniform(A.seed, A.offset, idx) >= SD_P ? SD_KEEP : 0.0;
+    return fd_philox_uniform(A.seed, A.offset, idx) >= A.dropout_p ? A.dropout_keep : 0.0;
 #else
     (void)A; (void)bi; (void)h; (void)i; (void)j;
     return 1.0;
@@ -351,7 +358,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
                 double dpv = 0.0;
                 for (int c = 0; c < SD_DV; ++c) dpv += dov[c] * sd_v(A, vr, c);
                 double dp = sd_keep(A, bi, h, i, j) * dpv;
-                double dsc = p * (dp - big_d) * SD_SCALE;
+                double dsc = p * (dp - big_d) * A.scale;
                 for (int c = 0; c < SD_D; ++c) acc[c] += dsc * sd_k(A, kr, c);
             }
         }
@@ -393,7 +400,7 @@ __device__ __forceinline__ void sd_key_grad(const Att& A, const double* dbuf, i6
             double dpv = 0.0;
             for (int c = 0; c < SD_DV; ++c) dpv += sd_do(A, bi, h, i, c) * vv[c];
             double dp = keep * dpv;
-            double dsc = p * (dp - dbuf[(bi * SD_HQ + h) * SD_SQ + i]) * SD_SCALE;
+            double dsc = p * (dp - dbuf[(bi * SD_HQ + h) * SD_SQ + i]) * A.scale;
             for (int c = 0; c < SD_D; ++c) tmp[c] += dsc * LD_Q(A.q, qo + c * A.tq.strides[3]);
 #else
             double pk = p * keep;

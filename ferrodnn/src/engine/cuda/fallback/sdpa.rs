@@ -15,8 +15,9 @@
 //! 5. with `dbias`: one thread per bias element, summing dS over the broadcast dims in the CPU's
 //!    row-major order.
 //!
-//! Sizes (dims) and attributes are compiled in; strides arrive in `TRef`s. The device code is
-//! `sdpa.cuh`, after `philox.cuh` for the dropout.
+//! Sizes (dims) and attributes are compiled in; strides arrive in `TRef`s; the attention scale
+//! and the dropout probability (with its keep scale) are parameters, which a user may change
+//! between executes. The device code is `sdpa.cuh`, after `philox.cuh` for the dropout.
 
 use super::rng::PHILOX;
 use super::{c_double, Arg, Ctx, Launch, NodeKernels};
@@ -82,7 +83,6 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
         ("SD_D", format!("{}", sizes.d)),
         ("SD_DV", format!("{}", sizes.d_v)),
         ("SD_GROUP", format!("{}LL", sizes.h_q / sizes.h_kv)),
-        ("SD_SCALE", c_double(scale)),
         ("SD_CAUSAL", flag(a.causal.is_some())),
         ("SD_BOTTOM_RIGHT", flag(a.causal == Some(CausalAlignment::BottomRight))),
         ("SD_HAS_SWL", flag(a.sliding_window_left.is_some())),
@@ -93,8 +93,6 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
         ("SD_PADDING", flag(padding)),
         ("SD_ALIBI", flag(a.alibi)),
         ("SD_DROPOUT", flag(dropout.is_some())),
-        ("SD_P", c_double(dropout.unwrap_or(0.0))),
-        ("SD_KEEP", c_double(dropout.map_or(1.0, |p| 1.0 / (1.0 - p)))),
         ("SD_PAGED", flag(paged.is_some())),
         ("SD_BACKWARD", flag(backward)),
     ];
@@ -125,9 +123,11 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
         tensor(&mut defines, "dout", "tdo", "LD_DO", ctx.input("do")?);
         tensor(&mut defines, "st", "tst", "LD_STATS", ctx.input("stats")?);
     }
-    if dropout.is_some() {
+    params.push(("double sd_scale".to_string(), Arg::F64(scale)));
+    if let Some(p) = dropout {
         let (seed, offset) = (ctx.input("seed")?, ctx.input("offset")?);
         params.extend([("const void* seed_p".to_string(), Arg::Ptr(seed)), ("const void* offset_p".to_string(), Arg::Ptr(offset))]);
+        params.extend([("double sd_dropout_p".to_string(), Arg::F64(p)), ("double sd_dropout_keep".to_string(), Arg::F64(1.0 / (1.0 - p)))]);
         defines.extend([("LD_SEED", ctx.ld(seed)), ("LD_OFFSET", ctx.ld(offset))]);
     }
     if a.alibi {
