@@ -26,7 +26,7 @@ mod transform;
 
 use crate::dtype::DataType;
 use crate::engine::cuda::kernel::ctype::{self, c_double};
-use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl};
+use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels};
 use crate::error::{Error, Result};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
@@ -39,6 +39,11 @@ pub fn input(node: &Node, port: &str) -> Result<TensorId> {
 /// The tensor on an output port, or an error naming it.
 pub fn output(node: &Node, port: &str) -> Result<TensorId> {
     node.output(port).ok_or_else(|| Error::op(node.op.kind(), &node.name, format!("output `{port}` is missing")))
+}
+
+/// `v` as a C initializer list of `long long`s (`1LL, 2LL`).
+pub fn c_list(v: &[i64]) -> String {
+    v.iter().map(|x| format!("{x}LL")).collect::<Vec<_>>().join(", ")
 }
 
 /// The kernels of one node of a validated graph.

@@ -4,6 +4,7 @@
 //! i.e. the axes where that shape is 1 are reduced. A kernel gets the reduced axes as a bit
 //! mask, the group count `G` and the group size `M`, and runs one 256-thread block per group
 //! (grid-stride over groups) with a shared-memory tree reduction: deterministic, no atomics.
+//! The device code is `norm.cuh`.
 //!
 //! - Forward ops (layernorm, rmsnorm, instancenorm, adalayernorm, batchnorm): one launch; each
 //!   block computes its group's mean and inverse deviation (two passes, as the CPU), writes the
@@ -13,69 +14,36 @@
 //!   `dy * scale * xhat`, then `dx` for its members) and one launch per element of `scale`
 //!   (sums of `dy * xhat` and `dy` into `dscale` and `dbias`).
 //! - genstats: one block per channel; batchnorm_inference and bn_finalize: elementwise.
+//!
+//! Epsilon and momentum are kernel parameters (a user may change them between executes);
+//! bn_finalize's accumulation count is compiled in.
 
-use super::{c_double, Arg, Ctx, Grid, Launch, NodeKernels, Pdl};
+use super::{c_double, Ctx, Grid, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{Signature, Source};
 use crate::error::Result;
 use crate::graph::ops::norm::*;
-use crate::graph::TensorId;
 
 /// Threads per block of the group kernels (a power of two: the tree reduction halves it).
 const NB: u32 = 256;
 
-/// Device helpers of the group kernels.
-const HELPERS: &str = r#"
-#define NB 256
-// Sum of `v` over the block (blockDim.x == NB), in a fixed order; every thread gets it.
-__device__ __forceinline__ double block_sum(double v, double* sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = NB / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
+/// The text of kernel `kernel` of norm.cuh (NORM_FORWARD, ...) with the entry of `sig` and the
+/// kernel's `defines`.
+fn source(entry: &str, sig: &Signature, kernel: &str, defines: Vec<(&str, String)>) -> String {
+    let mut source = Source::new().entry(entry, sig).define("NORM_KERNEL", kernel).define("NORM_BLOCK", NB);
+    for (name, value) in defines {
+        source = source.define(name, value);
     }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-// The multi-index of member `m` of group `g`: axes whose bit is set in `mask` are reduced
-// (indexed by m, row-major), the others are the group's (indexed by g, row-major).
-__device__ __forceinline__ void norm_index(const TRef& t, long long mask, i64 g, i64 m, i64* idx) {
-    for (int a = t.rank - 1; a >= 0; --a) {
-        i64 d = t.dims[a] > 0 ? t.dims[a] : 1;
-        if ((mask >> a) & 1) { idx[a] = m % d; m /= d; }
-        else { idx[a] = g % d; g /= d; }
-    }
-}
-"#;
-
-/// A kernel's parameter list and the matching launch arguments, built together.
-#[derive(Default)]
-struct Sig {
-    params: Vec<String>,
-    args: Vec<Arg>,
+    source.template(include_str!("norm.cuh")).build()
 }
 
-impl Sig {
-    fn tensor(&mut self, name: &str, id: TensorId, write: bool) {
-        let c = if write { "" } else { "const " };
-        self.params.push(format!("{c}void* {name}"));
-        self.params.push(format!("TRef t{name}"));
-        self.args.push(Arg::Ptr(id));
-        self.args.push(Arg::Ref(id));
-    }
-    fn input(&mut self, name: &str, id: TensorId) {
-        self.tensor(name, id, false)
-    }
-    fn output(&mut self, name: &str, id: TensorId) {
-        self.tensor(name, id, true)
-    }
-    fn int(&mut self, name: &str, v: i64) {
-        self.params.push(format!("long long {name}"));
-        self.args.push(Arg::I64(v));
-    }
-    fn list(&self) -> String {
-        self.params.join(", ")
-    }
+/// `mask`, `G` and `M`: the reduced axes, group count and group size of the group kernels.
+fn group_params(sig: &mut Signature, (mask, groups, members): (i64, i64, i64)) {
+    sig.i64("mask", mask).i64("G", groups).i64("M", members);
+}
+
+/// `1` or `0`, for a flag among the defines.
+fn flag(on: bool) -> String {
+    (on as u8).to_string()
 }
 
 /// Reduced-axes mask (bit a set where `target` is 1), group count and group size of x's
@@ -96,9 +64,9 @@ fn grouping(x: &[i64], target: &[i64]) -> (i64, i64, i64) {
 }
 
 /// A launch of one `NB`-thread block per group (grid-stride over groups beyond the cap).
-fn group_launch(source: String, entry: &str, groups: i64, sig: Sig) -> Launch {
+fn group_launch(source: String, entry: &str, groups: i64, sig: Signature) -> Launch {
     let blocks = groups.clamp(1, 65535) as u32;
-    Launch { source, entry: entry.to_string(), grid: Grid::Exact(blocks, 1, 1), block: NB, shared_bytes: 0, args: sig.args, cluster: None, pdl: Pdl::Dependent }
+    Launch::new(source, entry, Grid::Exact(blocks, 1, 1), NB, sig.into_args())
 }
 
 /// Forward of layernorm, rmsnorm (`rms`), instancenorm, adalayernorm: statistics per group,
@@ -111,78 +79,32 @@ fn norm_forward(ctx: &Ctx, attrs: &NormAttrs, axes: NormAxes, rms: bool) -> Resu
     let mean = if rms { None } else { ctx.node.output("mean") };
     let inv = ctx.node.output("inv_variance");
     let xd = ctx.dims(x);
-    let (mask, groups, members) = grouping(&xd, &axes.stats_dims(&xd));
+    let grouping = grouping(&xd, &axes.stats_dims(&xd));
     let entry = ctx.entry(if rms { "rmsnorm" } else { "norm_fwd" });
 
-    let mut sig = Sig::default();
-    sig.input("x", x);
-    sig.input("sc", scale);
-    let mut bias_term = "0.0".to_string();
+    let mut sig = Signature::new();
+    sig.tensor("x", x, false).tensor("sc", scale, false);
+    let mut defines = vec![("NORM_RMS", flag(rms)), ("LD_X", ctx.ld(x)), ("LD_SC", ctx.ld(scale)), ("ST_Y", ctx.st(y))];
+    defines.push(("NORM_BIAS", flag(bias.is_some())));
     if let Some(b) = bias {
-        sig.input("bi", b);
-        bias_term = format!("{}(bi, bcast_offset(tbi, idx, tx.rank))", ctx.ld(b));
+        sig.tensor("bi", b, false);
+        defines.push(("LD_BI", ctx.ld(b)));
     }
-    sig.output("y", y);
-    let mut write_stats = String::new();
+    sig.tensor("y", y, true);
+    defines.push(("NORM_MEAN", flag(mean.is_some())));
     if let Some(m) = mean {
-        sig.output("mo", m);
-        write_stats += &format!("            {}(mo, bcast_offset(tmo, idx, tx.rank), mean);\n", ctx.st(m));
+        sig.tensor("mo", m, true);
+        defines.push(("ST_MEAN", ctx.st(m)));
     }
+    defines.push(("NORM_INV", flag(inv.is_some())));
     if let Some(v) = inv {
-        sig.output("iv", v);
-        write_stats += &format!("            {}(iv, bcast_offset(tiv, idx, tx.rank), inv);\n", ctx.st(v));
+        sig.tensor("iv", v, true);
+        defines.push(("ST_INV", ctx.st(v)));
     }
-    sig.int("mask", mask);
-    sig.int("G", groups);
-    sig.int("M", members);
-    let ldx = ctx.ld(x);
-    let mean_pass = if rms {
-        String::new()
-    } else {
-        format!(
-            r#"        double s = 0.0;
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            s += {ldx}(x, offset_at(tx, idx));
-        }}
-        s = block_sum(s, sh);
-        mean = M > 0 ? s / (double)M : 0.0;
-"#
-        )
-    };
-    let source = format!(
-        r#"{HELPERS}
-extern "C" __global__ void {entry}({params}) {{
-    __shared__ double sh[NB];
-    for (i64 g = blockIdx.x; g < G; g += gridDim.x) {{
-        i64 idx[8];
-        double mean = 0.0;
-{mean_pass}        double q = 0.0;
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            double d = {ldx}(x, offset_at(tx, idx)) - mean;
-            q += d * d;
-        }}
-        q = block_sum(q, sh);
-        double var = M > 0 ? q / (double)M : 0.0;
-        double inv = 1.0 / sqrt(var + {eps});
-        if (threadIdx.x == 0) {{
-            norm_index(tx, mask, g, 0, idx);
-{write_stats}        }}
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            double v = ({ldx}(x, offset_at(tx, idx)) - mean) * inv * {lds}(sc, bcast_offset(tsc, idx, tx.rank)) + {bias_term};
-            {sty}(y, offset_at(ty, idx), v);
-        }}
-    }}
-}}
-"#,
-        params = sig.list(),
-        eps = c_double(attrs.epsilon),
-        lds = ctx.ld(scale),
-        sty = ctx.st(y),
-    );
-    Ok(NodeKernels::one(group_launch(source, &entry, groups, sig)))
+    group_params(&mut sig, grouping);
+    sig.f64("epsilon", attrs.epsilon);
+    let source = source(&entry, &sig, "NORM_FORWARD", defines);
+    Ok(NodeKernels::one(group_launch(source, &entry, grouping.1, sig)))
 }
 
 /// Backward of layernorm, rmsnorm (`rms`: no mean), instancenorm, adalayernorm, batchnorm.
@@ -199,107 +121,41 @@ fn norm_backward(ctx: &Ctx, axes: NormAxes, rms: bool) -> Result<NodeKernels> {
     let dscale = ctx.output("dscale")?;
     let dbias = ctx.node.output("dbias");
     let xd = ctx.dims(x);
-    let (ldy, ldx, lds, ldi) = (ctx.ld(dy), ctx.ld(x), ctx.ld(scale), ctx.ld(inv));
-    let load_mean = match mean {
-        Some(m) => format!("{}(mn, bcast_offset(tmn, idx, tx.rank))", ctx.ld(m)),
-        None => "0.0".into(),
-    };
-    let common = |sig: &mut Sig| {
-        sig.input("dy", dy);
-        sig.input("x", x);
+    // The inputs both kernels read, first among their parameters, and their loads.
+    let common = |sig: &mut Signature, defines: &mut Vec<(&str, String)>| {
+        sig.tensor("dy", dy, false).tensor("x", x, false);
+        defines.extend([("NORM_RMS", flag(rms)), ("LD_DY", ctx.ld(dy)), ("LD_X", ctx.ld(x)), ("LD_INV", ctx.ld(inv))]);
         if let Some(m) = mean {
-            sig.input("mn", m);
+            sig.tensor("mn", m, false);
+            defines.push(("LD_MEAN", ctx.ld(m)));
         }
-        sig.input("iv", inv);
+        sig.tensor("iv", inv, false);
     };
 
     // dx: one block per statistics group.
-    let (mask, groups, members) = grouping(&xd, &axes.stats_dims(&xd));
+    let grouping1 = grouping(&xd, &axes.stats_dims(&xd));
     let entry1 = ctx.entry("norm_bwd_dx");
-    let mut sig1 = Sig::default();
-    common(&mut sig1);
-    sig1.input("sc", scale);
-    sig1.output("dx", dx);
-    sig1.int("mask", mask);
-    sig1.int("G", groups);
-    sig1.int("M", members);
-    let mean_grad = if rms { "0.0" } else { "sg / n" };
-    let source1 = format!(
-        r#"{HELPERS}
-extern "C" __global__ void {entry1}({params}) {{
-    __shared__ double sh[NB];
-    for (i64 g = blockIdx.x; g < G; g += gridDim.x) {{
-        i64 idx[8];
-        norm_index(tx, mask, g, 0, idx);
-        double mean = {load_mean};
-        double r = {ldi}(iv, bcast_offset(tiv, idx, tx.rank));
-        double sg = 0.0, sgx = 0.0;
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            double gi = {ldy}(dy, offset_at(tdy, idx)) * {lds}(sc, bcast_offset(tsc, idx, tx.rank));
-            double xhat = ({ldx}(x, offset_at(tx, idx)) - mean) * r;
-            sg += gi;
-            sgx += gi * xhat;
-        }}
-        sg = block_sum(sg, sh);
-        sgx = block_sum(sgx, sh);
-        double n = M > 1 ? (double)M : 1.0;
-        double mg = {mean_grad};
-        double mgx = sgx / n;
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            double gi = {ldy}(dy, offset_at(tdy, idx)) * {lds}(sc, bcast_offset(tsc, idx, tx.rank));
-            double xhat = ({ldx}(x, offset_at(tx, idx)) - mean) * r;
-            {stdx}(dx, offset_at(tdx, idx), r * (gi - mg - xhat * mgx));
-        }}
-    }}
-}}
-"#,
-        params = sig1.list(),
-        stdx = ctx.st(dx),
-    );
+    let (mut sig1, mut defines1) = (Signature::new(), Vec::new());
+    common(&mut sig1, &mut defines1);
+    sig1.tensor("sc", scale, false).tensor("dx", dx, true);
+    defines1.extend([("LD_SC", ctx.ld(scale)), ("ST_DX", ctx.st(dx))]);
+    group_params(&mut sig1, grouping1);
+    let source1 = source(&entry1, &sig1, "NORM_BACKWARD_DX", defines1);
 
     // dscale, dbias: one block per element of scale.
-    let (pmask, pgroups, pmembers) = grouping(&xd, &ctx.dims(scale));
+    let grouping2 = grouping(&xd, &ctx.dims(scale));
     let entry2 = ctx.entry("norm_bwd_dscale");
-    let mut sig2 = Sig::default();
-    common(&mut sig2);
-    sig2.output("ds", dscale);
-    let mut write = format!("            {}(ds, bcast_offset(tds, idx, tx.rank), a);\n", ctx.st(dscale));
+    let (mut sig2, mut defines2) = (Signature::new(), Vec::new());
+    common(&mut sig2, &mut defines2);
+    sig2.tensor("ds", dscale, true);
+    defines2.extend([("ST_DSCALE", ctx.st(dscale)), ("NORM_DBIAS", flag(dbias.is_some()))]);
     if let Some(b) = dbias {
-        sig2.output("db", b);
-        write += &format!("            {}(db, bcast_offset(tdb, idx, tx.rank), b);\n", ctx.st(b));
+        sig2.tensor("db", b, true);
+        defines2.push(("ST_DBIAS", ctx.st(b)));
     }
-    sig2.int("mask", pmask);
-    sig2.int("G", pgroups);
-    sig2.int("M", pmembers);
-    let source2 = format!(
-        r#"{HELPERS}
-extern "C" __global__ void {entry2}({params}) {{
-    __shared__ double sh[NB];
-    for (i64 g = blockIdx.x; g < G; g += gridDim.x) {{
-        i64 idx[8];
-        double a = 0.0, b = 0.0;
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            double mean = {load_mean};
-            double r = {ldi}(iv, bcast_offset(tiv, idx, tx.rank));
-            double d = {ldy}(dy, offset_at(tdy, idx));
-            a += d * (({ldx}(x, offset_at(tx, idx)) - mean) * r);
-            b += d;
-        }}
-        a = block_sum(a, sh);
-        b = block_sum(b, sh);
-        (void)b;
-        if (threadIdx.x == 0) {{
-            norm_index(tx, mask, g, 0, idx);
-{write}        }}
-    }}
-}}
-"#,
-        params = sig2.list(),
-    );
-    Ok(NodeKernels { launches: vec![group_launch(source1, &entry1, groups, sig1), group_launch(source2, &entry2, pgroups, sig2)], scratch: Vec::new() })
+    group_params(&mut sig2, grouping2);
+    let source2 = source(&entry2, &sig2, "NORM_BACKWARD_DSCALE", defines2);
+    Ok(NodeKernels { launches: vec![group_launch(source1, &entry1, grouping1.1, sig1), group_launch(source2, &entry2, grouping2.1, sig2)], scratch: Vec::new() })
 }
 
 pub(super) fn batchnorm(ctx: &Ctx, a: &BatchnormAttrs) -> Result<NodeKernels> {
@@ -316,133 +172,48 @@ pub(super) fn batchnorm(ctx: &Ctx, a: &BatchnormAttrs) -> Result<NodeKernels> {
     };
     let peers = peer_ports(ctx.node).map_err(|m| ctx.err(m))?;
     let xd = ctx.dims(x);
-    let (mask, groups, members) = grouping(&xd, &NormAxes::Batch.stats_dims(&xd));
+    let grouping = grouping(&xd, &NormAxes::Batch.stats_dims(&xd));
     let entry = ctx.entry("batchnorm");
 
-    let mut sig = Sig::default();
-    sig.input("x", x);
-    sig.input("sc", scale);
-    sig.input("bi", bias);
-    sig.output("y", y);
-    sig.output("mo", mean);
-    sig.output("iv", inv);
-    // Each peer's (mean, M2) from its (sum, sum of squares) over as many elements as x's.
-    let mut peer_code = String::new();
-    let mut means = "0.0 + lmean".to_string();
-    let mut m2s = "0.0 + (lm2 + nl * (lmean - mu) * (lmean - mu))".to_string();
+    let mut sig = Signature::new();
+    sig.tensor("x", x, false).tensor("sc", scale, false).tensor("bi", bias, false).tensor("y", y, true).tensor("mo", mean, true).tensor("iv", inv, true);
+    let mut defines = vec![("LD_X", ctx.ld(x)), ("LD_SC", ctx.ld(scale)), ("LD_BI", ctx.ld(bias)), ("ST_Y", ctx.st(y)), ("ST_MEAN", ctx.st(mean)), ("ST_INV", ctx.st(inv))];
+    // Peer k's statistics arrive as `p<k>`.
+    let mut list = String::new();
     for (k, &(_, p)) in peers.iter().enumerate() {
-        sig.input(&format!("p{k}"), p);
-        peer_code += &format!(
-            "        double ps{k} = {ld}(p{k}, g * tp{k}.strides[1]);\n        double pq{k} = {ld}(p{k}, tp{k}.strides[0] + g * tp{k}.strides[1]);\n        double pmean{k} = ps{k} / nl;\n        double pm2{k} = pq{k} - ps{k} * ps{k} / nl;\n",
-            ld = ctx.ld(p)
-        );
-        means += &format!(" + pmean{k}");
-        m2s += &format!(" + (pm2{k} + nl * (pmean{k} - mu) * (pmean{k} - mu))");
+        sig.tensor(&format!("p{k}"), p, false);
+        list += &format!(" X({k}, {})", ctx.ld(p));
     }
-    let mut running_code = String::new();
+    defines.push(("BN_PEERS(X)", list));
+    defines.push(("BN_PARTS", format!("{}.0", peers.len() + 1)));
+    defines.push(("BN_RUNNING", flag(running.is_some())));
     if let Some((rm, rv, orm, orv)) = running {
-        sig.input("rm", rm);
-        sig.input("rv", rv);
-        sig.output("orm", orm);
-        sig.output("orv", orv);
-        let mo = c_double(a.momentum);
-        running_code = format!(
-            r#"            double unbias = total / (total - 1.0);
-            {storm}(orm, bcast_offset(torm, idx, tx.rank), (1.0 - {mo}) * {ldrm}(rm, bcast_offset(trm, idx, tx.rank)) + {mo} * mu);
-            {storv}(orv, bcast_offset(torv, idx, tx.rank), (1.0 - {mo}) * {ldrv}(rv, bcast_offset(trv, idx, tx.rank)) + {mo} * var * unbias);
-"#,
-            storm = ctx.st(orm),
-            storv = ctx.st(orv),
-            ldrm = ctx.ld(rm),
-            ldrv = ctx.ld(rv),
-        );
+        sig.tensor("rm", rm, false).tensor("rv", rv, false).tensor("orm", orm, true).tensor("orv", orv, true);
+        defines.extend([("LD_RM", ctx.ld(rm)), ("LD_RV", ctx.ld(rv)), ("ST_RM", ctx.st(orm)), ("ST_RV", ctx.st(orv))]);
     }
-    sig.int("mask", mask);
-    sig.int("G", groups);
-    sig.int("M", members);
-    let ldx = ctx.ld(x);
-    let parts = peers.len() + 1;
-    let source = format!(
-        r#"{HELPERS}
-extern "C" __global__ void {entry}({params}) {{
-    __shared__ double sh[NB];
-    for (i64 g = blockIdx.x; g < G; g += gridDim.x) {{
-        i64 idx[8];
-        double s = 0.0;
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            s += {ldx}(x, offset_at(tx, idx));
-        }}
-        s = block_sum(s, sh);
-        double lmean = M > 0 ? s / (double)M : 0.0;
-        double q = 0.0;
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            double d = {ldx}(x, offset_at(tx, idx)) - lmean;
-            q += d * d;
-        }}
-        q = block_sum(q, sh);
-        double nl = (double)M;
-        double lm2 = M > 0 ? (q / nl) * nl : 0.0;
-{peer_code}        double total = nl * {parts}.0;
-        double mu = ({means}) / {parts}.0;
-        double m2 = {m2s};
-        double var = fmax(m2 / total, 0.0);
-        double inv = 1.0 / sqrt(var + {eps});
-        if (threadIdx.x == 0) {{
-            norm_index(tx, mask, g, 0, idx);
-            {stm}(mo, bcast_offset(tmo, idx, tx.rank), mu);
-            {sti}(iv, bcast_offset(tiv, idx, tx.rank), inv);
-{running_code}        }}
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            double v = ({ldx}(x, offset_at(tx, idx)) - mu) * inv * {lds}(sc, bcast_offset(tsc, idx, tx.rank)) + {ldb}(bi, bcast_offset(tbi, idx, tx.rank));
-            {sty}(y, offset_at(ty, idx), v);
-        }}
-    }}
-}}
-"#,
-        params = sig.list(),
-        eps = c_double(a.epsilon),
-        stm = ctx.st(mean),
-        sti = ctx.st(inv),
-        lds = ctx.ld(scale),
-        ldb = ctx.ld(bias),
-        sty = ctx.st(y),
-    );
-    Ok(NodeKernels::one(group_launch(source, &entry, groups, sig)))
+    group_params(&mut sig, grouping);
+    sig.f64("epsilon", a.epsilon);
+    if running.is_some() {
+        sig.f64("momentum", a.momentum);
+    }
+    let source = source(&entry, &sig, "NORM_BATCHNORM", defines);
+    Ok(NodeKernels::one(group_launch(source, &entry, grouping.1, sig)))
 }
 
 pub(super) fn batchnorm_inference(ctx: &Ctx, _a: &NormAttrs) -> Result<NodeKernels> {
     let x = ctx.input("x")?;
     let y = ctx.output("y")?;
     let entry = ctx.entry("bn_infer");
-    let mut sig = Sig::default();
-    sig.input("x", x);
-    sig.output("y", y);
-    let mut loads = String::new();
-    for (name, port) in [("sc", "scale"), ("bi", "bias"), ("mn", "mean"), ("iv", "inv_variance")] {
+    let mut sig = Signature::new();
+    sig.tensor("x", x, false).tensor("y", y, true);
+    let mut defines = vec![("LD_X", ctx.ld(x)), ("ST_Y", ctx.st(y))];
+    for (name, port, load) in [("sc", "scale", "LD_SC"), ("bi", "bias", "LD_BI"), ("mn", "mean", "LD_MEAN"), ("iv", "inv_variance", "LD_INV")] {
         let t = ctx.input(port)?;
-        sig.input(name, t);
-        loads += &format!("        double {name}_v = {}({name}, bcast_offset(t{name}, idx, tx.rank));\n", ctx.ld(t));
+        sig.tensor(name, t, false);
+        defines.push((load, ctx.ld(t)));
     }
-    let source = format!(
-        r#"
-extern "C" __global__ void {entry}({params}) {{
-    i64 n = numel(tx);
-    GRID_STRIDE(i, n) {{
-        i64 idx[8];
-        unravel(tx, i, idx);
-{loads}        double v = ({ldx}(x, offset_at(tx, idx)) - mn_v) * iv_v * sc_v + bi_v;
-        {sty}(y, offset_at(ty, idx), v);
-    }}
-}}
-"#,
-        params = sig.list(),
-        ldx = ctx.ld(x),
-        sty = ctx.st(y),
-    );
-    Ok(NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(x), sig.args)))
+    let source = source(&entry, &sig, "NORM_BN_INFERENCE", defines);
+    Ok(NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(x), sig.into_args())))
 }
 
 pub(super) fn batchnorm_backward(ctx: &Ctx, _a: &NormAttrs) -> Result<NodeKernels> {
@@ -454,103 +225,48 @@ pub(super) fn genstats(ctx: &Ctx, _a: &NormAttrs) -> Result<NodeKernels> {
     let sum = ctx.output("sum")?;
     let sq = ctx.output("sq_sum")?;
     let xd = ctx.dims(x);
-    let (mask, groups, members) = grouping(&xd, &NormAxes::Batch.stats_dims(&xd));
+    let grouping = grouping(&xd, &NormAxes::Batch.stats_dims(&xd));
     let entry = ctx.entry("genstats");
-    let mut sig = Sig::default();
-    sig.input("x", x);
-    sig.output("su", sum);
-    sig.output("sq", sq);
-    sig.int("mask", mask);
-    sig.int("G", groups);
-    sig.int("M", members);
-    let source = format!(
-        r#"{HELPERS}
-extern "C" __global__ void {entry}({params}) {{
-    __shared__ double sh[NB];
-    for (i64 g = blockIdx.x; g < G; g += gridDim.x) {{
-        i64 idx[8];
-        double s = 0.0, q = 0.0;
-        for (i64 m = threadIdx.x; m < M; m += blockDim.x) {{
-            norm_index(tx, mask, g, m, idx);
-            double v = {ldx}(x, offset_at(tx, idx));
-            s += v;
-            q += v * v;
-        }}
-        s = block_sum(s, sh);
-        q = block_sum(q, sh);
-        if (threadIdx.x == 0) {{
-            norm_index(tx, mask, g, 0, idx);
-            {sts}(su, bcast_offset(tsu, idx, tx.rank), s);
-            {stq}(sq, bcast_offset(tsq, idx, tx.rank), q);
-        }}
-    }}
-}}
-"#,
-        params = sig.list(),
-        ldx = ctx.ld(x),
-        sts = ctx.st(sum),
-        stq = ctx.st(sq),
-    );
-    Ok(NodeKernels::one(group_launch(source, &entry, groups, sig)))
+    let mut sig = Signature::new();
+    sig.tensor("x", x, false).tensor("su", sum, true).tensor("sq", sq, true);
+    group_params(&mut sig, grouping);
+    let source = source(&entry, &sig, "NORM_GENSTATS", vec![("LD_X", ctx.ld(x)), ("ST_SUM", ctx.st(sum)), ("ST_SQ", ctx.st(sq))]);
+    Ok(NodeKernels::one(group_launch(source, &entry, grouping.1, sig)))
 }
 
 pub(super) fn bn_finalize(ctx: &Ctx, a: &BnFinalizeAttrs) -> Result<NodeKernels> {
     let sum = ctx.input("sum")?;
     let entry = ctx.entry("bn_finalize");
-    let mut sig = Sig::default();
-    let mut loads = String::new();
-    for (name, port) in [("su", "sum"), ("sq", "sq_sum"), ("sc", "scale"), ("bi", "bias")] {
+    let mut sig = Signature::new();
+    let mut defines = vec![("BN_COUNT", c_double(a.accum_count as f64))];
+    for (name, port, load) in [("su", "sum", "LD_SUM"), ("sq", "sq_sum", "LD_SQ"), ("sc", "scale", "LD_SC"), ("bi", "bias", "LD_BI")] {
         let t = ctx.input(port)?;
-        sig.input(name, t);
-        loads += &format!("        double {name}_v = {}({name}, offset_at(t{name}, idx));\n", ctx.ld(t));
+        sig.tensor(name, t, false);
+        defines.push((load, ctx.ld(t)));
     }
-    let mut stores = String::new();
-    for (name, port, value) in [("es", "eq_scale", "eq_scale"), ("eb", "eq_bias", "mean_v_bias"), ("sm", "saved_mean", "mean"), ("si", "saved_inv_std", "inv")] {
+    for (name, port, store) in [("es", "eq_scale", "ST_EQ_SCALE"), ("eb", "eq_bias", "ST_EQ_BIAS"), ("sm", "saved_mean", "ST_SAVED_MEAN"), ("si", "saved_inv_std", "ST_SAVED_INV")]
+    {
         let t = ctx.output(port)?;
-        sig.output(name, t);
-        let value = if value == "mean_v_bias" { "bi_v - mean * eq_scale" } else { value };
-        stores += &format!("        {}({name}, offset_at(t{name}, idx), {value});\n", ctx.st(t));
+        sig.tensor(name, t, true);
+        defines.push((store, ctx.st(t)));
     }
-    match (ctx.node.input("prev_running_mean"), ctx.node.input("prev_running_var")) {
+    let running = match (ctx.node.input("prev_running_mean"), ctx.node.input("prev_running_var")) {
         (Some(rm), Some(rv)) => {
             let (nrm, nrv) = (ctx.output("next_running_mean")?, ctx.output("next_running_var")?);
-            sig.input("rm", rm);
-            sig.input("rv", rv);
-            sig.output("nrm", nrm);
-            sig.output("nrv", nrv);
-            let mo = c_double(a.momentum);
-            stores += &format!(
-                "        double unbias = count / (count - 1.0);\n        {}(nrm, offset_at(tnrm, idx), (1.0 - {mo}) * {}(rm, offset_at(trm, idx)) + {mo} * mean);\n        {}(nrv, offset_at(tnrv, idx), (1.0 - {mo}) * {}(rv, offset_at(trv, idx)) + {mo} * var * unbias);\n",
-                ctx.st(nrm),
-                ctx.ld(rm),
-                ctx.st(nrv),
-                ctx.ld(rv)
-            );
+            sig.tensor("rm", rm, false).tensor("rv", rv, false).tensor("nrm", nrm, true).tensor("nrv", nrv, true);
+            defines.extend([("LD_RM", ctx.ld(rm)), ("LD_RV", ctx.ld(rv)), ("ST_RM", ctx.st(nrm)), ("ST_RV", ctx.st(nrv))]);
+            true
         }
-        (None, None) => {}
+        (None, None) => false,
         _ => return Err(ctx.err("give both prev_running_mean and prev_running_var or neither")),
+    };
+    defines.push(("BN_RUNNING", flag(running)));
+    sig.f64("epsilon", a.epsilon);
+    if running {
+        sig.f64("momentum", a.momentum);
     }
-    // Every tensor has sum's dims: element i is the same logical index in each.
-    let source = format!(
-        r#"
-extern "C" __global__ void {entry}({params}) {{
-    i64 n = numel(tsu);
-    const double count = {count};
-    GRID_STRIDE(i, n) {{
-        i64 idx[8];
-        unravel(tsu, i, idx);
-{loads}        double mean = su_v / count;
-        double var = fmax(sq_v / count - mean * mean, 0.0);
-        double inv = 1.0 / sqrt(var + {eps});
-        double eq_scale = sc_v * inv;
-{stores}    }}
-}}
-"#,
-        params = sig.list(),
-        count = c_double(a.accum_count as f64),
-        eps = c_double(a.epsilon),
-    );
-    Ok(NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(sum), sig.args)))
+    let source = source(&entry, &sig, "NORM_BN_FINALIZE", defines);
+    Ok(NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(sum), sig.into_args())))
 }
 
 pub(super) fn layernorm(ctx: &Ctx, a: &NormAttrs) -> Result<NodeKernels> {

@@ -10,8 +10,11 @@
 //!   scratch partial, and a second launch folds each output's partials in order and finishes.
 //!   Deterministic; sums differ from the serial order only by double rounding, and integer
 //!   sums and products stay exact while they fit in a double's 53 bits.
+//!
+//! The device code is `reduction.cuh`, the mode chosen by a define.
 
-use super::{Arg, Ctx, Grid, Launch, NodeKernels, Pdl};
+use super::{Arg, Ctx, Grid, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{Signature, Source};
 use crate::error::Result;
 use crate::graph::ops::reduction::{ReductionAttrs, ReductionMode};
 
@@ -24,49 +27,25 @@ const BLOCK: u32 = 256;
 const TARGET_BLOCKS: u64 = 1024;
 const MIN_CHUNK: u64 = 4096;
 
-/// The map, combine, identity and finish of a mode, as C.
-fn mode_helpers(mode: ReductionMode) -> String {
+/// The RED_MODE of a mode (reduction.cuh).
+fn mode_name(mode: ReductionMode) -> &'static str {
     use ReductionMode::*;
-    // NaN propagates through min, max and amax (as in the CPU's fold).
-    let (map, comb, ident, fin) = match mode {
-        // Rust's float `sum` starts from -0.0; the mean's fold starts from +0.0.
-        Add => ("v", "a + b", "-0.0", "s"),
-        Avg => ("v", "a + b", "0.0", "s / (double)n"),
-        Norm1 => ("fabs(v)", "a + b", "-0.0", "s"),
-        Norm2 => ("v * v", "a + b", "-0.0", "sqrt(s)"),
-        Mul => ("v", "a * b", "1.0", "s"),
-        // Zeros are skipped: multiplying by 1.0 instead is exact. NaN != 0, so NaN is kept.
-        MulNoZeros => ("(v != 0.0 ? v : 1.0)", "a * b", "1.0", "s"),
-        Min => ("v", "(isnan(a) || isnan(b)) ? (0.0/0.0) : fmin(a, b)", "(1.0/0.0)", "s"),
-        Max => ("v", "(isnan(a) || isnan(b)) ? (0.0/0.0) : fmax(a, b)", "(-1.0/0.0)", "s"),
-        Amax => ("fabs(v)", "(isnan(a) || isnan(b)) ? (0.0/0.0) : fmax(a, b)", "0.0", "s"),
-    };
-    format!(
-        r#"
-#define RED_IDENT ({ident})
-__device__ __forceinline__ double red_map(double v) {{ return {map}; }}
-__device__ __forceinline__ double red_comb(double a, double b) {{ return {comb}; }}
-__device__ __forceinline__ double red_fin(double s, i64 n) {{ (void)n; return {fin}; }}
-"#
-    )
+    match mode {
+        Add => "RED_ADD",
+        Avg => "RED_AVG",
+        Norm1 => "RED_NORM1",
+        Norm2 => "RED_NORM2",
+        Mul => "RED_MUL",
+        MulNoZeros => "RED_MUL_NO_ZEROS",
+        Min => "RED_MIN",
+        Max => "RED_MAX",
+        Amax => "RED_AMAX",
+    }
 }
 
-/// `red_count(tx)` (the group size) and `red_off(tx, r)` (the offset of the group's element
-/// `r`, row-major over the reduced axes, from the group's first element).
-fn group_helpers(axes: &[usize]) -> String {
-    let mut sorted = axes.to_vec();
-    sorted.sort_unstable();
-    let count: String = sorted.iter().map(|a| format!(" n *= tx.dims[{a}];")).collect();
-    let off: String = sorted.iter().rev().map(|a| format!("\n    off += (r % tx.dims[{a}]) * tx.strides[{a}]; r /= tx.dims[{a}];")).collect();
-    format!(
-        r#"
-__device__ __forceinline__ i64 red_count(const TRef& tx) {{ i64 n = 1;{count} return n; }}
-__device__ __forceinline__ i64 red_off(const TRef& tx, i64 r) {{
-    i64 off = 0;{off}
-    (void)r; return off;
-}}
-"#
-    )
+/// Axes as an X-macro list: ` X(0) X(2)`.
+fn axis_list<'a>(axes: impl Iterator<Item = &'a usize>) -> String {
+    axes.map(|a| format!(" X({a})")).collect()
 }
 
 pub(super) fn reduction(ctx: &Ctx, a: &ReductionAttrs) -> Result<NodeKernels> {
@@ -81,91 +60,44 @@ pub(super) fn reduction(ctx: &Ctx, a: &ReductionAttrs) -> Result<NodeKernels> {
     }
     let group: u64 = a.axes.iter().map(|&axis| xd[axis].max(0) as u64).product();
     let outputs = ctx.numel(y);
-    let helpers = format!("{}{}", mode_helpers(a.mode), group_helpers(&a.axes));
-    let (ldx, sty) = (ctx.ld(x), ctx.st(y));
+    let mut axes = a.axes.clone();
+    axes.sort_unstable();
+    // The text of kernel `kernel` (RED_SERIAL, RED_PART, RED_FINISH) of reduction.cuh.
+    let source = |entry: &str, sig: &Signature, kernel: &str| {
+        Source::new()
+            .entry(entry, sig)
+            .define("RED_KERNEL", kernel)
+            .define("RED_MODE", mode_name(a.mode))
+            .define("RED_AXES(X)", axis_list(axes.iter()))
+            .define("RED_AXES_REVERSED(X)", axis_list(axes.iter().rev()))
+            .define("RED_BLOCK", BLOCK)
+            .define("LD_X", ctx.ld(x))
+            .define("ST_Y", ctx.st(y))
+            .template(include_str!("reduction.cuh"))
+            .build()
+    };
 
     if group < BIG_GROUP || outputs >= FEW_OUTPUTS || outputs == 0 {
         let entry = ctx.entry("reduce");
-        let source = format!(
-            r#"{helpers}
-extern "C" __global__ void {entry}(void* y, TRef ty, const void* x, TRef tx) {{
-    i64 n = numel(ty);
-    i64 g = red_count(tx);
-    GRID_STRIDE(i, n) {{
-        i64 idx[8];
-        unravel(ty, i, idx);
-        // The output index is also that of the group's first input element (reduced axes are 0).
-        i64 base = offset_at(tx, idx);
-        double acc = RED_IDENT;
-        for (i64 r = 0; r < g; ++r) acc = red_comb(acc, red_map({ldx}(x, base + red_off(tx, r))));
-        {sty}(y, offset_at(ty, idx), red_fin(acc, g));
-    }}
-}}
-"#
-        );
-        return Ok(NodeKernels::one(Launch::elementwise(source, &entry, outputs, vec![Arg::Ptr(y), Arg::Ref(y), Arg::Ptr(x), Arg::Ref(x)])));
+        let mut sig = Signature::new();
+        sig.tensor("y", y, true).tensor("x", x, false);
+        let source = source(&entry, &sig, "RED_SERIAL");
+        return Ok(NodeKernels::one(Launch::elementwise(source, &entry, outputs, sig.into_args())));
     }
 
     // Block path: `chunks` partials per output in scratch 0, then a fold of each output's partials.
     let chunks = TARGET_BLOCKS.div_ceil(outputs).min((group / MIN_CHUNK).max(1)).max(1);
     let blocks = outputs * chunks;
     let part_entry = ctx.entry("reduce_part");
-    let part_source = format!(
-        r#"{helpers}
-extern "C" __global__ void {part_entry}(double* part, const void* x, TRef tx, TRef ty, i64 chunks) {{
-    __shared__ double sh[{BLOCK}];
-    i64 n = numel(ty);
-    i64 g = red_count(tx);
-    i64 per = (g + chunks - 1) / chunks;
-    int t = threadIdx.x;
-    for (i64 b = blockIdx.x; b < n * chunks; b += gridDim.x) {{
-        i64 o = b / chunks, c = b % chunks;
-        i64 idx[8];
-        unravel(ty, o, idx);
-        i64 base = offset_at(tx, idx);
-        i64 lo = c * per;
-        i64 hi = lo + per < g ? lo + per : g;
-        double acc = RED_IDENT;
-        for (i64 r = lo + t; r < hi; r += blockDim.x) acc = red_comb(acc, red_map({ldx}(x, base + red_off(tx, r))));
-        sh[t] = acc;
-        __syncthreads();
-        for (int w = blockDim.x / 2; w > 0; w >>= 1) {{
-            if (t < w) sh[t] = red_comb(sh[t], sh[t + w]);
-            __syncthreads();
-        }}
-        if (t == 0) part[b] = sh[0];
-        __syncthreads();
-    }}
-}}
-"#
-    );
+    let mut part_sig = Signature::new();
+    part_sig.scratch("double", "part", 0, true).tensor("x", x, false).param("TRef ty", Arg::Ref(y)).i64("chunks", chunks as i64);
+    let part_source = source(&part_entry, &part_sig, "RED_PART");
     let fin_entry = ctx.entry("reduce_fin");
-    let fin_source = format!(
-        r#"{helpers}
-extern "C" __global__ void {fin_entry}(void* y, TRef ty, const double* part, TRef tx, i64 chunks) {{
-    i64 n = numel(ty);
-    i64 g = red_count(tx);
-    GRID_STRIDE(i, n) {{
-        double acc = RED_IDENT;
-        for (i64 c = 0; c < chunks; ++c) acc = red_comb(acc, part[i * chunks + c]);
-        i64 idx[8];
-        unravel(ty, i, idx);
-        {sty}(y, offset_at(ty, idx), red_fin(acc, g));
-    }}
-}}
-"#
-    );
+    let mut fin_sig = Signature::new();
+    fin_sig.tensor("y", y, true).scratch("double", "part", 0, false).param("TRef tx", Arg::Ref(x)).i64("chunks", chunks as i64);
+    let fin_source = source(&fin_entry, &fin_sig, "RED_FINISH");
     let grid = blocks.min(1 << 20) as u32;
-    let part = Launch {
-        source: part_source,
-        entry: part_entry,
-        grid: Grid::Exact(grid, 1, 1),
-        block: BLOCK,
-        shared_bytes: 0,
-        args: vec![Arg::Scratch(0), Arg::Ptr(x), Arg::Ref(x), Arg::Ref(y), Arg::I64(chunks as i64)],
-        cluster: None,
-        pdl: Pdl::Dependent,
-    };
-    let fin = Launch::elementwise(fin_source, &fin_entry, outputs, vec![Arg::Ptr(y), Arg::Ref(y), Arg::Scratch(0), Arg::Ref(x), Arg::I64(chunks as i64)]);
+    let part = Launch::new(part_source, part_entry, Grid::Exact(grid, 1, 1), BLOCK, part_sig.into_args());
+    let fin = Launch::elementwise(fin_source, &fin_entry, outputs, fin_sig.into_args());
     Ok(NodeKernels { launches: vec![part, fin], scratch: vec![(blocks * 8) as usize] })
 }

@@ -2,9 +2,10 @@
 //! source element lives and copying it with the input's `ld_` and the output's `st_` (which
 //! is the cast, rounding and saturating as the CPU engine does). Threads walk the output in
 //! its memory order (outermost stride first), so consecutive threads write consecutive
-//! addresses of a packed output whatever its layout.
+//! addresses of a packed output whatever its layout. The device code is `transform.cuh`.
 
-use super::{Arg, Ctx, Launch, NodeKernels};
+use super::{Ctx, Launch, NodeKernels};
+use crate::engine::cuda::kernel::{Signature, Source};
 use crate::error::Result;
 use crate::graph::ops::transform::*;
 use crate::graph::stride_order;
@@ -14,39 +15,18 @@ use crate::graph::TensorId;
 /// parameters under the 4 KiB every driver accepts; more inputs take more launches.
 const CONCAT_GROUP: usize = 16;
 
-/// C statements that set `i64 idx[8]` to the output multi-index of the `flat`-th element in
-/// `ty`'s memory order (outermost stride first).
-fn unravel_in_memory_order(ctx: &Ctx, y: TensorId, flat: &str) -> String {
-    let order = stride_order(&ctx.graph.desc(y).strides);
-    let identity = order.iter().enumerate().all(|(i, &a)| i == a);
-    if identity {
-        return format!("        i64 idx[8];\n        unravel(ty, {flat}, idx);\n");
-    }
-    let mut s = format!("        i64 idx[8];\n        i64 rest = {flat};\n");
-    for &a in order.iter().rev() {
-        s += &format!("        idx[{a}] = rest % ty.dims[{a}]; rest /= ty.dims[{a}];\n");
-    }
-    s
-}
-
-/// A kernel `y[idx] = x[<x offset>]` over y's elements.
+/// A kernel `y[idx] = x[<x offset>]` over y's elements, `x_offset` a C expression of `idx`,
+/// `tx` and `ty`. Threads walk y in its memory order (outermost stride first).
 fn gather_kernel(ctx: &Ctx, what: &str, x: TensorId, y: TensorId, x_offset: &str) -> NodeKernels {
     let entry = ctx.entry(what);
-    let source = format!(
-        r#"
-extern "C" __global__ void {entry}(void* y, TRef ty, const void* x, TRef tx) {{
-    i64 n = numel(ty);
-    GRID_STRIDE(i, n) {{
-{unravel}        i64 xo = {x_offset};
-        {st}(y, offset_at(ty, idx), {ld}(x, xo));
-    }}
-}}
-"#,
-        unravel = unravel_in_memory_order(ctx, y, "i"),
-        st = ctx.st(y),
-        ld = ctx.ld(x),
-    );
-    NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(y), vec![Arg::Ptr(y), Arg::Ref(y), Arg::Ptr(x), Arg::Ref(x)]))
+    let mut sig = Signature::new();
+    sig.tensor("y", y, true).tensor("x", x, false);
+    let order = stride_order(&ctx.graph.desc(y).strides);
+    let identity = order.iter().enumerate().all(|(i, &a)| i == a);
+    let source = Source::new().entry(&entry, &sig).define("TR_KERNEL", "TR_GATHER").flag("TR_MEMORY_ORDER", !identity);
+    let source = if identity { source } else { source.define("TR_AXES_INNER_FIRST(X)", order.iter().rev().map(|a| format!(" X({a})")).collect::<String>()) };
+    let source = source.define("TR_X_OFFSET", x_offset).define("LD_X", ctx.ld(x)).define("ST_Y", ctx.st(y)).template(include_str!("transform.cuh")).build();
+    NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(y), sig.into_args()))
 }
 
 /// Same element count, read in logical row-major order: the output element at multi-index
@@ -125,52 +105,31 @@ pub(super) fn concatenate(ctx: &Ctx, a: &ConcatenateAttrs) -> Result<NodeKernels
     if n == 0 || at != yd[axis] {
         return Err(ctx.err(format!("internal: inputs add up to {at} on axis {axis} but the output has dims {yd:?}")));
     }
-    let st = ctx.st(y);
     let mut launches = Vec::new();
     for (g, group) in xs.chunks(CONCAT_GROUP).enumerate() {
         let first = g * CONCAT_GROUP;
         let entry = ctx.entry(&format!("concat{g}"));
-        let mut params = vec!["void* y".to_string(), "TRef ty".to_string(), "long long base".to_string()];
-        let mut args = vec![Arg::Ptr(y), Arg::Ref(y), Arg::I64(starts[first])];
-        // The group's extent on the axis, summed from the inputs' TRefs at run time.
-        let mut extent = Vec::new();
-        let mut chain = String::new();
+        let mut sig = Signature::new();
+        sig.tensor("y", y, true).i64("base", starts[first]);
+        // Input j of the group is `xj`; the group's extent on the axis is summed from the
+        // inputs' TRefs at run time.
+        let mut inputs = Vec::new();
         for (j, &x) in group.iter().enumerate() {
-            params.push(format!("const void* x{j}"));
-            params.push(format!("TRef t{j}"));
-            args.push(Arg::Ptr(x));
-            args.push(Arg::Ref(x));
-            extent.push(format!("t{j}.dims[{axis}]"));
-            let read = format!("{{ i64 o = 0; for (int a = 0; a < t{j}.rank; ++a) o += (a == {axis} ? c : idx[a]) * t{j}.strides[a]; v = {ld}(x{j}, o); }}", ld = ctx.ld(x));
-            if j + 1 == group.len() {
-                chain += &format!("        {read}\n");
-            } else {
-                chain += &format!("        if (c < t{j}.dims[{axis}]) {read}\n        else {{ c -= t{j}.dims[{axis}];\n");
-            }
+            sig.tensor(&format!("x{j}"), x, false);
+            inputs.push(format!(" X({j}, {})", ctx.ld(x)));
         }
-        chain += &format!("        {}\n", "}".repeat(group.len() - 1));
+        let last = inputs.pop().unwrap_or_default();
         let threads: u64 = yd.iter().enumerate().map(|(d, &v)| if d == axis { group.iter().map(|&x| ctx.dims(x)[axis]).sum::<i64>() } else { v }).product::<i64>().max(0) as u64;
-        let source = format!(
-            r#"
-extern "C" __global__ void {entry}({params}) {{
-    // The group's slab of y: y's dims with the axis cut to the group's inputs.
-    TRef ts = ty;
-    ts.dims[{axis}] = {extent};
-    i64 n = numel(ts);
-    GRID_STRIDE(i, n) {{
-        i64 idx[8];
-        unravel(ts, i, idx);
-        i64 c = idx[{axis}];
-        double v = 0.0;
-{chain}        idx[{axis}] += base;
-        {st}(y, offset_at(ty, idx), v);
-    }}
-}}
-"#,
-            params = params.join(", "),
-            extent = extent.join(" + "),
-        );
-        launches.push(Launch::elementwise(source, &entry, threads, args));
+        let source = Source::new()
+            .entry(&entry, &sig)
+            .define("TR_KERNEL", "TR_CONCAT")
+            .define("CAT_AXIS", axis)
+            .define("CAT_INPUTS(X)", inputs.concat())
+            .define("CAT_LAST(X)", last)
+            .define("ST_Y", ctx.st(y))
+            .template(include_str!("transform.cuh"))
+            .build();
+        launches.push(Launch::elementwise(source, &entry, threads, sig.into_args()));
     }
     Ok(NodeKernels { launches, scratch: Vec::new() })
 }
