@@ -889,6 +889,13 @@ fn attributes_given_by_runtime_scalars() {
         let want = run_cpu(&plain, &inputs).unwrap();
         assert_eq!(got[&y].data, want[&y2].data, "eps {eps}");
     }
+    // A bad value from the variant pack is refused when the plan executes, naming the op.
+    let (mut with_port, _, e) = build(true, 0.0);
+    with_port.validate().unwrap();
+    let mut inputs = random_inputs(&with_port, 7);
+    inputs.insert(e.unwrap(), ferrodnn::Nd::new(vec![1], vec![-1.0]));
+    let err = run_cpu(&with_port, &inputs).unwrap_err().to_string();
+    assert!(err.contains("layernorm") && err.contains("epsilon must be positive and finite, got -1 (from the variant pack)"), "{err}");
     // Refused: a tensor that is not a by-value scalar, a bad value, a port the op lacks.
     let (mut g, y, _) = build(false, 1e-5);
     let t = g.tensor(TensorDesc::new("not_by_value", &[1], f));

@@ -4,17 +4,18 @@
 //! plus what the frontend keeps that a ferrodnn graph expresses otherwise:
 //!
 //! - attributes given as tensors (a norm's `epsilon`, batchnorm's `momentum`, sdpa's
-//!   `attn_scale`): ferrodnn takes them as numbers, so their tensors are left out of the graph
-//!   that runs and their values, read from the variant pack at execution, are written into the
-//!   node's attributes (plans are cached by those values);
+//!   `attn_scale`): a by-value scalar goes on the node's port of the same name, so its value
+//!   comes with each execution's variant pack and one plan (one compilation) serves every value;
+//!   another tensor (a one-element array) is left out of the graph that runs and its value, read
+//!   at execution, is written into the node's attribute (plans are cached by those values);
 //! - reductions whose axes are given by the output dims (`set_dim` after `reduction`);
 //! - tensors no op uses (a `dBias` the frontend's caller creates, an unused input), which are
 //!   left out too.
 //!
 //! `validate` lowers this to the graph that runs (a compact ferrodnn graph, validated);
 //! `build_plans` builds its plans on the handle; `execute` picks the engine from where the
-//! buffers live (host arrays: the CPU engine; device arrays: the CUDA engine), fills in by-value
-//! scalars and attribute values, and runs the plan on the buffers.
+//! buffers live (host arrays: the CPU engine; device arrays: the CUDA engine), passes by-value
+//! scalars as host buffers, and runs the plan on the buffers.
 
 use crate::array::{self, ArrayDesc};
 use crate::{
@@ -47,6 +48,17 @@ enum AttrKind {
     AttnScale,
 }
 
+impl AttrKind {
+    /// The node's input port that takes the attribute from a by-value scalar.
+    fn port(self) -> &'static str {
+        match self {
+            AttrKind::Epsilon => "epsilon",
+            AttrKind::Momentum => "momentum",
+            AttrKind::AttnScale => "attn_scale",
+        }
+    }
+}
+
 /// What the binding keeps beside the ferrodnn graph (serialized with it).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Meta {
@@ -70,7 +82,7 @@ struct Built {
     old_to_new: HashMap<usize, usize>,
     /// Plans built by build_plans (with placeholder attribute values).
     plans: Vec<Plan>,
-    /// Plans by (engine, knobs, the values written into the graph at execution).
+    /// Plans by (engine, knobs, the attribute values written into the graph at execution).
     exec: HashMap<(EngineKind, String, Vec<u64>), Plan>,
 }
 
@@ -149,11 +161,20 @@ impl State {
                 }
             }
         }
-        // Attributes carried by tensors: a placeholder (or the tensor's constant) until execution.
+        // Attributes carried by tensors: a by-value scalar goes on the node's port of the same
+        // name, so its value comes with each execution and one plan serves every value; another
+        // tensor (a one-element array) gives a placeholder until execution writes its value into
+        // the attribute.
         for &(ni, kind, t) in &self.meta.attr_refs {
+            let by_value = g.tensors.get(t).is_some_and(|d| d.is_pass_by_value);
             let v = g.tensors.get(t).and_then(|d| d.value).unwrap_or_else(|| placeholder(&g, ni, kind));
             if let Some(node) = g.nodes.get_mut(ni) {
-                apply_attr(&mut node.op, kind, v);
+                if by_value && node.op.attribute_ports().contains(&kind.port()) {
+                    node.inputs.retain(|p| p.name != kind.port());
+                    node.inputs.push(Port { name: kind.port().to_string(), tensor: TensorId(t) });
+                } else {
+                    apply_attr(&mut node.op, kind, v);
+                }
             }
         }
         // Keep only the tensors some op uses.
@@ -524,16 +545,8 @@ impl PyGraph {
             if !built.plans.is_empty() && !all {
                 return Ok(());
             }
-            // By-value scalars get their values at execution; a placeholder lets every engine
-            // build (these plans give the workspace size and the plan list; execution builds its
-            // own with the real values).
-            let mut g = built.lowered.clone();
-            for t in &mut g.tensors {
-                if t.is_pass_by_value && t.value.is_none() && !t.is_virtual {
-                    t.value = Some(1.0);
-                }
-            }
-            (st.handle.clone(), g, st.generation, st.meta.deterministic)
+            // By-value scalars get their values with each execution (these plans serve every value).
+            (st.handle.clone(), built.lowered.clone(), st.generation, st.meta.deterministic)
         };
         let policy = PlanPolicy { all_candidates: all, deterministic_only, ..Default::default() };
         let plans = py.allow_threads(|| handle.build_plans(&lowered, &policy)).map_err(to_py_err)?;
@@ -1922,15 +1935,14 @@ impl PyGraph {
         }
         let engine = if device.is_empty() { EngineKind::Cpu } else { EngineKind::Cuda };
 
-        // Values written into the graph: attributes carried by tensors, and every by-value
-        // scalar (the CUDA engine takes them only as constants of the graph).
+        // Values written into the graph: attributes carried by tensors that are not by-value
+        // scalars on the nodes' ports (those come with the variant pack, like every by-value
+        // scalar).
         let mut values: BTreeMap<usize, f64> = BTreeMap::new();
-        let mut need_value: Vec<usize> = attr_refs.iter().map(|&(_, _, t)| t).collect();
-        for (new, d) in lowered.tensors.iter().enumerate() {
-            if d.is_pass_by_value && d.value.is_none() && !d.is_virtual {
-                need_value.push(new_to_old[new]);
-            }
-        }
+        let on_port = |ni: usize, kind: AttrKind, t: usize| {
+            lowered.nodes.get(ni).and_then(|n| n.input(kind.port())).is_some_and(|p| old_to_new.get(&t) == Some(&p.0))
+        };
+        let need_value: Vec<usize> = attr_refs.iter().filter(|&&(ni, kind, t)| !on_port(ni, kind, t)).map(|&(_, _, t)| t).collect();
         for t in need_value {
             if values.contains_key(&t) {
                 continue;
@@ -1978,16 +1990,6 @@ impl PyGraph {
                     apply_attr(&mut node.op, kind, *v);
                 }
             }
-            {
-                for (&t, &v) in &values {
-                    if let Some(&new) = old_to_new.get(&t) {
-                        let d = &mut g.tensors[new];
-                        if d.is_pass_by_value && d.value.is_none() {
-                            d.value = Some(v);
-                        }
-                    }
-                }
-            }
             let plan = match &knobs {
                 Some((k, kn)) => {
                     let mut vg = g.clone();
@@ -2023,10 +2025,22 @@ impl PyGraph {
             name: String,
         }
         let mut slots: Vec<Slot> = Vec::new();
+        // By-value scalars: their values encoded in their types, as host buffers.
+        let mut scalars: Vec<(i64, Vec<u8>)> = Vec::new();
         for new in pg.io_tensors() {
             let d = pg.desc(new);
             let old = new_to_old[new.0];
             let uid = d.uid.unwrap_or_default();
+            if d.is_pass_by_value {
+                let what = format!("tensor \"{}\"", d.name);
+                let v = match by_tensor.get(&old) {
+                    Some(PackValue::Number(v)) => *v,
+                    Some(PackValue::Array(a)) => array::read_scalar(a, &what)?,
+                    None => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": by-value tensor \"{}\" has no value in the variant pack", d.name))),
+                };
+                scalars.push((uid, pg.resolved_data_type(new).unwrap_or(DataType::F32).encode(&[v])));
+                continue;
+            }
             let a = match by_tensor.get(&old) {
                 Some(PackValue::Array(a)) => a,
                 Some(PackValue::Number(_)) => {
@@ -2093,6 +2107,9 @@ impl PyGraph {
             }
         }
         let mut pack = VariantPack::new();
+        for (uid, bytes) in &scalars {
+            pack.input(*uid, bytes);
+        }
         for (slot, copy) in slots.iter().zip(&copies) {
             let a = slot.a;
             if a.device {

@@ -25,7 +25,7 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::error::{Error, Result};
-use crate::graph::Graph;
+use crate::graph::{Graph, TensorId};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -218,13 +218,29 @@ impl Plan {
         &self.graph
     }
     /// Run the plan on the buffers of `pack`. Checks that every buffer the graph needs is
-    /// there, is large enough and is of the right kind, and that the pack names no tensor the
-    /// graph lacks.
+    /// there, is large enough and is of the right kind, that the pack names no tensor the
+    /// graph lacks, and that the attributes it gives (an `epsilon` port's value) are valid.
     pub fn execute(&self, pack: &mut VariantPack, workspace: Option<Buffer>) -> Result<()> {
         let need = self.workspace_size();
         let have = workspace.as_ref().map_or(0, |w| w.len());
         if have < need {
             return Err(Error::InvalidArgument(format!("graph \"{}\": the plan needs a workspace of {need} bytes but {have} were given", self.graph.name)));
+        }
+        let g = &*self.graph;
+        let pack_value = |t: TensorId| {
+            let d = g.desc(t);
+            if d.value.is_some() {
+                return None;
+            }
+            let dt = g.resolved_data_type(t)?;
+            match pack.buffers.get(&g.uid(t)?)? {
+                Buffer::Host(b) if b.len() >= dt.size() => dt.decode(&b[..dt.size()]).first().copied(),
+                Buffer::HostMut(b) if b.len() >= dt.size() => dt.decode(&b[..dt.size()]).first().copied(),
+                _ => None,
+            }
+        };
+        for node in &g.nodes {
+            node.check_attribute_values(&pack_value)?;
         }
         self.inner.execute(pack, workspace)
     }

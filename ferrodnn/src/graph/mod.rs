@@ -60,6 +60,37 @@ impl Node {
         self.inputs.iter().filter(|p| Node::ATTRIBUTE_PORTS.contains(&p.name.as_str())).map(|p| (p.name.as_str(), p.tensor))
     }
 
+    /// What a value of attribute `port` must be, as an error message when `v` is not (epsilon
+    /// positive and finite, momentum in [0, 1], the attention scale finite). Validation applies it
+    /// to the attributes and the values the graph holds; executing a plan, to the values of the
+    /// variant pack.
+    pub fn attribute_rule(port: &str, v: f64) -> Option<String> {
+        let ok = match port {
+            "epsilon" => v.is_finite() && v > 0.0,
+            "momentum" => (0.0..=1.0).contains(&v),
+            "attn_scale" => v.is_finite(),
+            _ => true,
+        };
+        let must = match port {
+            "epsilon" => "positive and finite",
+            "momentum" => "in [0, 1]",
+            _ => "finite",
+        };
+        (!ok).then(|| format!("{port} must be {must}, got {v}"))
+    }
+
+    /// Check the values that execution gives the node's attribute ports: `value` reads a port
+    /// tensor's value (None: the graph holds it, or the buffer is missing, which the engine
+    /// reports).
+    pub fn check_attribute_values(&self, value: impl Fn(TensorId) -> Option<f64>) -> Result<()> {
+        for (port, t) in self.attribute_inputs() {
+            if let Some(msg) = value(t).and_then(|v| Node::attribute_rule(port, v)) {
+                return Err(Error::InvalidArgument(format!("{} \"{}\": {msg} (from the variant pack)", self.op.kind(), self.name)));
+            }
+        }
+        Ok(())
+    }
+
     pub fn input(&self, port: &str) -> Option<TensorId> {
         self.inputs.iter().find(|p| p.name == port).map(|p| p.tensor)
     }

@@ -22,9 +22,28 @@ pub fn random_inputs(graph: &Graph, seed: u64) -> HashMap<TensorId, Nd> {
         let dtype = graph.resolved_data_type(id).unwrap_or(DataType::F32);
         let dims: Vec<usize> = d.dims.iter().map(|&x| x as usize).collect();
         let n = dims.iter().product();
-        out.insert(id, Nd::new(dims, random_values(n, dtype, &mut rng)));
+        let values = match attribute_port(graph, id) {
+            Some(port) => vec![dtype.quantize(attribute_value(port, &mut rng))],
+            None => random_values(n, dtype, &mut rng),
+        };
+        out.insert(id, Nd::new(dims, values));
     }
     out
+}
+
+/// The attribute port (`epsilon`, `momentum`, `attn_scale`) that tensor `id` gives, if any.
+fn attribute_port(graph: &Graph, id: TensorId) -> Option<&str> {
+    graph.nodes.iter().find_map(|n| n.attribute_inputs().find(|&(_, t)| t == id).map(|(port, _)| port))
+}
+
+/// A random valid value of attribute `port`: epsilon log-uniform in [1e-5, 0.1], momentum in
+/// [0, 1], the attention scale in [0.05, 0.25] (about 1 / sqrt(head dim)).
+fn attribute_value(port: &str, rng: &mut SplitMix64) -> f64 {
+    match port {
+        "epsilon" => 10f64.powf(rng.uniform(-5.0, -1.0)),
+        "momentum" => rng.uniform(0.0, 1.0),
+        _ => rng.uniform(0.05, 0.25),
+    }
 }
 
 /// The value written into every byte of an output buffer before a run, so that elements an

@@ -252,13 +252,6 @@ impl Engine for CudaEngine {
     }
 
     fn supports(&self, graph: &Graph) -> Result<()> {
-        if let Some((node, port)) = graph.nodes.iter().find_map(|n| n.attribute_inputs().next().map(|(p, _)| (n, p.to_string()))) {
-            return Err(Error::NotSupported(format!(
-                "{} \"{}\": the CUDA engine does not yet take attribute `{port}` from a tensor; give it as the op's attribute",
-                node.op.kind(),
-                node.name
-            )));
-        }
         for (i, t) in graph.tensors.iter().enumerate() {
             let scalar = t.is_pass_by_value && !t.is_virtual;
             if scalar && t.value.is_none() && graph.desc(TensorId(i)).element_count() != 1 {
@@ -537,11 +530,11 @@ impl CudaPlan {
                     singles.push(*v);
                     params.push(singles.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f32 as *mut c_void));
                 }
-                Arg::Scalar { tensor, double } => {
+                Arg::Scalar { tensor, double, times } => {
                     let d = self.graph.desc(*tensor);
                     let v = d.value.or(scalars[tensor.0]).ok_or_else(|| Error::Device("internal: a by-value scalar was not resolved".into()))?;
                     // Rounded to the tensor's type, as the CPU engine reads it.
-                    let v = self.graph.resolved_data_type(*tensor).unwrap_or(DataType::F32).quantize(v);
+                    let v = self.graph.resolved_data_type(*tensor).unwrap_or(DataType::F32).quantize(v) * times;
                     if *double {
                         floats.push(v);
                         params.push(floats.last_mut().map_or(std::ptr::null_mut(), |f| f as *mut f64 as *mut c_void));

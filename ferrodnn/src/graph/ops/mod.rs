@@ -56,6 +56,17 @@ pub enum Op {
 }
 
 impl Op {
+    /// The attributes this op may take from a by-value scalar on an input port of the same name
+    /// (see `Graph::set_attribute_tensor`).
+    pub fn attribute_ports(&self) -> &'static [&'static str] {
+        match self {
+            Op::Layernorm(_) | Op::Rmsnorm(_) | Op::Instancenorm(_) | Op::Adalayernorm(_) => &["epsilon"],
+            Op::Batchnorm(_) | Op::BnFinalize(_) => &["epsilon", "momentum"],
+            Op::Sdpa(_) | Op::SdpaBackward(_) => &["attn_scale"],
+            _ => &[],
+        }
+    }
+
     /// The op's name as in cuDNN's graph API (pointwise ops by their mode: "add", "relu", ...).
     pub fn kind(&self) -> &'static str {
         match self {

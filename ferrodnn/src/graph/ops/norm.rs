@@ -33,7 +33,7 @@
 use super::Op;
 use crate::dtype::DataType;
 use crate::error::Result;
-use crate::graph::{Graph, InferCtx, TensorDesc, TensorId};
+use crate::graph::{Graph, InferCtx, Node, TensorDesc, TensorId};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -477,19 +477,11 @@ fn stats_type(t: DataType) -> DataType {
 }
 
 fn check_epsilon(ctx: &InferCtx, epsilon: f64) -> Result<()> {
-    if epsilon.is_finite() && epsilon > 0.0 {
-        Ok(())
-    } else {
-        Err(ctx.err(format!("epsilon must be positive and finite, got {epsilon}")))
-    }
+    Node::attribute_rule("epsilon", epsilon).map_or(Ok(()), |m| Err(ctx.err(m)))
 }
 
 fn check_momentum(ctx: &InferCtx, momentum: f64) -> Result<()> {
-    if (0.0..=1.0).contains(&momentum) {
-        Ok(())
-    } else {
-        Err(ctx.err(format!("momentum must be in [0, 1], got {momentum}")))
-    }
+    Node::attribute_rule("momentum", momentum).map_or(Ok(()), |m| Err(ctx.err(m)))
 }
 
 /// x of a normalization: float, rank at least the op's minimum.

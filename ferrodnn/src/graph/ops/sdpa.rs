@@ -67,7 +67,7 @@
 
 use crate::dtype::DataType;
 use crate::error::Result;
-use crate::graph::{Graph, InferCtx, TensorDesc, TensorId};
+use crate::graph::{Graph, InferCtx, Node, TensorDesc, TensorId};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -332,7 +332,7 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
             }
         }
     }
-    let check_scale = |s: f64| if s.is_finite() { Ok(()) } else { Err(ctx.err(format!("attn_scale must be finite, got {s}"))) };
+    let check_scale = |s: f64| Node::attribute_rule("attn_scale", s).map_or(Ok(()), |m| Err(ctx.err(m)));
     if let Some(s) = a.attn_scale {
         check_scale(s)?;
     }

@@ -3,6 +3,7 @@
 //! gpu-check`) runs each on the GPU against the CPU engine; CI compiles the kernels of each
 //! for sm_80 and sm_90a.
 
+mod attr_ports;
 mod conv;
 mod fast_attn;
 mod fast_attn_decode;
@@ -59,5 +60,6 @@ pub fn all() -> Vec<Case> {
     v.extend(fast_attn::cases());
     v.extend(fast_attn_decode::cases());
     v.extend(fast_mem::cases());
+    v.extend(attr_ports::cases());
     v
 }

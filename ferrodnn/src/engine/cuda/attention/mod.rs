@@ -29,7 +29,7 @@ mod fwd90;
 mod hopper;
 
 use super::kernel::ctype::{c_float, ld, st};
-use super::kernel::{Options, Signature, Source, Target, Unit};
+use super::kernel::{Attr, Options, Signature, Source, Target, Unit};
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs};
@@ -115,7 +115,8 @@ pub(crate) struct Problem<'a> {
     pub paged: Option<(TensorId, TensorId)>,
     /// The dropout probability when dropout is on (p > 0).
     pub dropout: Option<f64>,
-    pub scale: f64,
+    /// The attention scale: the op's, or the tensor on its `attn_scale` port.
+    pub scale: Attr,
 }
 
 /// A head dim these kernels take: a multiple of 16 up to 128, or of 32 up to 256.
@@ -165,8 +166,8 @@ impl<'a> Problem<'a> {
         if h_q > 65535 || h_kv > 65535 || b > 65535 || s_q > (1 << 40) || s_kv > (1 << 40) {
             return None;
         }
-        let scale = attrs.attn_scale.unwrap_or(1.0 / (d as f64).sqrt());
-        if !scale.is_finite() || scale.abs() > 1e30 {
+        let scale = Attr::of(node, "attn_scale", attrs.attn_scale.unwrap_or(1.0 / (d as f64).sqrt()));
+        if scale.known(graph).is_some_and(|s| !s.is_finite() || s.abs() > 1e30) {
             return None;
         }
         let dropout = attrs.dropout.filter(|&p| p > 0.0);
@@ -293,7 +294,7 @@ impl<'a> Problem<'a> {
         if let Some((tk, tv)) = self.paged {
             sig.ptr("ptk_p", tk, false).ptr("ptv_p", tv, false);
         }
-        sig.f32("fa_scale", self.scale).f32("fa_scale_log2", self.scale * std::f64::consts::LOG2_E);
+        sig.attr("fa_scale", self.scale, false).attr("fa_scale_log2", self.scale.times(std::f64::consts::LOG2_E), false);
         if let (Some(p), Some(seed), Some(offset)) = (self.dropout, self.seed, self.offset) {
             sig.ptr("seed_p", seed, false).ptr("offset_p", offset, false);
             sig.f32("fa_keep_scale", 1.0 / (1.0 - p)).i64("fa_drop_t", drop_threshold(p) as i64);

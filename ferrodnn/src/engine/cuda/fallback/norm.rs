@@ -19,7 +19,7 @@
 //! bn_finalize's accumulation count is compiled in.
 
 use super::{c_double, Ctx, Grid, Launch, NodeKernels};
-use crate::engine::cuda::kernel::{Signature, Source};
+use crate::engine::cuda::kernel::{Attr, Signature, Source};
 use crate::error::Result;
 use crate::graph::ops::norm::*;
 
@@ -102,7 +102,7 @@ fn norm_forward(ctx: &Ctx, attrs: &NormAttrs, axes: NormAxes, rms: bool) -> Resu
         defines.push(("ST_INV", ctx.st(v)));
     }
     group_params(&mut sig, grouping);
-    sig.f64("epsilon", attrs.epsilon);
+    sig.attr("epsilon", Attr::of(ctx.node, "epsilon", attrs.epsilon), true);
     let source = source(&entry, &sig, "NORM_FORWARD", defines);
     Ok(NodeKernels::one(group_launch(source, &entry, grouping.1, sig)))
 }
@@ -192,9 +192,9 @@ pub(super) fn batchnorm(ctx: &Ctx, a: &BatchnormAttrs) -> Result<NodeKernels> {
         defines.extend([("LD_RM", ctx.ld(rm)), ("LD_RV", ctx.ld(rv)), ("ST_RM", ctx.st(orm)), ("ST_RV", ctx.st(orv))]);
     }
     group_params(&mut sig, grouping);
-    sig.f64("epsilon", a.epsilon);
+    sig.attr("epsilon", Attr::of(ctx.node, "epsilon", a.epsilon), true);
     if running.is_some() {
-        sig.f64("momentum", a.momentum);
+        sig.attr("momentum", Attr::of(ctx.node, "momentum", a.momentum), true);
     }
     let source = source(&entry, &sig, "NORM_BATCHNORM", defines);
     Ok(NodeKernels::one(group_launch(source, &entry, grouping.1, sig)))
@@ -261,9 +261,9 @@ pub(super) fn bn_finalize(ctx: &Ctx, a: &BnFinalizeAttrs) -> Result<NodeKernels>
         _ => return Err(ctx.err("give both prev_running_mean and prev_running_var or neither")),
     };
     defines.push(("BN_RUNNING", flag(running)));
-    sig.f64("epsilon", a.epsilon);
+    sig.attr("epsilon", Attr::of(ctx.node, "epsilon", a.epsilon), true);
     if running {
-        sig.f64("momentum", a.momentum);
+        sig.attr("momentum", Attr::of(ctx.node, "momentum", a.momentum), true);
     }
     let source = source(&entry, &sig, "NORM_BN_FINALIZE", defines);
     Ok(NodeKernels::one(Launch::elementwise(source, &entry, ctx.numel(sum), sig.into_args())))

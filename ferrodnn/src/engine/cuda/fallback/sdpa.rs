@@ -21,7 +21,7 @@
 
 use super::rng::PHILOX;
 use super::{c_double, Arg, Ctx, Launch, NodeKernels};
-use crate::engine::cuda::kernel::{Signature, Source};
+use crate::engine::cuda::kernel::{Attr, Signature, Source};
 use crate::error::Result;
 use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs};
 use crate::graph::TensorId;
@@ -69,7 +69,7 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
     let bias = ctx.node.input("bias");
     let padding = a.padding_mask;
     let dropout = a.dropout.filter(|&p| p > 0.0);
-    let scale = a.attn_scale.unwrap_or(1.0 / (sizes.d as f64).sqrt());
+    let scale = Attr::of(ctx.node, "attn_scale", a.attn_scale.unwrap_or(1.0 / (sizes.d as f64).sqrt()));
     let flag = |b: bool| (b as u8).to_string();
     // Windows past 2^62 mask nothing either way; capping keeps `diag -/+ w` from overflowing.
     let cap = |w: i64| w.min(1 << 62);
@@ -123,7 +123,7 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
         tensor(&mut defines, "dout", "tdo", "LD_DO", ctx.input("do")?);
         tensor(&mut defines, "st", "tst", "LD_STATS", ctx.input("stats")?);
     }
-    params.push(("double sd_scale".to_string(), Arg::F64(scale)));
+    params.push(("double sd_scale".to_string(), scale.arg(true)));
     if let Some(p) = dropout {
         let (seed, offset) = (ctx.input("seed")?, ctx.input("offset")?);
         params.extend([("const void* seed_p".to_string(), Arg::Ptr(seed)), ("const void* offset_p".to_string(), Arg::Ptr(offset))]);

@@ -17,7 +17,7 @@
 
 use super::channels::{self, chan_of, channels_last, define_chans, row_major, same_layout, stat_of, ChanT, Geom, PlaneGeom, StatsGeom, Vectors};
 use crate::engine::cuda::kernel::ctype::{self, c_double};
-use crate::engine::cuda::kernel::{entry_name, Grid, Launch, NodeKernels, Signature, Source, Target, Unit};
+use crate::engine::cuda::kernel::{entry_name, Attr, Grid, Launch, NodeKernels, Signature, Source, Target, Unit};
 use crate::error::Result;
 use crate::graph::ops::norm::{peer_ports, BatchnormAttrs, BnFinalizeAttrs};
 use crate::graph::ops::Op;
@@ -97,9 +97,9 @@ fn training(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms: i64)
     sig.ptr("xv", x, false).scratch("float", "part", 0, false).scratch("float", "co", 1, true);
     sig.ptr("sc", scale, false).ptr("bi", bias, false).ptr("mo", mean, true).ptr("vo", inv, true);
     if let Some(([rm, rv, orm, orv], _)) = &run {
-        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true).f64("momentum", a.momentum);
+        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true).attr("momentum", Attr::of(node, "momentum", a.momentum), true);
     }
-    sig.f64("eps", a.epsilon);
+    sig.attr("eps", Attr::of(node, "epsilon", a.epsilon), true);
     let fin_entry = entry_name(ni, "bn_nhwc_finalize");
     let src = channels::start(&fin_entry, &sig, v, &g, false).flag("FIN_RUNNING", run.is_some());
     let mut src = define_chans(src, &[(&sc, "SC", false), (&bi, "BI", false), (&mo, "MO", true), (&vo, "VO", true)]);
@@ -157,9 +157,9 @@ fn training_nchw(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms:
     sig.ptr("xv", x, false).scratch("float", "part", 0, false).scratch("float", "co", 1, true);
     sig.ptr("sc", scale, false).ptr("bi", bias, false).ptr("mo", mean, true).ptr("vo", inv, true);
     if let Some(([rm, rv, orm, orv], _)) = &run {
-        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true).f64("momentum", a.momentum);
+        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true).attr("momentum", Attr::of(node, "momentum", a.momentum), true);
     }
-    sig.f64("eps", a.epsilon);
+    sig.attr("eps", Attr::of(node, "epsilon", a.epsilon), true);
     let fin_entry = entry_name(ni, "bn_nchw_finalize");
     let src = channels::start(&fin_entry, &sig, v, &geom, false).flag("FIN_RUNNING", run.is_some());
     let mut src = define_chans(src, &[(&sc, "SC", false), (&bi, "BI", false), (&mo, "MO", true), (&vo, "VO", true)]);
@@ -322,9 +322,9 @@ fn bn_finalize(graph: &Graph, ni: usize, node: &Node, a: &BnFinalizeAttrs) -> Op
         sig.ptr(name, id, write);
         chans.push((name.to_uppercase(), write, ChanT::new(graph, id, if c > 1 { t.strides[1] } else { 0 })));
     }
-    sig.f64("eps", a.epsilon);
+    sig.attr("eps", Attr::of(node, "epsilon", a.epsilon), true);
     if running {
-        sig.f64("momentum", a.momentum);
+        sig.attr("momentum", Attr::of(node, "momentum", a.momentum), true);
     }
     let mut src = Source::new().entry(&entry, &sig).define("BN_KERNEL", "BN_FINALIZE").flag("BN_RUNNING", running).define("C_", format!("{c}LL")).define("COUNT", c_double(count));
     if running {

@@ -5,7 +5,7 @@
 
 use super::channels::{self, channels_last, define_chans, same_layout, stat_of, ChanGeom, Vectors, BN_BLOCKS_PER_SM};
 use crate::engine::cuda::kernel::ctype;
-use crate::engine::cuda::kernel::{entry_name, NodeKernels, Signature, Target, Unit};
+use crate::engine::cuda::kernel::{entry_name, Attr, NodeKernels, Signature, Target, Unit};
 use crate::error::Result;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node};
@@ -64,7 +64,7 @@ fn forward(graph: &Graph, ni: usize, node: &Node, eps: f64, sms: i64) -> Option<
     if let Some((m, _, iv, _)) = &stats {
         sig.ptr("mo", *m, true).ptr("vo", *iv, true);
     }
-    sig.f64("eps", eps);
+    sig.attr("eps", Attr::of(node, "epsilon", eps), true);
     let src = channels::start(&fin_entry, &sig, v, &geom, false).flag("FIN_STATS", stats.is_some());
     let mut src = define_chans(src, &[(&sc, "SC", false), (&bi, "BI", false)]);
     if let Some((_, ms, _, vs)) = &stats {

@@ -9,7 +9,7 @@
 use super::rows::{aligned, norm_team, tensor, vec_width, Gen, RowT, Team, MAX_ROW, ROWS_CUH};
 use crate::dtype::DataType;
 use crate::engine::cuda::kernel::ctype::float_c_type;
-use crate::engine::cuda::kernel::{Grid, Launch, NodeKernels, Signature, Source, Target, Unit};
+use crate::engine::cuda::kernel::{Attr, Grid, Launch, NodeKernels, Signature, Source, Target, Unit};
 use crate::error::Result;
 use crate::graph::ops::Op;
 use crate::graph::{Graph, TensorId};
@@ -25,11 +25,21 @@ const INSTANCENORM_PARAMS_CUH: &str = include_str!("instancenorm_params.cuh");
 /// Column slices (warps) of the dscale/dbias finalize kernel.
 const FIN_SLICES: u32 = 32;
 
-/// Epsilon, when it is a positive normal f32 (the kernels take no other): the kernels' `float
-/// eps` parameter, so that one kernel serves every value.
-fn epsilon(v: f64) -> Option<f64> {
-    let f = v as f32;
-    (f.is_normal() && f > 0.0).then_some(v)
+impl Gen<'_> {
+    /// The node's epsilon (its attribute `value`, or the tensor on its `epsilon` port): the
+    /// kernels' `float eps` parameter, so that one kernel serves every value. Declined when the
+    /// plan knows it and it is not a positive normal f32 (the kernels take no other); a value
+    /// that comes with each execution is checked then to be positive and finite.
+    fn epsilon(&self, value: f64) -> Option<Attr> {
+        let eps = Attr::of(self.node, "epsilon", value);
+        match eps.known(self.graph) {
+            Some(v) => {
+                let f = v as f32;
+                (f.is_normal() && f > 0.0).then_some(eps)
+            }
+            None => Some(eps),
+        }
+    }
 }
 
 /// The statistics outputs' defines (`NORM_MEAN`, `NORM_INV`, and their `T_`/`OFF_` where the
@@ -140,7 +150,7 @@ impl Gen<'_> {
         let v = vec_width(self.dt(x), h);
         let c = h / v;
         let (ts, bs, cpt) = norm_team(h, c, v)?;
-        let eps = epsilon(eps)?;
+        let eps = self.epsilon(eps)?;
         let xt = self.rows(x, 1, v, true)?;
         let yt = self.rows(y, 1, v, true)?;
         let st = self.param(scale, &xd, v)?;
@@ -171,7 +181,7 @@ impl Gen<'_> {
         if let Some(i) = &it {
             sig.ptr("ivp", i.id, true);
         }
-        sig.f32("eps", eps);
+        sig.attr("eps", eps, false);
         let al = aligned(v, &vec_tensors);
         let entry = self.entry(if rms { "rmsnorm_rows" } else { "layernorm_rows" });
         let team = Team { n: rows, h, c, v, cpt, ts, bs };
@@ -292,7 +302,7 @@ impl Gen<'_> {
         let v = vec_width(self.dt(x), h);
         let c = h / v;
         let (ts, bs, cpt) = norm_team(h, c, v)?;
-        let eps = epsilon(eps)?;
+        let eps = self.epsilon(eps)?;
         let xt = self.rows(x, last, v, true)?;
         let yt = self.rows(y, last, v, true)?;
         let st = self.ada_param(scale, &xd, v)?;
@@ -313,7 +323,7 @@ impl Gen<'_> {
         if let Some(i) = &it {
             sig.ptr("ivp", i.id, true);
         }
-        sig.f32("eps", eps);
+        sig.attr("eps", eps, false);
         let al = aligned(v, &[("x", &xt), ("y", &yt), ("sc", &st), ("bi", &bt)]);
         let team = Team { n: rows, h, c, v, cpt, ts, bs };
         let entry = self.entry("adalayernorm_rows");
@@ -491,7 +501,7 @@ impl Gen<'_> {
         let v = vec_width(self.dt(x), h);
         let c = h / v;
         let (ts, bs, cpt) = norm_team(h, c, v)?;
-        let eps = epsilon(eps)?;
+        let eps = self.epsilon(eps)?;
         let xt = self.rows(x, 2, v, true)?;
         let yt = self.rows(y, 2, v, true)?;
         let st = self.chan(scale, &xd)?;
@@ -512,7 +522,7 @@ impl Gen<'_> {
         if let Some(i) = &it {
             sig.ptr("ivp", i.id, true);
         }
-        sig.f32("eps", eps);
+        sig.attr("eps", eps, false);
         let team = Team { n: rows, h, c, v, cpt, ts, bs };
         let entry = self.entry("instancenorm_rows");
         let mut src = team.source(&entry, &sig, aligned(v, &[("x", &xt), ("y", &yt)])).flag("IN_BACKWARD", false);
@@ -759,7 +769,7 @@ impl Gen<'_> {
         let v = vec_width(narrow, h);
         let c = h / v;
         let (ts, bs, cpt) = norm_team(h, c, v)?;
-        let eps = epsilon(eps)?;
+        let eps = self.epsilon(eps)?;
         let ets: Vec<RowT> = ext.iter().map(|&t| self.rows(t, 1, v, true)).collect::<Option<_>>()?;
         let yt = self.rows(y, 1, v, true)?;
         let xt = if write_x { Some(self.rows(x, 1, v, true)?) } else { None };
@@ -801,7 +811,7 @@ impl Gen<'_> {
         if let Some(i) = &it {
             sig.ptr("ivp", i.id, true);
         }
-        sig.f32("eps", eps);
+        sig.attr("eps", eps, false);
         let team = Team { n: rows, h, c, v, cpt, ts, bs };
         let entry = self.entry(if rms { "prologue_rmsnorm_rows" } else { "prologue_layernorm_rows" });
         let mut src = team.source(&entry, &sig, aligned(v, &vec_tensors)).flag("NORM_RMS", rms).flag("NORM_PROLOGUE", true);

@@ -27,7 +27,8 @@ mod target;
 pub use source::{kernel_text, Signature, Source, HOPPER, PRELUDE};
 pub use target::{Options, Target, Tuning};
 
-use crate::graph::{Graph, TensorId};
+use crate::dtype::DataType;
+use crate::graph::{Graph, Node, TensorId};
 
 /// How many blocks a launch runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,11 +115,12 @@ pub enum Arg {
     /// every value.
     F32(f32),
     /// The value of by-value scalar tensor `tensor` (the graph's, or the variant pack's when the
-    /// graph gives none), rounded to the tensor's type (as the CPU engine reads it), as a `double`
-    /// parameter when `double`, else a `float`.
+    /// graph gives none), rounded to the tensor's type (as the CPU engine reads it), then times
+    /// `times` (in f64), as a `double` parameter when `double`, else a `float`.
     Scalar {
         tensor: TensorId,
         double: bool,
+        times: f64,
     },
     /// The value of by-value scalar tensor `tensor` encoded in its own type, zero-extended to an
     /// `unsigned long long` parameter.
@@ -129,6 +131,52 @@ pub enum Arg {
     /// A TMA tensor map over scratch buffer `i` of this node (the descriptor's `tensor` is not
     /// used): for a copy that an earlier launch of the node wrote there.
     ScratchTensorMap(usize, Box<crate::engine::cuda::tma::TmaDesc>),
+}
+
+/// A node attribute that a kernel takes as a parameter: the op's own value, or the by-value
+/// scalar on the node's attribute port (`epsilon`, `momentum`, `attn_scale`: see
+/// `Graph::set_attribute_tensor`), whose value comes from the graph or from each execution's
+/// variant pack. Either way the kernel's code is the same, so one compilation serves every value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Attr {
+    Value(f64),
+    Tensor { tensor: TensorId, times: f64 },
+}
+
+impl Attr {
+    /// Attribute `port` of `node`: its tensor when the port is connected, else `value` (the op's).
+    pub fn of(node: &Node, port: &str, value: f64) -> Attr {
+        match node.input(port) {
+            Some(tensor) => Attr::Tensor { tensor, times: 1.0 },
+            None => Attr::Value(value),
+        }
+    }
+    /// The value when the plan knows it: the op's, or the one the graph gives the port's tensor
+    /// (rounded to its type); None when it comes with each execution.
+    pub fn known(self, graph: &Graph) -> Option<f64> {
+        match self {
+            Attr::Value(v) => Some(v),
+            Attr::Tensor { tensor, times } => {
+                let dt = graph.resolved_data_type(tensor).unwrap_or(DataType::F32);
+                graph.desc(tensor).value.map(|v| dt.quantize(v) * times)
+            }
+        }
+    }
+    /// The attribute times `k` (for a kernel that takes a scaled copy too).
+    pub fn times(self, k: f64) -> Attr {
+        match self {
+            Attr::Value(v) => Attr::Value(v * k),
+            Attr::Tensor { tensor, times } => Attr::Tensor { tensor, times: times * k },
+        }
+    }
+    /// As a kernel argument: a `double` parameter when `double`, else a `float`.
+    pub fn arg(self, double: bool) -> Arg {
+        match (self, double) {
+            (Attr::Value(v), true) => Arg::F64(v),
+            (Attr::Value(v), false) => Arg::F32(v as f32),
+            (Attr::Tensor { tensor, times }, _) => Arg::Scalar { tensor, double, times },
+        }
+    }
 }
 
 /// What a node needs: its launches, in order, and the sizes in bytes of its scratch buffers.

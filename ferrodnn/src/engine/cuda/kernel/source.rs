@@ -1,7 +1,7 @@
 //! Kernel text: how a generator writes one kernel ([`Source`], [`Signature`]) and what NVRTC
 //! compiles for a launch ([`kernel_text`]).
 
-use super::{Arg, Launch, Pdl, Target};
+use super::{Arg, Attr, Launch, Pdl, Target};
 use crate::graph::TensorId;
 use std::fmt::{Display, Write};
 
@@ -116,7 +116,11 @@ impl Signature {
     }
     /// The value of by-value scalar tensor `id` as `double name` (when `double`) or `float name`.
     pub fn scalar(&mut self, name: &str, id: TensorId, double: bool) -> &mut Signature {
-        self.param(format!("{} {name}", if double { "double" } else { "float" }), Arg::Scalar { tensor: id, double })
+        self.attr(name, Attr::Tensor { tensor: id, times: 1.0 }, double)
+    }
+    /// A node attribute (see [`Attr`]) as `double name` (when `double`) or `float name`.
+    pub fn attr(&mut self, name: &str, attr: Attr, double: bool) -> &mut Signature {
+        self.param(format!("{} {name}", if double { "double" } else { "float" }), attr.arg(double))
     }
     /// The parameter list, as C.
     pub fn list(&self) -> String {
@@ -138,74 +142,14 @@ impl Signature {
 
 /// The text NVRTC compiles for a launch on `target`, exactly: the launch's dependent-launch mode
 /// (`FDNN_PDL`), the prelude, then the launch's source; and whether the plan launches it as a
-/// programmatic dependent.
+/// programmatic dependent. A kernel is launched as one only where its code calls `pdl_site()`
+/// (where it waits for its predecessor): every template does, and a test checks it.
 pub fn kernel_text(l: &Launch, target: &Target) -> (String, bool) {
-    let mut source = std::borrow::Cow::Borrowed(l.source.as_str());
-    let mut dependent = target.pdl && l.pdl != Pdl::Independent;
-    if dependent && !l.source.contains("pdl_site();") {
-        // A kernel written before `pdl_site()` existed waits as its entry's first statement.
-        match entry_body_start(&l.source, &l.entry) {
-            Some(at) => source = format!("{}pdl_site();{}", &l.source[..at], &l.source[at..]).into(),
-            None => dependent = false,
-        }
-    }
+    let dependent = target.pdl && l.pdl != Pdl::Independent && l.source.contains("pdl_site();");
     let mode = match (dependent, l.pdl) {
         (false, _) => 0,
         (true, Pdl::WaitOnly) => 2,
         (true, _) => 1,
     };
-    (format!("#define FDNN_PDL {mode}\n{PRELUDE}\n{source}"), dependent)
-}
-
-/// The byte offset just past the opening brace of `entry`'s definition
-/// (`extern "C" __global__ ... entry(params) {`) in `source`, or None.
-fn entry_body_start(source: &str, entry: &str) -> Option<usize> {
-    let needle = format!("{entry}(");
-    let mut from = 0;
-    while let Some(pos) = source[from..].find(&needle).map(|p| p + from) {
-        from = pos + needle.len();
-        // The name must be whole, and declared by the `__global__` before it.
-        let whole = !matches!(source[..pos].chars().next_back(), Some(c) if c.is_alphanumeric() || c == '_');
-        let decl = source[..pos].rfind("__global__").is_some_and(|g| !source[g..pos].contains([';', '{', '}']));
-        if !whole || !decl {
-            continue;
-        }
-        let mut depth = 1usize;
-        let mut close = None;
-        for (i, c) in source[from..].char_indices() {
-            match c {
-                '(' => depth += 1,
-                ')' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        close = Some(from + i + 1);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let close = close?;
-        let rest = &source[close..];
-        let brace = rest.len() - rest.trim_start().len();
-        if rest[brace..].starts_with('{') {
-            return Some(close + brace + 1);
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::entry_body_start;
-
-    #[test]
-    fn entry_body_start_finds_the_definition() {
-        let src = "// k_rows( in a comment\n__device__ void k_rows_helper(int a) {}\nextern \"C\" __global__ void __launch_bounds__(256, 2) k_rows(const float* x, TRef r) {\n    body();\n}\n";
-        let at = entry_body_start(src, "k_rows").expect("found");
-        assert_eq!(&src[at - 1..at + 5], "{\n    ");
-        assert!(src[..at].ends_with("TRef r) {"));
-        assert_eq!(entry_body_start(src, "k_none"), None);
-        assert_eq!(entry_body_start("extern \"C\" __global__ void k(int a);", "k"), None);
-    }
+    (format!("#define FDNN_PDL {mode}\n{PRELUDE}\n{}", l.source), dependent)
 }
