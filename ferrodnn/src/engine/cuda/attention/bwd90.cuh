@@ -17,7 +17,7 @@ __device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], b
         #pragma unroll
         for (int n = 0; n < 8; ++n) {
             #pragma unroll
-            for (int e = 0; e < 4; ++e) sc[4 * n + e] = fa_exp2(sc[4 * n + e] * A.scale_log2 - lse(n, e));
+            for (int e = 0; e < 4; ++e) sc[4 * n + e] = fa_exp2(sc[4 * n + e] * FA_SOFTMAX_SCALE - lse(n, e));
         }
     } else {
         #pragma unroll
@@ -25,7 +25,7 @@ __device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], b
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const bool vis = fa_visible(qi(n, e), kj(n, e), lq, lkv, off);
-                const float pv = fa_exp2(sc[4 * n + e] * A.scale_log2 - lse(n, e));
+                const float pv = fa_exp2(sc[4 * n + e] * FA_SOFTMAX_SCALE - lse(n, e));
                 sc[4 * n + e] = vis ? pv : 0.0f;
             }
         }
@@ -41,7 +41,7 @@ __device__ __forceinline__ unsigned fa90_probs(const FaIn& A, float (&sc)[32], b
             const i64 i = qi(n, e), j = kj(n, e);
             float pv = 0.0f;
             if (!need || fa_visible(i, j, lq, lkv, off)) {
-                float s2 = sc[4 * n + e] * A.scale_log2;
+                float s2 = sc[4 * n + e] * FA_SOFTMAX_SCALE;
 #if FA_HAS_BIAS || FA_ALIBI
                 s2 = fmaf(fa_add(A, bi, h, i, j), FA_LOG2E, s2);
 #endif

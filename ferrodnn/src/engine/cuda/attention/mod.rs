@@ -241,6 +241,8 @@ impl<'a> Problem<'a> {
             .flag("FA_PADDING", self.seq_len_q.is_some())
             .flag("FA_HAS_BIAS", self.bias.is_some())
             .flag("FA_ALIBI", a.alibi)
+            .flag("FA_SCALE_POS", self.scale.known(g).is_some_and(|s| s > 0.0))
+            .define("FA_SOFTMAX_SCALE", self.scale.known(g).map_or("A.scale_log2".to_string(), |s| c_float(s * std::f64::consts::LOG2_E)))
             .flag("FA_DROPOUT", self.dropout.is_some())
             .flag("FA_PAGED", self.paged.is_some());
         s = self.strides(s, "Q", self.q, false);
