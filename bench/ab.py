@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 
-def run(binary, suite, runs, out):
-    cmd = [binary, "bench", "--suite", suite, "--runs", str(runs), "--out", out]
+def run(binary, suite, runs, out, filt):
+    cmd = [binary, "bench", "--suite", suite, "--runs", str(runs), "--out", out] + (["--filter", filt] if filt else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
@@ -33,14 +33,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--out", required=True, help="a folder for the JSON")
+    ap.add_argument("--filter", help="only workloads whose id contains this")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     report = {}
     for suite in args.suite:
         rounds = []
         for r in range(args.rounds):
-            a = run(args.a, suite, args.runs, os.path.join(args.out, f"ab_{suite}_a{r}.json"))
-            b = run(args.b, suite, args.runs, os.path.join(args.out, f"ab_{suite}_b{r}.json"))
+            a = run(args.a, suite, args.runs, os.path.join(args.out, f"ab_{suite}_a{r}.json"), args.filter)
+            b = run(args.b, suite, args.runs, os.path.join(args.out, f"ab_{suite}_b{r}.json"), args.filter)
             rounds.append((a, b))
         rows = []
         for wid in rounds[0][0]:
@@ -54,9 +55,10 @@ def main():
         print(f"== {suite}: B/A time (median of {args.rounds} rounds; the rounds' range)")
         for row in rows:
             lo, hi = min(row["rounds_b_over_a"]), max(row["rounds_b_over_a"])
-            print(f"  {row['id']:<52} {row['a_ms']:9.4f} {row['b_ms']:9.4f} ms  {row['b_over_a']:.3f} ({lo:.3f}-{hi:.3f})")
-    with open(os.path.join(args.out, "ab.json"), "w") as f:
-        json.dump(report, f, indent=1)
+            print(f"  {row['id']:<52} {row['a_ms']:9.4f} {row['b_ms']:9.4f} ms  {row['b_over_a']:.3f} ({lo:.3f}-{hi:.3f})", flush=True)
+        # Written after each suite, so a call that runs out of time keeps the suites it finished.
+        with open(os.path.join(args.out, "ab.json"), "w") as f:
+            json.dump(report, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,14 @@ if [[ ",$STEPS," == *",ab,"* ]]; then
     env $v timeout 150 .gpu/ferrodnn bench --suite "${AB_SUITE:-attention}" ${AB_FILTER:+--filter "$AB_FILTER"} --out "$OUT/ab_${v// /_}.json" 2>&1 | grep -vE '^\s' | tail -${BENCH_TAIL:-16}
   done
 fi
+if [[ ",$STEPS," == *",abbin,"* ]]; then
+  # A/B of two builds, ferrodnn alone: .gpu/ferrodnn_base (the build before a change, staged by
+  # hand) against .gpu/ferrodnn, suites $AB_SUITES, interleaved rounds (bench/ab.py).
+  echo "== A/B of .gpu/ferrodnn_base and .gpu/ferrodnn"
+  timeout ${AB_TIMEOUT:-450} python3 -u bench/ab.py --a .gpu/ferrodnn_base --b .gpu/ferrodnn --rounds "${AB_ROUNDS:-3}" --runs "${AB_RUNS:-30}" \
+    $(for s in ${AB_SUITES:-memory-bound attention gemm}; do echo --suite "$s"; done) --out "$OUT/abbin" > "$OUT/abbin.log" 2>&1
+  echo "ab rc=$?"; cat "$OUT/abbin.log" | tail -${BENCH_TAIL:-120}
+fi
 if [[ ",$STEPS," == *",probe,"* ]]; then
   echo "== sm90 GEMM probe (configurations beside torch.matmul)"
   FERRODNN_SM90_TIMING=1 timeout 300 .gpu/test_cuda_sm90 --nocapture 2>&1 | grep -E "^chosen|TFLOP|    bn|panicked|test result" | tail -40
