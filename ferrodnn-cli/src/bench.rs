@@ -185,7 +185,8 @@ pub fn suite(name: &str) -> Result<Vec<Workload>, String> {
         "memory-bound" => Ok(memory_bound()),
         "gemm" => Ok(gemm()),
         "attention" => Ok(crate::bench_attention::attention_workloads()),
-        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound, gemm, attention")),
+        "conv" => Ok(crate::bench_conv::conv_workloads()),
+        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound, gemm, attention, conv")),
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_attention;
+mod bench_conv;
 mod bench_memory;
 mod demo;
 mod gpu_check;

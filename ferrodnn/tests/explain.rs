@@ -57,8 +57,13 @@ fn a_graph_the_fast_engines_decline_falls_back_and_says_why() {
     let e = explain(&g, &Target::sm90a(), &[]).unwrap();
     assert_eq!(e.units.len(), 1);
     assert_eq!(e.units[0].engine, "fallback");
-    assert_eq!(e.units[0].declined, [("fallback".to_string(), "no fast engine takes conv_fprop yet".to_string())]);
-    assert!(e.to_text(false).contains("-> fallback\n  no fast engine takes conv_fprop yet\n  kernel n0_conv_fprop: grid cover "), "{}", e.to_text(false));
+    // The conv engine takes only one-tap filters yet: it declines a 3x3 one and says what it takes.
+    assert_eq!(e.units[0].declined.len(), 1);
+    let (family, why) = &e.units[0].declined[0];
+    assert_eq!(family, "conv");
+    assert_eq!(why, "a 3x3 filter: only one-tap (1x1) filters run as a GEMM yet; other convolutions run on the fallback (implicit GEMM is not built yet)");
+    assert!(e.to_text(false).contains("-> fallback\n  declined by conv: a 3x3 filter"), "{}", e.to_text(false));
+    assert!(e.to_text(false).contains("kernel n0_conv_fprop: grid cover "), "{}", e.to_text(false));
 
     // A layernorm computing in f64: the row kernels take layernorm but decline f64.
     let d = DataType::F64;

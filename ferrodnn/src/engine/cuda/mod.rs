@@ -28,6 +28,7 @@
 
 pub mod attention;
 pub mod cache;
+pub mod conv;
 pub mod engine;
 pub mod explain;
 pub mod fallback;

@@ -5,7 +5,7 @@
 //! norm, pooling); whatever none of them covers runs on the generic fallback.
 
 use super::kernel::{Options, Target, Unit};
-use super::{attention, fallback, fused, gemm};
+use super::{attention, conv, fallback, fused, gemm};
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::graph::ops::Op;
@@ -17,6 +17,8 @@ use std::collections::{HashMap, HashSet};
 pub enum Family {
     /// Tensor-core GEMM with its fused prologue and epilogue (`gemm/`).
     Gemm,
+    /// Convolutions that are matrix products, on the GEMM kernels with their epilogue (`conv/`).
+    Conv,
     /// Flash attention forward, backward and decode (`attention/`).
     Attention,
     /// A norm with the pointwise chain that makes its input, in one kernel (`fused/`).
@@ -36,6 +38,7 @@ impl Family {
     pub fn name(self) -> &'static str {
         match self {
             Family::Gemm => "gemm",
+            Family::Conv => "conv",
             Family::Attention => "attention",
             Family::NormPrologue => "norm+prologue",
             Family::Pointwise => "pointwise fusion",
@@ -86,6 +89,8 @@ fn fallback_unit(graph: &Graph, ni: usize, declined: Vec<(Family, String)>) -> R
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Group {
     Gemm,
+    /// A convolution and its epilogue on the GEMM engine, over view `i` of the graph.
+    Conv(usize),
     NormPrologue,
     Pointwise,
 }
@@ -97,6 +102,16 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
     // with the pointwise prologue that makes their input, then pointwise chains among the
     // remaining nodes. Each group runs where its last node (in topological order) would.
     let mut groups: Vec<(Group, Vec<usize>)> = gemm::groups(graph, &order, target, options).into_iter().map(|g| (Group::Gemm, g)).collect();
+    // Convolutions that are matrix products, with their epilogues: GEMM groups over a view of
+    // the graph (conv/mod.rs).
+    let mut views: Vec<Graph> = Vec::new();
+    for &ni in order.iter().filter(|&&n| conv::conv_op(&graph.nodes[n].op)) {
+        let Some(view) = conv::as_gemm(graph, ni) else { continue };
+        if let Some(g) = gemm::groups(&view, &[ni], target, options).into_iter().next() {
+            groups.push((Group::Conv(views.len()), g));
+            views.push(view);
+        }
+    }
     let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
     groups.extend(fused::norm::prologue_groups(graph, &order, target).into_iter().filter(|g| g.iter().all(|n| !claimed.contains(n))).map(|g| (Group::NormPrologue, g)));
     let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
@@ -116,6 +131,7 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
             if ni == last {
                 let (unit, family) = match kind {
                     Group::Gemm => (gemm::unit(graph, grp, target, options)?, Family::Gemm),
+                    Group::Conv(v) => (gemm::unit(&views[*v], grp, target, options)?, Family::Conv),
                     Group::NormPrologue => (fused::norm::prologue_unit(graph, grp, target)?, Family::NormPrologue),
                     Group::Pointwise => (fused::pointwise::unit(graph, grp)?, Family::Pointwise),
                 };
@@ -145,8 +161,9 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
 fn single(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Planned> {
     let op = &graph.nodes[ni].op;
     let mut declined = Vec::new();
-    let tries: [(Family, bool); 4] = [
+    let tries: [(Family, bool); 5] = [
         (Family::Gemm, matches!(op, Op::Matmul(_))),
+        (Family::Conv, conv::conv_op(op)),
         (Family::Attention, matches!(op, Op::Sdpa(_) | Op::SdpaBackward(_))),
         (Family::Rows, rows_op(op)),
         (Family::Spatial, spatial_op(op)),
@@ -154,6 +171,7 @@ fn single(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Resul
     for (family, takes) in tries {
         let unit = match family {
             Family::Gemm => gemm::unit(graph, &[ni], target, options)?,
+            Family::Conv => conv::unit(graph, ni, target, options)?,
             Family::Attention => attention::unit(graph, ni, target, options)?,
             Family::Rows => fused::rows::unit(graph, ni, target)?,
             _ => spatial_unit(graph, ni, target)?,
@@ -225,8 +243,12 @@ fn decline_reason(graph: &Graph, ni: usize, family: Family, target: &Target) -> 
     if graph.compute_type(node) == DataType::F64 {
         return "it computes in f64; the fast kernels compute in f32".into();
     }
+    if family == Family::Conv {
+        return conv::decline_reason(graph, ni);
+    }
     let conditions = match family {
         Family::Gemm => "operand types the tensor cores take (f16, bf16, f32 as tf32, fp8), a batch that flattens, layouts its kernels read",
+        Family::Conv => conv::CONDITIONS,
         Family::Attention => "f16 or bf16 q/k/v with head dims the kernels take, shared memory for the tiles on this target",
         Family::Rows => "f32/f16/bf16 tensors packed row-major over the normalized axes, rows of at most 32768 elements (16384 backward), a normal f32 epsilon",
         Family::Spatial => "f32/f16/bf16 tensors in the layouts its kernels read (channels-last or packed NCHW), per-channel statistics",
@@ -246,7 +268,11 @@ pub fn has_fp8_matmul(graph: &Graph) -> bool {
     gemm::has_fp8_matmul(graph)
 }
 
-/// Whether the graph has a matmul with an f32 input: the `tf32` option changes its kernels.
+/// Whether the graph has a matmul (or a convolution the GEMM kernels run) with an f32 input: the
+/// `tf32` option changes its kernels.
 pub fn has_f32_matmul(graph: &Graph) -> bool {
-    graph.nodes.iter().any(|n| matches!(n.op, Op::Matmul(_)) && n.inputs.iter().any(|p| graph.resolved_data_type(p.tensor).unwrap_or(DataType::F32) == DataType::F32))
+    graph.nodes.iter().enumerate().any(|(ni, n)| {
+        let gemm = matches!(n.op, Op::Matmul(_)) || (conv::conv_op(&n.op) && conv::as_gemm(graph, ni).is_some());
+        gemm && n.inputs.iter().any(|p| graph.resolved_data_type(p.tensor).unwrap_or(DataType::F32) == DataType::F32)
+    })
 }

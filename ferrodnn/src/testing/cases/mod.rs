@@ -7,6 +7,7 @@ mod attr_ports;
 mod conv;
 mod fast_attn;
 mod fast_attn_decode;
+mod fast_conv;
 mod fast_gemm;
 mod fast_mem;
 mod fast_pw;
@@ -60,6 +61,7 @@ pub fn all() -> Vec<Case> {
     v.extend(fast_attn::cases());
     v.extend(fast_attn_decode::cases());
     v.extend(fast_mem::cases());
+    v.extend(fast_conv::cases());
     v.extend(attr_ports::cases());
     v
 }

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""PyTorch (cuDNN) beside `ferrodnn bench --suite conv`: reads ferrodnn's JSON (--ours), times the
+same layers with torch (fp16, channels-last, cudnn.benchmark; dgrad and wgrad through
+torch.nn.grad, which calls cuDNN's backward kernels), timed as bench/run.py times PyTorch
+(batches of back-to-back calls), and prints both with the ratio (PyTorch time / ferrodnn time).
+
+    ferrodnn bench --suite conv --out ours.json && python3 bench/torch_conv.py --ours ours.json --out conv.json
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import bench as timed  # noqa: E402  (batches of back-to-back calls, as ferrodnn is timed)
+
+ID = re.compile(r"conv_(fprop|dgrad|wgrad)(_bias_relu)?_fp16_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
+
+
+def graphed(fn, batch=20, rounds=5):
+    """Per-call GPU time in ms with no host overhead: `batch` calls captured in one CUDA graph,
+    the median over `rounds` replays."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(batch):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b) / batch)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def torch_ms(wid, timed=timed):
+    m = ID.fullmatch(wid)
+    if not m:
+        return None
+    kind, bias_relu, n, c, h, w, k, r, s = m.groups()
+    n, c, h, w, k, r, s = map(int, (n, c, h, w, k, r, s))
+    p = (r - 1) // 2
+    cl = torch.channels_last
+    dev, dt = "cuda", torch.float16
+    x = torch.randn(n, c, h, w, device=dev, dtype=dt).to(memory_format=cl)
+    wt = torch.randn(k, c, r, r, device=dev, dtype=dt).to(memory_format=cl)
+    bias = torch.randn(k, device=dev, dtype=dt)
+    y = torch.nn.functional.conv2d(x, wt, stride=s, padding=p)
+    dy = torch.randn_like(y).to(memory_format=cl)
+    if kind == "fprop":
+        if bias_relu:
+            return timed(lambda: torch.relu(torch.nn.functional.conv2d(x, wt, bias, stride=s, padding=p)))
+        return timed(lambda: torch.nn.functional.conv2d(x, wt, stride=s, padding=p))
+    if kind == "dgrad":
+        return timed(lambda: torch.nn.grad.conv2d_input(x.shape, wt, dy, stride=s, padding=p))
+    return timed(lambda: torch.nn.grad.conv2d_weight(x, wt.shape, dy, stride=s, padding=p))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ours", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--graphs", action="store_true", help="time PyTorch's calls replayed from a CUDA graph (its kernels alone, no host overhead)")
+    args = ap.parse_args()
+    with open(args.ours) as f:
+        ours = json.load(f)["workloads"]
+    rows = []
+    for wl in ours:
+        if "ours_ms" not in wl:
+            continue
+        t = torch_ms(wl["id"], graphed if args.graphs else timed)
+        row = {"id": wl["id"], "ours_ms": wl["ours_ms"], "torch_ms": t}
+        if t:
+            row["ratio"] = t / wl["ours_ms"]
+            if wl.get("flops"):
+                row["ours_tflops"] = wl["flops"] / wl["ours_ms"] / 1e9
+                row["torch_tflops"] = wl["flops"] / t / 1e9
+        rows.append(row)
+        print(f"{wl['id']:<56} {wl['ours_ms']:9.4f} {t or float('nan'):9.4f} ms  ratio {row.get('ratio', float('nan')):.3f}", flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+//! The convolution suite: ResNet-50 layers (fp16, channels-last, batch 32) forward, data and
+//! weight gradients. The one-tap (1x1) layers run on the GEMM kernels; the others still run on
+//! the generic fallback (kept here so the table shows where convolution stands).
+
+use crate::bench::Workload;
+use ferrodnn::graph::ops::conv::ConvAttrs;
+use ferrodnn::{DataType, Graph, TensorDesc};
+
+const NHWC: [usize; 4] = [0, 2, 3, 1];
+
+/// One layer: image `n x c x hw x hw`, `k` filters of `r x r`, stride `s`, padding `(r - 1) / 2`.
+struct Layer {
+    c: i64,
+    k: i64,
+    hw: i64,
+    r: i64,
+    s: i64,
+}
+
+impl Layer {
+    fn attrs(&self) -> ConvAttrs {
+        let p = (self.r - 1) / 2;
+        ConvAttrs::new(2).with_padding(&[p, p]).with_stride(&[self.s, self.s])
+    }
+    fn out_hw(&self) -> i64 {
+        let p = (self.r - 1) / 2;
+        (self.hw + 2 * p - self.r) / self.s + 1
+    }
+    fn tag(&self, n: i64) -> String {
+        format!("{n}x{}x{}x{}_k{}_{}x{}s{}", self.c, self.hw, self.hw, self.k, self.r, self.r, self.s)
+    }
+    fn flops(&self, n: i64) -> u64 {
+        2 * (n * self.k * self.out_hw() * self.out_hw() * self.c * self.r * self.r) as u64
+    }
+}
+
+fn desc(name: &str, dims: &[i64]) -> TensorDesc {
+    TensorDesc::new(name, dims, DataType::F16).with_layout(&NHWC)
+}
+
+fn fprop(n: i64, l: &Layer, bias_relu: bool) -> Workload {
+    let id = format!("conv_fprop{}_fp16_nhwc_{}", if bias_relu { "_bias_relu" } else { "" }, l.tag(n));
+    let mut g = Graph::new(id.clone()).io_data_type(DataType::F16);
+    let x = g.tensor(desc("x", &[n, l.c, l.hw, l.hw]));
+    let w = g.tensor(desc("w", &[l.k, l.c, l.r, l.r]));
+    let mut y = g.conv_fprop(x, w, l.attrs());
+    if bias_relu {
+        let b = g.tensor(TensorDesc::new("bias", &[1, l.k, 1, 1], DataType::F16));
+        let yb = g.bias(y, b);
+        y = g.relu(yb);
+    }
+    g.set_output(y);
+    Workload { id, graph: g, flops: Some(l.flops(n)) }
+}
+
+fn dgrad(n: i64, l: &Layer) -> Workload {
+    let id = format!("conv_dgrad_fp16_nhwc_{}", l.tag(n));
+    let mut g = Graph::new(id.clone()).io_data_type(DataType::F16);
+    let dy = g.tensor(desc("dy", &[n, l.k, l.out_hw(), l.out_hw()]));
+    let w = g.tensor(desc("w", &[l.k, l.c, l.r, l.r]));
+    let dx = g.conv_dgrad(dy, w, &[n, l.c, l.hw, l.hw], l.attrs());
+    g.set_output(dx);
+    Workload { id, graph: g, flops: Some(l.flops(n)) }
+}
+
+fn wgrad(n: i64, l: &Layer) -> Workload {
+    let id = format!("conv_wgrad_fp16_nhwc_{}", l.tag(n));
+    let mut g = Graph::new(id.clone()).io_data_type(DataType::F16);
+    let dy = g.tensor(desc("dy", &[n, l.k, l.out_hw(), l.out_hw()]));
+    let x = g.tensor(desc("x", &[n, l.c, l.hw, l.hw]));
+    let dw = g.conv_wgrad(dy, x, &[l.k, l.c, l.r, l.r], l.attrs());
+    g.set_output(dw);
+    Workload { id, graph: g, flops: Some(l.flops(n)) }
+}
+
+pub fn conv_workloads() -> Vec<Workload> {
+    let n = 32;
+    let l1 = Layer { c: 256, k: 64, hw: 56, r: 1, s: 1 };
+    let l2 = Layer { c: 512, k: 2048, hw: 7, r: 1, s: 1 };
+    let l3 = Layer { c: 64, k: 256, hw: 56, r: 1, s: 1 };
+    let l4 = Layer { c: 1024, k: 256, hw: 14, r: 1, s: 1 };
+    let l5 = Layer { c: 64, k: 64, hw: 56, r: 3, s: 1 };
+    vec![fprop(n, &l1, false), fprop(n, &l2, false), fprop(n, &l3, true), fprop(n, &l4, true), dgrad(n, &l1), wgrad(n, &l1), dgrad(n, &l2), wgrad(n, &l2), fprop(n, &l5, false)]
+}

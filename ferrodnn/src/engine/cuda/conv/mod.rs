@@ -1,0 +1,256 @@
+//! The convolution engine. A convolution that is a matrix product runs on the GEMM engine's
+//! kernels, with the pointwise epilogue it absorbs (bias, activation, residual, cast): a filter
+//! of one tap (1x1, 1x1x1) with unit stride, no padding and one group. Its tensors are viewed as
+//! matrices, with no copy: an image `[N, C, spatial...]` whose spatial dims are laid out one
+//! after another (channels-last, or packed NCHW) as `N` matrices of `S = prod(spatial)` rows and
+//! `C` columns, the filter `[K, C, 1...]` as a `C x K` matrix. Then
+//!
+//! - fprop: `y[n] (S x K) = x[n] (S x C) * w (C x K)`;
+//! - dgrad: `dx[n] (S x C) = dy[n] (S x K) * w^T (K x C)`;
+//! - wgrad: `dw (K x C) = dy^T (K x N*S) * x (N*S x C)`, where the batch and spatial dims of
+//!   both images are laid out one after another too.
+//!
+//! [`as_gemm`] makes a copy of the graph in which the convolution is a matmul over those views
+//! (and the tensors of the pointwise nodes after it are viewed the same way), which the GEMM
+//! engine plans as it plans a matmul; the kernels address the same buffers by the same tensor
+//! ids, so they run on the original graph's variant pack. Other convolutions run on the generic
+//! fallback (implicit GEMM for the general case is the next step of this engine).
+
+use super::gemm;
+use super::kernel::{Options, Target, Unit};
+use crate::error::Result;
+use crate::graph::ops::conv::ConvAttrs;
+use crate::graph::ops::matmul::MatmulAttrs;
+use crate::graph::ops::Op;
+use crate::graph::{Graph, Port, TensorDesc, TensorId};
+
+/// Whether `op` is a convolution this engine may take.
+pub fn conv_op(op: &Op) -> bool {
+    matches!(op, Op::ConvFprop(_) | Op::ConvDgrad(_) | Op::ConvWgrad(_))
+}
+
+/// The unit of convolution node `ni` alone on the GEMM engine, when it is a matrix product the
+/// GEMM kernels take.
+pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Option<Unit>> {
+    match as_gemm(graph, ni) {
+        Some(view) => gemm::unit(&view, &[ni], target, options),
+        None => Ok(None),
+    }
+}
+
+/// Why this engine declines convolution node `ni`: the first condition it fails, else the
+/// conditions in general (types or layouts the GEMM kernels do not take).
+pub fn decline_reason(graph: &Graph, ni: usize) -> String {
+    let node = &graph.nodes[ni];
+    let (Op::ConvFprop(a) | Op::ConvDgrad(a) | Op::ConvWgrad(a)) = &node.op else { return CONDITIONS.into() };
+    let filter = if matches!(node.op, Op::ConvWgrad(_)) { node.output("dw") } else { node.input("w") };
+    let taps: Vec<String> = filter.map(|w| graph.desc(w).dims.iter().skip(2).map(|d| d.to_string()).collect()).unwrap_or_default();
+    let why = if taps.iter().any(|t| t != "1") {
+        format!("a {} filter: only one-tap (1x1) filters run as a GEMM yet", taps.join("x"))
+    } else if a.stride.iter().any(|&s| s != 1) {
+        format!("stride {:?}: only unit strides run as a GEMM yet", a.stride)
+    } else if a.pre_padding.iter().chain(&a.post_padding).any(|&p| p != 0) {
+        "padding: only unpadded one-tap convolutions run as a GEMM yet".into()
+    } else {
+        return format!("it takes {CONDITIONS}");
+    };
+    format!("{why}; other convolutions run on the fallback (implicit GEMM is not built yet)")
+}
+
+/// What this engine takes.
+pub const CONDITIONS: &str = "a filter of one tap (1x1) with unit stride, no padding and one group, images whose spatial dims are laid out one after another (channels-last or packed NCHW; for the weight gradient the batch dim too: channels-last, or NCHW with one image), types the GEMM kernels take; other convolutions run on the fallback";
+
+/// A copy of `graph` in which convolution node `ni` is a matmul over matrix views of its
+/// tensors, and the tensors of the pointwise nodes after it are viewed alike; None when the
+/// convolution is not a matrix product or a tensor cannot be viewed.
+pub fn as_gemm(graph: &Graph, ni: usize) -> Option<Graph> {
+    let node = graph.nodes.get(ni)?;
+    let (attrs, a, b, out) = match &node.op {
+        Op::ConvFprop(at) => (at, node.input("x")?, node.input("w")?, node.output("y")?),
+        Op::ConvDgrad(at) => (at, node.input("dy")?, node.input("w")?, node.output("dx")?),
+        Op::ConvWgrad(at) => (at, node.input("dy")?, node.input("x")?, node.output("dw")?),
+        _ => return None,
+    };
+    let w = match &node.op {
+        Op::ConvWgrad(_) => out,
+        _ => b,
+    };
+    let wd = graph.desc(w);
+    if !one_tap(attrs, wd) {
+        return None;
+    }
+    let mut view = graph.clone();
+    match &node.op {
+        Op::ConvFprop(_) | Op::ConvDgrad(_) => {
+            let (ad, od) = (graph.desc(a), graph.desc(out));
+            // One group: the filter's channels are the image's; the spatial dims are kept.
+            let (in_ch, out_ch) = if matches!(node.op, Op::ConvFprop(_)) { (wd.dims[1], wd.dims[0]) } else { (wd.dims[0], wd.dims[1]) };
+            if ad.dims.len() != od.dims.len() || ad.dims[1] != in_ch || od.dims[1] != out_ch || ad.dims[0] != od.dims[0] || ad.dims[2..] != od.dims[2..] {
+                return None;
+            }
+            view.tensors[a.0] = image_view(ad, &ad.dims)?;
+            // fprop reads w as C x K ([1] then [0]), dgrad as K x C.
+            let (r, c) = if matches!(node.op, Op::ConvFprop(_)) { (1, 0) } else { (0, 1) };
+            view.tensors[w.0] = matrix(wd, (wd.dims[r], wd.strides[r]), (wd.dims[c], wd.strides[c]));
+            let out_dims = od.dims.clone();
+            view.tensors[out.0] = image_view(od, &out_dims)?;
+            view_epilogue(graph, &mut view, out, &out_dims);
+        }
+        _ => {
+            // dw (K x C) = dy^T x: both images as (N * S) x channels.
+            let (dyd, xd) = (graph.desc(a), graph.desc(b));
+            if dyd.dims.len() != xd.dims.len() || dyd.dims[1] != wd.dims[0] || xd.dims[1] != wd.dims[1] || dyd.dims[0] != xd.dims[0] || dyd.dims[2..] != xd.dims[2..] {
+                return None;
+            }
+            let (ns, s_dy) = rows_of(dyd)?;
+            let (ns_x, s_x) = rows_of(xd)?;
+            if ns != ns_x {
+                return None;
+            }
+            view.tensors[a.0] = matrix(dyd, (dyd.dims[1], dyd.strides[1]), (ns, s_dy));
+            view.tensors[b.0] = matrix(xd, (ns, s_x), (xd.dims[1], xd.strides[1]));
+            view.tensors[w.0] = matrix(wd, (wd.dims[0], wd.strides[0]), (wd.dims[1], wd.strides[1]));
+        }
+    }
+    let n = &mut view.nodes[ni];
+    n.op = Op::Matmul(MatmulAttrs {});
+    n.inputs = vec![Port { name: "a".into(), tensor: a }, Port { name: "b".into(), tensor: b }];
+    n.outputs = vec![Port { name: "c".into(), tensor: out }];
+    Some(view)
+}
+
+/// A one-tap filter (all spatial dims 1) with unit stride and no padding (dilation does not
+/// matter for one tap).
+fn one_tap(a: &ConvAttrs, w: &TensorDesc) -> bool {
+    w.dims.len() >= 3
+        && w.dims.len() == w.strides.len()
+        && w.dims.iter().all(|&d| d > 0)
+        && w.dims[2..].iter().all(|&d| d == 1)
+        && a.stride.iter().all(|&s| s == 1)
+        && a.pre_padding.iter().chain(&a.post_padding).all(|&p| p == 0)
+}
+
+/// `d` re-described as a rank-2 (or, with a batch, rank-3) strided matrix: same buffer, dtype and
+/// flags.
+fn matrix(d: &TensorDesc, rows: (i64, i64), cols: (i64, i64)) -> TensorDesc {
+    TensorDesc { dims: vec![rows.0, cols.0], strides: vec![rows.1, cols.1], ..d.clone() }
+}
+
+/// The rows of an image `[N, C, spatial...]` taken over its batch and spatial dims together, as
+/// (count, stride): when those dims are laid out one after another.
+fn rows_of(d: &TensorDesc) -> Option<(i64, i64)> {
+    let dims: Vec<(i64, i64)> = std::iter::once((d.dims[0], d.strides[0])).chain(d.dims[2..].iter().copied().zip(d.strides[2..].iter().copied())).collect();
+    linear(&dims)
+}
+
+/// (extent, stride) pairs, outermost first, as one (extent product, stride) when they are laid
+/// out one after another (extents of 1 skipped); None otherwise.
+fn linear(dims: &[(i64, i64)]) -> Option<(i64, i64)> {
+    let moving: Vec<(i64, i64)> = dims.iter().copied().filter(|&(e, _)| e != 1).collect();
+    let count: i64 = dims.iter().map(|&(e, _)| e).product();
+    let Some(&(_, inner)) = moving.last() else { return Some((count, 0)) };
+    for w in moving.windows(2) {
+        if w[0].1 != w[1].1.checked_mul(w[1].0)? {
+            return None;
+        }
+    }
+    (inner >= 0).then_some((count, inner))
+}
+
+/// A tensor `d` broadcast to image dims `out` (`[N, C, spatial...]`, dims of `d` right-aligned,
+/// each equal or 1) as `[N, S, C]`: batch, the spatial dims as one (all equal to `out`'s and laid
+/// out one after another, or all 1), channels. None when it cannot be so viewed.
+fn image_view(d: &TensorDesc, out: &[i64]) -> Option<TensorDesc> {
+    let r = out.len();
+    if r < 3 || d.dims.len() > r || d.strides.len() != d.dims.len() || d.strides.iter().any(|&s| s < 0) {
+        return None;
+    }
+    let shift = r - d.dims.len();
+    let at = |a: usize| if a < shift { (1, 0) } else { (d.dims[a - shift], d.strides[a - shift]) };
+    if (0..r).any(|a| at(a).0 != 1 && at(a).0 != out[a]) {
+        return None;
+    }
+    let spatial: Vec<(i64, i64)> = (2..r).map(at).collect();
+    let s = if spatial.iter().all(|&(e, _)| e == 1) {
+        (1, 0)
+    } else if spatial.iter().zip(&out[2..]).all(|(&(e, _), &o)| e == o) {
+        linear(&spatial)?
+    } else {
+        return None;
+    };
+    let (n, c) = (at(0), at(1));
+    Some(TensorDesc { dims: vec![n.0, s.0, c.0], strides: vec![n.1, s.1, c.1], ..d.clone() })
+}
+
+/// View the tensors of the pointwise nodes after `out` (those that read it or a value viewed so
+/// far) as `out` is viewed, so that the GEMM engine's epilogue can take them; a node with a
+/// tensor that cannot be viewed ends the walk there.
+fn view_epilogue(graph: &Graph, view: &mut Graph, out: TensorId, out_dims: &[i64]) {
+    let cons = graph.consumers();
+    let mut viewed = vec![out];
+    let mut at = 0;
+    while at < viewed.len() {
+        let t = viewed[at];
+        at += 1;
+        for &ni in cons.get(&t.0).map(Vec::as_slice).unwrap_or(&[]) {
+            let node = &graph.nodes[ni];
+            if !matches!(node.op, Op::Pointwise(_)) {
+                continue;
+            }
+            let mut new = Vec::new();
+            for p in node.inputs.iter().chain(&node.outputs) {
+                if viewed.contains(&p.tensor) || new.iter().any(|(id, _)| *id == p.tensor) {
+                    continue;
+                }
+                let d = graph.desc(p.tensor);
+                let v = if d.is_pass_by_value { Some(TensorDesc { dims: vec![1, 1, 1], strides: vec![0, 0, 0], ..d.clone() }) } else { image_view(d, out_dims) };
+                match v {
+                    Some(v) => new.push((p.tensor, v)),
+                    None => {
+                        new.clear();
+                        break;
+                    }
+                }
+            }
+            let outputs_viewed = node.outputs.iter().all(|p| viewed.contains(&p.tensor) || new.iter().any(|(id, _)| *id == p.tensor));
+            if !outputs_viewed {
+                continue;
+            }
+            for (id, v) in new {
+                view.tensors[id.0] = v;
+                viewed.push(id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spatial_dims_flatten_when_laid_out_one_after_another() {
+        // NHWC [2, 8, 5, 7]: strides [280, 1, 56, 8].
+        assert_eq!(linear(&[(5, 56), (7, 8)]), Some((35, 8)));
+        // NCHW [2, 8, 5, 7]: strides [280, 35, 7, 1].
+        assert_eq!(linear(&[(5, 7), (7, 1)]), Some((35, 1)));
+        // A padded row: not one run.
+        assert_eq!(linear(&[(5, 9), (7, 1)]), None);
+        // Extents of 1 do not count.
+        assert_eq!(linear(&[(1, 1000), (7, 3)]), Some((7, 3)));
+        assert_eq!(linear(&[(1, 5), (1, 1)]), Some((1, 0)));
+    }
+
+    #[test]
+    fn a_bias_views_as_one_value_per_column() {
+        let f = crate::DataType::F16;
+        let bias = TensorDesc::new("b", &[1, 8, 1, 1], f);
+        let v = image_view(&bias, &[2, 8, 5, 7]).unwrap();
+        assert_eq!((v.dims.clone(), v.strides[1], v.strides[2]), (vec![1, 1, 8], 0, 1));
+        let y = TensorDesc::new("y", &[2, 8, 5, 7], f).with_layout(&[0, 2, 3, 1]);
+        let v = image_view(&y, &[2, 8, 5, 7]).unwrap();
+        assert_eq!((v.dims, v.strides), (vec![2, 35, 8], vec![280, 8, 1]));
+        // Broadcast along some spatial dims only: no view.
+        assert!(image_view(&TensorDesc::new("h", &[1, 8, 5, 1], f), &[2, 8, 5, 7]).is_none());
+    }
+}
