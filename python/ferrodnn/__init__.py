@@ -17,6 +17,7 @@ from ._ferrodnn import (  # noqa: F401
     SerializationError,
     __version__,
     _Graph,
+    attention_implementation,
     backend_version,
     backend_version_string,
     build_plan_policy,
@@ -28,6 +29,7 @@ from ._ferrodnn import (  # noqa: F401
     destroy_handle,
     diagonal_alignment,
     get_cudnn_version,
+    get_strict_buffers,
     gpu_available,
     handle,
     heur_mode,
@@ -39,6 +41,7 @@ from ._ferrodnn import (  # noqa: F401
     reshape_mode,
     rng_distribution,
     set_stream,
+    set_strict_buffers,
     tensor,
 )
 

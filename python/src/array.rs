@@ -6,11 +6,15 @@
 //! from there that the array's shape and strides reach, its dims and strides in elements, its
 //! type, and whether it lives on the host or on a CUDA device.
 
+use crate::InvalidArgumentError;
 use ferrodnn::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use std::ffi::{c_void, CStr};
+
+/// Addresses below this are the null page: never mapped on the host, never a device allocation.
+const NULL_PAGE: usize = 4096;
 
 /// An array's memory as the array protocols describe it.
 pub struct ArrayDesc {
@@ -36,8 +40,9 @@ pub struct ArrayDesc {
 }
 
 impl ArrayDesc {
+    /// The number of elements (i64::MAX when the product overflows).
     pub fn element_count(&self) -> i64 {
-        self.dims.iter().product()
+        self.dims.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)).unwrap_or(i64::MAX)
     }
 }
 
@@ -116,7 +121,7 @@ fn parse_typestr(ts: &str, what: &str) -> PyResult<(Option<DataType>, usize)> {
         return Err(PyValueError::new_err(format!("{what}: unreadable typestr {ts:?}")));
     }
     let (order, kind) = (bytes[0], bytes[1]);
-    let size: usize = ts[2..].parse().map_err(|_| PyValueError::new_err(format!("{what}: unreadable typestr {ts:?}")))?;
+    let size: usize = ts[2..].parse().ok().filter(|&n| n > 0).ok_or_else(|| PyValueError::new_err(format!("{what}: unreadable typestr {ts:?}")))?;
     let big_endian = order == b'>' || (order == b'=' && cfg!(target_endian = "big"));
     if big_endian && size > 1 {
         return Err(PyValueError::new_err(format!("{what}: big-endian data ({ts}) is not supported")));
@@ -165,7 +170,8 @@ fn from_interface(obj: &Bound<PyAny>, iface: &Bound<PyAny>, device: bool) -> PyR
     let strides = element_strides(&dims, byte_strides, itemsize, what)?;
     let bytes = extent_bytes(&dims, &strides, itemsize, what)?;
     let type_name = format!("{} ({typestr})", obj.get_type().name().map(|n| n.to_string()).unwrap_or_default());
-    Ok(ArrayDesc { ptr: ptr + offset, bytes, dims, strides, dtype, itemsize, type_name, device, readonly, keep_alive: Vec::new() })
+    let ptr = ptr.checked_add(offset).ok_or_else(|| PyValueError::new_err(format!("{what}: data pointer {ptr:#x} plus offset {offset} overflows")))?;
+    Ok(ArrayDesc { ptr, bytes, dims, strides, dtype, itemsize, type_name, device, readonly, keep_alive: Vec::new() })
 }
 
 /// A PyTorch tensor, read through its methods (no import of torch).
@@ -173,6 +179,9 @@ fn from_torch(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
     let dtype_name: String = obj.getattr("dtype")?.str()?.extract()?;
     let dtype = dtype_from_name(&dtype_name);
     let itemsize: usize = obj.call_method0("element_size")?.extract()?;
+    if itemsize == 0 {
+        return Err(PyValueError::new_err(format!("torch tensor of {dtype_name} with element size 0")));
+    }
     let dims = ints(&obj.getattr("shape")?)?;
     let strides = ints(&obj.call_method0("stride")?)?;
     if strides.iter().zip(&dims).any(|(&s, &d)| s < 0 && d > 1) {
@@ -258,6 +267,9 @@ fn from_dlpack(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
     let ndim = usize::try_from(t.ndim).map_err(|_| PyValueError::new_err("DLPack tensor with negative ndim"))?;
     let dims: Vec<i64> = if ndim == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec() };
     let itemsize = (t.dtype.bits as usize).div_ceil(8) * t.dtype.lanes.max(1) as usize;
+    if itemsize == 0 {
+        return Err(PyValueError::new_err("DLPack tensor with a zero-bit element type"));
+    }
     let strides = if t.strides.is_null() || ndim == 0 {
         element_strides(&dims, None, itemsize, "DLPack tensor")?
     } else {
@@ -284,24 +296,29 @@ fn is_torch_tensor(obj: &Bound<PyAny>) -> bool {
     module.starts_with("torch") && obj.hasattr("data_ptr").unwrap_or(false) && obj.hasattr("element_size").unwrap_or(false)
 }
 
-/// Describe any supported array object.
+/// Describe any supported array object. The memory it names is not touched here: a null data
+/// pointer is only refused where the memory would be used (see [`ArrayDesc::check_memory`]), but
+/// a range that wraps around the address space is refused at once.
 pub fn describe(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
-    if is_torch_tensor(obj) {
-        return from_torch(obj);
+    let a = if is_torch_tensor(obj) {
+        from_torch(obj)?
+    } else if let Ok(iface) = obj.getattr("__cuda_array_interface__") {
+        from_interface(obj, &iface, true)?
+    } else if let Ok(iface) = obj.getattr("__array_interface__") {
+        from_interface(obj, &iface, false)?
+    } else if obj.hasattr("__dlpack__")? {
+        from_dlpack(obj)?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "expected an array (a PyTorch tensor, a numpy array, or an object with __cuda_array_interface__, __array_interface__ or __dlpack__), got {}",
+            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        )));
+    };
+    // A slice over these bytes must not wrap around nor exceed isize::MAX bytes.
+    if a.bytes > isize::MAX as usize || a.ptr.checked_add(a.bytes).is_none() {
+        return Err(PyValueError::new_err(format!("{}: {} bytes from address {:#x} run past the end of the address space", a.type_name, a.bytes, a.ptr)));
     }
-    if let Ok(iface) = obj.getattr("__cuda_array_interface__") {
-        return from_interface(obj, &iface, true);
-    }
-    if let Ok(iface) = obj.getattr("__array_interface__") {
-        return from_interface(obj, &iface, false);
-    }
-    if obj.hasattr("__dlpack__")? {
-        return from_dlpack(obj);
-    }
-    Err(PyTypeError::new_err(format!(
-        "expected an array (a PyTorch tensor, a numpy array, or an object with __cuda_array_interface__, __array_interface__ or __dlpack__), got {}",
-        obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-    )))
+    Ok(a)
 }
 
 /// Whether the object looks like an array at all (for tensor_like's overloads).
@@ -312,18 +329,51 @@ pub fn is_array(obj: &Bound<PyAny>) -> bool {
         || obj.hasattr("__dlpack__").unwrap_or(false)
 }
 
-/// The first element of a host array as f64 (a by-value scalar's value).
+impl ArrayDesc {
+    /// A short description for messages: type, shape and strides in elements.
+    pub fn summary(&self) -> String {
+        format!("{}, shape {:?}, strides {:?}", self.type_name, self.dims, self.strides)
+    }
+
+    /// Whether the data pointer is null or in the null page (null plus a small offset), which
+    /// no host or device allocation has.
+    pub fn null_pointer(&self) -> bool {
+        self.ptr < NULL_PAGE
+    }
+
+    /// Refuse memory that cannot be used: a null data pointer (or one in the null page) for an
+    /// array that spans bytes. `what` names the buffer (`tensor "x" (uid 3)`, `the workspace`).
+    pub fn check_memory(&self, what: &str) -> PyResult<()> {
+        if self.null_pointer() && self.bytes > 0 {
+            return Err(InvalidArgumentError::new_err(format!("{what}: the array ({}) has a null data pointer ({:#x}) but spans {} bytes", self.summary(), self.ptr, self.bytes)));
+        }
+        Ok(())
+    }
+}
+
+/// The value of a by-value scalar given as an array: a host array of exactly one element, read
+/// as f64.
 pub fn read_scalar(a: &ArrayDesc, what: &str) -> PyResult<f64> {
     if a.device {
-        return Err(PyValueError::new_err(format!("{what}: a by-value scalar must be given in host memory (a CPU tensor, a numpy array or a Python number), not device memory")));
+        return Err(InvalidArgumentError::new_err(format!(
+            "{what}: a by-value scalar must be given in host memory (a CPU tensor, a numpy array or a Python number), not device memory"
+        )));
     }
-    let dt = a.dtype.ok_or_else(|| PyValueError::new_err(format!("{what}: unsupported element type {}", a.type_name)))?;
-    if a.bytes < dt.size() || a.ptr == 0 {
-        return Err(PyValueError::new_err(format!("{what}: the array is empty")));
+    let count = a.element_count();
+    if count != 1 {
+        return Err(InvalidArgumentError::new_err(format!("{what}: a by-value scalar takes exactly one element, but its array has {count} (shape {:?})", a.dims)));
+    }
+    let dt = a.dtype.ok_or_else(|| InvalidArgumentError::new_err(format!("{what}: unsupported element type {}", a.type_name)))?;
+    if a.null_pointer() {
+        return Err(InvalidArgumentError::new_err(format!("{what}: the array ({}) has a null data pointer ({:#x})", a.summary(), a.ptr)));
+    }
+    if a.bytes < dt.size() {
+        return Err(InvalidArgumentError::new_err(format!("{what}: the array spans {} bytes, less than one {dt} element", a.bytes)));
     }
     // SAFETY: `a` describes live host memory of at least `a.bytes >= dt.size()` bytes from
-    // `a.ptr` (the object it came from is alive in the caller), and nothing writes it while this
-    // shared slice exists (the GIL is held and no plan runs).
+    // `a.ptr`, which is not null (the object it came from is alive in the caller, and the range
+    // was checked not to wrap when it was described), and nothing writes it while this shared
+    // slice exists (the GIL is held and no plan runs).
     let bytes = unsafe { std::slice::from_raw_parts(a.ptr as *const u8, dt.size()) };
     Ok(dt.read(bytes, 0))
 }

@@ -37,7 +37,7 @@ use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySlice, PyString, PyTuple};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// An attribute of a node that the frontend lets a tensor carry.
@@ -72,6 +72,13 @@ struct Meta {
     /// plans whose behavior notes are not deterministic are skipped.
     #[serde(default)]
     deterministic: bool,
+    /// Tensors whose dims (or strides) were inferred, when their op was added or at validation,
+    /// rather than set by the user: forgotten again when a tensor upstream of them changes
+    /// (set_dim, set_stride), so that a graph can be repaired and validated again.
+    #[serde(default)]
+    inferred_dims: BTreeSet<usize>,
+    #[serde(default)]
+    inferred_strides: BTreeSet<usize>,
 }
 
 /// The lowered graph and its plans.
@@ -114,6 +121,34 @@ impl State {
     fn desc_mut(&mut self, id: usize) -> PyResult<&mut TensorDesc> {
         self.changed();
         self.graph.tensors.get_mut(id).ok_or_else(|| PyIndexError::new_err(format!("tensor #{id} is not in the graph")))
+    }
+
+    /// The user changed the dims or strides of tensor `id`: forget what was inferred for the
+    /// tensors computed from it (their dims and strides are inferred again at the next
+    /// validation), so that a graph whose build failed can be repaired with set_dim.
+    fn forget_inferred(&mut self, id: usize) {
+        let mut dirty: HashSet<usize> = HashSet::from([id]);
+        loop {
+            let before = dirty.len();
+            for n in &self.graph.nodes {
+                if n.inputs.iter().any(|p| dirty.contains(&p.tensor.0)) {
+                    dirty.extend(n.outputs.iter().map(|p| p.tensor.0));
+                }
+            }
+            if dirty.len() == before {
+                break;
+            }
+        }
+        dirty.remove(&id);
+        for t in dirty {
+            let Some(desc) = self.graph.tensors.get_mut(t) else { continue };
+            if self.meta.inferred_dims.remove(&t) {
+                desc.dims.clear();
+            }
+            if self.meta.inferred_strides.remove(&t) {
+                desc.strides.clear();
+            }
+        }
     }
 
     fn produced(&self, id: usize) -> bool {
@@ -206,6 +241,12 @@ impl State {
         for (new, &old) in new_to_old.iter().enumerate() {
             let (dims, strides) = (g.tensors[new].dims.clone(), g.tensors[new].strides.clone());
             let t = &mut self.graph.tensors[old];
+            if t.dims.is_empty() && !dims.is_empty() {
+                self.meta.inferred_dims.insert(old);
+            }
+            if t.strides.is_empty() && !strides.is_empty() {
+                self.meta.inferred_strides.insert(old);
+            }
             t.dims = dims;
             t.strides = strides;
         }
@@ -300,6 +341,7 @@ impl PyTensor {
         Self::modify(slf, |st, id| {
             let produced = st.produced(id);
             let keep_strides = st.meta.user_strides.contains(&id);
+            st.meta.inferred_dims.remove(&id);
             let t = &mut st.graph.tensors[id];
             if t.dims != dim {
                 if produced && !keep_strides {
@@ -308,6 +350,8 @@ impl PyTensor {
                     t.strides = packed_strides(&dim);
                 }
                 t.dims = dim;
+                st.meta.inferred_strides.remove(&id);
+                st.forget_inferred(id);
             }
             Ok(())
         })
@@ -315,9 +359,14 @@ impl PyTensor {
 
     fn set_stride(slf: &Bound<'_, Self>, stride: Vec<i64>) -> PyResult<Py<Self>> {
         Self::modify(slf, |st, id| {
+            let changed = st.graph.tensors[id].strides != stride;
             st.graph.tensors[id].strides = stride;
             if !st.meta.user_strides.contains(&id) {
                 st.meta.user_strides.push(id);
+            }
+            st.meta.inferred_strides.remove(&id);
+            if changed {
+                st.forget_inferred(id);
             }
             Ok(())
         })
@@ -465,6 +514,19 @@ impl PyGraph {
         let outs = f(&mut st.graph)?;
         st.changed();
         let after = st.graph.nodes.len();
+        // The builder inferred what it could of the new outputs: remembered as inferred, so that
+        // a change upstream forgets it (callers that set an output's dims themselves say so).
+        let new_outputs: Vec<usize> = st.graph.nodes[before..after].iter().flat_map(|n| n.outputs.iter().map(|p| p.tensor.0)).collect();
+        for t in new_outputs {
+            let Some(d) = st.graph.tensors.get(t) else { continue };
+            let (dims, strides) = (!d.dims.is_empty(), !d.strides.is_empty());
+            if dims {
+                st.meta.inferred_dims.insert(t);
+            }
+            if strides {
+                st.meta.inferred_strides.insert(t);
+            }
+        }
         for ni in before..after {
             let node = &mut st.graph.nodes[ni];
             node.compute_data_type = cdt;
@@ -487,6 +549,20 @@ impl PyGraph {
             }
         }
         Ok(outs)
+    }
+
+    /// The dims (or strides) of these outputs were given by the caller, not inferred.
+    fn user_set(&self, outs: &[Option<TensorId>], dims: bool, strides: bool) -> PyResult<()> {
+        let mut st = lock(&self.state)?;
+        for t in outs.iter().flatten() {
+            if dims {
+                st.meta.inferred_dims.remove(&t.0);
+            }
+            if strides {
+                st.meta.inferred_strides.remove(&t.0);
+            }
+        }
+        Ok(())
     }
 
     fn dims_of(&self, t: TensorId) -> PyResult<Vec<i64>> {
@@ -592,16 +668,32 @@ fn compatible(a: &ArrayDesc, want: DataType) -> bool {
 
 #[pymethods]
 impl PyGraph {
+    /// `pygraph(name=, io_data_type=, intermediate_data_type=, compute_data_type=, handle=)`.
+    /// The frontend's `sm_count`, `sm_version`, `kernel_cache`, `device_property`,
+    /// `is_dynamic_shape_enabled` and `is_override_shape_enabled` are accepted and ignored (ferrodnn
+    /// targets the handle's device with its own kernel cache; shape overrides at execution are
+    /// refused). Any other keyword raises TypeError.
     #[new]
-    #[pyo3(signature = (name = "test_graph".to_string(), io_data_type = None, intermediate_data_type = None, compute_data_type = None, handle = None, **_kwargs))]
+    #[pyo3(signature = (name = "test_graph".to_string(), io_data_type = None, intermediate_data_type = None, compute_data_type = None, handle = None, sm_count = None,
+        sm_version = None, kernel_cache = None, device_property = None, is_dynamic_shape_enabled = false, is_override_shape_enabled = false, **kwargs))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         name: String,
         io_data_type: Option<&Bound<'_, PyAny>>,
         intermediate_data_type: Option<&Bound<'_, PyAny>>,
         compute_data_type: Option<&Bound<'_, PyAny>>,
         handle: Option<&Bound<'_, PyAny>>,
-        _kwargs: Option<&Bound<'_, PyDict>>,
+        sm_count: Option<&Bound<'_, PyAny>>,
+        sm_version: Option<&Bound<'_, PyAny>>,
+        kernel_cache: Option<&Bound<'_, PyAny>>,
+        device_property: Option<&Bound<'_, PyAny>>,
+        is_dynamic_shape_enabled: bool,
+        is_override_shape_enabled: bool,
+        kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        // `**kwargs` only so that the TypeError names `pygraph` rather than the base class.
+        reject_kwargs("pygraph()", kwargs)?;
+        let _ = (sm_count, sm_version, kernel_cache, device_property, is_dynamic_shape_enabled, is_override_shape_enabled);
         let mut g = Graph::new(name);
         g.io_data_type = parse_dtype(io_data_type)?;
         g.intermediate_data_type = parse_dtype(intermediate_data_type)?;
@@ -614,7 +706,7 @@ impl PyGraph {
     }
 
     /// A tensor of the graph (an input, or a by-value scalar with is_pass_by_value).
-    #[pyo3(signature = (dim, stride = None, data_type = None, is_virtual = false, is_pass_by_value = false, ragged_offset = None, reordering_type = None, name = String::new(), uid = -1, **_kwargs))]
+    #[pyo3(signature = (dim, stride = None, data_type = None, is_virtual = false, is_pass_by_value = false, ragged_offset = None, reordering_type = None, name = String::new(), uid = -1))]
     #[allow(clippy::too_many_arguments)]
     fn tensor(
         &self,
@@ -628,7 +720,6 @@ impl PyGraph {
         reordering_type: Option<&Bound<'_, PyAny>>,
         name: String,
         uid: i64,
-        _kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyTensor>> {
         let _ = reordering_type;
         if ragged_offset.is_some_and(|r| !r.is_none()) {
@@ -1207,10 +1298,15 @@ impl PyGraph {
     }
 
     /// Scaled dot-product attention. Returns [o, stats] (stats None unless generate_stats).
-    #[pyo3(signature = (q, k, v, is_inference = None, attn_scale = None, bias = None, use_alibi_mask = false, use_padding_mask = false, seq_len_q = None, seq_len_kv = None,
-        use_causal_mask = false, use_causal_mask_bottom_right = false, sliding_window_length = None, diagonal_alignment = None, diagonal_band_left_bound = None,
-        diagonal_band_right_bound = None, dropout = None, paged_attention_k_table = None, paged_attention_v_table = None, compute_data_type = None, name = String::new(),
-        generate_stats = None, **kwargs))]
+    /// The frontend's arguments ferrodnn cannot honour (`block_mask`, `rng_dump`, `score_mod`,
+    /// `score_max`, `score_sum_exp`, `sink_token`) raise NotSupportedError when set;
+    /// `paged_attention_max_seq_len_kv`, `implementation` and `unfuse_fma` are accepted and
+    /// ignored (ferrodnn picks its own kernels).
+    #[pyo3(signature = (q, k, v, is_inference = None, attn_scale = None, bias = None, block_mask = None, use_alibi_mask = false, use_padding_mask = false, seq_len_q = None,
+        seq_len_kv = None, use_causal_mask = false, use_causal_mask_bottom_right = false, sliding_window_length = None, diagonal_alignment = None,
+        diagonal_band_left_bound = None, diagonal_band_right_bound = None, dropout = None, rng_dump = None, paged_attention_k_table = None, paged_attention_v_table = None,
+        paged_attention_max_seq_len_kv = None, compute_data_type = None, name = String::new(), score_mod = None, generate_stats = None, implementation = None,
+        score_max = None, score_sum_exp = None, sink_token = None, unfuse_fma = false))]
     #[allow(clippy::too_many_arguments)]
     fn sdpa(
         &self,
@@ -1221,6 +1317,7 @@ impl PyGraph {
         is_inference: Option<bool>,
         attn_scale: Option<&Bound<'_, PyAny>>,
         bias: Option<&Bound<'_, PyAny>>,
+        block_mask: Option<&Bound<'_, PyAny>>,
         use_alibi_mask: bool,
         use_padding_mask: bool,
         seq_len_q: Option<&Bound<'_, PyAny>>,
@@ -1232,14 +1329,25 @@ impl PyGraph {
         diagonal_band_left_bound: Option<i64>,
         diagonal_band_right_bound: Option<i64>,
         dropout: Option<&Bound<'_, PyAny>>,
+        rng_dump: Option<&Bound<'_, PyAny>>,
         paged_attention_k_table: Option<&Bound<'_, PyAny>>,
         paged_attention_v_table: Option<&Bound<'_, PyAny>>,
+        paged_attention_max_seq_len_kv: Option<&Bound<'_, PyAny>>,
         compute_data_type: Option<&Bound<'_, PyAny>>,
         name: String,
+        score_mod: Option<&Bound<'_, PyAny>>,
         generate_stats: Option<bool>,
-        kwargs: Option<&Bound<'_, PyDict>>,
+        implementation: Option<&Bound<'_, PyAny>>,
+        score_max: Option<&Bound<'_, PyAny>>,
+        score_sum_exp: Option<&Bound<'_, PyAny>>,
+        sink_token: Option<&Bound<'_, PyAny>>,
+        unfuse_fma: bool,
     ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
-        check_unsupported_kwargs("sdpa", kwargs)?;
+        let _ = (paged_attention_max_seq_len_kv, implementation, unfuse_fma);
+        refuse_set(
+            "sdpa",
+            &[("block_mask", block_mask), ("rng_dump", rng_dump), ("score_mod", score_mod), ("score_max", score_max), ("score_sum_exp", score_sum_exp), ("sink_token", sink_token)],
+        )?;
         let (qt, kt, vt) = (self.tid(q, "q")?, self.tid(k, "k")?, self.tid(v, "v")?);
         let mut attrs = SdpaAttrs {
             generate_stats: match (generate_stats, is_inference) {
@@ -1272,10 +1380,13 @@ impl PyGraph {
 
     /// The backward pass of sdpa. Returns [dQ, dK, dV]; with a bias, the bias gradient goes to
     /// `dBias` when given.
+    /// `rng_dump`, `score_mod`, `score_mod_bprop`, `sink_token` and `dSink_token` raise
+    /// NotSupportedError when set; `max_total_seq_len_q` / `_kv` are accepted and ignored.
     #[pyo3(signature = (q, k, v, o, dO, stats, attn_scale = None, bias = None, dBias = None, use_alibi_mask = false, use_padding_mask = false, seq_len_q = None,
-        seq_len_kv = None, use_causal_mask = false, use_causal_mask_bottom_right = false, sliding_window_length = None, diagonal_alignment = None,
-        diagonal_band_left_bound = None, diagonal_band_right_bound = None, dropout = None, use_deterministic_algorithm = false, compute_data_type = None,
-        name = String::new(), **kwargs))]
+        seq_len_kv = None, max_total_seq_len_q = None, max_total_seq_len_kv = None, use_causal_mask = false, use_causal_mask_bottom_right = false,
+        sliding_window_length = None, diagonal_alignment = None, diagonal_band_left_bound = None, diagonal_band_right_bound = None, dropout = None, rng_dump = None,
+        use_deterministic_algorithm = false, compute_data_type = None, name = String::new(), score_mod = None, score_mod_bprop = None, sink_token = None,
+        dSink_token = None))]
     #[allow(clippy::too_many_arguments, non_snake_case)]
     fn sdpa_backward(
         &self,
@@ -1293,6 +1404,8 @@ impl PyGraph {
         use_padding_mask: bool,
         seq_len_q: Option<&Bound<'_, PyAny>>,
         seq_len_kv: Option<&Bound<'_, PyAny>>,
+        max_total_seq_len_q: Option<&Bound<'_, PyAny>>,
+        max_total_seq_len_kv: Option<&Bound<'_, PyAny>>,
         use_causal_mask: bool,
         use_causal_mask_bottom_right: bool,
         sliding_window_length: Option<i64>,
@@ -1300,12 +1413,20 @@ impl PyGraph {
         diagonal_band_left_bound: Option<i64>,
         diagonal_band_right_bound: Option<i64>,
         dropout: Option<&Bound<'_, PyAny>>,
+        rng_dump: Option<&Bound<'_, PyAny>>,
         use_deterministic_algorithm: bool,
         compute_data_type: Option<&Bound<'_, PyAny>>,
         name: String,
-        kwargs: Option<&Bound<'_, PyDict>>,
+        score_mod: Option<&Bound<'_, PyAny>>,
+        score_mod_bprop: Option<&Bound<'_, PyAny>>,
+        sink_token: Option<&Bound<'_, PyAny>>,
+        dSink_token: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
-        check_unsupported_kwargs("sdpa_backward", kwargs)?;
+        let _ = (max_total_seq_len_q, max_total_seq_len_kv);
+        refuse_set(
+            "sdpa_backward",
+            &[("rng_dump", rng_dump), ("score_mod", score_mod), ("score_mod_bprop", score_mod_bprop), ("sink_token", sink_token), ("dSink_token", dSink_token)],
+        )?;
         if use_deterministic_algorithm {
             let mut st = lock(&self.state)?;
             st.meta.deterministic = true;
@@ -1346,7 +1467,16 @@ impl PyGraph {
             }
             Ok(vec![Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias])
         })?;
-        // Point the caller's dBias object at the node's output.
+        // Point the caller's dBias object at the node's output (whose dims, when the caller gave
+        // them, are the caller's).
+        if let (Some(user), Some(made)) = (dbias_user, outs.get(3).copied().flatten()) {
+            let mut st = lock(&self.state)?;
+            let given = !st.graph.tensors[user.0].dims.is_empty();
+            if given {
+                st.meta.inferred_dims.remove(&made.0);
+                st.meta.inferred_strides.remove(&made.0);
+            }
+        }
         if let (Some(obj), Some(Some(made))) = (dBias, outs.get(3)) {
             let mut t = obj.downcast::<PyTensor>()?.borrow_mut();
             t.id = made.0;
@@ -1393,7 +1523,11 @@ impl PyGraph {
     fn reshape(&self, py: Python<'_>, input: &Bound<'_, PyAny>, name: String, reshape_mode: Option<PyReshapeMode>, dim: Option<Vec<i64>>) -> PyResult<Py<PyTensor>> {
         let _ = reshape_mode;
         let x = self.tid(input, "input")?;
+        let given = dim.is_some();
         let outs = self.add_op(&name, None, vec![], |g| Ok(vec![Some(g.reshape(x, dim.as_deref().unwrap_or(&[])))]))?;
+        if given {
+            self.user_set(&outs, true, false)?;
+        }
         self.one(py, outs)
     }
 
@@ -1417,7 +1551,11 @@ impl PyGraph {
     fn copy(&self, py: Python<'_>, input: &Bound<'_, PyAny>, stride: Option<Vec<i64>>, data_type: Option<&Bound<'_, PyAny>>, name: String) -> PyResult<Py<PyTensor>> {
         let x = self.tid(input, "input")?;
         let dt = parse_dtype(data_type)?;
+        let given = stride.is_some();
         let outs = self.add_op(&name, None, vec![], |g| Ok(vec![Some(g.copy(x, stride.as_deref(), dt))]))?;
+        if given {
+            self.user_set(&outs, false, true)?;
+        }
         self.one(py, outs)
     }
 
@@ -1443,7 +1581,11 @@ impl PyGraph {
             (Some(PyRngDistribution::BERNOULLI), p) | (None, p @ Some(_)) => Distribution::Bernoulli { probability: p.unwrap_or(0.5) },
             _ => Distribution::Uniform { low, high },
         };
+        let given = dim.is_some();
         let outs = self.add_op(&name, None, vec![], |g| Ok(vec![Some(g.rng(s, o, dim.as_deref().unwrap_or(&[]), dist))]))?;
+        if given {
+            self.user_set(&outs, true, false)?;
+        }
         self.one(py, outs)
     }
 
@@ -1509,8 +1651,8 @@ impl PyGraph {
     }
 
     /// The largest workspace of the built plans, in bytes (builds them when needed).
-    #[pyo3(signature = (handle = None, **_kwargs))]
-    fn get_workspace_size(&self, py: Python<'_>, handle: Option<&Bound<'_, PyAny>>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<usize> {
+    #[pyo3(signature = (handle = None))]
+    fn get_workspace_size(&self, py: Python<'_>, handle: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let _ = handle;
         self.build_plans_inner(py, false)?;
         let st = lock(&self.state)?;
@@ -1565,30 +1707,52 @@ impl PyGraph {
         Ok(notes)
     }
 
-    /// Run the graph on the arrays of `variant_pack` (keyed by tensor or by uid). Host arrays
-    /// run on the CPU engine, device arrays on the handle's CUDA engine (on its stream); by-value
-    /// scalars may be one-element host arrays or Python numbers.
-    #[pyo3(signature = (variant_pack, workspace = None, handle = None, **_kwargs))]
+    /// Run the graph on the arrays of `variant_pack` (keyed by tensor or by uid; the frontend's
+    /// name `tensor_to_device_buffer` works too). Host arrays run on the CPU engine, device arrays
+    /// on the handle's CUDA engine (on its stream); by-value scalars are one-element host arrays
+    /// or Python numbers. Every array is checked: its type, where it lives, a non-null pointer,
+    /// and that the tensor's dims and strides reach no further than the array's memory; with
+    /// `strict=True` (or `set_strict_buffers(True)`) its dims and strides must also equal the
+    /// tensor's. The frontend's shape overrides are refused (NotSupportedError).
+    #[pyo3(signature = (variant_pack = None, workspace = None, handle = None, override_uids = None, override_shapes = None, override_strides = None, *, strict = None,
+        tensor_to_device_buffer = None))]
+    #[allow(clippy::too_many_arguments)]
     fn execute(
         &self,
-        variant_pack: &Bound<'_, PyDict>,
+        variant_pack: Option<&Bound<'_, PyDict>>,
         workspace: Option<&Bound<'_, PyAny>>,
         handle: Option<&Bound<'_, PyAny>>,
-        _kwargs: Option<&Bound<'_, PyDict>>,
+        override_uids: Option<&Bound<'_, PyAny>>,
+        override_shapes: Option<&Bound<'_, PyAny>>,
+        override_strides: Option<&Bound<'_, PyAny>>,
+        strict: Option<bool>,
+        tensor_to_device_buffer: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
-        self.execute_inner(variant_pack, workspace, handle, None)
+        let pack = one_pack("execute", variant_pack, tensor_to_device_buffer)?;
+        refuse_overrides("execute", [override_uids, override_shapes, override_strides])?;
+        self.execute_inner(pack, workspace, handle, None, strict.unwrap_or_else(crate::strict_buffers_default))
     }
 
-    #[pyo3(signature = (variant_pack, workspace, index, handle = None, **_kwargs))]
+    /// `execute` with the plan at `index` (see `execute`).
+    #[pyo3(signature = (variant_pack = None, workspace = None, index = None, handle = None, override_uids = None, override_shapes = None, override_strides = None, *,
+        strict = None, tensor_to_device_buffer = None))]
+    #[allow(clippy::too_many_arguments)]
     fn execute_plan_at_index(
         &self,
-        variant_pack: &Bound<'_, PyDict>,
+        variant_pack: Option<&Bound<'_, PyDict>>,
         workspace: Option<&Bound<'_, PyAny>>,
-        index: usize,
+        index: Option<usize>,
         handle: Option<&Bound<'_, PyAny>>,
-        _kwargs: Option<&Bound<'_, PyDict>>,
+        override_uids: Option<&Bound<'_, PyAny>>,
+        override_shapes: Option<&Bound<'_, PyAny>>,
+        override_strides: Option<&Bound<'_, PyAny>>,
+        strict: Option<bool>,
+        tensor_to_device_buffer: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
-        self.execute_inner(variant_pack, workspace, handle, Some(index))
+        let pack = one_pack("execute_plan_at_index", variant_pack, tensor_to_device_buffer)?;
+        let index = index.ok_or_else(|| PyTypeError::new_err("execute_plan_at_index() missing required argument 'index'"))?;
+        refuse_overrides("execute_plan_at_index", [override_uids, override_shapes, override_strides])?;
+        self.execute_inner(pack, workspace, handle, Some(index), strict.unwrap_or_else(crate::strict_buffers_default))
     }
 
     /// The graph and what the binding keeps beside it, as JSON bytes.
@@ -1603,12 +1767,18 @@ impl PyGraph {
     /// Replace this graph by a serialized one (bytes, a list of ints or a str); `handle` first
     /// is accepted as the frontend allows. The graph is validated; execute it with a variant
     /// pack keyed by uid.
-    #[pyo3(signature = (first, second = None))]
-    fn deserialize(&self, first: &Bound<'_, PyAny>, second: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let (handle, data) = match second {
-            Some(d) => (Some(first), d),
-            None => (None, first),
+    #[pyo3(signature = (*args, handle_ = None, pyobj = None))]
+    fn deserialize(&self, args: &Bound<'_, PyTuple>, handle_: Option<&Bound<'_, PyAny>>, pyobj: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let args: Vec<Bound<'_, PyAny>> = args.iter().collect();
+        let (handle, data) = match (args.as_slice(), handle_, pyobj) {
+            ([h, d], None, None) => (Some(h.clone()), d.clone()),
+            ([d], h, None) => (h.cloned(), d.clone()),
+            ([h], None, Some(d)) => (Some(h.clone()), d.clone()),
+            ([], h, Some(d)) => (h.cloned(), d.clone()),
+            _ => return Err(PyTypeError::new_err("deserialize() takes (data), (handle, data), or the keywords handle_= and pyobj=")),
         };
+        let handle = handle.as_ref();
+        let data = &data;
         let bytes: Vec<u8> = if let Ok(s) = data.downcast::<PyString>() {
             s.to_str()?.as_bytes().to_vec()
         } else if let Ok(b) = data.downcast::<PyBytes>() {
@@ -1639,7 +1809,8 @@ impl PyGraph {
                 return Err(SerializationError::new_err("serialized graph: an attribute refers to a missing node or tensor"));
             }
         }
-        if env.meta.user_strides.iter().any(|&t| t >= nt) || env.meta.reductions.iter().any(|&n| n >= nn) {
+        let meta_tensors = env.meta.user_strides.iter().chain(&env.meta.inferred_dims).chain(&env.meta.inferred_strides);
+        if meta_tensors.copied().any(|t| t >= nt) || env.meta.reductions.iter().any(|&n| n >= nn) {
             return Err(SerializationError::new_err("serialized graph: metadata refers to a missing node or tensor"));
         }
         let mut st = lock(&self.state)?;
@@ -1691,18 +1862,41 @@ fn norm_axis(axis: i64, rank: usize) -> PyResult<usize> {
     Ok(a as usize)
 }
 
-/// Keyword arguments of the frontend's sdpa that ferrodnn has no use for: accepted when unset.
-fn check_unsupported_kwargs(op: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
-    const IGNORED: [&str; 7] =
-        ["implementation", "max_total_seq_len_q", "max_total_seq_len_kv", "paged_attention_max_seq_len_kv", "use_deterministic_algorithm", "unfuse_fma", "score_mod"];
-    let Some(kw) = kwargs else { return Ok(()) };
-    for (k, v) in kw.iter() {
-        let key: String = k.extract()?;
-        let unset = v.is_none() || v.extract::<bool>().is_ok_and(|b| !b);
-        if unset || (IGNORED.contains(&key.as_str()) && key != "score_mod") {
-            continue;
+/// Arguments of the frontend that ferrodnn cannot honour: an error when one is set (not None).
+fn refuse_set(op: &str, args: &[(&str, Option<&Bound<'_, PyAny>>)]) -> PyResult<()> {
+    for (name, v) in args {
+        if v.is_some_and(|v| !v.is_none()) {
+            return Err(NotSupportedError::new_err(format!("{op}: argument `{name}` is not supported by ferrodnn")));
         }
-        return Err(NotSupportedError::new_err(format!("{op}: argument `{key}` is not supported by ferrodnn")));
+    }
+    Ok(())
+}
+
+/// `**kwargs` of a method that takes no others: the first one raises TypeError as Python does.
+fn reject_kwargs(method: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    if let Some((k, _)) = kwargs.and_then(|kw| kw.iter().next()) {
+        return Err(PyTypeError::new_err(format!("{method} got an unexpected keyword argument '{k}'")));
+    }
+    Ok(())
+}
+
+/// The variant pack of execute: given as `variant_pack` or as the frontend's
+/// `tensor_to_device_buffer`, exactly once.
+fn one_pack<'a, 'py>(method: &str, variant_pack: Option<&'a Bound<'py, PyDict>>, frontend: Option<&'a Bound<'py, PyDict>>) -> PyResult<&'a Bound<'py, PyDict>> {
+    match (variant_pack, frontend) {
+        (Some(p), None) | (None, Some(p)) => Ok(p),
+        (Some(_), Some(_)) => Err(PyTypeError::new_err(format!("{method}() got the variant pack twice (variant_pack and tensor_to_device_buffer)"))),
+        (None, None) => Err(PyTypeError::new_err(format!("{method}() missing required argument 'variant_pack'"))),
+    }
+}
+
+/// The frontend's dynamic-shape overrides at execution: ferrodnn builds a graph per shape.
+fn refuse_overrides(method: &str, overrides: [Option<&Bound<'_, PyAny>>; 3]) -> PyResult<()> {
+    for (name, v) in ["override_uids", "override_shapes", "override_strides"].iter().zip(overrides) {
+        let Some(v) = v.filter(|v| !v.is_none()) else { continue };
+        if v.len().map_or(true, |n| n > 0) {
+            return Err(NotSupportedError::new_err(format!("{method}: argument `{name}` (dynamic shapes) is not supported by ferrodnn; build a graph for each shape")));
+        }
     }
     Ok(())
 }
@@ -1859,14 +2053,29 @@ impl PyGraph {
         Ok(())
     }
 
-    fn execute_inner(&self, variant_pack: &Bound<'_, PyDict>, workspace: Option<&Bound<'_, PyAny>>, handle: Option<&Bound<'_, PyAny>>, plan_index: Option<usize>) -> PyResult<()> {
+    fn execute_inner(
+        &self,
+        variant_pack: &Bound<'_, PyDict>,
+        workspace: Option<&Bound<'_, PyAny>>,
+        handle: Option<&Bound<'_, PyAny>>,
+        plan_index: Option<usize>,
+        strict: bool,
+    ) -> PyResult<()> {
         let handle_override = match handle.filter(|h| !h.is_none()) {
             Some(h) => Some(h.downcast::<PyHandle>().map_err(|_| PyTypeError::new_err("handle must come from create_handle()"))?.get().inner.clone()),
             None => None,
         };
-        // Read the pack before taking the lock (reading runs Python code).
+        // Read the pack before taking the lock (reading runs Python code). Its items are held
+        // here for the whole call: Python code run while reading (an `__array_interface__`
+        // property) may change the dict, but cannot free an array described here.
+        let items: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = variant_pack.items().iter().map(|kv| kv.extract()).collect::<PyResult<_>>()?;
         let mut entries: Vec<(Option<usize>, i64, PackValue)> = Vec::new();
-        for (k, v) in variant_pack.iter() {
+        for (k, v) in &items {
+            if k.is_none() {
+                // The frontend skips None keys (an optional output such as sdpa's stats in
+                // inference).
+                continue;
+            }
             let (tensor, uid) = if let Ok(t) = k.downcast::<PyTensor>() {
                 let t = t.borrow();
                 if !Arc::ptr_eq(&t.state, &self.state) {
@@ -1876,12 +2085,12 @@ impl PyGraph {
             } else if let Ok(uid) = k.extract::<i64>() {
                 (None, uid)
             } else {
-                return Err(PyTypeError::new_err(format!("variant pack keys must be tensors or uids, got {}", type_name(&k))));
+                return Err(PyTypeError::new_err(format!("variant pack keys must be tensors or uids, got {}", type_name(k))));
             };
-            let value = if (v.is_instance_of::<PyFloat>() || v.is_instance_of::<PyInt>()) && !array::is_array(&v) {
+            let value = if (v.is_instance_of::<PyFloat>() || v.is_instance_of::<PyInt>()) && !array::is_array(v) {
                 PackValue::Number(v.extract::<f64>()?)
             } else {
-                PackValue::Array(array::describe(&v)?)
+                PackValue::Array(array::describe(v)?)
             };
             entries.push((tensor, uid, value));
         }
@@ -1939,9 +2148,7 @@ impl PyGraph {
         // scalars on the nodes' ports (those come with the variant pack, like every by-value
         // scalar).
         let mut values: BTreeMap<usize, f64> = BTreeMap::new();
-        let on_port = |ni: usize, kind: AttrKind, t: usize| {
-            lowered.nodes.get(ni).and_then(|n| n.input(kind.port())).is_some_and(|p| old_to_new.get(&t) == Some(&p.0))
-        };
+        let on_port = |ni: usize, kind: AttrKind, t: usize| lowered.nodes.get(ni).and_then(|n| n.input(kind.port())).is_some_and(|p| old_to_new.get(&t) == Some(&p.0));
         let need_value: Vec<usize> = attr_refs.iter().filter(|&&(ni, kind, t)| !on_port(ni, kind, t)).map(|&(_, _, t)| t).collect();
         for t in need_value {
             if values.contains_key(&t) {
@@ -2052,6 +2259,7 @@ impl PyGraph {
             if !compatible(a, want) {
                 return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}) is {want} but its array holds {}", d.name, a.type_name)));
             }
+            check_buffer(d, uid, want, a, strict)?;
             if a.dims == d.dims && d.dims.iter().zip(a.strides.iter().zip(&d.strides)).any(|(&n, (&s1, &s2))| n > 1 && s1 != s2) {
                 return Err(InvalidArgumentError::new_err(format!(
                     "tensor \"{}\" (uid {uid}) has strides {:?} but its array has strides {:?} (in elements); give the graph the array's layout (tensor_like) or pass an array with the tensor's",
@@ -2099,8 +2307,9 @@ impl PyGraph {
                     if copies[j].is_none() {
                         let a = slots[j].a;
                         // SAFETY: `a` describes `a.bytes` bytes of live host memory (its object is
-                        // held by the variant pack dict for this call); no mutable reference to
-                        // it exists yet.
+                        // held by `items` for this call) from a pointer that is not
+                        // null (check_buffer) over a range that does not wrap (array::describe);
+                        // no mutable reference to it exists yet.
                         copies[j] = Some(unsafe { std::slice::from_raw_parts(a.ptr as *const u8, a.bytes) }.to_vec());
                     }
                 }
@@ -2120,9 +2329,11 @@ impl PyGraph {
                 pack.input(slot.uid, &[]);
             } else if slot.output {
                 // SAFETY: `a.ptr .. a.ptr + a.bytes` is host memory of an array that the
-                // variant-pack dict keeps alive for this whole call, as its protocol
+                // variant pack's items keep alive for this whole call, as its protocol
                 // (__array_interface__, torch's data_ptr/stride/element_size, DLPack) describes
-                // it, and it is writable (read-only arrays are refused above). No other buffer of
+                // it, from a pointer that is not null (check_buffer refused null pointers of
+                // arrays that span bytes) over a range that does not wrap (array::describe),
+                // and it is writable (read-only arrays are refused above). No other buffer of
                 // this pack overlaps it (checked above: overlapping inputs were copied, overlapping
                 // outputs refused), so this is the only reference to these bytes while the plan
                 // runs. The GIL is held until execute returns, so no Python code can free or
@@ -2137,8 +2348,19 @@ impl PyGraph {
             }
         }
 
-        // The workspace.
+        // The workspace: one given must be usable memory of at least the plan's size, as the
+        // frontend requires (the CPU engine then uses its own, and runs without one given).
         let need = plan.workspace_size();
+        if let Some(w) = &ws_desc {
+            w.check_memory("the workspace")?;
+            if w.bytes < need {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "graph \"{graph_name}\": the workspace spans {} bytes but the plan needs {need} bytes (get_workspace_size()); the array: {}",
+                    w.bytes,
+                    w.summary()
+                )));
+            }
+        }
         let mut host_ws: Vec<u8> = Vec::new();
         let ws = if need == 0 {
             None
@@ -2154,6 +2376,42 @@ impl PyGraph {
         };
         plan.execute(&mut pack, ws).map_err(to_py_err)
     }
+}
+
+/// Check an array against the tensor it is the buffer of (its type was checked): a usable data
+/// pointer, and memory enough for every element the tensor's dims and strides reach (the
+/// frontend's pointer semantics: an array of other dims with memory enough is accepted). With
+/// `strict`, the array's dims and strides (in elements) must also be the tensor's (strides of
+/// size-1 dims are not compared; a 0-d array stands for a one-element tensor).
+fn check_buffer(d: &TensorDesc, uid: i64, dt: DataType, a: &ArrayDesc, strict: bool) -> PyResult<()> {
+    let what = format!("tensor \"{}\" (uid {uid})", d.name);
+    a.check_memory(&what)?;
+    let need = d
+        .extent_elements()
+        .and_then(|e| usize::try_from(e.max(0)).ok())
+        .and_then(|e| e.checked_mul(dt.size()))
+        .ok_or_else(|| InvalidArgumentError::new_err(format!("{what}: the extent of dims {:?} with strides {:?} overflows", d.dims, d.strides)))?;
+    if a.bytes < need {
+        return Err(InvalidArgumentError::new_err(format!(
+            "{what} needs {need} bytes (dims {:?}, strides {:?} of {dt}) but its array spans {} bytes ({})",
+            d.dims,
+            d.strides,
+            a.bytes,
+            a.summary()
+        )));
+    }
+    if strict {
+        let scalar_like = a.dims.is_empty() && d.dims.iter().all(|&n| n == 1);
+        let same_dims = a.dims == d.dims || scalar_like;
+        let same_strides = scalar_like || d.dims.iter().zip(a.strides.iter().zip(&d.strides)).all(|(&n, (&s1, &s2))| n <= 1 || s1 == s2);
+        if !same_dims || !same_strides {
+            return Err(InvalidArgumentError::new_err(format!(
+                "{what} (strict): the tensor has dims {:?} and strides {:?} but its array has dims {:?} and strides {:?} (in elements)",
+                d.dims, d.strides, a.dims, a.strides
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The value a tensor carries in the graph, if any.

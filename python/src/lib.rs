@@ -13,6 +13,7 @@ use ferrodnn::{DataType, Handle};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 create_exception!(ferrodnn, FerrodnnError, PyRuntimeError, "Base class of every error ferrodnn raises.");
@@ -212,6 +213,17 @@ pub enum PyReshapeMode {
     LOGICAL,
 }
 
+/// `cudnn.attention_implementation`: which of cuDNN's attention implementations to use. ferrodnn
+/// picks its own; the values exist so that code passing `implementation=` runs.
+#[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+#[pyclass(eq, eq_int, hash, frozen, name = "attention_implementation", module = "ferrodnn")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PyAttentionImplementation {
+    AUTO,
+    COMPOSITE,
+    UNIFIED,
+}
+
 #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
 #[pyclass(eq, eq_int, hash, frozen, name = "rng_distribution", module = "ferrodnn")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -320,6 +332,30 @@ fn backend_version_string() -> String {
     format!("ferrodnn {}", env!("CARGO_PKG_VERSION"))
 }
 
+/// Whether `execute` checks buffers strictly when its call does not say (`strict=`).
+static STRICT_BUFFERS: AtomicBool = AtomicBool::new(false);
+
+/// The process-wide default of `execute(strict=)`.
+pub fn strict_buffers_default() -> bool {
+    STRICT_BUFFERS.load(Ordering::Relaxed)
+}
+
+/// `set_strict_buffers(True)`: from now on, `execute` and `execute_plan_at_index` without a
+/// `strict=` argument require every array's dims and strides (in elements) to equal its
+/// tensor's, instead of only checking that the tensor fits in the array's memory (ferrodnn's
+/// own addition; the default is False, the frontend's pointer semantics).
+#[pyfunction]
+#[pyo3(signature = (enabled = true))]
+fn set_strict_buffers(enabled: bool) {
+    STRICT_BUFFERS.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether `execute` checks buffers strictly by default (see `set_strict_buffers`).
+#[pyfunction]
+fn get_strict_buffers() -> bool {
+    strict_buffers_default()
+}
+
 /// Whether a CUDA GPU that ferrodnn can use is present (ferrodnn's own addition).
 #[pyfunction]
 fn gpu_available() -> bool {
@@ -347,6 +383,7 @@ fn _ferrodnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPaddingMode>()?;
     m.add_class::<PyReshapeMode>()?;
     m.add_class::<PyRngDistribution>()?;
+    m.add_class::<PyAttentionImplementation>()?;
     m.add_class::<PyHandle>()?;
     m.add_class::<graph::PyTensor>()?;
     m.add_class::<graph::PyGraph>()?;
@@ -359,6 +396,8 @@ fn _ferrodnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_cudnn_version, m)?)?;
     m.add_function(wrap_pyfunction!(backend_version_string, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_available, m)?)?;
+    m.add_function(wrap_pyfunction!(set_strict_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(get_strict_buffers, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
