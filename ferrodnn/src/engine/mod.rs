@@ -359,6 +359,46 @@ impl Handle {
         Ok(plans)
     }
 
+    /// The candidate plans of this handle's engines for a graph, best first in the order
+    /// [`Handle::build_plans`] tries them, without compiling anything: each plan's description and
+    /// behavior notes, as cuDNN's engine configurations are before any is finalized. Of `policy`,
+    /// `engine` and `autotune` apply; the note filters do not (every candidate is listed with its
+    /// notes). Engines that do not support the graph are left out; when none does, the error says
+    /// why each declined. Build one with [`Handle::plan_from_desc`].
+    pub fn candidates(&self, graph: &Graph, policy: &PlanPolicy) -> Result<Vec<(PlanDesc, BehaviorNotes)>> {
+        let mut g = graph.clone();
+        g.validate()?;
+        let key = g.key();
+        let mut out = Vec::new();
+        let mut reasons = Vec::new();
+        for engine in self.engines.iter().filter(|e| policy.engine.is_none_or(|k| k == e.kind())) {
+            if let Err(e) = engine.supports(&g) {
+                reasons.push(format!("{}: {e}", engine.kind().name()));
+                continue;
+            }
+            for mut knobs in engine.candidates(&g) {
+                if policy.autotune && engine.kind() == EngineKind::Cuda && !knobs.iter().any(|k| k.name == "fused" && k.value == 0) {
+                    knobs.push(Knob { name: "autotune".into(), value: 1 });
+                }
+                let notes = engine.behavior(&g, &knobs);
+                out.push((PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes));
+            }
+        }
+        if out.is_empty() {
+            let wanted = policy.engine.map_or("any engine".to_string(), |k| format!("engine {}", k.name()));
+            return Err(Error::NotSupported(format!("graph \"{}\": no candidate plan on {wanted}{}{}", g.name, if reasons.is_empty() { "" } else { ": " }, reasons.join("; "))));
+        }
+        Ok(out)
+    }
+
+    /// The behavior notes a plan of `desc`'s engine and knobs would have for a validated graph,
+    /// without compiling it (for a description the user composed rather than a candidate's).
+    pub fn behavior(&self, graph: &Graph, desc: &PlanDesc) -> Result<BehaviorNotes> {
+        let engine =
+            self.engines.iter().find(|e| e.kind() == desc.engine).ok_or_else(|| Error::NotSupported(format!("engine {} is not available on this handle", desc.engine.name())))?;
+        Ok(engine.behavior(graph, &desc.knobs))
+    }
+
     /// Rebuild a plan from its serialized description, for the same graph.
     pub fn plan_from_desc(&self, graph: &Graph, desc: &PlanDesc) -> Result<Plan> {
         let mut g = graph.clone();
@@ -402,5 +442,43 @@ impl Handle {
 impl Default for Handle {
     fn default() -> Self {
         Handle::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DataType, TensorDesc};
+
+    fn relu_graph() -> Graph {
+        let mut g = Graph::new("relu").io_data_type(DataType::F32);
+        let x = g.tensor(TensorDesc::new("x", &[4], DataType::F32).with_uid(1));
+        let y = g.relu(x);
+        g.set_output(y);
+        g.desc_mut(y).uid = Some(2);
+        g.validate().unwrap();
+        g
+    }
+
+    #[test]
+    fn candidates_are_what_build_plans_builds() {
+        let g = relu_graph();
+        let h = Handle::cpu();
+        let cands = h.candidates(&g, &PlanPolicy::default()).unwrap();
+        let built = h.build_plans(&g, &PlanPolicy { all_candidates: true, ..Default::default() }).unwrap();
+        assert_eq!(cands.len(), built.len());
+        for ((desc, notes), plan) in cands.iter().zip(&built) {
+            assert_eq!(desc, &plan.desc);
+            assert_eq!(notes, &plan.notes);
+            let rebuilt = h.plan_from_desc(&g, desc).unwrap();
+            assert_eq!(rebuilt.desc, plan.desc);
+        }
+    }
+
+    #[test]
+    fn candidates_of_a_missing_engine_say_why() {
+        let g = relu_graph();
+        let err = Handle::cpu().candidates(&g, &PlanPolicy { engine: Some(EngineKind::Cuda), ..Default::default() }).unwrap_err();
+        assert!(matches!(err, Error::NotSupported(ref m) if m.contains("relu") && m.contains("engine cuda")), "{err}");
     }
 }
