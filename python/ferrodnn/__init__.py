@@ -3,6 +3,9 @@
 ``import ferrodnn as cudnn`` gives the names of the frontend's ``cudnn`` module. Graphs run on
 host arrays (numpy, CPU PyTorch tensors) with the CPU engine, and on device arrays (CUDA PyTorch
 tensors, anything with ``__cuda_array_interface__``) with the CUDA engine of the handle.
+
+``backend_version()`` and ``backend_version_string()`` report the cuDNN API level this module
+implements (9.19.0); ferrodnn's own version is ``__version__``.
 """
 
 from contextlib import contextmanager
@@ -20,29 +23,42 @@ from ._ferrodnn import (  # noqa: F401
     attention_implementation,
     backend_version,
     backend_version_string,
+    behavior_note,
     build_plan_policy,
     convolution_mode,
     create_cpu_handle,
+    create_device_properties,
     create_handle,
+    create_kernel_cache,
     cudnnGraphNotSupportedError,
     data_type,
     destroy_handle,
+    device_properties,
     diagonal_alignment,
     get_cudnn_version,
+    get_last_error_string,
+    get_stream,
     get_strict_buffers,
     gpu_available,
     handle,
     heur_mode,
+    kernel_cache,
     kernel_cache_stats,
+    knob,
+    knob_type,
+    moe_grouped_matmul_mode,
     norm_forward_phase,
+    numerical_note,
     padding_mode,
     reduction_mode,
     resample_mode,
     reshape_mode,
     rng_distribution,
+    scalar_type,
     set_stream,
     set_strict_buffers,
     tensor,
+    tensor_reordering,
 )
 
 _NOT_SET = None
@@ -200,6 +216,25 @@ class pygraph(_Graph):
     def binary_select(self, input0, input1, mask, compute_data_type=_NOT_SET, name=""):
         """``mask != 0 ? input0 : input1``."""
         return self._pointwise("binary_select", [input0, input1, mask], None, compute_data_type, name)
+
+    # -- the frontend's ops that ferrodnn does not have: each raises NotSupportedError ---------
+    def _refused(method, what):
+        def op(self, *args, **kwargs):
+            raise NotSupportedError(f"pygraph.{method}: {what} is not supported by ferrodnn")
+
+        op.__name__ = method
+        op.__doc__ = f"The frontend's {method}: {what} is not supported by ferrodnn (raises NotSupportedError)."
+        return op
+
+    sdpa_fp8 = _refused("sdpa_fp8", "fp8 attention")
+    sdpa_fp8_backward = _refused("sdpa_fp8_backward", "fp8 attention")
+    sdpa_mxfp8 = _refused("sdpa_mxfp8", "MXFP8 (block-scaled fp8) attention")
+    sdpa_mxfp8_backward = _refused("sdpa_mxfp8_backward", "MXFP8 (block-scaled fp8) attention")
+    block_scale_quantize = _refused("block_scale_quantize", "block-scaled quantization")
+    block_scale_dequantize = _refused("block_scale_dequantize", "block-scaled dequantization")
+    moe_grouped_matmul = _refused("moe_grouped_matmul", "the MoE grouped matmul")
+    moe_grouped_matmul_bwd = _refused("moe_grouped_matmul_bwd", "the MoE grouped matmul")
+    del _refused
 
 
 @contextmanager

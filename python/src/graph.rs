@@ -17,12 +17,15 @@
 //! buffers live (host arrays: the CPU engine; device arrays: the CUDA engine), passes by-value
 //! scalars as host buffers, and runs the plan on the buffers.
 
+mod plans;
+
 use crate::array::{self, ArrayDesc};
+use crate::frontend::{self, PyBehaviorNote, PyKnob, PyKnobType, PyNumericalNote, PyScalarType};
 use crate::{
     default_handle, parse_dtype, to_py_err, FerrodnnError, InvalidArgumentError, NotSupportedError, PyBuildPlanPolicy, PyConvolutionMode, PyDataType, PyDiagonalAlignment,
     PyHandle, PyHeurMode, PyNormPhase, PyPaddingMode, PyReductionMode, PyResampleMode, PyReshapeMode, PyRngDistribution, SerializationError,
 };
-use ferrodnn::engine::{Buffer, EngineKind, Knob, Plan, PlanPolicy, VariantPack};
+use ferrodnn::engine::{Buffer, EngineKind, Knob, PlanDesc, PlanPolicy, VariantPack};
 use ferrodnn::graph::ops::conv::{ConvAttrs, ConvMode};
 use ferrodnn::graph::ops::norm::{BatchnormAttrs, BnFinalizeAttrs, NormAttrs};
 use ferrodnn::graph::ops::pointwise::PointwiseMode;
@@ -33,6 +36,7 @@ use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
 use ferrodnn::graph::ops::Op;
 use ferrodnn::graph::{packed_strides, Port};
 use ferrodnn::{DataType, Graph, Handle, TensorDesc, TensorId};
+use plans::{Entry, Filters, KnobKey};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySlice, PyString, PyTuple};
@@ -79,6 +83,16 @@ struct Meta {
     inferred_dims: BTreeSet<usize>,
     #[serde(default)]
     inferred_strides: BTreeSet<usize>,
+    /// Values of `tensor_scalar(value, scalar_type.RUNTIME_PARAM)` tensors: passed to the plan at
+    /// each execution when the variant pack gives none.
+    #[serde(default)]
+    runtime_values: BTreeMap<usize, f64>,
+    /// `set_alignment` (bytes; the frontend's default is 16).
+    #[serde(default)]
+    alignment: BTreeMap<usize, i64>,
+    /// `set_vector_count_and_dimension`'s dimension (the count is always 1).
+    #[serde(default)]
+    vector_dims: BTreeMap<usize, i64>,
 }
 
 /// The lowered graph and its plans.
@@ -87,10 +101,13 @@ struct Built {
     lowered: Graph,
     new_to_old: Vec<usize>,
     old_to_new: HashMap<usize, usize>,
-    /// Plans built by build_plans (with placeholder attribute values).
-    plans: Vec<Plan>,
+    /// The frontend's list of execution plans (with placeholder attribute values), built one
+    /// by one (see `plans`).
+    entries: Vec<Entry>,
+    /// The plan `execute` runs: the first one built (as the frontend's candidate).
+    candidate: Option<usize>,
     /// Plans by (engine, knobs, the attribute values written into the graph at execution).
-    exec: HashMap<(EngineKind, String, Vec<u64>), Plan>,
+    exec: HashMap<(EngineKind, String, Vec<u64>), ferrodnn::engine::Plan>,
 }
 
 struct State {
@@ -100,6 +117,8 @@ struct State {
     built: Option<Built>,
     /// Bumped by every change, so a build that ran without the lock can tell it is stale.
     generation: u64,
+    /// The `select_*` / `deselect_*` plan filters.
+    filters: Filters,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -250,8 +269,64 @@ impl State {
             t.dims = dims;
             t.strides = strides;
         }
-        self.built = Some(Built { lowered: g, new_to_old, old_to_new, plans: Vec::new(), exec: HashMap::new() });
+        self.built = Some(Built { lowered: g, new_to_old, old_to_new, entries: Vec::new(), candidate: None, exec: HashMap::new() });
         Ok(())
+    }
+
+    /// The lowered graph's plan list (after `lower`).
+    fn built(&self) -> PyResult<&Built> {
+        self.built.as_ref().ok_or_else(|| FerrodnnError::new_err("internal: the graph is not lowered"))
+    }
+
+    fn built_mut(&mut self) -> PyResult<&mut Built> {
+        self.built.as_mut().ok_or_else(|| FerrodnnError::new_err("internal: the graph is not lowered"))
+    }
+
+    /// `create_execution_plans`: append the handle's candidate plans for the lowered graph.
+    fn create_entries(&mut self) -> PyResult<()> {
+        self.lower()?;
+        let b = self.built.as_ref().expect("lowered");
+        let cands = self.handle.candidates(&b.lowered, &PlanPolicy::default()).map_err(to_py_err)?;
+        self.built_mut()?.entries.extend(cands.into_iter().map(|(d, n)| Entry::new(d, n)));
+        Ok(())
+    }
+
+    /// Lower, and create the plan list when it is empty (ferrodnn builds and runs graphs whose
+    /// caller skipped `create_execution_plans`).
+    fn ensure_entries(&mut self) -> PyResult<()> {
+        self.lower()?;
+        if self.built()?.entries.is_empty() {
+            self.create_entries()?;
+        }
+        Ok(())
+    }
+
+    /// Plan `index` of the list, or an error naming the list's length.
+    fn entry(&self, method: &str, index: i64) -> PyResult<&Entry> {
+        let b = self.built()?;
+        usize::try_from(index).ok().and_then(|i| b.entries.get(i)).ok_or_else(|| {
+            InvalidArgumentError::new_err(format!(
+                "{method}: plan index {index} is out of range: graph \"{}\" has {} execution plans{}",
+                self.graph.name,
+                b.entries.len(),
+                if b.entries.is_empty() { " (create them with create_execution_plans or build them with build_plans)" } else { "" }
+            ))
+        })
+    }
+
+    /// Why plan `i` may not be built or run, if so.
+    fn barred(&self, i: usize) -> Option<String> {
+        let e = self.built.as_ref()?.entries.get(i)?;
+        e.failed.clone().or_else(|| self.filters.bars(&e.desc, &e.notes, self.meta.deterministic))
+    }
+
+    /// The engine of id `engine_id` (its position in the handle's engines).
+    fn engine_of(&self, method: &str, engine_id: i64) -> PyResult<EngineKind> {
+        let engines: Vec<EngineKind> = self.handle.engines().collect();
+        usize::try_from(engine_id).ok().and_then(|i| engines.get(i).copied()).ok_or_else(|| {
+            let names: Vec<String> = engines.iter().enumerate().map(|(i, e)| format!("{i}: {}", e.name())).collect();
+            InvalidArgumentError::new_err(format!("{method}: engine id {engine_id} is out of range: the handle has {} engines ({})", engines.len(), names.join(", ")))
+        })
     }
 }
 
@@ -435,6 +510,66 @@ impl PyTensor {
         self.with(|st, d| Ok(!d.is_virtual && st.produced(self.id)))
     }
 
+    /// Whether the tensor is a by-value scalar whose value is compiled into the plan
+    /// (`tensor_scalar(value, scalar_type.COMPILE_TIME_CONST)`).
+    fn get_has_compile_time_constant(&self) -> PyResult<bool> {
+        self.with(|_, d| Ok(d.is_pass_by_value && d.value.is_some()))
+    }
+
+    /// Always `tensor_reordering.NONE`: ferrodnn reorders no tensor.
+    fn get_reordering_type(&self) -> PyResult<frontend::PyTensorReordering> {
+        self.with(|_, _| Ok(frontend::PyTensorReordering::NONE))
+    }
+
+    /// Only `tensor_reordering.NONE` is accepted (others raise NotSupportedError).
+    fn set_reordering_type(slf: &Bound<'_, Self>, reordering_type: &Bound<'_, PyAny>) -> PyResult<Py<Self>> {
+        frontend::check_reordering("set_reordering_type", Some(reordering_type))?;
+        Ok(slf.clone().unbind())
+    }
+
+    /// The alignment in bytes the caller promises for the tensor's buffers (16 unless set, as in
+    /// the frontend). ferrodnn checks each buffer's address itself and does not rely on it.
+    fn get_alignment(&self) -> PyResult<i64> {
+        self.with(|st, _| Ok(st.meta.alignment.get(&self.id).copied().unwrap_or(16)))
+    }
+
+    fn set_alignment(slf: &Bound<'_, Self>, alignment: i64) -> PyResult<Py<Self>> {
+        if alignment < 1 || (alignment & (alignment - 1)) != 0 {
+            return Err(PyValueError::new_err(format!("set_alignment: alignment must be a power of two number of bytes, got {alignment}")));
+        }
+        Self::modify(slf, |st, id| {
+            st.meta.alignment.insert(id, alignment);
+            Ok(())
+        })
+    }
+
+    /// Always 1: ferrodnn has no vectorized layouts (INT8x4, INT8x32).
+    fn get_vector_count(&self) -> PyResult<i64> {
+        self.with(|_, _| Ok(1))
+    }
+
+    /// The dimension given with `set_vector_count_and_dimension` (-1 unless set).
+    fn get_vector_dimension(&self) -> PyResult<i64> {
+        self.with(|st, _| Ok(st.meta.vector_dims.get(&self.id).copied().unwrap_or(-1)))
+    }
+
+    /// Only a count of 1 (no vectorization) is accepted; others raise NotSupportedError.
+    fn set_vector_count_and_dimension(slf: &Bound<'_, Self>, vector_count: i64, vector_dimension: i64) -> PyResult<Py<Self>> {
+        if vector_count != 1 {
+            return Err(NotSupportedError::new_err(format!(
+                "set_vector_count_and_dimension: vector count {vector_count} is not supported by ferrodnn (no vectorized layouts; only 1)"
+            )));
+        }
+        let rank = slf.borrow().with(|_, d| Ok(d.dims.len() as i64))?;
+        if vector_dimension < -1 || (rank > 0 && vector_dimension >= rank) {
+            return Err(PyValueError::new_err(format!("set_vector_count_and_dimension: dimension {vector_dimension} is out of range for a tensor of rank {rank} (-1 for none)")));
+        }
+        Self::modify(slf, |st, id| {
+            st.meta.vector_dims.insert(id, vector_dimension);
+            Ok(())
+        })
+    }
+
     fn __repr__(&self) -> PyResult<String> {
         self.with(|_, d| Ok(format!("<ferrodnn.tensor {}>", serde_json::to_string(d).unwrap_or_default())))
     }
@@ -612,27 +747,95 @@ impl PyGraph {
         }
     }
 
-    /// Build plans for the lowered graph on the graph's handle, without holding the GIL.
-    fn build_plans_inner(&self, py: Python<'_>, all: bool) -> PyResult<()> {
-        let (handle, lowered, generation, deterministic_only) = {
+    /// Build plan `i` of the list (compiling kernels on a GPU handle) without holding the GIL.
+    /// `Ok(Err(why))` when this plan is deselected or fails to build; with `make_candidate`,
+    /// a plan built (or built before) becomes the one `execute` runs.
+    fn build_entry(&self, py: Python<'_>, i: usize, make_candidate: bool) -> PyResult<Result<(), String>> {
+        let (handle, lowered, desc, generation) = {
             let mut st = lock(&self.state)?;
             st.lower()?;
-            let built = st.built.as_ref().expect("lowered");
-            if !built.plans.is_empty() && !all {
-                return Ok(());
+            if let Some(why) = st.barred(i) {
+                return Ok(Err(why));
             }
-            // By-value scalars get their values with each execution (these plans serve every value).
-            (st.handle.clone(), built.lowered.clone(), st.generation, st.meta.deterministic)
+            let (handle, generation) = (st.handle.clone(), st.generation);
+            let b = st.built_mut()?;
+            let Some(e) = b.entries.get(i) else { return Err(FerrodnnError::new_err(format!("internal: no plan {i}"))) };
+            if e.plan.is_some() {
+                if make_candidate {
+                    b.candidate = Some(i);
+                }
+                return Ok(Ok(()));
+            }
+            (handle, b.lowered.clone(), e.desc.clone(), generation)
         };
-        let policy = PlanPolicy { all_candidates: all, deterministic_only, ..Default::default() };
-        let plans = py.allow_threads(|| handle.build_plans(&lowered, &policy)).map_err(to_py_err)?;
+        let built = py.allow_threads(|| handle.plan_from_desc(&lowered, &desc));
         let mut st = lock(&self.state)?;
-        if st.generation == generation {
-            if let Some(b) = st.built.as_mut() {
-                b.plans = plans;
+        if st.generation != generation {
+            return Err(FerrodnnError::new_err(format!("graph \"{}\" changed while its plan {i} was being built; build it again", st.graph.name)));
+        }
+        let over = built.as_ref().ok().and_then(|p| st.filters.bars_workspace(p.workspace_size()));
+        let b = st.built_mut()?;
+        let e = &mut b.entries[i];
+        match (built, over) {
+            (Ok(_), Some(why)) => {
+                e.failed = Some(why.clone());
+                Ok(Err(why))
+            }
+            (Ok(plan), None) => {
+                e.plan = Some(plan);
+                if make_candidate {
+                    b.candidate = Some(i);
+                }
+                Ok(Ok(()))
+            }
+            (Err(err), _) => {
+                let why = format!("it failed to build: {err}");
+                e.failed = Some(why.clone());
+                Ok(Err(why))
             }
         }
-        Ok(())
+    }
+
+    /// `build_plans`: build the first plan of the list that builds (`all`: every plan), creating
+    /// the list when it is empty; the first built becomes the candidate. With the heuristics'
+    /// choice, nothing is built when a candidate exists. Errors give each plan's reason.
+    fn build_by_policy(&self, py: Python<'_>, all: bool) -> PyResult<()> {
+        let n = {
+            let mut st = lock(&self.state)?;
+            st.ensure_entries()?;
+            let b = st.built()?;
+            if !all && b.candidate.is_some() {
+                return Ok(());
+            }
+            b.entries.len()
+        };
+        let mut reasons = Vec::new();
+        let mut any = false;
+        for i in 0..n {
+            let first = !any && lock(&self.state)?.built()?.candidate.is_none();
+            match self.build_entry(py, i, first)? {
+                Ok(()) => {
+                    any = true;
+                    if !all {
+                        return Ok(());
+                    }
+                }
+                Err(why) => reasons.push((i, why)),
+            }
+        }
+        let st = lock(&self.state)?;
+        if any || st.built()?.candidate.is_some() {
+            return Ok(());
+        }
+        let b = st.built()?;
+        let list: Vec<String> = reasons.iter().map(|(i, why)| format!("plan {i} ({}): {why}", plans::plan_name(&b.entries[*i].desc))).collect();
+        Err(NotSupportedError::new_err(format!("graph \"{}\": no execution plan could be built: {}", st.graph.name, list.join("; "))))
+    }
+
+    /// Build the plans when none is the candidate yet (the calls that need a built plan).
+    fn ensure_candidate(&self, py: Python<'_>) -> PyResult<usize> {
+        self.build_by_policy(py, false)?;
+        lock(&self.state)?.built()?.candidate.ok_or_else(|| FerrodnnError::new_err("internal: no candidate after building"))
     }
 }
 
@@ -702,7 +905,7 @@ impl PyGraph {
             Some(h) => h.downcast::<PyHandle>().map_err(|_| PyTypeError::new_err("handle must come from create_handle()"))?.get().inner.clone(),
             None => default_handle(),
         };
-        Ok(PyGraph { state: Arc::new(Mutex::new(State { graph: g, meta: Meta::default(), handle, built: None, generation: 0 })) })
+        Ok(PyGraph { state: Arc::new(Mutex::new(State { graph: g, meta: Meta::default(), handle, built: None, generation: 0, filters: Filters::default() })) })
     }
 
     /// A tensor of the graph (an input, or a by-value scalar with is_pass_by_value).
@@ -721,7 +924,7 @@ impl PyGraph {
         name: String,
         uid: i64,
     ) -> PyResult<Py<PyTensor>> {
-        let _ = reordering_type;
+        frontend::check_reordering("tensor", reordering_type)?;
         if ragged_offset.is_some_and(|r| !r.is_none()) {
             return Err(NotSupportedError::new_err("ragged offsets are not supported by ferrodnn"));
         }
@@ -737,6 +940,45 @@ impl PyGraph {
             }
             st.changed();
             st.graph.tensor(desc).0
+        };
+        self.tensor_obj(py, id)
+    }
+
+    /// A one-element by-value scalar of `value`, as the frontend's `tensor_scalar`: a Python
+    /// float gives a FLOAT tensor, an int an INT32 one (INT64 beyond its range).
+    /// `COMPILE_TIME_CONST` compiles the value into the plan; `RUNTIME_PARAM` passes it at each
+    /// execution (a variant pack may give another value for it).
+    #[pyo3(signature = (value, scalar_type))]
+    fn tensor_scalar(&self, py: Python<'_>, value: &Bound<'_, PyAny>, scalar_type: PyScalarType) -> PyResult<Py<PyTensor>> {
+        let (v, dt) = if value.is_instance_of::<PyBool>() {
+            return Err(PyTypeError::new_err("tensor_scalar: value must be a float or an int, got bool"));
+        } else if value.is_instance_of::<PyInt>() {
+            let i: i64 = value.extract().map_err(|_| PyValueError::new_err("tensor_scalar: the int does not fit in 64 bits"))?;
+            (i as f64, if i32::try_from(i).is_ok() { DataType::I32 } else { DataType::I64 })
+        } else if let Ok(f) = value.extract::<f64>() {
+            (f, DataType::F32)
+        } else {
+            return Err(PyTypeError::new_err(format!("tensor_scalar: value must be a float or an int, got {}", type_name(value))));
+        };
+        let compile_time = scalar_type == PyScalarType::COMPILE_TIME_CONST;
+        let desc = TensorDesc {
+            uid: None,
+            name: String::new(),
+            dims: vec![1],
+            strides: vec![1],
+            data_type: Some(dt),
+            is_virtual: false,
+            is_pass_by_value: true,
+            value: compile_time.then_some(v),
+        };
+        let id = {
+            let mut st = lock(&self.state)?;
+            st.changed();
+            let id = st.graph.tensor(desc).0;
+            if !compile_time {
+                st.meta.runtime_values.insert(id, v);
+            }
+            id
         };
         self.tensor_obj(py, id)
     }
@@ -921,6 +1163,7 @@ impl PyGraph {
             PyReductionMode::NORM1 => ReductionMode::Norm1,
             PyReductionMode::NORM2 => ReductionMode::Norm2,
             PyReductionMode::MUL_NO_ZEROS => ReductionMode::MulNoZeros,
+            PyReductionMode::NOT_SET => return Err(PyValueError::new_err("reduction: mode is reduction_mode.NOT_SET; give the reduction's mode (ADD, MAX, ...)")),
         };
         let explicit: Option<Vec<usize>> = axes.map(|a| a.iter().map(|&v| if v < 0 { (v + rank) as usize } else { v as usize }).collect());
         let deferred = explicit.is_none();
@@ -1598,71 +1841,138 @@ impl PyGraph {
         lock(&self.state)?.lower()
     }
 
-    /// Heuristic modes pick among cuDNN's engines; ferrodnn's handle ranks its own, so they are
-    /// accepted and the graph is checked.
+    /// Append the handle's candidate plans to the graph's list of execution plans, best first
+    /// (each engine's candidates, the CUDA engine's before the CPU engine's), without building
+    /// them. Heuristic modes pick among cuDNN's engines; ferrodnn's handle ranks its own, so the
+    /// modes are checked and otherwise ignored.
     #[pyo3(signature = (heur_modes = None))]
     fn create_execution_plans(&self, heur_modes: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let _ = heur_modes;
-        lock(&self.state)?.lower()
+        check_heur_modes("create_execution_plans", heur_modes)?;
+        lock(&self.state)?.create_entries()
     }
 
-    /// Build the plans (compiling kernels on a GPU handle); errors say why no engine can run the
-    /// graph.
-    fn check_support(&self, py: Python<'_>) -> PyResult<()> {
-        self.build_plans_inner(py, false)
-    }
-
-    #[pyo3(signature = (policy = None))]
-    fn build_plans(&self, py: Python<'_>, policy: Option<PyBuildPlanPolicy>) -> PyResult<()> {
-        self.build_plans_inner(py, policy == Some(PyBuildPlanPolicy::ALL))
-    }
-
-    #[pyo3(signature = (index))]
-    fn build_plan_at_index(&self, py: Python<'_>, index: usize) -> PyResult<()> {
-        self.build_plans_inner(py, true)?;
-        let st = lock(&self.state)?;
-        let n = st.built.as_ref().map_or(0, |b| b.plans.len());
-        if index >= n {
-            return Err(PyIndexError::new_err(format!("plan index {index} out of range: the graph has {n} plans")));
+    /// Append a plan of engine `engine_id` (see `get_engine_count`) with these knob values to the
+    /// list: `knobs` maps ferrodnn's knob names (or `knob` objects from `get_knobs_for_engine`)
+    /// to values in the knob's range. The frontend's `knob_type` keys name cuDNN's knobs, which
+    /// ferrodnn's engines do not have: they are refused.
+    #[pyo3(signature = (engine_id, knobs = None))]
+    fn create_execution_plan(&self, engine_id: i64, knobs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        let mut given: Vec<(KnobKey, i64)> = Vec::new();
+        for (k, v) in knobs.map(|d| d.iter().collect::<Vec<_>>()).unwrap_or_default() {
+            let key = if let Ok(t) = k.extract::<PyKnobType>() {
+                KnobKey::Type(t)
+            } else if let Ok(n) = k.extract::<String>() {
+                KnobKey::Name(n)
+            } else if let Ok(kn) = k.downcast::<PyKnob>() {
+                let kn = kn.get();
+                match &kn.name {
+                    Some(n) => KnobKey::Name(n.clone()),
+                    None => KnobKey::Type(kn.knob_type),
+                }
+            } else {
+                return Err(PyTypeError::new_err(format!("create_execution_plan: knob keys must be knob names (str), knob objects or knob_type values, got {}", type_name(&k))));
+            };
+            if v.is_instance_of::<PyBool>() {
+                return Err(PyTypeError::new_err("create_execution_plan: knob values must be ints, got bool"));
+            }
+            let value = v.extract::<i64>().map_err(|_| PyTypeError::new_err(format!("create_execution_plan: knob values must be ints, got {}", type_name(&v))))?;
+            given.push((key, value));
         }
+        let mut st = lock(&self.state)?;
+        st.lower()?;
+        let kind = st.engine_of("create_execution_plan", engine_id)?;
+        let cands = st.handle.candidates(&st.built()?.lowered, &PlanPolicy { engine: Some(kind), ..Default::default() }).map_err(to_py_err)?;
+        let specs = plans::knob_ranges(&cands);
+        let knobs = plans::checked_knobs(kind.name(), &specs, given).map_err(|m| NotSupportedError::new_err(format!("create_execution_plan: {m}")))?;
+        let desc = PlanDesc { engine: kind, knobs, graph_key: cands[0].0.graph_key };
+        let notes = st.handle.behavior(&st.built()?.lowered, &desc).map_err(to_py_err)?;
+        st.built_mut()?.entries.push(Entry::new(desc, notes));
         Ok(())
     }
 
-    /// validate + build_operation_graph + create_execution_plans + check_support + build_plans.
-    #[pyo3(signature = (heur_modes = None))]
-    fn build(&self, py: Python<'_>, heur_modes: Option<Vec<PyHeurMode>>) -> PyResult<()> {
-        let _ = heur_modes;
-        self.build_plans_inner(py, false)
-    }
-
-    fn get_execution_plan_count(&self) -> PyResult<usize> {
-        Ok(lock(&self.state)?.built.as_ref().map_or(0, |b| b.plans.len()))
-    }
-
+    /// The number of engines that could run graphs (the handle's: the CUDA engine, then the CPU
+    /// engine; the CPU engine alone on a handle without a GPU). Engine ids are 0 to this - 1.
     fn get_engine_count(&self) -> PyResult<usize> {
         Ok(lock(&self.state)?.handle.engines().count())
     }
 
-    fn get_plan_name_at_index(&self, index: usize) -> PyResult<String> {
-        let st = lock(&self.state)?;
-        let p = st.built.as_ref().and_then(|b| b.plans.get(index)).ok_or_else(|| PyIndexError::new_err(format!("no plan at index {index}")))?;
-        let knobs: Vec<String> = p.desc.knobs.iter().map(|k| format!("{}={}", k.name, k.value)).collect();
-        Ok(format!("{}[{}]", p.engine().name(), knobs.join(",")))
+    /// The knobs of engine `engine_id` for this graph: those its candidate plans set, each a
+    /// `knob` with ferrodnn's name, type `knob_type.NOT_SET` and the range of values the
+    /// candidates give it. Raises NotSupportedError (a RuntimeError) when the engine cannot run
+    /// the graph.
+    fn get_knobs_for_engine(&self, engine_id: i64) -> PyResult<Vec<PyKnob>> {
+        let mut st = lock(&self.state)?;
+        st.lower()?;
+        let kind = st.engine_of("get_knobs_for_engine", engine_id)?;
+        let cands = st.handle.candidates(&st.built()?.lowered, &PlanPolicy { engine: Some(kind), ..Default::default() }).map_err(to_py_err)?;
+        Ok(plans::knob_ranges(&cands))
     }
 
-    /// The largest workspace of the built plans, in bytes (builds them when needed).
+    /// Build the first plan of the list that builds (creating the list when it is empty); it
+    /// becomes the plan `execute` runs. Errors say why no plan of any engine can run the graph.
+    fn check_support(&self, py: Python<'_>) -> PyResult<()> {
+        self.build_by_policy(py, false)
+    }
+
+    /// Build plans of the list: with `HEURISTICS_CHOICE` (the default) the first that builds,
+    /// unless one is built already; with `ALL` every one that is not deselected. The first
+    /// built becomes the plan `execute` runs.
+    #[pyo3(signature = (policy = None))]
+    fn build_plans(&self, py: Python<'_>, policy: Option<PyBuildPlanPolicy>) -> PyResult<()> {
+        self.build_by_policy(py, policy == Some(PyBuildPlanPolicy::ALL))
+    }
+
+    /// Build plan `index` of the list (creating the list when it is empty); it becomes the plan
+    /// `execute` runs, as in the frontend. Raises NotSupportedError saying why when the plan is
+    /// deselected or fails to build.
+    #[pyo3(signature = (index))]
+    fn build_plan_at_index(&self, py: Python<'_>, index: i64) -> PyResult<()> {
+        let name = {
+            let mut st = lock(&self.state)?;
+            st.ensure_entries()?;
+            plans::plan_name(&st.entry("build_plan_at_index", index)?.desc)
+        };
+        match self.build_entry(py, index as usize, true)? {
+            Ok(()) => Ok(()),
+            Err(why) => Err(NotSupportedError::new_err(format!("build_plan_at_index: plan {index} ({name}): {why}"))),
+        }
+    }
+
+    /// validate + build_operation_graph + create_execution_plans + check_support + build_plans.
+    #[pyo3(signature = (heur_modes = None))]
+    fn build(&self, py: Python<'_>, heur_modes: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        check_heur_modes("build", heur_modes)?;
+        self.build_by_policy(py, false)
+    }
+
+    /// The length of the graph's list of execution plans (0 before `create_execution_plans`,
+    /// `build_plans` or `build`).
+    fn get_execution_plan_count(&self) -> PyResult<usize> {
+        Ok(lock(&self.state)?.built.as_ref().map_or(0, |b| b.entries.len()))
+    }
+
+    /// The name of plan `index`: its engine and knobs, such as `cuda[fused=1]` or `cpu[]`.
+    fn get_plan_name_at_index(&self, index: i64) -> PyResult<String> {
+        let mut st = lock(&self.state)?;
+        st.ensure_entries()?;
+        Ok(plans::plan_name(&st.entry("get_plan_name_at_index", index)?.desc))
+    }
+
+    /// The workspace in bytes of the plan `execute` runs (the plans are built when none is).
     #[pyo3(signature = (handle = None))]
     fn get_workspace_size(&self, py: Python<'_>, handle: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let _ = handle;
-        self.build_plans_inner(py, false)?;
+        let i = self.ensure_candidate(py)?;
         let st = lock(&self.state)?;
-        Ok(st.built.as_ref().map_or(0, |b| b.plans.iter().map(|p| p.workspace_size()).max().unwrap_or(0)))
+        Ok(st.built()?.entries[i].plan.as_ref().map_or(0, |p| p.workspace_size()))
     }
 
-    fn get_workspace_size_plan_at_index(&self, py: Python<'_>, index: usize) -> PyResult<usize> {
-        self.build_plans_inner(py, false)?;
-        let st = lock(&self.state)?;
-        Ok(st.built.as_ref().and_then(|b| b.plans.get(index)).map_or(0, |p| p.workspace_size()))
+    /// The workspace in bytes of plan `index`: 0 when it is not built (as the frontend says).
+    #[pyo3(signature = (index))]
+    fn get_workspace_size_plan_at_index(&self, index: i64) -> PyResult<usize> {
+        let mut st = lock(&self.state)?;
+        st.ensure_entries()?;
+        Ok(st.entry("get_workspace_size_plan_at_index", index)?.plan.as_ref().map_or(0, |p| p.workspace_size()))
     }
 
     /// What the CUDA engine makes of this graph, without running it (`ferrodnn explain`): the
@@ -1689,22 +1999,88 @@ impl PyGraph {
         }
     }
 
-    /// The behavior notes of the first plan, by name.
-    fn get_behavior_notes(&self, py: Python<'_>) -> PyResult<Vec<&'static str>> {
-        self.build_plans_inner(py, false)?;
+    /// The behavior notes of the plan `execute` runs (the plans are built when none is).
+    fn get_behavior_notes(&self, py: Python<'_>) -> PyResult<Vec<PyBehaviorNote>> {
+        let i = self.ensure_candidate(py)?;
         let st = lock(&self.state)?;
-        let Some(p) = st.built.as_ref().and_then(|b| b.plans.first()) else { return Ok(Vec::new()) };
-        let mut notes = Vec::new();
-        if p.notes.runtime_compiled {
-            notes.push("RUNTIME_COMPILATION");
-        }
-        if p.notes.deterministic {
-            notes.push("DETERMINISTIC");
-        }
-        if p.notes.reduced_precision {
-            notes.push("REDUCED_PRECISION");
-        }
-        Ok(notes)
+        Ok(frontend::behavior_notes(&st.built()?.entries[i].notes))
+    }
+
+    /// The behavior notes of plan `index` of the list, built or not (creating the list when it
+    /// is empty).
+    #[pyo3(signature = (index))]
+    fn get_behavior_notes_for_plan_at_index(&self, index: i64) -> PyResult<Vec<PyBehaviorNote>> {
+        let mut st = lock(&self.state)?;
+        st.ensure_entries()?;
+        Ok(frontend::behavior_notes(&st.entry("get_behavior_notes_for_plan_at_index", index)?.notes))
+    }
+
+    /// The numerical notes of the plan `execute` runs (ferrodnn's addition; see
+    /// `numerical_note` for which ferrodnn reports).
+    fn get_numerical_notes(&self, py: Python<'_>) -> PyResult<Vec<PyNumericalNote>> {
+        let i = self.ensure_candidate(py)?;
+        let st = lock(&self.state)?;
+        Ok(frontend::numerical_notes(&st.built()?.entries[i].notes))
+    }
+
+    /// The numerical notes of plan `index` of the list (ferrodnn's addition).
+    #[pyo3(signature = (index))]
+    fn get_numerical_notes_for_plan_at_index(&self, index: i64) -> PyResult<Vec<PyNumericalNote>> {
+        let mut st = lock(&self.state)?;
+        st.ensure_entries()?;
+        Ok(frontend::numerical_notes(&st.entry("get_numerical_notes_for_plan_at_index", index)?.notes))
+    }
+
+    /// Deselect plans whose name (see `get_plan_name_at_index`) contains any of these strings,
+    /// such as "cuda" or "fused=0". Replaces the names given before, as the frontend does.
+    fn deselect_engines(&self, engine_names: Vec<String>) -> PyResult<()> {
+        lock(&self.state)?.filters.deselected_engines = engine_names;
+        Ok(())
+    }
+
+    /// Keep only plans that have every one of these numerical notes.
+    fn select_numeric_notes(&self, notes: Vec<PyNumericalNote>) -> PyResult<()> {
+        lock(&self.state)?.filters.select_numeric.extend(notes);
+        Ok(())
+    }
+
+    /// Deselect plans that have any of these numerical notes.
+    fn deselect_numeric_notes(&self, notes: Vec<PyNumericalNote>) -> PyResult<()> {
+        lock(&self.state)?.filters.deselect_numeric.extend(notes);
+        Ok(())
+    }
+
+    /// Keep only plans that have every one of these behavior notes.
+    fn select_behavior_notes(&self, notes: Vec<PyBehaviorNote>) -> PyResult<()> {
+        lock(&self.state)?.filters.select_behavior.extend(notes);
+        Ok(())
+    }
+
+    /// Deselect plans that have any of these behavior notes.
+    fn deselect_behavior_notes(&self, notes: Vec<PyBehaviorNote>) -> PyResult<()> {
+        lock(&self.state)?.filters.deselect_behavior.extend(notes);
+        Ok(())
+    }
+
+    /// Refuse plans whose workspace is greater than `workspace` bytes (checked when each plan is
+    /// built: ferrodnn knows a plan's workspace once it is built).
+    fn deselect_workspace_greater_than(&self, workspace: i64) -> PyResult<()> {
+        lock(&self.state)?.filters.max_workspace = Some(workspace);
+        Ok(())
+    }
+
+    /// The frontend records the graph's launches into a CUDA graph; ferrodnn cannot.
+    #[pyo3(signature = (handle, var_pack, workspace, cuda_graph))]
+    fn populate_cuda_graph(&self, handle: &Bound<'_, PyAny>, var_pack: &Bound<'_, PyAny>, workspace: &Bound<'_, PyAny>, cuda_graph: &Bound<'_, PyAny>) -> PyResult<()> {
+        let _ = (handle, var_pack, workspace, cuda_graph);
+        Err(NotSupportedError::new_err("populate_cuda_graph: ferrodnn does not record its plans into CUDA graphs (run execute() instead)"))
+    }
+
+    /// See `populate_cuda_graph`.
+    #[pyo3(signature = (handle, var_pack, workspace, cuda_graph))]
+    fn update_cuda_graph(&self, handle: &Bound<'_, PyAny>, var_pack: &Bound<'_, PyAny>, workspace: &Bound<'_, PyAny>, cuda_graph: &Bound<'_, PyAny>) -> PyResult<()> {
+        let _ = (handle, var_pack, workspace, cuda_graph);
+        Err(NotSupportedError::new_err("update_cuda_graph: ferrodnn does not record its plans into CUDA graphs (run execute() instead)"))
     }
 
     /// Run the graph on the arrays of `variant_pack` (keyed by tensor or by uid; the frontend's
@@ -1741,7 +2117,7 @@ impl PyGraph {
         &self,
         variant_pack: Option<&Bound<'_, PyDict>>,
         workspace: Option<&Bound<'_, PyAny>>,
-        index: Option<usize>,
+        index: Option<i64>,
         handle: Option<&Bound<'_, PyAny>>,
         override_uids: Option<&Bound<'_, PyAny>>,
         override_shapes: Option<&Bound<'_, PyAny>>,
@@ -1755,18 +2131,22 @@ impl PyGraph {
         self.execute_inner(pack, workspace, handle, Some(index), strict.unwrap_or_else(crate::strict_buffers_default))
     }
 
-    /// The graph and what the binding keeps beside it, as JSON bytes.
+    /// The graph and what the binding keeps beside it, as JSON bytes, with the engine and knobs
+    /// of the plan `execute` runs when one is built (`deserialize` restores it as the graph's one
+    /// execution plan, as the frontend restores its serialized plan).
     fn serialize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let mut st = lock(&self.state)?;
         st.ensure_uids();
-        let env = serde_json::json!({ "format": FORMAT, "graph": st.graph, "meta": st.meta });
+        let plan: Option<PlanDesc> = st.built.as_ref().and_then(|b| b.candidate.map(|c| b.entries[c].desc.clone()));
+        let env = serde_json::json!({ "format": FORMAT, "graph": st.graph, "meta": st.meta, "plan": plan });
         let text = serde_json::to_vec(&env).map_err(|e| SerializationError::new_err(format!("the graph could not be serialized: {e}")))?;
         Ok(PyBytes::new(py, &text))
     }
 
     /// Replace this graph by a serialized one (bytes, a list of ints or a str); `handle` first
     /// is accepted as the frontend allows. The graph is validated; execute it with a variant
-    /// pack keyed by uid.
+    /// pack keyed by uid. A serialized plan becomes the graph's one execution plan (built when
+    /// first needed) when the handle has its engine; otherwise the graph gets its plans anew.
     #[pyo3(signature = (*args, handle_ = None, pyobj = None))]
     fn deserialize(&self, args: &Bound<'_, PyTuple>, handle_: Option<&Bound<'_, PyAny>>, pyobj: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let args: Vec<Bound<'_, PyAny>> = args.iter().collect();
@@ -1795,6 +2175,8 @@ impl PyGraph {
             graph: Graph,
             #[serde(default)]
             meta: Meta,
+            #[serde(default)]
+            plan: Option<PlanDesc>,
         }
         let env: Env = serde_json::from_slice(&bytes).map_err(|e| SerializationError::new_err(format!("serialized graph is malformed: {e}")))?;
         if env.format != FORMAT {
@@ -1809,7 +2191,15 @@ impl PyGraph {
                 return Err(SerializationError::new_err("serialized graph: an attribute refers to a missing node or tensor"));
             }
         }
-        let meta_tensors = env.meta.user_strides.iter().chain(&env.meta.inferred_dims).chain(&env.meta.inferred_strides);
+        let meta_tensors = env
+            .meta
+            .user_strides
+            .iter()
+            .chain(&env.meta.inferred_dims)
+            .chain(&env.meta.inferred_strides)
+            .chain(env.meta.runtime_values.keys())
+            .chain(env.meta.alignment.keys())
+            .chain(env.meta.vector_dims.keys());
         if meta_tensors.copied().any(|t| t >= nt) || env.meta.reductions.iter().any(|&n| n >= nn) {
             return Err(SerializationError::new_err("serialized graph: metadata refers to a missing node or tensor"));
         }
@@ -1824,6 +2214,25 @@ impl PyGraph {
             st.meta = old_meta;
             st.changed();
             return Err(e);
+        }
+        if let Some(desc) = env.plan.filter(|d| st.handle.engines().any(|e| e == d.engine)) {
+            let b = st.built()?;
+            // The knobs must be the engine's, with values in their ranges, as create_execution_plan's.
+            let checked = st.handle.candidates(&b.lowered, &PlanPolicy { engine: Some(desc.engine), ..Default::default() }).map_err(|e| e.to_string()).and_then(|cands| {
+                let given = desc.knobs.iter().map(|k| (KnobKey::Name(k.name.clone()), k.value)).collect();
+                plans::checked_knobs(desc.engine.name(), &plans::knob_ranges(&cands), given)
+            });
+            let notes = match (desc.graph_key == b.lowered.key(), checked.and_then(|_| st.handle.behavior(&b.lowered, &desc).map_err(|e| e.to_string()))) {
+                (true, Ok(notes)) => notes,
+                (same, notes) => {
+                    let why = if same { notes.err().unwrap_or_default() } else { "it was built for another graph (its graph key differs)".to_string() };
+                    st.graph = old_graph;
+                    st.meta = old_meta;
+                    st.changed();
+                    return Err(SerializationError::new_err(format!("serialized graph: its plan ({}) cannot be restored: {why}", plans::plan_name(&desc))));
+                }
+            };
+            st.built_mut()?.entries.push(Entry::new(desc, notes));
         }
         Ok(())
     }
@@ -1888,6 +2297,26 @@ fn one_pack<'a, 'py>(method: &str, variant_pack: Option<&'a Bound<'py, PyDict>>,
         (Some(_), Some(_)) => Err(PyTypeError::new_err(format!("{method}() got the variant pack twice (variant_pack and tensor_to_device_buffer)"))),
         (None, None) => Err(PyTypeError::new_err(format!("{method}() missing required argument 'variant_pack'"))),
     }
+}
+
+/// Heuristic modes: None, a `heur_mode`, or a list of them (ferrodnn ranks its own plans, so
+/// they are checked and otherwise ignored).
+fn check_heur_modes(method: &str, modes: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    let Some(m) = modes.filter(|m| !m.is_none()) else { return Ok(()) };
+    if m.extract::<PyHeurMode>().is_ok() {
+        return Ok(());
+    }
+    let bad = || PyTypeError::new_err(format!("{method}: heur_modes must be a heur_mode or a list of them, got {}", type_name(m)));
+    if m.is_instance_of::<PyString>() {
+        return Err(bad());
+    }
+    for item in m.try_iter().map_err(|_| bad())? {
+        let item = item?;
+        if item.extract::<PyHeurMode>().is_err() {
+            return Err(PyTypeError::new_err(format!("{method}: heur_modes must hold heur_mode values, got {}", type_name(&item))));
+        }
+    }
+    Ok(())
 }
 
 /// The frontend's dynamic-shape overrides at execution: ferrodnn builds a graph per shape.
@@ -2058,7 +2487,7 @@ impl PyGraph {
         variant_pack: &Bound<'_, PyDict>,
         workspace: Option<&Bound<'_, PyAny>>,
         handle: Option<&Bound<'_, PyAny>>,
-        plan_index: Option<usize>,
+        plan_index: Option<i64>,
         strict: bool,
     ) -> PyResult<()> {
         let handle_override = match handle.filter(|h| !h.is_none()) {
@@ -2115,23 +2544,24 @@ impl PyGraph {
         }
         let graph_name = st.graph.name.clone();
         let attr_refs = st.meta.attr_refs.clone();
-        let deterministic_only = st.meta.deterministic;
+        let runtime_values = st.meta.runtime_values.clone();
         let tensor_names: Vec<String> = st.graph.tensors.iter().map(|t| t.name.clone()).collect();
-        let Built { lowered, new_to_old, old_to_new, plans, exec } = st.built.as_mut().expect("lowered");
-        let lowered: &Graph = lowered;
 
         // The engine: where the data lives.
         let (mut host, mut device) = (Vec::new(), Vec::new());
-        for new in lowered.io_tensors() {
-            let d = lowered.desc(new);
-            if d.is_pass_by_value {
-                continue;
-            }
-            if let Some(PackValue::Array(a)) = by_tensor.get(&new_to_old[new.0]) {
-                if a.device {
-                    device.push(d.name.clone());
-                } else {
-                    host.push(d.name.clone());
+        {
+            let b = st.built()?;
+            for new in b.lowered.io_tensors() {
+                let d = b.lowered.desc(new);
+                if d.is_pass_by_value {
+                    continue;
+                }
+                if let Some(PackValue::Array(a)) = by_tensor.get(&b.new_to_old[new.0]) {
+                    if a.device {
+                        device.push(d.name.clone());
+                    } else {
+                        host.push(d.name.clone());
+                    }
                 }
             }
         }
@@ -2143,6 +2573,66 @@ impl PyGraph {
             )));
         }
         let engine = if device.is_empty() { EngineKind::Cpu } else { EngineKind::Cuda };
+        let arrays = if device.is_empty() { "host arrays" } else { "device arrays" };
+        if engine == EngineKind::Cuda && handle.cuda_device().is_none() {
+            return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": the arrays are in device memory but the handle has no GPU engine (no usable CUDA device)")));
+        }
+
+        // The plan's knobs: those of the plan asked for; else of the candidate (the plan built
+        // first) when it runs where the arrays are; else, tried in turn until one builds, of the
+        // plans of that engine in the list, or of the engine's candidates, not deselected.
+        let tries: Vec<Vec<Knob>> = match plan_index {
+            Some(i) => {
+                let e = st.entry("execute_plan_at_index", i)?;
+                let name = plans::plan_name(&e.desc);
+                if e.plan.is_none() {
+                    return Err(InvalidArgumentError::new_err(format!(
+                        "execute_plan_at_index: plan {i} ({name}) is not built; build it with build_plan_at_index({i}) or build_plans(build_plan_policy.ALL)"
+                    )));
+                }
+                if e.desc.engine != engine {
+                    return Err(InvalidArgumentError::new_err(format!(
+                        "execute_plan_at_index: plan {i} ({name}) runs on the {} engine but the arrays are {arrays}",
+                        e.desc.engine.name()
+                    )));
+                }
+                vec![e.desc.knobs.clone()]
+            }
+            None => {
+                let b = st.built()?;
+                match b.candidate.filter(|&c| b.entries[c].desc.engine == engine) {
+                    Some(c) => vec![b.entries[c].desc.knobs.clone()],
+                    None => {
+                        let listed: Vec<(String, PlanDesc, Option<String>)> = b
+                            .entries
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, e)| e.desc.engine == engine)
+                            .map(|(i, e)| (format!("plan {i} ({})", plans::plan_name(&e.desc)), e.desc.clone(), st.barred(i)))
+                            .collect();
+                        let listed = if listed.is_empty() {
+                            let cands = handle.candidates(&b.lowered, &PlanPolicy { engine: Some(engine), ..Default::default() }).map_err(to_py_err)?;
+                            cands.into_iter().map(|(d, n)| (plans::plan_name(&d), d.clone(), st.filters.bars(&d, &n, st.meta.deterministic))).collect()
+                        } else {
+                            listed
+                        };
+                        let tries: Vec<Vec<Knob>> = listed.iter().filter(|(_, _, why)| why.is_none()).map(|(_, d, _)| d.knobs.clone()).collect();
+                        if tries.is_empty() {
+                            let reasons: Vec<String> = listed.iter().map(|(name, _, why)| format!("{name}: {}", why.clone().unwrap_or_default())).collect();
+                            return Err(NotSupportedError::new_err(format!(
+                                "graph \"{graph_name}\": the arrays are {arrays}, but every plan of the {} engine is deselected: {}",
+                                engine.name(),
+                                reasons.join("; ")
+                            )));
+                        }
+                        tries
+                    }
+                }
+            }
+        };
+
+        let Built { lowered, new_to_old, old_to_new, exec, .. } = st.built.as_mut().expect("lowered");
+        let lowered: &Graph = lowered;
 
         // Values written into the graph: attributes carried by tensors that are not by-value
         // scalars on the nodes' ports (those come with the variant pack, like every by-value
@@ -2159,67 +2649,55 @@ impl PyGraph {
                 continue;
             }
             let name = &tensor_names[t];
-            let v = match by_tensor.get(&t) {
-                Some(PackValue::Number(v)) => *v,
-                Some(PackValue::Array(a)) => array::read_scalar(a, &format!("tensor \"{name}\""))?,
-                None => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": by-value tensor \"{name}\" has no value in the variant pack"))),
+            let v = match (by_tensor.get(&t), runtime_values.get(&t)) {
+                (Some(PackValue::Number(v)), _) => *v,
+                (Some(PackValue::Array(a)), _) => array::read_scalar(a, &format!("tensor \"{name}\""))?,
+                (None, Some(v)) => *v,
+                (None, None) => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": by-value tensor \"{name}\" has no value in the variant pack"))),
             };
             values.insert(t, v);
         }
 
-        // The plan for these values.
-        let knobs: Option<(EngineKind, Vec<Knob>)> = match plan_index {
-            Some(i) => {
-                let p = plans.get(i).ok_or_else(|| PyIndexError::new_err(format!("no plan at index {i}; build the plans first")))?;
-                Some((p.engine(), p.desc.knobs.clone()))
+        let values_key: Vec<u64> = values.iter().flat_map(|(&t, v)| [t as u64, v.to_bits()]).collect();
+        let mut chosen = None;
+        let mut failures = Vec::new();
+        for knobs in tries {
+            let key = (engine, serde_json::to_string(&knobs).unwrap_or_default(), values_key.clone());
+            if exec.contains_key(&key) {
+                chosen = Some(key);
+                break;
             }
-            None => None,
-        };
-        if let Some((k, _)) = &knobs {
-            if *k != engine {
-                return Err(InvalidArgumentError::new_err(format!(
-                    "plan {} runs on the {} engine but the arrays are {}",
-                    plan_index.unwrap_or(0),
-                    k.name(),
-                    if device.is_empty() { "host arrays" } else { "device arrays" }
-                )));
-            }
-        }
-        let key = (
-            engine,
-            knobs.as_ref().map(|k| serde_json::to_string(&k.1).unwrap_or_default()).unwrap_or_default(),
-            values.iter().flat_map(|(&t, v)| [t as u64, v.to_bits()]).collect::<Vec<u64>>(),
-        );
-        if !exec.contains_key(&key) {
             let mut g = lowered.clone();
             for &(ni, kind, t) in &attr_refs {
                 if let (Some(v), Some(node)) = (values.get(&t), g.nodes.get_mut(ni)) {
                     apply_attr(&mut node.op, kind, *v);
                 }
             }
-            let plan = match &knobs {
-                Some((k, kn)) => {
-                    let mut vg = g.clone();
-                    vg.validate().map_err(to_py_err)?;
-                    let desc = ferrodnn::PlanDesc { engine: *k, knobs: kn.clone(), graph_key: vg.key() };
-                    handle.plan_from_desc(&g, &desc).map_err(to_py_err)?
+            let mut vg = g.clone();
+            vg.validate().map_err(to_py_err)?;
+            let desc = PlanDesc { engine, knobs, graph_key: vg.key() };
+            match handle.plan_from_desc(&g, &desc) {
+                Ok(plan) => {
+                    if exec.len() >= 64 {
+                        exec.clear();
+                    }
+                    exec.insert(key.clone(), plan);
+                    chosen = Some(key);
+                    break;
                 }
-                None => {
-                    let policy = PlanPolicy { engine: Some(engine), deterministic_only, ..Default::default() };
-                    let mut plans = handle.build_plans(&g, &policy).map_err(|e| match (engine, &e) {
-                        (EngineKind::Cuda, ferrodnn::Error::NotSupported(_)) if handle.cuda_device().is_none() => InvalidArgumentError::new_err(format!(
-                            "graph \"{graph_name}\": the arrays are in device memory but the handle has no GPU engine (no usable CUDA device)"
-                        )),
-                        _ => to_py_err(e),
-                    })?;
-                    plans.remove(0)
-                }
-            };
-            if exec.len() >= 64 {
-                exec.clear();
+                Err(e) => failures.push(e),
             }
-            exec.insert(key.clone(), plan);
         }
+        let Some(key) = chosen else {
+            return Err(match failures.len() {
+                1 => to_py_err(failures.remove(0)),
+                _ => NotSupportedError::new_err(format!(
+                    "graph \"{graph_name}\": no plan of the {} engine could be built: {}",
+                    engine.name(),
+                    failures.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
+                )),
+            });
+        };
         let plan = &exec[&key];
         let pg = plan.graph();
 
@@ -2240,10 +2718,11 @@ impl PyGraph {
             let uid = d.uid.unwrap_or_default();
             if d.is_pass_by_value {
                 let what = format!("tensor \"{}\"", d.name);
-                let v = match by_tensor.get(&old) {
-                    Some(PackValue::Number(v)) => *v,
-                    Some(PackValue::Array(a)) => array::read_scalar(a, &what)?,
-                    None => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": by-value tensor \"{}\" has no value in the variant pack", d.name))),
+                let v = match (by_tensor.get(&old), runtime_values.get(&old)) {
+                    (Some(PackValue::Number(v)), _) => *v,
+                    (Some(PackValue::Array(a)), _) => array::read_scalar(a, &what)?,
+                    (None, Some(v)) => *v,
+                    (None, None) => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": by-value tensor \"{}\" has no value in the variant pack", d.name))),
                 };
                 scalars.push((uid, pg.resolved_data_type(new).unwrap_or(DataType::F32).encode(&[v])));
                 continue;
@@ -2281,6 +2760,13 @@ impl PyGraph {
                     return Err(InvalidArgumentError::new_err(format!(
                         "tensor \"{}\" is virtual: it has no buffer (call set_output(True) on it to get its values)",
                         pg.tensors[new].name
+                    )));
+                }
+                if pg.tensors[new].is_pass_by_value && pg.tensors[new].value.is_some() {
+                    return Err(InvalidArgumentError::new_err(format!(
+                        "tensor \"{}\" (uid {}) is a compile-time constant (its value is in the graph): the variant pack may not give it a value",
+                        pg.tensors[new].name,
+                        pg.tensors[new].uid.unwrap_or(-1)
                     )));
                 }
             }

@@ -7,6 +7,7 @@
 //! CUDA engine of the handle, on the stream given to `set_stream`.
 
 mod array;
+mod frontend;
 mod graph;
 
 use ferrodnn::{DataType, Handle};
@@ -14,7 +15,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 create_exception!(ferrodnn, FerrodnnError, PyRuntimeError, "Base class of every error ferrodnn raises.");
 create_exception!(ferrodnn, InvalidGraphError, FerrodnnError, "The graph is malformed: a shape, type, attribute or connection is wrong.");
@@ -23,9 +24,16 @@ create_exception!(ferrodnn, NotSupportedError, FerrodnnError, "The graph is vali
 create_exception!(ferrodnn, SerializationError, FerrodnnError, "Text that is not a well-formed serialized graph.");
 create_exception!(ferrodnn, DeviceError, FerrodnnError, "The device, driver or runtime compiler failed or is missing.");
 
-/// A ferrodnn error as the matching Python exception, with the library's message.
+/// The message of the last error the ferrodnn library reported (`get_last_error_string`).
+static LAST_ERROR: Mutex<String> = Mutex::new(String::new());
+
+/// A ferrodnn error as the matching Python exception, with the library's message (also kept
+/// for `get_last_error_string`).
 pub fn to_py_err(e: ferrodnn::Error) -> PyErr {
     use ferrodnn::Error as E;
+    if let Ok(mut last) = LAST_ERROR.lock() {
+        *last = e.to_string();
+    }
     match e {
         E::InvalidGraph(m) => InvalidGraphError::new_err(m),
         E::InvalidArgument(m) => InvalidArgumentError::new_err(m),
@@ -137,6 +145,7 @@ pub enum PyHeurMode {
     A,
     B,
     FALLBACK,
+    OPENSOURCE,
 }
 
 #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
@@ -169,6 +178,7 @@ pub enum PyReductionMode {
     NORM1,
     NORM2,
     MUL_NO_ZEROS,
+    NOT_SET,
 }
 
 #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
@@ -303,7 +313,6 @@ fn set_stream(handle: &Bound<'_, PyHandle>, stream: &Bound<'_, PyAny>) -> PyResu
     unsafe { h.set_stream(raw) }.map_err(to_py_err)
 }
 
-/// The cuDNN version this API corresponds to (the frontend's samples gate features on it).
 /// What the process's kernel cache has done: kernels found in memory, found on disk, and compiled
 /// with NVRTC (a dict of counts). Plans whose kernels were built before (for another value of an
 /// epsilon or a scale, say) find them in memory and compile nothing.
@@ -317,9 +326,18 @@ fn kernel_cache_stats(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>
     Ok(d)
 }
 
+/// The cuDNN API level the Python module implements (cuDNN 9.19): what `backend_version()` and
+/// `backend_version_string()` report, so that code gating features on cuDNN's version (and the
+/// frontend's tests, which compare `LooseVersion(backend_version_string())`) runs. ferrodnn's own
+/// version is `ferrodnn.__version__`.
+pub const CUDNN_API_LEVEL: (i64, i64, i64) = (9, 19, 0);
+
+/// `cudnn.backend_version()`: the API level as cuDNN 9 encodes its version (major * 10000 +
+/// minor * 100 + patch), 91900.
 #[pyfunction]
 fn backend_version() -> i64 {
-    91000
+    let (major, minor, patch) = CUDNN_API_LEVEL;
+    major * 10000 + minor * 100 + patch
 }
 
 #[pyfunction]
@@ -327,9 +345,26 @@ fn get_cudnn_version() -> i64 {
     backend_version()
 }
 
+/// `cudnn.backend_version_string()`: the API level as "major.minor.patch", "9.19.0".
 #[pyfunction]
 fn backend_version_string() -> String {
-    format!("ferrodnn {}", env!("CARGO_PKG_VERSION"))
+    let (major, minor, patch) = CUDNN_API_LEVEL;
+    format!("{major}.{minor}.{patch}")
+}
+
+/// `cudnn.get_last_error_string()`: the message of the last error the ferrodnn library reported
+/// in this process (empty when there was none). Errors of the Python layer itself (a wrong
+/// argument type, say) are only in their exceptions.
+#[pyfunction]
+fn get_last_error_string() -> String {
+    LAST_ERROR.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
+/// `cudnn.get_stream(handle)`: the raw CUstream the handle's GPU work goes to, as an int (0 for
+/// a handle without a GPU engine, whose work runs on the calling thread).
+#[pyfunction]
+fn get_stream(handle: &Bound<'_, PyHandle>) -> u64 {
+    handle.get().inner.stream().map_or(0, |s| s.raw() as u64)
 }
 
 /// Whether `execute` checks buffers strictly when its call does not say (`strict=`).
@@ -398,6 +433,9 @@ fn _ferrodnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu_available, m)?)?;
     m.add_function(wrap_pyfunction!(set_strict_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(get_strict_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(get_last_error_string, m)?)?;
+    m.add_function(wrap_pyfunction!(get_stream, m)?)?;
+    frontend::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
