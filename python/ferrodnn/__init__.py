@@ -297,3 +297,6 @@ def graph_cache(key_fn, maxsize=256):
         return wrapper
 
     return decorator
+
+
+from .wrapper import Graph  # noqa: E402  (it builds on pygraph, defined above)

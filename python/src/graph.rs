@@ -496,9 +496,20 @@ impl PyTensor {
     fn get_stride(&self) -> PyResult<Vec<i64>> {
         self.with(|_, d| Ok(d.strides.clone()))
     }
-    /// The tensor's own type (NOT_SET when the graph's io or intermediate type decides it).
+    /// The tensor's type: its own; else, once the graph is validated, the type the graph gives it
+    /// (its io or intermediate type, or what its op makes), as the frontend fills it in at
+    /// validation; NOT_SET before.
     fn get_data_type(&self) -> PyResult<PyDataType> {
-        self.with(|_, d| Ok(PyDataType::from_rust(d.data_type)))
+        self.with(|st, d| {
+            let resolved = || {
+                let b = st.built.as_ref()?;
+                match b.old_to_new.get(&self.id) {
+                    Some(&new) => b.lowered.resolved_data_type(TensorId(new)),
+                    None => st.graph.resolved_data_type(TensorId(self.id)),
+                }
+            };
+            Ok(PyDataType::from_rust(d.data_type.or_else(resolved)))
+        })
     }
     fn get_is_virtual(&self) -> PyResult<bool> {
         self.with(|_, d| Ok(d.is_virtual))
@@ -759,7 +770,9 @@ impl PyGraph {
             }
             let (handle, generation) = (st.handle.clone(), st.generation);
             let b = st.built_mut()?;
-            let Some(e) = b.entries.get(i) else { return Err(FerrodnnError::new_err(format!("internal: no plan {i}"))) };
+            let Some(e) = b.entries.get(i) else {
+                return Err(FerrodnnError::new_err(format!("graph \"{}\" has no plan {i} any more: it changed while its plans were being built; build them again", st.graph.name)));
+            };
             if e.plan.is_some() {
                 if make_candidate {
                     b.candidate = Some(i);

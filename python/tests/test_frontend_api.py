@@ -482,6 +482,19 @@ def test_tensor_scalar_bad_values(value, error, word):
     assert "tensor_scalar" in str(e.value) and word in str(e.value), str(e.value)
 
 
+def test_data_types_are_filled_in_at_validation():
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=F32, compute_data_type=F32, handle=cudnn.create_cpu_handle())
+    X = g.tensor(name="X", dim=[2, 3], stride=[3, 1])
+    T = g.relu(input=X)
+    Y = g.neg(input=T)
+    Y.set_output(True)
+    assert [t.get_data_type() for t in (X, T, Y)] == [cudnn.data_type.NOT_SET] * 3
+    g.validate()
+    assert [t.get_data_type() for t in (X, T, Y)] == [cudnn.data_type.HALF, F32, cudnn.data_type.HALF]
+    Y.set_data_type(F32)  # a type set stays the tensor's own
+    assert Y.get_data_type() == F32
+
+
 def test_tensor_attribute_methods():
     g = cpu_graph("attrs")
     X = g.tensor(name="X", dim=[2, 3], stride=[3, 1], data_type=F32, reordering_type=cudnn.tensor_reordering.NONE)
@@ -684,3 +697,90 @@ def test_get_last_error_string_gives_the_library_message():
     with pytest.raises(cudnn.InvalidGraphError) as e:
         g.validate()
     assert cudnn.get_last_error_string() == str(e.value) != ""
+
+
+# ---------------------------------------------------------------------------------------------
+# cudnn.Graph, the frontend's wrapper (samples/python/00_introduction.ipynb), on numpy arrays
+
+
+def conv_wrapper_graph(x, w, **kwargs):
+    with cudnn.Graph(handle=cudnn.create_cpu_handle(), io_data_type=F32, **kwargs) as graph:
+        Y = graph.conv_fprop(image=x, weight=w, padding=[1, 1], stride=[1, 1], dilation=[1, 1], compute_data_type=F32, name="conv2d")
+        Y.set_output(True).set_data_type(F32).set_name("conv_out")
+    return graph, Y
+
+
+def test_graph_wrapper_positional_call():
+    x, w = rand(2, 3, 6, 7), rand(4, 3, 3, 3)
+    graph, Y = conv_wrapper_graph(x, w, inputs=["conv2d::image", "conv2d::weight"], outputs=["conv_out"])
+    x2 = rand(2, 3, 6, 7)
+    y = graph(x2, w)  # other values of the same layout
+    assert isinstance(y, np.ndarray) and list(y.shape) == Y.get_dim()
+    np.testing.assert_allclose(y, conv2d(x2, w, (1, 1), (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+def test_graph_wrapper_dict_call_allocates_outputs():
+    x, w = rand(2, 3, 6, 7), rand(4, 3, 3, 3)
+    graph, Y = conv_wrapper_graph(x, w)
+    out = graph({"conv2d::image": x, "conv2d::weight": w})
+    keys = [k for k in out if k not in ("conv2d::image", "conv2d::weight")]
+    assert len(keys) == 1
+    np.testing.assert_allclose(out[keys[0]], conv2d(x, w, (1, 1), (1, 1)), rtol=1e-5, atol=1e-5)
+    # Arrays may be given by tensor or uid too, and an output array given is written.
+    y = np.zeros(Y.get_dim(), np.float32)
+    graph({"conv2d::image": x, "conv2d::weight": w, Y: y})
+    np.testing.assert_allclose(y, conv2d(x, w, (1, 1), (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+def test_graph_wrapper_set_io_tuples_by_array_and_multiple_outputs():
+    x = rand(4, 16)
+    with cudnn.Graph(handle=cudnn.create_cpu_handle(), io_data_type=F32) as graph:
+        A = graph.relu(input=x, name="r")
+        B = graph.neg(input=x, name="n")
+        A.set_output(True)
+        B.set_output(True)
+    graph.set_io_tuples([x], [A, B])
+    a, b = graph(x)
+    np.testing.assert_array_equal(a, np.maximum(x, 0))
+    np.testing.assert_array_equal(b, -x)
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda g, x, w: g(x, w), ValueError, ["Graph", "order of inputs and outputs"]),
+        (lambda g, x, w: g({"conv2d::image": x}), RuntimeError, ["Graph", "conv2d::weight"]),
+        (lambda g, x, w: g.set_io_tuples(["conv2d::image", "nope"], ["conv_out"]), ValueError, ["set_io_tuples", "input 1", "nope"]),
+        (lambda g, x, w: g.set_io_tuples(["conv2d::image"], ["conv_out"]), ValueError, ["set_io_tuples", "conv2d::weight", "neither"]),
+        (lambda g, x, w: g.set_io_tuples("conv2d::image", ["conv_out"]), ValueError, ["set_io_tuples", "inputs", "list"]),
+        (lambda g, x, w: g.build_plans(), RuntimeError, ["Graph.build_plans", "wrapper"]),
+        (lambda g, x, w: g.execute({}, None), RuntimeError, ["Graph.execute", "wrapper"]),
+    ],
+)
+def test_graph_wrapper_errors(call, error, words):
+    x, w = rand(2, 3, 6, 7), rand(4, 3, 3, 3)
+    graph, _ = conv_wrapper_graph(x, w)
+    with pytest.raises(error) as e:
+        call(graph, x, w)
+    assert all(word in str(e.value) for word in words), str(e.value)
+
+
+def test_graph_wrapper_misuse():
+    x = rand(4)
+    with pytest.raises(ValueError, match="Graph: inputs must be a list"):
+        cudnn.Graph(inputs="x")
+    g = cudnn.Graph(handle=cudnn.create_cpu_handle(), io_data_type=F32)
+    with pytest.raises(RuntimeError, match="Graph.relu: use the graph inside its with-block"):
+        g.relu(input=x)
+    with g:
+        Y = g.relu(input=x, name="r")
+        Y.set_output(True)
+        with pytest.raises(ValueError, match="Graph.neg: node name 'r' is used already"):
+            g.neg(input=x, name="r")
+        with pytest.raises(RuntimeError, match="call the graph after its with-block"):
+            g({"r::input": x})
+    with pytest.raises(RuntimeError, match="entered once"):
+        g.__enter__()
+    out = g({"r::input": x})  # the output is keyed by its name when the op made it
+    assert sorted(out) == ["r::input", Y.get_name()]
+    np.testing.assert_array_equal(out[Y.get_name()], np.maximum(x, 0))
