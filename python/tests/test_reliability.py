@@ -475,6 +475,7 @@ FRONTEND_KWARGS = {
     "build_plan_at_index": ["index"],
     "get_workspace_size_plan_at_index": ["index"],
     "query_tensor_attributes_of_uid": ["uid"],
+    "tensor_scalar": ["value", "scalar_type"],
     "get_plan_name_at_index": ["index"],
     "deserialize": ["handle_", "pyobj"],
     "execute": ["tensor_to_device_buffer", "workspace", "handle", "override_uids", "override_shapes", "override_strides"],
