@@ -52,7 +52,7 @@ pub fn try_random_inputs(graph: &Graph, seed: u64) -> Result<HashMap<TensorId, N
     check_host_bytes(total, || {
         let (id, n) = sizes.iter().copied().max_by_key(|&(_, n)| n).unwrap_or((TensorId(0), 0));
         let d = graph.desc(id);
-        format!("random inputs for graph \"{}\" (dense f64; the largest, tensor \"{}\", has {n} elements, dims {:?})", graph.name, d.name, d.dims)
+        format!("the random inputs of graph \"{}\" (dense f64; the largest, tensor \"{}\" with dims {:?}, has {n} elements)", graph.name, d.name, d.dims)
     })?;
     for (id, n) in sizes {
         let d = graph.desc(id);
@@ -129,7 +129,7 @@ pub fn execute_plan_dense_cancellable(handle: &Handle, plan: &Plan, inputs: &Has
     check_host_bytes(total, || {
         let big = largest.map_or(String::new(), |(id, b)| {
             let d = g.desc(id);
-            format!("; the largest, tensor \"{}\" (dims {:?}, strides {:?}), takes {b} bytes", d.name, d.dims, d.strides)
+            format!(" (the largest, {}, for tensor \"{}\" with dims {:?} and strides {:?})", crate::layout::format_bytes(b), d.name, d.dims, d.strides)
         });
         format!("the host buffers of graph \"{}\"{big}", g.name)
     })?;

@@ -11,16 +11,18 @@
 use crate::error::{Error, Result};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node};
-use crate::layout::{check_host_bytes, format_bytes, host_memory_limit};
+use crate::layout::{format_bytes, host_memory_limit, MAX_HOST_BYTES_ENV};
 
 /// The environment variable that sets [`max_work`]: a number of element operations (`1e12`,
 /// `1099511627776`), or `unlimited`.
 pub const MAX_WORK_ENV: &str = "FERRODNN_CPU_MAX_WORK";
 
-/// The default bound on one node's work: 2^40 (about 1.1e12) element operations, about a
-/// quarter of an hour of the CPU engine on 16 cores. Max pooling of `[1, 1, 2^22]` with a 2^21
-/// window (2^42) is refused; a 8192^3 matmul (2^39) is not.
-pub const DEFAULT_MAX_WORK: u128 = 1 << 40;
+/// The default bound on one node's work: 2^38 (about 2.7e11) element operations. The CPU
+/// engine's loops take about 1 ns (pooling) to 4 ns (direct convolution) per operation on one
+/// core, so a node at the bound runs for minutes where it cannot use several cores. Max pooling
+/// of `[1, 1, 2^22]` with a 2^21 window (2^42) is refused, and so is an 8192^3 matmul (2^39); a
+/// 4096^3 matmul (2^36) is not.
+pub const DEFAULT_MAX_WORK: u128 = 1 << 38;
 
 /// The most work one node may have on the CPU engine: `FERRODNN_CPU_MAX_WORK`, else
 /// [`DEFAULT_MAX_WORK`]; `None` when the variable says `unlimited`. An unreadable value is an
@@ -94,14 +96,19 @@ pub fn check(graph: &Graph) -> Result<()> {
     let e = estimate(graph);
     let gname = if graph.name.is_empty() { "graph".to_string() } else { format!("graph \"{}\"", graph.name) };
     let op_name = |ni: usize| graph.nodes.get(ni).map_or("?".to_string(), |n| format!("{} \"{}\"", n.op.kind(), n.name));
-    check_host_bytes(e.peak_bytes, || {
+    let limit = host_memory_limit()?;
+    if e.peak_bytes > limit as u128 {
         let tensor = e.largest_tensor.map_or(String::new(), |(t, n)| {
             let d = &graph.tensors[t];
-            format!("; its largest tensor \"{}\" has {n} elements (dims {:?}, {} as f64)", d.name, d.dims, format_bytes(n.saturating_mul(8)))
+            format!(" (the largest, tensor \"{}\" with dims {:?}, is {})", d.name, d.dims, format_bytes(n.saturating_mul(8)))
         });
-        let at = e.peak_node.map_or(String::new(), |ni| format!(", the most while {} runs", op_name(ni)));
-        format!("{gname} on the CPU engine (every tensor held as f64, with each op's scratch{at}{tensor})")
-    })?;
+        let op = e.peak_node.map_or(gname.clone(), |ni| format!("{} in {gname}", op_name(ni)));
+        return Err(Error::NotSupported(format!(
+            "{op}: the CPU engine would need {} of host memory, more than the limit of {} (set {MAX_HOST_BYTES_ENV} to change it): it holds every tensor of the graph as f64{tensor}, with each op's scratch, the most while this op runs",
+            format_bytes(e.peak_bytes),
+            format_bytes(limit as u128)
+        )));
+    }
     if let Some(bound) = max_work()? {
         if let Some((ni, &w)) = e.work.iter().enumerate().find(|(_, &w)| w > bound) {
             return Err(Error::NotSupported(format!(
