@@ -123,11 +123,6 @@ pub fn check(graph: &Graph) -> Result<()> {
     Ok(())
 }
 
-/// The limits in force, for messages and the CLI: (host bytes, work bound).
-pub fn limits() -> Result<(u64, Option<u128>)> {
-    Ok((host_memory_limit()?, max_work()?))
-}
-
 /// One node's sizes, for its scratch and work.
 struct Shape<'a> {
     graph: &'a Graph,

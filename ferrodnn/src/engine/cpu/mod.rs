@@ -79,9 +79,8 @@ impl CompiledPlan for CpuPlan {
             let node = &g.nodes[ni];
             cancel.check(|| format!("{}: before {} \"{}\"", gname(), node.op.kind(), node.name))?;
             for port in &node.inputs {
-                if !values.contains_key(&port.tensor.0) {
-                    let nd = load_input(g, port.tensor, pack)?;
-                    values.insert(port.tensor.0, nd);
+                if let std::collections::hash_map::Entry::Vacant(slot) = values.entry(port.tensor.0) {
+                    slot.insert(load_input(g, port.tensor, pack)?);
                 }
             }
             let outputs = {
