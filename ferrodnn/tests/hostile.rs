@@ -4,9 +4,9 @@
 //! execute) under `catch_unwind`, and must give an `Err` whose message names the op and the
 //! tensor involved: never a panic, an abort or a hang.
 //!
-//! The limits are fixed for this process (one test function, so no other test reads the
-//! environment meanwhile): 4 GiB of host memory and the default work bound, so that every case
-//! fails the same way on any machine.
+//! The limits are fixed for this process (the other test here only validates, reading no
+//! environment variable meanwhile): 4 GiB of host memory and the default work bound, so that
+//! every case fails the same way on any machine.
 
 use ferrodnn::engine::{Handle, PlanPolicy};
 use ferrodnn::graph::ops::conv::ConvAttrs;
@@ -236,6 +236,7 @@ fn corpus() -> Corpus {
     nonsense(&mut c);
     malformed_json(&mut c);
     bad_attributes(&mut c);
+    extreme_values(&mut c);
     c
 }
 
@@ -754,4 +755,195 @@ fn every_hostile_input_is_an_error_naming_what_is_wrong() {
     }
     eprintln!("{} hostile inputs in {:.1} s", cases.len(), start.elapsed().as_secs_f64());
     assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+/// Attributes and dims at the ends of their types (i64::MAX, usize::MAX, i64::MIN): every
+/// size computed from them must be checked arithmetic (this file also runs in debug builds,
+/// where an overflow panics).
+fn extreme_values(c: &mut Corpus) {
+    const MAX: i64 = i64::MAX;
+    let conv_with = |a: ConvAttrs| conv(&[1, 1, 5, 5], &[1, 1, 3, 3], a);
+    c.graph("conv padding i64::MAX", conv_with(ConvAttrs::new(2).with_padding(&[MAX, MAX])), &["conv_fprop \"conv\""]);
+    c.graph("conv pre i64::MAX post 1", conv_with(ConvAttrs::new(2).with_pre_padding(&[MAX, 0]).with_post_padding(&[1, 0])), &["conv_fprop \"conv\""]);
+    c.graph("conv dilation i64::MAX", conv_with(ConvAttrs::new(2).with_dilation(&[MAX, 1])), &["conv_fprop \"conv\""]);
+    c.graph("conv stride i64::MAX", conv_with(ConvAttrs::new(2).with_stride(&[MAX, MAX]).with_padding(&[MAX / 2, 0])), &["conv_fprop \"conv\""]);
+    c.graph("conv padding i64::MIN", conv_with(ConvAttrs::new(2).with_padding(&[i64::MIN, 0])), &["conv_fprop \"conv\"", "padding"]);
+    {
+        let mut g = Graph::new("g").io_data_type(F);
+        let dy = g.tensor(t("dy", &[1, 1, 3, 3]));
+        let w = g.tensor(t("w", &[1, 1, 3, 3]));
+        let dx = g.conv_dgrad(dy, w, &[1, 1, MAX, MAX], ConvAttrs::new(2));
+        g.named("dgrad");
+        out(&mut g, dx, "dgrad::dx");
+        c.graph("conv_dgrad dx dims i64::MAX", g, &["dgrad"]);
+    }
+    let pool_with = |a: ResampleAttrs| {
+        let mut g = Graph::new("g").io_data_type(F);
+        let x = g.tensor(t("x", &[1, 1, 8]));
+        let y = g.resample(x, a);
+        g.named("pool");
+        out(&mut g, y, "pool::y");
+        g
+    };
+    c.graph("pool window i64::MAX", pool_with(ResampleAttrs::uniform(ResampleMode::Max, 1, MAX, 1, 0)), &["resample \"pool\""]);
+    c.graph("pool padding i64::MAX", pool_with(ResampleAttrs::uniform(ResampleMode::Max, 1, MAX, 1, MAX - 1)), &["resample \"pool\""]);
+    c.graph("pool padding i64::MIN", pool_with(ResampleAttrs::uniform(ResampleMode::AvgIncludePadding, 1, 2, 1, i64::MIN)), &["resample \"pool\""]);
+    c.graph("gen_index axis usize::MAX", unary(t("x", &[2, 3]), PointwiseMode::GenIndex { axis: usize::MAX }), &["gen_index \"op\""]);
+    c.graph("reduction axis usize::MAX", reduce(t("x", &[2, 3]), &[usize::MAX]), &["reduction \"sum\""]);
+    c.graph("reduction repeated axis", reduce(t("x", &[2, 3]), &[1, 1, 1, 1, 1, 1, 1, 1, 1, 1]), &["reduction \"sum\""]);
+    {
+        let mut g = Graph::new("g").io_data_type(F);
+        let x = g.tensor(t("x", &[2, 3]));
+        let (y, _) = g.softmax(x, usize::MAX, false, false);
+        g.named("sm");
+        out(&mut g, y, "sm::y");
+        c.graph("softmax axis usize::MAX", g, &["softmax \"sm\""]);
+    }
+    {
+        let mut g = Graph::new("g").io_data_type(F);
+        let x = g.tensor(t("x", &[2, 3]));
+        let y = g.transpose(x, &[usize::MAX, 0]);
+        g.named("tr");
+        out(&mut g, y, "tr::y");
+        c.graph("transpose axis usize::MAX", g, &["transpose \"tr\""]);
+    }
+    for (name, starts, ends, steps) in [
+        ("slice ends i64::MAX", vec![0, 0], vec![MAX, MAX], vec![]),
+        ("slice starts i64::MIN", vec![i64::MIN, 0], vec![2, 3], vec![]),
+        ("slice step 0", vec![0, 0], vec![2, 3], vec![0, 1]),
+        ("slice step i64::MIN", vec![0, 0], vec![2, 3], vec![i64::MIN, 1]),
+        ("slice starts past the end", vec![5, 0], vec![6, 3], vec![]),
+    ] {
+        let mut g = Graph::new("g").io_data_type(F);
+        let x = g.tensor(t("x", &[2, 3]));
+        let y = g.slice_with_steps(x, &starts, &ends, &steps);
+        g.named("sl");
+        out(&mut g, y, "sl::y");
+        c.graph(name, g, &["slice \"sl\""]);
+    }
+    for (name, dims) in [("reshape to i64::MAX", vec![MAX]), ("reshape to -6", vec![-6]), ("reshape to [-1, -6]", vec![-1, -6]), ("reshape to 2^62 x 4", vec![1 << 62, 4])] {
+        let mut g = Graph::new("g").io_data_type(F);
+        let x = g.tensor(t("x", &[2, 3]));
+        let y = g.reshape(x, &dims);
+        g.named("rs");
+        out(&mut g, y, "rs::y");
+        c.graph(name, g, &["rs"]);
+    }
+    {
+        // Concatenating two tensors of 2^62 along an axis: the sum passes i64.
+        let mut g = Graph::new("g").io_data_type(F);
+        let a = g.tensor(t("a", &[1 << 47, 2]).with_strides(&[0, 1]));
+        let b = g.tensor(t("b", &[1 << 47, 2]).with_strides(&[0, 1]));
+        let y = g.concatenate(&[a, b], 0);
+        g.named("cat");
+        out(&mut g, y, "cat::y");
+        c.graph("concatenate past 2^48", g, &["cat"]);
+    }
+    c.graph("rng dims i64::MAX", rng(&[MAX]), &["noise"]);
+    c.graph("rng dims 2^32 x 2^32", rng(&[1 << 32, 1 << 32]), &["noise"]);
+    c.graph("rng no dims", rng(&[]), &["noise"]);
+    {
+        // Paged attention whose page table times block size passes i64.
+        let mut g = Graph::new("g").io_data_type(F);
+        let q = g.tensor(t("q", &[1, 1, 4, 8]));
+        let k = g.tensor(t("k_pool", &[1, 1, 1 << 40, 8]).with_strides(&[0, 0, 0, 1]));
+        let v = g.tensor(t("v_pool", &[1, 1, 1 << 40, 8]).with_strides(&[0, 0, 0, 1]));
+        let tk = g.tensor(TensorDesc::new("page_table_k", &[1, 1, 1 << 40, 1], DataType::I32).with_strides(&[0, 0, 0, 0]));
+        let tv = g.tensor(TensorDesc::new("page_table_v", &[1, 1, 1 << 40, 1], DataType::I32).with_strides(&[0, 0, 0, 0]));
+        let inputs = SdpaInputs { page_table_k: Some(tk), page_table_v: Some(tv), ..Default::default() };
+        let (o, _) = g.sdpa(q, k, v, inputs, SdpaAttrs::default());
+        g.named("attn");
+        out(&mut g, o, "attn::o");
+        c.graph("paged attention of 2^80 keys", g, &["sdpa \"attn\"", "page_table_k", "pages"]);
+    }
+    {
+        // Paged attention with small pools whose logical K and V are 2^40 elements.
+        let mut g = Graph::new("g").io_data_type(F);
+        let q = g.tensor(t("q", &[1 << 10, 1, 1, 64]));
+        let k = g.tensor(t("k_pool", &[1, 1, 1 << 20, 64]));
+        let v = g.tensor(t("v_pool", &[1, 1, 1 << 20, 64]));
+        let tk = g.tensor(TensorDesc::new("page_table_k", &[1 << 10, 1, 16, 1], DataType::I32));
+        let tv = g.tensor(TensorDesc::new("page_table_v", &[1 << 10, 1, 16, 1], DataType::I32));
+        let inputs = SdpaInputs { page_table_k: Some(tk), page_table_v: Some(tv), ..Default::default() };
+        let (o, _) = g.sdpa(q, k, v, inputs, SdpaAttrs::default());
+        g.named("attn");
+        out(&mut g, o, "attn::o");
+        c.graph("paged attention unpaged past memory", g, &["sdpa \"attn\"", "host memory"]);
+    }
+    {
+        let mut g = sdpa(&[1, 1, 4, 8], &[1, 1, 4, 8]);
+        if let ferrodnn::graph::ops::Op::Sdpa(a) = &mut g.nodes[0].op {
+            a.sliding_window_left = Some(i64::MIN);
+        }
+        c.graph("sdpa window i64::MIN", g, &["sdpa \"attn\""]);
+    }
+    {
+        let mut g = sdpa(&[1, 1, 4, 8], &[1, 1, 4, 8]);
+        if let ferrodnn::graph::ops::Op::Sdpa(a) = &mut g.nodes[0].op {
+            a.dropout = Some(1.0);
+        }
+        c.graph("sdpa dropout 1", g, &["sdpa \"attn\""]);
+    }
+    {
+        let mut g = sdpa(&[1, 1, 4, 8], &[1, 1, 4, 8]);
+        if let ferrodnn::graph::ops::Op::Sdpa(a) = &mut g.nodes[0].op {
+            a.attn_scale = Some(f64::INFINITY);
+        }
+        c.graph("sdpa scale inf", g, &["sdpa \"attn\""]);
+    }
+    // Tensor dims and strides at the ends of i64.
+    c.graph("dim i64::MAX", relu(t("x", &[MAX]).with_strides(&[1])), &["tensor \"x\""]);
+    c.graph("dim i64::MIN", relu(t("x", &[i64::MIN]).with_strides(&[1])), &["tensor \"x\""]);
+    c.graph("stride i64::MAX on dim 2", relu(t("x", &[2]).with_strides(&[MAX])), &["tensor \"x\""]);
+    c.graph("stride i64::MIN", relu(t("x", &[2]).with_strides(&[i64::MIN])), &["tensor \"x\""]);
+    c.graph("extent just past i64", relu(t("x", &[2, 2]).with_strides(&[MAX / 2 + 1, 1])), &["tensor \"x\""]);
+    c.graph("bytes past i64", relu(t("x", &[2]).with_strides(&[MAX / 4])), &["tensor \"x\""]);
+}
+
+/// The neighbours of the nonsense above that mean something still validate (validation only:
+/// this test reads no environment variable).
+#[test]
+fn sensible_neighbours_of_the_nonsense_still_validate() {
+    let x = || t("x", &[2, 3]);
+    let i32t = |n: &str| TensorDesc::new(n, &[2, 3], DataType::I32);
+    let with_ct = |mut g: Graph, ct: DataType| {
+        g.nodes[0].compute_data_type = Some(ct);
+        g
+    };
+    let mut ok: Vec<(&str, Graph)> = vec![
+        ("relu with equal clips", unary(x(), relu_mode(Some(1.0), Some(1.0), None))),
+        ("relu with a negative upper clip only", unary(x(), relu_mode(None, Some(-1.0), Some(0.1)))),
+        ("softplus beta -1", unary(x(), PointwiseMode::Softplus { beta: -1.0 })),
+        ("f16 compute on relu", with_ct(relu(x()), DataType::F16)),
+        ("f64 compute on layernorm", with_ct(layernorm(&[2, 8]), DataType::F64)),
+        ("fp8 compute on matmul", with_ct(matmul(&[2, 3], &[3, 4]), DataType::Fp8E4m3)),
+        ("fp8 compute on conv", with_ct(conv(&[1, 1, 3, 3], &[1, 1, 1, 1], ConvAttrs::new(2)), DataType::Fp8E5m2)),
+        ("i32 compute on i32 add", with_ct(binary(i32t("a"), i32t("b"), PointwiseMode::Add), DataType::I32)),
+        ("i32 compute on i32 comparison", with_ct(binary(i32t("a"), i32t("b"), PointwiseMode::CmpLt), DataType::I32)),
+        ("i64 compute on an i32 sum", with_ct(reduce(i32t("x"), &[1]), DataType::I64)),
+        ("uid i64::MAX with every uid given", {
+            let mut g = relu(x().with_uid(i64::MAX));
+            let y = g.find("op::y").unwrap();
+            g.desc_mut(y).uid = Some(1);
+            g
+        }),
+    ];
+    {
+        let mut g = Graph::new("g").io_data_type(F).compute_data_type(DataType::Bool);
+        let x = g.tensor(x());
+        let y = g.transpose(x, &[1, 0]);
+        out(&mut g, y, "tr::y");
+        ok.push(("bool compute on a transpose", g));
+    }
+    {
+        let mut g = Graph::new("g").io_data_type(DataType::I32).compute_data_type(DataType::I32);
+        let a = g.tensor(TensorDesc::new("a", &[2, 3], DataType::I32));
+        let b = g.tensor(TensorDesc::new("b", &[3, 4], DataType::I32));
+        let c = g.matmul(a, b);
+        out(&mut g, c, "mm::c");
+        ok.push(("i32 compute (graph's) on an i32 matmul", g));
+    }
+    for (name, mut g) in ok {
+        g.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
 }

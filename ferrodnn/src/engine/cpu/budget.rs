@@ -154,6 +154,16 @@ impl Shape<'_> {
         (rows, s_kv, self.dim("q", 3), self.dim("v", 3))
     }
 
+    /// Words of attention's K and V in their logical `[b, h_kv, s_kv, d]` form when paged (the
+    /// page table can make them far larger than the block pools); 0 unpaged.
+    fn unpaged(&self) -> u128 {
+        if self.node.input("page_table_k").is_none() {
+            return 0;
+        }
+        let (_, s_kv, d, d_v) = self.attention();
+        self.dim("q", 0).saturating_mul(self.dim("k", 1)).saturating_mul(s_kv).saturating_mul(d.saturating_add(d_v))
+    }
+
     /// Words of scratch the op's CPU code allocates beyond its inputs and outputs.
     fn scratch_words(&self) -> u128 {
         let threads = rayon::current_num_threads() as u128;
@@ -180,17 +190,24 @@ impl Shape<'_> {
             Op::LayernormBackward(_) | Op::RmsnormBackward(_) | Op::InstancenormBackward(_) | Op::AdalayernormBackward(_) | Op::BatchnormBackward(_) => x.saturating_mul(14),
             // A vector per row (three words of header each) before the rows are placed.
             Op::Softmax(_) | Op::SoftmaxBackward(_) => x.saturating_mul(5),
-            // K and V copied (unpaged), the rows' results before assembly, a row of scores,
+            // K and V copied (or unpaged), the rows' results before assembly, a row of scores,
             // weights and dropout factors per thread.
             Op::Sdpa(_) => {
                 let (rows, s_kv, _, _) = self.attention();
-                i.saturating_add(o.saturating_mul(2)).saturating_add(rows.saturating_mul(4)).saturating_add(threads.saturating_mul(s_kv).saturating_mul(4))
+                i.saturating_add(self.unpaged())
+                    .saturating_add(o.saturating_mul(2))
+                    .saturating_add(rows.saturating_mul(4))
+                    .saturating_add(threads.saturating_mul(s_kv).saturating_mul(4))
             }
-            // Also the per-group gradients and their assembly, and dS when dbias is wanted.
+            // Also the per-group gradients and their assembly (dK and dV unpaged), and dS when
+            // dbias is wanted.
             Op::SdpaBackward(_) => {
                 let (rows, s_kv, _, _) = self.attention();
                 let ds = if self.node.output("dbias").is_some() { rows.saturating_mul(s_kv).saturating_mul(2) } else { 0 };
-                i.saturating_add(o.saturating_mul(2)).saturating_add(ds).saturating_add(threads.saturating_mul(s_kv).saturating_mul(4))
+                i.saturating_add(self.unpaged().saturating_mul(3))
+                    .saturating_add(o.saturating_mul(2))
+                    .saturating_add(ds)
+                    .saturating_add(threads.saturating_mul(s_kv).saturating_mul(4))
             }
         }
     }
