@@ -220,7 +220,7 @@ pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Opt
     let handle = Handle::new();
     let handle_ms = t.elapsed().as_secs_f64() * 1e3;
     let device = handle.cuda_device().ok_or("bench needs a GPU with the CUDA engine")?.clone();
-    println!("handle created in {handle_ms:.1} ms (device, driver context, NVRTC, kernel cache)");
+    outln!("handle created in {handle_ms:.1} ms (device, driver context, NVRTC, kernel cache)");
     let stream = handle.stream().ok_or("bench needs a GPU stream")?;
     let l2 = device.info().l2_cache_bytes.max(1);
     let policy = PlanPolicy { engine: Some(EngineKind::Cuda), autotune, ..Default::default() };
@@ -235,7 +235,7 @@ pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Opt
         let plan = match handle.build_plans(&g, &policy) {
             Ok(mut p) => p.remove(0),
             Err(e) => {
-                println!("{:<48} not run: {e}", w.id);
+                outln!("{:<48} not run: {e}", w.id);
                 results.push(json!({ "id": w.id, "error": e.to_string() }));
                 continue;
             }
@@ -310,7 +310,7 @@ pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Opt
             Some(fl) => format!("{:>8.1} TFLOP/s", fl as f64 / median / 1e9),
             None => format!("{gbs:>8.1} GB/s"),
         };
-        println!("{:<48} {median:>10.4} ms  {rate}  build {build_first_ms:.1} ms, again {build_again_ms:.3} ms, issue {:.1} us  ({} runs)", w.id, host_ms * 1e3, times.len());
+        outln!("{:<48} {median:>10.4} ms  {rate}  build {build_first_ms:.1} ms, again {build_again_ms:.3} ms, issue {:.1} us  ({} runs)", w.id, host_ms * 1e3, times.len());
         results.push(json!({
             "id": w.id, "ours_ms": median, "bytes": bytes, "flops": w.flops, "tflops": w.flops.map(|f| f as f64 / median / 1e9), "runs": times.len(),
             "host_ms_per_execute": host_ms, "build_ms_first": build_first_ms, "build_ms_in_process": build_again_ms,
@@ -321,7 +321,7 @@ pub fn bench(suite_name: &str, out_path: Option<std::path::PathBuf>, filter: Opt
     let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     match out_path {
         Some(p) => std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?,
-        None => println!("{text}"),
+        None => outln!("{text}"),
     }
     Ok(())
 }

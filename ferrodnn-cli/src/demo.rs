@@ -6,7 +6,7 @@ use ferrodnn::graph::ops::norm::{NormAttrs, NormPhase};
 use ferrodnn::graph::ops::reduction::ReductionMode;
 use ferrodnn::graph::ops::resample::ResampleAttrs;
 use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs};
-use ferrodnn::testing::{execute_dense, random_inputs, relative_error};
+use ferrodnn::testing::{execute_dense, execute_plan_dense_cancellable, relative_error, try_random_inputs};
 use ferrodnn::{DataType, EngineKind, Graph, Handle, TensorDesc};
 use std::time::Instant;
 
@@ -140,7 +140,7 @@ pub fn write_examples(dir: &std::path::Path) -> Result<(), String> {
         g.validate().map_err(|e| format!("{name}: {e}"))?;
         let path = dir.join(format!("{name}.json"));
         std::fs::write(&path, g.to_json().map_err(|e| e.to_string())? + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("wrote {}", path.display());
+        outln!("wrote {}", path.display());
     }
     Ok(())
 }
@@ -148,19 +148,19 @@ pub fn write_examples(dir: &std::path::Path) -> Result<(), String> {
 pub fn demo() -> Result<(), String> {
     let handle = Handle::new();
     let engines: Vec<&str> = handle.engines().map(|e| e.name()).collect();
-    println!("ferrodnn demo: engines available here: {}", engines.join(", "));
+    outln!("ferrodnn demo: engines available here: {}", engines.join(", "));
+    let cancel = crate::cancel_token();
     for mut g in [conv_bias_relu(), layernorm(), attention()] {
         g.validate().map_err(|e| e.to_string())?;
-        let inputs = random_inputs(&g, 1);
-        let plans = handle.build_plans(&g, &PlanPolicy::default()).map_err(|e| e.to_string())?;
-        let engine = plans[0].engine();
-        drop(plans);
-        // The first run builds the plan; time a second.
-        execute_dense(&handle, &g, &inputs, &PlanPolicy::default()).map_err(|e| e.to_string())?;
+        let inputs = try_random_inputs(&g, 1).map_err(|e| e.to_string())?;
+        let plan = handle.build_plans(&g, &PlanPolicy::default()).map_err(|e| e.to_string())?.remove(0);
+        let engine = plan.engine();
+        // The first run warms up; time a second.
+        execute_plan_dense_cancellable(&handle, &plan, &inputs, cancel).map_err(|e| e.to_string())?;
         let start = Instant::now();
-        let outputs = execute_dense(&handle, &g, &inputs, &PlanPolicy::default()).map_err(|e| e.to_string())?;
+        let outputs = execute_plan_dense_cancellable(&handle, &plan, &inputs, cancel).map_err(|e| e.to_string())?;
         let ms = start.elapsed().as_secs_f64() * 1e3;
-        println!("\n{}: {} ops on engine {} in {ms:.2} ms", g.name, g.nodes.len(), engine.name());
+        outln!("\n{}: {} ops on engine {} in {ms:.2} ms", g.name, g.nodes.len(), engine.name());
         let reference = if engine == EngineKind::Cpu { None } else { Some(execute_dense(&Handle::cpu(), &g, &inputs, &PlanPolicy::default()).map_err(|e| e.to_string())?) };
         let mut ids: Vec<_> = outputs.keys().copied().collect();
         ids.sort();
@@ -173,7 +173,7 @@ pub fn demo() -> Result<(), String> {
                 Some(r) => format!("rel. error vs CPU reference {:.2e}", relative_error(&out.data, &r[&id].data)),
                 None => "(the CPU engine is the reference)".to_string(),
             };
-            println!("  {:<13} {:?} {dtype}: [{}, ...] {check}", d.name, d.dims, preview.join(", "));
+            outln!("  {:<13} {:?} {dtype}: [{}, ...] {check}", d.name, d.dims, preview.join(", "));
         }
     }
     Ok(())

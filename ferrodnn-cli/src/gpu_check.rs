@@ -40,10 +40,10 @@ fn plan_bound(dtype: DataType, reduced: bool) -> f64 {
 pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: u64, shard: Option<(usize, usize)>) -> Result<(), String> {
     let handle = Handle::new();
     let Some(device) = handle.cuda_device() else {
-        println!("{}", json!({ "gpu": false, "reason": "no supported GPU: the CUDA engine is not available here" }));
+        outln!("{}", json!({ "gpu": false, "reason": "no supported GPU: the CUDA engine is not available here" }));
         return Err("gpu-check needs a GPU".into());
     };
-    println!("gpu-check on {} ({})", device.name(), device.arch());
+    outln!("gpu-check on {} ({})", device.name(), device.arch());
     let cpu = Handle::cpu();
     let policy = PlanPolicy { engine: Some(EngineKind::Cuda), ..Default::default() };
     let mut rows = Vec::new();
@@ -94,12 +94,12 @@ pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: 
         let ms = start.elapsed().as_secs_f64() * 1e3;
         match result {
             Ok((worst, outs, build_ms)) => {
-                println!("PASS {:<48} worst/bound {worst:.2e}  build {build_ms:.1} ms", case.name);
+                outln!("PASS {:<48} worst/bound {worst:.2e}  build {build_ms:.1} ms", case.name);
                 rows.push(json!({ "case": case.name, "ok": true, "outputs": outs, "plan_build_ms": build_ms, "ms": ms }));
             }
             Err(e) => {
                 failed += 1;
-                println!("FAIL {:<48} {e}", case.name);
+                outln!("FAIL {:<48} {e}", case.name);
                 rows.push(json!({ "case": case.name, "ok": false, "error": e, "ms": ms }));
             }
         }
@@ -108,7 +108,7 @@ pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: 
     if let Some(path) = out {
         std::fs::write(&path, serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    println!("gpu-check: {} passed, {failed} failed", all.len() - failed);
+    outln!("gpu-check: {} passed, {failed} failed", all.len() - failed);
     if failed > 0 {
         return Err(format!("{failed} of {} cases failed", all.len()));
     }

@@ -1,5 +1,23 @@
 //! The `ferrodnn` command: the op-by-engine table, running a graph from JSON, and the demo.
 
+/// `println!` for the command's output: on a closed standard output (`ferrodnn run g.json |
+/// head`) the process exits quietly with status 0 instead of panicking.
+macro_rules! outln {
+    () => {
+        $crate::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` as [`outln!`] is `println!`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*))
+    };
+}
+
 mod bench;
 mod bench_attention;
 mod bench_conv;
@@ -10,12 +28,46 @@ mod gpu_smoke;
 mod ptx_manifest;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ferrodnn::engine::PlanPolicy;
+use ferrodnn::engine::{CancelToken, PlanPolicy};
 use ferrodnn::graph::ops::all_op_names;
-use ferrodnn::testing::{execute_dense, random_inputs, relative_error, tolerance};
+use ferrodnn::testing::{execute_plan_dense_cancellable, relative_error, tolerance, try_random_inputs};
 use ferrodnn::{DataType, EngineKind, Graph, Handle};
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Instant;
+
+/// Write the command's output; a closed pipe ends the process quietly (status 0), any other
+/// write error with a message (status 1).
+fn write_out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The token Ctrl-C sets: `run` and `demo` execute on the CPU engine watching it. A second
+/// Ctrl-C quits at once (status 130).
+fn cancel_token() -> &'static CancelToken {
+    static TOKEN: OnceLock<CancelToken> = OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let token = CancelToken::new();
+        let for_handler = token.clone();
+        // Without a handler (one already set, no signals here) Ctrl-C keeps its default: quit.
+        let _ = ctrlc::set_handler(move || {
+            if for_handler.is_cancelled() {
+                std::process::exit(130);
+            }
+            for_handler.cancel();
+            eprintln!("\nferrodnn: cancelling after the current op (Ctrl-C again to quit at once)");
+        });
+        token
+    })
+}
 
 #[derive(Parser)]
 #[command(name = "ferrodnn", version, about = "Deep-learning primitives in the shape of cuDNN's graph API")]
@@ -165,6 +217,10 @@ enum EngineArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Run { .. } | Command::Demo) {
+        // Ctrl-C cancels from the start on.
+        cancel_token();
+    }
     let result = match cli.command {
         Command::GpuCheckRuntime { out, device } => return gpu_smoke::main(device, out.as_deref()),
         Command::Ops { json } => ops(json),
@@ -181,6 +237,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
+            // Interrupted, as a shell reports a process Ctrl-C ended.
+            if cancel_token().is_cancelled() {
+                return ExitCode::from(130);
+            }
             ExitCode::FAILURE
         }
     }
@@ -241,6 +301,7 @@ fn ops(json: bool) -> Result<(), String> {
 
 fn run(path: &std::path::Path, engine: EngineArg, seed: u64) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    // Parsed and validated before anything is sized from it.
     let graph = Graph::from_json(&text).map_err(|e| e.to_string())?;
     let handle = Handle::new();
     let wanted = match engine {
@@ -253,16 +314,25 @@ fn run(path: &std::path::Path, engine: EngineArg, seed: u64) -> Result<(), Strin
             return Err(format!("engine {} is not available on this machine (available: {})", k.name(), handle.engines().map(|e| e.name()).collect::<Vec<_>>().join(", ")));
         }
     }
-    let inputs = random_inputs(&graph, seed);
+    let cancel = cancel_token();
     let policy = PlanPolicy { engine: wanted, ..Default::default() };
-    let plans = handle.build_plans(&graph, &policy).map_err(|e| e.to_string())?;
-    let used = plans[0].engine();
-    drop(plans);
+    // The plan build refuses what this machine cannot hold or would run for hours, naming the op.
     let start = Instant::now();
-    let outputs = execute_dense(&handle, &graph, &inputs, &policy).map_err(|e| e.to_string())?;
-    let elapsed = start.elapsed();
-    println!("graph \"{}\": {} ops, ran on engine {} in {:.3} ms (plan build included)", graph.name, graph.nodes.len(), used.name(), elapsed.as_secs_f64() * 1e3);
-    let reference = if used != EngineKind::Cpu { Some(execute_dense(&Handle::cpu(), &graph, &inputs, &PlanPolicy::default()).map_err(|e| e.to_string())?) } else { None };
+    let plan = handle.build_plans(&graph, &policy).map_err(|e| e.to_string())?.remove(0);
+    let build = start.elapsed();
+    let used = plan.engine();
+    let inputs = try_random_inputs(&graph, seed).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let outputs = execute_plan_dense_cancellable(&handle, &plan, &inputs, cancel).map_err(|e| e.to_string())?;
+    let elapsed = build + start.elapsed();
+    outln!("graph \"{}\": {} ops, ran on engine {} in {:.3} ms (plan build included)", graph.name, graph.nodes.len(), used.name(), elapsed.as_secs_f64() * 1e3);
+    let reference = if used != EngineKind::Cpu {
+        let cpu = Handle::cpu();
+        let plan = cpu.build_plans(&graph, &PlanPolicy::default()).map_err(|e| format!("the CPU reference: {e}"))?.remove(0);
+        Some(execute_plan_dense_cancellable(&cpu, &plan, &inputs, cancel).map_err(|e| format!("the CPU reference: {e}"))?)
+    } else {
+        None
+    };
     let mut failed = false;
     let mut ids: Vec<_> = outputs.keys().copied().collect();
     ids.sort();
@@ -271,15 +341,15 @@ fn run(path: &std::path::Path, engine: EngineArg, seed: u64) -> Result<(), Strin
         let d = graph.desc(id);
         let dtype = graph.resolved_data_type(id).unwrap_or(DataType::F32);
         let preview: Vec<String> = out.data.iter().take(6).map(|v| format!("{v:.5}")).collect();
-        print!("  {} {:?} {dtype}: [{}{}]", d.name, d.dims, preview.join(", "), if out.len() > 6 { ", ..." } else { "" });
+        out!("  {} {:?} {dtype}: [{}{}]", d.name, d.dims, preview.join(", "), if out.len() > 6 { ", ..." } else { "" });
         if let Some(r) = &reference {
             let err = relative_error(&out.data, &r[&id].data);
             let tol = tolerance(dtype).max(1e-6);
             let ok = err <= tol;
             failed |= !ok;
-            print!("  rel. error vs cpu {err:.2e} ({})", if ok { "ok" } else { "FAIL" });
+            out!("  rel. error vs cpu {err:.2e} ({})", if ok { "ok" } else { "FAIL" });
         }
-        println!();
+        outln!();
     }
     if failed {
         return Err("some outputs differ from the CPU engine beyond tolerance".into());
@@ -359,21 +429,21 @@ fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, dump: Option<&
             match r {
                 Ok(lines) if !lines.is_empty() => {
                     noted += 1;
-                    println!("{name}:");
+                    outln!("{name}:");
                     for l in lines {
-                        println!("    {l}");
+                        outln!("    {l}");
                     }
                 }
                 Ok(_) => {}
                 Err(e) => failed.push(format!("{name}: {e}")),
             }
         }
-        println!("compiled {} kernels for {arch}; {noted} with ptxas performance notes; {} failed", results.len(), failed.len());
+        outln!("compiled {} kernels for {arch}; {noted} with ptxas performance notes; {} failed", results.len(), failed.len());
         return if failed.is_empty() { Ok(()) } else { Err(failed.join("\n")) };
     }
     let cache = KernelCache::global();
     let failed: Vec<String> = sources.par_iter().filter_map(|(src, entry)| compile_cached(cache, src, entry, &opts).err().map(|e| format!("{entry}: {e}"))).collect();
-    println!("compiled {} kernels for {arch} into the kernel cache; {} failed", sources.len(), failed.len());
+    outln!("compiled {} kernels for {arch} into the kernel cache; {} failed", sources.len(), failed.len());
     if failed.is_empty() {
         Ok(())
     } else {

@@ -1,9 +1,13 @@
 //! Moving tensors between strided buffers and dense row-major arrays of `f64` (`Nd`).
 //!
 //! Engines' host-side code, the test helpers and the CLI share this: it is where a stride
-//! meets a byte.
+//! meets a byte. It also holds the host memory limit ([`host_memory_limit`],
+//! `FERRODNN_MAX_HOST_BYTES`) that every allocation whose size a graph decides is checked
+//! against ([`check_host_bytes`], [`try_vec`], [`try_gather`]), so that a huge tensor is an
+//! error, never an abort.
 
 use crate::dtype::DataType;
+use crate::error::{Error, Result};
 use crate::graph::TensorDesc;
 
 /// A dense row-major array of `f64`: the form the CPU engine computes on and the form tests
@@ -106,30 +110,166 @@ pub fn unravel(mut flat: usize, dims: &[usize], out: &mut [usize]) {
 
 /// Element offset in a strided buffer of each logical element, in row-major order.
 pub fn strided_offsets(desc: &TensorDesc) -> Vec<usize> {
-    let dims: Vec<usize> = desc.dims.iter().map(|&d| d as usize).collect();
-    let mut out = Vec::with_capacity(dims.iter().product());
-    for_each_index(&dims, |_, idx| {
-        out.push(idx.iter().zip(&desc.strides).map(|(&i, &s)| i * s as usize).sum());
-    });
+    let mut out = Vec::with_capacity(dense_len(desc));
+    for_each_offset(desc, |o| out.push(o));
     out
 }
 
-/// Bytes a buffer must hold for `desc` (its extent times its element size).
+/// The number of logical elements of `desc` as `usize` (saturating: validation caps it).
+fn dense_len(desc: &TensorDesc) -> usize {
+    desc.dims.iter().fold(1usize, |acc, &d| acc.saturating_mul(d.max(0) as usize))
+}
+
+/// Calls `f(offset)` with the element offset of each logical element of `desc` in a strided
+/// buffer, in row-major order (no list of offsets is built).
+fn for_each_offset(desc: &TensorDesc, mut f: impl FnMut(usize)) {
+    let dims: Vec<usize> = desc.dims.iter().map(|&d| d.max(0) as usize).collect();
+    for_each_index(&dims, |_, idx| f(idx.iter().zip(&desc.strides).map(|(&i, &s)| i * s as usize).sum()));
+}
+
+/// Bytes a buffer must hold for `desc` (its extent times its element size; saturating, so a
+/// size past `usize` is refused by [`check_host_bytes`] rather than wrapping).
 pub fn required_bytes(desc: &TensorDesc, dtype: DataType) -> usize {
-    desc.extent_elements().unwrap_or(0).max(0) as usize * dtype.size()
+    (desc.extent_elements().unwrap_or(0).max(0) as u64).try_into().unwrap_or(usize::MAX).saturating_mul(dtype.size())
 }
 
 /// Read a strided buffer of `dtype` into a dense array. The caller checked the buffer is at
-/// least `required_bytes` long.
+/// least `required_bytes` long. Aborts if the dense array cannot be allocated: for sizes a user
+/// chose, use [`try_gather`].
 pub fn gather(desc: &TensorDesc, dtype: DataType, bytes: &[u8]) -> Nd {
-    let dims: Vec<usize> = desc.dims.iter().map(|&d| d as usize).collect();
-    let data = strided_offsets(desc).into_iter().map(|o| dtype.read(bytes, o)).collect();
-    Nd::new(dims, data)
+    let mut data = Vec::with_capacity(dense_len(desc));
+    for_each_offset(desc, |o| data.push(dtype.read(bytes, o)));
+    Nd::new(desc.dims.iter().map(|&d| d as usize).collect(), data)
+}
+
+/// [`gather`] whose allocation fails with an error (naming the tensor) instead of aborting:
+/// checked against [`host_memory_limit`] first, then reserved with `try_reserve_exact`.
+pub fn try_gather(desc: &TensorDesc, dtype: DataType, bytes: &[u8]) -> Result<Nd> {
+    let n = dense_len(desc);
+    let mut data = try_vec::<f64>(n, || format!("tensor \"{}\" (dims {:?}) read as f64", desc.name, desc.dims))?;
+    for_each_offset(desc, |o| data.push(dtype.read(bytes, o)));
+    Ok(Nd::new(desc.dims.iter().map(|&d| d as usize).collect(), data))
 }
 
 /// Write a dense array into a strided buffer of `dtype`, rounding each value to the type.
 pub fn scatter(desc: &TensorDesc, dtype: DataType, nd: &Nd, bytes: &mut [u8]) {
-    for (o, &v) in strided_offsets(desc).into_iter().zip(&nd.data) {
-        dtype.write(bytes, o, v);
+    let mut values = nd.data.iter();
+    for_each_offset(desc, |o| {
+        if let Some(&v) = values.next() {
+            dtype.write(bytes, o, v);
+        }
+    });
+}
+
+/// The environment variable that sets [`host_memory_limit`]: a number of bytes, optionally with a
+/// binary suffix (`K`, `M`, `G`, `T`, with or without `iB`/`B`), e.g. `FERRODNN_MAX_HOST_BYTES=64G`.
+pub const MAX_HOST_BYTES_ENV: &str = "FERRODNN_MAX_HOST_BYTES";
+
+/// The limit assumed when the machine's memory cannot be read (not Linux): 16 GiB.
+pub const FALLBACK_HOST_BYTES: u64 = 16 << 30;
+
+/// The most host memory ferrodnn's host-side code may allocate for data whose size a graph
+/// decides: the CPU engine's dense arrays (its plan build refuses a graph whose estimate is
+/// larger), and the dense inputs and buffers of [`crate::testing`]'s helpers and the CLI. Set by
+/// `FERRODNN_MAX_HOST_BYTES`; by default the machine's physical memory (`MemTotal` of
+/// `/proc/meminfo`, or the cgroup's memory limit when that is lower), else 16 GiB. An
+/// unreadable value of the variable is an error naming it.
+pub fn host_memory_limit() -> Result<u64> {
+    if let Ok(v) = std::env::var(MAX_HOST_BYTES_ENV) {
+        return parse_byte_size(&v).ok_or_else(|| Error::InvalidArgument(format!("{MAX_HOST_BYTES_ENV}={v:?} is not a size in bytes (e.g. 17179869184, 16G or 512MiB)")));
     }
+    Ok(machine_memory().unwrap_or(FALLBACK_HOST_BYTES))
+}
+
+/// Physical memory of this machine (or of its cgroup, when lower), read once.
+fn machine_memory() -> Option<u64> {
+    static MEMORY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MEMORY.get_or_init(|| {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kb: u64 = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+        let total = kb.checked_mul(1024)?;
+        // cgroup v2, then v1 (whose "no limit" is a number near 2^63).
+        let cgroup = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<u64>().ok()));
+        Some(cgroup.map_or(total, |c| c.min(total)))
+    })
+}
+
+/// A size in bytes: digits (or a decimal number) and an optional binary suffix (`K`, `M`, `G`,
+/// `T`, `P`, each optionally followed by `B` or `iB`, any case). `None` when unreadable.
+pub fn parse_byte_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim().to_ascii_lowercase();
+    let unit = unit.trim_end_matches('b').trim_end_matches('i');
+    let shift = match unit {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        "p" => 50,
+        _ => return None,
+    };
+    if num.is_empty() {
+        return None;
+    }
+    if let Ok(n) = num.parse::<u64>() {
+        return n.checked_mul(1u64 << shift);
+    }
+    let x: f64 = num.parse().ok()?;
+    let bytes = x * (1u64 << shift) as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// A byte count for messages: `8.0 TiB (8796093022208 bytes)`.
+pub fn format_bytes(bytes: u128) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{v:.1} {} ({bytes} bytes)", units[u])
+    }
+}
+
+/// Refuse `bytes` of host memory for `what` when it exceeds [`host_memory_limit`]: the error
+/// (`Error::NotSupported`) names what needed it, how many bytes, and the limit with the way to
+/// change it.
+pub fn check_host_bytes(bytes: u128, what: impl FnOnce() -> String) -> Result<()> {
+    let limit = host_memory_limit()?;
+    if bytes > limit as u128 {
+        return Err(Error::NotSupported(format!(
+            "{} needs {} of host memory, more than the limit of {} (set {MAX_HOST_BYTES_ENV} to change it)",
+            what(),
+            format_bytes(bytes),
+            format_bytes(limit as u128)
+        )));
+    }
+    Ok(())
+}
+
+/// An empty vector with room for `n` elements, for `what`: checked against
+/// [`host_memory_limit`], then reserved with `try_reserve_exact`, so that no size leads to an
+/// abort.
+pub fn try_vec<T>(n: usize, what: impl Fn() -> String) -> Result<Vec<T>> {
+    let bytes = (n as u128) * (std::mem::size_of::<T>() as u128);
+    check_host_bytes(bytes, &what)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| Error::NotSupported(format!("{} needs {} of host memory, which could not be allocated: {e}", what(), format_bytes(bytes))))?;
+    Ok(v)
+}
+
+/// `n` copies of `value`, allocated as [`try_vec`] does.
+pub fn try_vec_filled<T: Clone>(n: usize, value: T, what: impl Fn() -> String) -> Result<Vec<T>> {
+    let mut v = try_vec(n, what)?;
+    v.resize(n, value);
+    Ok(v)
 }

@@ -30,15 +30,16 @@ impl SplitMix64 {
 /// Random values suited to a type: floats uniform in [-1, 1) (never all zero), integers
 /// small, booleans 0/1; each already representable in the type.
 pub fn random_values(n: usize, dtype: DataType, rng: &mut SplitMix64) -> Vec<f64> {
-    (0..n)
-        .map(|_| {
-            let v = match dtype {
-                DataType::Bool => (rng.next_u64() & 1) as f64,
-                DataType::U8 => (rng.next_u64() % 8) as f64,
-                DataType::I8 | DataType::I32 | DataType::I64 => (rng.next_u64() % 9) as f64 - 4.0,
-                _ => rng.uniform(-1.0, 1.0),
-            };
-            dtype.quantize(v)
-        })
-        .collect()
+    (0..n).map(|_| random_value(dtype, rng)).collect()
+}
+
+/// One value of [`random_values`] (the same sequence, one at a time).
+pub fn random_value(dtype: DataType, rng: &mut SplitMix64) -> f64 {
+    let v = match dtype {
+        DataType::Bool => (rng.next_u64() & 1) as f64,
+        DataType::U8 => (rng.next_u64() % 8) as f64,
+        DataType::I8 | DataType::I32 | DataType::I64 => (rng.next_u64() % 9) as f64 - 4.0,
+        _ => rng.uniform(-1.0, 1.0),
+    };
+    dtype.quantize(v)
 }

@@ -176,6 +176,48 @@ impl<'a> VariantPack<'a> {
     }
 }
 
+/// A flag that stops a running execution ([`Plan::execute_cancellable`]): set it from another
+/// thread (a Ctrl-C handler, a timeout) and the execution returns an error at its next check.
+/// The CPU engine checks it before each node and while it reads inputs and writes outputs, so
+/// a node already running finishes first (the CPU engine's work bound,
+/// `FERRODNN_CPU_MAX_WORK`, keeps each node's time bounded); other engines check it before they
+/// enqueue their work. Clones share one flag.
+///
+/// ```
+/// use ferrodnn::engine::CancelToken;
+/// let token = CancelToken::new();
+/// let for_handler = token.clone();
+/// for_handler.cancel();
+/// assert!(token.is_cancelled());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<std::sync::atomic::AtomicBool>);
+
+impl CancelToken {
+    pub fn new() -> CancelToken {
+        CancelToken::default()
+    }
+    /// Ask every execution watching this token to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    /// Clear the flag, so that the token can watch another execution.
+    pub fn reset(&self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// `Err` naming `where_` when the token is set: `graph "g": execution cancelled before
+    /// relu "r"`.
+    pub fn check(&self, where_: impl FnOnce() -> String) -> Result<()> {
+        if self.is_cancelled() {
+            return Err(Error::InvalidArgument(format!("{}: execution cancelled (the cancel token was set)", where_())));
+        }
+        Ok(())
+    }
+}
+
 /// An engine: says which graphs it supports and builds compiled plans for them.
 pub trait Engine: Send + Sync {
     fn kind(&self) -> EngineKind;
@@ -197,6 +239,12 @@ pub trait Engine: Send + Sync {
 pub trait CompiledPlan: Send + Sync {
     fn workspace_size(&self) -> usize;
     fn execute(&self, pack: &mut VariantPack, workspace: Option<Buffer>) -> Result<()>;
+    /// [`CompiledPlan::execute`] watching `cancel`. By default checked once, before the work
+    /// starts; engines that run long on the host check it as they go.
+    fn execute_cancellable(&self, pack: &mut VariantPack, workspace: Option<Buffer>, cancel: &CancelToken) -> Result<()> {
+        cancel.check(|| "the plan".to_string())?;
+        self.execute(pack, workspace)
+    }
 }
 
 /// An executable plan: an engine and its knobs, compiled for one graph.
@@ -221,8 +269,21 @@ impl Plan {
     /// there, is large enough and is of the right kind, that the pack names no tensor the
     /// graph lacks, and that the attributes it gives (an `epsilon` port's value) are valid.
     pub fn execute(&self, pack: &mut VariantPack, workspace: Option<Buffer>) -> Result<()> {
+        self.check_execute(pack, workspace.as_ref())?;
+        self.inner.execute(pack, workspace)
+    }
+
+    /// [`Plan::execute`], stopping with an error when `cancel` is set (from another thread, a
+    /// Ctrl-C handler): see [`CancelToken`] for how soon each engine notices.
+    pub fn execute_cancellable(&self, pack: &mut VariantPack, workspace: Option<Buffer>, cancel: &CancelToken) -> Result<()> {
+        self.check_execute(pack, workspace.as_ref())?;
+        self.inner.execute_cancellable(pack, workspace, cancel)
+    }
+
+    /// The checks of [`Plan::execute`] before the engine runs: workspace size, attribute values.
+    fn check_execute(&self, pack: &VariantPack, workspace: Option<&Buffer>) -> Result<()> {
         let need = self.workspace_size();
-        let have = workspace.as_ref().map_or(0, |w| w.len());
+        let have = workspace.map_or(0, |w| w.len());
         if have < need {
             return Err(Error::InvalidArgument(format!("graph \"{}\": the plan needs a workspace of {need} bytes but {have} were given", self.graph.name)));
         }
@@ -242,7 +303,7 @@ impl Plan {
         for node in &g.nodes {
             node.check_attribute_values(&pack_value)?;
         }
-        self.inner.execute(pack, workspace)
+        Ok(())
     }
 }
 

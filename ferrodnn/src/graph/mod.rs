@@ -286,8 +286,25 @@ impl Graph {
 
     fn infer_node(&mut self, index: usize) -> Result<()> {
         let node = self.nodes[index].clone();
-        let mut ctx = InferCtx { graph: self, node: &node };
-        ops::infer(&mut ctx)
+        let mut ctx = InferCtx { graph: self, node: &node, described: Vec::new() };
+        ops::infer(&mut ctx)?;
+        // A connected output the op does not produce would never be written.
+        if let Some(p) = node.outputs.iter().find(|p| !ctx.described.contains(&p.name)) {
+            let mut known = ctx.described.clone();
+            known.dedup();
+            let known: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+            return Err(Error::op(
+                node.op.kind(),
+                &node.name,
+                format!(
+                    "has no output port `{}` (tensor \"{}\"); its outputs here are {}",
+                    p.name,
+                    self.tensors.get(p.tensor.0).map_or("?", |t| t.name.as_str()),
+                    known.join(", ")
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Infer every unset shape and type, then check the whole graph: structure (ports, cycles,
@@ -302,6 +319,9 @@ impl Graph {
         let mut producer: HashMap<usize, usize> = HashMap::new();
         for (ni, node) in self.nodes.iter().enumerate() {
             let kind = node.op.kind();
+            if node.outputs.is_empty() {
+                return Err(Error::op(kind, &node.name, "has no output ports: an op must write at least one tensor"));
+            }
             for p in node.inputs.iter().chain(&node.outputs) {
                 if p.tensor.0 >= self.tensors.len() {
                     return Err(Error::op(kind, &node.name, format!("port `{}` refers to tensor #{} but the graph has {} tensors", p.name, p.tensor.0, self.tensors.len())));
@@ -355,6 +375,11 @@ impl Graph {
                 check_tensor_desc(t)?;
             }
         }
+        if !producer.keys().any(|&t| !self.tensors[t].is_virtual) {
+            return Err(Error::InvalidGraph(format!(
+                "{gname}: every op output is virtual, so executing it would compute nothing; mark the tensors you want with set_output (is_virtual false)"
+            )));
+        }
         self.assign_uids()?;
         Ok(())
     }
@@ -369,11 +394,20 @@ impl Graph {
                 seen.insert(uid, i);
             }
         }
-        let mut next = seen.keys().copied().max().unwrap_or(0).max(0) + 1;
-        for t in &mut self.tensors {
-            if t.uid.is_none() {
-                t.uid = Some(next);
-                next += 1;
+        // Automatic uids count up from the largest user uid; one past i64::MAX does not exist.
+        let (top, top_name) =
+            self.tensors.iter().filter_map(|t| t.uid.map(|u| (u, t.name.as_str()))).max_by_key(|&(u, _)| u).map_or((0, String::new()), |(u, n)| (u, n.to_string()));
+        let mut next = top.max(0).checked_add(1);
+        for i in 0..self.tensors.len() {
+            if self.tensors[i].uid.is_none() {
+                let uid = next.ok_or_else(|| {
+                    Error::InvalidGraph(format!(
+                        "tensor \"{}\" needs an automatic uid, but they count up from the largest uid given, {top} (tensor \"{top_name}\"), and none is left above it; give smaller uids or set this tensor's",
+                        self.tensors[i].name
+                    ))
+                })?;
+                self.tensors[i].uid = Some(uid);
+                next = uid.checked_add(1);
             }
         }
         Ok(())
@@ -582,6 +616,9 @@ pub fn check_tensor_desc(t: &TensorDesc) -> Result<()> {
 pub struct InferCtx<'a> {
     pub graph: &'a mut Graph,
     pub node: &'a Node,
+    /// The output ports the op's inference described (connected or not): validation refuses
+    /// a connected output port that is not among them.
+    pub(crate) described: Vec<String>,
 }
 
 impl InferCtx<'_> {
@@ -649,6 +686,7 @@ impl InferCtx<'_> {
     /// `None` or when ranks differ), and its type: the user's, else the graph's intermediate or
     /// io type, else `default_type`.
     pub fn set_output(&mut self, port: &str, dims: &[i64], layout_like: Option<&TensorDesc>, default_type: DataType) -> Result<()> {
+        self.described.push(port.to_string());
         let Some(id) = self.node.output(port) else { return Ok(()) };
         let kind = self.node.op.kind();
         let node_name = self.node.name.clone();

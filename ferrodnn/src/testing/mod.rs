@@ -1,34 +1,74 @@
 //! Helpers to run a graph on dense `f64` values and compare results: used by the test suites,
 //! the CLI's `run` and `demo`, and (later) the GPU check. Seeded, dependency-free randomness.
+//!
+//! Every allocation whose size the graph decides is checked against the host memory limit
+//! ([`crate::layout::host_memory_limit`], `FERRODNN_MAX_HOST_BYTES`) and reserved fallibly, so
+//! that a huge graph gives an error, never an abort.
 
 use crate::dtype::DataType;
-use crate::engine::{EngineKind, Handle, Plan, PlanPolicy, VariantPack};
+use crate::engine::{CancelToken, EngineKind, Handle, Plan, PlanPolicy, VariantPack};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorId};
-use crate::layout::{gather, required_bytes, scatter, Nd};
+use crate::layout::{check_host_bytes, required_bytes, scatter, try_gather, try_vec, try_vec_filled, Nd};
 use std::collections::HashMap;
 
-pub use crate::random::{random_values, SplitMix64};
+pub use crate::random::{random_value, random_values, SplitMix64};
 
 /// Dense random values for every input tensor of a validated graph that needs a buffer.
+///
+/// # Panics
+/// When the inputs do not fit the host memory limit (or the graph is not validated): for
+/// graphs a user chose, call [`try_random_inputs`], which returns the error instead.
 pub fn random_inputs(graph: &Graph, seed: u64) -> HashMap<TensorId, Nd> {
+    try_random_inputs(graph, seed).unwrap_or_else(|e| panic!("random_inputs: {e}"))
+}
+
+/// [`random_inputs`] for any graph: an error, never a panic or an abort, when an input has no
+/// usable dims (the graph was not validated) or the inputs, as dense `f64` arrays, exceed the
+/// host memory limit (the error names the tensor and the bytes).
+pub fn try_random_inputs(graph: &Graph, seed: u64) -> Result<HashMap<TensorId, Nd>> {
     let mut rng = SplitMix64::new(seed);
     let mut out = HashMap::new();
+    let mut sizes = Vec::new();
+    let mut total = 0u128;
     for id in graph.input_tensors() {
-        let d = graph.desc(id);
+        let d = graph.get(id).ok_or_else(|| Error::InvalidArgument(format!("input tensor #{} is not in the graph", id.0)))?;
         if d.is_pass_by_value && d.value.is_some() {
             continue;
         }
+        let mut n = 1usize;
+        for &x in &d.dims {
+            let x = usize::try_from(x).ok().filter(|&x| x > 0);
+            n = x
+                .and_then(|x| n.checked_mul(x))
+                .ok_or_else(|| Error::InvalidGraph(format!("tensor \"{}\": dims {:?} are not positive or their product overflows (validate the graph first)", d.name, d.dims)))?;
+        }
+        if d.dims.is_empty() {
+            return Err(Error::InvalidGraph(format!("tensor \"{}\" has no dims (validate the graph first)", d.name)));
+        }
+        total = total.saturating_add(n as u128 * 8);
+        sizes.push((id, n));
+    }
+    check_host_bytes(total, || {
+        let (id, n) = sizes.iter().copied().max_by_key(|&(_, n)| n).unwrap_or((TensorId(0), 0));
+        let d = graph.desc(id);
+        format!("the random inputs of graph \"{}\" (dense f64; the largest, tensor \"{}\" with dims {:?}, has {n} elements)", graph.name, d.name, d.dims)
+    })?;
+    for (id, n) in sizes {
+        let d = graph.desc(id);
         let dtype = graph.resolved_data_type(id).unwrap_or(DataType::F32);
         let dims: Vec<usize> = d.dims.iter().map(|&x| x as usize).collect();
-        let n = dims.iter().product();
         let values = match attribute_port(graph, id) {
             Some(port) => vec![dtype.quantize(attribute_value(port, &mut rng))],
-            None => random_values(n, dtype, &mut rng),
+            None => {
+                let mut v = try_vec(n, || format!("random values of tensor \"{}\" (dims {:?})", d.name, d.dims))?;
+                v.extend((0..n).map(|_| random_value(dtype, &mut rng)));
+                v
+            }
         };
         out.insert(id, Nd::new(dims, values));
     }
-    out
+    Ok(out)
 }
 
 /// The attribute port (`epsilon`, `momentum`, `attn_scale`) that tensor `id` gives, if any.
@@ -54,6 +94,7 @@ pub const POISON_BYTE: u8 = 0xff;
 /// as dense arrays (scattered into strided buffers whose gaps hold poison), outputs poisoned
 /// first; returns every non-virtual output as a dense array. A CUDA plan gets device copies of
 /// the buffers and a device workspace, and the call waits for the stream before reading back.
+/// The host buffers are checked against the host memory limit before any is allocated.
 pub fn execute_dense(handle: &Handle, graph: &Graph, inputs: &HashMap<TensorId, Nd>, policy: &PlanPolicy) -> Result<HashMap<TensorId, Nd>> {
     let plan = handle.build_plans(graph, policy)?.remove(0);
     execute_plan_dense(handle, &plan, inputs)
@@ -61,7 +102,42 @@ pub fn execute_dense(handle: &Handle, graph: &Graph, inputs: &HashMap<TensorId, 
 
 /// [`execute_dense`] with a plan already built.
 pub fn execute_plan_dense(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorId, Nd>) -> Result<HashMap<TensorId, Nd>> {
+    execute_plan_dense_cancellable(handle, plan, inputs, &CancelToken::new())
+}
+
+/// [`execute_plan_dense`] that stops with an error when `cancel` is set (see
+/// [`CancelToken`]).
+pub fn execute_plan_dense_cancellable(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorId, Nd>, cancel: &CancelToken) -> Result<HashMap<TensorId, Nd>> {
     let g = plan.graph();
+    // The host buffers (inputs, outputs) and the dense outputs read back, all at once.
+    let mut total = 0u128;
+    let mut largest: Option<(TensorId, u128)> = None;
+    let outputs: Vec<TensorId> = g.output_tensors();
+    for (id, is_output) in g.input_tensors().into_iter().map(|t| (t, false)).chain(outputs.iter().map(|&t| (t, true))) {
+        let d = g.desc(id);
+        let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+        let mut bytes = required_bytes(d, dtype) as u128;
+        if is_output {
+            // Read back as a dense f64 array.
+            bytes = bytes.saturating_add(d.element_count().max(0) as u128 * 8);
+        }
+        total = total.saturating_add(bytes);
+        if largest.is_none_or(|(_, b)| bytes > b) {
+            largest = Some((id, bytes));
+        }
+    }
+    check_host_bytes(total, || {
+        let big = largest.map_or(String::new(), |(id, b)| {
+            let d = g.desc(id);
+            format!(" (the largest, {}, for tensor \"{}\" with dims {:?} and strides {:?})", crate::layout::format_bytes(b), d.name, d.dims, d.strides)
+        });
+        format!("the host buffers of graph \"{}\"{big}", g.name)
+    })?;
+    let buffer = |id: TensorId| -> Result<Vec<u8>> {
+        let d = g.desc(id);
+        let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+        try_vec_filled(required_bytes(d, dtype), POISON_BYTE, || format!("the buffer of tensor \"{}\" (dims {:?}, strides {:?} of {dtype})", d.name, d.dims, d.strides))
+    };
     // Inputs; by-value scalars (those whose values the graph does not give) stay host buffers.
     let mut in_bufs: Vec<(i64, Vec<u8>)> = Vec::new();
     let mut host_scalars: Vec<(i64, Vec<u8>)> = Vec::new();
@@ -71,8 +147,11 @@ pub fn execute_plan_dense(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorI
             continue;
         }
         let nd = inputs.get(&id).ok_or_else(|| Error::InvalidArgument(format!("no values given for input tensor \"{}\"", d.name)))?;
+        if nd.dims.iter().map(|&x| x as i64).ne(d.dims.iter().copied()) || nd.data.len() != nd.dims.iter().product::<usize>() {
+            return Err(Error::InvalidArgument(format!("input tensor \"{}\" has dims {:?} but {} values of dims {:?} were given", d.name, d.dims, nd.data.len(), nd.dims)));
+        }
         let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
-        let mut bytes = vec![POISON_BYTE; required_bytes(d, dtype)];
+        let mut bytes = buffer(id)?;
         scatter(d, dtype, nd, &mut bytes);
         if d.is_pass_by_value {
             host_scalars.push((d.uid.unwrap_or_default(), bytes));
@@ -80,16 +159,12 @@ pub fn execute_plan_dense(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorI
             in_bufs.push((d.uid.unwrap_or_default(), bytes));
         }
     }
-    let mut out_bufs: Vec<(TensorId, i64, Vec<u8>)> = g
-        .output_tensors()
-        .iter()
-        .map(|&id| {
-            let d = g.desc(id);
-            let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
-            (id, d.uid.unwrap_or_default(), vec![POISON_BYTE; required_bytes(d, dtype)])
-        })
-        .collect();
+    let mut out_bufs: Vec<(TensorId, i64, Vec<u8>)> = Vec::new();
+    for id in outputs {
+        out_bufs.push((id, g.desc(id).uid.unwrap_or_default(), buffer(id)?));
+    }
     if plan.engine() == EngineKind::Cuda {
+        cancel.check(|| format!("graph \"{}\"", g.name))?;
         run_on_device(handle, plan, &in_bufs, &host_scalars, &mut out_bufs)?;
     } else {
         let mut pack = VariantPack::new();
@@ -99,15 +174,14 @@ pub fn execute_plan_dense(handle: &Handle, plan: &Plan, inputs: &HashMap<TensorI
         for (_, uid, b) in &mut out_bufs {
             pack.output(*uid, b);
         }
-        plan.execute(&mut pack, None)?;
+        plan.execute_cancellable(&mut pack, None, cancel)?;
     }
-    Ok(out_bufs
-        .into_iter()
-        .map(|(id, _, bytes)| {
-            let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
-            (id, gather(g.desc(id), dtype, &bytes))
-        })
-        .collect())
+    let mut outputs = HashMap::new();
+    for (id, _, bytes) in out_bufs {
+        let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+        outputs.insert(id, try_gather(g.desc(id), dtype, &bytes)?);
+    }
+    Ok(outputs)
 }
 
 /// Copy host buffers to the device (outputs keep their poison), run, wait, copy outputs back.

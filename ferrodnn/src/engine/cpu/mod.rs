@@ -4,7 +4,13 @@
 //! each input is read into a dense row-major `f64` array ([`Nd`]), each op computes in `f64`,
 //! and each result is rounded to its tensor's type (intermediates to the intermediate type,
 //! f32 by default) before the next op reads it. It shares no code with any GPU kernel.
+//!
+//! A plan build refuses a graph whose dense arrays would not fit the host memory limit
+//! (`FERRODNN_MAX_HOST_BYTES`, by default the machine's memory) or one of whose nodes would run
+//! for hours (`FERRODNN_CPU_MAX_WORK`); see [`budget`]. Executions can be cancelled between
+//! nodes ([`Plan::execute_cancellable`](crate::engine::Plan::execute_cancellable)).
 
+pub mod budget;
 mod conv;
 mod matmul;
 mod norm;
@@ -18,12 +24,12 @@ mod transform;
 
 pub use rng::philox4x32;
 
-use super::{BehaviorNotes, Buffer, CompiledPlan, Engine, EngineKind, Knob, VariantPack};
+use super::{BehaviorNotes, Buffer, CancelToken, CompiledPlan, Engine, EngineKind, Knob, VariantPack};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorDesc, TensorId};
-use crate::layout::{gather, required_bytes, scatter, Nd};
+use crate::layout::{required_bytes, scatter, try_gather, Nd};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -45,6 +51,7 @@ impl Engine for CpuEngine {
     }
     fn build(&self, graph: Arc<Graph>, _knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
         let order = graph.topological_order()?;
+        budget::check(&graph)?;
         Ok(Box::new(CpuPlan { graph, order }))
     }
 }
@@ -59,27 +66,31 @@ impl CompiledPlan for CpuPlan {
         0
     }
 
-    fn execute(&self, pack: &mut VariantPack, _workspace: Option<Buffer>) -> Result<()> {
+    fn execute(&self, pack: &mut VariantPack, workspace: Option<Buffer>) -> Result<()> {
+        self.execute_cancellable(pack, workspace, &CancelToken::new())
+    }
+
+    fn execute_cancellable(&self, pack: &mut VariantPack, _workspace: Option<Buffer>, cancel: &CancelToken) -> Result<()> {
         let g = &*self.graph;
         check_pack(g, pack)?;
+        let gname = || if g.name.is_empty() { "graph".to_string() } else { format!("graph \"{}\"", g.name) };
         let mut values: HashMap<usize, Nd> = HashMap::new();
         for &ni in &self.order {
             let node = &g.nodes[ni];
-            let mut inputs = HashMap::new();
+            cancel.check(|| format!("{}: before {} \"{}\"", gname(), node.op.kind(), node.name))?;
             for port in &node.inputs {
-                let nd = match values.get(&port.tensor.0) {
-                    Some(nd) => nd.clone(),
-                    None => {
-                        let nd = load_input(g, port.tensor, pack)?;
-                        values.insert(port.tensor.0, nd.clone());
-                        nd
-                    }
-                };
-                inputs.insert(port.name.clone(), nd);
+                if let std::collections::hash_map::Entry::Vacant(slot) = values.entry(port.tensor.0) {
+                    slot.insert(load_input(g, port.tensor, pack)?);
+                }
             }
-            let mut io = NodeIo { graph: g, node, inputs, outputs: Vec::new() };
-            exec_node(&mut io)?;
-            for (port, mut nd) in io.outputs {
+            let outputs = {
+                let inputs = node.inputs.iter().filter_map(|p| values.get(&p.tensor.0).map(|nd| (p.name.clone(), nd))).collect();
+                let mut io = NodeIo { graph: g, node, inputs, outputs: Vec::new() };
+                exec_node(&mut io)?;
+                io.outputs
+            };
+            cancel.check(|| format!("{}: after {} \"{}\"", gname(), node.op.kind(), node.name))?;
+            for (port, mut nd) in outputs {
                 let id = node.output(&port).ok_or_else(|| Error::op(node.op.kind(), &node.name, format!("the CPU engine produced output `{port}` that the node does not have")))?;
                 let desc = g.desc(id);
                 let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
@@ -148,8 +159,8 @@ fn load_input(g: &Graph, id: TensorId, pack: &VariantPack) -> Result<Nd> {
     }
     let uid = d.uid.unwrap_or_default();
     match pack.buffers.get(&uid) {
-        Some(Buffer::Host(b)) => Ok(gather(d, dtype, b)),
-        Some(Buffer::HostMut(b)) => Ok(gather(d, dtype, b)),
+        Some(Buffer::Host(b)) => try_gather(d, dtype, b),
+        Some(Buffer::HostMut(b)) => try_gather(d, dtype, b),
         _ => Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}) has no host buffer in the variant pack", d.name))),
     }
 }
@@ -159,17 +170,17 @@ fn load_input(g: &Graph, id: TensorId, pack: &VariantPack) -> Result<Nd> {
 pub(crate) struct NodeIo<'a> {
     pub graph: &'a Graph,
     pub node: &'a Node,
-    pub inputs: HashMap<String, Nd>,
+    pub inputs: HashMap<String, &'a Nd>,
     pub outputs: Vec<(String, Nd)>,
 }
 
 #[allow(dead_code)]
 impl NodeIo<'_> {
     pub fn input(&self, port: &str) -> Result<&Nd> {
-        self.inputs.get(port).ok_or_else(|| Error::op(self.node.op.kind(), &self.node.name, format!("input `{port}` is missing")))
+        self.inputs.get(port).copied().ok_or_else(|| Error::op(self.node.op.kind(), &self.node.name, format!("input `{port}` is missing")))
     }
     pub fn opt_input(&self, port: &str) -> Option<&Nd> {
-        self.inputs.get(port)
+        self.inputs.get(port).copied()
     }
     /// An attribute: the value of the by-value scalar on input `port` when one is connected (see
     /// `InferCtx::scalar_attribute`), else the node's own `value`.

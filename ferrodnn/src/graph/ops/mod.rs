@@ -15,6 +15,7 @@ pub mod softmax;
 pub mod transform;
 
 use super::InferCtx;
+use crate::dtype::DataType;
 use crate::error::Result;
 use serde::{Deserialize, Serialize};
 
@@ -153,8 +154,51 @@ pub fn all_op_names() -> Vec<&'static str> {
     names
 }
 
+/// Whether the node can compute in its compute type (the node's, else the graph's; the
+/// default, f32 or f64, always can): bool never; fp8 only for matmul and convolution (whose
+/// inputs it rounds to fp8); an integer type only on integer (or bool) inputs, for matmul,
+/// convolution, reductions other than avg and norm2, and pointwise modes that map integers to
+/// integers. Data movement (reshape, transpose, slice, concatenate, copy) takes any.
+fn check_compute_type(ctx: &InferCtx) -> Result<()> {
+    let node = ctx.node;
+    let Some(ct) = node.compute_data_type.or(ctx.graph.compute_data_type) else { return Ok(()) };
+    let op = &node.op;
+    if matches!(op, Op::Reshape(_) | Op::Transpose(_) | Op::Slice(_) | Op::Concatenate(_) | Op::Copy(_)) {
+        return Ok(());
+    }
+    let whose = if node.compute_data_type.is_some() { "the node's" } else { "the graph's" };
+    let kind = op.kind();
+    let fail = |why: String| Err(ctx.err(format!("compute_data_type {ct} ({whose}) cannot be used: {why}")));
+    if ct == DataType::Bool {
+        return fail(format!("{kind} does arithmetic, which bool cannot hold; use f32"));
+    }
+    let gemm_like = matches!(op, Op::Matmul(_) | Op::ConvFprop(_) | Op::ConvDgrad(_) | Op::ConvWgrad(_));
+    if ct.is_fp8() && !gemm_like {
+        return fail(format!("fp8 compute types are for matmul and convolution (their inputs rounded to fp8, sums in f32); {kind} computes in f16, bf16, f32 or f64"));
+    }
+    if ct.is_integer() {
+        let closed = match op {
+            Op::Matmul(_) | Op::ConvFprop(_) | Op::ConvDgrad(_) | Op::ConvWgrad(_) => true,
+            Op::Pointwise(p) => p.mode.is_integer_closed(),
+            Op::Reduction(r) => !matches!(r.mode, reduction::ReductionMode::Avg | reduction::ReductionMode::Norm2),
+            _ => false,
+        };
+        if !closed {
+            return fail(format!("{kind} gives fractional results, so it computes in f16, bf16, f32 or f64"));
+        }
+        for p in &node.inputs {
+            if let Some(dt) = ctx.graph.resolved_data_type(p.tensor).filter(|dt| dt.is_float()) {
+                let name = ctx.graph.get(p.tensor).map_or("?", |t| t.name.as_str());
+                return fail(format!("input `{}` (tensor \"{name}\") is {dt}, and an integer compute type would round it to an integer; use a float compute type", p.name));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Infer a node's outputs and check its rules (dispatch to the op's own file).
 pub(crate) fn infer(ctx: &mut InferCtx) -> Result<()> {
+    check_compute_type(ctx)?;
     match &ctx.node.op {
         Op::ConvFprop(a) => conv::infer_fprop(ctx, a),
         Op::ConvDgrad(a) => conv::infer_dgrad(ctx, a),

@@ -280,6 +280,65 @@ impl PointwiseMode {
         }
     }
 
+    /// Why the mode's parameters cannot mean anything, if they cannot: a NaN parameter, a
+    /// lower clip above the upper clip, softplus with beta 0 (it divides by beta).
+    pub fn parameter_error(&self) -> Option<String> {
+        use PointwiseMode::*;
+        let params: Vec<(&str, Option<f64>)> = match *self {
+            Relu { lower_clip, upper_clip, negative_slope } | ReluBackward { lower_clip, upper_clip, negative_slope } => {
+                vec![("lower_clip", lower_clip), ("upper_clip", upper_clip), ("negative_slope", negative_slope)]
+            }
+            LeakyRelu { negative_slope } | LeakyReluBackward { negative_slope } => vec![("negative_slope", Some(negative_slope))],
+            Elu { alpha } | EluBackward { alpha } => vec![("alpha", Some(alpha))],
+            Swish { beta } | SwishBackward { beta } | Softplus { beta } | SoftplusBackward { beta } => vec![("beta", Some(beta))],
+            _ => Vec::new(),
+        };
+        if let Some((name, _)) = params.iter().find(|(_, v)| v.is_some_and(f64::is_nan)) {
+            return Some(format!("attribute `{name}` is NaN"));
+        }
+        match *self {
+            Relu { lower_clip: Some(lo), upper_clip: Some(hi), .. } | ReluBackward { lower_clip: Some(lo), upper_clip: Some(hi), .. } if lo > hi => {
+                Some(format!("attribute `lower_clip` ({lo}) is above `upper_clip` ({hi}): no value lies between them"))
+            }
+            Softplus { beta } | SoftplusBackward { beta } if beta == 0.0 => Some("attribute `beta` is 0, and softplus divides by it".to_string()),
+            _ => None,
+        }
+    }
+
+    /// Whether the mode maps integers to integers (so an integer compute type can run it):
+    /// arithmetic without division, comparisons, logic, selection, rounding and relu.
+    pub fn is_integer_closed(&self) -> bool {
+        use PointwiseMode::*;
+        matches!(
+            self,
+            Add | Sub
+                | Mul
+                | Max
+                | Min
+                | Mod
+                | AddSquare
+                | Scale
+                | Bias
+                | Abs
+                | Neg
+                | Floor
+                | Ceil
+                | Identity
+                | Relu { .. }
+                | CmpEq
+                | CmpNeq
+                | CmpGt
+                | CmpGe
+                | CmpLt
+                | CmpLe
+                | LogicalAnd
+                | LogicalOr
+                | LogicalNot
+                | BinarySelect
+                | GenIndex { .. }
+        )
+    }
+
     /// Comparisons and logic produce booleans.
     pub fn is_predicate(&self) -> bool {
         use PointwiseMode::*;
@@ -579,6 +638,9 @@ impl Graph {
 
 pub(crate) fn infer(ctx: &mut InferCtx, attrs: &PointwiseAttrs) -> Result<()> {
     let mode = attrs.mode;
+    if let Some(msg) = mode.parameter_error() {
+        return Err(ctx.err(msg));
+    }
     let ports = ["a", "b", "c"];
     let arity = mode.arity();
     let connected = match ctx.node.inputs.len() {

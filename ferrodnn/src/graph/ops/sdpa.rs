@@ -262,7 +262,15 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
                 if t.dims.len() != 4 || t.dims[0] != b || t.dims[1] != 1 || t.dims[3] != 1 {
                     return Err(ctx.err(format!("paged tables inconsistent: input `{port}` must be [b = {b}, 1, max_pages, 1], got dims {:?}", t.dims)));
                 }
-                logical.push(t.dims[2] * pool.dims[2]);
+                let keys = t.dims[2].checked_mul(pool.dims[2]).filter(|&n| n <= crate::graph::MAX_ELEMENTS).ok_or_else(|| {
+                    ctx.err(format!(
+                        "paged tables inconsistent: input `{port}` has {} pages of {} keys, more than the {} keys a sequence may have",
+                        t.dims[2],
+                        pool.dims[2],
+                        crate::graph::MAX_ELEMENTS
+                    ))
+                })?;
+                logical.push(keys);
             }
             if logical[0] != logical[1] {
                 return Err(ctx.err(format!(

@@ -232,7 +232,8 @@ pub(crate) fn infer_slice(ctx: &mut InferCtx, a: &SliceAttrs) -> Result<()> {
         if e <= s || e > d {
             return Err(ctx.err(format!("axis {axis}: end must be in {}..={d} (after start {s}, at most the dim), got {e}", s + 1)));
         }
-        dims.push((e - s + step - 1) / step);
+        // ceil((e - s) / step), written so that no step overflows it.
+        dims.push((e - s - 1) / step + 1);
     }
     let dt = x.data_type.unwrap_or(DataType::F32);
     ctx.set_output("y", &dims, Some(&x), dt)

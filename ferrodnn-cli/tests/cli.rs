@@ -1,0 +1,148 @@
+//! The `ferrodnn` binary on hostile input: graph files it must refuse with a message (never an
+//! abort, a panic or a signal), a closed standard output, and Ctrl-C during a long run.
+
+use ferrodnn::graph::ops::pointwise::PointwiseMode;
+use ferrodnn::graph::ops::resample::{ResampleAttrs, ResampleMode};
+use ferrodnn::{DataType, Graph, TensorDesc};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const F: DataType = DataType::F32;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferrodnn"));
+    // Fixed limits, whatever the machine: 4 GiB of host memory, the default work bound.
+    c.env("FERRODNN_MAX_HOST_BYTES", "4G").env_remove("FERRODNN_CPU_MAX_WORK").env("RUST_BACKTRACE", "0");
+    c
+}
+
+/// A scratch folder of this test binary's own.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferrodnn-cli-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// x -> op -> y, as JSON (not validated: the CLI must do that).
+fn unary_json(x: TensorDesc, mode: PointwiseMode) -> String {
+    let mut g = Graph::new("g").io_data_type(F);
+    let x = g.tensor(x);
+    let y = g.pointwise(mode, &[x]);
+    g.named("op");
+    g.set_output(y);
+    g.to_json().unwrap()
+}
+
+fn relu() -> PointwiseMode {
+    PointwiseMode::Relu { lower_clip: None, upper_clip: None, negative_slope: None }
+}
+
+fn run(path: &Path) -> Output {
+    bin().arg("run").arg(path).args(["--engine", "cpu"]).output().unwrap()
+}
+
+/// Refused with a non-zero status (not an abort's 134, a panic's 101 or a signal), the message
+/// on stderr naming what it should, no panic text.
+fn expect_refused(out: &Output, what: &str, want: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let code = out.status.code();
+    assert!(code.is_some(), "{what}: ended by a signal ({:?}); stderr: {stderr}", out.status);
+    assert!(!matches!(code, Some(0 | 101 | 134)), "{what}: exit status {code:?}; stderr: {stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("memory allocation"), "{what}: {stderr}");
+    assert!(stderr.starts_with("error: "), "{what}: stderr does not start with the error: {stderr}");
+    for w in want {
+        assert!(stderr.contains(w), "{what}: stderr lacks `{w}`: {stderr}");
+    }
+}
+
+#[test]
+fn run_refuses_hostile_graph_files_with_a_message() {
+    let dir = scratch("run");
+    let good = unary_json(TensorDesc::new("x", &[2, 3], F), relu());
+    let mut pool = Graph::new("g").io_data_type(F);
+    let x = pool.tensor(TensorDesc::new("x", &[1, 1, 1 << 22], F));
+    let y = pool.resample(x, ResampleAttrs::uniform(ResampleMode::Max, 1, 1 << 21, 1, 0));
+    pool.named("pool");
+    pool.set_output(y);
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        ("tensor of 2^40", unary_json(TensorDesc::new("x", &[1 << 40], F), relu()), vec!["relu \"op\"", "tensor \"x\"", "FERRODNN_MAX_HOST_BYTES"]),
+        ("strides of 2^40", unary_json(TensorDesc::new("x", &[2, 2], F).with_strides(&[1 << 40, 1]), relu()), vec!["tensor \"x\"", "strides [1099511627776, 1]", "host memory"]),
+        ("pooling for hours", pool.to_json().unwrap(), vec!["resample \"pool\"", "FERRODNN_CPU_MAX_WORK"]),
+        (
+            "relu clips 5 and -5",
+            unary_json(TensorDesc::new("x", &[2, 3], F), PointwiseMode::Relu { lower_clip: Some(5.0), upper_clip: Some(-5.0), negative_slope: None }),
+            vec!["relu \"op\"", "lower_clip"],
+        ),
+        ("truncated", good[..good.len() / 2].to_string(), vec!["JSON is malformed"]),
+        ("unknown op", good.replace("\"pointwise\"", "\"frobnicate\""), vec!["frobnicate"]),
+        ("dim 0", good.replacen("\"dims\": [\n        2", "\"dims\": [\n        0", 1), vec!["tensor \"x\"", "dim 0 must be positive"]),
+        (
+            "all outputs virtual",
+            good.replace("\"is_virtual\": false,\n      \"is_pass_by_value\": false\n    }\n  ],", "\"is_virtual\": true,\n      \"is_pass_by_value\": false\n    }\n  ],"),
+            vec!["virtual"],
+        ),
+    ];
+    for (what, text, want) in &cases {
+        let path = write(&dir, &format!("{}.json", what.replace(' ', "_")), text);
+        expect_refused(&run(&path), what, want);
+    }
+    // Not a file of text at all, and no file.
+    let bin_file = dir.join("binary.json");
+    std::fs::write(&bin_file, [0xff, 0xfe, 0x00, 0x9f]).unwrap();
+    expect_refused(&run(&bin_file), "binary file", &["cannot read"]);
+    expect_refused(&run(&dir.join("missing.json")), "missing file", &["cannot read"]);
+    // The good graph runs.
+    let ok = run(&write(&dir, "good.json", &good));
+    assert!(ok.status.success(), "good graph: {}", String::from_utf8_lossy(&ok.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ferrodnn demo | head -0`, `ferrodnn run g.json | true`: a closed standard output ends the
+/// command quietly.
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    let dir = scratch("pipe");
+    let good = write(&dir, "good.json", &unary_json(TensorDesc::new("x", &[2, 3], F), relu()));
+    for args in [vec!["demo".to_string()], vec!["run".to_string(), good.display().to_string(), "--engine".into(), "cpu".into()]] {
+        let mut child = bin().args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        // Close the read end before the command writes anything.
+        drop(child.stdout.take());
+        let mut stderr = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        let status = child.wait().unwrap();
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+        assert!(status.success() || status.code() == Some(141), "{args:?}: {status:?}; stderr: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ctrl-C during a long CPU run cancels it after the current op: status 130 and a message.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_cancels_a_long_run() {
+    let dir = scratch("ctrlc");
+    // Eight poolings of 2^20 elements by 2^12 windows in a row: seconds each on one core.
+    let mut g = Graph::new("long").io_data_type(F);
+    let mut t = g.tensor(TensorDesc::new("x", &[1, 1, 1 << 20], F));
+    for _ in 0..8 {
+        t = g.resample(t, ResampleAttrs::uniform(ResampleMode::Max, 1, 1 << 12, 1, 2047));
+    }
+    g.set_output(t);
+    let path = write(&dir, "long.json", &g.to_json().unwrap());
+    let child = bin().arg("run").arg(&path).args(["--engine", "cpu"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "stderr: {stderr}");
+    assert!(stderr.contains("execution cancelled") && stderr.contains("graph \"long\""), "stderr: {stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
