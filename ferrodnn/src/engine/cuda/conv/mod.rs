@@ -94,7 +94,7 @@ pub fn as_gemm(graph: &Graph, ni: usize) -> Option<Graph> {
             view.tensors[w.0] = matrix(wd, (wd.dims[r], wd.strides[r]), (wd.dims[c], wd.strides[c]));
             let out_dims = od.dims.clone();
             view.tensors[out.0] = image_view(od, &out_dims)?;
-            view_epilogue(graph, &mut view, out, &out_dims);
+            view_epilogue(graph, &mut view, out, &out_dims, &[a, w]);
         }
         _ => {
             // dw (K x C) = dy^T x: both images as (N * S) x channels.
@@ -184,8 +184,9 @@ fn image_view(d: &TensorDesc, out: &[i64]) -> Option<TensorDesc> {
 
 /// View the tensors of the pointwise nodes after `out` (those that read it or a value viewed so
 /// far) as `out` is viewed, so that the GEMM engine's epilogue can take them; a node with a
-/// tensor that cannot be viewed ends the walk there.
-fn view_epilogue(graph: &Graph, view: &mut Graph, out: TensorId, out_dims: &[i64]) {
+/// tensor that cannot be viewed (or one of the convolution's `operands` whose view differs)
+/// ends the walk there.
+fn view_epilogue(graph: &Graph, view: &mut Graph, out: TensorId, out_dims: &[i64], operands: &[TensorId]) {
     let cons = graph.consumers();
     let mut viewed = vec![out];
     let mut at = 0;
@@ -204,6 +205,9 @@ fn view_epilogue(graph: &Graph, view: &mut Graph, out: TensorId, out_dims: &[i64
                 }
                 let d = graph.desc(p.tensor);
                 let v = if d.is_pass_by_value { Some(TensorDesc { dims: vec![1, 1, 1], strides: vec![0, 0, 0], ..d.clone() }) } else { image_view(d, out_dims) };
+                // An operand of the convolution read again here keeps its view only where the
+                // two agree (x as a residual); the filter, viewed otherwise, ends the walk.
+                let v = v.filter(|v| !operands.contains(&p.tensor) || view.tensors[p.tensor.0] == *v);
                 match v {
                     Some(v) => new.push((p.tensor, v)),
                     None => {
@@ -239,6 +243,34 @@ mod tests {
         // Extents of 1 do not count.
         assert_eq!(linear(&[(1, 1000), (7, 3)]), Some((7, 3)));
         assert_eq!(linear(&[(1, 5), (1, 1)]), Some((1, 0)));
+    }
+
+    /// The filter read again by the epilogue (broadcast as an image) keeps its matrix view: the
+    /// walk stops at that node.
+    #[test]
+    fn the_filter_keeps_its_view_when_the_epilogue_reads_it() {
+        let f = crate::DataType::F16;
+        let mut g = Graph::new("w_again").io_data_type(f);
+        let x = g.tensor(TensorDesc::new("x", &[4, 4, 3, 5], f).with_layout(&[0, 2, 3, 1]));
+        let w = g.tensor(TensorDesc::new("w", &[4, 4, 1, 1], f));
+        let y = g.conv_fprop(x, w, ConvAttrs::new(2));
+        let z = g.add(y, w);
+        g.set_output(z);
+        g.validate().unwrap();
+        let view = as_gemm(&g, 0).unwrap();
+        assert_eq!(view.tensors[w.0].dims, [4, 4]);
+        assert_eq!(view.tensors[w.0].strides, [1, 4]);
+        // x read again as a residual keeps the view it has.
+        let mut g = Graph::new("x_again").io_data_type(f);
+        let x = g.tensor(TensorDesc::new("x", &[2, 8, 3, 5], f).with_layout(&[0, 2, 3, 1]));
+        let w = g.tensor(TensorDesc::new("w", &[8, 8, 1, 1], f).with_layout(&[0, 2, 3, 1]));
+        let y = g.conv_fprop(x, w, ConvAttrs::new(2));
+        let z = g.add(y, x);
+        g.set_output(z);
+        g.validate().unwrap();
+        let view = as_gemm(&g, 0).unwrap();
+        assert_eq!(view.tensors[z.0].dims, [2, 15, 8]);
+        assert_eq!(view.tensors[x.0].dims, [2, 15, 8]);
     }
 
     #[test]
