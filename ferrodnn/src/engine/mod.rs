@@ -384,33 +384,22 @@ impl Handle {
         let g = Arc::new(g);
         let mut plans = Vec::new();
         let mut reasons = Vec::new();
-        for engine in &self.engines {
-            if policy.engine.is_some_and(|k| k != engine.kind()) {
+        // The engines that gave a plan (only the first of each, unless all are asked for).
+        let mut built: Vec<EngineKind> = Vec::new();
+        for (engine, knobs, notes) in self.candidate_plans(&g, policy, &mut reasons) {
+            if !policy.all_candidates && built.contains(&engine.kind()) {
                 continue;
             }
-            if let Err(e) = engine.supports(&g) {
-                reasons.push(format!("{}: {e}", engine.kind().name()));
+            if (policy.deterministic_only && !notes.deterministic) || (policy.no_reduced_precision && notes.reduced_precision) {
+                reasons.push(format!("{}: plan with knobs {knobs:?} does not meet the policy ({notes:?})", engine.kind().name()));
                 continue;
             }
-            for mut knobs in engine.candidates(&g) {
-                if policy.autotune && engine.kind() == EngineKind::Cuda && !knobs.iter().any(|k| k.name == "fused" && k.value == 0) {
-                    knobs.push(Knob { name: "autotune".into(), value: 1 });
+            match self.compiled(engine, &g, key, &knobs) {
+                Ok((graph, inner)) => {
+                    plans.push(Plan { desc: PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes, graph, inner });
+                    built.push(engine.kind());
                 }
-                let notes = engine.behavior(&g, &knobs);
-                if (policy.deterministic_only && !notes.deterministic) || (policy.no_reduced_precision && notes.reduced_precision) {
-                    reasons.push(format!("{}: plan with knobs {knobs:?} does not meet the policy ({notes:?})", engine.kind().name()));
-                    continue;
-                }
-                match self.compiled(engine.as_ref(), &g, key, &knobs) {
-                    Ok((graph, inner)) => plans.push(Plan { desc: PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes, graph, inner }),
-                    Err(e) => {
-                        reasons.push(format!("{}: plan with knobs {knobs:?} failed to build: {e}", engine.kind().name()));
-                        continue;
-                    }
-                }
-                if !policy.all_candidates {
-                    break;
-                }
+                Err(e) => reasons.push(format!("{}: plan with knobs {knobs:?} failed to build: {e}", engine.kind().name())),
             }
         }
         if plans.is_empty() {
@@ -430,26 +419,35 @@ impl Handle {
         let mut g = graph.clone();
         g.validate()?;
         let key = g.key();
-        let mut out = Vec::new();
         let mut reasons = Vec::new();
-        for engine in self.engines.iter().filter(|e| policy.engine.is_none_or(|k| k == e.kind())) {
-            if let Err(e) = engine.supports(&g) {
-                reasons.push(format!("{}: {e}", engine.kind().name()));
-                continue;
-            }
-            for mut knobs in engine.candidates(&g) {
-                if policy.autotune && engine.kind() == EngineKind::Cuda && !knobs.iter().any(|k| k.name == "fused" && k.value == 0) {
-                    knobs.push(Knob { name: "autotune".into(), value: 1 });
-                }
-                let notes = engine.behavior(&g, &knobs);
-                out.push((PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes));
-            }
-        }
+        let out: Vec<(PlanDesc, BehaviorNotes)> =
+            self.candidate_plans(&g, policy, &mut reasons).into_iter().map(|(engine, knobs, notes)| (PlanDesc { engine: engine.kind(), knobs, graph_key: key }, notes)).collect();
         if out.is_empty() {
             let wanted = policy.engine.map_or("any engine".to_string(), |k| format!("engine {}", k.name()));
             return Err(Error::NotSupported(format!("graph \"{}\": no candidate plan on {wanted}{}{}", g.name, if reasons.is_empty() { "" } else { ": " }, reasons.join("; "))));
         }
         Ok(out)
+    }
+
+    /// Each engine's candidate knobs for validated graph `g`, best first, with their behavior
+    /// notes (`policy`'s engine and autotune applied, not its note filters); each engine that does
+    /// not support the graph adds why to `reasons`.
+    fn candidate_plans(&self, g: &Graph, policy: &PlanPolicy, reasons: &mut Vec<String>) -> Vec<(&dyn Engine, Vec<Knob>, BehaviorNotes)> {
+        let mut out = Vec::new();
+        for engine in self.engines.iter().filter(|e| policy.engine.is_none_or(|k| k == e.kind())) {
+            if let Err(e) = engine.supports(g) {
+                reasons.push(format!("{}: {e}", engine.kind().name()));
+                continue;
+            }
+            for mut knobs in engine.candidates(g) {
+                if policy.autotune && engine.kind() == EngineKind::Cuda && !knobs.iter().any(|k| k.name == "fused" && k.value == 0) {
+                    knobs.push(Knob { name: "autotune".into(), value: 1 });
+                }
+                let notes = engine.behavior(g, &knobs);
+                out.push((engine.as_ref(), knobs, notes));
+            }
+        }
+        out
     }
 
     /// The behavior notes a plan of `desc`'s engine and knobs would have for a validated graph,

@@ -53,6 +53,20 @@ fn running_ports(node: &Node) -> Option<Option<[TensorId; 4]>> {
 }
 
 /// Training forward on channels-last x and y (no peers), see the module's description.
+/// The parameters of the training forward's finalize kernel (either layout): x, the partial
+/// sums and per-channel coefficients in scratch, scale, bias, the saved mean and inverse
+/// variance, the running statistics with momentum when the node has them, and epsilon.
+fn finalize_signature(node: &Node, a: &BatchnormAttrs, [x, scale, bias, mean, inv]: [TensorId; 5], running: Option<[TensorId; 4]>) -> Signature {
+    let mut sig = Signature::new();
+    sig.ptr("xv", x, false).scratch("float", "part", 0, false).scratch("float", "co", 1, true);
+    sig.ptr("sc", scale, false).ptr("bi", bias, false).ptr("mo", mean, true).ptr("vo", inv, true);
+    if let Some([rm, rv, orm, orv]) = running {
+        sig.ptr("rm", rm, false).ptr("rv", rv, false).ptr("orm", orm, true).ptr("orv", orv, true).attr("momentum", Attr::of(node, "momentum", a.momentum), true);
+    }
+    sig.attr("eps", Attr::of(node, "epsilon", a.epsilon), true);
+    sig
+}
+
 fn training(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms: i64) -> Option<NodeKernels> {
     if !peer_ports(node).ok()?.is_empty() {
         return None;
@@ -93,13 +107,7 @@ fn training(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms: i64)
     let g = StatsGeom::new(c, vec, positions, sms);
     let stats = channels::slab_stats(entry_name(ni, "bn_nhwc_stats"), v, &g, x);
 
-    let mut sig = Signature::new();
-    sig.ptr("xv", x, false).scratch("float", "part", 0, false).scratch("float", "co", 1, true);
-    sig.ptr("sc", scale, false).ptr("bi", bias, false).ptr("mo", mean, true).ptr("vo", inv, true);
-    if let Some(([rm, rv, orm, orv], _)) = &run {
-        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true).attr("momentum", Attr::of(node, "momentum", a.momentum), true);
-    }
-    sig.attr("eps", Attr::of(node, "epsilon", a.epsilon), true);
+    let sig = finalize_signature(node, a, [x, scale, bias, mean, inv], run.as_ref().map(|(ids, _)| *ids));
     let fin_entry = entry_name(ni, "bn_nhwc_finalize");
     let src = channels::start(&fin_entry, &sig, v, &g, false).flag("FIN_RUNNING", run.is_some());
     let mut src = define_chans(src, &[(&sc, "SC", false), (&bi, "BI", false), (&mo, "MO", true), (&vo, "VO", true)]);
@@ -153,13 +161,7 @@ fn training_nchw(graph: &Graph, ni: usize, node: &Node, a: &BatchnormAttrs, sms:
     let geom = PlaneGeom::new(c, n0, hw, v.vec(), xt.size() as i64, sms);
     let stats = channels::plane_shift_stats(entry_name(ni, "bn_nchw_stats"), v, &geom, x, sms);
 
-    let mut sig = Signature::new();
-    sig.ptr("xv", x, false).scratch("float", "part", 0, false).scratch("float", "co", 1, true);
-    sig.ptr("sc", scale, false).ptr("bi", bias, false).ptr("mo", mean, true).ptr("vo", inv, true);
-    if let Some(([rm, rv, orm, orv], _)) = &run {
-        sig.ptr("rm", *rm, false).ptr("rv", *rv, false).ptr("orm", *orm, true).ptr("orv", *orv, true).attr("momentum", Attr::of(node, "momentum", a.momentum), true);
-    }
-    sig.attr("eps", Attr::of(node, "epsilon", a.epsilon), true);
+    let sig = finalize_signature(node, a, [x, scale, bias, mean, inv], run.as_ref().map(|(ids, _)| *ids));
     let fin_entry = entry_name(ni, "bn_nchw_finalize");
     let src = channels::start(&fin_entry, &sig, v, &geom, false).flag("FIN_RUNNING", run.is_some());
     let mut src = define_chans(src, &[(&sc, "SC", false), (&bi, "BI", false), (&mo, "MO", true), (&vo, "VO", true)]);

@@ -26,6 +26,35 @@ const INSTANCENORM_PARAMS_CUH: &str = include_str!("instancenorm_params.cuh");
 const FIN_SLICES: u32 = 32;
 
 impl Gen<'_> {
+    /// A forward norm's scale and optional bias (broadcast over rows of `xd`, `v`-wide vectors)
+    /// and its optional mean and inverse-variance outputs (one value a row).
+    #[allow(clippy::type_complexity)]
+    fn affine_and_stats(
+        &self,
+        scale: TensorId,
+        bias: Option<TensorId>,
+        mean: Option<TensorId>,
+        inv: Option<TensorId>,
+        xd: &[i64],
+        v: i64,
+    ) -> Option<(RowT, Option<RowT>, Option<RowT>, Option<RowT>)> {
+        let st = self.param(scale, xd, v)?;
+        // An optional tensor the kernels cannot address declines (`?`), as a required one does.
+        let bt = match bias {
+            Some(b) => Some(self.param(b, xd, v)?),
+            None => None,
+        };
+        let mt = match mean {
+            Some(m) => Some(self.rows(m, 1, 1, false)?),
+            None => None,
+        };
+        let it = match inv {
+            Some(i) => Some(self.rows(i, 1, 1, false)?),
+            None => None,
+        };
+        Some((st, bt, mt, it))
+    }
+
     /// The node's epsilon (its attribute `value`, or the tensor on its `epsilon` port): the
     /// kernels' `float eps` parameter, so that one kernel serves every value. Declined when the
     /// plan knows it and it is not a positive normal f32 (the kernels take no other); a value
@@ -153,19 +182,7 @@ impl Gen<'_> {
         let eps = self.epsilon(eps)?;
         let xt = self.rows(x, 1, v, true)?;
         let yt = self.rows(y, 1, v, true)?;
-        let st = self.param(scale, &xd, v)?;
-        let bt = match bias {
-            Some(b) => Some(self.param(b, &xd, v)?),
-            None => None,
-        };
-        let mt = match mean {
-            Some(m) => Some(self.rows(m, 1, 1, false)?),
-            None => None,
-        };
-        let it = match inv {
-            Some(i) => Some(self.rows(i, 1, 1, false)?),
-            None => None,
-        };
+        let (st, bt, mt, it) = self.affine_and_stats(scale, bias, mean, inv, &xd, v)?;
 
         let mut sig = Signature::new();
         sig.ptr("xp", x, false).ptr("scp", scale, false);
@@ -773,19 +790,7 @@ impl Gen<'_> {
         let ets: Vec<RowT> = ext.iter().map(|&t| self.rows(t, 1, v, true)).collect::<Option<_>>()?;
         let yt = self.rows(y, 1, v, true)?;
         let xt = if write_x { Some(self.rows(x, 1, v, true)?) } else { None };
-        let st = self.param(scale, &xd, v)?;
-        let bt = match bias {
-            Some(b) => Some(self.param(b, &xd, v)?),
-            None => None,
-        };
-        let mt = match mean {
-            Some(m) => Some(self.rows(m, 1, 1, false)?),
-            None => None,
-        };
-        let it = match inv {
-            Some(i) => Some(self.rows(i, 1, 1, false)?),
-            None => None,
-        };
+        let (st, bt, mt, it) = self.affine_and_stats(scale, bias, mean, inv, &xd, v)?;
         let mut sig = Signature::new();
         let names: Vec<String> = (0..ets.len()).map(|j| format!("e{j}")).collect();
         let mut vec_tensors: Vec<(&str, &RowT)> = Vec::new();
