@@ -77,6 +77,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--graphs", action="store_true", help="time PyTorch's calls replayed from a CUDA graph (its kernels alone, no host overhead)")
     args = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
     with open(args.ours) as f:
         ours = json.load(f)["workloads"]
     rows = []

@@ -64,6 +64,15 @@ if [[ ",$STEPS," == *",bench,"* ]]; then
     echo "bench $suite rc=$?"; grep -vE '^\s' "$OUT/bench-$suite.log" | tail -${BENCH_TAIL:-16}
   done
 fi
+if [[ ",$STEPS," == *",conv,"* ]]; then
+  # The conv suite, then PyTorch (cuDNN) on the same layers: batches of calls, and CUDA-graph
+  # replay (kernels alone).
+  echo "== conv suite beside PyTorch"
+  timeout 300 .gpu/ferrodnn bench --suite conv ${CONV_FILTER:+--filter "$CONV_FILTER"} --out "$OUT/conv_ours.json" > "$OUT/conv_ours.log" 2>&1
+  echo "conv rc=$?"; grep -vE '^\s' "$OUT/conv_ours.log" | tail -30
+  timeout 200 python3 bench/torch_conv.py --ours "$OUT/conv_ours.json" --out "$OUT/conv_torch.json"
+  timeout 200 python3 bench/torch_conv.py --ours "$OUT/conv_ours.json" --out "$OUT/conv_torch_graphs.json" --graphs
+fi
 if [[ ",$STEPS," == *",ab,"* ]]; then
   # A/B of tuning switches, ferrodnn alone: the suite $AB_SUITE once per environment in $AB
   # (';'-separated, each a space-separated list of VAR=value, e.g. AB="FERRODNN_PDL=0;FERRODNN_PDL=1").

@@ -38,6 +38,7 @@ fn problem(c: &Case) -> GemmProblem {
         row_stride: rs as i64,
         col_stride: cs as i64,
         batch_stride: bs as i64,
+        gather: None,
     };
     let a = if c.a_kmajor { op(0, t, m, k, k, 1, m * k) } else { op(0, t, m, k, 1, m, m * k) };
     let b = if c.b_kmajor { op(1, t, k, n, 1, k, 0) } else { op(1, t, k, n, n, 1, 0) };

@@ -104,10 +104,10 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
     let mut groups: Vec<(Group, Vec<usize>)> = gemm::groups(graph, &order, target, options).into_iter().map(|g| (Group::Gemm, g)).collect();
     // Convolutions that are matrix products, with their epilogues: GEMM groups over a view of
     // the graph (conv/mod.rs).
-    let mut views: Vec<Graph> = Vec::new();
+    let mut views: Vec<conv::View> = Vec::new();
     for &ni in order.iter().filter(|&&n| conv::conv_op(&graph.nodes[n].op)) {
         let Some(view) = conv::as_gemm(graph, ni) else { continue };
-        if let Some(g) = gemm::groups(&view, &[ni], target, options).into_iter().next() {
+        if let Some(g) = gemm::groups_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref()).into_iter().next() {
             groups.push((Group::Conv(views.len()), g));
             views.push(view);
         }
@@ -131,7 +131,7 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
             if ni == last {
                 let (unit, family) = match kind {
                     Group::Gemm => (gemm::unit(graph, grp, target, options)?, Family::Gemm),
-                    Group::Conv(v) => (gemm::unit(&views[*v], grp, target, options)?, Family::Conv),
+                    Group::Conv(v) => (gemm::unit_gathered(&views[*v].graph, grp, target, options, views[*v].gathers.as_ref())?, Family::Conv),
                     Group::NormPrologue => (fused::norm::prologue_unit(graph, grp, target)?, Family::NormPrologue),
                     Group::Pointwise => (fused::pointwise::unit(graph, grp)?, Family::Pointwise),
                 };

@@ -1,10 +1,13 @@
 //! Convolutions the GEMM kernels run (`engine/cuda/conv`): one-tap filters with unit stride, no
 //! padding and one group, forward (with bias, activation and residual epilogues), data and
 //! weight gradients; channels-last and packed NCHW images, 2D and 3D, odd channel counts (the
-//! mma.sync path), f16, bf16 and f32.
+//! mma.sync path), f16, bf16 and f32. Then the implicit GEMM: filters of many taps with padding
+//! (symmetric and not), stride, dilation and both modes, in 1D, 2D and 3D, forward (with its
+//! epilogue), data gradient (strided too) and weight gradient, channel counts that fill 16-byte
+//! vectors and counts that do not, channels-last and NCHW.
 
 use super::Case;
-use crate::graph::ops::conv::ConvAttrs;
+use crate::graph::ops::conv::{ConvAttrs, ConvMode};
 use crate::graph::TensorId;
 use crate::{DataType, Graph, TensorDesc};
 
@@ -113,9 +116,104 @@ fn wgrad(dy: &[i64], c: i64, dt: DataType, last: bool) -> Case {
     Case::new(name, g)
 }
 
+/// Which convolution an implicit-GEMM case runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Fprop,
+    Dgrad,
+    Wgrad,
+}
+
+/// A convolution of image `x` by filter `w` (`[k, c, taps...]`) with `attrs`: the forward one
+/// (with a bias + relu epilogue when `bias_relu`), or its data or weight gradient.
+#[allow(clippy::too_many_arguments)]
+fn implicit(kind: Kind, what: &str, x: &[i64], w: &[i64], attrs: ConvAttrs, dt: DataType, last: bool, bias_relu: bool) -> Case {
+    let op = match kind {
+        Kind::Fprop => "fprop",
+        Kind::Dgrad => "dgrad",
+        Kind::Wgrad => "wgrad",
+    };
+    let name = format!("fast_conv_{op}_{what}_{}_{dt}{}", if last { "nhwc" } else { "nchw" }, if bias_relu { "_bias_relu" } else { "" });
+    let mut g = Graph::new(name.clone()).io_data_type(dt);
+    let y_dims = attrs.forward_dims(x, w, "x", "w").unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (result, port) = match kind {
+        Kind::Fprop => {
+            let xt = g.tensor(image("x", x, dt, last));
+            let wt = g.tensor(image("w", w, dt, last));
+            let y = g.conv_fprop(xt, wt, attrs);
+            if bias_relu {
+                let mut bd = vec![1, w[0]];
+                bd.extend(std::iter::repeat_n(1, x.len() - 2));
+                let b = g.tensor(TensorDesc::new("bias", &bd, dt));
+                let yb = g.bias(y, b);
+                (g.relu(yb), "y")
+            } else {
+                (y, "y")
+            }
+        }
+        Kind::Dgrad => {
+            let dyt = g.tensor(image("dy", &y_dims, dt, last));
+            let wt = g.tensor(image("w", w, dt, last));
+            (g.conv_dgrad(dyt, wt, x, attrs), "dx")
+        }
+        Kind::Wgrad => {
+            let dyt = g.tensor(image("dy", &y_dims, dt, last));
+            let xt = g.tensor(image("x", x, dt, last));
+            (g.conv_wgrad(dyt, xt, w, attrs), "dw")
+        }
+    };
+    out(&mut g, result, port);
+    Case::new(name, g)
+}
+
+/// The implicit-GEMM cases.
+fn implicit_cases() -> Vec<Case> {
+    use Kind::*;
+    let (f16, bf16, f32) = (DataType::F16, DataType::Bf16, DataType::F32);
+    let p2 = |p: [i64; 2]| ConvAttrs::new(2).with_padding(&p);
+    let strided = |s: [i64; 2], p: [i64; 2]| ConvAttrs::new(2).with_padding(&p).with_stride(&s);
+    let asym = || ConvAttrs::new(2).with_pre_padding(&[0, 2]).with_post_padding(&[1, 0]);
+    let dil = || ConvAttrs::new(2).with_padding(&[2, 1]).with_dilation(&[2, 1]);
+    let mirrored = || ConvAttrs::new(2).with_padding(&[1, 0]).with_mode(ConvMode::Convolution);
+    let audio = || ConvAttrs::new(1).with_padding(&[3]).with_stride(&[5]);
+    let video = || ConvAttrs::new(3).with_padding(&[1, 1, 1]);
+    vec![
+        implicit(Fprop, "3x3", &[3, 16, 9, 11], &[24, 16, 3, 3], p2([1, 1]), f16, true, true),
+        implicit(Fprop, "3x3", &[2, 32, 13, 7], &[40, 32, 3, 3], p2([1, 1]), bf16, true, false),
+        implicit(Fprop, "3x3_stride2", &[2, 24, 15, 14], &[16, 24, 3, 3], strided([2, 2], [1, 1]), f16, true, false),
+        implicit(Fprop, "7x7_stride2_c3", &[2, 3, 23, 21], &[16, 3, 7, 7], strided([2, 2], [3, 3]), f16, true, true),
+        implicit(Fprop, "3x5_asym_pad_c12", &[2, 12, 9, 10], &[20, 12, 3, 5], asym(), f16, true, false),
+        implicit(Fprop, "3x3_dilation", &[2, 8, 11, 9], &[8, 8, 3, 3], dil(), bf16, true, false),
+        implicit(Fprop, "3x2_convolution_mode", &[2, 16, 7, 6], &[8, 16, 3, 2], mirrored(), f16, true, false),
+        implicit(Fprop, "3x3", &[2, 6, 9, 11], &[5, 6, 3, 3], p2([1, 1]), f32, false, true),
+        implicit(Fprop, "3x3", &[3, 8, 7, 5], &[6, 8, 3, 3], p2([0, 1]), f16, false, false),
+        implicit(Fprop, "1d_k10_stride5", &[2, 8, 163], &[16, 8, 10], audio(), f16, true, false),
+        implicit(Fprop, "3d_3x3x3", &[2, 8, 5, 6, 7], &[16, 8, 3, 3, 3], video(), bf16, true, true),
+        implicit(Dgrad, "3x3", &[3, 16, 9, 11], &[24, 16, 3, 3], p2([1, 1]), f16, true, false),
+        implicit(Dgrad, "3x3_stride2", &[2, 24, 15, 14], &[16, 24, 3, 3], strided([2, 2], [1, 1]), bf16, true, false),
+        implicit(Dgrad, "3x5_asym_pad_convolution_mode", &[2, 8, 9, 10], &[16, 8, 3, 5], asym().with_mode(ConvMode::Convolution), f16, true, false),
+        implicit(
+            Dgrad,
+            "3x3_stride2_dilation",
+            &[2, 5, 13, 11],
+            &[7, 5, 3, 3],
+            ConvAttrs::new(2).with_pre_padding(&[2, 1]).with_post_padding(&[1, 2]).with_stride(&[2, 3]).with_dilation(&[2, 1]),
+            f32,
+            false,
+            false,
+        ),
+        implicit(Dgrad, "3d_3x3x3", &[2, 8, 5, 6, 7], &[16, 8, 3, 3, 3], video(), f16, true, false),
+        implicit(Wgrad, "3x3", &[3, 16, 9, 11], &[24, 16, 3, 3], p2([1, 1]), f16, true, false),
+        implicit(Wgrad, "3x3_stride2", &[2, 24, 15, 14], &[16, 24, 3, 3], strided([2, 2], [1, 1]), bf16, true, false),
+        implicit(Wgrad, "7x7_stride2_c3", &[2, 3, 23, 21], &[16, 3, 7, 7], strided([2, 2], [3, 3]), f16, true, false),
+        implicit(Wgrad, "3x3", &[2, 6, 9, 11], &[5, 6, 3, 3], p2([1, 1]), f32, false, false),
+        implicit(Wgrad, "1d_k10_stride5", &[2, 8, 163], &[16, 8, 10], audio(), bf16, true, false),
+    ]
+}
+
 pub(super) fn cases() -> Vec<Case> {
     let (f16, bf16, f32) = (DataType::F16, DataType::Bf16, DataType::F32);
-    vec![
+    let mut v = vec![
         fprop(&[3, 24, 7, 9], 40, f16, true, Epi::BiasRelu),
         fprop(&[3, 24, 7, 9], 40, bf16, true, Epi::Residual),
         fprop(&[2, 32, 15, 17], 64, bf16, true, Epi::None),
@@ -130,7 +228,9 @@ pub(super) fn cases() -> Vec<Case> {
         wgrad(&[3, 40, 7, 9], 24, f16, true),
         wgrad(&[1, 24, 5, 11], 16, f32, false),
         wgrad(&[3, 19, 5, 7], 13, bf16, true),
-    ]
+    ];
+    v.extend(implicit_cases());
+    v
 }
 
 #[cfg(test)]
@@ -142,7 +242,7 @@ mod tests {
     /// Every case validates and runs on the CPU, and on sm_90a and sm_80 the convolution (with
     /// its epilogue) plans as one GEMM-family unit.
     #[test]
-    fn one_tap_convolutions_plan_on_the_gemm_kernels() {
+    fn convolutions_plan_on_the_gemm_kernels() {
         for c in super::cases() {
             let mut g = c.graph.clone();
             g.validate().unwrap_or_else(|e| panic!("{}: {e}", c.name));

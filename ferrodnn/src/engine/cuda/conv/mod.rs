@@ -16,7 +16,10 @@
 //! ids, so they run on the original graph's variant pack. Other convolutions run on the generic
 //! fallback (implicit GEMM for the general case is the next step of this engine).
 
+pub mod implicit;
+
 use super::gemm;
+use super::gemm::gather::Gathers;
 use super::kernel::{Options, Target, Unit};
 use crate::error::Result;
 use crate::graph::ops::conv::ConvAttrs;
@@ -33,9 +36,18 @@ pub fn conv_op(op: &Op) -> bool {
 /// GEMM kernels take.
 pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Option<Unit>> {
     match as_gemm(graph, ni) {
-        Some(view) => gemm::unit(&view, &[ni], target, options),
+        Some(view) => gemm::unit_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref()),
         None => Ok(None),
     }
+}
+
+/// A convolution seen as a GEMM: a copy of the graph in which the convolution node is a matmul
+/// (and the tensors of the epilogue it may absorb are viewed as matrices), with the index maps of
+/// its operands when they are gathered (an implicit GEMM, [`implicit`]) rather than strided
+/// views of the tensors.
+pub struct View {
+    pub graph: Graph,
+    pub gathers: Option<Gathers>,
 }
 
 /// Why this engine declines convolution node `ni`: the first condition it fails, else the
@@ -63,7 +75,15 @@ pub const CONDITIONS: &str = "a filter of one tap (1x1) with unit stride, no pad
 /// A copy of `graph` in which convolution node `ni` is a matmul over matrix views of its
 /// tensors, and the tensors of the pointwise nodes after it are viewed alike; None when the
 /// convolution is not a matrix product or a tensor cannot be viewed.
-pub fn as_gemm(graph: &Graph, ni: usize) -> Option<Graph> {
+pub fn as_gemm(graph: &Graph, ni: usize) -> Option<View> {
+    match one_tap_view(graph, ni) {
+        Some(view) => Some(View { graph: view, gathers: None }),
+        None => implicit::view(graph, ni),
+    }
+}
+
+/// [`as_gemm`] for a convolution that is a matrix product over strided views of its tensors.
+fn one_tap_view(graph: &Graph, ni: usize) -> Option<Graph> {
     let node = graph.nodes.get(ni)?;
     let (attrs, a, b, out) = match &node.op {
         Op::ConvFprop(at) => (at, node.input("x")?, node.input("w")?, node.output("y")?),
@@ -186,7 +206,7 @@ fn image_view(d: &TensorDesc, out: &[i64]) -> Option<TensorDesc> {
 /// far) as `out` is viewed, so that the GEMM engine's epilogue can take them; a node with a
 /// tensor that cannot be viewed (or one of the convolution's `operands` whose view differs)
 /// ends the walk there.
-fn view_epilogue(graph: &Graph, view: &mut Graph, out: TensorId, out_dims: &[i64], operands: &[TensorId]) {
+fn view_epilogue(graph: &Graph, view: &mut Graph, out: TensorId, out_dims: &[i64], operands: &[TensorId]) -> Vec<TensorId> {
     let cons = graph.consumers();
     let mut viewed = vec![out];
     let mut at = 0;
@@ -226,6 +246,7 @@ fn view_epilogue(graph: &Graph, view: &mut Graph, out: TensorId, out_dims: &[i64
             }
         }
     }
+    viewed
 }
 
 #[cfg(test)]
@@ -257,7 +278,7 @@ mod tests {
         let z = g.add(y, w);
         g.set_output(z);
         g.validate().unwrap();
-        let view = as_gemm(&g, 0).unwrap();
+        let view = as_gemm(&g, 0).unwrap().graph;
         assert_eq!(view.tensors[w.0].dims, [4, 4]);
         assert_eq!(view.tensors[w.0].strides, [1, 4]);
         // x read again as a residual keeps the view it has.
@@ -268,7 +289,7 @@ mod tests {
         let z = g.add(y, x);
         g.set_output(z);
         g.validate().unwrap();
-        let view = as_gemm(&g, 0).unwrap();
+        let view = as_gemm(&g, 0).unwrap().graph;
         assert_eq!(view.tensors[z.0].dims, [2, 15, 8]);
         assert_eq!(view.tensors[x.0].dims, [2, 15, 8]);
     }

@@ -9,6 +9,7 @@
 //! before it is stored, and the kernel generators (`sm90`, `sm80`) how.
 
 pub mod epilogue;
+pub mod gather;
 pub mod sm80;
 pub mod sm90;
 pub mod tune;
@@ -35,6 +36,9 @@ pub struct Operand {
     pub col_stride: i64,
     /// 0 when the operand is broadcast over the batch.
     pub batch_stride: i64,
+    /// Addressed through an index map instead of the strides (an implicit GEMM's operand,
+    /// [`gather`]): only the mma.sync kernel takes it.
+    pub gather: Option<Box<gather::Gather>>,
 }
 
 /// `C[b] = epilogue(A[b] x B[b])` for `b < batch`, accumulated in f32 (f64 for f64 inputs).
@@ -238,6 +242,12 @@ impl Epilogue {
 /// in topological order. Only matmuls this engine runs and that absorb at least one node form
 /// a group (a lone matmul is asked for through [`unit`] with one node).
 pub fn groups(graph: &Graph, order: &[usize], target: &Target, options: &Options) -> Vec<Vec<usize>> {
+    groups_gathered(graph, order, target, options, None)
+}
+
+/// [`groups`], where `gathers` (when some) addresses the operands of one matmul through index
+/// maps (a convolution's view graph, `conv/`).
+pub fn groups_gathered(graph: &Graph, order: &[usize], target: &Target, options: &Options, gathers: Option<&gather::Gathers>) -> Vec<Vec<usize>> {
     let cons = graph.consumers();
     let mut out = Vec::new();
     for &ni in order {
@@ -266,7 +276,7 @@ pub fn groups(graph: &Graph, order: &[usize], target: &Target, options: &Options
                 }
             }
         }
-        if let Some(nodes) = tries.into_iter().find(|n| plan_group(graph, n, target, options).is_some()) {
+        if let Some(nodes) = tries.into_iter().find(|n| plan_group(graph, n, target, options, gathers).is_some()) {
             out.push(nodes);
         }
     }
@@ -275,7 +285,12 @@ pub fn groups(graph: &Graph, order: &[usize], target: &Target, options: &Options
 
 /// The unit of a GEMM group (or of a single matmul node), when this engine runs it.
 pub fn unit(graph: &Graph, nodes: &[usize], target: &Target, options: &Options) -> Result<Option<Unit>> {
-    let Some((problem, epi)) = plan_group(graph, nodes, target, options) else { return Ok(None) };
+    unit_gathered(graph, nodes, target, options, None)
+}
+
+/// [`unit`] with [`groups_gathered`]'s index maps.
+pub fn unit_gathered(graph: &Graph, nodes: &[usize], target: &Target, options: &Options, gathers: Option<&gather::Gathers>) -> Result<Option<Unit>> {
+    let Some((problem, epi)) = plan_group(graph, nodes, target, options, gathers) else { return Ok(None) };
     if target.hopper() {
         if let Some(u) = sm90::unit(graph, nodes, &problem, &epi, target, options)? {
             return Ok(Some(u));
@@ -300,7 +315,7 @@ pub fn tunable_problems(graph: &Graph, target: &Target, options: &Options) -> Ve
     let lone = order.iter().filter(|&&n| matches!(graph.nodes[n].op, Op::Matmul(_)) && !grouped.iter().any(|g| g.contains(&n))).map(|&n| vec![n]);
     let mut out: Vec<(GemmProblem, [TensorDesc; 3])> = Vec::new();
     for nodes in grouped.iter().cloned().chain(lone) {
-        let Some((p, _)) = plan_group(graph, &nodes, target, options) else { continue };
+        let Some((p, _)) = plan_group(graph, &nodes, target, options, None) else { continue };
         let (a, b) = (p.a.tensor, p.b.tensor);
         if sm90::reject(&p, target).is_some() || sm90::tuning_configs(&p, target).len() < 2 || out.iter().any(|(q, _)| *q == p) {
             continue;
@@ -320,10 +335,15 @@ pub fn tunable_problems(graph: &Graph, target: &Target, options: &Options) -> Ve
 /// takes it: the nodes must form a valid epilogue chain (checked again here: `unit` is also asked
 /// about single nodes of any kind), and a last reduction node must be a [`Tap`] of the chain's
 /// output that the Hopper kernel's configuration for the problem can fold in.
-fn plan_group(graph: &Graph, nodes: &[usize], target: &Target, options: &Options) -> Option<(GemmProblem, Epilogue)> {
+fn plan_group(graph: &Graph, nodes: &[usize], target: &Target, options: &Options, gathers: Option<&gather::Gathers>) -> Option<(GemmProblem, Epilogue)> {
     let at = nodes.iter().position(|&n| matches!(graph.nodes.get(n).map(|n| &n.op), Some(Op::Matmul(_))))?;
     let (pro_nodes, nodes) = nodes.split_at(at);
     let (&mm, rest) = nodes.split_first()?;
+    let gathers = gathers.filter(|g| g.node == mm);
+    // A gathered operand is read through its map, not through a prologue's source.
+    if gathers.is_some() && !pro_nodes.is_empty() {
+        return None;
+    }
     // The operands' prologues (each node the prologue of A or of B), their sources and scales.
     let cons = graph.consumers();
     let (mut a_src, mut b_src) = (graph.nodes[mm].input("a")?, graph.nodes[mm].input("b")?);
@@ -351,7 +371,7 @@ fn plan_group(graph: &Graph, nodes: &[usize], target: &Target, options: &Options
         Some(&n) => graph.nodes[n].outputs.first()?.tensor,
         None => c,
     };
-    let p = problem_of(graph, mm, a_src, b_src, out, target, options)?;
+    let p = problem_of(graph, mm, a_src, b_src, out, target, options, gathers)?;
     let mut epi = epilogue::build(graph, mm, &scales, chain)?;
     if let Some(t) = tap {
         let tap = Tap::of(graph, t, out)?;
@@ -540,6 +560,26 @@ fn operand(graph: &Graph, id: TensorId, out_batch: &[i64]) -> Option<Operand> {
         row_stride: norm(rows, d.strides[r - 2]),
         col_stride: norm(cols, d.strides[r - 1]),
         batch_stride: if batch == 1 { 0 } else { bs },
+        gather: None,
+    })
+}
+
+/// A gathered operand: the extents of `id`'s (matrix) description in the view graph, read
+/// through `map`.
+fn gathered(graph: &Graph, id: TensorId, map: &gather::Gather) -> Option<Operand> {
+    let d = graph.desc(id);
+    if d.dims.len() != 2 || d.dims.iter().any(|&e| e <= 0 || e > i32::MAX as i64) || !map.valid() {
+        return None;
+    }
+    Some(Operand {
+        tensor: id,
+        dtype: dtype(graph, id),
+        rows: d.dims[0] as usize,
+        cols: d.dims[1] as usize,
+        row_stride: 0,
+        col_stride: 0,
+        batch_stride: 0,
+        gather: Some(Box::new(map.clone())),
     })
 }
 
@@ -549,7 +589,10 @@ fn operand(graph: &Graph, id: TensorId, out_batch: &[i64]) -> Option<Operand> {
 /// (mixed types as `sm80::mma_kind` allows; fp8 on sm_89+), batch dims that flatten to one
 /// stride per operand, a C type of f32/f16/bf16/fp8, and a compute type that leaves the inputs
 /// as they are (the CPU engine rounds inputs to it).
-fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId, target: &Target, options: &Options) -> Option<GemmProblem> {
+/// With `gathers`, A and B are read through their index maps: the view graph gives them only
+/// their extents (A `m x k`, B `k x n`) and types.
+#[allow(clippy::too_many_arguments)]
+fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId, target: &Target, options: &Options, gathers: Option<&gather::Gathers>) -> Option<GemmProblem> {
     let node = graph.nodes.get(mm)?;
     if !matches!(node.op, Op::Matmul(_)) {
         return None;
@@ -575,7 +618,14 @@ fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId,
         return None;
     }
     let batch: i64 = out_batch.iter().product();
-    let (pa, pb, pc) = (operand(graph, a, out_batch)?, operand(graph, b, out_batch)?, operand(graph, out, out_batch)?);
+    let (pa, pb, pc) = match gathers {
+        Some(g) => (gathered(graph, a, &g.a)?, gathered(graph, b, &g.b)?, operand(graph, out, out_batch)?),
+        None => (operand(graph, a, out_batch)?, operand(graph, b, out_batch)?, operand(graph, out, out_batch)?),
+    };
+    // Gathered indices are 32-bit in the kernel (rows over every batch too).
+    if gathers.is_some() && [pa.rows as u128 * batch as u128, pa.cols as u128, pb.cols as u128].iter().any(|&e| e > i32::MAX as u128) {
+        return None;
+    }
     if pa.cols != pb.rows || pc.rows != pa.rows || pc.cols != pb.cols {
         return None;
     }

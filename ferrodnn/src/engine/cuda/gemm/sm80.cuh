@@ -21,6 +21,8 @@
 //                         GM_B_STAGE elements a stage
 //   GM_PAIR_STORE         1: two neighbouring columns of C stored at once
 //   EPI_NAMES             the epilogue's side-input arguments (`, e0, ...`)
+//   GM_GATHER             1: A and B are gathered through the index maps of gather.cuh (an
+//                         implicit GEMM: included before this template), not strided matrices
 
 #define GM_MMA_F16 1
 #define GM_MMA_BF16 2
@@ -200,6 +202,74 @@ __device__ __forceinline__ void gm_load_tile(smem_t* __restrict__ s, const char*
 #define GM_B_VALID k_left, n_left
 #endif
 
+#if GM_GATHER
+// Every thread of the block brings its share of a ROWS x COLS tile of gathered operand X into `s`
+// (row pitch PITCH): rows are the operand's index ROW_SIDE (0: along m or n, 1: along k) from
+// `r0`, columns its other index from `c0`; rows >= `rows_valid`, columns >= `cols_valid` and
+// elements outside the tensor (padding) become zero. ASYNC: 16-byte cp.async along the rows (the
+// column index is contiguous, gather.rs), zero-filled through the source size, left in flight;
+// else one element at a time.
+template <int X, int ROWS, int COLS, int PITCH, int GT, bool ASYNC, int ROW_SIDE>
+__device__ __forceinline__ void gm_gather_tile(smem_t* __restrict__ s, const char* __restrict__ g, unsigned r0, unsigned c0, long long rows_valid, long long cols_valid, int tid) {
+    constexpr int COL_SIDE = 1 - ROW_SIDE;
+    constexpr int ES = DT_SIZE(GT);
+    if constexpr (ASYNC) {
+        constexpr int VEC = 16 / ES, PER_ROW = COLS / VEC, TOTAL = ROWS * PER_ROW, ITERS = (TOTAL + THREADS - 1) / THREADS;
+        #pragma unroll
+        for (int it = 0; it < ITERS; ++it) {
+            const int idx = tid + it * THREADS;
+            if constexpr (TOTAL % THREADS != 0) {
+                if (idx >= TOTAL) break;
+            }
+            const int r = idx / PER_ROW, c = (idx % PER_ROW) * VEC;
+            const long long left = r < rows_valid ? cols_valid - c : 0;
+            const int n = left <= 0 ? 0 : (left >= VEC ? VEC : (int)left);
+            smem_t* const d = s + r * PITCH + c;
+            const gt_part pr = gt_index<X, ROW_SIDE>(r0 + r);
+            if (n == VEC) {
+                long long off;
+                const bool ok = gt_offset<X>(pr, gt_index<X, COL_SIDE>(c0 + c), off);
+                // Outside the tensor: zero fill (source size 0) from the base pointer.
+                gm_cp16(gm_saddr(d), ok ? g + off * ES : g, ok ? 16 : 0);
+            } else {
+                // A vector cut by the edge of the index (a plain one: tap indices are whole
+                // vectors) or wholly past it: its valid elements and zeros.
+                #pragma unroll
+                for (int e = 0; e < VEC; ++e) {
+                    long long off;
+                    const bool ok = e < n && gt_offset<X>(pr, gt_index<X, COL_SIDE>(c0 + c + e), off);
+                    d[e] = ok ? gm_ld<GT>(g, off) : (smem_t)0;
+                }
+            }
+        }
+    } else {
+        constexpr int TOTAL = ROWS * COLS, ITERS = (TOTAL + THREADS - 1) / THREADS;
+        #pragma unroll 4
+        for (int it = 0; it < ITERS; ++it) {
+            const int idx = tid + it * THREADS;
+            if constexpr (TOTAL % THREADS != 0) {
+                if (idx >= TOTAL) break;
+            }
+            const int r = idx / COLS, c = idx % COLS;
+            long long off = 0;
+            const bool ok = r < rows_valid && c < cols_valid && gt_offset<X>(gt_index<X, ROW_SIDE>(r0 + r), gt_index<X, COL_SIDE>(c0 + c), off);
+            s[r * PITCH + c] = ok ? gm_ld<GT>(g, off) : (smem_t)0;
+        }
+    }
+}
+
+#if GM_A_KMAJOR
+#define GM_GATHER_A(s, g, m0, kk0) gm_gather_tile<0, BM, BK, A_PITCH, GEMM_A, GM_A_ASYNC, 0>(s, g, m0, kk0, m_left, k_left, tid)
+#else
+#define GM_GATHER_A(s, g, m0, kk0) gm_gather_tile<0, BK, BM, A_PITCH, GEMM_A, GM_A_ASYNC, 1>(s, g, kk0, m0, k_left, m_left, tid)
+#endif
+#if GM_B_KMAJOR
+#define GM_GATHER_B(s, g, n0, kk0) gm_gather_tile<1, BN, BK, B_PITCH, GEMM_B, GM_B_ASYNC, 0>(s, g, n0, kk0, n_left, k_left, tid)
+#else
+#define GM_GATHER_B(s, g, n0, kk0) gm_gather_tile<1, BK, BN, B_PITCH, GEMM_B, GM_B_ASYNC, 1>(s, g, kk0, n0, k_left, n_left, tid)
+#endif
+#endif
+
 // One shared-memory stage (BK of k) multiplied into a warp's accumulators (`wm0`, `wn0`: the
 // warp's tile origin within the block tile). 16-bit fragments come from ldmatrix (`.trans` for
 // M/N-major tiles), f32 fragments from plain shared loads.
@@ -296,11 +366,24 @@ __device__ __forceinline__ void gm_mma_stage(const smem_t* __restrict__ sA, cons
 }
 
 // One k tile (`t`, relative to the split's first) of A and B into stage `stage`.
+#if GM_GATHER
+// (Gathered: `ga`, `gb` are the tensors' base pointers; `m0` is the tile's first row over every
+// batch, `n0` its first column.)
+__device__ __forceinline__ void gm_load_stage(smem_t* sa, smem_t* sb, const char* ga, const char* gb, int stage, int t, int kt0, long long m_left, long long n_left, unsigned m0, unsigned n0, int tid) {
+    const long long k_left = K_ - (long long)(kt0 + t) * BK;
+    const unsigned kk0 = (unsigned)(kt0 + t) * BK;
+    GM_GATHER_A(sa + stage * A_STAGE, ga, m0, kk0);
+    GM_GATHER_B(sb + stage * B_STAGE, gb, n0, kk0);
+}
+#define GM_LOAD_STAGE(stage, t) gm_load_stage(sa, sb, ga, gb, stage, t, kt0, m_left, n_left, (unsigned)(bz * M_ + m0), (unsigned)n0, tid)
+#else
 __device__ __forceinline__ void gm_load_stage(smem_t* sa, smem_t* sb, const char* ga, const char* gb, int stage, int t, int kt0, long long m_left, long long n_left, int tid) {
     const long long k_left = K_ - (long long)(kt0 + t) * BK;
     GM_LOAD_A(sa + stage * A_STAGE, ga + (long long)t * A_STEP, GM_A_VALID, tid);
     GM_LOAD_B(sb + stage * B_STAGE, gb + (long long)t * B_STEP, GM_B_VALID, tid);
 }
+#define GM_LOAD_STAGE(stage, t) gm_load_stage(sa, sb, ga, gb, stage, t, kt0, m_left, n_left, tid)
+#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, GM_MIN_BLOCKS) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
@@ -323,8 +406,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, GM_MIN_BLOCKS) KERNEL_NAME
     const long long m0 = (long long)tm_ * BM, n0 = (long long)tn_ * BN;
     const int kt0 = split * KT_PER;
     const int nkt = min(KT - kt0, KT_PER);
+#if GM_GATHER
+    const char* ga = (const char*)gm_a;
+    const char* gb = (const char*)gm_b;
+#else
     const char* ga = (const char*)gm_a + (bz * A_BS + m0 * A_RS + (long long)kt0 * BK * A_CS) * ESA;
     const char* gb = (const char*)gm_b + (bz * B_BS + n0 * B_CS + (long long)kt0 * BK * B_RS) * ESB;
+#endif
     const long long m_left = M_ - m0, n_left = N_ - n0;
     float acc[MI][NI][4];
     #pragma unroll
@@ -335,14 +423,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, GM_MIN_BLOCKS) KERNEL_NAME
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
     #pragma unroll
     for (int st = 0; st < PRE; ++st) {
-        if (st < nkt) gm_load_stage(sa, sb, ga, gb, st, st, kt0, m_left, n_left, tid);
+        if (st < nkt) GM_LOAD_STAGE(st, st);
         gm_commit();
     }
     for (int t = 0; t < nkt; ++t) {
         gm_wait<WAIT>();
         __syncthreads();
         const int nx = t + PRE;
-        if (nx < nkt) gm_load_stage(sa, sb, ga, gb, nx % STAGES, nx, kt0, m_left, n_left, tid);
+        if (nx < nkt) GM_LOAD_STAGE(nx % STAGES, nx);
         gm_commit();
         gm_mma_stage(sa + (t % STAGES) * A_STAGE, sb + (t % STAGES) * B_STAGE, acc, wm0, wn0, lane);
     }

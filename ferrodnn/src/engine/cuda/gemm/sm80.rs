@@ -27,6 +27,7 @@
 //! and `sm80_reduce.cuh` (the split's second launch), after `sm80_common.cuh` (the problem and C's
 //! stores); here the configuration is chosen.
 
+use super::gather::{Gather, GATHER};
 use super::{dt_code, epilogue_params, Epilogue, GemmProblem, Operand, COMMON};
 use crate::dtype::DataType;
 use crate::engine::cuda::kernel::{entry_name, Arg, Grid, Launch, NodeKernels, Pdl, Signature, Source, Target, Unaligned, Unit};
@@ -165,6 +166,22 @@ fn layout(op: &Operand, k_stride: i64, mn_stride: i64, kind: MmaKind, batch: usi
     (major, load)
 }
 
+/// The layout of a gathered operand's tile in shared memory (K-major when its k index is
+/// contiguous, else MN-major when that one is) and whether 16-byte cp.async loads it.
+fn gather_layout(g: &Gather, dtype: DataType, kind: MmaKind) -> (Major, Load) {
+    let vec = (16 / dtype.size()) as i64;
+    let major = if g.k.contiguous(vec) {
+        Major::K
+    } else if g.mn.contiguous(vec) {
+        Major::MN
+    } else {
+        Major::K
+    };
+    let same_type = matches!((dtype, kind), (DataType::F16, MmaKind::F16) | (DataType::Bf16, MmaKind::Bf16) | (DataType::F32, MmaKind::Tf32 | MmaKind::Tf32x3));
+    let load = if same_type && g.aligned(major == Major::K, vec) { Load::Async16 } else { Load::Scalar };
+    (major, load)
+}
+
 /// What the tensor cores multiply for inputs of types `a` and `b`, when this path takes them.
 /// Operands of another type are converted exactly while loaded: fp8 fits f16 and bf16; f16
 /// and bf16 fit tf32 (so f16 x bf16 runs one tf32 mma with no rounding); f32 with anything runs
@@ -193,11 +210,19 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     if target.cc() < 80 || p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0 {
         return None;
     }
+    // Both operands gathered or neither (the kernel has one loader for both).
+    if p.a.gather.is_some() != p.b.gather.is_some() {
+        return None;
+    }
     let kind = mma_kind(p.a.dtype, p.b.dtype, p.allow_tf32, target)?;
     let sm = target.sm_count.max(1) as usize;
     let tiles = |bm: usize, bn: usize| ceil(p.m, bm) * ceil(p.n, bn) * p.batch;
+    let gathered = p.a.gather.is_some() || p.b.gather.is_some();
     let (bm, bn, warps_m, warps_n) = if p.m <= 16 {
         (16, 128, 1, 4)
+    } else if gathered && p.n <= 64 && tiles(128, 64) >= sm {
+        // (A convolution with 64 or fewer output channels: no half-empty 128-column tiles.)
+        (128, 64, 4, 2)
     } else if tiles(128, 128) >= sm {
         (128, 128, 2, 4)
     } else {
@@ -205,8 +230,14 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     };
     let bk = 32;
     // A is m x k (k along columns), B is k x n (k along rows).
-    let (a_major, a_load) = layout(&p.a, p.a.col_stride, p.a.row_stride, kind, p.batch);
-    let (b_major, b_load) = layout(&p.b, p.b.row_stride, p.b.col_stride, kind, p.batch);
+    let (a_major, a_load) = match &p.a.gather {
+        Some(g) => gather_layout(g, p.a.dtype, kind),
+        None => layout(&p.a, p.a.col_stride, p.a.row_stride, kind, p.batch),
+    };
+    let (b_major, b_load) = match &p.b.gather {
+        Some(g) => gather_layout(g, p.b.dtype, kind),
+        None => layout(&p.b, p.b.row_stride, p.b.col_stride, kind, p.batch),
+    };
     let any_async = a_load == Load::Async16 || b_load == Load::Async16;
     let stages = match (any_async, kind.sixteen_bit()) {
         (false, _) => 2,
@@ -220,7 +251,10 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     let kt = ceil(p.k, bk);
     let mut splits = 1;
     if tiles_mn < sm && kt >= 8 {
-        splits = ceil(sm, tiles_mn).min(16).min(kt / 4).max(1);
+        // (An implicit GEMM's long reduction, a weight gradient's, splits further, to two
+        // blocks an SM: its tiles are few and its operands are re-read from L2.)
+        let (blocks, most) = if gathered { (2 * sm, 64) } else { (sm, 16) };
+        splits = ceil(blocks, tiles_mn).min(most).min(kt / 4).max(1);
         let cap = (256usize << 20) / (4 * p.batch * p.m * p.n).max(1);
         splits = splits.min(cap.max(1));
     }
@@ -289,7 +323,11 @@ fn main_source(cfg: &Config, p: &GemmProblem, epi: &Epilogue, entry: &str, sig: 
         .define("GM_A_STAGE", cfg.a_stage_elems())
         .define("GM_B_STAGE", cfg.b_stage_elems())
         .flag("GM_PAIR_STORE", cfg.pair_store)
-        .template(COMMON);
+        .flag("GM_GATHER", p.a.gather.is_some());
+    let src = match (&p.a.gather, &p.b.gather) {
+        (Some(a), Some(b)) => b.defines(a.defines(src, "GA_"), "GB_").template(COMMON).template(GATHER),
+        _ => src.template(COMMON),
+    };
     // (A split's kernel stores no C: no epilogue.)
     let src = if split { src } else { src.template(&epi.code) };
     src.template(include_str!("sm80_common.cuh")).template(include_str!("sm80.cuh")).build()
@@ -370,7 +408,7 @@ mod tests {
     use crate::graph::TensorId;
 
     fn op(dt: DataType, rows: usize, cols: usize, rs: i64, cs: i64, bs: i64, t: usize) -> Operand {
-        Operand { tensor: TensorId(t), dtype: dt, rows, cols, row_stride: rs, col_stride: cs, batch_stride: bs }
+        Operand { tensor: TensorId(t), dtype: dt, rows, cols, row_stride: rs, col_stride: cs, batch_stride: bs, gather: None }
     }
 
     fn problem(dt: DataType, batch: usize, m: usize, n: usize, k: usize) -> GemmProblem {

@@ -22,6 +22,10 @@
 //   GEMM_SIDES(X)         the side inputs, X(i, READ, T, RS, CS, BATCH_OFFSET) each (see below)
 //   GEMM_RELU_CVT         1: the chain's last relu is the conversion's (`epilogue_u` computes the rest)
 //   GEMM_TAP              1: the tap's partials (TAP_AXES) to `tpart`
+//   GEMM_GATHER           1: A and B gathered through index maps (`ga`, `gb`: their tensors) by
+//                         all of the producer's threads (sm90_gather.cuh), each stage made
+//                         visible to wgmma GEMM_LAG stages after its loads were issued; 0: TMA
+//                         (`ta`, `tb`)
 
 #define STAGES GEMM_STAGES
 // The constants below are globals of the kernel's PTX (as every namespace-scope variable is): they
@@ -252,12 +256,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
+#if GEMM_GATHER
+            // (Every producer thread arrives on a full barrier.)
+            mbar_init(bars + 8u * s, 128u);
+#else
             mbar_init(bars + 8u * s, 1u);
+#endif
             mbar_init(bars + 8u * (STAGES + s), 256u);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+#if GEMM_GATHER
+    if (wg == 0) {
+        // Producer: each thread gathers its share of every stage, commits it as one cp.async
+        // group, and GEMM_LAG stages later (its loads then complete) makes it visible to the
+        // async proxy and arrives on the stage's full barrier. (Registers stay as launched: the
+        // gathers need more than TMA's one thread, and the consumers' tiles are at most 128 wide.)
+        const int ptid = threadIdx.x;
+        int s = 0, issued = 0;
+        unsigned phase = 0;
+        for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
+            int bt, tm, tn, k0, k1;
+            tile_coords(t, bt, tm, tn, k0, k1);
+            const long long m0 = (long long)tm * BM, n0 = (long long)tn * BN;
+            const unsigned am0 = (unsigned)((long long)bt * M_ + m0);
+            g90_rows<BM, GEMM_A_MN, GEMM_GA_VEC> ra;
+            g90_rows<BN, GEMM_B_MN, GEMM_GB_VEC> rb;
+            g90_prepare<0>(ra, am0, ptid);
+            g90_prepare<1>(rb, (unsigned)n0, ptid);
+            for (int kt = k0; kt < k1; ++kt) {
+                mbar_wait(bars + 8u * (STAGES + s), phase ^ 1u);
+                const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
+                const unsigned kk0 = (unsigned)kt * BK;
+                g90_stage<0>(sa, (const char*)ga, ra, am0, kk0, M_ - m0, K_ - kk0, ptid);
+                g90_stage<1>(sb, (const char*)gb, rb, (unsigned)n0, kk0, N_ - n0, K_ - kk0, ptid);
+                asm volatile("cp.async.commit_group;\n" ::: "memory");
+                if (issued >= GEMM_LAG) {
+                    asm volatile("cp.async.wait_group %0;\n" ::"n"(GEMM_LAG) : "memory");
+                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                    mbar_arrive(bars + 8u * ((s + STAGES - GEMM_LAG) % STAGES));
+                }
+                ++issued;
+                if (++s == STAGES) { s = 0; phase ^= 1u; }
+            }
+        }
+        // The last stages issued.
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        for (int i = min(issued, GEMM_LAG); i > 0; --i) mbar_arrive(bars + 8u * ((s + STAGES - i) % STAGES));
+    } else {
+        const int cw = wg - 1;
+#else
     if (wg == 0) {
         // Producer.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
@@ -293,6 +343,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         // Consumers: warpgroup cw owns rows cw * 64 .. cw * 64 + 63 of each tile.
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1;
+#endif
         const int tid = threadIdx.x % 128, w = tid / 32, l = tid % 32;
         unsigned char* const cbase = (unsigned char*)c;
 #if GEMM_RS

@@ -45,6 +45,7 @@
 //! configuration is chosen and written as their defines.
 
 use super::epilogue::{Side, SideKind};
+use super::gather::GATHER;
 use super::{dt_code, Epilogue, GemmProblem, Operand, Tap, TapAxes, COMMON};
 use crate::dtype::DataType;
 use crate::engine::cuda::kernel::ctype::c_type;
@@ -162,7 +163,7 @@ pub fn tuning_configs(p: &GemmProblem, target: &Target) -> Vec<Config> {
 
 fn tuning_configs_of(p: &GemmProblem, base: Config) -> Vec<Config> {
     let mut v = vec![base];
-    if base.splits != 1 || base.swap || base.bm != BM {
+    if base.splits != 1 || base.swap || base.bm != BM || gathered(p) {
         return v;
     }
     let widths: &[usize] = if p.n > 128 { &[256, 128] } else { &[128] };
@@ -187,7 +188,20 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     // (64-wide tiles for decode, M <= 64, instead of a 2-way split k measured slower on the
     // H100: 32.1 vs 40.4 TFLOP/s at 16 x 8192 x 8192; their 8 KiB B stages keep less of B in
     // flight per SM.)
-    let bn = if p.n > 128 && tiles(256) >= sms && p.k > 256 { 256 } else { 128 };
+    let bn = if gathered(p) {
+        // (An implicit GEMM's producers gather at most 128 columns of B a stage; convolutions
+        // of 64 output channels or fewer take 64-wide tiles, as do those whose 128-wide tiles
+        // would leave SMs idle.)
+        if p.n <= 64 || tiles(128) < sms {
+            64
+        } else {
+            128
+        }
+    } else if p.n > 128 && tiles(256) >= sms && p.k > 256 {
+        256
+    } else {
+        128
+    };
     let kt = p.k.div_ceil(bk(p.a.dtype));
     let t0 = tiles(bn);
     let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
@@ -199,7 +213,7 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     // 64-row tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles, no reduce launch),
     // and each stage carries 2 or 4 KiB of A instead of 16. Eight stages (80 KiB): 6, 12 and 16
     // measured 1-3% slower on the H100.
-    if p.m <= 32 && !tf32(p) && 8 * p.batch * p.n.div_ceil(64) >= 7 * sms && swap_ok(p) {
+    if p.m <= 32 && !tf32(p) && !gathered(p) && 8 * p.batch * p.n.div_ceil(64) >= 7 * sms && swap_ok(p) {
         let bn = if p.m <= 16 { 16 } else { 32 };
         return Config { bn, stages: 8, group_m: 1, tma_store: false, splits: 1, bm: 64, swap: true };
     }
@@ -286,6 +300,9 @@ fn reject_as(p: &GemmProblem, target: &Target, rs: bool) -> Option<String> {
     if !target.hopper() {
         return Some(format!("wgmma needs sm_90a, the target is {}", target.arch));
     }
+    if gathered(p) {
+        return reject_gathered(p);
+    }
     let t = p.a.dtype;
     let sixteen = matches!(t, DataType::Bf16 | DataType::F16) && p.b.dtype == t;
     if !sixteen && !tf32(p) && !fp8(p) {
@@ -320,6 +337,48 @@ fn reject_as(p: &GemmProblem, target: &Target, rs: bool) -> Option<String> {
         }
     }
     None
+}
+
+/// Both operands gathered through index maps (an implicit GEMM): the producer's threads load
+/// them (`sm90_gather.cuh`) instead of TMA.
+fn gathered(p: &GemmProblem) -> bool {
+    p.a.gather.is_some() && p.b.gather.is_some()
+}
+
+/// Why the kernel does not take a gathered problem: 16-bit operands of one type only (f16 or
+/// bf16; the gathers copy bits), a C it stores, 32-bit extents.
+fn reject_gathered(p: &GemmProblem) -> Option<String> {
+    let t = p.a.dtype;
+    if !matches!(t, DataType::F16 | DataType::Bf16) || p.b.dtype != t {
+        return Some(format!("gathered inputs {} x {}: the Hopper implicit GEMM takes f16 x f16 or bf16 x bf16 (others run on the mma.sync kernel)", p.a.dtype, p.b.dtype));
+    }
+    if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
+        return Some(format!("output {}: this kernel stores bf16, f16 or f32", p.c.dtype));
+    }
+    if !gather_major(&p.a, true).1 || !gather_major(&p.b, false).1 {
+        return Some("a gathered operand without 16-byte vectors (channels not a multiple of 8, or not contiguous): element-wise gathers run on the mma.sync kernel, whose every thread loads".into());
+    }
+    if p.batch as u128 * p.m as u128 > i32::MAX as u128 || p.n > i32::MAX as usize || p.k > i32::MAX as usize || p.m == 0 || p.n == 0 || p.k == 0 {
+        return Some("an extent above 2^31 or empty".into());
+    }
+    None
+}
+
+/// A gathered operand's layout in shared memory: K-major when its k index is contiguous in
+/// memory, else M/N-major when its other index is, else K-major (loaded element by element);
+/// and whether 16-byte vectors load it (aligned, and the contiguous index's extent a whole
+/// number of vectors, so that no vector is cut by it). `is_a`: A (`m x k`), else B (`k x n`).
+fn gather_major(op: &Operand, is_a: bool) -> (Major, bool) {
+    let Some(g) = &op.gather else { return (Major::K, false) };
+    let vec = (16 / op.dtype.size()) as i64;
+    let (k, mn) = if is_a { (op.cols, op.rows) } else { (op.rows, op.cols) };
+    if g.k.contiguous(vec) {
+        (Major::K, g.aligned(true, vec) && k as i64 % vec == 0)
+    } else if g.mn.contiguous(vec) {
+        (Major::Mn, g.aligned(false, vec) && mn as i64 % vec == 0)
+    } else {
+        (Major::K, false)
+    }
 }
 
 /// fp8 inputs (e4m3 or e5m2, each operand its own) that may accumulate in the tensor cores'
@@ -472,18 +531,30 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         scratch.push(bt_batches(p) * p.n * kp(p) * 4);
         launches.push(transpose_launch(p, &format!("{entry}_bt"), 0, target));
     }
-    let (ma, mb) = (major(&p.a, true)?, major(&b, false)?);
-    let ta = tma_of(&p.a, true, cfg.bm, p.batch);
-    let tb = tma_of(&b, false, cfg.bn, p.batch);
-    if ta.check().is_err() || tb.check().is_err() {
-        return None;
-    }
     let tiles = p.batch * p.m.div_ceil(cfg.bm) * p.n.div_ceil(cfg.bn) * cfg.splits;
     let grid = tiles.min(target.sm_count.max(1) as usize).max(1) as u32;
-    let (a3, b3) = (ta.dims.len() == 3, tb.dims.len() == 3);
-    let tb_arg = if b_transposed(p) { Arg::ScratchTensorMap(0, Box::new(tb)) } else { Arg::TensorMap(Box::new(tb)) };
     let mut sig = Signature::new();
-    sig.param("const __grid_constant__ TmaMap ta", Arg::TensorMap(Box::new(ta))).param("const __grid_constant__ TmaMap tb", tb_arg);
+    let (ma, mb, a3, b3);
+    if gathered(p) {
+        // The producers read the tensors themselves (a tile of 128 x BN, BN at most 128, and
+        // stages enough to keep GEMM_LAG of them in flight).
+        if cfg.bm != BM || cfg.bn > 128 || cfg.swap || cfg.stages < 3 {
+            return None;
+        }
+        (ma, mb) = (gather_major(&p.a, true).0, gather_major(&p.b, false).0);
+        (a3, b3) = (false, false);
+        sig.param("const void* __restrict__ ga", Arg::Ptr(p.a.tensor)).param("const void* __restrict__ gb", Arg::Ptr(p.b.tensor));
+    } else {
+        (ma, mb) = (major(&p.a, true)?, major(&b, false)?);
+        let ta = tma_of(&p.a, true, cfg.bm, p.batch);
+        let tb = tma_of(&b, false, cfg.bn, p.batch);
+        if ta.check().is_err() || tb.check().is_err() {
+            return None;
+        }
+        (a3, b3) = (ta.dims.len() == 3, tb.dims.len() == 3);
+        let tb_arg = if b_transposed(p) { Arg::ScratchTensorMap(0, Box::new(tb)) } else { Arg::TensorMap(Box::new(tb)) };
+        sig.param("const __grid_constant__ TmaMap ta", Arg::TensorMap(Box::new(ta))).param("const __grid_constant__ TmaMap tb", tb_arg);
+    }
     if cfg.tma_store {
         sig.param("const __grid_constant__ TmaMap tcm", Arg::TensorMap(Box::new(tma_of_c(p))));
     }
@@ -786,11 +857,27 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     if let Some(tap) = &epi.tap {
         src = tap_defines(src, tap);
     }
+    src = src.flag("GEMM_GATHER", gathered(p));
+    if let (Some(ga), Some(gb)) = (&p.a.gather, &p.b.gather) {
+        // Stages a producer thread keeps in flight before it makes the oldest visible: as many
+        // as can be without a deadlock (the consumers release a stage only once they have the
+        // next one, so the producer may hold back at most STAGES - 2).
+        src = gb
+            .defines(ga.defines(src, "GA_"), "GB_")
+            .define("GEMM_K", p.k)
+            .flag("GEMM_GA_VEC", gather_major(&p.a, true).1)
+            .flag("GEMM_GB_VEC", gather_major(&p.b, false).1)
+            .define("GEMM_LAG", cfg.stages - 2);
+    }
     let mut src = src.template(HOPPER).template(COMMON).template(&epi.code);
     if epi.tap.is_some() {
         src = src.template(include_str!("tap.cuh"));
     }
-    src.template(include_str!("wgmma.cuh")).template(include_str!("sm90_common.cuh")).template(include_str!("sm90.cuh")).build()
+    src = src.template(include_str!("wgmma.cuh")).template(include_str!("sm90_common.cuh"));
+    if gathered(p) {
+        src = src.template(GATHER).template(include_str!("sm90_gather.cuh"));
+    }
+    src.template(include_str!("sm90.cuh")).build()
 }
 
 /// The split-k reduce launch (`sm90_reduce.cuh`): for each pair of columns, the splits' partial
@@ -816,7 +903,7 @@ mod tests {
     use crate::graph::TensorId;
 
     fn operand(t: usize, dtype: DataType, rows: usize, cols: usize, row_stride: i64, col_stride: i64, batch_stride: i64) -> Operand {
-        Operand { tensor: TensorId(t), dtype, rows, cols, row_stride, col_stride, batch_stride }
+        Operand { tensor: TensorId(t), dtype, rows, cols, row_stride, col_stride, batch_stride, gather: None }
     }
 
     fn problem(batch: usize, m: usize, n: usize, k: usize, a_kmajor: bool, b_kmajor: bool, out: DataType) -> GemmProblem {

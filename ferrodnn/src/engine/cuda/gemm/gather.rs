@@ -1,0 +1,223 @@
+//! Operands addressed through an index map: the implicit GEMM of a convolution.
+//!
+//! A strided [`Operand`](super::Operand) puts element `(row, col)` at `row * rs + col * cs`. A
+//! [`Gather`] instead maps each of the operand's two GEMM indices (along m or n, and along k)
+//! through an [`Index`]: a plain stride, a pixel of an image grid (image `n` and a position `o`
+//! in up to three spatial dims), or a filter tap and channel. A pixel and a tap together make a
+//! spatial coordinate per axis, `base + o * mul + off + t * dil`, which (divided by `div` where
+//! that is exact) must fall inside the tensor's extent on that axis, else the element is zero
+//! (the padding). So the activation of a convolution is read as the im2col matrix without that
+//! matrix ever being written.
+//!
+//! The map is compiled into the kernel (`gather.cuh`, every extent and stride a literal), so the
+//! divisions by extents are multiplications. The mma.sync GEMM (`sm80.cuh`, `GM_GATHER`) loads a
+//! gathered tile 16 bytes at a time when the tile's contiguous dim is a plain unit stride or the
+//! channels of a tap-major index (channels a multiple of the vector, so a vector never straddles
+//! two taps and is wholly inside or wholly outside the image), else one element at a time.
+
+use crate::engine::cuda::kernel::Source;
+
+/// One GEMM index of a gathered operand.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Index {
+    /// `i * stride`.
+    Plain { stride: i64 },
+    /// `i = n * prod(grid) + o` (`o` row-major over `grid`, three dims, outermost first; unused
+    /// dims 1): offset `n * n_stride`, coordinate `o[d] * mul[d] + off[d]` on axis `d`.
+    Pixel { n_stride: i64, grid: [i64; 3], mul: [i64; 3], off: [i64; 3] },
+    /// A filter tap `t` (row-major over `taps`) and a channel `ch`: `i = t * channels + ch`
+    /// (`tap_major`) or `i = ch * prod(taps) + t`; offset `ch * ch_stride`, coordinate
+    /// `t[d] * dil[d]` on axis `d`.
+    Taps { taps: [i64; 3], channels: i64, ch_stride: i64, tap_major: bool, dil: [i64; 3] },
+}
+
+impl Index {
+    fn code(&self) -> u8 {
+        match self {
+            Index::Plain { .. } => 0,
+            Index::Pixel { .. } => 1,
+            Index::Taps { .. } => 2,
+        }
+    }
+
+    /// Whether `vec` consecutive values of the index starting at a multiple of `vec` are `vec`
+    /// consecutive elements of memory, all inside or all outside the tensor.
+    pub fn contiguous(&self, vec: i64) -> bool {
+        match *self {
+            Index::Plain { stride } => stride == 1,
+            Index::Pixel { .. } => false,
+            Index::Taps { channels, ch_stride, tap_major, .. } => tap_major && ch_stride == 1 && channels % vec == 0,
+        }
+    }
+
+    /// The strides the index multiplies (extents of 1 excluded).
+    fn strides(&self) -> Vec<i64> {
+        match *self {
+            Index::Plain { stride } => vec![stride],
+            Index::Pixel { n_stride, .. } => vec![n_stride],
+            Index::Taps { ch_stride, channels, .. } => {
+                if channels > 1 {
+                    vec![ch_stride]
+                } else {
+                    vec![]
+                }
+            }
+        }
+    }
+}
+
+/// A spatial axis of a gathered tensor: a coordinate `c` (the sum of the indices' contributions
+/// and `base`) is the element `c / div` (when `div` divides it) if that is in `0..extent`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Axis {
+    pub extent: i64,
+    pub stride: i64,
+    pub div: i64,
+    pub base: i64,
+}
+
+impl Axis {
+    /// An axis of one element that nothing moves along.
+    pub fn unit() -> Axis {
+        Axis { extent: 1, stride: 0, div: 1, base: 0 }
+    }
+}
+
+/// How a gathered operand is addressed: its index along m (A) or n (B), its index along k, and
+/// its spatial axes (three, outermost first; unused ones [`Axis::unit`]). At most one index is a
+/// pixel and at most one a tap.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gather {
+    pub mn: Index,
+    pub k: Index,
+    pub axes: [Axis; 3],
+}
+
+/// The gathers of a matmul node of a view graph (a convolution seen as a GEMM): its A and B.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gathers {
+    pub node: usize,
+    pub a: Gather,
+    pub b: Gather,
+}
+
+impl Gather {
+    /// Whether the map is one the kernels take: at most one pixel and one tap index, positive
+    /// extents, divisors and grids.
+    pub fn valid(&self) -> bool {
+        let pixels = [&self.mn, &self.k].iter().filter(|i| matches!(i, Index::Pixel { .. })).count();
+        let taps = [&self.mn, &self.k].iter().filter(|i| matches!(i, Index::Taps { .. })).count();
+        let dims_ok = |d: &[i64; 3]| d.iter().all(|&e| (1..=i32::MAX as i64).contains(&e));
+        let index_ok = |i: &Index| match i {
+            Index::Plain { .. } => true,
+            Index::Pixel { grid, .. } => dims_ok(grid),
+            Index::Taps { taps, channels, .. } => dims_ok(taps) && (1..=i32::MAX as i64).contains(channels),
+        };
+        pixels <= 1 && taps <= 1 && index_ok(&self.mn) && index_ok(&self.k) && self.axes.iter().all(|a| a.extent >= 1 && a.extent <= i32::MAX as i64 && a.div >= 1)
+    }
+
+    /// Whether 16-byte loads along the index that is contiguous (`along_k`: k, else m or n) keep
+    /// every vector aligned: every other stride is a multiple of `vec` elements.
+    pub fn aligned(&self, along_k: bool, vec: i64) -> bool {
+        let (contig, other) = if along_k { (&self.k, &self.mn) } else { (&self.mn, &self.k) };
+        if !contig.contiguous(vec) {
+            return false;
+        }
+        let mut strides = other.strides();
+        if let Index::Taps { .. } = contig {
+            // The channels' unit stride is the contiguous one; nothing else of the tap index
+            // multiplies a stride but the axes below.
+        } else {
+            strides.extend(contig.strides().into_iter().filter(|&s| s != 1));
+        }
+        strides.extend(self.axes.iter().filter(|a| a.extent > 1).map(|a| a.stride));
+        strides.iter().all(|s| s % vec == 0)
+    }
+
+    /// Its defines for `gather.cuh`, named `{prefix}...` (`GA_` for A, `GB_` for B).
+    pub fn defines(&self, src: Source, prefix: &str) -> Source {
+        let d = |src: Source, name: &str, v: i64| src.define(&format!("{prefix}{name}"), v);
+        let mut src = d(src, "MN_KIND", self.mn.code() as i64);
+        src = d(src, "K_KIND", self.k.code() as i64);
+        let plain = |i: &Index| if let Index::Plain { stride } = i { *stride } else { 0 };
+        src = d(src, "MN_S", plain(&self.mn));
+        src = d(src, "K_S", plain(&self.k));
+        let pixel = [&self.mn, &self.k].into_iter().find_map(|i| if let Index::Pixel { n_stride, grid, mul, off } = i { Some((*n_stride, *grid, *mul, *off)) } else { None });
+        let (n_stride, grid, mul, off) = pixel.unwrap_or((0, [1; 3], [0; 3], [0; 3]));
+        src = d(src, "PX_N", n_stride);
+        for a in 0..3 {
+            src = d(src, &format!("PX_G{a}"), grid[a]);
+            src = d(src, &format!("PX_MUL{a}"), mul[a]);
+            src = d(src, &format!("PX_OFF{a}"), off[a]);
+        }
+        let taps = [&self.mn, &self.k].into_iter().find_map(|i| {
+            if let Index::Taps { taps, channels, ch_stride, tap_major, dil } = i {
+                Some((*taps, *channels, *ch_stride, *tap_major, *dil))
+            } else {
+                None
+            }
+        });
+        let (t, ch, cs, tm, dil) = taps.unwrap_or(([1; 3], 1, 0, true, [0; 3]));
+        src = d(src, "TP_CH", ch);
+        src = d(src, "TP_CS", cs);
+        src = d(src, "TP_TM", tm as i64);
+        for a in 0..3 {
+            src = d(src, &format!("TP_T{a}"), t[a]);
+            src = d(src, &format!("TP_DIL{a}"), dil[a]);
+        }
+        for (a, ax) in self.axes.iter().enumerate() {
+            src = d(src, &format!("E{a}"), ax.extent);
+            src = d(src, &format!("S{a}"), if ax.extent > 1 { ax.stride } else { 0 });
+            src = d(src, &format!("DIV{a}"), ax.div);
+            src = d(src, &format!("BASE{a}"), ax.base);
+        }
+        src
+    }
+}
+
+/// The index maps' device code (`gather.cuh`).
+pub const GATHER: &str = include_str!("gather.cuh");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nhwc_image() -> Gather {
+        // x [2, 16, 5, 7] NHWC (strides n 560, c 1, h 112, w 16), 3x3 taps, pad 1.
+        Gather {
+            mn: Index::Pixel { n_stride: 560, grid: [1, 5, 7], mul: [0, 1, 1], off: [0, -1, -1] },
+            k: Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 1, tap_major: true, dil: [0, 1, 1] },
+            axes: [Axis::unit(), Axis { extent: 5, stride: 112, div: 1, base: 0 }, Axis { extent: 7, stride: 16, div: 1, base: 0 }],
+        }
+    }
+
+    #[test]
+    fn vectors_need_whole_channel_runs_and_aligned_strides() {
+        let g = nhwc_image();
+        assert!(g.valid());
+        assert!(g.aligned(true, 8));
+        assert!(!g.aligned(false, 8));
+        // 12 channels: a vector of 8 would straddle two taps.
+        let mut g12 = g.clone();
+        g12.k = Index::Taps { taps: [1, 3, 3], channels: 12, ch_stride: 1, tap_major: true, dil: [0, 1, 1] };
+        assert!(!g12.aligned(true, 8));
+        // Vectors of 4 (8-byte loads) fit 12 channels.
+        assert!(g12.aligned(true, 4));
+        // A row stride that is not a multiple of the vector.
+        let mut odd = g.clone();
+        odd.axes[1].stride = 113;
+        assert!(!odd.aligned(true, 8));
+        // Two pixel indices: not a map the kernel takes.
+        let mut two = g;
+        two.k = two.mn.clone();
+        assert!(!two.valid());
+    }
+
+    #[test]
+    fn defines_name_every_constant() {
+        let text = nhwc_image().defines(Source::new(), "GA_").build();
+        for name in ["GA_MN_KIND 1", "GA_K_KIND 2", "GA_PX_N 560", "GA_PX_OFF1 -1", "GA_TP_CH 16", "GA_TP_TM 1", "GA_E2 7", "GA_S0 0", "GA_DIV1 1"] {
+            assert!(text.contains(&format!("#define {name}\n")), "{name} in {text}");
+        }
+    }
+}

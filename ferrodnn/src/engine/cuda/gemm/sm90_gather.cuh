@@ -1,0 +1,104 @@
+// The gathered operands of the Hopper GEMM (GEMM_GATHER, an implicit GEMM: see gather.rs): the
+// producer warpgroup's 128 threads bring each stage's A (BM x 64 k) and B (BN x 64 k) in through
+// the index maps of gather.cuh, in the 128-byte-swizzled layouts that TMA would have written and
+// wgmma reads (K-major: a 128-byte row of 64 k per m or n; M/N-major: 64-wide chunks of m or n,
+// a 128-byte row per k, 8192 bytes a chunk), 16 bytes at a time by cp.async (zero-filled outside
+// the tensor) where the operand's contiguous index allows (GEMM_GA_VEC, GEMM_GB_VEC), else one
+// element at a time. 16-bit operands of the kernel's one type only.
+//
+// Comes after gather.cuh and sm90_common.cuh; reads GEMM_K (the reduction's extent).
+
+#define K_ ((long long)GEMM_K)
+
+__device__ __forceinline__ void g90_cp16(unsigned dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void g90_st16(unsigned dst, unsigned short v) {
+    asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst), "h"(v) : "memory");
+}
+
+// Byte offset of element (mn, k) of a stage's operand tile: K-major rows of 64 k (the 16-byte
+// unit swizzled by mn % 8), or M/N-major chunks of 64 mn by 64 k rows (the unit swizzled by k % 8).
+template <bool MN_MAJOR> __device__ __forceinline__ unsigned g90_at(int mn, int k) {
+    if constexpr (MN_MAJOR) {
+        return (unsigned)(mn >> 6) * 8192u + (unsigned)k * 128u + ((unsigned)(((mn & 63) >> 3) ^ (k & 7)) << 4) + (unsigned)(mn & 7) * 2u;
+    } else {
+        return (unsigned)mn * 128u + ((unsigned)((k >> 3) ^ (mn & 7)) << 4) + (unsigned)(k & 7) * 2u;
+    }
+}
+
+// Element (mn, k) of the tile of operand X whose first indices are mn0 and k0: its bits, zero
+// past the extents (`mn_left`, `k_left` from the tile's origin) and outside the tensor.
+template <int X> __device__ __forceinline__ unsigned short g90_elem(const char* g, unsigned mn0, unsigned k0, int mn, int k, long long mn_left, long long k_left) {
+    long long off = 0;
+    const bool ok = mn < mn_left && k < k_left && gt_offset<X>(gt_index<X, 0>(mn0 + mn), gt_index<X, 1>(k0 + k), off);
+    return ok ? ((const unsigned short*)g)[off] : (unsigned short)0;
+}
+
+// What a producer thread keeps of a tile's rows between its stages: with 16-byte vectors along k
+// (a K-major tile), each of its rows (m or n: the same ones every stage) as an index part, so a
+// stage only adds its k part; nothing otherwise.
+template <int EXT, bool MN_MAJOR, bool VEC> struct g90_rows {
+    static constexpr int N = (VEC && !MN_MAJOR) ? EXT * 8 / 128 : 1;
+    gt_part p[N];
+};
+
+// A tile's rows for producer thread `ptid`, from its first index along m or n, `mn0`.
+template <int X, int EXT, bool MN_MAJOR, bool VEC> __device__ __forceinline__ void g90_prepare(g90_rows<EXT, MN_MAJOR, VEC>& rows, unsigned mn0, int ptid) {
+    if constexpr (VEC && !MN_MAJOR) {
+        #pragma unroll
+        for (int i = 0; i < EXT * 8 / 128; ++i) rows.p[i] = gt_index<X, 0>(mn0 + (unsigned)((ptid + i * 128) >> 3));
+    }
+}
+
+// Operand X's tile of one stage: EXT along m or n (from `mn0`; `rows` prepared from it) by 64 k
+// (from `k0`) into `dst`, by producer thread `ptid` (of 128). VEC: 16-byte vectors along the
+// contiguous index (k for a K-major tile, mn for an M/N-major one; its extent a multiple of 8),
+// left in flight (the caller commits and waits).
+template <int X, int EXT, bool MN_MAJOR, bool VEC>
+__device__ __forceinline__ void g90_stage(unsigned dst, const char* __restrict__ g, const g90_rows<EXT, MN_MAJOR, VEC>& rows, unsigned mn0, unsigned k0, long long mn_left, long long k_left, int ptid) {
+    if constexpr (VEC) {
+        constexpr int ITERS = EXT * 8 / 128;
+        // (K-major: the thread's vectors share their k, so one k part serves every row.)
+        const gt_part kp = gt_index<X, 1>(k0 + (unsigned)((ptid & 7) * 8));
+        #pragma unroll
+        for (int i = 0; i < ITERS; ++i) {
+            const int id = ptid + i * 128;
+            // The vector's first element (mn, k), and whether it lies inside both extents (the
+            // contiguous index's extent is a whole number of vectors: gather.rs). No branch, so
+            // that the vectors' address computations interleave.
+            int mn, k;
+            bool in;
+            if constexpr (MN_MAJOR) {
+                mn = (id >> 9) * 64 + (id & 7) * 8;
+                k = (id >> 3) & 63;
+                in = mn < mn_left && k < k_left;
+            } else {
+                mn = id >> 3;
+                k = (id & 7) * 8;
+                in = mn < mn_left && k < k_left;
+            }
+            long long off = 0;
+            bool ok;
+            if constexpr (MN_MAJOR) {
+                ok = gt_offset<X>(gt_index<X, 0>(mn0 + mn), gt_index<X, 1>(k0 + k), off);
+            } else {
+                ok = gt_offset<X>(rows.p[i], kp, off);
+            }
+            ok = ok && in;
+            // Outside the tensor (padding) or past the extents: zero fill (source size 0) from
+            // the base pointer.
+            g90_cp16(dst + g90_at<MN_MAJOR>(mn, k), ok ? g + off * 2 : g, ok ? 16 : 0);
+        }
+    } else {
+        // One element a thread at a time, consecutive threads along k (K-major) or mn.
+        constexpr int ITERS = EXT * 64 / 128;
+        #pragma unroll 4
+        for (int i = 0; i < ITERS; ++i) {
+            const int id = ptid + i * 128;
+            const int mn = MN_MAJOR ? id % EXT : id >> 6;
+            const int k = MN_MAJOR ? id / EXT : id & 63;
+            g90_st16(dst + g90_at<MN_MAJOR>(mn, k), g90_elem<X>(g, mn0, k0, mn, k, mn_left, k_left));
+        }
+    }
+}
