@@ -19,12 +19,12 @@
 //! layout allows, else one GEMM batch per image), so the GEMM's fused epilogue applies as it
 //! does to a matmul.
 
-use super::{image_view, linear, matrix, view_epilogue, View};
+use super::{flatten, image_view, linear, matrix, view_epilogue, View};
 use crate::engine::cuda::gemm::gather::{Axis, Gather, Gathers, Index};
 use crate::graph::ops::conv::ConvMode;
 use crate::graph::ops::matmul::MatmulAttrs;
 use crate::graph::ops::Op;
-use crate::graph::{Graph, Port, TensorDesc, TensorId};
+use crate::graph::{Graph, Port, TensorDesc};
 
 /// `v` (one value per spatial dim, `rank` of them) placed in the last of three slots; `fill` in
 /// the others.
@@ -176,35 +176,6 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     node.outputs = vec![Port { name: "c".into(), tensor: out }];
     let (ga, gb) = gathers;
     Some(View { graph: view, gathers: Some(Gathers { node: ni, a: ga, b: gb }) })
-}
-
-/// Views `[b, s, c]` of the output and the epilogue's tensors (`viewed`) made `[b * s, c]`
-/// (`[1, c]` for those broadcast over both), when every one allows: images and pixels in one
-/// run, or broadcast over both. Returns whether they were.
-fn flatten(view: &mut Graph, viewed: &[TensorId], n: i64, pixels: i64) -> bool {
-    let mut flat: Vec<(TensorId, TensorDesc)> = Vec::new();
-    for &t in viewed {
-        let d = &view.tensors[t.0];
-        if d.dims.len() != 3 {
-            return false;
-        }
-        let (b, s) = ((d.dims[0], d.strides[0]), (d.dims[1], d.strides[1]));
-        let rows = if b.0 == 1 && s.0 == 1 {
-            (1, 0)
-        } else if b.0 == n && s.0 == pixels {
-            match linear(&[b, s]) {
-                Some(l) => l,
-                None => return false,
-            }
-        } else {
-            return false;
-        };
-        flat.push((t, matrix(d, rows, (d.dims[2], d.strides[2]))));
-    }
-    for (t, d) in flat {
-        view.tensors[t.0] = d;
-    }
-    true
 }
 
 #[cfg(test)]

@@ -114,7 +114,15 @@ fn one_tap_view(graph: &Graph, ni: usize) -> Option<Graph> {
             view.tensors[w.0] = matrix(wd, (wd.dims[r], wd.strides[r]), (wd.dims[c], wd.strides[c]));
             let out_dims = od.dims.clone();
             view.tensors[out.0] = image_view(od, &out_dims)?;
-            view_epilogue(graph, &mut view, out, &out_dims, &[a, w]);
+            let viewed = view_epilogue(graph, &mut view, out, &out_dims, &[a, w]);
+            // Images and pixels as one run of rows where every tensor allows (the input too:
+            // its rows are the output's).
+            let pixels: i64 = out_dims[2..].iter().product();
+            let mut all = viewed.clone();
+            if !all.contains(&a) {
+                all.push(a);
+            }
+            let _ = flatten(&mut view, &all, out_dims[0], pixels);
         }
         _ => {
             // dw (K x C) = dy^T x: both images as (N * S) x channels.
@@ -137,6 +145,35 @@ fn one_tap_view(graph: &Graph, ni: usize) -> Option<Graph> {
     n.inputs = vec![Port { name: "a".into(), tensor: a }, Port { name: "b".into(), tensor: b }];
     n.outputs = vec![Port { name: "c".into(), tensor: out }];
     Some(view)
+}
+
+/// Views `[b, s, c]` of the output and the epilogue's tensors (`viewed`) made `[b * s, c]`
+/// (`[1, c]` for those broadcast over both), when every one allows: images and pixels in one
+/// run, or broadcast over both. Returns whether they were.
+pub(super) fn flatten(view: &mut Graph, viewed: &[TensorId], n: i64, pixels: i64) -> bool {
+    let mut flat: Vec<(TensorId, TensorDesc)> = Vec::new();
+    for &t in viewed {
+        let d = &view.tensors[t.0];
+        if d.dims.len() != 3 {
+            return false;
+        }
+        let (b, s) = ((d.dims[0], d.strides[0]), (d.dims[1], d.strides[1]));
+        let rows = if b.0 == 1 && s.0 == 1 {
+            (1, 0)
+        } else if b.0 == n && s.0 == pixels {
+            match linear(&[b, s]) {
+                Some(l) => l,
+                None => return false,
+            }
+        } else {
+            return false;
+        };
+        flat.push((t, matrix(d, rows, (d.dims[2], d.strides[2]))));
+    }
+    for (t, d) in flat {
+        view.tensors[t.0] = d;
+    }
+    true
 }
 
 /// A one-tap filter (all spatial dims 1) with unit stride and no padding (dilation does not
@@ -165,7 +202,7 @@ fn rows_of(d: &TensorDesc) -> Option<(i64, i64)> {
 
 /// (extent, stride) pairs, outermost first, as one (extent product, stride) when they are laid
 /// out one after another (extents of 1 skipped); None otherwise.
-fn linear(dims: &[(i64, i64)]) -> Option<(i64, i64)> {
+pub(super) fn linear(dims: &[(i64, i64)]) -> Option<(i64, i64)> {
     let moving: Vec<(i64, i64)> = dims.iter().copied().filter(|&(e, _)| e != 1).collect();
     let count: i64 = dims.iter().map(|&(e, _)| e).product();
     let Some(&(_, inner)) = moving.last() else { return Some((count, 0)) };
@@ -281,7 +318,8 @@ mod tests {
         let view = as_gemm(&g, 0).unwrap().graph;
         assert_eq!(view.tensors[w.0].dims, [4, 4]);
         assert_eq!(view.tensors[w.0].strides, [1, 4]);
-        // x read again as a residual keeps the view it has.
+        // x read again as a residual keeps the view it has (both images' 15 pixels as one run
+        // of rows: channels-last).
         let mut g = Graph::new("x_again").io_data_type(f);
         let x = g.tensor(TensorDesc::new("x", &[2, 8, 3, 5], f).with_layout(&[0, 2, 3, 1]));
         let w = g.tensor(TensorDesc::new("w", &[8, 8, 1, 1], f).with_layout(&[0, 2, 3, 1]));
@@ -290,8 +328,8 @@ mod tests {
         g.set_output(z);
         g.validate().unwrap();
         let view = as_gemm(&g, 0).unwrap().graph;
-        assert_eq!(view.tensors[z.0].dims, [2, 15, 8]);
-        assert_eq!(view.tensors[x.0].dims, [2, 15, 8]);
+        assert_eq!(view.tensors[z.0].dims, [30, 8]);
+        assert_eq!(view.tensors[x.0].dims, [30, 8]);
     }
 
     #[test]

@@ -134,6 +134,43 @@ impl Gather {
         strides.iter().all(|s| s % vec == 0)
     }
 
+    /// The operand as a strided matrix, `(mn stride, k stride)`, when the map is one after all:
+    /// its m/n index plain, and its k index a run of one stride through the tensor (a packed
+    /// filter's taps and channels, or a packed image's pixels) that never leaves it.
+    pub fn as_matrix(&self) -> Option<(i64, i64)> {
+        let Index::Plain { stride } = self.mn else { return None };
+        // Every axis the k index moves along: unshifted, undivided, its extent the index's.
+        let plain_axis = |a: &Axis, extent: i64, step: i64| extent == 1 || (a.base == 0 && a.div == 1 && a.extent == extent && step == 1);
+        let dims: Vec<(i64, i64)> = match self.k {
+            Index::Plain { stride: k } => return Some((stride, k)),
+            Index::Taps { taps, channels, ch_stride, tap_major, dil } => {
+                if !(0..3).all(|d| plain_axis(&self.axes[d], taps[d], dil[d])) {
+                    return None;
+                }
+                let t = (0..3).map(|d| (taps[d], self.axes[d].stride));
+                if tap_major {
+                    t.chain(std::iter::once((channels, ch_stride))).collect()
+                } else {
+                    std::iter::once((channels, ch_stride)).chain(t).collect()
+                }
+            }
+            Index::Pixel { n_stride, grid, mul, off } => {
+                if !(0..3).all(|d| off[d] == 0 && plain_axis(&self.axes[d], grid[d], mul[d])) {
+                    return None;
+                }
+                // (Two images stand for any number: the run must go on from one to the next.)
+                std::iter::once((2, n_stride)).chain((0..3).map(|d| (grid[d], self.axes[d].stride))).collect()
+            }
+        };
+        let moving: Vec<(i64, i64)> = dims.into_iter().filter(|&(e, _)| e != 1).collect();
+        for w in moving.windows(2) {
+            if w[0].1 != w[1].1.checked_mul(w[1].0)? {
+                return None;
+            }
+        }
+        Some((stride, moving.last().map_or(0, |&(_, s)| s)))
+    }
+
     /// Its defines for `gather.cuh`, named `{prefix}...` (`GA_` for A, `GB_` for B).
     pub fn defines(&self, src: Source, prefix: &str) -> Source {
         let d = |src: Source, name: &str, v: i64| src.define(&format!("{prefix}{name}"), v);
@@ -211,6 +248,27 @@ mod tests {
         let mut two = g;
         two.k = two.mn.clone();
         assert!(!two.valid());
+    }
+
+    #[test]
+    fn packed_filters_and_images_are_matrices() {
+        // w [24, 16, 3, 3] KRSC (strides k 144, c 1, r 48, s 16): B of fprop, n x (taps, c).
+        let axes = [Axis::unit(), Axis { extent: 3, stride: 48, div: 1, base: 0 }, Axis { extent: 3, stride: 16, div: 1, base: 0 }];
+        let w = Gather { mn: Index::Plain { stride: 144 }, k: Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 1, tap_major: true, dil: [0, 1, 1] }, axes: axes.clone() };
+        assert_eq!(w.as_matrix(), Some((144, 1)));
+        // Mirrored (Convolution mode): not a run.
+        let mut flipped = w.clone();
+        flipped.axes[1].base = 2;
+        flipped.k = Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 1, tap_major: true, dil: [0, -1, -1] };
+        assert_eq!(flipped.as_matrix(), None);
+        // KCRS read tap-major: not a run.
+        let kcrs = Gather { mn: Index::Plain { stride: 144 }, k: Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 9, tap_major: true, dil: [0, 1, 1] }, axes: [Axis::unit(), Axis { extent: 3, stride: 3, div: 1, base: 0 }, Axis { extent: 3, stride: 1, div: 1, base: 0 }] };
+        assert_eq!(kcrs.as_matrix(), None);
+        // dy [2, 8, 5, 7] NHWC as wgrad's B: pixels x channels.
+        let dy = Gather { mn: Index::Plain { stride: 1 }, k: Index::Pixel { n_stride: 280, grid: [1, 5, 7], mul: [0, 1, 1], off: [0; 3] }, axes: [Axis::unit(), Axis { extent: 5, stride: 56, div: 1, base: 0 }, Axis { extent: 7, stride: 8, div: 1, base: 0 }] };
+        assert_eq!(dy.as_matrix(), Some((1, 8)));
+        // The image of fprop (a pixel index as m, padded): a gather.
+        assert_eq!(nhwc_image().as_matrix(), None);
     }
 
     #[test]

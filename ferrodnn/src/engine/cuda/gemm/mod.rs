@@ -565,22 +565,17 @@ fn operand(graph: &Graph, id: TensorId, out_batch: &[i64]) -> Option<Operand> {
 }
 
 /// A gathered operand: the extents of `id`'s (matrix) description in the view graph, read
-/// through `map`.
-fn gathered(graph: &Graph, id: TensorId, map: &gather::Gather) -> Option<Operand> {
+/// through `map`; with the strides of the matrix it is when the map is a plain one after all
+/// ([`gather::Gather::as_matrix`]: a kernel may then load it as a matrix), else zero strides.
+/// `is_a`: A (`m x k`), else B (`k x n`).
+fn gathered(graph: &Graph, id: TensorId, map: &gather::Gather, is_a: bool) -> Option<Operand> {
     let d = graph.desc(id);
     if d.dims.len() != 2 || d.dims.iter().any(|&e| e <= 0 || e > i32::MAX as i64) || !map.valid() {
         return None;
     }
-    Some(Operand {
-        tensor: id,
-        dtype: dtype(graph, id),
-        rows: d.dims[0] as usize,
-        cols: d.dims[1] as usize,
-        row_stride: 0,
-        col_stride: 0,
-        batch_stride: 0,
-        gather: Some(Box::new(map.clone())),
-    })
+    let (mn, k) = map.as_matrix().unwrap_or((0, 0));
+    let (row_stride, col_stride) = if is_a { (mn, k) } else { (k, mn) };
+    Some(Operand { tensor: id, dtype: dtype(graph, id), rows: d.dims[0] as usize, cols: d.dims[1] as usize, row_stride, col_stride, batch_stride: 0, gather: Some(Box::new(map.clone())) })
 }
 
 /// The GEMM of matmul node `mm` reading its operands from `a` and `b` (its own inputs, or the
@@ -619,7 +614,7 @@ fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId,
     }
     let batch: i64 = out_batch.iter().product();
     let (pa, pb, pc) = match gathers {
-        Some(g) => (gathered(graph, a, &g.a)?, gathered(graph, b, &g.b)?, operand(graph, out, out_batch)?),
+        Some(g) => (gathered(graph, a, &g.a, true)?, gathered(graph, b, &g.b, false)?, operand(graph, out, out_batch)?),
         None => (operand(graph, a, out_batch)?, operand(graph, b, out_batch)?, operand(graph, out, out_batch)?),
     };
     // Gathered indices are 32-bit in the kernel (rows over every batch too).

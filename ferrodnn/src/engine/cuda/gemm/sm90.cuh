@@ -24,8 +24,8 @@
 //   GEMM_TAP              1: the tap's partials (TAP_AXES) to `tpart`
 //   GEMM_GATHER           1: A and B gathered through index maps (`ga`, `gb`: their tensors) by
 //                         all of the producer's threads (sm90_gather.cuh), each stage made
-//                         visible to wgmma GEMM_LAG stages after its loads were issued; 0: TMA
-//                         (`ta`, `tb`)
+//                         visible to wgmma GEMM_LAG stages after its loads were issued, B by TMA
+//                         (`tb`) instead with GEMM_B_TMA; 0: both by TMA (`ta`, `tb`)
 
 #define STAGES GEMM_STAGES
 // The constants below are globals of the kernel's PTX (as every namespace-scope variable is): they
@@ -257,8 +257,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
 #if GEMM_GATHER
-            // (Every producer thread arrives on a full barrier.)
-            mbar_init(bars + 8u * s, 128u);
+            // (Every producer thread arrives on a full barrier; with B by TMA, thread 0 once more
+            // with its bytes.)
+            mbar_init(bars + 8u * s, 128u + GEMM_B_TMA);
 #else
             mbar_init(bars + 8u * s, 1u);
 #endif
@@ -282,15 +283,29 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
             const long long m0 = (long long)tm * BM, n0 = (long long)tn * BN;
             const unsigned am0 = (unsigned)((long long)bt * M_ + m0);
             g90_rows<BM, GEMM_A_MN, GEMM_GA_VEC> ra;
-            g90_rows<BN, GEMM_B_MN, GEMM_GB_VEC> rb;
             g90_prepare<0>(ra, am0, ptid);
+#if !GEMM_B_TMA
+            g90_rows<BN, GEMM_B_MN, GEMM_GB_VEC> rb;
             g90_prepare<1>(rb, (unsigned)n0, ptid);
+#endif
             for (int kt = k0; kt < k1; ++kt) {
                 mbar_wait(bars + 8u * (STAGES + s), phase ^ 1u);
                 const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
                 const unsigned kk0 = (unsigned)kt * BK;
-                g90_stage<0>(sa, (const char*)ga, ra, am0, kk0, M_ - m0, K_ - kk0, ptid);
+#if GEMM_B_TMA
+                if (ptid == 0) {
+                    const unsigned full = bars + 8u * s;
+                    mbar_expect_tx(full, STAGE_BYTES - A_BYTES);
+#if GEMM_B_MN
+                    for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, kt * BK, 0, false);
+#else
+                    tma_load(sb, &tb, full, kt * BK, tn * BN, 0, false);
+#endif
+                }
+#else
                 g90_stage<1>(sb, (const char*)gb, rb, (unsigned)n0, kk0, N_ - n0, K_ - kk0, ptid);
+#endif
+                g90_stage<0>(sa, (const char*)ga, ra, am0, kk0, M_ - m0, K_ - kk0, ptid);
                 asm volatile("cp.async.commit_group;\n" ::: "memory");
                 if (issued >= GEMM_LAG) {
                     asm volatile("cp.async.wait_group %0;\n" ::"n"(GEMM_LAG) : "memory");

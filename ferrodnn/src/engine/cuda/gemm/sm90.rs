@@ -188,15 +188,15 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     // (64-wide tiles for decode, M <= 64, instead of a 2-way split k measured slower on the
     // H100: 32.1 vs 40.4 TFLOP/s at 16 x 8192 x 8192; their 8 KiB B stages keep less of B in
     // flight per SM.)
-    let bn = if gathered(p) {
-        // (An implicit GEMM's producers gather at most 128 columns of B a stage; convolutions
-        // of 64 output channels or fewer take 64-wide tiles, as do those whose 128-wide tiles
-        // would leave SMs idle.)
-        if p.n <= 64 || tiles(128) < sms {
-            64
-        } else {
-            128
-        }
+    let bn = if p.n <= 64 {
+        // (No half-empty 128-wide tiles.)
+        64
+    } else if gathered(p) {
+        // An implicit GEMM's producers gather at most 128 columns of B a stage, and 128-wide
+        // tiles even when they leave SMs idle: its stages are bound by the L2 traffic of
+        // re-reading the image for every tap (measured on the H200, 32x256x14x14 by 256 3x3
+        // filters: 64-wide tiles 0.0385 ms).
+        128
     } else if p.n > 128 && tiles(256) >= sms && p.k > 256 {
         256
     } else {
@@ -355,13 +355,22 @@ fn reject_gathered(p: &GemmProblem) -> Option<String> {
     if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
         return Some(format!("output {}: this kernel stores bf16, f16 or f32", p.c.dtype));
     }
-    if !gather_major(&p.a, true).1 || !gather_major(&p.b, false).1 {
+    if !gather_major(&p.a, true).1 || (b_tma(p).is_none() && !gather_major(&p.b, false).1) {
         return Some("a gathered operand without 16-byte vectors (channels not a multiple of 8, or not contiguous): element-wise gathers run on the mma.sync kernel, whose every thread loads".into());
     }
     if p.batch as u128 * p.m as u128 > i32::MAX as u128 || p.n > i32::MAX as usize || p.k > i32::MAX as usize || p.m == 0 || p.n == 0 || p.k == 0 {
         return Some("an extent above 2^31 or empty".into());
     }
     None
+}
+
+/// The TMA map of a gathered B that is a strided matrix after all (a packed filter of fprop, a
+/// packed output gradient of wgrad), loaded by TMA instead of the producers' gathers.
+fn b_tma(p: &GemmProblem) -> Option<TmaDesc> {
+    p.b.gather.as_ref()?.as_matrix()?;
+    major(&p.b, false)?;
+    let t = tma_of(&p.b, false, 128, 1);
+    t.check().is_ok().then_some(t)
 }
 
 /// A gathered operand's layout in shared memory: K-major when its k index is contiguous in
@@ -541,9 +550,21 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         if cfg.bm != BM || cfg.bn > 128 || cfg.swap || cfg.stages < 3 {
             return None;
         }
-        (ma, mb) = (gather_major(&p.a, true).0, gather_major(&p.b, false).0);
         (a3, b3) = (false, false);
-        sig.param("const void* __restrict__ ga", Arg::Ptr(p.a.tensor)).param("const void* __restrict__ gb", Arg::Ptr(p.b.tensor));
+        sig.param("const void* __restrict__ ga", Arg::Ptr(p.a.tensor));
+        ma = gather_major(&p.a, true).0;
+        match b_tma(p) {
+            Some(_) => {
+                mb = major(&p.b, false)?;
+                let tb = tma_of(&p.b, false, cfg.bn, 1);
+                tb.check().ok()?;
+                sig.param("const __grid_constant__ TmaMap tb", Arg::TensorMap(Box::new(tb)));
+            }
+            None => {
+                mb = gather_major(&p.b, false).0;
+                sig.param("const void* __restrict__ gb", Arg::Ptr(p.b.tensor));
+            }
+        }
     } else {
         (ma, mb) = (major(&p.a, true)?, major(&b, false)?);
         let ta = tma_of(&p.a, true, cfg.bm, p.batch);
@@ -867,6 +888,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             .define("GEMM_K", p.k)
             .flag("GEMM_GA_VEC", gather_major(&p.a, true).1)
             .flag("GEMM_GB_VEC", gather_major(&p.b, false).1)
+            .flag("GEMM_B_TMA", b_tma(p).is_some())
             .define("GEMM_LAG", cfg.stages - 2);
     }
     let mut src = src.template(HOPPER).template(COMMON).template(&epi.code);

@@ -35,19 +35,26 @@ template <int X> __device__ __forceinline__ unsigned short g90_elem(const char* 
     return ok ? ((const unsigned short*)g)[off] : (unsigned short)0;
 }
 
-// What a producer thread keeps of a tile's rows between its stages: with 16-byte vectors along k
-// (a K-major tile), each of its rows (m or n: the same ones every stage) as an index part, so a
-// stage only adds its k part; nothing otherwise.
+// Which vectors of a stage producer thread `ptid` loads (16-byte vectors, 128 threads): its i-th
+// is, K-major, row (mn) ptid / 8 + 16 i at k (ptid % 8) * 8; M/N-major, k row ptid / 8 + 16 (i % 4)
+// at mn (i / 4) * 64 + (ptid % 8) * 8. So a thread's vectors share their k (K-major) or fall on at
+// most four k rows and EXT / 64 mn positions (M/N-major).
+//
+// What a producer thread keeps of a tile between its stages, with 16-byte vectors: the index
+// parts of its m or n positions (the same every stage), so a stage adds only its k parts.
 template <int EXT, bool MN_MAJOR, bool VEC> struct g90_rows {
-    static constexpr int N = (VEC && !MN_MAJOR) ? EXT * 8 / 128 : 1;
+    static constexpr int N = !VEC ? 1 : MN_MAJOR ? EXT / 64 : EXT * 8 / 128;
     gt_part p[N];
 };
 
-// A tile's rows for producer thread `ptid`, from its first index along m or n, `mn0`.
+// A tile's positions along m or n for producer thread `ptid`, from the tile's first, `mn0`.
 template <int X, int EXT, bool MN_MAJOR, bool VEC> __device__ __forceinline__ void g90_prepare(g90_rows<EXT, MN_MAJOR, VEC>& rows, unsigned mn0, int ptid) {
     if constexpr (VEC && !MN_MAJOR) {
         #pragma unroll
-        for (int i = 0; i < EXT * 8 / 128; ++i) rows.p[i] = gt_index<X, 0>(mn0 + (unsigned)((ptid + i * 128) >> 3));
+        for (int i = 0; i < EXT * 8 / 128; ++i) rows.p[i] = gt_index<X, 0>(mn0 + (unsigned)((ptid >> 3) + 16 * i));
+    } else if constexpr (VEC) {
+        #pragma unroll
+        for (int q = 0; q < EXT / 64; ++q) rows.p[q] = gt_index<X, 0>(mn0 + (unsigned)(q * 64 + (ptid & 7) * 8));
     }
 }
 
@@ -59,33 +66,20 @@ template <int X, int EXT, bool MN_MAJOR, bool VEC>
 __device__ __forceinline__ void g90_stage(unsigned dst, const char* __restrict__ g, const g90_rows<EXT, MN_MAJOR, VEC>& rows, unsigned mn0, unsigned k0, long long mn_left, long long k_left, int ptid) {
     if constexpr (VEC) {
         constexpr int ITERS = EXT * 8 / 128;
-        // (K-major: the thread's vectors share their k, so one k part serves every row.)
-        const gt_part kp = gt_index<X, 1>(k0 + (unsigned)((ptid & 7) * 8));
+        // The k parts of the thread's vectors (one K-major, up to four M/N-major).
+        constexpr int KN = MN_MAJOR ? (ITERS < 4 ? ITERS : 4) : 1;
+        gt_part kp[KN];
+        #pragma unroll
+        for (int r = 0; r < KN; ++r) kp[r] = gt_index<X, 1>(k0 + (unsigned)(MN_MAJOR ? (ptid >> 3) + 16 * r : (ptid & 7) * 8));
         #pragma unroll
         for (int i = 0; i < ITERS; ++i) {
-            const int id = ptid + i * 128;
             // The vector's first element (mn, k), and whether it lies inside both extents (the
             // contiguous index's extent is a whole number of vectors: gather.rs). No branch, so
             // that the vectors' address computations interleave.
-            int mn, k;
-            bool in;
-            if constexpr (MN_MAJOR) {
-                mn = (id >> 9) * 64 + (id & 7) * 8;
-                k = (id >> 3) & 63;
-                in = mn < mn_left && k < k_left;
-            } else {
-                mn = id >> 3;
-                k = (id & 7) * 8;
-                in = mn < mn_left && k < k_left;
-            }
+            const int mn = MN_MAJOR ? (i >> 2) * 64 + (ptid & 7) * 8 : (ptid >> 3) + 16 * i;
+            const int k = MN_MAJOR ? (ptid >> 3) + 16 * (i & 3) : (ptid & 7) * 8;
             long long off = 0;
-            bool ok;
-            if constexpr (MN_MAJOR) {
-                ok = gt_offset<X>(gt_index<X, 0>(mn0 + mn), gt_index<X, 1>(k0 + k), off);
-            } else {
-                ok = gt_offset<X>(rows.p[i], kp, off);
-            }
-            ok = ok && in;
+            const bool ok = gt_offset<X>(rows.p[MN_MAJOR ? i >> 2 : i], kp[MN_MAJOR ? i & 3 : 0], off) && mn < mn_left && k < k_left;
             // Outside the tensor (padding) or past the extents: zero fill (source size 0) from
             // the base pointer.
             g90_cp16(dst + g90_at<MN_MAJOR>(mn, k), ok ? g + off * 2 : g, ok ? 16 : 0);
