@@ -8,7 +8,8 @@
 //! - fprop: `y[n] (S x K) = x[n] (S x C) * w (C x K)`;
 //! - dgrad: `dx[n] (S x C) = dy[n] (S x K) * w^T (K x C)`;
 //! - wgrad: `dw (K x C) = dy^T (K x N*S) * x (N*S x C)`, where the batch and spatial dims of
-//!   both images are laid out one after another too.
+//!   both images are laid out one after another too (as `dw^T = x^T dy` when C > K, so that the
+//!   longer side fills the tiles' rows).
 //!
 //! [`as_gemm`] makes a copy of the graph in which the convolution is a matmul over those views
 //! (and the tensors of the pointwise nodes after it are viewed the same way), which the GEMM
@@ -100,6 +101,8 @@ fn one_tap_view(graph: &Graph, ni: usize) -> Option<Graph> {
         return None;
     }
     let mut view = graph.clone();
+    // (The weight gradient may run with its operands swapped, as dw^T.)
+    let mut swap = false;
     match &node.op {
         Op::ConvFprop(_) | Op::ConvDgrad(_) => {
             let (ad, od) = (graph.desc(a), graph.desc(out));
@@ -135,11 +138,21 @@ fn one_tap_view(graph: &Graph, ni: usize) -> Option<Graph> {
             if ns != ns_x {
                 return None;
             }
-            view.tensors[a.0] = matrix(dyd, (dyd.dims[1], dyd.strides[1]), (ns, s_dy));
-            view.tensors[b.0] = matrix(xd, (ns, s_x), (xd.dims[1], xd.strides[1]));
-            view.tensors[w.0] = matrix(wd, (wd.dims[0], wd.strides[0]), (wd.dims[1], wd.strides[1]));
+            let (k, c) = (wd.dims[0], wd.dims[1]);
+            if c > k {
+                // dw^T (C x K) = x^T dy: the longer side along the tiles' rows.
+                view.tensors[b.0] = matrix(xd, (c, xd.strides[1]), (ns, s_x));
+                view.tensors[a.0] = matrix(dyd, (ns, s_dy), (k, dyd.strides[1]));
+                view.tensors[w.0] = matrix(wd, (c, wd.strides[1]), (k, wd.strides[0]));
+                swap = true;
+            } else {
+                view.tensors[a.0] = matrix(dyd, (k, dyd.strides[1]), (ns, s_dy));
+                view.tensors[b.0] = matrix(xd, (ns, s_x), (c, xd.strides[1]));
+                view.tensors[w.0] = matrix(wd, (k, wd.strides[0]), (c, wd.strides[1]));
+            }
         }
     }
+    let (a, b) = if swap { (b, a) } else { (a, b) };
     let n = &mut view.nodes[ni];
     n.op = Op::Matmul(MatmulAttrs {});
     n.inputs = vec![Port { name: "a".into(), tensor: a }, Port { name: "b".into(), tensor: b }];

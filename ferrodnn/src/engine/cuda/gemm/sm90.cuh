@@ -25,7 +25,9 @@
 //   GEMM_GATHER           1: A and B gathered through index maps (`ga`, `gb`: their tensors) by
 //                         all of the producer's threads (sm90_gather.cuh), each stage made
 //                         visible to wgmma GEMM_LAG stages after its loads were issued, B by TMA
-//                         (`tb`) instead with GEMM_B_TMA; 0: both by TMA (`ta`, `tb`)
+//                         (`tb`) instead with GEMM_B_TMA; the producers are GEMM_PRODUCERS
+//                         threads (warpgroups 0 .. GEMM_PRODUCERS / 128 - 1), the consumers the
+//                         two warpgroups after them; 0: both by TMA (`ta`, `tb`)
 
 #define STAGES GEMM_STAGES
 // The constants below are globals of the kernel's PTX (as every namespace-scope variable is): they
@@ -248,7 +250,12 @@ __device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& 
     if (row < M_ && col < N_) TAP_ACC0 = tap_fold(TAP_ACC0, lo);         \
     if (row < M_ && col + 1 < N_) TAP_ACC1 = tap_fold(TAP_ACC1, hi);
 
-extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) {
+#if GEMM_GATHER
+#define G_THREADS (GEMM_PRODUCERS + 256)
+#else
+#define G_THREADS 384
+#endif
+extern "C" __global__ void __launch_bounds__(G_THREADS, 1) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -259,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
 #if GEMM_GATHER
             // (Every producer thread arrives on a full barrier; with B by TMA, thread 0 once more
             // with its bytes.)
-            mbar_init(bars + 8u * s, 128u + GEMM_B_TMA);
+            mbar_init(bars + 8u * s, GEMM_PRODUCERS + GEMM_B_TMA);
 #else
             mbar_init(bars + 8u * s, 1u);
 #endif
@@ -269,8 +276,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
     }
     __syncthreads();
 #if GEMM_GATHER
-    if (wg == 0) {
-        // Producer: each thread gathers its share of every stage, commits it as one cp.async
+    if (threadIdx.x < GEMM_PRODUCERS) {
+        // Producers: each thread gathers its share of every stage, commits it as one cp.async
         // group, and GEMM_LAG stages later (its loads then complete) makes it visible to the
         // async proxy and arrives on the stage's full barrier. (Registers stay as launched: the
         // gathers need more than TMA's one thread, and the consumers' tiles are at most 128 wide.)
@@ -321,7 +328,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         for (int i = min(issued, GEMM_LAG); i > 0; --i) mbar_arrive(bars + 8u * ((s + STAGES - i) % STAGES));
     } else {
-        const int cw = wg - 1;
+        const int cw = wg - GEMM_PRODUCERS / 128;
 #else
     if (wg == 0) {
         // Producer.

@@ -364,6 +364,10 @@ fn reject_gathered(p: &GemmProblem) -> Option<String> {
     None
 }
 
+/// The threads that gather an implicit GEMM's stages: two warpgroups (one measured
+/// issue-bound on its gathers' address arithmetic).
+const PRODUCERS: usize = 256;
+
 /// The TMA map of a gathered B that is a strided matrix after all (a packed filter of fprop, a
 /// packed output gradient of wgrad), loaded by TMA instead of the producers' gathers.
 fn b_tma(p: &GemmProblem) -> Option<TmaDesc> {
@@ -599,7 +603,7 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         source,
         entry: entry.to_string(),
         grid: Grid::Exact(grid, 1, 1),
-        block: 384,
+        block: if gathered(p) { 256 + PRODUCERS as u32 } else { 384 },
         shared_bytes: cfg.shared_bytes() as u32,
         args: sig.into_args(),
         cluster: None,
@@ -889,6 +893,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             .flag("GEMM_GA_VEC", gather_major(&p.a, true).1)
             .flag("GEMM_GB_VEC", gather_major(&p.b, false).1)
             .flag("GEMM_B_TMA", b_tma(p).is_some())
+            .define("GEMM_PRODUCERS", PRODUCERS)
             .define("GEMM_LAG", cfg.stages - 2);
     }
     let mut src = src.template(HOPPER).template(COMMON).template(&epi.code);
