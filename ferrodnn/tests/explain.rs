@@ -51,18 +51,18 @@ fn a_graph_the_fast_engines_decline_falls_back_and_says_why() {
     let f = DataType::F32;
     let mut g = Graph::new("conv_then_norm").io_data_type(f);
     let x = g.tensor(TensorDesc::new("x", &[2, 8, 9, 9], f).with_layout(&[0, 2, 3, 1]));
-    let w = g.tensor(TensorDesc::new("w", &[16, 8, 3, 3], f).with_layout(&[0, 2, 3, 1]));
+    let w = g.tensor(TensorDesc::new("w", &[16, 4, 3, 3], f).with_layout(&[0, 2, 3, 1]));
     let y = g.conv_fprop(x, w, ConvAttrs::new(2).with_padding(&[1, 1]));
     g.set_output(y);
     let e = explain(&g, &Target::sm90a(), &[]).unwrap();
     assert_eq!(e.units.len(), 1);
     assert_eq!(e.units[0].engine, "fallback");
-    // The conv engine takes only one-tap filters yet: it declines a 3x3 one and says what it takes.
+    // The conv engine takes one group: it declines a grouped convolution and says why.
     assert_eq!(e.units[0].declined.len(), 1);
     let (family, why) = &e.units[0].declined[0];
     assert_eq!(family, "conv");
-    assert_eq!(why, "a 3x3 filter: only one-tap (1x1) filters run as a GEMM yet; other convolutions run on the fallback (implicit GEMM is not built yet)");
-    assert!(e.to_text(false).contains("-> fallback\n  declined by conv: a 3x3 filter"), "{}", e.to_text(false));
+    assert_eq!(why, "groups = 2 (image channels 8 / filter channels 4): grouped and depthwise convolutions run on the fallback (the implicit GEMM takes one group)");
+    assert!(e.to_text(false).contains("-> fallback\n  declined by conv: groups = 2"), "{}", e.to_text(false));
     assert!(e.to_text(false).contains("kernel n0_conv_fprop: grid cover "), "{}", e.to_text(false));
 
     // A layernorm computing in f64: the row kernels take layernorm but decline f64.

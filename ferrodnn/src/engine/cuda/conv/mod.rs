@@ -14,8 +14,9 @@
 //! [`as_gemm`] makes a copy of the graph in which the convolution is a matmul over those views
 //! (and the tensors of the pointwise nodes after it are viewed the same way), which the GEMM
 //! engine plans as it plans a matmul; the kernels address the same buffers by the same tensor
-//! ids, so they run on the original graph's variant pack. Other convolutions run on the generic
-//! fallback (implicit GEMM for the general case is the next step of this engine).
+//! ids, so they run on the original graph's variant pack. Every other one-group convolution runs
+//! as an implicit GEMM ([`implicit`]): its operands gathered through index maps, no im2col matrix
+//! written. Grouped and depthwise convolutions run on the generic fallback.
 
 pub mod implicit;
 
@@ -52,26 +53,28 @@ pub struct View {
 }
 
 /// Why this engine declines convolution node `ni`: the first condition it fails, else the
-/// conditions in general (types or layouts the GEMM kernels do not take).
+/// conditions in general (types the GEMM kernels do not take).
 pub fn decline_reason(graph: &Graph, ni: usize) -> String {
     let node = &graph.nodes[ni];
     let (Op::ConvFprop(a) | Op::ConvDgrad(a) | Op::ConvWgrad(a)) = &node.op else { return CONDITIONS.into() };
-    let filter = if matches!(node.op, Op::ConvWgrad(_)) { node.output("dw") } else { node.input("w") };
-    let taps: Vec<String> = filter.map(|w| graph.desc(w).dims.iter().skip(2).map(|d| d.to_string()).collect()).unwrap_or_default();
-    let why = if taps.iter().any(|t| t != "1") {
-        format!("a {} filter: only one-tap (1x1) filters run as a GEMM yet", taps.join("x"))
-    } else if a.stride.iter().any(|&s| s != 1) {
-        format!("stride {:?}: only unit strides run as a GEMM yet", a.stride)
-    } else if a.pre_padding.iter().chain(&a.post_padding).any(|&p| p != 0) {
-        "padding: only unpadded one-tap convolutions run as a GEMM yet".into()
-    } else {
-        return format!("it takes {CONDITIONS}");
+    let (image, filter) = match &node.op {
+        Op::ConvFprop(_) => (node.input("x"), node.input("w")),
+        Op::ConvDgrad(_) => (node.output("dx"), node.input("w")),
+        _ => (node.input("x"), node.output("dw")),
     };
-    format!("{why}; other convolutions run on the fallback (implicit GEMM is not built yet)")
+    let channels = |t: Option<TensorId>| t.and_then(|t| graph.desc(t).dims.get(1).copied()).unwrap_or(1);
+    let (c, cf) = (channels(image), channels(filter));
+    if cf > 0 && c != cf {
+        return format!("groups = {} (image channels {c} / filter channels {cf}): grouped and depthwise convolutions run on the fallback (the implicit GEMM takes one group)", c / cf);
+    }
+    if matches!(node.op, Op::ConvWgrad(_)) && a.mode == crate::graph::ops::conv::ConvMode::Convolution {
+        return "a weight gradient in convolution mode (mirrored filter) runs on the fallback".into();
+    }
+    format!("it takes {CONDITIONS}")
 }
 
 /// What this engine takes.
-pub const CONDITIONS: &str = "a filter of one tap (1x1) with unit stride, no padding and one group, images whose spatial dims are laid out one after another (channels-last or packed NCHW; for the weight gradient the batch dim too: channels-last, or NCHW with one image), types the GEMM kernels take; other convolutions run on the fallback";
+pub const CONDITIONS: &str = "one group; inputs of f16, bf16, f32 (tf32 or 3xTF32) or fp8 with f32 compute; any filter size, stride, dilation and padding in 1-3 spatial dims; extents within 2^31 (other convolutions run on the fallback). f16/bf16 convolutions whose channels come in 16-byte runs run on the Hopper wgmma kernel, the rest on the mma.sync kernel";
 
 /// A copy of `graph` in which convolution node `ni` is a matmul over matrix views of its
 /// tensors, and the tensors of the pointwise nodes after it are viewed alike; None when the
