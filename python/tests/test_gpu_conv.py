@@ -209,11 +209,11 @@ def sample_conv_genstats(handle, device, dtype, prologue, seed=1):
 
     check(y_dev, y_ref, dtype)
     # The statistics may be taken from y as written (rounded to its type) or before rounding:
-    # both are within a few roundoffs times sqrt(count) of the float32 reference's sums.
+    # both are within 8 roundoffs times sqrt(count) of the float32 reference's sums.
     count = n * y_ref.shape[2] * y_ref.shape[3]
     rms = y_ref.square().mean().sqrt().item()
-    torch.testing.assert_close(f32(sum_dev), sum_ref, atol=16 * EPS[dtype] * math.sqrt(count) * max(rms, 1.0), rtol=1e-2)
-    torch.testing.assert_close(f32(sq_sum_dev), sq_sum_ref, atol=16 * EPS[dtype] * math.sqrt(count) * max(rms, 1.0) ** 2, rtol=1e-2)
+    torch.testing.assert_close(f32(sum_dev), sum_ref, atol=8 * EPS[dtype] * math.sqrt(count) * max(rms, 1.0), rtol=1e-2)
+    torch.testing.assert_close(f32(sq_sum_dev), sq_sum_ref, atol=8 * EPS[dtype] * math.sqrt(count) * max(rms, 1.0) ** 2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("dtype,prologue", [(HALF, False), (BF16, False), (HALF, True)], ids=["fp16", "bf16", "fp16_scale_bias_relu"])
