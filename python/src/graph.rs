@@ -256,6 +256,15 @@ impl State {
             n.outputs = n.outputs.iter().map(remap).collect();
         }
         g.tensors = tensors;
+        // What was inferred when an op was added is inferred again, in graph order: an op added
+        // after `set_dim` on a tensor whose layout was not known yet (dgrad's output, then drelu
+        // on it, as the frontend's samples write it) would otherwise keep the row-major strides
+        // it got then.
+        for (new, &old) in new_to_old.iter().enumerate() {
+            if self.meta.inferred_strides.contains(&old) {
+                g.tensors[new].strides.clear();
+            }
+        }
         g.validate().map_err(to_py_err)?;
         for (new, &old) in new_to_old.iter().enumerate() {
             let (dims, strides) = (g.tensors[new].dims.clone(), g.tensors[new].strides.clone());

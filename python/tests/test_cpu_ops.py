@@ -19,15 +19,16 @@ def new_graph(io=F32):
     return cudnn.pygraph(io_data_type=io, intermediate_data_type=F32, compute_data_type=F32, handle=cudnn.create_cpu_handle())
 
 
-def run(g, pack):
-    """The frontend's build sequence, then execute."""
+def run(g, pack, strict=False):
+    """The frontend's build sequence, then execute (with `strict`, every array must have its
+    tensor's dims and strides)."""
     g.validate()
     g.build_operation_graph()
     g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     g.check_support()
     g.build_plans()
     workspace = np.empty(g.get_workspace_size(), dtype=np.uint8)
-    g.execute(pack, workspace)
+    g.execute(pack, workspace, strict=strict)
 
 
 def close(actual, expected, tol=1e-5):
@@ -124,6 +125,99 @@ def test_conv_dgrad_wgrad():
     out = np.zeros(w.shape)
     run(g, {X: x, DY: dy, DW: out})
     close(out, dw, 1e-10)
+
+
+def nhwc(a):
+    """A channels-last copy of an NCHW array, as a logical NCHW view (PyTorch's channels_last)."""
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def conv_adjoints(x, w, dy, pad, st):
+    """dx and dw of conv_ref(x, w, pad, pad, st, [1, 1]) for the output gradient dy."""
+    r, s = w.shape[2:]
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
+    dxp, dw = np.zeros_like(xp), np.zeros_like(w)
+    for i in range(dy.shape[2]):
+        for j in range(dy.shape[3]):
+            for a in range(r):
+                for b in range(s):
+                    hi, wj = i * st[0] + a, j * st[1] + b
+                    dxp[:, :, hi, wj] += np.einsum("nk,kc->nc", dy[:, :, i, j], w[:, :, a, b])
+                    dw[:, :, a, b] += np.einsum("nk,nc->kc", dy[:, :, i, j], xp[:, :, hi, wj])
+    return dxp[:, :, pad[0] : pad[0] + x.shape[2], pad[1] : pad[1] + x.shape[3]], dw
+
+
+# The cudnn frontend's convolution samples (python/tests/test_gpu_conv.py runs them on the GPU
+# against PyTorch): the same graphs on channels-last host arrays.
+
+def test_conv_dgrad_drelu_channels_last():
+    """dgrad's output gets its dims by set_dim, then drelu takes it (the frontend's "Dgrad
+    Drelu Graph"): drelu's output follows dy's channels-last layout, like dgrad's."""
+    r = rng(40)
+    x, w = r.standard_normal((2, 3, 7, 6)), r.standard_normal((4, 3, 3, 3))
+    pad, st = [1, 1], [2, 2]
+    dy = r.standard_normal(conv_ref(x, w, pad, pad, st, [1, 1]).shape)
+    dx_ref = conv_adjoints(x, w, dy, pad, st)[0] * (x > 0)
+    x, w, dy = nhwc(x), nhwc(w), nhwc(dy)
+    D = cudnn.data_type.DOUBLE
+    g = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D)
+    DY, W, X = g.tensor_like(dy), g.tensor_like(w), g.tensor_like(x)
+    dgrad = g.conv_dgrad(loss=DY, filter=W, padding=pad, stride=st, dilation=[1, 1])
+    dgrad.set_dim(list(x.shape))
+    DX = g.relu_backward(loss=dgrad, input=X)
+    DX.set_output(True)
+    g.validate()
+    assert DX.get_stride() == [s // 8 for s in x.strides]
+    out = nhwc(np.full(x.shape, np.nan))
+    run(g, {DY: dy, W: w, X: x, DX: out}, strict=True)
+    close(out, dx_ref, 1e-10)
+
+
+def test_scale_bias_relu_conv_genstats():
+    """The frontend's "SBRCS": y = conv(relu(x * scale + bias), w) with the per-channel sum and
+    sum of squares of y. The zero padding pads the activation, not x."""
+    r = rng(41)
+    x, w = r.standard_normal((2, 3, 5, 6)), r.standard_normal((4, 3, 3, 3))
+    s, b = 1 + 0.5 * r.standard_normal((1, 3, 1, 1)), r.standard_normal((1, 3, 1, 1))
+    y_ref = conv_ref(np.maximum(x * s + b, 0), w, [1, 1], [1, 1], [1, 1], [1, 1])
+    x, w = nhwc(x), nhwc(w)
+    D = cudnn.data_type.DOUBLE
+    g = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D)
+    X, W, S, B = (g.tensor_like(a) for a in (x, w, s, b))
+    act = g.relu(input=g.bias(input=g.scale(input=X, scale=S), bias=B))
+    Y = g.conv_fprop(image=act, weight=W, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
+    Y.set_output(True)
+    SUM, SQ = g.genstats(input=Y)
+    SUM.set_output(True)
+    SQ.set_output(True)
+    y = nhwc(np.full(y_ref.shape, np.nan))
+    s1, s2 = np.full((1, 4, 1, 1), np.nan), np.full((1, 4, 1, 1), np.nan)
+    run(g, {X: x, W: w, S: s, B: b, Y: y, SUM: s1, SQ: s2}, strict=True)
+    close(y, y_ref, 1e-10)
+    close(s1, y_ref.sum((0, 2, 3), keepdims=True), 1e-9)
+    close(s2, (y_ref * y_ref).sum((0, 2, 3), keepdims=True), 1e-9)
+
+
+def test_scale_bias_relu_wgrad_channels_last():
+    """The frontend's scale-bias-relu-wgrad: dw of conv(relu(x * scale + bias)), strided; dw
+    follows the image's channels-last layout."""
+    r = rng(42)
+    x = r.standard_normal((2, 3, 7, 6))
+    s, b = 1 + 0.5 * r.standard_normal((1, 3, 1, 1)), r.standard_normal((1, 3, 1, 1))
+    act = np.maximum(x * s + b, 0)
+    pad, st = [1, 1], [2, 2]
+    dy = r.standard_normal(conv_ref(act, np.zeros((4, 3, 3, 3)), pad, pad, st, [1, 1]).shape)
+    dw_ref = conv_adjoints(act, np.zeros((4, 3, 3, 3)), dy, pad, st)[1]
+    x, dy = nhwc(x), nhwc(dy)
+    D = cudnn.data_type.DOUBLE
+    g = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D)
+    X, DY, S, B = (g.tensor_like(a) for a in (x, dy, s, b))
+    image = g.relu(input=g.bias(input=g.scale(input=X, scale=S), bias=B))
+    DW = g.conv_wgrad(image=image, loss=DY, padding=pad, stride=st, dilation=[1, 1])
+    DW.set_output(True).set_dim([4, 3, 3, 3])
+    out = nhwc(np.full((4, 3, 3, 3), np.nan))
+    run(g, {X: x, DY: dy, S: s, B: b, DW: out}, strict=True)
+    close(out, dw_ref, 1e-10)
 
 
 # -- matmul -----------------------------------------------------------------------------------
