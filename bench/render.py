@@ -57,10 +57,11 @@ def render(paths):
             r = json.load(f)
         png = os.path.splitext(path)[0] + "-ratios.png"
         has_chart = chart(r, png)
-        roof = r["roofline"]
+        roof = r.get("roofline")
+        ceilings = f"Ceilings measured in this run: copy {roof['copy_gbs']:.0f} GB/s, bf16 GEMM {roof['gemm_bf16_tflops']:.0f} TFLOP/s." if roof else ""
         out += [f"## {r['device']} ({r['gpu']}): {r.get('suite', '')}", "",
                 f"{r['date']}, commit `{r['commit'][:12]}`, {r.get('software', '')}; suite `{r.get('suite', '')}`.",
-                f"Ceilings measured in this run: copy {roof['copy_gbs']:.0f} GB/s, bf16 GEMM {roof['gemm_bf16_tflops']:.0f} TFLOP/s."
+                ceilings
                 + (f" Handle creation (device, NVRTC, kernel cache): {r['handle_ms']['warm_disk']:.0f} ms." if (r.get('handle_ms') or {}).get('warm_disk') else "")
                 + (f" {r['note']}" if r.get("note") else ""), "",
                 ]

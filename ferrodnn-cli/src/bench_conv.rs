@@ -91,5 +91,16 @@ pub fn conv_workloads() -> Vec<Workload> {
     }
     v.push(fprop(n, &Layer { c: 64, k: 256, hw: 56, r: 1, s: 1 }, true));
     v.push(fprop(n, &Layer { c: 1024, k: 256, hw: 14, r: 1, s: 1 }, true));
+    // Beyond the table: ResNet-50's strided 3x3 (stage 2's first block), batch-1 inference, and
+    // a diffusion UNet's 3x3 layers (batch 2, 320-1280 channels at 64x64 to 8x8).
+    let strided = Layer { c: 128, k: 128, hw: 56, r: 3, s: 2 };
+    v.extend([fprop(n, &strided, false), dgrad(n, &strided), wgrad(n, &strided)]);
+    for l in [Layer { c: 64, k: 64, hw: 56, r: 3, s: 1 }, Layer { c: 256, k: 256, hw: 14, r: 3, s: 1 }] {
+        v.push(fprop(1, &l, true));
+    }
+    for (c, hw) in [(320, 64), (640, 32), (1280, 16), (1280, 8)] {
+        let l = Layer { c, k: c, hw, r: 3, s: 1 };
+        v.extend([fprop(2, &l, false), dgrad(2, &l), wgrad(2, &l)]);
+    }
     v
 }
