@@ -16,6 +16,7 @@
 //! ids, so they run on the original graph's variant pack. Other convolutions run on the generic
 //! fallback (implicit GEMM for the general case is the next step of this engine).
 
+pub mod depthwise;
 pub mod implicit;
 
 use super::gemm;
@@ -32,9 +33,14 @@ pub fn conv_op(op: &Op) -> bool {
     matches!(op, Op::ConvFprop(_) | Op::ConvDgrad(_) | Op::ConvWgrad(_))
 }
 
-/// The unit of convolution node `ni` alone on the GEMM engine, when it is a matrix product the
-/// GEMM kernels take.
+/// The unit of convolution node `ni` alone: a depthwise convolution on the depthwise kernels
+/// ([`depthwise`]), else on the GEMM engine when it is a matrix product the GEMM kernels take.
 pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Option<Unit>> {
+    if depthwise::is_depthwise(graph, ni) {
+        if let Some(u) = depthwise::unit(graph, ni, target) {
+            return Ok(Some(u));
+        }
+    }
     match as_gemm(graph, ni) {
         Some(view) => gemm::unit_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref()),
         None => Ok(None),
@@ -55,6 +61,11 @@ pub struct View {
 pub fn decline_reason(graph: &Graph, ni: usize) -> String {
     let node = &graph.nodes[ni];
     let (Op::ConvFprop(a) | Op::ConvDgrad(a) | Op::ConvWgrad(a)) = &node.op else { return CONDITIONS.into() };
+    if depthwise::is_depthwise(graph, ni) {
+        if let Some(why) = depthwise::decline(graph, ni) {
+            return format!("a depthwise convolution the depthwise kernels do not take: they take {}; it runs on the fallback", why);
+        }
+    }
     let filter = if matches!(node.op, Op::ConvWgrad(_)) { node.output("dw") } else { node.input("w") };
     let taps: Vec<String> = filter.map(|w| graph.desc(w).dims.iter().skip(2).map(|d| d.to_string()).collect()).unwrap_or_default();
     let why = if taps.iter().any(|t| t != "1") {

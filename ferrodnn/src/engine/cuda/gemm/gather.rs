@@ -262,10 +262,18 @@ mod tests {
         flipped.k = Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 1, tap_major: true, dil: [0, -1, -1] };
         assert_eq!(flipped.as_matrix(), None);
         // KCRS read tap-major: not a run.
-        let kcrs = Gather { mn: Index::Plain { stride: 144 }, k: Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 9, tap_major: true, dil: [0, 1, 1] }, axes: [Axis::unit(), Axis { extent: 3, stride: 3, div: 1, base: 0 }, Axis { extent: 3, stride: 1, div: 1, base: 0 }] };
+        let kcrs = Gather {
+            mn: Index::Plain { stride: 144 },
+            k: Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 9, tap_major: true, dil: [0, 1, 1] },
+            axes: [Axis::unit(), Axis { extent: 3, stride: 3, div: 1, base: 0 }, Axis { extent: 3, stride: 1, div: 1, base: 0 }],
+        };
         assert_eq!(kcrs.as_matrix(), None);
         // dy [2, 8, 5, 7] NHWC as wgrad's B: pixels x channels.
-        let dy = Gather { mn: Index::Plain { stride: 1 }, k: Index::Pixel { n_stride: 280, grid: [1, 5, 7], mul: [0, 1, 1], off: [0; 3] }, axes: [Axis::unit(), Axis { extent: 5, stride: 56, div: 1, base: 0 }, Axis { extent: 7, stride: 8, div: 1, base: 0 }] };
+        let dy = Gather {
+            mn: Index::Plain { stride: 1 },
+            k: Index::Pixel { n_stride: 280, grid: [1, 5, 7], mul: [0, 1, 1], off: [0; 3] },
+            axes: [Axis::unit(), Axis { extent: 5, stride: 56, div: 1, base: 0 }, Axis { extent: 7, stride: 8, div: 1, base: 0 }],
+        };
         assert_eq!(dy.as_matrix(), Some((1, 8)));
         // The image of fprop (a pixel index as m, padded): a gather.
         assert_eq!(nhwc_image().as_matrix(), None);

@@ -575,7 +575,16 @@ fn gathered(graph: &Graph, id: TensorId, map: &gather::Gather, is_a: bool) -> Op
     }
     let (mn, k) = map.as_matrix().unwrap_or((0, 0));
     let (row_stride, col_stride) = if is_a { (mn, k) } else { (k, mn) };
-    Some(Operand { tensor: id, dtype: dtype(graph, id), rows: d.dims[0] as usize, cols: d.dims[1] as usize, row_stride, col_stride, batch_stride: 0, gather: Some(Box::new(map.clone())) })
+    Some(Operand {
+        tensor: id,
+        dtype: dtype(graph, id),
+        rows: d.dims[0] as usize,
+        cols: d.dims[1] as usize,
+        row_stride,
+        col_stride,
+        batch_stride: 0,
+        gather: Some(Box::new(map.clone())),
+    })
 }
 
 /// The GEMM of matmul node `mm` reading its operands from `a` and `b` (its own inputs, or the
