@@ -432,8 +432,9 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
             }
         }
     }
-    // The block's sums per lane, tap by tap: the TB threads of a lane added in order of ty.
-#pragma unroll 1
+    // The block's sums per lane, tap by tap: the TB threads of a lane added in order of ty
+    // (unrolled: acc stays in registers).
+#pragma unroll
     for (int t2 = 0; t2 < T2; ++t2) {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) red[(ty * GB + gl) * VEC + j] = acc[t2][j];
