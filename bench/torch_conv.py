@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import bench as timed  # noqa: E402  (batches of back-to-back calls, as ferrodnn is timed)
 
-ID = re.compile(r"conv_(fprop|dgrad|wgrad)(_bias_relu)?_fp16_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
+ID = re.compile(r"conv_(fprop|dgrad|wgrad)(_bias_relu)?(_depthwise)?_fp16_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
 
 
 def graphed(fn, batch=20, rounds=5):
@@ -52,23 +52,24 @@ def torch_ms(wid, timed=timed):
     m = ID.fullmatch(wid)
     if not m:
         return None
-    kind, bias_relu, n, c, h, w, k, r, s = m.groups()
+    kind, bias_relu, dw, n, c, h, w, k, r, s = m.groups()
     n, c, h, w, k, r, s = map(int, (n, c, h, w, k, r, s))
+    groups = c if dw else 1  # depthwise (`_depthwise`): groups = channels, filter [k, 1, r, r]
     p = (r - 1) // 2
     cl = torch.channels_last
     dev, dt = "cuda", torch.float16
     x = torch.randn(n, c, h, w, device=dev, dtype=dt).to(memory_format=cl)
-    wt = torch.randn(k, c, r, r, device=dev, dtype=dt).to(memory_format=cl)
+    wt = torch.randn(k, c // groups, r, r, device=dev, dtype=dt).to(memory_format=cl)
     bias = torch.randn(k, device=dev, dtype=dt)
-    y = torch.nn.functional.conv2d(x, wt, stride=s, padding=p)
+    y = torch.nn.functional.conv2d(x, wt, stride=s, padding=p, groups=groups)
     dy = torch.randn_like(y).to(memory_format=cl)
     if kind == "fprop":
         if bias_relu:
-            return timed(lambda: torch.relu(torch.nn.functional.conv2d(x, wt, bias, stride=s, padding=p)))
-        return timed(lambda: torch.nn.functional.conv2d(x, wt, stride=s, padding=p))
+            return timed(lambda: torch.relu(torch.nn.functional.conv2d(x, wt, bias, stride=s, padding=p, groups=groups)))
+        return timed(lambda: torch.nn.functional.conv2d(x, wt, stride=s, padding=p, groups=groups))
     if kind == "dgrad":
-        return timed(lambda: torch.nn.grad.conv2d_input(x.shape, wt, dy, stride=s, padding=p))
-    return timed(lambda: torch.nn.grad.conv2d_weight(x, wt.shape, dy, stride=s, padding=p))
+        return timed(lambda: torch.nn.grad.conv2d_input(x.shape, wt, dy, stride=s, padding=p, groups=groups))
+    return timed(lambda: torch.nn.grad.conv2d_weight(x, wt.shape, dy, stride=s, padding=p, groups=groups))
 
 
 def main():

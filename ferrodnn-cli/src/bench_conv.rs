@@ -1,6 +1,7 @@
 //! The convolution suite: ResNet-50 layers (fp16, channels-last, batch 32) forward (plain and
 //! with bias + relu), data and weight gradients, on the GEMM kernels (1x1 layers as a GEMM over
-//! views of the tensors, the others as an implicit GEMM).
+//! views of the tensors, the others as an implicit GEMM); then depthwise layers (MobileNet-v2's
+//! 3x3, ConvNeXt-T's 7x7) on the depthwise kernels.
 
 use crate::bench::Workload;
 use ferrodnn::graph::ops::conv::ConvAttrs;
@@ -8,13 +9,15 @@ use ferrodnn::{DataType, Graph, TensorDesc};
 
 const NHWC: [usize; 4] = [0, 2, 3, 1];
 
-/// One layer: image `n x c x hw x hw`, `k` filters of `r x r`, stride `s`, padding `(r - 1) / 2`.
+/// One layer: image `n x c x hw x hw`, `k` filters of `r x r`, stride `s`, padding `(r - 1) / 2`;
+/// depthwise (`dw`: groups = c, filter `[k, 1, r, r]`) or one group.
 struct Layer {
     c: i64,
     k: i64,
     hw: i64,
     r: i64,
     s: i64,
+    dw: bool,
 }
 
 impl Layer {
@@ -29,8 +32,24 @@ impl Layer {
     fn tag(&self, n: i64) -> String {
         format!("{n}x{}x{}x{}_k{}_{}x{}s{}", self.c, self.hw, self.hw, self.k, self.r, self.r, self.s)
     }
+    /// Filter channels: 1 for depthwise, else c.
+    fn fc(&self) -> i64 {
+        if self.dw {
+            1
+        } else {
+            self.c
+        }
+    }
+    /// The id's part after the op: `_depthwise` for depthwise.
+    fn kind(&self) -> &'static str {
+        if self.dw {
+            "_depthwise"
+        } else {
+            ""
+        }
+    }
     fn flops(&self, n: i64) -> u64 {
-        2 * (n * self.k * self.out_hw() * self.out_hw() * self.c * self.r * self.r) as u64
+        2 * (n * self.k * self.out_hw() * self.out_hw() * self.fc() * self.r * self.r) as u64
     }
 }
 
@@ -39,10 +58,10 @@ fn desc(name: &str, dims: &[i64]) -> TensorDesc {
 }
 
 fn fprop(n: i64, l: &Layer, bias_relu: bool) -> Workload {
-    let id = format!("conv_fprop{}_fp16_nhwc_{}", if bias_relu { "_bias_relu" } else { "" }, l.tag(n));
+    let id = format!("conv_fprop{}{}_fp16_nhwc_{}", if bias_relu { "_bias_relu" } else { "" }, l.kind(), l.tag(n));
     let mut g = Graph::new(id.clone()).io_data_type(DataType::F16);
     let x = g.tensor(desc("x", &[n, l.c, l.hw, l.hw]));
-    let w = g.tensor(desc("w", &[l.k, l.c, l.r, l.r]));
+    let w = g.tensor(desc("w", &[l.k, l.fc(), l.r, l.r]));
     let mut y = g.conv_fprop(x, w, l.attrs());
     if bias_relu {
         let b = g.tensor(TensorDesc::new("bias", &[1, l.k, 1, 1], DataType::F16));
@@ -54,21 +73,21 @@ fn fprop(n: i64, l: &Layer, bias_relu: bool) -> Workload {
 }
 
 fn dgrad(n: i64, l: &Layer) -> Workload {
-    let id = format!("conv_dgrad_fp16_nhwc_{}", l.tag(n));
+    let id = format!("conv_dgrad{}_fp16_nhwc_{}", l.kind(), l.tag(n));
     let mut g = Graph::new(id.clone()).io_data_type(DataType::F16);
     let dy = g.tensor(desc("dy", &[n, l.k, l.out_hw(), l.out_hw()]));
-    let w = g.tensor(desc("w", &[l.k, l.c, l.r, l.r]));
+    let w = g.tensor(desc("w", &[l.k, l.fc(), l.r, l.r]));
     let dx = g.conv_dgrad(dy, w, &[n, l.c, l.hw, l.hw], l.attrs());
     g.set_output(dx);
     Workload { id, graph: g, flops: Some(l.flops(n)) }
 }
 
 fn wgrad(n: i64, l: &Layer) -> Workload {
-    let id = format!("conv_wgrad_fp16_nhwc_{}", l.tag(n));
+    let id = format!("conv_wgrad{}_fp16_nhwc_{}", l.kind(), l.tag(n));
     let mut g = Graph::new(id.clone()).io_data_type(DataType::F16);
     let dy = g.tensor(desc("dy", &[n, l.k, l.out_hw(), l.out_hw()]));
     let x = g.tensor(desc("x", &[n, l.c, l.hw, l.hw]));
-    let dw = g.conv_wgrad(dy, x, &[l.k, l.c, l.r, l.r], l.attrs());
+    let dw = g.conv_wgrad(dy, x, &[l.k, l.fc(), l.r, l.r], l.attrs());
     g.set_output(dw);
     Workload { id, graph: g, flops: Some(l.flops(n)) }
 }
@@ -79,28 +98,35 @@ pub fn conv_workloads() -> Vec<Workload> {
     // stage 3, a 1x1 of stage 4; each forward, data and weight gradient, and forward with its
     // bias and relu. Then two more 1x1 layers with the epilogue.
     let layers = [
-        Layer { c: 3, k: 64, hw: 224, r: 7, s: 2 },
-        Layer { c: 64, k: 64, hw: 56, r: 3, s: 1 },
-        Layer { c: 256, k: 64, hw: 56, r: 1, s: 1 },
-        Layer { c: 256, k: 256, hw: 14, r: 3, s: 1 },
-        Layer { c: 512, k: 2048, hw: 7, r: 1, s: 1 },
+        Layer { c: 3, k: 64, hw: 224, r: 7, s: 2, dw: false },
+        Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false },
+        Layer { c: 256, k: 64, hw: 56, r: 1, s: 1, dw: false },
+        Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false },
+        Layer { c: 512, k: 2048, hw: 7, r: 1, s: 1, dw: false },
     ];
     let mut v = Vec::new();
     for l in &layers {
         v.extend([fprop(n, l, false), fprop(n, l, true), dgrad(n, l), wgrad(n, l)]);
     }
-    v.push(fprop(n, &Layer { c: 64, k: 256, hw: 56, r: 1, s: 1 }, true));
-    v.push(fprop(n, &Layer { c: 1024, k: 256, hw: 14, r: 1, s: 1 }, true));
+    v.push(fprop(n, &Layer { c: 64, k: 256, hw: 56, r: 1, s: 1, dw: false }, true));
+    v.push(fprop(n, &Layer { c: 1024, k: 256, hw: 14, r: 1, s: 1, dw: false }, true));
     // Beyond the table: ResNet-50's strided 3x3 (stage 2's first block), batch-1 inference, and
     // a diffusion UNet's 3x3 layers (batch 2, 320-1280 channels at 64x64 to 8x8).
-    let strided = Layer { c: 128, k: 128, hw: 56, r: 3, s: 2 };
+    let strided = Layer { c: 128, k: 128, hw: 56, r: 3, s: 2, dw: false };
     v.extend([fprop(n, &strided, false), dgrad(n, &strided), wgrad(n, &strided)]);
-    for l in [Layer { c: 64, k: 64, hw: 56, r: 3, s: 1 }, Layer { c: 256, k: 256, hw: 14, r: 3, s: 1 }] {
+    for l in [Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false }, Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false }] {
         v.push(fprop(1, &l, true));
     }
     for (c, hw) in [(320, 64), (640, 32), (1280, 16), (1280, 8)] {
-        let l = Layer { c, k: c, hw, r: 3, s: 1 };
+        let l = Layer { c, k: c, hw, r: 3, s: 1, dw: false };
         v.extend([fprop(2, &l, false), dgrad(2, &l), wgrad(2, &l)]);
+    }
+    // Depthwise: MobileNet-v2's 3x3 (144 channels at 56x56, stride 1; 96 at 112x112, stride 2)
+    // and ConvNeXt-T's 7x7 (96 at 56x56, padding 3); forward, data and weight gradients.
+    let depthwise =
+        [Layer { c: 144, k: 144, hw: 56, r: 3, s: 1, dw: true }, Layer { c: 96, k: 96, hw: 112, r: 3, s: 2, dw: true }, Layer { c: 96, k: 96, hw: 56, r: 7, s: 1, dw: true }];
+    for l in &depthwise {
+        v.extend([fprop(n, l, false), dgrad(n, l), wgrad(n, l)]);
     }
     v
 }

@@ -61,7 +61,7 @@ fn a_graph_the_fast_engines_decline_falls_back_and_says_why() {
     assert_eq!(e.units[0].declined.len(), 1);
     let (family, why) = &e.units[0].declined[0];
     assert_eq!(family, "conv");
-    assert_eq!(why, "groups = 2 (image channels 8 / filter channels 4): grouped and depthwise convolutions run on the fallback (the implicit GEMM takes one group)");
+    assert_eq!(why, "groups = 2 (image channels 8 / filter channels 4): grouped convolutions run on the fallback (the implicit GEMM takes one group, the depthwise kernels one channel a group)");
     assert!(e.to_text(false).contains("-> fallback\n  declined by conv: groups = 2"), "{}", e.to_text(false));
     assert!(e.to_text(false).contains("kernel n0_conv_fprop: grid cover "), "{}", e.to_text(false));
 

@@ -211,6 +211,46 @@ fn implicit_cases() -> Vec<Case> {
     ]
 }
 
+/// The depthwise cases (`engine/cuda/conv/depthwise.rs`): filter `[C * M, 1, taps...]`, each
+/// convolution forward, data gradient and weight gradient.
+fn depthwise_cases() -> Vec<Case> {
+    use Kind::*;
+    let (f16, bf16, f32) = (DataType::F16, DataType::Bf16, DataType::F32);
+    let a2 = || ConvAttrs::new(2);
+    // (what, x dims, multiplier, attrs, type, channels-last)
+    let shapes: Vec<(&str, Vec<i64>, Vec<i64>, i64, ConvAttrs, DataType, bool)> = vec![
+        ("3x3_c32", vec![2, 32, 9, 11], vec![3, 3], 1, a2().with_padding(&[1, 1]), f16, true),
+        ("3x3_stride2_c24", vec![2, 24, 15, 14], vec![3, 3], 1, a2().with_padding(&[1, 1]).with_stride(&[2, 2]), bf16, true),
+        ("5x5_dilation2_asym_pad_c13", vec![2, 13, 13, 12], vec![5, 5], 1, a2().with_pre_padding(&[3, 4]).with_post_padding(&[2, 1]).with_dilation(&[2, 2]), f32, true),
+        ("3x3_m2_convolution_mode_c5", vec![2, 5, 8, 9], vec![3, 3], 2, a2().with_padding(&[1, 1]).with_mode(ConvMode::Convolution), f16, false),
+        ("7x7_m2_c24", vec![2, 24, 11, 10], vec![7, 7], 2, a2().with_padding(&[3, 3]), f16, true),
+        ("3x3_stride2_asym_pad_c13", vec![3, 13, 11, 9], vec![3, 3], 1, a2().with_pre_padding(&[1, 0]).with_post_padding(&[0, 1]).with_stride(&[2, 2]), f32, false),
+        (
+            "3x3_stride2x3_dilation_convolution_mode_c32",
+            vec![2, 32, 14, 17],
+            vec![3, 3],
+            1,
+            a2().with_padding(&[2, 1]).with_stride(&[2, 3]).with_dilation(&[1, 2]).with_mode(ConvMode::Convolution),
+            bf16,
+            true,
+        ),
+        ("3x3_c24", vec![2, 24, 7, 9], vec![3, 3], 1, a2().with_padding(&[1, 1]), bf16, false),
+        ("1d_k5_stride2_c32", vec![2, 32, 37], vec![5], 1, ConvAttrs::new(1).with_padding(&[2]).with_stride(&[2]), f32, true),
+        ("3d_3x3x3_c16", vec![2, 16, 5, 6, 7], vec![3, 3, 3], 1, ConvAttrs::new(3).with_padding(&[1, 1, 1]), bf16, true),
+        ("3d_3x3x3_m2_c5", vec![2, 5, 4, 5, 6], vec![3, 3, 3], 2, ConvAttrs::new(3).with_padding(&[1, 0, 1]).with_stride(&[1, 2, 1]), f16, true),
+    ];
+    let mut v = Vec::new();
+    for (what, x, taps, m, attrs, dt, last) in shapes {
+        let mut w = vec![x[1] * m, 1];
+        w.extend(&taps);
+        let what = format!("depthwise_{what}");
+        for kind in [Fprop, Dgrad, Wgrad] {
+            v.push(implicit(kind, &what, &x, &w, attrs.clone(), dt, last, false));
+        }
+    }
+    v
+}
+
 pub(super) fn cases() -> Vec<Case> {
     let (f16, bf16, f32) = (DataType::F16, DataType::Bf16, DataType::F32);
     let mut v = vec![
@@ -230,6 +270,7 @@ pub(super) fn cases() -> Vec<Case> {
         wgrad(&[3, 19, 5, 7], 13, bf16, true),
     ];
     v.extend(implicit_cases());
+    v.extend(depthwise_cases());
     v
 }
 
@@ -240,7 +281,8 @@ mod tests {
     use crate::testing::{random_inputs, run_cpu};
 
     /// Every case validates and runs on the CPU, and on sm_90a and sm_80 the convolution (with
-    /// its epilogue) plans as one GEMM-family unit.
+    /// its epilogue) plans as one conv-family unit: on the GEMM kernels, or for the depthwise
+    /// cases on the depthwise kernels.
     #[test]
     fn convolutions_plan_on_the_gemm_kernels() {
         for c in super::cases() {
@@ -251,7 +293,8 @@ mod tests {
                 let planned = plan(&g, &target, &Options::default(), true).unwrap();
                 assert_eq!(planned.len(), 1, "{} ({}): {} units", c.name, target.arch, planned.len());
                 assert_eq!(planned[0].family, Family::Conv, "{} ({})", c.name, target.arch);
-                assert!(planned[0].unit.kernels.launches.iter().any(|l| l.entry.contains("gemm")), "{} ({})", c.name, target.arch);
+                let kernel = if c.name.contains("depthwise") { "dw_conv" } else { "gemm" };
+                assert!(planned[0].unit.kernels.launches.iter().any(|l| l.entry.contains(kernel)), "{} ({}): {:?}", c.name, target.arch, planned[0].declined);
             }
         }
     }

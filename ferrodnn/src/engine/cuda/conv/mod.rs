@@ -18,6 +18,7 @@
 //! as an implicit GEMM ([`implicit`]): its operands gathered through index maps, no im2col matrix
 //! written. Grouped and depthwise convolutions run on the generic fallback.
 
+pub mod depthwise;
 pub mod implicit;
 
 use super::gemm;
@@ -34,9 +35,14 @@ pub fn conv_op(op: &Op) -> bool {
     matches!(op, Op::ConvFprop(_) | Op::ConvDgrad(_) | Op::ConvWgrad(_))
 }
 
-/// The unit of convolution node `ni` alone on the GEMM engine, when it is a matrix product the
-/// GEMM kernels take.
+/// The unit of convolution node `ni` alone: a depthwise convolution on the depthwise kernels
+/// ([`depthwise`]), else on the GEMM engine when it is a matrix product the GEMM kernels take.
 pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Option<Unit>> {
+    if depthwise::is_depthwise(graph, ni) {
+        if let Some(u) = depthwise::unit(graph, ni, target) {
+            return Ok(Some(u));
+        }
+    }
     match as_gemm(graph, ni) {
         Some(view) => gemm::unit_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref()),
         None => Ok(None),
@@ -57,6 +63,11 @@ pub struct View {
 pub fn decline_reason(graph: &Graph, ni: usize) -> String {
     let node = &graph.nodes[ni];
     let (Op::ConvFprop(a) | Op::ConvDgrad(a) | Op::ConvWgrad(a)) = &node.op else { return CONDITIONS.into() };
+    if depthwise::is_depthwise(graph, ni) {
+        if let Some(why) = depthwise::decline(graph, ni) {
+            return format!("a depthwise convolution the depthwise kernels do not take: they take {why}; it runs on the fallback");
+        }
+    }
     let (image, filter) = match &node.op {
         Op::ConvFprop(_) => (node.input("x"), node.input("w")),
         Op::ConvDgrad(_) => (node.output("dx"), node.input("w")),
@@ -65,7 +76,7 @@ pub fn decline_reason(graph: &Graph, ni: usize) -> String {
     let channels = |t: Option<TensorId>| t.and_then(|t| graph.desc(t).dims.get(1).copied()).unwrap_or(1);
     let (c, cf) = (channels(image), channels(filter));
     if cf > 0 && c != cf {
-        return format!("groups = {} (image channels {c} / filter channels {cf}): grouped and depthwise convolutions run on the fallback (the implicit GEMM takes one group)", c / cf);
+        return format!("groups = {} (image channels {c} / filter channels {cf}): grouped convolutions run on the fallback (the implicit GEMM takes one group, the depthwise kernels one channel a group)", c / cf);
     }
     if matches!(node.op, Op::ConvWgrad(_)) && a.mode == crate::graph::ops::conv::ConvMode::Convolution {
         return "a weight gradient in convolution mode (mirrored filter) runs on the fallback".into();

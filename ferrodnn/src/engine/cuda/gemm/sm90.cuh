@@ -9,6 +9,7 @@
 //   GEMM_BM, GEMM_BN      the tile: 128 rows (a consumer warpgroup each 64) or 64 (both consumers
 //                         the same rows, each half of every stage's k steps), by 16 to 256 columns
 //   GEMM_BK               k per stage (128 bytes of a row)
+//   GEMM_THREADS          the block: 384 (one producer warpgroup), or 256 + GEMM_PRODUCERS
 //   GEMM_STAGES, GEMM_STAGE_BYTES  the pipeline's stages and the bytes of one (A's BM x BK, then B)
 //   GEMM_C_BYTES          shared memory after the stages for C (TMA store) or the second
 //                         consumer's sums (64-row tiles)
@@ -250,12 +251,7 @@ __device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& 
     if (row < M_ && col < N_) TAP_ACC0 = tap_fold(TAP_ACC0, lo);         \
     if (row < M_ && col + 1 < N_) TAP_ACC1 = tap_fold(TAP_ACC1, hi);
 
-#if GEMM_GATHER
-#define G_THREADS (GEMM_PRODUCERS + 256)
-#else
-#define G_THREADS 384
-#endif
-extern "C" __global__ void __launch_bounds__(G_THREADS, 1) KERNEL_NAME(KERNEL_PARAMS) {
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;

@@ -368,6 +368,16 @@ fn reject_gathered(p: &GemmProblem) -> Option<String> {
 /// issue-bound on its gathers' address arithmetic).
 const PRODUCERS: usize = 256;
 
+/// The kernel's block: one producer warpgroup and two consumers, or the implicit GEMM's
+/// [`PRODUCERS`] and the consumers.
+fn threads(p: &GemmProblem) -> u32 {
+    if gathered(p) {
+        256 + PRODUCERS as u32
+    } else {
+        384
+    }
+}
+
 /// The TMA map of a gathered B that is a strided matrix after all (a packed filter of fprop, a
 /// packed output gradient of wgrad), loaded by TMA instead of the producers' gathers.
 fn b_tma(p: &GemmProblem) -> Option<TmaDesc> {
@@ -603,7 +613,7 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         source,
         entry: entry.to_string(),
         grid: Grid::Exact(grid, 1, 1),
-        block: if gathered(p) { 256 + PRODUCERS as u32 } else { 384 },
+        block: threads(p),
         shared_bytes: cfg.shared_bytes() as u32,
         args: sig.into_args(),
         cluster: None,
@@ -856,6 +866,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         .define("GEMM_A3", a3)
         .define("GEMM_B3", b3)
         .flag("GEMM_RS", rs)
+        .define("GEMM_THREADS", threads(p))
         .define("GEMM_BM", cfg.bm)
         .define("GEMM_BN", cfg.bn)
         .define("GEMM_BK", bk(p.a.dtype))
