@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# ncu on one conv layer: ours (sm90 gathered) and PyTorch's cuDNN kernel.
+# ncu on one conv layer: ours (the implicit GEMM) and PyTorch's cuDNN kernel for the same layer
+# (fp16 channels-last 32x64x56x56 by 64 3x3 filters unless W names another bench workload).
 set -u
 export FERRODNN_CACHE_DIR=/tmp/ferrodnn-kernel-cache
 mkdir -p $FERRODNN_CACHE_DIR; tar -xzf .gpu/kcache.tar.gz -C $FERRODNN_CACHE_DIR
 W=${W:-conv_fprop_fp16_nhwc_32x64x56x56_k64_3x3s1}
-timeout 120 ncu --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy -k regex:gemm -c 1 .gpu/ferrodnn bench --suite conv --filter "$W" --runs 2 > $OUT/ncu_ours.txt 2>&1
-grep -E "Duration|Throughput|Warp Cycles|Stall|Registers|Grid Size|Block Size|L2 Hit|Mem Busy|Max Bandwidth|Issued Ipc|Executed Ipc|theoretical|Achieved|One or More|Smsp" $OUT/ncu_ours.txt | head -60
+SET=${NCU_SET:---section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy}
+timeout 200 ncu $SET -k regex:gemm -c 1 .gpu/ferrodnn bench --suite conv --filter "$W" --runs 2 > $OUT/ncu_ours.txt 2>&1
+grep -E "Duration|Throughput|Warp Cycles|Registers|Grid Size|Block Size|L2 Hit|Mem Busy|Max Bandwidth|Issued Ipc|Pipe|Bank" $OUT/ncu_ours.txt | head -60
 [ "${NCU_CUDNN:-1}" = 1 ] || exit 0
 cat > /tmp/tc.py <<'PY'
 import torch
@@ -17,5 +19,5 @@ torch.cuda.synchronize()
 y=torch.nn.functional.conv2d(x,w,padding=1)
 torch.cuda.synchronize()
 PY
-timeout 150 ncu --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic -c 80 python3 /tmp/tc.py > $OUT/ncu_cudnn.txt 2>&1
-grep -E "^  [A-Za-z_].*\(|gpu__time_duration|launch__" $OUT/ncu_cudnn.txt | tail -24
+timeout 200 ncu $SET -k regex:xmma -c 1 --launch-skip 3 python3 /tmp/tc.py > $OUT/ncu_cudnn.txt 2>&1
+grep -E "^  [a-z_0-9]+.*\(|Duration|Throughput|Warp Cycles|Registers|Grid Size|Block Size|L2 Hit|Mem Busy|Max Bandwidth|Issued Ipc|Pipe|Bank" $OUT/ncu_cudnn.txt | head -60

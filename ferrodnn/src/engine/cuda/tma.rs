@@ -30,6 +30,27 @@ pub struct TmaDesc {
     pub boxes: Vec<u32>,
     /// Shared-memory swizzle span in bytes: 0 (none), 32, 64 or 128.
     pub swizzle: u32,
+    /// An im2col map instead of a tiled one ([`Im2col`]; `boxes` is then unused).
+    pub im2col: Option<Im2col>,
+}
+
+/// The im2col mode of a map over a channels-last image (`dims` `[C, W, (H, (D,)) N]`): a load
+/// brings `channels` channels of `pixels` consecutive pixels of a convolution's output grid,
+/// walking the image from the coordinates it is given (the first output pixel's window corner)
+/// with the convolution's strides through the bounding box `[lower, extent - 1 + upper]` of each
+/// spatial dim, moving on to the next row and image at its edge, each pixel shifted by the
+/// load's offsets (the filter tap); outside the image, zeros. (`cuTensorMapEncodeIm2col`.)
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Im2col {
+    /// The bounding box's corners per spatial dim, innermost first: `-pre_padding` and
+    /// `post_padding - dilation * (taps - 1)`.
+    pub lower: Vec<i32>,
+    pub upper: Vec<i32>,
+    pub channels: u32,
+    pub pixels: u32,
+    /// Traversal strides of every dim, innermost first: 1 for channels and images, the
+    /// convolution's strides for the spatial dims.
+    pub element_strides: Vec<u32>,
 }
 
 impl TmaDesc {
@@ -37,6 +58,23 @@ impl TmaDesc {
     /// be loaded with TMA (the caller then uses another kernel).
     pub fn check(&self) -> std::result::Result<(), String> {
         let rank = self.dims.len();
+        if let Some(ic) = &self.im2col {
+            let spatial = rank.saturating_sub(2);
+            if !(3..=5).contains(&rank) || ic.lower.len() != spatial || ic.upper.len() != spatial || ic.element_strides.len() != rank {
+                return Err(format!("im2col over rank {rank} with corners {:?} {:?} and strides {:?}", ic.lower, ic.upper, ic.element_strides));
+            }
+            let bytes = ic.channels as usize * self.dtype.size();
+            if ic.channels == 0 || ic.channels > 256 || bytes % 16 != 0 || (self.swizzle != 0 && bytes > self.swizzle as usize) {
+                return Err(format!("im2col loads of {} channels ({bytes} bytes a pixel)", ic.channels));
+            }
+            if ic.pixels == 0 || ic.pixels > 1024 || ic.element_strides.iter().any(|&e| e == 0 || e > 8) {
+                return Err(format!("im2col loads of {} pixels with traversal strides {:?}", ic.pixels, ic.element_strides));
+            }
+            // (The corners are 16-bit-offset windows: kept within the driver's range.)
+            if ic.lower.iter().chain(&ic.upper).any(|&c| !(-(1 << 15)..(1 << 15)).contains(&c)) {
+                return Err(format!("im2col corners {:?} {:?} out of range", ic.lower, ic.upper));
+            }
+        }
         if !(1..=5).contains(&rank) || self.strides.len() + 1 != rank || self.boxes.len() != rank {
             return Err(format!("rank {rank} with {} strides and {} box dims", self.strides.len(), self.boxes.len()));
         }
@@ -71,8 +109,11 @@ impl TmaDesc {
         if ptr % 16 != 0 {
             return Err(Error::InvalidArgument(format!("TMA load of tensor {}: address {ptr:#x} is not 16-byte aligned", self.tensor.0)));
         }
-        let encode = encode_fn()?;
         let dtype = tma_type(self.dtype).ok_or_else(|| Error::Device(format!("internal: no TMA type for {}", self.dtype)))?;
+        if let Some(ic) = &self.im2col {
+            return self.encode_im2col(ic, ptr, dtype);
+        }
+        let encode = encode_fn()?;
         let ones = [1u32; 5];
         let swizzle = match self.swizzle {
             32 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
@@ -104,6 +145,85 @@ impl TmaDesc {
         check(code, &format!("cuTensorMapEncodeTiled(dims {:?}, strides {:?}, box {:?}, swizzle {})", self.dims, self.strides, self.boxes, self.swizzle))?;
         Ok(map)
     }
+}
+
+impl TmaDesc {
+    /// [`TmaDesc::encode`] of an im2col map (checked: rank 3-5, corners and strides per dim).
+    fn encode_im2col(&self, ic: &Im2col, ptr: u64, dtype: sys::CUtensorMapDataType) -> Result<sys::CUtensorMap> {
+        let encode = encode_im2col_fn()?;
+        let swizzle = match self.swizzle {
+            32 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
+            64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+            128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            _ => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+        };
+        // SAFETY: all-zero bytes are a valid CUtensorMap (opaque words), overwritten by the call.
+        let mut map: sys::CUtensorMap = unsafe { std::mem::zeroed() };
+        // SAFETY: `encode` is cuTensorMapEncodeIm2col, found in the driver by the probe; `dims` and
+        // `element_strides` hold `rank` entries, `strides` rank - 1, the corners rank - 2 (checked
+        // by `check`); the call only writes `map` and reads the arrays, and does not dereference
+        // the global address.
+        let code = unsafe {
+            encode(
+                &mut map,
+                dtype,
+                self.dims.len() as u32,
+                ptr as *mut c_void,
+                self.dims.as_ptr(),
+                self.strides.as_ptr(),
+                ic.lower.as_ptr(),
+                ic.upper.as_ptr(),
+                ic.channels,
+                ic.pixels,
+                ic.element_strides.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        };
+        check(
+            code,
+            &format!(
+                "cuTensorMapEncodeIm2col(dims {:?}, strides {:?}, corners {:?} {:?}, {} channels x {} pixels, traversal {:?})",
+                self.dims, self.strides, ic.lower, ic.upper, ic.channels, ic.pixels, ic.element_strides
+            ),
+        )?;
+        Ok(map)
+    }
+}
+
+type EncodeIm2colFn = unsafe extern "C" fn(
+    *mut sys::CUtensorMap,
+    sys::CUtensorMapDataType,
+    u32,
+    *mut c_void,
+    *const u64,
+    *const u64,
+    *const i32,
+    *const i32,
+    u32,
+    u32,
+    *const u32,
+    sys::CUtensorMapInterleave,
+    sys::CUtensorMapSwizzle,
+    sys::CUtensorMapL2promotion,
+    sys::CUtensorMapFloatOOBfill,
+) -> sys::CUresult;
+
+/// `cuTensorMapEncodeIm2col` from the driver (CUDA 12.0+), looked up once.
+fn encode_im2col_fn() -> Result<EncodeIm2colFn> {
+    driver()?;
+    static ENCODE: OnceLock<Option<EncodeIm2colFn>> = OnceLock::new();
+    let f = ENCODE.get_or_init(|| {
+        // SAFETY: driver() succeeded, so culib() returns the loaded driver library, which lives
+        // in a static and is never closed.
+        let lib = unsafe { sys::culib() };
+        // SAFETY: the symbol has exactly EncodeIm2colFn's C signature (cuda.h, CUDA 12.0+); the
+        // library stays loaded, so the copied function pointer stays valid.
+        unsafe { lib.get::<EncodeIm2colFn>(b"cuTensorMapEncodeIm2col") }.ok().map(|f| *f)
+    });
+    f.ok_or_else(|| Error::Device("the CUDA driver lacks cuTensorMapEncodeIm2col (CUDA 12.0+); update the NVIDIA driver".into()))
 }
 
 fn tma_type(dt: DataType) -> Option<sys::CUtensorMapDataType> {

@@ -41,7 +41,7 @@ pub(super) fn tma_of(p: &Problem, t: TensorId, rows: i64) -> TmaDesc {
         strides.push(s);
         prev = s.saturating_mul(d.dims[axis].max(1) as u64);
     }
-    TmaDesc { tensor: t, dtype: p.dt, dims, strides, boxes: vec![64, rows as u32, 1, 1], swizzle: 128 }
+    TmaDesc { tensor: t, dtype: p.dt, dims, strides, boxes: vec![64, rows as u32, 1, 1], swizzle: 128, im2col: None }
 }
 
 /// The define of the heads `fa90_work_at` (`sm90.cuh`) takes at a time in its heaviest-first

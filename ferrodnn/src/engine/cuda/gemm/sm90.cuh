@@ -23,6 +23,7 @@
 //   GEMM_SIDES(X)         the side inputs, X(i, READ, T, RS, CS, BATCH_OFFSET) each (see below)
 //   GEMM_RELU_CVT         1: the chain's last relu is the conversion's (`epilogue_u` computes the rest)
 //   GEMM_TAP              1: the tap's partials (TAP_AXES) to `tpart`
+//   GEMM_A_IM2COL         1: A is a channels-last image read by im2col loads (sm90_im2col.cuh)
 //   GEMM_GATHER           1: A and B gathered through index maps (`ga`, `gb`: their tensors) by
 //                         all of the producer's threads (sm90_gather.cuh), each stage made
 //                         visible to wgmma GEMM_LAG stages after its loads were issued, B by TMA
@@ -337,6 +338,9 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
             for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
                 int bt, tm, tn, k0, k1;
                 tile_coords(t, bt, tm, tn, k0, k1);
+#if GEMM_A_IM2COL
+                const ic_start st = ic_tile((long long)bt * M_ + (long long)tm * BM);
+#endif
                 for (int kt = k0; kt < k1; ++kt) {
                     mbar_wait(bars + 8u * (STAGES + s), phase ^ 1u);
                     const unsigned full = bars + 8u * s;
@@ -345,6 +349,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
                     // TMA coordinates (innermost first) of the slices of one stage.
 #if GEMM_A_MN
                     for (int q = 0; q < BM / A_SPAN; ++q) tma_load(sa + q * A_CHUNK, &ta, full, tm * BM + q * A_SPAN, kt * BK, bt, GEMM_A3);
+#elif GEMM_A_IM2COL
+                    ic_load(sa, &ta, full, st, kt);
 #else
                     tma_load(sa, &ta, full, kt * BK, tm * BM, bt, GEMM_A3);
 #endif

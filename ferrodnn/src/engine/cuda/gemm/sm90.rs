@@ -280,7 +280,15 @@ fn tma_store_ok(p: &GemmProblem) -> bool {
 /// The TMA map of C for the store epilogue: boxes of 64 columns (128 bytes) x 64 rows.
 fn tma_of_c(p: &GemmProblem) -> TmaDesc {
     let c = &p.c;
-    let mut d = TmaDesc { tensor: c.tensor, dtype: c.dtype, dims: vec![p.n as u64, p.m as u64], strides: vec![c.row_stride as u64 * 2], boxes: vec![64, 64], swizzle: SWIZZLE };
+    let mut d = TmaDesc {
+        tensor: c.tensor,
+        dtype: c.dtype,
+        dims: vec![p.n as u64, p.m as u64],
+        strides: vec![c.row_stride as u64 * 2],
+        boxes: vec![64, 64],
+        swizzle: SWIZZLE,
+        im2col: None,
+    };
     if p.batch > 1 {
         d.dims.push(p.batch as u64);
         d.strides.push(c.batch_stride as u64 * 2);
@@ -371,11 +379,94 @@ const PRODUCERS: usize = 256;
 /// The kernel's block: one producer warpgroup and two consumers, or the implicit GEMM's
 /// [`PRODUCERS`] and the consumers.
 fn threads(p: &GemmProblem) -> u32 {
-    if gathered(p) {
+    if producers_gather(p) {
         256 + PRODUCERS as u32
     } else {
         384
     }
+}
+
+/// An implicit GEMM whose producers gather (A, and B unless TMA takes it), rather than one
+/// whose A is read by im2col loads ([`im2col_a`]).
+fn producers_gather(p: &GemmProblem) -> bool {
+    gathered(p) && im2col_a(p).is_none()
+}
+
+/// A forward convolution's image read by im2col TMA loads: its map, and what the kernel needs
+/// to place each tile's load (`sm90_im2col.cuh`): per spatial dim (outermost first, three) the
+/// output grid, stride, offset (minus the leading padding), taps and dilation.
+struct Im2colA {
+    map: TmaDesc,
+    rank: usize,
+    channels: i64,
+    grid: [i64; 3],
+    mul: [i64; 3],
+    off: [i64; 3],
+    taps: [i64; 3],
+    dil: [i64; 3],
+}
+
+/// The im2col reading of A, where it applies: a gathered 16-bit A that is a forward
+/// convolution's image (a pixel index with its stride and padding, taps of positive dilation,
+/// channels contiguous and a multiple of 64, so a stage is one tap's 64 channels), B by TMA, and
+/// corners and offsets within what the map's rank allows.
+fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
+    use super::gather::Index;
+    let g = p.a.gather.as_ref()?;
+    b_tma(p)?;
+    if !matches!(p.a.dtype, DataType::F16 | DataType::Bf16) || p.b.dtype != p.a.dtype {
+        return None;
+    }
+    let Index::Pixel { n_stride, grid, mul, off } = g.mn else { return None };
+    let Index::Taps { taps, channels, ch_stride, tap_major, dil } = g.k else { return None };
+    if ch_stride != 1 || !tap_major || channels % 64 != 0 || g.axes.iter().any(|a| a.div != 1 || a.base != 0) {
+        return None;
+    }
+    // The spatial dims in use (from the innermost; at least one).
+    let used = |d: usize| g.axes[d].extent > 1 || grid[d] > 1 || taps[d] > 1;
+    let spatial = (0..3).find(|&d| used(d)).map_or(1, |d| 3 - d);
+    let first = 3 - spatial;
+    let rank = spatial + 2;
+    // Corner and offset ranges the driver takes for each rank.
+    let (corner, offset) = match rank {
+        3 => (1i64 << 15, 1i64 << 16),
+        4 => (1 << 7, 1 << 8),
+        _ => (1 << 4, 1 << 5),
+    };
+    let es = p.a.dtype.size() as u64;
+    let images = (p.batch * p.m) as i64 / grid.iter().product::<i64>();
+    let (mut dims, mut strides, mut lower, mut upper, mut traversal) = (vec![channels as u64], Vec::new(), Vec::new(), Vec::new(), vec![1u32]);
+    for d in (first..3).rev() {
+        let a = &g.axes[d];
+        // The box: the window corners of the first and the last output pixel along the dim.
+        let (lo, last) = (off[d], off[d] + (grid[d] - 1) * mul[d]);
+        let up = last - (a.extent - 1);
+        let max_offset = (taps[d] - 1) * dil[d];
+        if (taps[d] > 1 && dil[d] <= 0) || max_offset >= offset || !(-corner..corner).contains(&lo) || !(-corner..corner).contains(&up) || !(1..=8).contains(&mul[d]) {
+            return None;
+        }
+        dims.push(a.extent as u64);
+        // (A dim of one element: any stride the map takes.)
+        strides.push(if a.extent > 1 { a.stride as u64 * es } else { 16 });
+        lower.push(lo as i32);
+        upper.push(up as i32);
+        traversal.push(mul[d] as u32);
+    }
+    dims.push(images.max(1) as u64);
+    strides.push(n_stride as u64 * es);
+    traversal.push(1);
+    let map = TmaDesc {
+        tensor: p.a.tensor,
+        dtype: p.a.dtype,
+        dims,
+        strides,
+        // (Unused by an im2col load; the shape of its bytes, for the checks.)
+        boxes: std::iter::once(64).chain(std::iter::once(BM as u32)).chain(std::iter::repeat_n(1, rank - 2)).collect(),
+        swizzle: SWIZZLE,
+        im2col: Some(crate::engine::cuda::tma::Im2col { lower, upper, channels: 64, pixels: BM as u32, element_strides: traversal }),
+    };
+    map.check().ok()?;
+    Some(Im2colA { map, rank, channels, grid, mul, off, taps, dil })
 }
 
 /// The TMA map of a gathered B that is a strided matrix after all (a packed filter of fprop, a
@@ -511,7 +602,7 @@ fn tma_of(op: &Operand, is_a: bool, tile: usize, batch: usize) -> TmaDesc {
         strides.push(op.batch_stride as u64 * es);
         boxes.push(1);
     }
-    TmaDesc { tensor: op.tensor, dtype: op.dtype, dims, strides, boxes, swizzle: SWIZZLE }
+    TmaDesc { tensor: op.tensor, dtype: op.dtype, dims, strides, boxes, swizzle: SWIZZLE, im2col: None }
 }
 
 /// The kernel's launches: one persistent launch.
@@ -558,7 +649,17 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
     let grid = tiles.min(target.sm_count.max(1) as usize).max(1) as u32;
     let mut sig = Signature::new();
     let (ma, mb, a3, b3);
-    if gathered(p) {
+    let im2col = im2col_a(p);
+    if let Some(ic) = &im2col {
+        // A by im2col loads, B by TMA: the TMA kernel with one producer thread.
+        if cfg.bm != BM || cfg.swap {
+            return None;
+        }
+        (ma, mb, a3, b3) = (Major::K, major(&p.b, false)?, false, false);
+        let tb = tma_of(&p.b, false, cfg.bn, 1);
+        tb.check().ok()?;
+        sig.param("const __grid_constant__ TmaMap ta", Arg::TensorMap(Box::new(ic.map.clone()))).param("const __grid_constant__ TmaMap tb", Arg::TensorMap(Box::new(tb)));
+    } else if gathered(p) {
         // The producers read the tensors themselves (a tile of 128 x BN, BN at most 128, and
         // stages enough to keep GEMM_LAG of them in flight).
         if cfg.bm != BM || cfg.bn > 128 || cfg.swap || cfg.stages < 3 {
@@ -893,8 +994,20 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     if let Some(tap) = &epi.tap {
         src = tap_defines(src, tap);
     }
-    src = src.flag("GEMM_GATHER", gathered(p));
-    if let (Some(ga), Some(gb)) = (&p.a.gather, &p.b.gather) {
+    src = src.flag("GEMM_GATHER", producers_gather(p));
+    let im2col = im2col_a(p);
+    src = src.flag("GEMM_A_IM2COL", im2col.is_some());
+    if let Some(ic) = &im2col {
+        src = src.define("GEMM_IC_RANK", ic.rank).define("GEMM_IC_C", ic.channels);
+        for d in 0..3 {
+            src = src
+                .define(&format!("GEMM_IC_G{d}"), ic.grid[d])
+                .define(&format!("GEMM_IC_MUL{d}"), ic.mul[d])
+                .define(&format!("GEMM_IC_OFF{d}"), ic.off[d])
+                .define(&format!("GEMM_IC_T{d}"), ic.taps[d])
+                .define(&format!("GEMM_IC_DIL{d}"), ic.dil[d]);
+        }
+    } else if let (Some(ga), Some(gb)) = (&p.a.gather, &p.b.gather) {
         // Stages a producer thread keeps in flight before it makes the oldest visible: as many
         // as can be without a deadlock (the consumers release a stage only once they have the
         // next one, so the producer may hold back at most STAGES - 2).
@@ -912,7 +1025,9 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         src = src.template(include_str!("tap.cuh"));
     }
     src = src.template(include_str!("wgmma.cuh")).template(include_str!("sm90_common.cuh"));
-    if gathered(p) {
+    if im2col.is_some() {
+        src = src.template(include_str!("sm90_im2col.cuh"));
+    } else if gathered(p) {
         src = src.template(GATHER).template(include_str!("sm90_gather.cuh"));
     }
     src.template(include_str!("sm90.cuh")).build()
