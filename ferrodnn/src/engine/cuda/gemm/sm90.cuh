@@ -338,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
             for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
                 int bt, tm, tn, k0, k1;
                 tile_coords(t, bt, tm, tn, k0, k1);
-#if GEMM_A_IM2COL
+#if GEMM_A_IM2COL && !GEMM_IC_K
                 const ic_start st = ic_tile((long long)bt * M_ + (long long)tm * BM);
 #endif
                 for (int kt = k0; kt < k1; ++kt) {
@@ -347,10 +347,14 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
                     mbar_expect_tx(full, STAGE_BYTES);
                     const unsigned sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
                     // TMA coordinates (innermost first) of the slices of one stage.
-#if GEMM_A_MN
-                    for (int q = 0; q < BM / A_SPAN; ++q) tma_load(sa + q * A_CHUNK, &ta, full, tm * BM + q * A_SPAN, kt * BK, bt, GEMM_A3);
+#if GEMM_A_IM2COL && GEMM_IC_K
+                    // (A M-major: each 64 rows of (tap, channel) one load of this stage's 64 pixels.)
+                    const ic_start st = ic_tile((long long)kt * BK);
+                    for (int q = 0; q < BM / 64; ++q) ic_load(sa + q * A_CHUNK, &ta, full, st, tm * BM + q * 64);
 #elif GEMM_A_IM2COL
-                    ic_load(sa, &ta, full, st, kt);
+                    ic_load(sa, &ta, full, st, kt * BK);
+#elif GEMM_A_MN
+                    for (int q = 0; q < BM / A_SPAN; ++q) tma_load(sa + q * A_CHUNK, &ta, full, tm * BM + q * A_SPAN, kt * BK, bt, GEMM_A3);
 #else
                     tma_load(sa, &ta, full, kt * BK, tm * BM, bt, GEMM_A3);
 #endif

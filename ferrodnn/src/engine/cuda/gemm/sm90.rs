@@ -397,6 +397,9 @@ fn producers_gather(p: &GemmProblem) -> bool {
 /// output grid, stride, offset (minus the leading padding), taps and dilation.
 struct Im2colA {
     map: TmaDesc,
+    /// The image's pixels are A's k index (a weight gradient's `x^T`, A M-major: a stage is 64
+    /// pixels of one tap's channels for each 64 rows), not its m index (a forward convolution).
+    pixels_on_k: bool,
     rank: usize,
     channels: i64,
     grid: [i64; 3],
@@ -406,10 +409,10 @@ struct Im2colA {
     dil: [i64; 3],
 }
 
-/// The im2col reading of A, where it applies: a gathered 16-bit A that is a forward
-/// convolution's image (a pixel index with its stride and padding, taps of positive dilation,
-/// channels contiguous and a multiple of 64, so a stage is one tap's 64 channels), B by TMA, and
-/// corners and offsets within what the map's rank allows.
+/// The im2col reading of A, where it applies: a gathered 16-bit A that is a convolution's image
+/// (a pixel index with its stride and padding, as A's m index (fprop) or its k index (wgrad's
+/// `x^T`), taps of positive dilation, channels contiguous and a multiple of 64, so a stage is one
+/// tap's 64 channels), B by TMA, and corners and offsets within what the map's rank allows.
 fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
     use super::gather::Index;
     let g = p.a.gather.as_ref()?;
@@ -417,8 +420,13 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
     if !matches!(p.a.dtype, DataType::F16 | DataType::Bf16) || p.b.dtype != p.a.dtype {
         return None;
     }
-    let Index::Pixel { n_stride, grid, mul, off } = g.mn else { return None };
-    let Index::Taps { taps, channels, ch_stride, tap_major, dil } = g.k else { return None };
+    let (pixel, tap, pixels_on_k) = match (&g.mn, &g.k) {
+        (Index::Pixel { .. }, Index::Taps { .. }) => (&g.mn, &g.k, false),
+        (Index::Taps { .. }, Index::Pixel { .. }) if p.batch == 1 => (&g.k, &g.mn, true),
+        _ => return None,
+    };
+    let Index::Pixel { n_stride, grid, mul, off } = *pixel else { return None };
+    let Index::Taps { taps, channels, ch_stride, tap_major, dil } = *tap else { return None };
     if ch_stride != 1 || !tap_major || channels % 64 != 0 || g.axes.iter().any(|a| a.div != 1 || a.base != 0) {
         return None;
     }
@@ -434,7 +442,10 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
         _ => (1 << 4, 1 << 5),
     };
     let es = p.a.dtype.size() as u64;
-    let images = (p.batch * p.m) as i64 / grid.iter().product::<i64>();
+    let pixels_total = if pixels_on_k { p.k } else { p.batch * p.m };
+    let images = pixels_total as i64 / grid.iter().product::<i64>();
+    // Pixels a load brings: a tile's 128 rows, or a stage's 64 k.
+    let pixels = if pixels_on_k { 64 } else { BM as u32 };
     let (mut dims, mut strides, mut lower, mut upper, mut traversal) = (vec![channels as u64], Vec::new(), Vec::new(), Vec::new(), vec![1u32]);
     for d in (first..3).rev() {
         let a = &g.axes[d];
@@ -461,12 +472,12 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
         dims,
         strides,
         // (Unused by an im2col load; the shape of its bytes, for the checks.)
-        boxes: std::iter::once(64).chain(std::iter::once(BM as u32)).chain(std::iter::repeat_n(1, rank - 2)).collect(),
+        boxes: std::iter::once(64).chain(std::iter::once(pixels)).chain(std::iter::repeat_n(1, rank - 2)).collect(),
         swizzle: SWIZZLE,
-        im2col: Some(crate::engine::cuda::tma::Im2col { lower, upper, channels: 64, pixels: BM as u32, element_strides: traversal }),
+        im2col: Some(crate::engine::cuda::tma::Im2col { lower, upper, channels: 64, pixels, element_strides: traversal }),
     };
     map.check().ok()?;
-    Some(Im2colA { map, rank, channels, grid, mul, off, taps, dil })
+    Some(Im2colA { map, pixels_on_k, rank, channels, grid, mul, off, taps, dil })
 }
 
 /// The TMA map of a gathered B that is a strided matrix after all (a packed filter of fprop, a
@@ -655,7 +666,7 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         if cfg.bm != BM || cfg.swap {
             return None;
         }
-        (ma, mb, a3, b3) = (Major::K, major(&p.b, false)?, false, false);
+        (ma, mb, a3, b3) = (if ic.pixels_on_k { Major::Mn } else { Major::K }, major(&p.b, false)?, false, false);
         let tb = tma_of(&p.b, false, cfg.bn, 1);
         tb.check().ok()?;
         sig.param("const __grid_constant__ TmaMap ta", Arg::TensorMap(Box::new(ic.map.clone()))).param("const __grid_constant__ TmaMap tb", Arg::TensorMap(Box::new(tb)));
@@ -998,7 +1009,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     let im2col = im2col_a(p);
     src = src.flag("GEMM_A_IM2COL", im2col.is_some());
     if let Some(ic) = &im2col {
-        src = src.define("GEMM_IC_RANK", ic.rank).define("GEMM_IC_C", ic.channels);
+        src = src.define("GEMM_IC_RANK", ic.rank).define("GEMM_IC_C", ic.channels).flag("GEMM_IC_K", ic.pixels_on_k);
         for d in 0..3 {
             src = src
                 .define(&format!("GEMM_IC_G{d}"), ic.grid[d])

@@ -1,8 +1,9 @@
 // A channels-last image as the Hopper GEMM's A through im2col TMA loads (GEMM_A_IM2COL, an
-// implicit GEMM's forward convolution: see sm90.rs): each stage's A is one filter tap's 64
-// channels of the tile's BM output pixels, brought by one load that walks the image from the
-// window corner of the tile's first pixel (the map's bounding box wraps rows and images) with
-// the tap as its offsets; padding reads as zeros.
+// implicit GEMM: see sm90.rs). A forward convolution's stage is one filter tap's 64 channels of
+// the tile's BM output pixels, brought by one load that walks the image from the window corner
+// of the tile's first pixel (the map's bounding box wraps rows and images) with the tap as its
+// offsets; a weight gradient's (GEMM_IC_K: the pixels are k, A M-major) is, for each 64 rows of
+// (tap, channel), one load of the stage's 64 pixels. Padding reads as zeros.
 //
 // Comes after kernel/hopper.cuh and reads: GEMM_IC_RANK (the map's rank: 3, 4 or 5 for 1-3
 // spatial dims), GEMM_IC_C (the image's channels, a multiple of 64), and per spatial dim d
@@ -29,9 +30,9 @@ __device__ __forceinline__ ic_start ic_tile(long long mg) {
     return st;
 }
 
-// Stage `kt` of A (k tile of 64: one tap's channels) into `dst`, completing on barrier `bar`.
-__device__ __forceinline__ void ic_load(unsigned dst, const TmaMap* map, unsigned bar, const ic_start& st, int kt) {
-    const int kk = kt * 64;
+// The 64 channels of (tap, channel) index `kk` (a multiple of 64: one tap's channels) of the
+// pixels from `st` into `dst`, completing on barrier `bar`.
+__device__ __forceinline__ void ic_load(unsigned dst, const TmaMap* map, unsigned bar, const ic_start& st, int kk) {
     const int tap = kk / GEMM_IC_C, c0 = kk % GEMM_IC_C;
     const unsigned short o2 = (unsigned short)((tap % GEMM_IC_T2) * GEMM_IC_DIL2);
     const unsigned short o1 = (unsigned short)((tap / GEMM_IC_T2 % GEMM_IC_T1) * GEMM_IC_DIL1);
