@@ -72,10 +72,56 @@ def torch_ms(wid, timed=timed):
     return timed(lambda: torch.nn.grad.conv2d_weight(x, wt.shape, dy, stride=s, padding=p, groups=groups))
 
 
+_CUDNN = {}
+
+
+def cudnn_graph_ms(wid, timed=timed):
+    """conv + bias + relu through cuDNN's own graph API (the nvidia-cudnn-frontend package), for the
+    suite's `_bias_relu_` forward rows: one fused graph, executed as ferrodnn's is (back-to-back
+    executes). None for other rows or without the package."""
+    m = ID.fullmatch(wid)
+    if not m or m.group(1) != "fprop" or not m.group(2):
+        return None
+    try:
+        import cudnn
+    except ImportError:
+        return None
+    if "handle" not in _CUDNN:
+        _CUDNN["handle"] = cudnn.create_handle()
+        cudnn.set_stream(handle=_CUDNN["handle"], stream=torch.cuda.current_stream().cuda_stream)
+    handle = _CUDNN["handle"]
+    _, _, n, c, h, w, k, r, s = m.groups()
+    n, c, h, w, k, r, s = map(int, (n, c, h, w, k, r, s))
+    p = (r - 1) // 2
+    cl = torch.channels_last
+    x = torch.randn(n, c, h, w, device="cuda", dtype=torch.float16).to(memory_format=cl)
+    wt = torch.randn(k, c, r, r, device="cuda", dtype=torch.float16).to(memory_format=cl)
+    bias = torch.randn(1, k, 1, 1, device="cuda", dtype=torch.float16).to(memory_format=cl)
+    ref = torch.relu(torch.nn.functional.conv2d(x, wt, bias.reshape(-1), stride=s, padding=p))
+    y = torch.empty_like(ref)
+    g = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(wt), g.tensor_like(bias)
+    conv = g.conv_fprop(image=tx, weight=tw, padding=[p, p], stride=[s, s], dilation=[1, 1])
+    ty = g.relu(input=g.bias(input=conv, bias=tb))
+    ty.set_output(True).set_data_type(cudnn.data_type.HALF)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans(cudnn.build_plan_policy.ALL)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    pack = {tx: x, tw: wt, tb: bias, ty: y}
+    g.execute(pack, ws, handle=handle)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y.float(), ref.float(), atol=5e-2, rtol=2e-2)
+    return timed(lambda: g.execute(pack, ws, handle=handle))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--cudnn-graph", action="store_true", help="also time conv + bias + relu rows through cuDNN's graph API (nvidia-cudnn-frontend)")
     ap.add_argument("--graphs", action="store_true", help="time PyTorch's calls replayed from a CUDA graph (its kernels alone, no host overhead)")
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = True
@@ -87,6 +133,16 @@ def main():
             continue
         t = torch_ms(wl["id"], graphed if args.graphs else timed)
         row = {"id": wl["id"], "ours_ms": wl["ours_ms"], "torch_ms": t}
+        if args.cudnn_graph:
+            try:
+                g = cudnn_graph_ms(wl["id"])
+            except Exception as e:  # an unsupported graph is a row without the column
+                print(f"cudnn graph {wl['id']}: {e}", flush=True)
+                g = None
+            if g:
+                row["cudnn_graph_ms"] = g
+                row["ratio_vs_cudnn_graph"] = g / wl["ours_ms"]
+                print(f"{'':<56} cuDNN graph {g:9.4f} ms  ratio {g / wl['ours_ms']:.3f}", flush=True)
         if t:
             row["ratio"] = t / wl["ours_ms"]
             if wl.get("flops"):

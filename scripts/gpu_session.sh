@@ -70,7 +70,11 @@ if [[ ",$STEPS," == *",conv,"* ]]; then
   echo "== conv suite beside PyTorch"
   timeout 300 .gpu/ferrodnn bench --suite conv ${CONV_FILTER:+--filter "$CONV_FILTER"} --out "$OUT/conv_ours.json" > "$OUT/conv_ours.log" 2>&1
   echo "conv rc=$?"; grep -vE '^\s' "$OUT/conv_ours.log" | tail -30
-  timeout 200 python3 bench/torch_conv.py --ours "$OUT/conv_ours.json" --out "$OUT/conv_torch.json"
+  if ls .gpu/wheels/cudnnfe/*.whl > /dev/null 2>&1; then
+    pip install -q --no-index --no-deps --target /tmp/cudnnfe .gpu/wheels/cudnnfe/*.whl 2>&1 | grep -v WARNING | tail -2
+    CUDNN_GRAPH="--cudnn-graph"
+  fi
+  PYTHONPATH="/tmp/cudnnfe${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 bench/torch_conv.py --ours "$OUT/conv_ours.json" --out "$OUT/conv_torch.json" ${CUDNN_GRAPH:-}
   timeout 200 python3 bench/torch_conv.py --ours "$OUT/conv_ours.json" --out "$OUT/conv_torch_graphs.json" --graphs
 fi
 if [[ ",$STEPS," == *",ab,"* ]]; then

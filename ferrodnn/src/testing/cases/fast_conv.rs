@@ -207,6 +207,13 @@ fn implicit_cases() -> Vec<Case> {
         implicit(Fprop, "3d_3x3x3_c64", &[2, 64, 4, 5, 6], &[32, 64, 3, 3, 3], video(), f16, true, true),
         implicit(Dgrad, "3x3", &[3, 16, 9, 11], &[24, 16, 3, 3], p2([1, 1]), f16, true, false),
         implicit(Dgrad, "3x3_stride2", &[2, 24, 15, 14], &[16, 24, 3, 3], strided([2, 2], [1, 1]), bf16, true, false),
+        // 64-output-channel multiples: on Hopper dy is read by im2col TMA loads (taps mirrored)
+        // and the filter by 3-D TMA.
+        implicit(Dgrad, "3x3_k64", &[3, 40, 9, 11], &[64, 40, 3, 3], p2([1, 1]), f16, true, false),
+        implicit(Dgrad, "3x5_asym_convolution_mode_k64", &[2, 24, 9, 10], &[64, 24, 3, 5], asym().with_mode(ConvMode::Convolution), bf16, true, false),
+        implicit(Dgrad, "3x3_dilation2_k128", &[2, 64, 12, 9], &[128, 64, 3, 3], ConvAttrs::new(2).with_padding(&[2, 2]).with_dilation(&[2, 2]), f16, true, false),
+        implicit(Dgrad, "1d_k5_k64", &[2, 32, 37], &[64, 32, 5], ConvAttrs::new(1).with_padding(&[2]), bf16, true, false),
+        implicit(Dgrad, "3d_3x3x3_k64", &[2, 16, 4, 5, 6], &[64, 16, 3, 3, 3], video(), f16, true, false),
         implicit(Dgrad, "3x5_asym_pad_convolution_mode", &[2, 8, 9, 10], &[16, 8, 3, 5], asym().with_mode(ConvMode::Convolution), f16, true, false),
         implicit(
             Dgrad,

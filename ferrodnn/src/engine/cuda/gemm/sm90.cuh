@@ -358,7 +358,14 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
 #else
                     tma_load(sa, &ta, full, kt * BK, tm * BM, bt, GEMM_A3);
 #endif
-#if GEMM_B_MN
+#if GEMM_A_IM2COL && GEMM_B_TAPS
+                    {
+                        // (A data gradient's filter: tap t's output channels k0 .. k0 + 63.)
+                        const int t = kt * BK / GEMM_IC_C, k0 = kt * BK % GEMM_IC_C;
+                        const int tf = GEMM_BT_FLIP ? GEMM_BT_T - 1 - t : t;
+                        for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, k0, tf, true);
+                    }
+#elif GEMM_B_MN
                     for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, kt * BK, bt, GEMM_B3);
 #else
                     tma_load(sb, &tb, full, kt * BK, tn * BN, bt, GEMM_B3);

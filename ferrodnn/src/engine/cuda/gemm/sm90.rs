@@ -400,6 +400,9 @@ struct Im2colA {
     /// The image's pixels are A's k index (a weight gradient's `x^T`, A M-major: a stage is 64
     /// pixels of one tap's channels for each 64 rows), not its m index (a forward convolution).
     pixels_on_k: bool,
+    /// The taps mirrored (a data gradient's): tap `t` of the k index is read at offset
+    /// `(T - 1 - t) * dil` (`dil` and `off` here are the mirrored walk's).
+    flip: bool,
     rank: usize,
     channels: i64,
     grid: [i64; 3],
@@ -416,7 +419,9 @@ struct Im2colA {
 fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
     use super::gather::Index;
     let g = p.a.gather.as_ref()?;
-    b_tma(p)?;
+    if b_tma(p).is_none() && b_taps(p).is_none() {
+        return None;
+    }
     if !matches!(p.a.dtype, DataType::F16 | DataType::Bf16) || p.b.dtype != p.a.dtype {
         return None;
     }
@@ -426,9 +431,22 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
         _ => return None,
     };
     let Index::Pixel { n_stride, grid, mul, off } = *pixel else { return None };
-    let Index::Taps { taps, channels, ch_stride, tap_major, dil } = *tap else { return None };
+    let Index::Taps { taps, channels, ch_stride, tap_major, mut dil } = *tap else { return None };
     if ch_stride != 1 || !tap_major || channels % 64 != 0 || g.axes.iter().any(|a| a.div != 1 || a.base != 0) {
         return None;
+    }
+    // A data gradient's taps walk backwards (dy at i + pre - t * dil): read with the taps
+    // mirrored, t' = T - 1 - t, from the window corner i + pre - (T - 1) * dil (`flip`).
+    let flip = (0..3).any(|d| taps[d] > 1 && dil[d] < 0);
+    let mut off = off;
+    if flip {
+        if (0..3).any(|d| taps[d] > 1 && dil[d] > 0) {
+            return None;
+        }
+        for d in 0..3 {
+            off[d] += (taps[d] - 1) * dil[d];
+            dil[d] = -dil[d];
+        }
     }
     // The spatial dims in use (from the innermost; at least one).
     let used = |d: usize| g.axes[d].extent > 1 || grid[d] > 1 || taps[d] > 1;
@@ -477,7 +495,55 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
         im2col: Some(crate::engine::cuda::tma::Im2col { lower, upper, channels: 64, pixels, element_strides: traversal }),
     };
     map.check().ok()?;
-    Some(Im2colA { map, pixels_on_k, rank, channels, grid, mul, off, taps, dil })
+    Some(Im2colA { map, pixels_on_k, flip, rank, channels, grid, mul, off, taps, dil })
+}
+
+/// A data gradient's filter as its B (`(tap, k) x c`, c contiguous): by 3-D TMA over
+/// `[c, k, taps]` (the taps in one run, as a packed filter's are), a stage one tap's 64 output
+/// channels; with the tap index mirrored in convolution mode (`flip`). The map and whether it
+/// is mirrored.
+fn b_taps(p: &GemmProblem) -> Option<(TmaDesc, bool)> {
+    use super::gather::Index;
+    let g = p.b.gather.as_ref()?;
+    let Index::Plain { stride: 1 } = g.mn else { return None };
+    let Index::Taps { taps, channels, ch_stride, tap_major: true, dil } = g.k else { return None };
+    if channels % 64 != 0 || !matches!(p.b.dtype, DataType::F16 | DataType::Bf16) {
+        return None;
+    }
+    // The taps: unit steps forwards (base 0) or backwards (base T - 1), in one run.
+    let used: Vec<usize> = (0..3).filter(|&d| taps[d] > 1).collect();
+    let flip = used.first().is_some_and(|&d| dil[d] < 0);
+    let mut tap_stride = 0;
+    let mut run: Vec<(i64, i64)> = Vec::new();
+    for &d in &used {
+        let a = &g.axes[d];
+        let (step, base) = if flip { (-1, taps[d] - 1) } else { (1, 0) };
+        if dil[d] != step || a.base != base || a.div != 1 || a.extent != taps[d] {
+            return None;
+        }
+        run.push((taps[d], a.stride));
+    }
+    for w in run.windows(2) {
+        if w[0].1 != w[1].1 * w[1].0 {
+            return None;
+        }
+    }
+    if let Some(&(_, s)) = run.last() {
+        tap_stride = s;
+    }
+    let es = p.b.dtype.size() as u64;
+    let total: i64 = taps.iter().product();
+    let t = TmaDesc {
+        tensor: p.b.tensor,
+        dtype: p.b.dtype,
+        dims: vec![p.n as u64, channels as u64, total as u64],
+        strides: vec![ch_stride as u64 * es, if total > 1 { tap_stride as u64 * es } else { 16 }],
+        boxes: vec![64, 64, 1],
+        swizzle: SWIZZLE,
+        im2col: None,
+    };
+    t.check().ok()?;
+    Some((t, flip))
 }
 
 /// The TMA map of a gathered B that is a strided matrix after all (a packed filter of fprop, a
@@ -666,9 +732,19 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         if cfg.bm != BM || cfg.swap {
             return None;
         }
-        (ma, mb, a3, b3) = (if ic.pixels_on_k { Major::Mn } else { Major::K }, major(&p.b, false)?, false, false);
-        let tb = tma_of(&p.b, false, cfg.bn, 1);
-        tb.check().ok()?;
+        let tb = match b_taps(p) {
+            Some((t, _)) if b_tma(p).is_none() => {
+                mb = Major::Mn;
+                t
+            }
+            _ => {
+                mb = major(&p.b, false)?;
+                let t = tma_of(&p.b, false, cfg.bn, 1);
+                t.check().ok()?;
+                t
+            }
+        };
+        (ma, a3, b3) = (if ic.pixels_on_k { Major::Mn } else { Major::K }, false, false);
         sig.param("const __grid_constant__ TmaMap ta", Arg::TensorMap(Box::new(ic.map.clone()))).param("const __grid_constant__ TmaMap tb", Arg::TensorMap(Box::new(tb)));
     } else if gathered(p) {
         // The producers read the tensors themselves (a tile of 128 x BN, BN at most 128, and
@@ -1009,7 +1085,10 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     let im2col = im2col_a(p);
     src = src.flag("GEMM_A_IM2COL", im2col.is_some());
     if let Some(ic) = &im2col {
-        src = src.define("GEMM_IC_RANK", ic.rank).define("GEMM_IC_C", ic.channels).flag("GEMM_IC_K", ic.pixels_on_k);
+        src = src.define("GEMM_IC_RANK", ic.rank).define("GEMM_IC_C", ic.channels).flag("GEMM_IC_K", ic.pixels_on_k).flag("GEMM_IC_FLIP", ic.flip);
+        // B by 3-D TMA, a stage one tap's 64 channels (a data gradient's filter).
+        let taps = b_taps(p).filter(|_| b_tma(p).is_none());
+        src = src.flag("GEMM_B_TAPS", taps.is_some()).flag("GEMM_BT_FLIP", taps.as_ref().is_some_and(|t| t.1)).define("GEMM_BT_T", ic.taps.iter().product::<i64>());
         for d in 0..3 {
             src = src
                 .define(&format!("GEMM_IC_G{d}"), ic.grid[d])

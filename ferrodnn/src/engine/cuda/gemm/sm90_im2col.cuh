@@ -5,6 +5,10 @@
 // offsets; a weight gradient's (GEMM_IC_K: the pixels are k, A M-major) is, for each 64 rows of
 // (tap, channel), one load of the stage's 64 pixels. Padding reads as zeros.
 //
+// A data gradient (GEMM_IC_FLIP) reads dy with its taps mirrored; its filter, B, comes by 3-D
+// TMA one tap's 64 output channels a stage (GEMM_B_TAPS; GEMM_BT_T taps, GEMM_BT_FLIP: the tap
+// index mirrored in convolution mode).
+//
 // Comes after kernel/hopper.cuh and reads: GEMM_IC_RANK (the map's rank: 3, 4 or 5 for 1-3
 // spatial dims), GEMM_IC_C (the image's channels, a multiple of 64), and per spatial dim d
 // (0 outermost, 2 innermost: W) GEMM_IC_G<d> (the output grid), GEMM_IC_MUL<d> (the stride),
@@ -34,9 +38,16 @@ __device__ __forceinline__ ic_start ic_tile(long long mg) {
 // pixels from `st` into `dst`, completing on barrier `bar`.
 __device__ __forceinline__ void ic_load(unsigned dst, const TmaMap* map, unsigned bar, const ic_start& st, int kk) {
     const int tap = kk / GEMM_IC_C, c0 = kk % GEMM_IC_C;
-    const unsigned short o2 = (unsigned short)((tap % GEMM_IC_T2) * GEMM_IC_DIL2);
-    const unsigned short o1 = (unsigned short)((tap / GEMM_IC_T2 % GEMM_IC_T1) * GEMM_IC_DIL1);
-    const unsigned short o0 = (unsigned short)((tap / (GEMM_IC_T2 * GEMM_IC_T1)) * GEMM_IC_DIL0);
+    int t2 = tap % GEMM_IC_T2, t1 = tap / GEMM_IC_T2 % GEMM_IC_T1, t0 = tap / (GEMM_IC_T2 * GEMM_IC_T1);
+#if GEMM_IC_FLIP
+    // (A data gradient's walk: the taps mirrored.)
+    t2 = GEMM_IC_T2 - 1 - t2;
+    t1 = GEMM_IC_T1 - 1 - t1;
+    t0 = GEMM_IC_T0 - 1 - t0;
+#endif
+    const unsigned short o2 = (unsigned short)(t2 * GEMM_IC_DIL2);
+    const unsigned short o1 = (unsigned short)(t1 * GEMM_IC_DIL1);
+    const unsigned short o0 = (unsigned short)(t0 * GEMM_IC_DIL0);
 #if GEMM_IC_RANK == 3
     (void)o1;
     (void)o0;
