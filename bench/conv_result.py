@@ -14,7 +14,8 @@ import json
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", required=True)
-    ap.add_argument("--torch", required=True, help="bench/torch_conv.py's output")
+    ap.add_argument("--torch", required=True, help="bench/torch_conv.py's output (its --graphs run: kernels alone)")
+    ap.add_argument("--graph-api", help="bench/torch_conv.py's output with --cudnn-graph, for the cuDNN graph API column")
     ap.add_argument("--gpu", required=True, help="short name for the file and heading, e.g. h100")
     ap.add_argument("--commit", required=True)
     ap.add_argument("--note", default="")
@@ -25,6 +26,10 @@ def main():
     with open(args.torch) as f:
         torch = json.load(f)
     by_id = {r["id"]: r for r in torch["rows"]}
+    graph_api = {}
+    if args.graph_api:
+        with open(args.graph_api) as f:
+            graph_api = {r["id"]: r for r in json.load(f)["rows"] if r.get("cudnn_graph_ms")}
     workloads = []
     for w in ours["workloads"]:
         t = by_id.get(w["id"], {})
@@ -35,6 +40,9 @@ def main():
             row["ours_tflops"] = w["flops"] / row["ours_ms"] / 1e9
         if w.get("flops") and row["torch_ms"]:
             row["torch_tflops"] = w["flops"] / row["torch_ms"] / 1e9
+        if w["id"] in graph_api and row["ours_ms"]:
+            row["cudnn_graph_ms"] = graph_api[w["id"]]["cudnn_graph_ms"]
+            row["ratio_vs_cudnn_graph"] = row["cudnn_graph_ms"] / row["ours_ms"]
         row["build_ms"] = {"cold": None, "warm_disk": w.get("build_ms_first"), "in_process": w.get("build_ms_in_process")}
         workloads.append(row)
     cudnn = torch.get("cudnn")

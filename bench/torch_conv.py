@@ -18,7 +18,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import bench as timed  # noqa: E402  (batches of back-to-back calls, as ferrodnn is timed)
 
-ID = re.compile(r"conv_(fprop|dgrad|wgrad)(_bias_relu)?(_depthwise)?_fp16_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
+# The ids' types: fp16, bf16, and f32 tensors multiplied as tf32 (cuDNN allows tf32 for
+# convolutions by default, as ferrodnn's plan for f32 convolutions does).
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
+ID = re.compile(r"conv_(fprop|dgrad|wgrad)(_bias_relu)?(_depthwise)?_(fp16|bf16|tf32)_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
 
 
 def graphed(fn, batch=20, rounds=5):
@@ -52,12 +55,12 @@ def torch_ms(wid, timed=timed):
     m = ID.fullmatch(wid)
     if not m:
         return None
-    kind, bias_relu, dw, n, c, h, w, k, r, s = m.groups()
+    kind, bias_relu, dw, dtn, n, c, h, w, k, r, s = m.groups()
     n, c, h, w, k, r, s = map(int, (n, c, h, w, k, r, s))
     groups = c if dw else 1  # depthwise (`_depthwise`): groups = channels, filter [k, 1, r, r]
     p = (r - 1) // 2
     cl = torch.channels_last
-    dev, dt = "cuda", torch.float16
+    dev, dt = "cuda", DTYPES[dtn]
     x = torch.randn(n, c, h, w, device=dev, dtype=dt).to(memory_format=cl)
     wt = torch.randn(k, c // groups, r, r, device=dev, dtype=dt).to(memory_format=cl)
     bias = torch.randn(k, device=dev, dtype=dt)
@@ -80,7 +83,7 @@ def cudnn_graph_ms(wid, timed=timed):
     suite's `_bias_relu_` forward rows: one fused graph, executed as ferrodnn's is (back-to-back
     executes). None for other rows or without the package."""
     m = ID.fullmatch(wid)
-    if not m or m.group(1) != "fprop" or not m.group(2):
+    if not m or m.group(1) != "fprop" or not m.group(2) or m.group(3):
         return None
     try:
         import cudnn
@@ -90,7 +93,7 @@ def cudnn_graph_ms(wid, timed=timed):
         _CUDNN["handle"] = cudnn.create_handle()
         cudnn.set_stream(handle=_CUDNN["handle"], stream=torch.cuda.current_stream().cuda_stream)
     handle = _CUDNN["handle"]
-    _, _, n, c, h, w, k, r, s = m.groups()
+    _, _, _, dtn, n, c, h, w, k, r, s = m.groups()
     n, c, h, w, k, r, s = map(int, (n, c, h, w, k, r, s))
     p = (r - 1) // 2
     cl = torch.channels_last
@@ -125,6 +128,7 @@ def main():
     ap.add_argument("--graphs", action="store_true", help="time PyTorch's calls replayed from a CUDA graph (its kernels alone, no host overhead)")
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True
     with open(args.ours) as f:
         ours = json.load(f)["workloads"]
     rows = []

@@ -53,18 +53,31 @@ impl Layer {
     }
 }
 
-fn desc(name: &str, dims: &[i64]) -> TensorDesc {
-    TensorDesc::new(name, dims, DataType::F16).with_layout(&NHWC)
+fn desc(name: &str, dims: &[i64], dt: DataType) -> TensorDesc {
+    TensorDesc::new(name, dims, dt).with_layout(&NHWC)
+}
+
+/// The type's part of an id: fp16, bf16, or tf32 (f32 tensors, whose plans multiply as tf32).
+fn dt_tag(dt: DataType) -> &'static str {
+    match dt {
+        DataType::Bf16 => "bf16",
+        DataType::F32 => "tf32",
+        _ => "fp16",
+    }
 }
 
 fn fprop(n: i64, l: &Layer, bias_relu: bool) -> Workload {
-    let id = format!("conv_fprop{}{}_fp16_nhwc_{}", if bias_relu { "_bias_relu" } else { "" }, l.kind(), l.tag(n));
-    let mut g = Graph::new(id.clone()).io_data_type(DataType::F16);
-    let x = g.tensor(desc("x", &[n, l.c, l.hw, l.hw]));
-    let w = g.tensor(desc("w", &[l.k, l.fc(), l.r, l.r]));
+    fprop_as(n, l, bias_relu, DataType::F16)
+}
+
+fn fprop_as(n: i64, l: &Layer, bias_relu: bool, dt: DataType) -> Workload {
+    let id = format!("conv_fprop{}{}_{}_nhwc_{}", if bias_relu { "_bias_relu" } else { "" }, l.kind(), dt_tag(dt), l.tag(n));
+    let mut g = Graph::new(id.clone()).io_data_type(dt);
+    let x = g.tensor(desc("x", &[n, l.c, l.hw, l.hw], dt));
+    let w = g.tensor(desc("w", &[l.k, l.fc(), l.r, l.r], dt));
     let mut y = g.conv_fprop(x, w, l.attrs());
     if bias_relu {
-        let b = g.tensor(TensorDesc::new("bias", &[1, l.k, 1, 1], DataType::F16));
+        let b = g.tensor(TensorDesc::new("bias", &[1, l.k, 1, 1], dt));
         let yb = g.bias(y, b);
         y = g.relu(yb);
     }
@@ -73,20 +86,28 @@ fn fprop(n: i64, l: &Layer, bias_relu: bool) -> Workload {
 }
 
 fn dgrad(n: i64, l: &Layer) -> Workload {
-    let id = format!("conv_dgrad{}_fp16_nhwc_{}", l.kind(), l.tag(n));
-    let mut g = Graph::new(id.clone()).io_data_type(DataType::F16);
-    let dy = g.tensor(desc("dy", &[n, l.k, l.out_hw(), l.out_hw()]));
-    let w = g.tensor(desc("w", &[l.k, l.fc(), l.r, l.r]));
+    dgrad_as(n, l, DataType::F16)
+}
+
+fn dgrad_as(n: i64, l: &Layer, dt: DataType) -> Workload {
+    let id = format!("conv_dgrad{}_{}_nhwc_{}", l.kind(), dt_tag(dt), l.tag(n));
+    let mut g = Graph::new(id.clone()).io_data_type(dt);
+    let dy = g.tensor(desc("dy", &[n, l.k, l.out_hw(), l.out_hw()], dt));
+    let w = g.tensor(desc("w", &[l.k, l.fc(), l.r, l.r], dt));
     let dx = g.conv_dgrad(dy, w, &[n, l.c, l.hw, l.hw], l.attrs());
     g.set_output(dx);
     Workload { id, graph: g, flops: Some(l.flops(n)) }
 }
 
 fn wgrad(n: i64, l: &Layer) -> Workload {
-    let id = format!("conv_wgrad{}_fp16_nhwc_{}", l.kind(), l.tag(n));
-    let mut g = Graph::new(id.clone()).io_data_type(DataType::F16);
-    let dy = g.tensor(desc("dy", &[n, l.k, l.out_hw(), l.out_hw()]));
-    let x = g.tensor(desc("x", &[n, l.c, l.hw, l.hw]));
+    wgrad_as(n, l, DataType::F16)
+}
+
+fn wgrad_as(n: i64, l: &Layer, dt: DataType) -> Workload {
+    let id = format!("conv_wgrad{}_{}_nhwc_{}", l.kind(), dt_tag(dt), l.tag(n));
+    let mut g = Graph::new(id.clone()).io_data_type(dt);
+    let dy = g.tensor(desc("dy", &[n, l.k, l.out_hw(), l.out_hw()], dt));
+    let x = g.tensor(desc("x", &[n, l.c, l.hw, l.hw], dt));
     let dw = g.conv_wgrad(dy, x, &[l.k, l.fc(), l.r, l.r], l.attrs());
     g.set_output(dw);
     Workload { id, graph: g, flops: Some(l.flops(n)) }
@@ -120,6 +141,10 @@ pub fn conv_workloads() -> Vec<Workload> {
     for (c, hw) in [(320, 64), (640, 32), (1280, 16), (1280, 8)] {
         let l = Layer { c, k: c, hw, r: 3, s: 1, dw: false };
         v.extend([fprop(2, &l, false), dgrad(2, &l), wgrad(2, &l)]);
+    }
+    // The two 3x3 layers of the table in bf16 (all three) and in f32 as tf32 (forward).
+    for l in [Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false }, Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false }] {
+        v.extend([fprop_as(n, &l, false, DataType::Bf16), dgrad_as(n, &l, DataType::Bf16), wgrad_as(n, &l, DataType::Bf16), fprop_as(n, &l, false, DataType::F32)]);
     }
     // Depthwise: MobileNet-v2's 3x3 (144 channels at 56x56, stride 1; 96 at 112x112, stride 2)
     // and ConvNeXt-T's 7x7 (96 at 56x56, padding 3); forward, data and weight gradients.
