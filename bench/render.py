@@ -61,9 +61,9 @@ def render(paths):
         ceilings = f"Ceilings measured in this run: copy {roof['copy_gbs']:.0f} GB/s, bf16 GEMM {roof['gemm_bf16_tflops']:.0f} TFLOP/s." if roof else ""
         out += [f"## {r['device']} ({r['gpu']}): {r.get('suite', '')}", "",
                 f"{r['date']}, commit `{r['commit'][:12]}`, {r.get('software', '')}; suite `{r.get('suite', '')}`.",
-                ceilings
+                (ceilings
                 + (f" Handle creation (device, NVRTC, kernel cache): {r['handle_ms']['warm_disk']:.0f} ms." if (r.get('handle_ms') or {}).get('warm_disk') else "")
-                + (f" {r['note']}" if r.get("note") else ""), "",
+                + (f" {r['note']}" if r.get("note") else "")).strip(), "",
                 ]
         notes = []  # per-workload notes, as numbered footnotes under the table
         # Compute-bound suites also show TFLOP/s, and the gemm suite cuDNN's own graph API.
