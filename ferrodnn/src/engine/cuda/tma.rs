@@ -115,12 +115,7 @@ impl TmaDesc {
         }
         let encode = encode_fn()?;
         let ones = [1u32; 5];
-        let swizzle = match self.swizzle {
-            32 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
-            64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
-            128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            _ => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
-        };
+        let swizzle = self.swizzle_mode();
         // SAFETY: all-zero bytes are a valid CUtensorMap (opaque words), overwritten by the call.
         let mut map: sys::CUtensorMap = unsafe { std::mem::zeroed() };
         // SAFETY: `encode` is cuTensorMapEncodeTiled, found in the driver by the probe; the
@@ -148,15 +143,20 @@ impl TmaDesc {
 }
 
 impl TmaDesc {
-    /// [`TmaDesc::encode`] of an im2col map (checked: rank 3-5, corners and strides per dim).
-    fn encode_im2col(&self, ic: &Im2col, ptr: u64, dtype: sys::CUtensorMapDataType) -> Result<sys::CUtensorMap> {
-        let encode = encode_im2col_fn()?;
-        let swizzle = match self.swizzle {
+    /// The swizzle as the driver names it.
+    fn swizzle_mode(&self) -> sys::CUtensorMapSwizzle {
+        match self.swizzle {
             32 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
             64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
             128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
             _ => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
-        };
+        }
+    }
+
+    /// [`TmaDesc::encode`] of an im2col map (checked: rank 3-5, corners and strides per dim).
+    fn encode_im2col(&self, ic: &Im2col, ptr: u64, dtype: sys::CUtensorMapDataType) -> Result<sys::CUtensorMap> {
+        let encode = encode_im2col_fn()?;
+        let swizzle = self.swizzle_mode();
         // SAFETY: all-zero bytes are a valid CUtensorMap (opaque words), overwritten by the call.
         let mut map: sys::CUtensorMap = unsafe { std::mem::zeroed() };
         // SAFETY: `encode` is cuTensorMapEncodeIm2col, found in the driver by the probe; `dims` and
@@ -215,14 +215,8 @@ type EncodeIm2colFn = unsafe extern "C" fn(
 fn encode_im2col_fn() -> Result<EncodeIm2colFn> {
     driver()?;
     static ENCODE: OnceLock<Option<EncodeIm2colFn>> = OnceLock::new();
-    let f = ENCODE.get_or_init(|| {
-        // SAFETY: driver() succeeded, so culib() returns the loaded driver library, which lives
-        // in a static and is never closed.
-        let lib = unsafe { sys::culib() };
-        // SAFETY: the symbol has exactly EncodeIm2colFn's C signature (cuda.h, CUDA 12.0+); the
-        // library stays loaded, so the copied function pointer stays valid.
-        unsafe { lib.get::<EncodeIm2colFn>(b"cuTensorMapEncodeIm2col") }.ok().map(|f| *f)
-    });
+    // SAFETY: the symbol has exactly EncodeIm2colFn's C signature (cuda.h, CUDA 12.0+).
+    let f = ENCODE.get_or_init(|| unsafe { driver_symbol::<EncodeIm2colFn>(b"cuTensorMapEncodeIm2col") });
     f.ok_or_else(|| Error::Device("the CUDA driver lacks cuTensorMapEncodeIm2col (CUDA 12.0+); update the NVIDIA driver".into()))
 }
 
@@ -258,15 +252,22 @@ type EncodeFn = unsafe extern "C" fn(
 fn encode_fn() -> Result<EncodeFn> {
     driver()?;
     static ENCODE: OnceLock<Option<EncodeFn>> = OnceLock::new();
-    let f = ENCODE.get_or_init(|| {
-        // SAFETY: driver() succeeded, so culib() returns the loaded driver library, which lives
-        // in a static and is never closed.
-        let lib = unsafe { sys::culib() };
-        // SAFETY: the symbol has exactly EncodeFn's C signature (cuda.h, CUDA 12.0+); the library
-        // stays loaded, so the copied function pointer stays valid.
-        unsafe { lib.get::<EncodeFn>(b"cuTensorMapEncodeTiled") }.ok().map(|f| *f)
-    });
+    // SAFETY: the symbol has exactly EncodeFn's C signature (cuda.h, CUDA 12.0+).
+    let f = ENCODE.get_or_init(|| unsafe { driver_symbol::<EncodeFn>(b"cuTensorMapEncodeTiled") });
     f.ok_or_else(|| Error::Device("the CUDA driver lacks cuTensorMapEncodeTiled (CUDA 12.0+), which Hopper's TMA kernels need; update the NVIDIA driver".into()))
+}
+
+/// A function of the loaded driver by its symbol name (after `driver()` succeeded).
+///
+/// # Safety
+/// `F` must be the symbol's exact C function-pointer type.
+unsafe fn driver_symbol<F: Copy>(name: &[u8]) -> Option<F> {
+    // SAFETY: driver() succeeded (the callers check it first), so culib() returns the loaded
+    // driver library, which lives in a static and is never closed.
+    let lib = unsafe { sys::culib() };
+    // SAFETY: the caller vouches for F; the library stays loaded, so the copied function pointer
+    // stays valid.
+    unsafe { lib.get::<F>(name) }.ok().map(|f| *f)
 }
 
 /// Whether the driver can encode tensor maps (so TMA kernels may be planned).

@@ -19,7 +19,7 @@
 //! layout allows, else one GEMM batch per image), so the GEMM's fused epilogue applies as it
 //! does to a matmul.
 
-use super::{flatten, image_view, linear, matrix, view_epilogue, View};
+use super::{flatten, image_view, linear, matrix, operands, view_epilogue, View};
 use crate::engine::cuda::gemm::gather::{Axis, Gather, Gathers, Index};
 use crate::graph::ops::conv::ConvMode;
 use crate::graph::ops::matmul::MatmulAttrs;
@@ -51,12 +51,7 @@ fn axes(d: &TensorDesc, div: &[i64], base: &[i64]) -> [Axis; 3] {
 /// filter whose taps and channels lie in one run.
 pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     let node = graph.nodes.get(ni)?;
-    let (attrs, a, b, out) = match &node.op {
-        Op::ConvFprop(at) => (at, node.input("x")?, node.input("w")?, node.output("y")?),
-        Op::ConvDgrad(at) => (at, node.input("dy")?, node.input("w")?, node.output("dx")?),
-        Op::ConvWgrad(at) => (at, node.input("dy")?, node.input("x")?, node.output("dw")?),
-        _ => return None,
-    };
+    let (attrs, a, b, out) = operands(node)?;
     // The forward convolution's image, filter and output.
     let (x, w, y) = match &node.op {
         Op::ConvFprop(_) => (a, b, out),

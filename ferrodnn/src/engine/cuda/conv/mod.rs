@@ -100,12 +100,7 @@ pub fn as_gemm(graph: &Graph, ni: usize) -> Option<View> {
 /// [`as_gemm`] for a convolution that is a matrix product over strided views of its tensors.
 fn one_tap_view(graph: &Graph, ni: usize) -> Option<Graph> {
     let node = graph.nodes.get(ni)?;
-    let (attrs, a, b, out) = match &node.op {
-        Op::ConvFprop(at) => (at, node.input("x")?, node.input("w")?, node.output("y")?),
-        Op::ConvDgrad(at) => (at, node.input("dy")?, node.input("w")?, node.output("dx")?),
-        Op::ConvWgrad(at) => (at, node.input("dy")?, node.input("x")?, node.output("dw")?),
-        _ => return None,
-    };
+    let (attrs, a, b, out) = operands(node)?;
     let w = match &node.op {
         Op::ConvWgrad(_) => out,
         _ => b,
@@ -201,6 +196,17 @@ pub(super) fn flatten(view: &mut Graph, viewed: &[TensorId], n: i64, pixels: i64
         view.tensors[t.0] = d;
     }
     true
+}
+
+/// A convolution node's attributes and tensors in GEMM order: its first operand (x of fprop, dy
+/// of dgrad and wgrad), its second (w, or x of wgrad) and its output.
+fn operands(node: &crate::graph::Node) -> Option<(&ConvAttrs, TensorId, TensorId, TensorId)> {
+    match &node.op {
+        Op::ConvFprop(at) => Some((at, node.input("x")?, node.input("w")?, node.output("y")?)),
+        Op::ConvDgrad(at) => Some((at, node.input("dy")?, node.input("w")?, node.output("dx")?)),
+        Op::ConvWgrad(at) => Some((at, node.input("dy")?, node.input("x")?, node.output("dw")?)),
+        _ => None,
+    }
 }
 
 /// A one-tap filter (all spatial dims 1) with unit stride and no padding (dilation does not
