@@ -13,7 +13,11 @@
 //! divisions by extents are multiplications. The mma.sync GEMM (`sm80.cuh`, `GM_GATHER`) loads a
 //! gathered tile 16 bytes at a time when the tile's contiguous dim is a plain unit stride or the
 //! channels of a tap-major index (channels a multiple of the vector, so a vector never straddles
-//! two taps and is wholly inside or wholly outside the image), else one element at a time.
+//! two taps and is wholly inside or wholly outside the image), else one element at a time. The
+//! Hopper GEMM (`sm90.rs`) reads a convolution's channels-last image by im2col TMA loads where
+//! the map is one (channels a multiple of 64, positive dilation), a map that is a strided matrix
+//! after all ([`Gather::as_matrix`]) by tiled TMA, and otherwise gathers with its producer
+//! warpgroups (`sm90_gather.cuh`).
 
 use crate::engine::cuda::kernel::Source;
 

@@ -5,8 +5,9 @@
 //! `None` so the group's nodes run on the other engines.
 //!
 //! The pieces are separate so that convolution can reuse them: a [`GemmProblem`] says what to
-//! multiply (operands as strided matrices), an [`Epilogue`] what to do with each accumulator
-//! before it is stored, and the kernel generators (`sm90`, `sm80`) how.
+//! multiply (operands as strided matrices, or gathered through index maps: [`gather`], a
+//! convolution's implicit GEMM), an [`Epilogue`] what to do with each accumulator before it is
+//! stored, and the kernel generators (`sm90`, `sm80`) how.
 
 pub mod epilogue;
 pub mod gather;
