@@ -205,6 +205,9 @@ fn implicit_cases() -> Vec<Case> {
         implicit(Fprop, "1x5_pad_c64", &[3, 64, 7, 9], &[24, 64, 1, 5], p2([0, 2]), bf16, true, true),
         implicit(Fprop, "1d_k5_stride2_c64", &[2, 64, 37], &[48, 64, 5], ConvAttrs::new(1).with_padding(&[2]).with_stride(&[2]), f16, true, false),
         implicit(Fprop, "3d_3x3x3_c64", &[2, 64, 4, 5, 6], &[32, 64, 3, 3, 3], video(), f16, true, true),
+        // f32 as tf32 with channels in 32s: im2col loads on Hopper too.
+        implicit(Fprop, "3x3_c64", &[3, 64, 9, 11], &[40, 64, 3, 3], p2([1, 1]), f32, true, true),
+        implicit(Fprop, "3x3_stride2_c32", &[2, 32, 13, 10], &[24, 32, 3, 3], strided([2, 2], [1, 1]), f32, true, false),
         implicit(Dgrad, "3x3", &[3, 16, 9, 11], &[24, 16, 3, 3], p2([1, 1]), f16, true, false),
         implicit(Dgrad, "3x3_stride2", &[2, 24, 15, 14], &[16, 24, 3, 3], strided([2, 2], [1, 1]), bf16, true, false),
         // 64-output-channel multiples: on Hopper dy is read by im2col TMA loads (taps mirrored)

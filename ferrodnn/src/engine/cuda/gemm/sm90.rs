@@ -357,8 +357,13 @@ fn gathered(p: &GemmProblem) -> bool {
 /// bf16; the gathers copy bits), a C it stores, 32-bit extents.
 fn reject_gathered(p: &GemmProblem) -> Option<String> {
     let t = p.a.dtype;
-    if !matches!(t, DataType::F16 | DataType::Bf16) || p.b.dtype != t {
-        return Some(format!("gathered inputs {} x {}: the Hopper implicit GEMM takes f16 x f16 or bf16 x bf16 (others run on the mma.sync kernel)", p.a.dtype, p.b.dtype));
+    // (f32 as tf32 only where the image is read by im2col loads: a forward convolution.)
+    let tf32_im2col = tf32(p) && im2col_a(p).is_some();
+    if !(matches!(t, DataType::F16 | DataType::Bf16) && p.b.dtype == t) && !tf32_im2col {
+        return Some(format!(
+            "gathered inputs {} x {}: the Hopper implicit GEMM takes f16 x f16 or bf16 x bf16, and f32 x f32 as tf32 for a forward convolution whose channels come in 32s (others run on the mma.sync kernel)",
+            p.a.dtype, p.b.dtype
+        ));
     }
     if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
         return Some(format!("output {}: this kernel stores bf16, f16 or f32", p.c.dtype));
@@ -422,9 +427,14 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
     if b_tma(p).is_none() && b_taps(p).is_none() {
         return None;
     }
-    if !matches!(p.a.dtype, DataType::F16 | DataType::Bf16) || p.b.dtype != p.a.dtype {
+    // 16-bit operands; or f32 as tf32 (wgmma reads 32-bit operands K-major only: a forward
+    // convolution's image and a filter stored n x k).
+    let sixteen = matches!(p.a.dtype, DataType::F16 | DataType::Bf16) && p.b.dtype == p.a.dtype;
+    if !sixteen && !(tf32(p) && matches!(g.mn, Index::Pixel { .. }) && major(&p.b, false) == Some(Major::K) && b_tma(p).is_some()) {
         return None;
     }
+    // Channels a stage (one 128-byte row a pixel): 64 16-bit, 32 f32.
+    let chunk = bk(p.a.dtype) as i64;
     let (pixel, tap, pixels_on_k) = match (&g.mn, &g.k) {
         (Index::Pixel { .. }, Index::Taps { .. }) => (&g.mn, &g.k, false),
         (Index::Taps { .. }, Index::Pixel { .. }) if p.batch == 1 => (&g.k, &g.mn, true),
@@ -432,7 +442,7 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
     };
     let Index::Pixel { n_stride, grid, mul, off } = *pixel else { return None };
     let Index::Taps { taps, channels, ch_stride, tap_major, mut dil } = *tap else { return None };
-    if ch_stride != 1 || !tap_major || channels % 64 != 0 || g.axes.iter().any(|a| a.div != 1 || a.base != 0) {
+    if ch_stride != 1 || !tap_major || channels % chunk != 0 || g.axes.iter().any(|a| a.div != 1 || a.base != 0) {
         return None;
     }
     // A data gradient's taps walk backwards (dy at i + pre - t * dil): read with the taps
@@ -490,9 +500,9 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
         dims,
         strides,
         // (Unused by an im2col load; the shape of its bytes, for the checks.)
-        boxes: std::iter::once(64).chain(std::iter::once(pixels)).chain(std::iter::repeat_n(1, rank - 2)).collect(),
+        boxes: std::iter::once(chunk as u32).chain(std::iter::once(pixels)).chain(std::iter::repeat_n(1, rank - 2)).collect(),
         swizzle: SWIZZLE,
-        im2col: Some(crate::engine::cuda::tma::Im2col { lower, upper, channels: 64, pixels, element_strides: traversal }),
+        im2col: Some(crate::engine::cuda::tma::Im2col { lower, upper, channels: chunk as u32, pixels, element_strides: traversal }),
     };
     map.check().ok()?;
     Some(Im2colA { map, pixels_on_k, flip, rank, channels, grid, mul, off, taps, dil })
@@ -744,6 +754,9 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
                 t
             }
         };
+        if tf32(p) && mb != Major::K {
+            return None;
+        }
         (ma, a3, b3) = (if ic.pixels_on_k { Major::Mn } else { Major::K }, false, false);
         sig.param("const __grid_constant__ TmaMap ta", Arg::TensorMap(Box::new(ic.map.clone()))).param("const __grid_constant__ TmaMap tb", Arg::TensorMap(Box::new(tb)));
     } else if gathered(p) {
