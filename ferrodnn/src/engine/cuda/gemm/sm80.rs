@@ -14,6 +14,9 @@
 //!   strides at plan time; the base pointers are checked when the plan runs, and a unit whose
 //!   pointers are misaligned runs the alternative kernel with scalar loads and stores). Scalar
 //!   loads (which also convert fp8 to f16) otherwise, guarded, zero outside.
+//! - Gathered operands (an implicit GEMM's, `gather.rs`; `GM_GATHER`): the loaders address each
+//!   16-byte vector (or element) through the operand's index map; 128x64 tiles for 64 or fewer
+//!   output channels, and a weight gradient's long reduction split up to 64 ways.
 //! - mma: m16n8k16 f16/bf16; m16n8k8 tf32 when the graph allows reduced precision, else 3xTF32
 //!   (each f32 operand split into a tf32 high part and a tf32 remainder, three mmas; about f32
 //!   accuracy); fp8 (sm_89+) converted to f16 on load (exact), then m16n8k16.
