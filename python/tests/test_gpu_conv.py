@@ -41,14 +41,6 @@ def cudnn_type(torch_type):
     return {HALF: cudnn.data_type.HALF, BF16: cudnn.data_type.BFLOAT16, FLOAT: cudnn.data_type.FLOAT}[torch_type]
 
 
-@pytest.fixture(scope="module")
-def handle():
-    h = cudnn.create_handle()
-    assert "cuda" in h.engines()
-    yield h
-    cudnn.destroy_handle(h)
-
-
 def memory_format(rank, channels_last):
     if not channels_last:
         return torch.contiguous_format

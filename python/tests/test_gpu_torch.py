@@ -22,14 +22,6 @@ def convert_to_cudnn_type(torch_type):
     }[torch_type]
 
 
-@pytest.fixture(scope="module")
-def handle():
-    h = cudnn.create_handle()
-    assert "cuda" in h.engines()
-    yield h
-    cudnn.destroy_handle(h)
-
-
 def build(graph):
     graph.validate()
     graph.build_operation_graph()

@@ -173,6 +173,26 @@ __device__ __forceinline__ void lane_tile(int& gl, int& ty) {
 #endif
 }
 
+#if DW_FPROP || DW_DGRAD
+// The block's lanes' filter (lane slice `ls`) staged in shared memory as floats,
+// [tap][m][lane][VEC] for MS multiplier values a lane: the forward's lane g = cv * M_ + m has
+// one (MS 1), the data gradient's lane g = cv sums over all M_ (MS M_). Output channel
+// (cv * VEC + j) * M_ + m.
+template <int MS> __device__ __forceinline__ void dw_stage(float* sw, const ET* __restrict__ w, int ls) {
+    for (int i = threadIdx.x; i < T_ * MS * GB * VEC; i += NT) {
+        const int j = i % VEC, gl = (i / VEC) % GB, mm = (i / (VEC * GB)) % MS, t = i / (VEC * GB * MS);
+        const int g = ls * GB + gl;
+        float v = 0.f;
+        if (g < G_) {
+            const int cv = MS == 1 ? g / M_ : g, m = MS == 1 ? g % M_ : mm;
+            v = e2f(w[(IT)((cv * VEC + j) * M_ + m) * WSK + tap_offset(t)]);
+        }
+        sw[i] = v;
+    }
+    __syncthreads();
+}
+#endif
+
 #if DW_FPROP
 // Forward: a thread computes PX consecutive outputs along W of VEC output channels
 // k_j = (cv * VEC + j) * M_ + m (lane g = cv * M_ + m): it reads each input position its
@@ -183,17 +203,7 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
     extern __shared__ float sw[];
     const int ls = blockIdx.x % LS;
     const IT tg = blockIdx.x / LS;
-    for (int i = threadIdx.x; i < T_ * GB * VEC; i += NT) {
-        const int j = i % VEC, gl = (i / VEC) % GB, t = i / (VEC * GB);
-        const int g = ls * GB + gl;
-        float v = 0.f;
-        if (g < G_) {
-            const int k = ((g / M_) * VEC + j) * M_ + g % M_;
-            v = e2f(w[(IT)k * WSK + tap_offset(t)]);
-        }
-        sw[i] = v;
-    }
-    __syncthreads();
+    dw_stage<1>(sw, w, ls);
     int gl, ty;
     lane_tile(gl, ty);
     const int g = ls * GB + gl;
@@ -274,17 +284,7 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
     extern __shared__ float sw[];
     const int ls = blockIdx.x % LS;
     const IT tg = blockIdx.x / LS;
-    for (int i = threadIdx.x; i < T_ * M_ * GB * VEC; i += NT) {
-        const int j = i % VEC, gl = (i / VEC) % GB, m = (i / (VEC * GB)) % M_, t = i / (VEC * GB * M_);
-        const int g = ls * GB + gl;
-        float v = 0.f;
-        if (g < G_) {
-            const int k = (g * VEC + j) * M_ + m;
-            v = e2f(w[(IT)k * WSK + tap_offset(t)]);
-        }
-        sw[i] = v;
-    }
-    __syncthreads();
+    dw_stage<M_>(sw, w, ls);
     int gl, ty;
     lane_tile(gl, ty);
     const int g = ls * GB + gl;
