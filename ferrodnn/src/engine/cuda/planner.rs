@@ -107,7 +107,7 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
     let mut views: Vec<conv::View> = Vec::new();
     for &ni in order.iter().filter(|&&n| conv::conv_op(&graph.nodes[n].op)) {
         let Some(view) = conv::as_gemm(graph, ni) else { continue };
-        if let Some(g) = gemm::groups_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref()).into_iter().next() {
+        if let Some(g) = gemm::groups_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref()).into_iter().next().filter(|g| view.takes_group(graph, ni, g)) {
             groups.push((Group::Conv(views.len()), g));
             views.push(view);
         }
@@ -131,7 +131,7 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
             if ni == last {
                 let (unit, family) = match kind {
                     Group::Gemm => (gemm::unit(graph, grp, target, options)?, Family::Gemm),
-                    Group::Conv(v) => (gemm::unit_gathered(&views[*v].graph, grp, target, options, views[*v].gathers.as_ref())?, Family::Conv),
+                    Group::Conv(v) => (views[*v].finish(gemm::unit_gathered(&views[*v].graph, grp, target, options, views[*v].gathers.as_ref())?), Family::Conv),
                     Group::NormPrologue => (fused::norm::prologue_unit(graph, grp, target)?, Family::NormPrologue),
                     Group::Pointwise => (fused::pointwise::unit(graph, grp)?, Family::Pointwise),
                 };

@@ -232,7 +232,16 @@ fn implicit_cases() -> Vec<Case> {
         implicit(Wgrad, "3x3", &[3, 16, 9, 11], &[24, 16, 3, 3], p2([1, 1]), f16, true, false),
         // 64-channel multiples: on Hopper x^T is read by im2col TMA loads.
         implicit(Wgrad, "3x3_c64", &[3, 64, 9, 11], &[40, 64, 3, 3], p2([1, 1]), f16, true, false),
-        implicit(Wgrad, "3x3_stride2_asym_c128", &[2, 128, 13, 10], &[72, 128, 3, 3], ConvAttrs::new(2).with_pre_padding(&[1, 0]).with_post_padding(&[0, 2]).with_stride(&[2, 2]), bf16, true, false),
+        implicit(
+            Wgrad,
+            "3x3_stride2_asym_c128",
+            &[2, 128, 13, 10],
+            &[72, 128, 3, 3],
+            ConvAttrs::new(2).with_pre_padding(&[1, 0]).with_post_padding(&[0, 2]).with_stride(&[2, 2]),
+            bf16,
+            true,
+            false,
+        ),
         implicit(Wgrad, "3x3_dilation2_c64", &[2, 64, 12, 9], &[16, 64, 3, 3], ConvAttrs::new(2).with_padding(&[2, 2]).with_dilation(&[2, 2]), f16, true, false),
         implicit(Wgrad, "1d_k5_stride2_c64", &[2, 64, 37], &[48, 64, 5], ConvAttrs::new(1).with_padding(&[2]).with_stride(&[2]), bf16, true, false),
         implicit(Wgrad, "3d_3x3x3_c64", &[2, 64, 4, 5, 6], &[32, 64, 3, 3, 3], video(), f16, true, false),
@@ -240,6 +249,19 @@ fn implicit_cases() -> Vec<Case> {
         implicit(Wgrad, "7x7_stride2_c3", &[2, 3, 23, 21], &[16, 3, 7, 7], strided([2, 2], [3, 3]), f16, true, false),
         implicit(Wgrad, "3x3", &[2, 6, 9, 11], &[5, 6, 3, 3], p2([1, 1]), f32, false, false),
         implicit(Wgrad, "1d_k10_stride5", &[2, 8, 163], &[16, 8, 10], audio(), bf16, true, false),
+        // Image channels short of a 16-byte vector: padded in a staged copy (forward, weight
+        // gradient); data gradients of fewer than 16 channels as dcol + col2im (stage.rs).
+        implicit(Dgrad, "7x7_stride2_c3", &[2, 3, 23, 21], &[16, 3, 7, 7], strided([2, 2], [3, 3]), f16, true, false),
+        implicit(Fprop, "7x7_stride2_c3", &[2, 3, 23, 21], &[16, 3, 7, 7], strided([2, 2], [3, 3]), f32, true, false),
+        implicit(Fprop, "5x5_c3", &[3, 3, 17, 19], &[8, 3, 5, 5], p2([2, 2]), bf16, false, false),
+        implicit(Fprop, "4x4_stride4_c3", &[2, 3, 32, 28], &[24, 3, 4, 4], strided([4, 4], [0, 0]), f16, true, true),
+        implicit(Wgrad, "4x4_stride4_c3", &[2, 3, 32, 28], &[24, 3, 4, 4], strided([4, 4], [0, 0]), f16, true, false),
+        implicit(Wgrad, "5x5_c3", &[3, 3, 17, 19], &[8, 3, 5, 5], p2([2, 2]), bf16, false, false),
+        implicit(Dgrad, "3x3_stride2_c12", &[2, 12, 15, 14], &[24, 12, 3, 3], strided([2, 2], [1, 1]), bf16, true, false),
+        implicit(Dgrad, "3x3_dilation_convolution_mode_c3", &[2, 3, 11, 9], &[8, 3, 3, 3], dil().with_mode(ConvMode::Convolution), f16, true, false),
+        implicit(Fprop, "3d_3x3x3_c3", &[2, 3, 5, 6, 7], &[16, 3, 3, 3, 3], video(), f16, true, false),
+        implicit(Dgrad, "3d_3x3x3_c3", &[2, 3, 5, 6, 7], &[16, 3, 3, 3, 3], video(), bf16, true, false),
+        implicit(Wgrad, "3d_3x3x3_c3", &[2, 3, 5, 6, 7], &[16, 3, 3, 3, 3], video(), f16, true, false),
     ]
 }
 

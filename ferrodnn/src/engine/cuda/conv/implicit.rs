@@ -156,7 +156,7 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
                 node.outputs = vec![Port { name: "c".into(), tensor: out }];
                 view.tensors[b.0] = TensorDesc { dims: vec![cols, pixels], strides: vec![pixels, 1], ..graph.desc(b).clone() };
                 view.tensors[a.0] = TensorDesc { dims: vec![pixels, k], strides: vec![k, 1], ..graph.desc(a).clone() };
-                return Some(View { graph: view, gathers: Some(Gathers { node: ni, a: x_side, b: dy_side }) });
+                return Some(View { graph: view, gathers: Some(Gathers { node: ni, a: x_side, b: dy_side }), stage: None });
             }
             view.tensors[out.0] = matrix(wd, (k, wd.strides[0]), (cols, col_stride));
             ((dy_side, x_side), k, pixels, cols)
@@ -170,7 +170,7 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     node.inputs = vec![Port { name: "a".into(), tensor: a }, Port { name: "b".into(), tensor: b }];
     node.outputs = vec![Port { name: "c".into(), tensor: out }];
     let (ga, gb) = gathers;
-    Some(View { graph: view, gathers: Some(Gathers { node: ni, a: ga, b: gb }) })
+    Some(View { graph: view, gathers: Some(Gathers { node: ni, a: ga, b: gb }), stage: None })
 }
 
 #[cfg(test)]

@@ -16,10 +16,13 @@
 //! engine plans as it plans a matmul; the kernels address the same buffers by the same tensor
 //! ids, so they run on the original graph's variant pack. Every other one-group convolution runs
 //! as an implicit GEMM ([`implicit`]): its operands gathered through index maps, no im2col matrix
-//! written. Grouped and depthwise convolutions run on the generic fallback.
+//! written; those whose image channels do not fill 16-byte vectors, and data gradients of few
+//! image channels, with a staged copy around the GEMM ([`stage`]). Depthwise convolutions run
+//! on their own kernels ([`depthwise`]), other grouped convolutions on the generic fallback.
 
 pub mod depthwise;
 pub mod implicit;
+pub mod stage;
 
 use super::gemm;
 use super::gemm::gather::Gathers;
@@ -44,7 +47,7 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
         }
     }
     match as_gemm(graph, ni) {
-        Some(view) => gemm::unit_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref()),
+        Some(view) => Ok(view.finish(gemm::unit_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref())?)),
         None => Ok(None),
     }
 }
@@ -56,6 +59,33 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
 pub struct View {
     pub graph: Graph,
     pub gathers: Option<Gathers>,
+    /// Copies the GEMM needs around it ([`stage`]): the view's staged tensors live in scratch.
+    pub stage: Option<Box<stage::Stage>>,
+}
+
+impl View {
+    /// The unit of a GEMM planned on this view, as it runs on the original graph's buffers
+    /// (with the staging copies, when the view has them).
+    pub fn finish(&self, unit: Option<Unit>) -> Option<Unit> {
+        match &self.stage {
+            Some(stage) => unit.and_then(|u| stage.finish(u)),
+            None => unit,
+        }
+    }
+
+    /// Whether GEMM group `nodes` of convolution `ni` may run on this view. A staged view takes
+    /// no node that writes the convolution's inputs (a prologue would read them unstaged) or
+    /// reads a staged tensor (an epilogue would read the staged copy as the original), and none
+    /// at all when the convolution's output is copied out after the GEMM.
+    pub fn takes_group(&self, graph: &Graph, ni: usize, nodes: &[usize]) -> bool {
+        let Some(stage) = &self.stage else { return true };
+        let inputs: Vec<TensorId> = graph.nodes[ni].inputs.iter().map(|p| p.tensor).collect();
+        let staged: Vec<TensorId> = stage.staged().collect();
+        nodes.iter().all(|&n| {
+            let node = &graph.nodes[n];
+            n == ni || (!stage.has_post() && !node.outputs.iter().any(|p| inputs.contains(&p.tensor)) && !node.inputs.iter().any(|p| staged.contains(&p.tensor)))
+        })
+    }
 }
 
 /// Why this engine declines convolution node `ni`: the first condition it fails, else the
@@ -91,10 +121,10 @@ pub const CONDITIONS: &str = "one group; inputs of f16, bf16, f32 (tf32 or 3xTF3
 /// tensors, and the tensors of the pointwise nodes after it are viewed alike; None when the
 /// convolution is not a matrix product or a tensor cannot be viewed.
 pub fn as_gemm(graph: &Graph, ni: usize) -> Option<View> {
-    match one_tap_view(graph, ni) {
-        Some(view) => Some(View { graph: view, gathers: None }),
-        None => implicit::view(graph, ni),
+    if let Some(view) = one_tap_view(graph, ni) {
+        return Some(View { graph: view, gathers: None, stage: None });
     }
+    stage::view(graph, ni).or_else(|| implicit::view(graph, ni))
 }
 
 /// [`as_gemm`] for a convolution that is a matrix product over strided views of its tensors.
