@@ -188,34 +188,100 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     }
 }
 
-/// A raw-element copy (`STAGE_COPY`) over logical dims `sizes` (five, row-major), zero past `lim`
-/// along the last.
+/// The unsigned C type of an element of `bytes` bytes, and of a vector of `bytes`.
+fn raw_type(bytes: usize) -> &'static str {
+    match bytes {
+        1 => "unsigned char",
+        2 => "unsigned short",
+        4 => "unsigned int",
+        8 => "uint2",
+        16 => "uint4",
+        _ => "unsigned long long",
+    }
+}
+
+/// `int` when every index below `extent` fits in 32 bits, else `long long`.
+fn index_type(extent: i64) -> &'static str {
+    if extent < i32::MAX as i64 {
+        "int"
+    } else {
+        "long long"
+    }
+}
+
+/// A copy of raw elements (`STAGE_COPY`) over logical dims `sizes` (five, row-major), zero from
+/// `lim[0]` on along dim 3 and from `lim[1]` on along dim 4.
 struct Copy {
     sizes: [i64; 5],
-    lim: i64,
+    lim: [i64; 2],
     src: (Arg, [i64; 5]),
     dst: (Arg, [i64; 5]),
 }
 
 fn copy_launch(ni: usize, what: &str, dt: DataType, cp: Copy) -> Launch {
     let entry = entry_name(ni, what);
-    let elem = match dt.size() {
-        1 => "unsigned char",
-        2 => "unsigned short",
-        4 => "unsigned int",
-        _ => "unsigned long long",
-    };
+    let es = dt.size();
+    // Whole 16-byte vectors (or fewer elements) along a contiguous destination dim.
+    let mut v = 1i64;
+    while v * 2 * es as i64 <= 16 && cp.dst.1[4] == 1 && cp.sizes[4] % (v * 2) == 0 && cp.dst.1[3] % (v * 2) == 0 {
+        v *= 2;
+    }
+    let extent = [cp.src.1, cp.dst.1].iter().map(|st| st.iter().zip(&cp.sizes).map(|(&s, &n)| s * (n - 1)).sum::<i64>() + 1).max().unwrap_or(1).max(cp.sizes.iter().product());
     let mut sig = Signature::new();
     sig.param("const STAGE_T* __restrict__ src", cp.src.0).param("STAGE_T* __restrict__ dst", cp.dst.0);
-    let mut src = Source::new().entry(&entry, &sig).flag("STAGE_COPY", true).define("STAGE_T", elem).define("LIM", format!("{}LL", cp.lim));
+    let mut src = Source::new()
+        .entry(&entry, &sig)
+        .flag("STAGE_COPY", true)
+        .define("STAGE_T", raw_type(es))
+        .define("VT", raw_type(es * v as usize))
+        .define("V", v)
+        .define("IT", index_type(extent))
+        .define("LIM3", cp.lim[0])
+        .define("LIM4", cp.lim[1]);
     for a in 0..5 {
-        src = src
-            .define(&format!("L{a}"), format!("{}LL", cp.sizes[a]))
-            .define(&format!("SS{a}"), format!("{}LL", cp.src.1[a]))
-            .define(&format!("DS{a}"), format!("{}LL", cp.dst.1[a]));
+        src = src.define(&format!("L{a}"), cp.sizes[a]).define(&format!("SS{a}"), cp.src.1[a]).define(&format!("DS{a}"), cp.dst.1[a]);
     }
-    let total: i64 = cp.sizes.iter().product();
-    Launch::elementwise(src.template(TEMPLATE).build(), &entry, total as u64, sig.into_args())
+    let vectors: i64 = cp.sizes.iter().product::<i64>() / v;
+    Launch::elementwise(src.template(TEMPLATE).build(), &entry, vectors as u64, sig.into_args())
+}
+
+/// A filter `[K, C, R0, R1, S]` staged as `[K, F * C4, R0, R1, TF]` with its last spatial dim
+/// folded by `f` (`STAGE_FILTER`, see stage.cuh), or (`unfold`) written back from that form.
+struct Filter {
+    k: i64,
+    c: i64,
+    c4: i64,
+    f: i64,
+    pre: i64,
+    pref: i64,
+    taps: [i64; 3],
+    tf: i64,
+    strides: [i64; 5],
+    flip: bool,
+}
+
+fn filter_launch(ni: usize, what: &str, dt: DataType, fl: &Filter, unfold: bool, src: Arg, dst: Arg) -> Launch {
+    let entry = entry_name(ni, what);
+    let mut sig = Signature::new();
+    sig.param("const STAGE_T* __restrict__ src", src).param("STAGE_T* __restrict__ dst", dst);
+    let total = fl.k * fl.taps[0] * fl.taps[1] * fl.tf * fl.f * fl.c4;
+    let extent = fl.strides.iter().zip([fl.k, fl.c, fl.taps[0], fl.taps[1], fl.taps[2]]).map(|(&s, n)| s * (n - 1)).sum::<i64>() + 1;
+    let mut text = Source::new()
+        .entry(&entry, &sig)
+        .flag("STAGE_FILTER", true)
+        .flag("UNFOLD", unfold)
+        .flag("FLIP", fl.flip)
+        .define("STAGE_T", raw_type(dt.size()))
+        .define("IT", index_type(extent.max(total)));
+    for (name, v) in
+        [("K_", fl.k), ("C_", fl.c), ("C4", fl.c4), ("F", fl.f), ("PREF", fl.pref), ("PRE", fl.pre), ("R0", fl.taps[0]), ("R1", fl.taps[1]), ("S_", fl.taps[2]), ("TF", fl.tf)]
+    {
+        text = text.define(name, v);
+    }
+    for (name, v) in ["WSK", "WSC", "WS0", "WS1", "WSS"].iter().zip(fl.strides) {
+        text = text.define(name, v);
+    }
+    Launch::elementwise(text.template(TEMPLATE).build(), &entry, total as u64, sig.into_args())
 }
 
 /// Logical dims `[a, spatial x 3, c]` (spatial padded to three in front) of a `[a, c, spatial...]`
@@ -225,41 +291,117 @@ fn spatial_last(dims: &[i64], strides: &[i64]) -> ([i64; 5], [i64; 5]) {
     ([dims[0], sd[0], sd[1], sd[2], dims[1]], [strides[0], ss[0], ss[1], ss[2], strides[1]])
 }
 
-/// Forward or weight gradient with the image's channels padded to a vector.
-fn padded_view(graph: &Graph, ni: usize, dt: DataType, (x, w, _): (TensorId, TensorId, TensorId)) -> Option<View> {
+/// The staged image's geometry along its last spatial dim: `f` pixels folded into the channels
+/// (each padded to `c4`), `tf` taps from `pref` before, `post` after; `f` 1 leaves the dim as it
+/// is (only the channels padded).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Fold {
+    f: i64,
+    c4: i64,
+    tf: i64,
+    pref: i64,
+    post: i64,
+    width: i64,
+}
+
+/// How to stage an image of `c` channels (vectors of `vec`) whose last spatial dim has extent
+/// `w`, `s` filter taps, padding `pre` and `post`, stride `stride`, dilation `dil`, output extent
+/// `out`: folded by the stride when that shortens the reduction (the 3-channel stem: 7 taps of
+/// 8 padded channels become 4 taps of 2 pixels x 4 channels), else channels padded.
+fn fold(c: i64, vec: i64, (w, s, pre, post, stride, dil, out): (i64, i64, i64, i64, i64, i64, i64)) -> Fold {
+    let cp = round_up(c, vec);
+    let plain = Fold { f: 1, c4: cp, tf: s, pref: pre, post, width: w };
+    if stride < 2 || dil != 1 {
+        return plain;
+    }
+    let f = stride;
+    let c4 = (c..).find(|&c4| (f * c4) % vec == 0).unwrap_or(cp);
+    let pref = -(-pre).div_euclid(f);
+    let tf = (s - 1 - pre).div_euclid(f) + pref + 1;
+    let width = (w + f - 1) / f;
+    let post = out - 1 - width - pref + tf;
+    if post < 0 || tf * f * c4 >= s * cp {
+        return plain;
+    }
+    Fold { f, c4, tf, pref, post, width }
+}
+
+/// Forward or weight gradient with the image's channels padded to a vector (and its last
+/// spatial dim folded into the channels where that helps, see [`fold`]).
+fn padded_view(graph: &Graph, ni: usize, dt: DataType, (x, w, y): (TensorId, TensorId, TensorId)) -> Option<View> {
     let node = &graph.nodes[ni];
-    let (xd, wd) = (graph.desc(x), graph.desc(w));
-    let c = xd.dims[1];
-    let cp = round_up(c, vector(dt));
-    let pad = |d: &TensorDesc| {
-        let mut dims = d.dims.clone();
-        dims[1] = cp;
-        let strides = channels_last(&dims);
-        TensorDesc { dims, strides, ..d.clone() }
+    let attrs = match &node.op {
+        Op::ConvFprop(a) | Op::ConvWgrad(a) => a,
+        _ => return None,
     };
-    let (xp, wp) = (pad(xd), pad(wd));
+    let (xd, wd, yd) = (graph.desc(x), graph.desc(w), graph.desc(y));
+    let r = xd.dims.len();
+    let (c, k) = (xd.dims[1], wd.dims[0]);
+    let last = r - 3;
+    if attrs.stride.len() != r - 2 || attrs.forward_dims(&xd.dims, &wd.dims, "x", "w").ok()? != yd.dims {
+        return None;
+    }
+    let fd = fold(c, vector(dt), (xd.dims[r - 1], wd.dims[r - 1], attrs.pre_padding[last], attrs.post_padding[last], attrs.stride[last], attrs.dilation[last], yd.dims[r - 1]));
+    if fd.post < 0 {
+        return None;
+    }
     let wt = graph.resolved_data_type(w)?;
+    // The staged image [N, F * C4, spatial..., W'] and filter [K, F * C4, taps..., TF], both
+    // channels-last and packed; the convolution over them a cross-correlation with unit stride
+    // along the folded dim.
+    let mut xdims = xd.dims.clone();
+    xdims[1] = fd.f * fd.c4;
+    xdims[r - 1] = fd.width;
+    let mut wdims = wd.dims.clone();
+    wdims[1] = fd.f * fd.c4;
+    wdims[r - 1] = fd.tf;
+    let xp = TensorDesc { strides: channels_last(&xdims), dims: xdims, ..xd.clone() };
+    let wp = TensorDesc { strides: channels_last(&wdims), dims: wdims, ..wd.clone() };
+    let mut staged_attrs = attrs.clone();
+    staged_attrs.mode = ConvMode::CrossCorrelation;
+    if fd.f > 1 {
+        staged_attrs.stride[last] = 1;
+    }
+    staged_attrs.pre_padding[last] = fd.pref;
+    staged_attrs.post_padding[last] = fd.post;
     let bytes = |d: &TensorDesc, t: DataType| d.dims.iter().product::<i64>() as usize * t.size();
     let mut staged = graph.clone();
     staged.tensors[x.0] = xp.clone();
     staged.tensors[w.0] = wp.clone();
+    staged.nodes[ni].op = match &node.op {
+        Op::ConvFprop(_) => Op::ConvFprop(staged_attrs),
+        _ => Op::ConvWgrad(staged_attrs),
+    };
     let inner = implicit::view(&staged, ni)?;
-    // The image copied with its channels padded (scratch 0).
+    // The image copied (scratch 0) as [N, spatial..., W' * F, C4]: pixels past W and channels
+    // past C zero.
     let (sizes, src) = spatial_last(&xd.dims, &xd.strides);
-    let (mut psizes, dst) = spatial_last(&xp.dims, &xp.strides);
-    psizes[4] = cp;
-    let x_copy = copy_launch(ni, "stage_x", dt, Copy { sizes: psizes, lim: sizes[4], src: (Arg::Ptr(x), src), dst: (Arg::Scratch(0), dst) });
-    let (wsizes, wsrc) = spatial_last(&wd.dims, &wd.strides);
-    let (mut wpsizes, wdst) = spatial_last(&wp.dims, &wp.strides);
-    wpsizes[4] = cp;
+    let psizes = [sizes[0], sizes[1], sizes[2], fd.width * fd.f, fd.c4];
+    let dst = [psizes[1] * psizes[2] * psizes[3] * psizes[4], psizes[2] * psizes[3] * psizes[4], psizes[3] * psizes[4], psizes[4], 1];
+    let x_copy = copy_launch(ni, "stage_x", dt, Copy { sizes: psizes, lim: [sizes[3], sizes[4]], src: (Arg::Ptr(x), src), dst: (Arg::Scratch(0), dst) });
+    let t3 = slots(&wd.dims[2..], 1);
+    let ws = slots(&wd.strides[2..], 0);
+    let filter = Filter {
+        k,
+        c,
+        c4: fd.c4,
+        f: fd.f,
+        pre: attrs.pre_padding[last],
+        pref: fd.pref,
+        taps: t3,
+        tf: fd.tf,
+        strides: [wd.strides[0], wd.strides[1], ws[0], ws[1], ws[2]],
+        flip: attrs.mode == ConvMode::Convolution,
+    };
+    let scratch = vec![(x, bytes(&xp, dt)), (w, bytes(&wp, wt))];
     let stage = if matches!(node.op, Op::ConvFprop(_)) {
-        // The filter padded likewise (scratch 1).
-        let w_copy = copy_launch(ni, "stage_w", wt, Copy { sizes: wpsizes, lim: c, src: (Arg::Ptr(w), wsrc), dst: (Arg::Scratch(1), wdst) });
-        Stage { scratch: vec![(x, bytes(&xp, dt)), (w, bytes(&wp, wt))], pre: vec![x_copy, w_copy], post: Vec::new(), replaces: None }
+        // The filter staged likewise (scratch 1).
+        let w_copy = filter_launch(ni, "stage_w", wt, &filter, false, Arg::Ptr(w), Arg::Scratch(1));
+        Stage { scratch, pre: vec![x_copy, w_copy], post: Vec::new(), replaces: None }
     } else {
-        // dw computed padded (scratch 1), its channels copied out.
-        let out = copy_launch(ni, "unstage_dw", wt, Copy { sizes: wsizes, lim: c, src: (Arg::Scratch(1), wdst), dst: (Arg::Ptr(w), wsrc) });
-        Stage { scratch: vec![(x, bytes(&xp, dt)), (w, bytes(&wp, wt))], pre: vec![x_copy], post: vec![out], replaces: None }
+        // dw computed staged (scratch 1), then written back.
+        let out = filter_launch(ni, "unstage_dw", wt, &filter, true, Arg::Scratch(1), Arg::Ptr(w));
+        Stage { scratch, pre: vec![x_copy], post: vec![out], replaces: None }
     };
     Some(View { graph: inner.graph, gathers: inner.gathers, stage: Some(Box::new(stage)) })
 }
@@ -281,7 +423,8 @@ fn col2im_view(graph: &Graph, ni: usize, flip: bool, attrs: &crate::graph::ops::
     let tap_first: Vec<(i64, i64)> = spatial.iter().copied().chain(std::iter::once(ch)).collect();
     let ch_first: Vec<(i64, i64)> = std::iter::once(ch).chain(spatial.iter().copied()).collect();
     let (tap_major, (tc, run)) = [(true, &tap_first), (false, &ch_first)].iter().find_map(|&(tm, dims)| linear(dims).map(|l| (tm, l)))?;
-    let tcp = round_up(tc, vector(DataType::F32));
+    // Rows of w (its type) and of dcol (f32) in whole 16-byte vectors.
+    let tcp = round_up(tc, vector(dt).max(vector(DataType::F32)));
     // dy as (N * P) x K: images and pixels in one run.
     let dims: Vec<(i64, i64)> = std::iter::once((yd.dims[0], yd.strides[0])).chain(yd.dims[2..].iter().copied().zip(yd.strides[2..].iter().copied())).collect();
     let (rows, row_stride) = linear(&dims)?;
@@ -299,24 +442,34 @@ fn col2im_view(graph: &Graph, ni: usize, flip: bool, attrs: &crate::graph::ops::
     node.inputs = vec![Port { name: "a".into(), tensor: y }, Port { name: "b".into(), tensor: w }];
     node.outputs = vec![Port { name: "c".into(), tensor: dcol }];
     // The filter as K x TCP (scratch 0), dcol (scratch 1).
-    let w_copy =
-        copy_launch(ni, "stage_w", dt, Copy { sizes: [1, 1, 1, k, tcp], lim: tc, src: (Arg::Ptr(w), [0, 0, 0, wd.strides[0], run]), dst: (Arg::Scratch(0), [0, 0, 0, tcp, 1]) });
+    let w_copy = copy_launch(
+        ni,
+        "stage_w",
+        dt,
+        Copy { sizes: [1, 1, 1, k, tcp], lim: [k, tc], src: (Arg::Ptr(w), [0, 0, 0, wd.strides[0], run]), dst: (Arg::Scratch(0), [0, 0, 0, tcp, 1]) },
+    );
     let entry = entry_name(ni, "col2im");
     let mut sig = Signature::new();
     sig.param("const float* __restrict__ dcol", Arg::Scratch(1)).param("void* __restrict__ dx", Arg::Ptr(x));
     let (id, od, t) = (slots(&xd.dims[2..], 1), slots(&yd.dims[2..], 1), slots(&wd.dims[2..], 1));
     let (s, d, pre, xs) = (slots(&attrs.stride, 1), slots(&attrs.dilation, 1), slots(&attrs.pre_padding, 0), slots(&xd.strides[2..], 0));
     let (col_t, col_c) = if tap_major { (c, 1) } else { (1, taps) };
-    let mut src = Source::new().entry(&entry, &sig).flag("STAGE_COL2IM", true).flag("FLIP", flip).define("ST", crate::engine::cuda::kernel::ctype::st(graph, x));
+    let total: i64 = xd.dims.iter().product();
+    let mut src = Source::new()
+        .entry(&entry, &sig)
+        .flag("STAGE_COL2IM", true)
+        .flag("FLIP", flip)
+        .define("ST", crate::engine::cuda::kernel::ctype::st(graph, x))
+        .define("IT", index_type(total.max(tcp * taps.max(c))));
     for (name, v) in [("N_", n), ("C_", c), ("COL_T", col_t), ("COL_C", col_c), ("TCP", tcp), ("XSN", xd.strides[0]), ("XSC", xd.strides[1])] {
-        src = src.define(name, format!("{v}LL"));
+        src = src.define(name, v);
     }
     for a in 0..3 {
         for (name, v) in [("ID", id[a]), ("OD", od[a]), ("T", t[a]), ("S", s[a]), ("D", d[a]), ("PRE", pre[a]), ("XS", xs[a])] {
-            src = src.define(&format!("{name}{a}"), format!("{v}LL"));
+            src = src.define(&format!("{name}{a}"), v);
         }
     }
-    let col2im = Launch::elementwise(src.template(TEMPLATE).build(), &entry, xd.dims.iter().product::<i64>() as u64, sig.into_args());
+    let col2im = Launch::elementwise(src.template(TEMPLATE).build(), &entry, total as u64, sig.into_args());
     let stage = Stage { scratch: vec![(w, (k * tcp) as usize * dt.size()), (dcol, (rows * tcp * 4) as usize)], pre: vec![w_copy], post: vec![col2im], replaces: Some((dcol, x)) };
     Some(View { graph: view, gathers: None, stage: Some(Box::new(stage)) })
 }
@@ -347,6 +500,19 @@ mod tests {
                 p[0].unit.kernels.launches.iter().map(|l| (l.entry.clone(), l.args.clone())).collect()
             })
             .collect()
+    }
+
+    #[test]
+    fn strided_few_channel_images_fold_pixels_into_channels() {
+        use super::{fold, Fold};
+        // The ResNet stem: 7 taps of 8 padded channels become 4 taps of 2 pixels x 4 channels.
+        assert_eq!(fold(3, 8, (224, 7, 3, 3, 2, 1, 112)), Fold { f: 2, c4: 4, tf: 4, pref: 2, post: 1, width: 112 });
+        // A ViT patch embedding (16x16, stride 16): one tap of 16 pixels x 3 channels.
+        assert_eq!(fold(3, 8, (224, 16, 0, 0, 16, 1, 14)), Fold { f: 16, c4: 3, tf: 1, pref: 0, post: 0, width: 14 });
+        // Unit stride, dilation, or no shorter reduction: channels padded only.
+        assert_eq!(fold(3, 8, (56, 3, 1, 1, 1, 1, 56)).f, 1);
+        assert_eq!(fold(3, 8, (56, 3, 2, 2, 2, 2, 28)).f, 1);
+        assert_eq!(fold(3, 4, (224, 7, 3, 3, 2, 1, 112)), Fold { f: 1, c4: 4, tf: 7, pref: 3, post: 3, width: 224 });
     }
 
     #[test]

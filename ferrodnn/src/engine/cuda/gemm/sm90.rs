@@ -1142,14 +1142,18 @@ fn reduce_launch(p: &GemmProblem, epi: &Epilogue, splits: usize, entry: &str, pa
     let mut sig = Signature::new();
     sig.param("void* __restrict__ c", Arg::Ptr(p.c.tensor)).param("const float* __restrict__ part", Arg::Scratch(part));
     super::epilogue_params(&mut sig, epi);
+    // C stored column-major (a weight gradient computed as dw^T): 32 x 32 tiles transposed
+    // through shared memory, so that both the partials' reads and C's stores are coalesced.
+    let transposed = p.c.row_stride == 1 && p.c.col_stride != 1 && p.m > 1;
     let source = common_defines(Source::new().entry(entry, &sig), p, epi, splits, false)
+        .flag("GEMM_REDUCE_T", transposed)
         .template(COMMON)
         .template(&epi.code)
         .template(include_str!("sm90_common.cuh"))
         .template(include_str!("sm90_reduce.cuh"))
         .build();
-    let pairs = (p.batch * p.m * (p.n + p.n % 2) / 2) as u64;
-    Launch::elementwise(source, entry, pairs, sig.into_args())
+    let threads = if transposed { (p.batch * p.m.div_ceil(32) * p.n.div_ceil(32) * 256) as u64 } else { (p.batch * p.m * (p.n + p.n % 2) / 2) as u64 };
+    Launch::elementwise(source, entry, threads, sig.into_args())
 }
 
 #[cfg(test)]
