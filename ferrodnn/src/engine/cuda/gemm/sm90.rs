@@ -202,6 +202,10 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     } else {
         128
     };
+    // Half-width tiles instead of a split of k where they alone fill most of the SMs in one wave
+    // (the reduce launch and its partial sums cost more than the narrower tiles); not for short
+    // M, where the 64-wide tiles' smaller stages keep too little in flight (decode, above).
+    let bn = if bn == 128 && !gathered(p) && p.m >= 4 * BM && 2 * tiles(128) <= sms && 8 * tiles(64) >= 7 * sms { 64 } else { bn };
     let kt = p.k.div_ceil(bk(p.a.dtype));
     let t0 = tiles(bn);
     let splits = if 2 * t0 <= sms && kt >= 8 { (sms / t0).min(kt / 4).max(1) } else { 1 };
@@ -1143,7 +1147,9 @@ fn reduce_launch(p: &GemmProblem, epi: &Epilogue, splits: usize, entry: &str, pa
     sig.param("void* __restrict__ c", Arg::Ptr(p.c.tensor)).param("const float* __restrict__ part", Arg::Scratch(part));
     super::epilogue_params(&mut sig, epi);
     // C stored column-major (a weight gradient computed as dw^T): 32 x 32 tiles transposed
-    // through shared memory, so that both the partials' reads and C's stores are coalesced.
+    // through shared memory, so that both the partials' reads and C's stores are coalesced,
+    // one element a thread (many splits over few tiles: the sums' latency, not bandwidth,
+    // bounds the reduce).
     let transposed = p.c.row_stride == 1 && p.c.col_stride != 1 && p.m > 1;
     let source = common_defines(Source::new().entry(entry, &sig), p, epi, splits, false)
         .flag("GEMM_REDUCE_T", transposed)
@@ -1152,8 +1158,13 @@ fn reduce_launch(p: &GemmProblem, epi: &Epilogue, splits: usize, entry: &str, pa
         .template(include_str!("sm90_common.cuh"))
         .template(include_str!("sm90_reduce.cuh"))
         .build();
-    let threads = if transposed { (p.batch * p.m.div_ceil(32) * p.n.div_ceil(32) * 256) as u64 } else { (p.batch * p.m * (p.n + p.n % 2) / 2) as u64 };
-    Launch::elementwise(source, entry, threads, sig.into_args())
+    if transposed {
+        // One 1024-thread block a 32 x 32 tile.
+        let tiles = (p.batch * p.m.div_ceil(32) * p.n.div_ceil(32)) as u64;
+        return Launch::new(source, entry, Grid::Cover(tiles * 1024), 1024, sig.into_args());
+    }
+    let pairs = (p.batch * p.m * (p.n + p.n % 2) / 2) as u64;
+    Launch::elementwise(source, entry, pairs, sig.into_args())
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 // The split-k reduce of the Hopper GEMM (after sm90_common.cuh and the epilogue): for each pair
 // of columns, the splits' f32 partial sums (`part`, [split][batch][M][NP]) added in split order
 // (deterministic), then the epilogue and the store of C. GEMM_REDUCE_T (C stored column-major:
-// its row stride one element): 32 x 32 tiles of (row, column), summed with the threads of a warp
-// along the partials' columns, then stored through shared memory with the warp along C's rows.
+// its row stride one element): a 1024-thread block a 32 x 32 tile of (row, column), summed with
+// each warp along the partials' columns, then stored through shared memory with each warp along
+// C's rows.
 
 #if GEMM_REDUCE_T
-extern "C" __global__ void __launch_bounds__(256) KERNEL_NAME(KERNEL_PARAMS) {
+extern "C" __global__ void __launch_bounds__(1024) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
     __shared__ float tile[32][33];
     unsigned char* const cbase = (unsigned char*)c;
@@ -14,24 +15,27 @@ extern "C" __global__ void __launch_bounds__(256) KERNEL_NAME(KERNEL_PARAMS) {
     for (long long t = blockIdx.x; t < BATCH * rts * cts; t += gridDim.x) {
         const long long c0 = (t % cts) * 32, r0 = (t / cts % rts) * 32;
         const int bt = (int)(t / cts / rts);
-        for (int j = ty; j < 32; j += 8) {
-            const long long row = r0 + j, col = c0 + tx;
+        {
+            // One element a thread (a warp along the partials' columns): its splits eight at
+            // a time in flight, added in split order.
+            const long long row = r0 + ty, col = c0 + tx;
             float acc = 0.f;
             if (row < M_ && col < N_) {
-                #pragma unroll 4
+                const float* src = part + ((long long)bt * M_ + row) * NP + col;
+                #pragma unroll 8
                 for (int s = 0; s < GEMM_SPLITS; ++s) {
-                    acc += part[(((long long)s * BATCH + bt) * M_ + row) * NP + col];
+                    acc += src[(long long)s * BATCH * M_ * NP];
                 }
                 acc = EPI_AT(acc, col);
             }
-            tile[j][tx] = acc;
+            tile[ty][tx] = acc;
         }
         __syncthreads();
-        for (int j = ty; j < 32; j += 8) {
-            const long long col = c0 + j, row = r0 + tx;
+        {
+            const long long col = c0 + ty, row = r0 + tx;
             if (row < M_ && col < N_) {
                 unsigned char* cp = cbase + (long long)bt * C_BS + row * C_RS + col * C_CS;
-                C_ST1(cp, tile[tx][j]);
+                C_ST1(cp, tile[tx][ty]);
             }
         }
         __syncthreads();
