@@ -248,6 +248,8 @@ fn implicit_cases() -> Vec<Case> {
         // Enough pixels to split the reduction: dw^T's partial sums reduced into a column-major dw.
         implicit(Wgrad, "3x3_c64_split", &[4, 64, 24, 20], &[32, 64, 3, 3], p2([1, 1]), f16, true, false),
         implicit(Wgrad, "3x3_c24_split", &[3, 24, 22, 19], &[16, 24, 3, 3], p2([1, 1]), bf16, true, false),
+        // K of 128 or more over few pixels: dw stored row-major (not as dw^T).
+        implicit(Wgrad, "3x3_k128_few_pixels", &[2, 64, 9, 11], &[128, 64, 3, 3], p2([1, 1]), f16, true, false),
         implicit(Wgrad, "3x3_stride2", &[2, 24, 15, 14], &[16, 24, 3, 3], strided([2, 2], [1, 1]), bf16, true, false),
         implicit(Wgrad, "7x7_stride2_c3", &[2, 3, 23, 21], &[16, 3, 7, 7], strided([2, 2], [3, 3]), f16, true, false),
         implicit(Wgrad, "3x3", &[2, 6, 9, 11], &[5, 6, 3, 3], p2([1, 1]), f32, false, false),
