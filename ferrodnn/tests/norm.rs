@@ -3,7 +3,7 @@
 //! hand formula, every backward op against central finite differences of its forward op (f64),
 //! and the bad-graph paths.
 
-use ferrodnn::graph::ops::norm::{BatchnormAttrs, BnFinalizeAttrs, NormAttrs};
+use ferrodnn::graph::ops::norm::{BatchnormAttrs, BnFinalizeAttrs, GroupnormAttrs, NormAttrs};
 use ferrodnn::graph::Port;
 use ferrodnn::testing::{dot, numeric_gradient, random_values, relative_error, run_cpu, tolerance, SplitMix64};
 use ferrodnn::{DataType, Error, Graph, Nd, TensorDesc, TensorId};
@@ -107,6 +107,29 @@ fn ref_instance(x: &Nd, scale: &Nd, bias: &Nd, eps: f64) -> (Vec<f64>, Vec<f64>,
             let (mean, var) = mean_var(&x.data[base..base + hw]);
             let inv = 1.0 / (var + eps).sqrt();
             for k in 0..hw {
+                y[base + k] = (x.data[base + k] - mean) * inv * scale.data[ci] + bias.data[ci];
+            }
+            means.push(mean);
+            invs.push(inv);
+        }
+    }
+    (y, means, invs)
+}
+
+/// Groupnorm on [N, C, spatial...] in `groups` groups: the (n, group) block of C / G planes
+/// is contiguous.
+fn ref_group(x: &Nd, scale: &Nd, bias: &Nd, groups: usize, eps: f64) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (n, c) = (x.dims[0], x.dims[1]);
+    let hw = x.data.len() / (n * c);
+    let cpg = c / groups;
+    let (mut y, mut means, mut invs) = (vec![0.0; x.data.len()], vec![], vec![]);
+    for ni in 0..n {
+        for gi in 0..groups {
+            let base = (ni * c + gi * cpg) * hw;
+            let (mean, var) = mean_var(&x.data[base..base + cpg * hw]);
+            let inv = 1.0 / (var + eps).sqrt();
+            for k in 0..cpg * hw {
+                let ci = gi * cpg + k / hw;
                 y[base + k] = (x.data[base + k] - mean) * inv * scale.data[ci] + bias.data[ci];
             }
             means.push(mean);
@@ -266,6 +289,79 @@ fn instancenorm_channels_last_f32_and_f16() {
         close("in mean", &out[&m], &rm, tolerance(DataType::F32));
         close("in inv", &out[&v], &ri, tolerance(DataType::F32));
     }
+}
+
+#[test]
+fn groupnorm_nchw_nhwc_and_ranks() {
+    let mut rng = SplitMix64::new(41);
+    // (dims, groups, channels-last, type): C = 12 in 3 groups, 40 in 8, 1 and C groups (layer-
+    // and instancenorm-like), rank 2, 3 and 5.
+    let shapes: [(&[usize], usize, bool, DataType); 7] = [
+        (&[2, 12, 3, 5], 3, false, DataType::F32),
+        (&[2, 12, 3, 5], 3, true, DataType::F32),
+        (&[3, 40, 7], 8, true, DataType::F16),
+        (&[2, 6, 2, 3, 2], 2, true, DataType::Bf16),
+        (&[4, 6], 3, false, DataType::F32),
+        (&[2, 4, 5], 1, false, DataType::F64),
+        (&[2, 4, 5], 4, true, DataType::F32),
+    ];
+    for (dims, groups, last, dt) in shapes {
+        let rank = dims.len();
+        let mut g = Graph::new("gn");
+        let mut xd = TensorDesc::new("x", &i64s(dims), dt);
+        if last {
+            let mut order = vec![0];
+            order.extend(2..rank);
+            order.push(1);
+            xd = xd.with_layout(&order);
+        }
+        let x = g.tensor(xd);
+        let mut pd = vec![1usize; rank];
+        pd[1] = dims[1];
+        let pt = if dt == DataType::F64 { dt } else { DataType::F32 };
+        let scale = input(&mut g, "scale", &pd, pt, None);
+        let bias = input(&mut g, "bias", &pd, pt, None);
+        let (y, m, v) = g.groupnorm(x, scale, bias, GroupnormAttrs::new(groups as i64).with_epsilon(1e-4));
+        let (m, v) = (g.set_output(m.unwrap()), g.set_output(v.unwrap()));
+        g.set_output(y);
+        let vals: HashMap<TensorId, Nd> = [(x, rand_nd(dims, dt, &mut rng)), (scale, rand_nd(&pd, pt, &mut rng)), (bias, rand_nd(&pd, pt, &mut rng))].into();
+        let out = run_cpu(&g, &vals).unwrap();
+        let (ry, rm, ri) = ref_group(&vals[&x], &vals[&scale], &vals[&bias], groups, 1e-4);
+        let mut sd = vec![1usize; rank];
+        sd[0] = dims[0];
+        sd[1] = groups;
+        assert_eq!(out[&m].dims, sd, "{dims:?}");
+        let what = format!("gn {dims:?} groups {groups} {dt}");
+        close(&format!("{what} y"), &out[&y], &ry, tolerance(dt));
+        close(&format!("{what} mean"), &out[&m], &rm, tolerance(pt));
+        close(&format!("{what} inv"), &out[&v], &ri, tolerance(pt));
+    }
+}
+
+/// Groupnorm with one group per channel is instancenorm, and the inference phase gives the
+/// training phase's y.
+#[test]
+fn groupnorm_agrees_with_instancenorm_and_its_inference_phase() {
+    let mut rng = SplitMix64::new(42);
+    let dims = [2usize, 5, 3, 4];
+    let f = DataType::F32;
+    let mut g = Graph::new("gn_in");
+    let x = input(&mut g, "x", &dims, f, None);
+    let s = input(&mut g, "s", &[1, 5, 1, 1], f, None);
+    let b = input(&mut g, "b", &[1, 5, 1, 1], f, None);
+    let (yg, mg, vg) = g.groupnorm(x, s, b, GroupnormAttrs::new(5));
+    let (yi, mi, vi) = g.instancenorm(x, s, b, NormAttrs::default());
+    let (yn, _, _) = g.groupnorm(x, s, b, GroupnormAttrs::new(5).inference());
+    for t in [yg, mg.unwrap(), vg.unwrap(), yi, mi.unwrap(), vi.unwrap(), yn] {
+        g.set_output(t);
+    }
+    let vals: HashMap<TensorId, Nd> = [(x, rand_nd(&dims, f, &mut rng)), (s, rand_nd(&[1, 5, 1, 1], f, &mut rng)), (b, rand_nd(&[1, 5, 1, 1], f, &mut rng))].into();
+    let out = run_cpu(&g, &vals).unwrap();
+    assert!(out[&yg].data.iter().any(|&v| v != 0.0));
+    assert_eq!(out[&yg].data, out[&yi].data);
+    assert_eq!(out[&mg.unwrap()].data, out[&mi.unwrap()].data);
+    assert_eq!(out[&vg.unwrap()].data, out[&vi.unwrap()].data);
+    assert_eq!(out[&yn].data, out[&yg].data);
 }
 
 #[test]
@@ -556,6 +652,8 @@ enum Kind {
     Batch,
     Instance,
     Ada,
+    /// Groupnorm with this many groups.
+    Group(i64),
 }
 
 /// Run the forward op in f64: (y, mean, inv_variance).
@@ -581,6 +679,10 @@ fn forward(kind: Kind, x: &Nd, scale: &Nd, bias: Option<&Nd>) -> (Nd, Option<Nd>
         }
         Kind::Ada => {
             let (y, m, v) = g.adalayernorm(xt, st, bt.unwrap(), attrs);
+            (y, m, v.unwrap())
+        }
+        Kind::Group(groups) => {
+            let (y, m, v) = g.groupnorm(xt, st, bt.unwrap(), GroupnormAttrs::new(groups).with_epsilon(1e-3));
             (y, m, v.unwrap())
         }
         Kind::Batch => {
@@ -626,6 +728,10 @@ fn backward(kind: Kind, dy: &Nd, x: &Nd, scale: &Nd, mean: Option<&Nd>, inv: &Nd
         }
         Kind::Ada => {
             let r = g.adalayernorm_backward(dyt, xt, st, mt.unwrap(), it);
+            (r.0, r.1, Some(r.2))
+        }
+        Kind::Group(groups) => {
+            let r = g.groupnorm_backward(dyt, xt, st, mt.unwrap(), it, groups);
             (r.0, r.1, Some(r.2))
         }
     };
@@ -696,6 +802,13 @@ fn instancenorm_backward_matches_finite_differences() {
 }
 
 #[test]
+fn groupnorm_backward_matches_finite_differences() {
+    check_gradients(Kind::Group(3), &[2, 6, 2, 3], &[1, 6, 1, 1], true, 19);
+    check_gradients(Kind::Group(2), &[3, 4, 5], &[1, 4, 1], true, 20);
+    check_gradients(Kind::Group(1), &[2, 3], &[1, 3], true, 21);
+}
+
+#[test]
 fn adalayernorm_backward_matches_finite_differences() {
     check_gradients(Kind::Ada, &[2, 3, 5], &[2, 1, 5], true, 18);
 }
@@ -731,6 +844,9 @@ fn graphs_round_trip_through_json() {
     g.set_output(y);
     let (sum, sq) = g.genstats(x);
     let _ = g.bn_finalize(sum, sq, s, b, None, BnFinalizeAttrs::new(32));
+    let (gy, gm, gv) = g.groupnorm(x, s, b, GroupnormAttrs::new(3).with_epsilon(1e-3));
+    g.set_output(gy);
+    let _ = g.groupnorm_backward(x, x, s, gm.unwrap(), gv.unwrap(), 3);
     g.validate().unwrap();
     let back = Graph::from_json(&g.to_json().unwrap()).unwrap();
     assert_eq!(back, g);
@@ -849,7 +965,31 @@ fn bad_graphs_are_rejected() {
         }
     }
     expect_invalid(&mut g, "has no input port `biass`");
-    // 17. errors name the op and the node.
+    // 17. groupnorm: groups that do not divide the channels, and statistics of the wrong dims.
+    let mut g = Graph::new("bad");
+    let x = input(&mut g, "x", &[2, 10, 3], DataType::F32, None);
+    let s = input(&mut g, "s", &[1, 10, 1], DataType::F32, None);
+    let _ = g.groupnorm(x, s, s, GroupnormAttrs::new(4));
+    expect_invalid(&mut g, "groupnorm \"groupnorm_0\": input `x` (tensor \"x\", dims [2, 10, 3]) has 10 channels, which 4 groups do not divide");
+    let mut g = Graph::new("bad");
+    let x = input(&mut g, "x", &[2, 10, 3], DataType::F32, None);
+    let s = input(&mut g, "s", &[1, 10, 1], DataType::F32, None);
+    let _ = g.groupnorm(x, s, s, GroupnormAttrs::new(0));
+    expect_invalid(&mut g, "groups must be at least 1, got 0");
+    let mut g = Graph::new("bad");
+    let dy = input(&mut g, "dy", &[2, 10, 3], DataType::F32, None);
+    let x = input(&mut g, "x", &[2, 10, 3], DataType::F32, None);
+    let s = input(&mut g, "s", &[1, 10, 1], DataType::F32, None);
+    let m = input(&mut g, "m", &[2, 10, 1], DataType::F32, None);
+    let v = input(&mut g, "v", &[2, 5, 1], DataType::F32, None);
+    let _ = g.groupnorm_backward(dy, x, s, m, v, 5);
+    expect_invalid(&mut g, "input `mean` has dims [2, 10, 1], but the statistics of x [2, 10, 3] have dims [2, 5, 1]");
+    let mut g = Graph::new("bad");
+    let x = input(&mut g, "x", &[2, 10, 3], DataType::F32, None);
+    let s = input(&mut g, "s", &[1, 5, 1], DataType::F32, None);
+    let _ = g.groupnorm(x, s, s, GroupnormAttrs::new(5));
+    expect_invalid(&mut g, "input `scale` has 5 channels but x has 10");
+    // 18. errors name the op and the node.
     let (mut g, _) = ln_graph(&[2, 5], &[1, 5], DataType::F32, NormAttrs::default().with_epsilon(-1.0));
     expect_invalid(&mut g, "layernorm \"layernorm_0\": epsilon must be positive and finite, got -1");
 }

@@ -183,11 +183,19 @@ impl Shape<'_> {
                 i.saturating_add(prod(w.get(2..).unwrap_or(&[])).saturating_mul(12))
             }
             // Group tables (members and owner), broadcast scale and bias, statistics.
-            Op::Layernorm(_) | Op::Rmsnorm(_) | Op::Instancenorm(_) | Op::Adalayernorm(_) | Op::Batchnorm(_) | Op::BatchnormInference(_) | Op::Genstats(_) | Op::BnFinalize(_) => {
-                x.saturating_mul(10)
-            }
+            Op::Layernorm(_)
+            | Op::Rmsnorm(_)
+            | Op::Instancenorm(_)
+            | Op::Groupnorm(_)
+            | Op::Adalayernorm(_)
+            | Op::Batchnorm(_)
+            | Op::BatchnormInference(_)
+            | Op::Genstats(_)
+            | Op::BnFinalize(_) => x.saturating_mul(10),
             // Also x-hat, the gradient products and the tables of the scale's reduction.
-            Op::LayernormBackward(_) | Op::RmsnormBackward(_) | Op::InstancenormBackward(_) | Op::AdalayernormBackward(_) | Op::BatchnormBackward(_) => x.saturating_mul(14),
+            Op::LayernormBackward(_) | Op::RmsnormBackward(_) | Op::InstancenormBackward(_) | Op::GroupnormBackward(_) | Op::AdalayernormBackward(_) | Op::BatchnormBackward(_) => {
+                x.saturating_mul(14)
+            }
             // A vector per row (three words of header each) before the rows are placed.
             Op::Softmax(_) | Op::SoftmaxBackward(_) => x.saturating_mul(5),
             // K and V copied (or unpaged), the rows' results before assembly, a row of scores,
@@ -238,6 +246,7 @@ impl Shape<'_> {
             Op::Layernorm(_)
             | Op::Rmsnorm(_)
             | Op::Instancenorm(_)
+            | Op::Groupnorm(_)
             | Op::Adalayernorm(_)
             | Op::Batchnorm(_)
             | Op::BatchnormInference(_)
@@ -246,6 +255,7 @@ impl Shape<'_> {
             | Op::LayernormBackward(_)
             | Op::RmsnormBackward(_)
             | Op::InstancenormBackward(_)
+            | Op::GroupnormBackward(_)
             | Op::AdalayernormBackward(_)
             | Op::BatchnormBackward(_)
             | Op::Softmax(_)

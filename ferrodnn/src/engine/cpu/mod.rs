@@ -242,6 +242,8 @@ fn exec_node(io: &mut NodeIo) -> Result<()> {
         Op::RmsnormBackward(a) => norm::rmsnorm_backward(io, a),
         Op::Instancenorm(a) => norm::instancenorm(io, a),
         Op::InstancenormBackward(a) => norm::instancenorm_backward(io, a),
+        Op::Groupnorm(a) => norm::groupnorm(io, a),
+        Op::GroupnormBackward(a) => norm::groupnorm_backward(io, a),
         Op::Adalayernorm(a) => norm::adalayernorm(io, a),
         Op::AdalayernormBackward(a) => norm::adalayernorm_backward(io, a),
         Op::Softmax(a) => softmax::softmax(io, a),

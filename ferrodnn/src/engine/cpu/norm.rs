@@ -4,7 +4,8 @@
 //! group is the set of elements that share one index of the statistics' shape (x's dims with
 //! the normalized axes set to 1), so one helper, [`Groups`], serves layernorm, rmsnorm,
 //! instancenorm, adalayernorm and batchnorm alike; the same helper sums gradients back into
-//! the shape of `scale` (the elements that share one scale value).
+//! the shape of `scale` (the elements that share one scale value). Groupnorm's groups (an
+//! image's `C / G` consecutive channels) are no such shape: [`channel_groups`] lists them.
 //!
 //! Sums run sequentially within a group, in row-major order, so results do not depend on how
 //! rayon splits the work.
@@ -48,6 +49,27 @@ fn groups(io: &NodeIo, what: &str, x_dims: &[usize], target: &[usize]) -> Result
     Ok(Groups { members, owner })
 }
 
+/// Groupnorm's statistics groups of an x of dims `[N, C, ...]` (row-major): group `n * G + g`
+/// holds the elements of image n in channels `g * C / G .. (g + 1) * C / G`.
+fn channel_groups(io: &NodeIo, x_dims: &[usize], groups: i64) -> Result<Groups> {
+    let (n, c) = match x_dims {
+        [n, c, ..] => (*n, *c),
+        _ => return Err(io.err(format!("x dims {x_dims:?} have no channel axis"))),
+    };
+    let g = usize::try_from(groups).ok().filter(|&g| g >= 1 && c % g == 0).ok_or_else(|| io.err(format!("{groups} groups do not divide the {c} channels of x {x_dims:?}")))?;
+    let spatial: usize = x_dims[2..].iter().product();
+    let per_group = c / g;
+    let mut members = vec![Vec::with_capacity(per_group * spatial); n * g];
+    let mut owner = Vec::with_capacity(n * c * spatial);
+    for flat in 0..n * c * spatial {
+        let ch = (flat / spatial.max(1)) % c;
+        let grp = flat / (c * spatial).max(1) * g + ch / per_group;
+        members[grp].push(flat);
+        owner.push(grp);
+    }
+    Ok(Groups { members, owner })
+}
+
 /// The value of `nd` (broadcast) at every element of `dims`, row-major.
 fn broadcast_full(io: &NodeIo, what: &str, nd: &Nd, dims: &[usize]) -> Result<Vec<f64>> {
     check_fits(io, what, dims, &nd.dims)?;
@@ -85,11 +107,17 @@ fn moments(x: &[f64], members: &[usize], centered: bool) -> (f64, f64) {
 
 /// Forward of layernorm, rmsnorm (`rms`), instancenorm, adalayernorm.
 fn norm_forward(io: &mut NodeIo, attrs: &NormAttrs, axes: NormAxes, rms: bool) -> Result<()> {
-    let x = io.input("x")?;
-    let dims = x.dims.clone();
+    let dims = io.input("x")?.dims.clone();
     let sdims = axes.stats_dims(&dims);
     let g = groups(io, "statistics", &dims, &sdims)?;
-    let eps = io.attribute("epsilon", attrs.epsilon);
+    grouped_forward(io, attrs.epsilon, &g, sdims, rms)
+}
+
+/// The forward norms given the statistics groups `g` of x and the statistics' dims.
+fn grouped_forward(io: &mut NodeIo, epsilon: f64, g: &Groups, sdims: Vec<usize>, rms: bool) -> Result<()> {
+    let x = io.input("x")?;
+    let dims = x.dims.clone();
+    let eps = io.attribute("epsilon", epsilon);
     // (mean, inv_variance) per group.
     let stats: Vec<(f64, f64)> = g
         .members
@@ -126,13 +154,20 @@ fn norm_forward(io: &mut NodeIo, attrs: &NormAttrs, axes: NormAxes, rms: bool) -
 /// `mean(g)` term (its statistic does not depend on a shift). `dscale = sum(dy * xhat)` and
 /// `dbias = sum(dy)` over the elements that share each scale value.
 fn norm_backward(io: &mut NodeIo, axes: NormAxes, rms: bool) -> Result<()> {
+    let dims = io.input("x")?.dims.clone();
+    let sdims = axes.stats_dims(&dims);
+    let g = groups(io, "statistics", &dims, &sdims)?;
+    grouped_backward(io, &g, &sdims, rms)
+}
+
+/// The backward norms given the statistics groups `g` of x and the statistics' dims.
+fn grouped_backward(io: &mut NodeIo, g: &Groups, sdims: &[usize], rms: bool) -> Result<()> {
     let x = io.input("x")?;
     let dy = io.input("dy")?;
     let dims = x.dims.clone();
     if dy.dims != dims {
         return Err(io.err(format!("dy dims {:?} differ from x dims {dims:?}", dy.dims)));
     }
-    let sdims = axes.stats_dims(&dims);
     let inv = io.input("inv_variance")?;
     let mean = if rms { None } else { Some(io.input("mean")?) };
     for (what, s) in [("inv_variance", Some(inv)), ("mean", mean)] {
@@ -142,7 +177,6 @@ fn norm_backward(io: &mut NodeIo, axes: NormAxes, rms: bool) -> Result<()> {
             }
         }
     }
-    let g = groups(io, "statistics", &dims, &sdims)?;
     let scale_nd = io.input("scale")?;
     let scale = broadcast_full(io, "scale", scale_nd, &dims)?;
     let stat = |i: usize| -> (f64, f64) {
@@ -371,6 +405,32 @@ pub(crate) fn instancenorm(io: &mut NodeIo, a: &NormAttrs) -> Result<()> {
 }
 pub(crate) fn instancenorm_backward(io: &mut NodeIo, _a: &NormAttrs) -> Result<()> {
     norm_backward(io, NormAxes::Instance, false)
+}
+/// Groupnorm's statistics dims `[N, G, 1, ...]` for x dims `dims`.
+fn group_stats_dims(dims: &[usize], groups: i64) -> Vec<usize> {
+    dims.iter()
+        .enumerate()
+        .map(|(a, &d)| {
+            if a == 0 {
+                d
+            } else if a == 1 {
+                groups.max(1) as usize
+            } else {
+                1
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn groupnorm(io: &mut NodeIo, a: &GroupnormAttrs) -> Result<()> {
+    let dims = io.input("x")?.dims.clone();
+    let g = channel_groups(io, &dims, a.groups)?;
+    grouped_forward(io, a.epsilon, &g, group_stats_dims(&dims, a.groups), false)
+}
+pub(crate) fn groupnorm_backward(io: &mut NodeIo, a: &GroupnormAttrs) -> Result<()> {
+    let dims = io.input("x")?.dims.clone();
+    let g = channel_groups(io, &dims, a.groups)?;
+    grouped_backward(io, &g, &group_stats_dims(&dims, a.groups), false)
 }
 pub(crate) fn adalayernorm(io: &mut NodeIo, a: &NormAttrs) -> Result<()> {
     norm_forward(io, a, NormAxes::AdaLayer, false)

@@ -40,6 +40,8 @@ pub enum Op {
     RmsnormBackward(norm::NormAttrs),
     Instancenorm(norm::NormAttrs),
     InstancenormBackward(norm::NormAttrs),
+    Groupnorm(norm::GroupnormAttrs),
+    GroupnormBackward(norm::GroupnormAttrs),
     Adalayernorm(norm::NormAttrs),
     AdalayernormBackward(norm::NormAttrs),
     Softmax(softmax::SoftmaxAttrs),
@@ -61,7 +63,7 @@ impl Op {
     /// (see `Graph::set_attribute_tensor`).
     pub fn attribute_ports(&self) -> &'static [&'static str] {
         match self {
-            Op::Layernorm(_) | Op::Rmsnorm(_) | Op::Instancenorm(_) | Op::Adalayernorm(_) => &["epsilon"],
+            Op::Layernorm(_) | Op::Rmsnorm(_) | Op::Instancenorm(_) | Op::Groupnorm(_) | Op::Adalayernorm(_) => &["epsilon"],
             Op::Batchnorm(_) | Op::BnFinalize(_) => &["epsilon", "momentum"],
             Op::Sdpa(_) | Op::SdpaBackward(_) => &["attn_scale"],
             _ => &[],
@@ -88,6 +90,8 @@ impl Op {
             Op::RmsnormBackward(_) => "rmsnorm_backward",
             Op::Instancenorm(_) => "instancenorm",
             Op::InstancenormBackward(_) => "instancenorm_backward",
+            Op::Groupnorm(_) => "groupnorm",
+            Op::GroupnormBackward(_) => "groupnorm_backward",
             Op::Adalayernorm(_) => "adalayernorm",
             Op::AdalayernormBackward(_) => "adalayernorm_backward",
             Op::Softmax(s) => {
@@ -135,6 +139,8 @@ pub fn all_op_names() -> Vec<&'static str> {
         "rmsnorm_backward",
         "instancenorm",
         "instancenorm_backward",
+        "groupnorm",
+        "groupnorm_backward",
         "adalayernorm",
         "adalayernorm_backward",
         "softmax",
@@ -217,6 +223,8 @@ pub(crate) fn infer(ctx: &mut InferCtx) -> Result<()> {
         Op::RmsnormBackward(a) => norm::infer_rmsnorm_backward(ctx, a),
         Op::Instancenorm(a) => norm::infer_instancenorm(ctx, a),
         Op::InstancenormBackward(a) => norm::infer_instancenorm_backward(ctx, a),
+        Op::Groupnorm(a) => norm::infer_groupnorm(ctx, a),
+        Op::GroupnormBackward(a) => norm::infer_groupnorm_backward(ctx, a),
         Op::Adalayernorm(a) => norm::infer_adalayernorm(ctx, a),
         Op::AdalayernormBackward(a) => norm::infer_adalayernorm_backward(ctx, a),
         Op::Softmax(a) => softmax::infer(ctx, a),

@@ -1,5 +1,5 @@
 //! Normalizations: batchnorm (training, inference, backward), genstats, bn_finalize,
-//! layernorm, rmsnorm, instancenorm, adalayernorm and their backward forms.
+//! layernorm, rmsnorm, instancenorm, groupnorm, adalayernorm and their backward forms.
 //!
 //! Every one normalizes `x` over a set of its axes (the cuDNN conventions):
 //!
@@ -8,6 +8,7 @@
 //! | layernorm     | `[N, ...]`         | every axis but 0        | `[N, 1, ..., 1]`  | `[1, ...]`, each dim full or 1 |
 //! | rmsnorm       | `[N, ...]`         | every axis but 0        | `[N, 1, ..., 1]`  | as layernorm                 |
 //! | instancenorm  | `[N, C, ...]`      | the spatial axes (2..)  | `[N, C, 1, ..., 1]` | `[1, C, 1, ..., 1]`        |
+//! | groupnorm     | `[N, C, ...]`      | a group's C/G channels and every spatial axis | `[N, G, 1, ..., 1]` | `[1, C, 1, ..., 1]` |
 //! | adalayernorm  | `[B, S..., D]`     | the last axis           | `[B, S..., 1]`    | `[B or 1, S or 1..., D]`     |
 //! | batchnorm     | `[N, C, ...]`      | every axis but 1        | `[1, C, 1, ..., 1]` | `[1, C, 1, ..., 1]`        |
 //!
@@ -76,6 +77,54 @@ impl NormAttrs {
 
 fn default_epsilon() -> f64 {
     1e-5
+}
+
+/// Group normalization (forward and backward): the channels (axis 1) split into `groups`
+/// groups of `C / groups` consecutive channels; `phase` and `epsilon` as in [`NormAttrs`] (the
+/// backward ignores both).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupnormAttrs {
+    #[serde(default)]
+    pub phase: NormPhase,
+    #[serde(default = "default_epsilon")]
+    pub epsilon: f64,
+    /// Channel groups: C must be a multiple.
+    pub groups: i64,
+}
+
+impl GroupnormAttrs {
+    /// The training phase with `groups` groups and epsilon 1e-5 (PyTorch's default).
+    pub fn new(groups: i64) -> GroupnormAttrs {
+        GroupnormAttrs { phase: NormPhase::Training, epsilon: default_epsilon(), groups }
+    }
+    /// The same in the inference phase (`y` only).
+    pub fn inference(mut self) -> GroupnormAttrs {
+        self.phase = NormPhase::Inference;
+        self
+    }
+    pub fn with_epsilon(mut self, epsilon: f64) -> GroupnormAttrs {
+        self.epsilon = epsilon;
+        self
+    }
+}
+
+/// The dims of group normalization's statistics for an x of dims `x_dims` (`[N, C, ...]`) in
+/// `groups` groups: `[N, groups, 1, ..., 1]`.
+pub fn groupnorm_stats_dims(x_dims: &[i64], groups: i64) -> Vec<i64> {
+    x_dims
+        .iter()
+        .enumerate()
+        .map(|(a, &d)| {
+            if a == 0 {
+                d
+            } else if a == 1 {
+                groups
+            } else {
+                1
+            }
+        })
+        .collect()
 }
 
 /// Batchnorm training forward.
@@ -289,6 +338,43 @@ impl Graph {
     pub fn instancenorm_backward(&mut self, dy: TensorId, x: TensorId, scale: TensorId, mean: TensorId, inv_variance: TensorId) -> (TensorId, TensorId, TensorId) {
         let ids = self.add_node(
             Op::InstancenormBackward(NormAttrs::default()),
+            None,
+            vec![("dy", dy), ("x", x), ("scale", scale), ("mean", mean), ("inv_variance", inv_variance)],
+            &["dx", "dscale", "dbias"],
+        );
+        (ids[0], ids[1], ids[2])
+    }
+
+    /// Group normalization (PyTorch's `group_norm`): the channels of `x` `[N, C, ...]` (rank 2 or
+    /// more) split into `attrs.groups` groups of `C / groups` consecutive channels; statistics
+    /// per (n, group) over the group's channels and every spatial position; `y = (x - mean) *
+    /// inv_variance * scale[c] + bias[c]`. Ports: `x`, `scale`, `bias` (`[1, C, 1, ...]`) in;
+    /// `y` and, in the training phase, `mean`, `inv_variance` (`[N, G, 1, ...]`) out.
+    ///
+    /// ```
+    /// use ferrodnn::{DataType, Graph, TensorDesc};
+    /// use ferrodnn::graph::ops::norm::GroupnormAttrs;
+    /// let mut g = Graph::new("gn");
+    /// let x = g.tensor(TensorDesc::new("x", &[2, 12, 5, 5], DataType::F32));
+    /// let scale = g.tensor(TensorDesc::new("scale", &[1, 12, 1, 1], DataType::F32));
+    /// let bias = g.tensor(TensorDesc::new("bias", &[1, 12, 1, 1], DataType::F32));
+    /// let (y, mean, _) = g.groupnorm(x, scale, bias, GroupnormAttrs::new(3));
+    /// g.set_output(y);
+    /// g.validate().unwrap();
+    /// assert_eq!(g.desc(mean.unwrap()).dims, vec![2, 3, 1, 1]);
+    /// ```
+    pub fn groupnorm(&mut self, x: TensorId, scale: TensorId, bias: TensorId, attrs: GroupnormAttrs) -> (TensorId, Option<TensorId>, Option<TensorId>) {
+        let training = attrs.phase == NormPhase::Training;
+        let (y, s) = self.norm_forward(Op::Groupnorm(attrs), vec![("x", x), ("scale", scale), ("bias", bias)], training, &["mean", "inv_variance"]);
+        (y, s.first().copied(), s.get(1).copied())
+    }
+
+    /// Gradient of [`Graph::groupnorm`] with `groups` groups. Ports as
+    /// [`Graph::layernorm_backward`] (`mean` and `inv_variance` `[N, G, 1, ...]`); `dscale` and
+    /// `dbias` are shaped like `scale`.
+    pub fn groupnorm_backward(&mut self, dy: TensorId, x: TensorId, scale: TensorId, mean: TensorId, inv_variance: TensorId, groups: i64) -> (TensorId, TensorId, TensorId) {
+        let ids = self.add_node(
+            Op::GroupnormBackward(GroupnormAttrs::new(groups)),
             None,
             vec![("dy", dy), ("x", x), ("scale", scale), ("mean", mean), ("inv_variance", inv_variance)],
             &["dx", "dscale", "dbias"],
@@ -813,6 +899,63 @@ pub(crate) fn infer_instancenorm(ctx: &mut InferCtx, a: &NormAttrs) -> Result<()
 pub(crate) fn infer_instancenorm_backward(ctx: &mut InferCtx, _a: &NormAttrs) -> Result<()> {
     infer_norm_backward(ctx, NormAxes::Instance, false)
 }
+/// Groupnorm's x (float, `[N, C, ...]`) after checking that `groups` divides its channels.
+fn groupnorm_x(ctx: &InferCtx, groups: i64) -> Result<TensorDesc> {
+    let x = norm_x(ctx, "x", NormAxes::Batch)?;
+    if groups < 1 {
+        return Err(ctx.err(format!("groups must be at least 1, got {groups}")));
+    }
+    let c = x.dims[1];
+    if c % groups != 0 {
+        return Err(ctx.err(format!(
+            "input `x` (tensor \"{}\", dims {:?}) has {c} channels, which {groups} groups do not divide: the channels (dim 1) must be a multiple of groups",
+            x.name, x.dims
+        )));
+    }
+    Ok(x)
+}
+
+pub(crate) fn infer_groupnorm(ctx: &mut InferCtx, a: &GroupnormAttrs) -> Result<()> {
+    let stats = ["mean", "inv_variance"];
+    check_ports(ctx, &["x", "scale", "bias", "epsilon"], &["y", "mean", "inv_variance"], false)?;
+    check_epsilon(ctx, a.epsilon)?;
+    ctx.scalar_attribute("epsilon", |v| check_epsilon(ctx, v))?;
+    let x = groupnorm_x(ctx, a.groups)?;
+    for p in ["scale", "bias"] {
+        let d = float_input(ctx, p)?;
+        check_param(ctx, p, &d, &x, NormAxes::Instance)?;
+    }
+    require_output(ctx, "y")?;
+    check_phase_outputs(ctx, a.phase, &stats)?;
+    let sdims = groupnorm_stats_dims(&x.dims, a.groups);
+    let st = stats_type(dtype(&x));
+    ctx.set_output("y", &x.dims, Some(&x), dtype(&x))?;
+    for s in stats {
+        ctx.set_output(s, &sdims, None, st)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn infer_groupnorm_backward(ctx: &mut InferCtx, a: &GroupnormAttrs) -> Result<()> {
+    check_ports(ctx, &["dy", "x", "scale", "mean", "inv_variance"], &["dx", "dscale", "dbias"], false)?;
+    let x = groupnorm_x(ctx, a.groups)?;
+    let dy = float_input(ctx, "dy")?;
+    check_same_dims(ctx, "dy", &dy, &x)?;
+    let scale = float_input(ctx, "scale")?;
+    check_param(ctx, "scale", &scale, &x, NormAxes::Instance)?;
+    let sdims = groupnorm_stats_dims(&x.dims, a.groups);
+    for p in ["mean", "inv_variance"] {
+        let d = float_input(ctx, p)?;
+        check_stats_input(ctx, p, &d, &sdims, &x)?;
+    }
+    for p in ["dx", "dscale", "dbias"] {
+        require_output(ctx, p)?;
+    }
+    ctx.set_output("dx", &x.dims, Some(&x), dtype(&x))?;
+    ctx.set_output("dscale", &scale.dims, Some(&scale), dtype(&scale))?;
+    ctx.set_output("dbias", &scale.dims, Some(&scale), dtype(&scale))
+}
+
 pub(crate) fn infer_adalayernorm(ctx: &mut InferCtx, a: &NormAttrs) -> Result<()> {
     infer_norm_forward(ctx, a, NormAxes::AdaLayer, false)
 }

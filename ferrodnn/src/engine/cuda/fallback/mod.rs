@@ -68,6 +68,8 @@ pub fn generate(graph: &Graph, node_index: usize) -> Result<NodeKernels> {
         Op::RmsnormBackward(a) => norm::rmsnorm_backward(&ctx, a),
         Op::Instancenorm(a) => norm::instancenorm(&ctx, a),
         Op::InstancenormBackward(a) => norm::instancenorm_backward(&ctx, a),
+        Op::Groupnorm(a) => norm::groupnorm(&ctx, a),
+        Op::GroupnormBackward(a) => norm::groupnorm_backward(&ctx, a),
         Op::Adalayernorm(a) => norm::adalayernorm(&ctx, a),
         Op::AdalayernormBackward(a) => norm::adalayernorm_backward(&ctx, a),
         Op::Softmax(a) => softmax::softmax(&ctx, a),

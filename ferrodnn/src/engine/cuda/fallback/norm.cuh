@@ -26,7 +26,11 @@
 //                         BN_RUNNING (with `momentum`); LD_SUM, LD_SQ, LD_SC, LD_BI,
 //                         ST_EQ_SCALE, ST_EQ_BIAS, ST_SAVED_MEAN, ST_SAVED_INV, LD_RM, LD_RV,
 //                         ST_RM, ST_RV
-// and NORM_BLOCK, the block size of the group kernels (a power of two). The forward kernels,
+// and NORM_BLOCK, the block size of the group kernels (a power of two). Groupnorm sets
+// NORM_GROUPED (else 0): axis 1 falls in groups of `cpg` channels (a parameter), the statistics
+// ([N, G, 1, ...]) are read and written at the channel's group, and with NORM_SPLIT (the forward
+// and dx kernels, whose groups are an image's channel group) axis 1 is split between the group
+// index (its channel group) and the member index (the channel within it). The forward kernels,
 // batchnorm and bn_finalize take `double epsilon` (and with running statistics `double
 // momentum`) as parameters: values a user may change between executes.
 
@@ -37,6 +41,10 @@
 #define NORM_GENSTATS 4
 #define NORM_BN_INFERENCE 5
 #define NORM_BN_FINALIZE 6
+
+#ifndef NORM_GROUPED
+#define NORM_GROUPED 0
+#endif
 
 // Sum of `v` over the block (blockDim.x == NORM_BLOCK), in a fixed order; every thread gets it.
 __device__ __forceinline__ double block_sum(double v, double* sh) {
@@ -66,11 +74,47 @@ __device__ __forceinline__ void norm_index(const TRef& t, long long mask, i64 g,
     }
 }
 
+#if NORM_GROUPED
+// norm_index for groupnorm: with NORM_SPLIT, axis 1's index is (the group index's channel
+// group) * cpg + (the member index's channel within the group), the member index running over
+// the group's channels, then the spatial axes (row-major), the group index over n, then the
+// channel groups.
+__device__ __forceinline__ void gn_index(const TRef& t, long long mask, i64 cpg, i64 g, i64 m, i64* idx) {
+    for (int a = t.rank - 1; a >= 0; --a) {
+        i64 d = t.dims[a] > 0 ? t.dims[a] : 1;
+        if (NORM_SPLIT && a == 1) {
+            i64 groups = d / cpg;
+            idx[1] = (g % groups) * cpg + m % cpg;
+            g /= groups;
+            m /= cpg;
+        } else if ((mask >> a) & 1) {
+            idx[a] = m % d;
+            m /= d;
+        } else {
+            idx[a] = g % d;
+            g /= d;
+        }
+    }
+}
+
+// The offset in statistics tensor `s` ([N, G, 1, ...]) of the element at x's index `idx`.
+__device__ __forceinline__ i64 gn_stat_offset(const TRef& s, const i64* idx, int rank, i64 cpg) {
+    i64 sidx[8];
+    for (int a = 0; a < rank; ++a) sidx[a] = a == 1 ? idx[1] / cpg : idx[a];
+    return bcast_offset(s, sidx, rank);
+}
+#define NORM_INDEX(t, g, m, idx) gn_index(t, mask, cpg, g, m, idx)
+#define NORM_STAT_OFF(s, idx) gn_stat_offset(s, idx, tx.rank, cpg)
+#else
+#define NORM_INDEX(t, g, m, idx) norm_index(t, mask, g, m, idx)
+#define NORM_STAT_OFF(s, idx) bcast_offset(s, idx, tx.rank)
+#endif
+
 // The mean of the element at `idx` in the backward kernels (rmsnorm has none).
 #if NORM_RMS
 #define NORM_LOAD_MEAN 0.0
 #else
-#define NORM_LOAD_MEAN LD_MEAN(mn, bcast_offset(tmn, idx, tx.rank))
+#define NORM_LOAD_MEAN LD_MEAN(mn, NORM_STAT_OFF(tmn, idx))
 #endif
 
 #if NORM_KERNEL == NORM_FORWARD
@@ -90,7 +134,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
 #if !NORM_RMS
         double s = 0.0;
         for (i64 m = threadIdx.x; m < M; m += blockDim.x) {
-            norm_index(tx, mask, g, m, idx);
+            NORM_INDEX(tx, g, m, idx);
             s += LD_X(x, offset_at(tx, idx));
         }
         s = block_sum(s, sh);
@@ -98,7 +142,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
 #endif
         double q = 0.0;
         for (i64 m = threadIdx.x; m < M; m += blockDim.x) {
-            norm_index(tx, mask, g, m, idx);
+            NORM_INDEX(tx, g, m, idx);
             double d = LD_X(x, offset_at(tx, idx)) - mean;
             q += d * d;
         }
@@ -106,16 +150,16 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         double var = M > 0 ? q / (double)M : 0.0;
         double inv = 1.0 / sqrt(var + epsilon);
         if (threadIdx.x == 0) {
-            norm_index(tx, mask, g, 0, idx);
+            NORM_INDEX(tx, g, 0, idx);
 #if NORM_MEAN
-            ST_MEAN(mo, bcast_offset(tmo, idx, tx.rank), mean);
+            ST_MEAN(mo, NORM_STAT_OFF(tmo, idx), mean);
 #endif
 #if NORM_INV
-            ST_INV(iv, bcast_offset(tiv, idx, tx.rank), inv);
+            ST_INV(iv, NORM_STAT_OFF(tiv, idx), inv);
 #endif
         }
         for (i64 m = threadIdx.x; m < M; m += blockDim.x) {
-            norm_index(tx, mask, g, m, idx);
+            NORM_INDEX(tx, g, m, idx);
             double v = (LD_X(x, offset_at(tx, idx)) - mean) * inv * LD_SC(sc, bcast_offset(tsc, idx, tx.rank)) + NORM_BIAS_TERM;
             ST_Y(y, offset_at(ty, idx), v);
         }
@@ -131,12 +175,12 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
     __shared__ double sh[NORM_BLOCK];
     for (i64 g = blockIdx.x; g < G; g += gridDim.x) {
         i64 idx[8];
-        norm_index(tx, mask, g, 0, idx);
+        NORM_INDEX(tx, g, 0, idx);
         double mean = NORM_LOAD_MEAN;
-        double r = LD_INV(iv, bcast_offset(tiv, idx, tx.rank));
+        double r = LD_INV(iv, NORM_STAT_OFF(tiv, idx));
         double sg = 0.0, sgx = 0.0;
         for (i64 m = threadIdx.x; m < M; m += blockDim.x) {
-            norm_index(tx, mask, g, m, idx);
+            NORM_INDEX(tx, g, m, idx);
             double gi = LD_DY(dy, offset_at(tdy, idx)) * LD_SC(sc, bcast_offset(tsc, idx, tx.rank));
             double xhat = (LD_X(x, offset_at(tx, idx)) - mean) * r;
             sg += gi;
@@ -152,7 +196,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
 #endif
         double mgx = sgx / n;
         for (i64 m = threadIdx.x; m < M; m += blockDim.x) {
-            norm_index(tx, mask, g, m, idx);
+            NORM_INDEX(tx, g, m, idx);
             double gi = LD_DY(dy, offset_at(tdy, idx)) * LD_SC(sc, bcast_offset(tsc, idx, tx.rank));
             double xhat = (LD_X(x, offset_at(tx, idx)) - mean) * r;
             ST_DX(dx, offset_at(tdx, idx), r * (gi - mg - xhat * mgx));
@@ -170,9 +214,9 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         i64 idx[8];
         double a = 0.0, b = 0.0;
         for (i64 m = threadIdx.x; m < M; m += blockDim.x) {
-            norm_index(tx, mask, g, m, idx);
+            NORM_INDEX(tx, g, m, idx);
             double mean = NORM_LOAD_MEAN;
-            double r = LD_INV(iv, bcast_offset(tiv, idx, tx.rank));
+            double r = LD_INV(iv, NORM_STAT_OFF(tiv, idx));
             double d = LD_DY(dy, offset_at(tdy, idx));
             a += d * ((LD_X(x, offset_at(tx, idx)) - mean) * r);
             b += d;
@@ -181,7 +225,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         b = block_sum(b, sh);
         (void)b;
         if (threadIdx.x == 0) {
-            norm_index(tx, mask, g, 0, idx);
+            NORM_INDEX(tx, g, 0, idx);
             ST_DSCALE(ds, bcast_offset(tds, idx, tx.rank), a);
 #if NORM_DBIAS
             ST_DBIAS(db, bcast_offset(tdb, idx, tx.rank), b);

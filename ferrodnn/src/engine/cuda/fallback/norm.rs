@@ -14,6 +14,9 @@
 //!   `dy * scale * xhat`, then `dx` for its members) and one launch per element of `scale`
 //!   (sums of `dy * xhat` and `dy` into `dscale` and `dbias`).
 //! - genstats: one block per channel; batchnorm_inference and bn_finalize: elementwise.
+//! - Groupnorm: the forward and backward kernels with `NORM_GROUPED`: a statistics group is an
+//!   image's channel group (axis 1 split between the group and member indices, `cpg` channels
+//!   per group), and the statistics are read and written at the channel's group.
 //!
 //! Epsilon and momentum are kernel parameters (a user may change them between executes);
 //! bn_finalize's accumulation count is compiled in.
@@ -69,17 +72,43 @@ fn group_launch(source: String, entry: &str, groups: i64, sig: Signature) -> Lau
     Launch::new(source, entry, Grid::Exact(blocks, 1, 1), NB, sig.into_args())
 }
 
+/// Groupnorm's statistics groups of an x of dims `x` in `groups` channel groups: (the mask of
+/// the spatial axes, N * groups groups, C / groups * spatial members) and the channels per group
+/// (axis 1 is split by the kernels, `NORM_SPLIT`).
+fn channel_grouping(x: &[i64], groups: i64) -> ((i64, i64, i64), i64) {
+    let groups = groups.max(1);
+    let cpg = (x.get(1).copied().unwrap_or(1).max(1) / groups).max(1);
+    let mut mask = 0i64;
+    let mut members = cpg;
+    for (a, &d) in x.iter().enumerate().skip(2) {
+        mask |= 1 << a;
+        members = members.saturating_mul(d.max(0));
+    }
+    ((mask, x.first().copied().unwrap_or(1).max(0).saturating_mul(groups), members), cpg)
+}
+
+/// The defines and parameter of groupnorm's kernels (`cpg`: channels per group; `split`: the
+/// kernel's groups are the statistics groups).
+fn group_defines(sig: &mut Signature, defines: &mut Vec<(&str, String)>, cpg: i64, split: bool) {
+    sig.i64("cpg", cpg);
+    defines.extend([("NORM_GROUPED", flag(true)), ("NORM_SPLIT", flag(split))]);
+}
+
 /// Forward of layernorm, rmsnorm (`rms`), instancenorm, adalayernorm: statistics per group,
 /// then `y`, in one launch.
 fn norm_forward(ctx: &Ctx, attrs: &NormAttrs, axes: NormAxes, rms: bool) -> Result<NodeKernels> {
+    let xd = ctx.dims(ctx.input("x")?);
+    forward_kernel(ctx, attrs.epsilon, grouping(&xd, &axes.stats_dims(&xd)), None, rms)
+}
+
+/// The forward kernel over statistics groups `grouping`, with groupnorm's `cpg` where given.
+fn forward_kernel(ctx: &Ctx, epsilon: f64, grouping: (i64, i64, i64), cpg: Option<i64>, rms: bool) -> Result<NodeKernels> {
     let x = ctx.input("x")?;
     let scale = ctx.input("scale")?;
     let bias = ctx.node.input("bias");
     let y = ctx.output("y")?;
     let mean = if rms { None } else { ctx.node.output("mean") };
     let inv = ctx.node.output("inv_variance");
-    let xd = ctx.dims(x);
-    let grouping = grouping(&xd, &axes.stats_dims(&xd));
     let entry = ctx.entry(if rms { "rmsnorm" } else { "norm_fwd" });
 
     let mut sig = Signature::new();
@@ -102,7 +131,10 @@ fn norm_forward(ctx: &Ctx, attrs: &NormAttrs, axes: NormAxes, rms: bool) -> Resu
         defines.push(("ST_INV", ctx.st(v)));
     }
     group_params(&mut sig, grouping);
-    sig.attr("epsilon", Attr::of(ctx.node, "epsilon", attrs.epsilon), true);
+    if let Some(cpg) = cpg {
+        group_defines(&mut sig, &mut defines, cpg, true);
+    }
+    sig.attr("epsilon", Attr::of(ctx.node, "epsilon", epsilon), true);
     let source = source(&entry, &sig, "NORM_FORWARD", defines);
     Ok(NodeKernels::one(group_launch(source, &entry, grouping.1, sig)))
 }
@@ -112,6 +144,13 @@ fn norm_forward(ctx: &Ctx, attrs: &NormAttrs, axes: NormAxes, rms: bool) -> Resu
 /// group: `dx = inv * (g - mean(g) - xhat * mean(g * xhat))` (rmsnorm drops `mean(g)`);
 /// `dscale = sum(dy * xhat)`, `dbias = sum(dy)` over the elements sharing a scale value.
 fn norm_backward(ctx: &Ctx, axes: NormAxes, rms: bool) -> Result<NodeKernels> {
+    let xd = ctx.dims(ctx.input("x")?);
+    backward_kernels(ctx, grouping(&xd, &axes.stats_dims(&xd)), None, rms)
+}
+
+/// The backward kernels, the dx kernel over statistics groups `grouping1`, with groupnorm's
+/// `cpg` where given.
+fn backward_kernels(ctx: &Ctx, grouping1: (i64, i64, i64), cpg: Option<i64>, rms: bool) -> Result<NodeKernels> {
     let dy = ctx.input("dy")?;
     let x = ctx.input("x")?;
     let scale = ctx.input("scale")?;
@@ -133,13 +172,15 @@ fn norm_backward(ctx: &Ctx, axes: NormAxes, rms: bool) -> Result<NodeKernels> {
     };
 
     // dx: one block per statistics group.
-    let grouping1 = grouping(&xd, &axes.stats_dims(&xd));
     let entry1 = ctx.entry("norm_bwd_dx");
     let (mut sig1, mut defines1) = (Signature::new(), Vec::new());
     common(&mut sig1, &mut defines1);
     sig1.tensor("sc", scale, false).tensor("dx", dx, true);
     defines1.extend([("LD_SC", ctx.ld(scale)), ("ST_DX", ctx.st(dx))]);
     group_params(&mut sig1, grouping1);
+    if let Some(cpg) = cpg {
+        group_defines(&mut sig1, &mut defines1, cpg, true);
+    }
     let source1 = source(&entry1, &sig1, "NORM_BACKWARD_DX", defines1);
 
     // dscale, dbias: one block per element of scale.
@@ -154,6 +195,9 @@ fn norm_backward(ctx: &Ctx, axes: NormAxes, rms: bool) -> Result<NodeKernels> {
         defines2.push(("ST_DBIAS", ctx.st(b)));
     }
     group_params(&mut sig2, grouping2);
+    if let Some(cpg) = cpg {
+        group_defines(&mut sig2, &mut defines2, cpg, false);
+    }
     let source2 = source(&entry2, &sig2, "NORM_BACKWARD_DSCALE", defines2);
     Ok(NodeKernels { launches: vec![group_launch(source1, &entry1, grouping1.1, sig1), group_launch(source2, &entry2, grouping2.1, sig2)], scratch: Vec::new() })
 }
@@ -286,6 +330,14 @@ pub(super) fn instancenorm(ctx: &Ctx, a: &NormAttrs) -> Result<NodeKernels> {
 }
 pub(super) fn instancenorm_backward(ctx: &Ctx, _a: &NormAttrs) -> Result<NodeKernels> {
     norm_backward(ctx, NormAxes::Instance, false)
+}
+pub(super) fn groupnorm(ctx: &Ctx, a: &GroupnormAttrs) -> Result<NodeKernels> {
+    let (grouping, cpg) = channel_grouping(&ctx.dims(ctx.input("x")?), a.groups);
+    forward_kernel(ctx, a.epsilon, grouping, Some(cpg), false)
+}
+pub(super) fn groupnorm_backward(ctx: &Ctx, a: &GroupnormAttrs) -> Result<NodeKernels> {
+    let (grouping, cpg) = channel_grouping(&ctx.dims(ctx.input("x")?), a.groups);
+    backward_kernels(ctx, grouping, Some(cpg), false)
 }
 pub(super) fn adalayernorm(ctx: &Ctx, a: &NormAttrs) -> Result<NodeKernels> {
     norm_forward(ctx, a, NormAxes::AdaLayer, false)
