@@ -1,8 +1,9 @@
 //! The planner: which kernels run a validated graph. It partitions the graph into units (a node,
 //! or a fused group of nodes) and asks each engine family in turn for a unit's kernels: GEMM
 //! groups (a matmul with the epilogue it absorbs) and attention first, then the memory-bound
-//! kernels (norms with their pointwise prologue, pointwise chains, rows, batchnorm, instance
-//! norm, pooling); whatever none of them covers runs on the generic fallback.
+//! kernels (norms with their pointwise prologue, groupnorm with its pointwise epilogue, pointwise
+//! chains, rows, batchnorm, instance and group norm, pooling); whatever none of them covers runs
+//! on the generic fallback.
 
 use super::kernel::{Options, Target, Unit};
 use super::{attention, conv, fallback, fused, gemm};
@@ -23,12 +24,16 @@ pub enum Family {
     Attention,
     /// A norm with the pointwise chain that makes its input, in one kernel (`fused/`).
     NormPrologue,
+    /// Groupnorm with the pointwise chain after it (its SiLU), in its kernels
+    /// (`fused/groupnorm.rs`).
+    NormEpilogue,
     /// A chain of pointwise ops in one kernel (`fused/pointwise.rs`).
     Pointwise,
     /// The row kernels: layernorm, rmsnorm, adalayernorm, instance norm over packed rows,
     /// softmax, forward and backward (`fused/`).
     Rows,
-    /// Batchnorm, genstats, bn_finalize, channels-last instance norm and pooling (`fused/`).
+    /// Batchnorm, genstats, bn_finalize, channels-last instance norm, group norm and pooling
+    /// (`fused/`).
     Spatial,
     /// The generic fallback, one kernel (or a few) per node, in double (`fallback/`).
     Fallback,
@@ -41,6 +46,7 @@ impl Family {
             Family::Conv => "conv",
             Family::Attention => "attention",
             Family::NormPrologue => "norm+prologue",
+            Family::NormEpilogue => "norm+epilogue",
             Family::Pointwise => "pointwise fusion",
             Family::Rows => "rows",
             Family::Spatial => "spatial",
@@ -92,6 +98,7 @@ enum Group {
     /// A convolution and its epilogue on the GEMM engine, over view `i` of the graph.
     Conv(usize),
     NormPrologue,
+    NormEpilogue,
     Pointwise,
 }
 
@@ -115,6 +122,8 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
     let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
     groups.extend(fused::norm::prologue_groups(graph, &order, target).into_iter().filter(|g| g.iter().all(|n| !claimed.contains(n))).map(|g| (Group::NormPrologue, g)));
     let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+    groups.extend(fused::groupnorm::epilogue_groups(graph, &order, target).into_iter().filter(|g| g.iter().all(|n| !claimed.contains(n))).map(|g| (Group::NormEpilogue, g)));
+    let claimed: HashSet<usize> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
     groups.extend(fused::pointwise::groups(graph, &order, &claimed).into_iter().map(|g| (Group::Pointwise, g)));
     let mut group_of: HashMap<usize, usize> = HashMap::new();
     for (gi, (_, grp)) in groups.iter().enumerate() {
@@ -133,6 +142,7 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
                     Group::Gemm => (gemm::unit(graph, grp, target, options)?, Family::Gemm),
                     Group::Conv(v) => (views[*v].finish(gemm::unit_gathered(&views[*v].graph, grp, target, options, views[*v].gathers.as_ref())?), Family::Conv),
                     Group::NormPrologue => (fused::norm::prologue_unit(graph, grp, target)?, Family::NormPrologue),
+                    Group::NormEpilogue => (fused::groupnorm::epilogue_unit(graph, grp, target)?, Family::NormEpilogue),
                     Group::Pointwise => (fused::pointwise::unit(graph, grp)?, Family::Pointwise),
                 };
                 match unit {
@@ -208,12 +218,16 @@ fn rows_op(op: &Op) -> bool {
     )
 }
 
-/// The spatial family's kernels for one node: batchnorm's, instancenorm's or pooling's.
+/// The spatial family's kernels for one node: batchnorm's, instancenorm's, groupnorm's or
+/// pooling's.
 fn spatial_unit(graph: &Graph, ni: usize, target: &Target) -> Result<Option<Unit>> {
     if let Some(u) = fused::batchnorm::unit(graph, ni, target)? {
         return Ok(Some(u));
     }
     if let Some(u) = fused::instancenorm::unit(graph, ni, target)? {
+        return Ok(Some(u));
+    }
+    if let Some(u) = fused::groupnorm::unit(graph, ni, target)? {
         return Ok(Some(u));
     }
     fused::pooling::unit(graph, ni, target)
@@ -230,6 +244,8 @@ fn spatial_op(op: &Op) -> bool {
             | Op::BnFinalize(_)
             | Op::Instancenorm(_)
             | Op::InstancenormBackward(_)
+            | Op::Groupnorm(_)
+            | Op::GroupnormBackward(_)
             | Op::Resample(_)
             | Op::ResampleBackward(_)
     )
@@ -251,7 +267,7 @@ fn decline_reason(graph: &Graph, ni: usize, family: Family, target: &Target) -> 
         Family::Conv => conv::CONDITIONS,
         Family::Attention => "f16 or bf16 q/k/v with head dims the kernels take, shared memory for the tiles on this target",
         Family::Rows => "f32/f16/bf16 tensors packed row-major over the normalized axes, rows of at most 32768 elements (16384 backward), a normal f32 epsilon",
-        Family::Spatial => "f32/f16/bf16 tensors in the layouts its kernels read (channels-last or packed NCHW), per-channel statistics",
+        Family::Spatial => "f32/f16/bf16 tensors in the layouts its kernels read (channels-last or packed NCHW), per-channel (groupnorm: per-group) statistics",
         _ => "",
     };
     format!("its conditions are not met on {} ({}); it takes {conditions}", target.arch, types.join(", "))

@@ -4,7 +4,7 @@
 //! parameters from each execution's variant pack (random valid values: see `random_inputs`).
 //! For each family and op kind, the first two cases of that kind.
 
-use super::{fast_attn, fast_rows, fast_spatial, multi, norm, sdpa, Case};
+use super::{fast_attn, fast_rows, fast_spatial, groupnorm, multi, norm, sdpa, Case};
 use crate::dtype::DataType;
 use crate::graph::{Port, TensorDesc};
 use std::collections::HashMap;
@@ -33,7 +33,7 @@ pub fn with_attribute_ports(case: &Case) -> Option<Case> {
 }
 
 pub(super) fn cases() -> Vec<Case> {
-    let families = [norm::cases(), sdpa::cases(), multi::cases(), fast_rows::cases(), fast_spatial::cases(), fast_attn::cases()];
+    let families = [norm::cases(), sdpa::cases(), multi::cases(), fast_rows::cases(), fast_spatial::cases(), fast_attn::cases(), groupnorm::cases()];
     let mut out = Vec::new();
     for family in families {
         let mut taken: HashMap<&'static str, usize> = HashMap::new();
@@ -77,7 +77,7 @@ mod tests {
             let out = run_cpu(&g, &inputs).unwrap_or_else(|e| panic!("{}: {e}", c.name));
             assert!(out.values().all(|nd| nd.data.iter().all(|v| !v.is_nan())), "{}: NaN", c.name);
         }
-        for kind in ["layernorm", "rmsnorm", "instancenorm", "adalayernorm", "batchnorm", "bn_finalize", "sdpa", "sdpa_backward"] {
+        for kind in ["layernorm", "rmsnorm", "instancenorm", "groupnorm", "adalayernorm", "batchnorm", "bn_finalize", "sdpa", "sdpa_backward"] {
             assert!(kinds.contains(kind), "no case gives {kind} an attribute port");
         }
     }

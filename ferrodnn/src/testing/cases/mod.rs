@@ -13,6 +13,7 @@ mod fast_mem;
 mod fast_pw;
 mod fast_rows;
 mod fast_spatial;
+mod groupnorm;
 mod matmul;
 mod multi;
 mod norm;
@@ -62,6 +63,7 @@ pub fn all() -> Vec<Case> {
     v.extend(fast_attn_decode::cases());
     v.extend(fast_mem::cases());
     v.extend(fast_conv::cases());
+    v.extend(groupnorm::cases());
     v.extend(attr_ports::cases());
     v
 }

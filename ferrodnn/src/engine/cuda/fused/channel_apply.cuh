@@ -7,7 +7,8 @@
 //   CH_PLANES  NCHW, a thread per item, the coefficients co[NCO][C] reloaded when the plane
 //              changes
 // With CH_DY the backward's dx = A * dy + B * (x - mean) + Cs (co: mean, A, B, Cs), else
-// y = (x - mean) * a + b (co: mean, a, b).
+// y = (x - mean) * a + b (co: mean, a, b), in CH_GROUPS passed through CH_EPILOGUE(v) where
+// groupnorm defines it (a pointwise chain fused after the norm).
 
 #if CH_DY
 #define NCO 4
@@ -101,6 +102,9 @@ extern "C" __global__ void CH_LAUNCH_BOUNDS KERNEL_NAME(KERNEL_PARAMS) {
                     cvt_x(w[j], d);
 #pragma unroll
                     for (int k = 0; k < VEC; ++k) f[k] = fmaf(cf[1][k], d[k], fmaf(cf[2][k], f[k] - cf[0][k], cf[3][k]));
+#elif defined(CH_EPILOGUE)
+#pragma unroll
+                    for (int k = 0; k < VEC; ++k) f[k] = CH_EPILOGUE(fmaf(f[k] - cf[0][k], cf[1][k], cf[2][k]));
 #else
 #pragma unroll
                     for (int k = 0; k < VEC; ++k) f[k] = fmaf(f[k] - cf[0][k], cf[1][k], cf[2][k]);

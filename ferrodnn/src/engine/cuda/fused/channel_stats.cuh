@@ -5,8 +5,9 @@
 //              value at position 0 (a shift that keeps the f32 sums well conditioned);
 //              part[2][NBLK][C]
 //   CH_GROUPS  NHWC in G_ groups; part[2][G_ * NBLK][C]; with CH_DY the backward's sums of dy
-//              and dy * xhat (xhat from the group's mean and inv_variance: LD_MN, LD_IV),
-//              else instancenorm's shifted sums (K: the group's first position)
+//              and dy * xhat (xhat from the group's mean and inv_variance: LD_MN, LD_IV; at
+//              the channel's group of CH_STAT_CPG channels where groupnorm defines it), else
+//              instancenorm's shifted sums (K: the group's first position)
 //   CH_PLANES  NCHW, a plane per team (a warp, or a block when TS is 256); part[2][PLANES];
 //              with CH_DY the backward's sums (LD_MN, LD_IV), else the shifted sums of
 //              batchnorm and genstats (K: the channel's first value, in plane (0, c))
@@ -100,8 +101,13 @@ extern "C" __global__ void CH_LAUNCH_BOUNDS KERNEL_NAME(KERNEL_PARAMS) {
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
                 const i64 ch = (i64)v * VEC + k;
+#ifdef CH_STAT_CPG
+                M[k] = (float)LD_MN(mn, STAT_AT(MN, g, ch / CH_STAT_CPG));
+                R[k] = (float)LD_IV(iv, STAT_AT(IV, g, ch / CH_STAT_CPG));
+#else
                 M[k] = (float)LD_MN(mn, STAT_AT(MN, g, ch));
                 R[k] = (float)LD_IV(iv, STAT_AT(IV, g, ch));
+#endif
             }
 #else
             float K[VEC];

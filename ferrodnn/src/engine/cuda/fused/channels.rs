@@ -276,6 +276,11 @@ impl ChanGeom {
     pub(super) fn grid(&self) -> i64 {
         self.groups * self.nblk
     }
+
+    /// Blocks (partials) per group and positions per block (the last block's may be fewer).
+    pub(super) fn blocks_and_slab(&self) -> (i64, i64) {
+        (self.nblk, self.slab)
+    }
 }
 
 impl Geom for ChanGeom {
