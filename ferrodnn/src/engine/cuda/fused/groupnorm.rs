@@ -75,11 +75,14 @@ struct Epilogue {
     expr: String,
     /// The nodes' attributes, float parameters `ea0`, `ea1`, ...
     params: Vec<f64>,
+    /// Fast exp and division (`PW_FAST`).
+    fast: bool,
 }
 
 impl Epilogue {
     /// The expression of `chain` (in order, each reading the previous output, the first the
-    /// norm's `y`).
+    /// norm's `y`). With a 16-bit output, exp and sigmoid take the fast intrinsics (`PW_FAST`),
+    /// as in the fused pointwise kernels: their few ulps vanish in the output's rounding.
     fn new(graph: &Graph, y: TensorId, chain: &[usize]) -> Option<Epilogue> {
         let mut params = Vec::new();
         let mut expr = round(ctype::dtype(graph, y), "v".into());
@@ -93,7 +96,8 @@ impl Epilogue {
             expr = if k + 1 < chain.len() { round(ctype::dtype(graph, out), call) } else { call };
         }
         let out = chain.last().map_or(y, |&p| graph.nodes[p].outputs[0].tensor);
-        Some(Epilogue { out, expr, params })
+        let fast = matches!(ctype::dtype(graph, out), DataType::F16 | DataType::Bf16);
+        Some(Epilogue { out, expr, params, fast })
     }
 
     /// The parameters after the apply pass's own.
@@ -107,7 +111,7 @@ impl Epilogue {
     fn templates(src: Source, epi: Option<&Epilogue>, before: &[&str], apply: &str) -> String {
         let mut src = src;
         if let Some(e) = epi {
-            src = src.flag("FZ_DOUBLE", false).define("CH_EPILOGUE(v)", format!("({})", e.expr));
+            src = src.flag("FZ_DOUBLE", false).flag("PW_FAST", e.fast).define("CH_EPILOGUE(v)", format!("({})", e.expr));
         }
         for t in before {
             src = src.template(t);
@@ -273,10 +277,6 @@ impl Shape {
             return None;
         }
         let (n, c) = (d.dims[0], d.dims[1]);
-        // The forward finalize's grid is (groups, n).
-        if n > 65535 || groups > i32::MAX as i64 {
-            return None;
-        }
         Some(Shape { n, c, groups, positions: d.element_count() / (n * c), rank })
     }
 
@@ -300,37 +300,40 @@ impl Shape {
     /// The defines every `groupnorm.cuh` kernel reads (see its header), for `layout`.
     fn define(&self, src: Source, kernel: &str, layout: &Layout) -> Source {
         let Shape { n, c, groups, positions, .. } = *self;
+        let cpg = c / groups;
         let src = src
             .define("GN_KERNEL", kernel)
             .define("GN_THREADS", THREADS)
             .define("GN_N", format!("{n}LL"))
             .define("GN_C", format!("{c}LL"))
             .define("GN_G", format!("{groups}LL"))
-            .define("GN_CPG", format!("{}LL", c / groups));
+            .define("GN_CPG", format!("{cpg}LL"))
+            .define("GN_M", format!("{}LL", cpg * positions))
+            .define("GN_NB", format!("{}LL", self.forward_partials(layout)));
         match layout {
-            Layout::Nhwc(geom) => {
-                let (nblk, slab) = geom.blocks_and_slab();
-                src.define("GN_NBLK", format!("{nblk}LL"))
-                    .define("GN_CHUNK", format!("{slab}LL"))
-                    .define("GN_TOTAL", format!("{positions}LL"))
-                    .define("GN_MUL", "1LL")
-                    .define("GN_X0(n, c)", format!("((n) * {}LL + (c))", positions * c))
-            }
+            Layout::Nhwc(geom) => src.define("GN_NBLK", format!("{}LL", geom.blocks_and_slab().0)).define("GN_X0(n, c)", format!("((n) * {}LL + (c))", positions * c)),
             Layout::Planes(p) => src
                 .define("GN_NBLK", format!("{}LL", p.splits))
                 .define("GN_SPLITS", format!("{}LL", p.splits))
                 .define("GN_CHUNK", format!("{}LL", p.chunk))
-                .define("GN_TOTAL", format!("{}LL", p.items))
                 .define("GN_ITEMS", format!("{}LL", p.items))
-                .define("GN_MUL", format!("{}LL", p.vw))
                 .define("GN_VW", p.vw)
                 .define("GN_HW", format!("{}LL", p.hw))
                 .define("GN_X0(n, c)", format!("(((n) * {c}LL + (c)) * {}LL)", p.hw)),
         }
     }
 
-    /// Partials per image (the statistics pass's blocks or splits).
-    fn partials(&self, layout: &Layout) -> i64 {
+    /// The forward's partials per (image, group): a block of positions each (NHWC), a (channel,
+    /// split) each (NCHW).
+    fn forward_partials(&self, layout: &Layout) -> i64 {
+        match layout {
+            Layout::Nhwc(geom) => geom.blocks_and_slab().0,
+            Layout::Planes(p) => self.c / self.groups * p.splits,
+        }
+    }
+
+    /// The backward's partials per (image, channel): a block of positions or a split each.
+    fn backward_partials(&self, layout: &Layout) -> i64 {
         match layout {
             Layout::Nhwc(geom) => geom.blocks_and_slab().0,
             Layout::Planes(p) => p.splits,
@@ -365,14 +368,21 @@ fn forward(graph: &Graph, ni: usize, node: &Node, a: &GroupnormAttrs, epi: Optio
     };
     let layout = shape.layout(graph, &[x, out], &v, sms, BN_BLOCKS_PER_SM)?;
     let nc = shape.n * shape.c;
-    let part_bytes = (2 * nc * shape.partials(&layout) * 4) as usize;
+    let part_bytes = (2 * shape.n * shape.groups * shape.forward_partials(&layout) * 4) as usize;
     let co_bytes = (3 * nc * 4) as usize;
 
     let stats_entry = entry_name(ni, "gn_stats");
     let mut sig = Signature::new();
     sig.ptr("xv", x, false).scratch("float", "part", 0, true);
     let stats_launch = match &layout {
-        Layout::Nhwc(geom) => channels::exact(channels::templates(channels::start(&stats_entry, &sig, v, geom, false), channels::STATS), stats_entry, geom.grid(), geom.block, sig),
+        Layout::Nhwc(geom) => {
+            // Static shared memory: the block's channel sums and the groups' sums.
+            if 2 * geom.block * v.vec() * 4 + 8 * shape.groups > 48 * 1024 {
+                return None;
+            }
+            let src = shape.define(channels::start(&stats_entry, &sig, v, geom, false), "GN_NHWC_STATS", &layout);
+            channels::exact(src.template(channels::VECTORS).template(channels::CHANNELS).template(GROUPNORM_CUH).build(), stats_entry, geom.grid(), geom.block, sig)
+        }
         Layout::Planes(p) => {
             let src = gn_source(&stats_entry, &sig, &v, &shape, "GN_PLANE_STATS", &layout, |s| s.flag("GN_DY", false));
             channels::exact(src.template(channels::VECTORS).template(GROUPNORM_CUH).build(), stats_entry, p.stats_grid(nc, sms), THREADS, sig)
@@ -393,13 +403,12 @@ fn forward(graph: &Graph, ni: usize, node: &Node, a: &GroupnormAttrs, epi: Optio
             None => s,
         }
     });
-    let fin_launch = Launch::new(
-        src.template(channels::VECTORS).template(GROUPNORM_CUH).build(),
-        fin_entry,
-        Grid::Exact(shape.groups as u32, shape.n as u32, 1),
-        THREADS as u32,
-        sig.into_args(),
-    );
+    // A warp per (image, group).
+    let fin_blocks = ceil_div(shape.n * shape.groups, THREADS / 32);
+    if fin_blocks > i32::MAX as i64 {
+        return None;
+    }
+    let fin_launch = Launch::new(src.template(channels::VECTORS).template(GROUPNORM_CUH).build(), fin_entry, Grid::Exact(fin_blocks as u32, 1, 1), THREADS as u32, sig.into_args());
 
     let apply_entry = entry_name(ni, "gn_apply");
     let mut sig = Signature::new();
@@ -445,7 +454,7 @@ fn backward(graph: &Graph, ni: usize, node: &Node, a: &GroupnormAttrs, sms: i64)
     // The passes that read dy are bounded to 2 blocks per SM (channel kernels in groups).
     let layout = shape.layout(graph, &[x, dy, dx], &v, sms, 2)?;
     let nc = shape.n * shape.c;
-    let part_bytes = (2 * nc * shape.partials(&layout) * 4) as usize;
+    let part_bytes = (2 * nc * shape.backward_partials(&layout) * 4) as usize;
     let co_bytes = (4 * nc * 4) as usize;
     let cpg = shape.c / shape.groups;
 
