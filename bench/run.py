@@ -3,7 +3,7 @@ GPU, the same workloads through PyTorch (cuDNN, cuBLAS, flash attention inside),
 ceilings (a large device-to-device copy and a large bf16 GEMM). Writes <out>/<gpu>.json in the
 shape BENCHMARKS.md is rendered from (bench/render.py).
 
-Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|gemm|attention] [--rounds N]
+Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|groupnorm|gemm|attention] [--rounds N]
 The memory-bound suite writes <out>/<gpu>.json, other suites <out>/<gpu>-<suite>.json. Each side's time is the median over
 N interleaved rounds (ferrodnn's process, then PyTorch and cuDNN; 3 by default), and each row keeps its rounds' ratios.
 """
@@ -103,6 +103,7 @@ def torch_memory_bound():
         dY = torch.randn_like(Y)
         out[f"instancenorm_bwd_bf16_{layout}_32x128x64x64"] = bench(lambda: torch.autograd.grad(Y, (X, w, b2), dY, retain_graph=True))
         del X, Y, dY
+    out.update(torch_groupnorm())
     for (t, hd) in [(16384, 4096), (65536, 1024)]:
         a = torch.randn(t, hd, device=dev, dtype=bf)
         b = torch.randn_like(a)
@@ -120,6 +121,28 @@ def torch_memory_bound():
         out[f"add_layernorm_fwd_bf16_{t}x{hd}"] = bench(add_ln)
         out[f"add_rmsnorm_fwd_bf16_{t}x{hd}"] = bench(add_rms)
         del a, b
+    return out
+
+
+def torch_groupnorm():
+    """PyTorch's time for each workload of the groupnorm suite (groupnorm_workloads in
+    ferrodnn-cli/src/bench_memory.rs, also in the memory-bound suite): group normalization (32
+    groups) + SiLU forward, and the backward, on a diffusion UNet's shapes, fp16."""
+    out = {}
+    h16 = torch.float16
+    gn_shapes = [("nhwc", n, c, hw) for n in (2, 8) for (c, hw) in ((320, 64), (640, 32), (1280, 16))] + [("nchw", 8, 320, 64)]
+    for layout, n, c, hw in gn_shapes:
+        fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+        tag = f"{layout}_{n}x{c}x{hw}x{hw}_g32"
+        X = torch.randn(n, c, hw, hw, device=dev, dtype=h16).to(memory_format=fmt)
+        w = torch.randn(c, device=dev, dtype=h16)
+        b2 = torch.randn(c, device=dev, dtype=h16)
+        out[f"groupnorm_silu_fwd_fp16_{tag}"] = bench(lambda: F.silu(F.group_norm(X, 32, w, b2)))
+        Xg, wg, bg = X.clone().requires_grad_(True), w.clone().requires_grad_(True), b2.clone().requires_grad_(True)
+        Y = F.group_norm(Xg, 32, wg, bg)
+        dY = torch.randn_like(Y)
+        out[f"groupnorm_bwd_fp16_{tag}"] = bench(lambda: torch.autograd.grad(Y, (Xg, wg, bg), dY, retain_graph=True))
+        del X, Xg, Y, dY
     return out
 
 
@@ -249,6 +272,8 @@ def main():
         cudnn_ms = {}
         if args.suite == "memory-bound":
             theirs = torch_memory_bound()
+        elif args.suite == "groupnorm":
+            theirs = torch_groupnorm()
         elif args.suite == "gemm":
             theirs = torch_gemm()
             cudnn_ms = cudnn_gemm()

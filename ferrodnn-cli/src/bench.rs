@@ -186,7 +186,9 @@ pub fn suite(name: &str) -> Result<Vec<Workload>, String> {
         "gemm" => Ok(gemm()),
         "attention" => Ok(crate::bench_attention::attention_workloads()),
         "conv" => Ok(crate::bench_conv::conv_workloads()),
-        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound, gemm, attention, conv")),
+        // The memory-bound suite's group normalization rows alone.
+        "groupnorm" => Ok(crate::bench_memory::groupnorm_workloads()),
+        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound, groupnorm, gemm, attention, conv")),
     }
 }
 
