@@ -27,7 +27,7 @@ use crate::{
 };
 use ferrodnn::engine::{Buffer, EngineKind, Knob, PlanDesc, PlanPolicy, VariantPack};
 use ferrodnn::graph::ops::conv::{ConvAttrs, ConvMode};
-use ferrodnn::graph::ops::norm::{BatchnormAttrs, BnFinalizeAttrs, NormAttrs};
+use ferrodnn::graph::ops::norm::{BatchnormAttrs, BnFinalizeAttrs, GroupnormAttrs, NormAttrs};
 use ferrodnn::graph::ops::pointwise::PointwiseMode;
 use ferrodnn::graph::ops::reduction::ReductionMode;
 use ferrodnn::graph::ops::resample::{ResampleAttrs, ResampleMode};
@@ -354,6 +354,7 @@ fn placeholder(g: &Graph, node: usize, kind: AttrKind) -> f64 {
 fn apply_attr(op: &mut Op, kind: AttrKind, v: f64) {
     match (op, kind) {
         (Op::Layernorm(a) | Op::Rmsnorm(a) | Op::Instancenorm(a) | Op::Adalayernorm(a) | Op::BatchnormInference(a) | Op::Genstats(a), AttrKind::Epsilon) => a.epsilon = v,
+        (Op::Groupnorm(a), AttrKind::Epsilon) => a.epsilon = v,
         (Op::Batchnorm(a), AttrKind::Epsilon) => a.epsilon = v,
         (Op::Batchnorm(a), AttrKind::Momentum) => a.momentum = v,
         (Op::BnFinalize(a), AttrKind::Epsilon) => a.epsilon = v,
@@ -1241,6 +1242,38 @@ impl PyGraph {
         self.norm3(py, "instancenorm", norm_forward_phase, input, scale, bias, epsilon, compute_data_type, name)
     }
 
+    /// Group normalization (ferrodnn's addition; PyTorch's `group_norm`): the channels (axis 1)
+    /// in `groups` groups, statistics per (n, group). Returns [y, mean, inv_variance] (the
+    /// statistics `[N, groups, 1, ...]`, None in the inference phase).
+    #[pyo3(signature = (norm_forward_phase = None, input = None, scale = None, bias = None, epsilon = None, groups = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn group_norm(
+        &self,
+        py: Python<'_>,
+        norm_forward_phase: Option<PyNormPhase>,
+        input: Option<&Bound<'_, PyAny>>,
+        scale: Option<&Bound<'_, PyAny>>,
+        bias: Option<&Bound<'_, PyAny>>,
+        epsilon: Option<&Bound<'_, PyAny>>,
+        groups: Option<i64>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let input = input.ok_or_else(|| PyValueError::new_err("group_norm needs an input tensor"))?;
+        let x = self.tid(input, "input")?;
+        let s = self.opt_tid(scale, "scale")?.ok_or_else(|| PyValueError::new_err("group_norm needs a scale tensor"))?;
+        let b = self.opt_tid(bias, "bias")?.ok_or_else(|| PyValueError::new_err("group_norm needs a bias tensor"))?;
+        let groups = groups.ok_or_else(|| PyValueError::new_err("group_norm needs groups (the number of channel groups)"))?;
+        let eps = self.scalar(epsilon, "epsilon")?;
+        let mut attrs = GroupnormAttrs::new(groups);
+        attrs.phase = Self::norm_attrs(norm_forward_phase).phase;
+        let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::Epsilon, eps)], move |g| {
+            let (y, m, v) = g.groupnorm(x, s, b, attrs);
+            Ok(vec![Some(y), m, v])
+        })?;
+        self.outs(py, outs)
+    }
+
     #[pyo3(signature = (norm_forward_phase, input, scale = None, bias = None, epsilon = None, compute_data_type = None, name = String::new()))]
     #[allow(clippy::too_many_arguments)]
     fn adalayernorm(
@@ -1395,6 +1428,30 @@ impl PyGraph {
         name: String,
     ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
         self.norm_bwd(py, "instancenorm_backward", grad, input, scale, mean, inv_variance, compute_data_type, name)
+    }
+
+    /// Gradient of `group_norm` with `groups` groups. Returns [dx, dscale, dbias].
+    #[pyo3(signature = (grad, input, scale, mean, inv_variance, groups, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn group_norm_backward(
+        &self,
+        py: Python<'_>,
+        grad: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        scale: &Bound<'_, PyAny>,
+        mean: &Bound<'_, PyAny>,
+        inv_variance: &Bound<'_, PyAny>,
+        groups: i64,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let (dy, x, s) = (self.tid(grad, "grad")?, self.tid(input, "input")?, self.tid(scale, "scale")?);
+        let (m, v) = (self.tid(mean, "mean")?, self.tid(inv_variance, "inv_variance")?);
+        let outs = self.add_op(&name, compute_data_type, vec![], move |g| {
+            let (dx, ds, db) = g.groupnorm_backward(dy, x, s, m, v, groups);
+            Ok(vec![Some(dx), Some(ds), Some(db)])
+        })?;
+        self.outs(py, outs)
     }
 
     /// Returns [dx, dscale, dbias].

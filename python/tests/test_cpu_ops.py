@@ -636,6 +636,90 @@ def test_batchnorm_inference_instancenorm_genstats():
     close(s2, (x * x).sum((0, 2, 3), keepdims=True), 1e-10)
 
 
+def group_norm_ref(x, s, b, groups, eps):
+    """numpy group normalization over [N, C, ...]: y, and mean and inv_variance [N, G, 1, ...]."""
+    n, c = x.shape[:2]
+    xg = x.reshape(n, groups, -1)
+    mean = xg.mean(2, keepdims=True)
+    inv = 1 / np.sqrt(xg.var(2, keepdims=True) + eps)
+    y = ((xg - mean) * inv).reshape(x.shape) * s + b
+    stats = (n, groups) + (1,) * (x.ndim - 2)
+    return y, mean.reshape(stats), inv.reshape(stats)
+
+
+def group_norm_bwd_ref(dy, x, s, mean, inv, groups):
+    """numpy gradient of group normalization: dx, dscale, dbias."""
+    n, c = x.shape[:2]
+    red = tuple(a for a in range(x.ndim) if a != 1)
+    xg = x.reshape(n, groups, -1)
+    xhat = (xg - mean.reshape(n, groups, 1)) * inv.reshape(n, groups, 1)
+    dscale = (dy * xhat.reshape(x.shape)).sum(red, keepdims=True)
+    dbias = dy.sum(red, keepdims=True)
+    g = (dy * s).reshape(n, groups, -1)
+    m = g.shape[2]
+    dx = inv.reshape(n, groups, 1) / m * (m * g - g.sum(2, keepdims=True) - xhat * (g * xhat).sum(2, keepdims=True))
+    return dx.reshape(x.shape), dscale, dbias
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_group_norm_silu_and_backward(channels_last):
+    """group_norm (12 channels in 3 groups) with a SiLU after it, and its backward, in double
+    against numpy; channels-last arrays are non-contiguous views."""
+    r = rng(30)
+    x = r.standard_normal((2, 12, 5, 7)) * 2 + 1
+    if channels_last:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    s, b = r.standard_normal((1, 12, 1, 1)), r.standard_normal((1, 12, 1, 1))
+    D = cudnn.data_type.DOUBLE
+    g = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D)
+    X, S, B = g.tensor_like(x), g.tensor_like(s), g.tensor_like(b)
+    Y, M, V = g.group_norm(input=X, scale=S, bias=B, epsilon=1e-4, groups=3, norm_forward_phase=cudnn.norm_forward_phase.TRAINING)
+    Z = g.swish(input=Y)
+    for t in (Z, M, V):
+        t.set_output(True)
+    z = np.zeros_like(x)
+    m, v = np.zeros((2, 3, 1, 1)), np.zeros((2, 3, 1, 1))
+    run(g, {X: x, S: s, B: b, Z: z, M: m, V: v})
+    ry, rm, rv = group_norm_ref(x, s, b, 3, 1e-4)
+    close(z, ry / (1 + np.exp(-ry)), 1e-10)
+    close(m, rm, 1e-12)
+    close(v, rv, 1e-10)
+
+    dy = r.standard_normal(x.shape)
+    bg = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D)
+    DY, Xb, Sb, Mb, Vb = bg.tensor_like(dy), bg.tensor_like(x), bg.tensor_like(s), bg.tensor_like(m), bg.tensor_like(v)
+    DX, DS, DB = bg.group_norm_backward(grad=DY, input=Xb, scale=Sb, mean=Mb, inv_variance=Vb, groups=3)
+    for t in (DX, DS, DB):
+        t.set_output(True)
+    dx, ds, db = np.zeros_like(x), np.zeros_like(s), np.zeros_like(b)
+    run(bg, {DY: dy, Xb: x, Sb: s, Mb: m, Vb: v, DX: dx, DS: ds, DB: db})
+    rdx, rds, rdb = group_norm_bwd_ref(dy, x, s, rm, rv, 3)
+    close(dx, rdx, 1e-9)
+    close(ds, rds, 1e-9)
+    close(db, rdb, 1e-9)
+
+
+def test_group_norm_inference_f32_and_bad_groups():
+    r = rng(31)
+    x = r.standard_normal((3, 8, 9)).astype(np.float32)
+    s, b = r.standard_normal((1, 8, 1)).astype(np.float32), r.standard_normal((1, 8, 1)).astype(np.float32)
+    g = new_graph()
+    X, S, B = g.tensor_like(x), g.tensor_like(s), g.tensor_like(b)
+    Y, M, V = g.group_norm(norm_forward_phase=cudnn.norm_forward_phase.INFERENCE, input=X, scale=S, bias=B, groups=4)
+    assert M is None and V is None
+    Y.set_output(True)
+    y = np.zeros_like(x)
+    run(g, {X: x, S: s, B: b, Y: y})
+    close(y, group_norm_ref(x.astype(np.float64), s, b, 4, 1e-5)[0], 1e-5)
+    bad = new_graph()
+    Xb, Sb, Bb = bad.tensor_like(x), bad.tensor_like(s), bad.tensor_like(b)
+    bad.group_norm(input=Xb, scale=Sb, bias=Bb, groups=3)[0].set_output(True)
+    with pytest.raises(cudnn.FerrodnnError, match="8 channels, which 3 groups do not divide"):
+        bad.validate()
+    with pytest.raises(ValueError, match="group_norm needs groups"):
+        bad.group_norm(input=Xb, scale=Sb, bias=Bb)
+
+
 # -- softmax and pooling ----------------------------------------------------------------------
 
 def test_softmax_log_softmax_and_backward():

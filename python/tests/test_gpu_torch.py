@@ -298,6 +298,58 @@ def test_batchnorm_training_and_backward(handle):
     torch.testing.assert_close(b32.grad, DBias_actual, atol=5e-2, rtol=1e-3)
 
 
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_group_norm_silu_and_backward(handle, channels_last):
+    """group_norm (320 channels in 32 groups, 17x9, fp16) + SiLU on the GPU against PyTorch's
+    F.silu(F.group_norm(...)), with its statistics, then group_norm_backward against autograd."""
+    torch.manual_seed(5)
+    F = torch.nn.functional
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    N, C, H, W, G, eps = 2, 320, 17, 9, 32, 1e-5
+    x_gpu = torch.randn(N, C, H, W, device="cuda", dtype=torch.float16).to(memory_format=fmt)
+    scale_gpu = torch.randn(1, C, 1, 1, device="cuda", dtype=torch.float32)
+    bias_gpu = torch.randn(1, C, 1, 1, device="cuda", dtype=torch.float32)
+    x32 = x_gpu.float().requires_grad_()
+    s32 = scale_gpu.reshape(-1).clone().requires_grad_()
+    b32 = bias_gpu.reshape(-1).clone().requires_grad_()
+    y32 = F.group_norm(x32, G, s32, b32, eps)
+
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X, S, B = graph.tensor_like(x_gpu), graph.tensor_like(scale_gpu), graph.tensor_like(bias_gpu)
+    Y, M, V = graph.group_norm(input=X, scale=S, bias=B, epsilon=eps, groups=G, norm_forward_phase=cudnn.norm_forward_phase.TRAINING)
+    Z = graph.swish(input=Y)
+    Z.set_output(True)
+    M.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    V.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    workspace = build(graph)
+    z = torch.empty_like(x_gpu)
+    m = torch.empty(N, G, 1, 1, device="cuda")
+    v = torch.empty(N, G, 1, 1, device="cuda")
+    graph.execute({X: x_gpu, S: scale_gpu, B: bias_gpu, Z: z, M: m, V: v}, workspace)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(F.silu(y32).half(), z, atol=1e-2, rtol=1e-2)
+    xg = x_gpu.float().reshape(N, G, -1)
+    torch.testing.assert_close(xg.mean(2).reshape(N, G, 1, 1), m, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close((xg.var(2, unbiased=False) + eps).rsqrt().reshape(N, G, 1, 1), v, atol=1e-3, rtol=1e-3)
+
+    dy = torch.randn_like(x_gpu)
+    y32.backward(dy.float())
+    bwd = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    DY, Xb, Sb, Mb, Vb = (bwd.tensor_like(t) for t in (dy, x_gpu, scale_gpu, m, v))
+    DX, DS, DB = bwd.group_norm_backward(grad=DY, input=Xb, scale=Sb, mean=Mb, inv_variance=Vb, groups=G)
+    DX.set_output(True)
+    DS.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    DB.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    workspace = build(bwd)
+    dx, ds, db = torch.empty_like(dy), torch.empty_like(scale_gpu), torch.empty_like(scale_gpu)
+    bwd.execute({DY: dy, Xb: x_gpu, Sb: scale_gpu, Mb: m, Vb: v, DX: dx, DS: ds, DB: db}, workspace)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(x32.grad.half(), dx, atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(s32.grad.reshape(1, C, 1, 1), ds, atol=5e-2, rtol=1e-3)
+    torch.testing.assert_close(b32.grad.reshape(1, C, 1, 1), db, atol=5e-2, rtol=1e-3)
+
+
 def sdpa_forward_graph(handle, io_type, q, k, v, o, stats, attn_scale, causal):
     """The forward as the frontend's samples write it; stats (f32) when `stats` is given."""
     graph = cudnn.pygraph(io_data_type=io_type, intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
