@@ -87,6 +87,7 @@ extern "C" __global__ void __launch_bounds__(GN_THREADS) KERNEL_NAME(KERNEL_PARA
     // Lane l adds partials l, l + 32, ...; then the lanes' sums (xor butterfly, the same bits in
     // every lane).
     double s = 0.0, q = 0.0;
+#pragma unroll 8
     for (i64 b = lane; b < GN_NB; b += 32) {
         s += (double)part[w * GN_NB + b];
         q += (double)part[(GN_N * GN_G + w) * GN_NB + b];
