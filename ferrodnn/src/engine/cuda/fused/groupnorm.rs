@@ -2,22 +2,25 @@
 //! diffusion UNet, fused into its last pass) and backward, on channels-last (NHWC, N outermost)
 //! and packed NCHW tensors; f32, f16 and bf16 x (and y, dy, dx), f32 statistics and sums.
 //!
-//! Three launches each way, all deterministic:
-//! 1. statistics: per image, channel and block of positions, two sums to scratch (the forward's
-//!    of `x - K` and `(x - K)^2`, K the channel's value at the image's first position; the
-//!    backward's of `dy` and `dy * xhat`). NHWC: the channel kernels' pass in groups of one image
-//!    ([`channels`], `channel_stats.cuh`; a thread owns 16 bytes of channels, so a vector may
-//!    straddle two groups: sums stay per channel). NCHW: a warp per (plane, split) of the plane's
-//!    HW contiguous elements (`groupnorm.cuh`), splits enough to give every SM warps.
-//! 2. finalize (`groupnorm.cuh`): a block per (image, group) adds its channels' partials in
-//!    double in a fixed order (the forward's shifts moved to the group's first channel) into the
-//!    group's mean and inverse deviation (forward: written to mean and inv_variance) or its sums
-//!    of `scale * dy` and `scale * dy * xhat` (backward), and writes the apply pass's per
-//!    (image, channel) coefficients; the backward's blocks after those sum dscale and dbias per
-//!    channel over the images' partials.
+//! Three launches each way, all deterministic (fixed summation orders, no atomics):
+//! 1. statistics, partial sums to scratch. Forward: per image, group and block of positions, the
+//!    sums of `x - K` and `(x - K)^2`, K the group's first channel at the image's first position
+//!    (NHWC: a block per slab of an image's positions in the channel kernels' geometry, a thread
+//!    owning 16 bytes of channels, which may straddle two groups: per-channel sums over the slab,
+//!    then per group in channel order; NCHW: a warp per (plane, split) of the plane's HW
+//!    contiguous elements, splits enough to give every SM warps; both in `groupnorm.cuh`).
+//!    Backward: per image, channel and block, the sums of `dy` and `dy * xhat`, per channel since
+//!    dscale and dbias need them (NHWC: the channel kernels' pass, `channel_stats.cuh`, reading
+//!    the statistics at the channel's group; NCHW: the warp per (plane, split)).
+//! 2. finalize (`groupnorm.cuh`), in double: forward, a warp per (image, group) adds its partials
+//!    into the group's mean and inverse deviation (written to mean and inv_variance in training);
+//!    backward, a block per (image, group) adds `scale * dy` and `scale * dy * xhat` over the
+//!    group's channels, and blocks of 32 channels sum dscale and dbias over the images' partials.
+//!    Both write the apply pass's per (image, channel) coefficients.
 //! 3. apply: `y = epilogue((x - mean) * a + b)` or `dx = A * dy + B * (x - mean) + Cs`, walking
 //!    the tensor backwards so that what the statistics pass read last (likely still in L2) comes
-//!    first. NHWC: the channel kernels' apply pass; NCHW: a thread per 16 bytes.
+//!    first. NHWC: the channel kernels' apply pass (`channel_apply.cuh`); NCHW: a thread per 16
+//!    bytes (`groupnorm.cuh`).
 //!
 //! The minimum traffic is x read twice (statistics, then apply) and y written once forward, x
 //! and dy read twice and dx written once backward; the finalize moves partials of a few hundred
