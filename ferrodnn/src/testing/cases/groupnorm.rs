@@ -2,7 +2,7 @@
 //! and backward, on NHWC (channels-last) and NCHW, 1D, 2D and 3D, f16, bf16, f32 (f64 on the
 //! fallback), with odd sizes (C = 12 in 3 groups, 40 in 8, 320 in 32 at 17x9, a vector of
 //! channels straddling two groups, planes that are no multiple of 16 bytes, several statistics
-//! blocks and plane splits), the SiLU (and a longer chain) fused after the norm, the norm + SiLU
+//! blocks and plane splits, groups of 256 channels, more channels than a block's lanes), the SiLU (and a longer chain) fused after the norm, the norm + SiLU
 //! backward as a graph writes it, and layouts the fast kernels leave to the fallback (padded
 //! positions, a channel count that is no multiple of 16 bytes on NHWC).
 
@@ -197,11 +197,16 @@ pub(super) fn cases() -> Vec<Case> {
         v.push(fwd(dt, true, &[3, 16, 6, 5], 1, L::Last, Epi::None));
         v.push(fwd(dt, true, &[3, 16, 6, 5], 16, L::First, Epi::None));
         v.push(fwd(dt, true, &[5, 24], 6, L::First, Epi::Silu));
+        // Groups of 256 channels (the NHWC statistics pass sums them a warp per group).
+        v.push(fwd(dt, true, &[2, 512, 3, 2], 2, L::Last, Epi::Silu));
         v.push(bwd(dt, &[5, 24], 6, L::First, false));
         // The fallback: padded positions.
         v.push(fwd(dt, true, &[2, 16, 3, 5], 4, L::PaddedLast, Epi::Silu));
         v.push(bwd(dt, &[2, 16, 3, 5], 4, L::PaddedLast, false));
     }
+    // 2048 f32 channels: more channel vectors than a block's lanes (two chunks per block, groups
+    // added across them).
+    v.push(fwd(DataType::F32, true, &[2, 2048, 3, 2], 4, L::Last, Epi::None));
     // f64: the fallback.
     v.push(fwd(DataType::F64, true, &[2, 12, 5, 7], 3, L::Last, Epi::Silu));
     v.push(bwd(DataType::F64, &[2, 12, 5, 7], 3, L::First, true));

@@ -16,6 +16,7 @@
 //   GN_NHWC_STATS    forward NHWC statistics: a block per (image, slab of positions) in the
 //                    channel kernels' geometry (CH_GROUPS: LANES, ROWS, BLOCK, CV, C_, P_, SLAB,
 //                    NBLK, UNR): per-channel sums over the slab, then per group in channel order
+//                    (a thread per group, a warp per group of 64 channels or more)
 //   GN_PLANE_STATS   NCHW statistics: a warp per (plane, split), GN_SPLITS splits of GN_CHUNK
 //                    items per plane of GN_ITEMS items of GN_VW elements (GN_HW elements); with
 //                    GN_DY the backward's sums (LD_MN, LD_IV at GN_AT), in the backward layout
@@ -345,6 +346,23 @@ extern "C" __global__ void CH_LAUNCH_BOUNDS KERNEL_NAME(KERNEL_PARAMS) {
         // group's (chunks in order).
         const i64 clo = (i64)v0 * VEC, chi = min((i64)(v0 + LANES) * VEC, (i64)C_);
         const i64 glo = clo / GN_CPG, gn = (chi - 1) / GN_CPG - glo + 1;
+#if GN_CPG >= 64
+        // Long groups: a (full) warp per group, its lanes striding the channels, then the lanes'
+        // sums in a fixed tree.
+        const int w = threadIdx.x >> 5, wl = threadIdx.x & 31;
+        if (w < BLOCK / 32) {
+            for (i64 t = w; t < 2 * gn; t += BLOCK / 32) {
+                const int which = (int)(t / gn);
+                const i64 g = glo + t % gn;
+                const i64 a0 = max(clo, g * GN_CPG), a1 = min(chi, (g + 1) * GN_CPG);
+                float sum = 0.f;
+                for (i64 c = a0 + wl; c < a1; c += 32) sum += sh[which][0][(c - clo) / VEC][(c - clo) % VEC];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                if (wl == 0) gs[which][g] += sum;
+            }
+        }
+#else
         for (i64 t = threadIdx.x; t < 2 * gn; t += BLOCK) {
             const int which = (int)(t / gn);
             const i64 g = glo + t % gn;
@@ -353,6 +371,7 @@ extern "C" __global__ void CH_LAUNCH_BOUNDS KERNEL_NAME(KERNEL_PARAMS) {
             for (i64 c = a0; c < a1; ++c) sum += sh[which][0][(c - clo) / VEC][(c - clo) % VEC];
             gs[which][g] += sum;
         }
+#endif
         __syncthreads();
     }
     for (int t = threadIdx.x; t < 2 * GN_G; t += BLOCK) {
