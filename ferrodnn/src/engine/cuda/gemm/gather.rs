@@ -98,11 +98,26 @@ pub struct Gather {
 }
 
 /// The gathers of a matmul node of a view graph (a convolution seen as a GEMM): its A and B.
+///
+/// A grouped convolution is `groups` GEMMs of one shape, one per group: the GEMM's batch is then
+/// images x groups (groups inner, see [`super::GemmProblem::groups`]), and each operand's map
+/// addresses group 0, the others `g * a_group` (`g * b_group`) elements further on (the
+/// group's first channels or filters).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gathers {
     pub node: usize,
     pub a: Gather,
     pub b: Gather,
+    pub groups: usize,
+    pub a_group: i64,
+    pub b_group: i64,
+}
+
+impl Gathers {
+    /// The gathers of one group (a convolution of one group).
+    pub fn one(node: usize, a: Gather, b: Gather) -> Gathers {
+        Gathers { node, a, b, groups: 1, a_group: 0, b_group: 0 }
+    }
 }
 
 impl Gather {

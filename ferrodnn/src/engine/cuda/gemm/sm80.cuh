@@ -23,6 +23,9 @@
 //   EPI_NAMES             the epilogue's side-input arguments (`, e0, ...`)
 //   GM_GATHER             1: A and B are gathered through the index maps of gather.cuh (an
 //                         implicit GEMM: included before this template), not strided matrices
+//   GM_GROUPS             (gathered) the groups of a grouped convolution, the batch's inner
+//                         factor: batch `bz` reads group bz % GM_GROUPS of each operand (A_BS and
+//                         B_BS elements a group further on) and rows of image bz / GM_GROUPS
 
 #define GM_MMA_F16 1
 #define GM_MMA_BF16 2
@@ -367,15 +370,15 @@ __device__ __forceinline__ void gm_mma_stage(const smem_t* __restrict__ sA, cons
 
 // One k tile (`t`, relative to the split's first) of A and B into stage `stage`.
 #if GM_GATHER
-// (Gathered: `ga`, `gb` are the tensors' base pointers; `m0` is the tile's first row over every
-// batch, `n0` its first column.)
+// (Gathered: `ga`, `gb` are the tensors' base pointers at the batch's group; `m0` is the tile's
+// first row over every image, `n0` its first column.)
 __device__ __forceinline__ void gm_load_stage(smem_t* sa, smem_t* sb, const char* ga, const char* gb, int stage, int t, int kt0, long long m_left, long long n_left, unsigned m0, unsigned n0, int tid) {
     const long long k_left = K_ - (long long)(kt0 + t) * BK;
     const unsigned kk0 = (unsigned)(kt0 + t) * BK;
     GM_GATHER_A(sa + stage * A_STAGE, ga, m0, kk0);
     GM_GATHER_B(sb + stage * B_STAGE, gb, n0, kk0);
 }
-#define GM_LOAD_STAGE(stage, t) gm_load_stage(sa, sb, ga, gb, stage, t, kt0, m_left, n_left, (unsigned)(bz * M_ + m0), (unsigned)n0, tid)
+#define GM_LOAD_STAGE(stage, t) gm_load_stage(sa, sb, ga, gb, stage, t, kt0, m_left, n_left, (unsigned)(bz / GM_GROUPS * M_ + m0), (unsigned)n0, tid)
 #else
 __device__ __forceinline__ void gm_load_stage(smem_t* sa, smem_t* sb, const char* ga, const char* gb, int stage, int t, int kt0, long long m_left, long long n_left, int tid) {
     const long long k_left = K_ - (long long)(kt0 + t) * BK;
@@ -407,8 +410,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, GM_MIN_BLOCKS) KERNEL_NAME
     const int kt0 = split * KT_PER;
     const int nkt = min(KT - kt0, KT_PER);
 #if GM_GATHER
-    const char* ga = (const char*)gm_a;
-    const char* gb = (const char*)gm_b;
+    // (A grouped convolution's group: its channels and filters are the operands' first.)
+    const char* ga = (const char*)gm_a + bz % GM_GROUPS * A_BS * ESA;
+    const char* gb = (const char*)gm_b + bz % GM_GROUPS * B_BS * ESB;
 #else
     const char* ga = (const char*)gm_a + (bz * A_BS + m0 * A_RS + (long long)kt0 * BK * A_CS) * ESA;
     const char* gb = (const char*)gm_b + (bz * B_BS + n0 * B_CS + (long long)kt0 * BK * B_RS) * ESB;

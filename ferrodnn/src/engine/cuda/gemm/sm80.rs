@@ -16,7 +16,10 @@
 //!   loads (which also convert fp8 to f16) otherwise, guarded, zero outside.
 //! - Gathered operands (an implicit GEMM's, `gather.rs`; `GM_GATHER`): the loaders address each
 //!   16-byte vector (or element) through the operand's index map; 128x64 tiles for 64 or fewer
-//!   output channels, and a weight gradient's long reduction split up to 64 ways.
+//!   output channels (128x32 and 128x16 for 32 or 16 or fewer: a grouped convolution's), and a
+//!   weight gradient's long reduction split up to 64 ways. A grouped convolution runs its
+//!   groups as batches (`GemmProblem::groups`): each block's operands start at its group's
+//!   channels and filters.
 //! - mma: m16n8k16 f16/bf16; m16n8k8 tf32 when the graph allows reduced precision, else 3xTF32
 //!   (each f32 operand split into a tf32 high part and a tf32 remainder, three mmas; about f32
 //!   accuracy); fp8 (sm_89+) converted to f16 on load (exact), then m16n8k16.
@@ -170,8 +173,9 @@ fn layout(op: &Operand, k_stride: i64, mn_stride: i64, kind: MmaKind, batch: usi
 }
 
 /// The layout of a gathered operand's tile in shared memory (K-major when its k index is
-/// contiguous, else MN-major when that one is) and whether 16-byte cp.async loads it.
-fn gather_layout(g: &Gather, dtype: DataType, kind: MmaKind) -> (Major, Load) {
+/// contiguous, else MN-major when that one is) and whether 16-byte cp.async loads it (its
+/// offset per group, `group`, a whole number of vectors too).
+fn gather_layout(g: &Gather, dtype: DataType, kind: MmaKind, group: i64) -> (Major, Load) {
     let vec = (16 / dtype.size()) as i64;
     let major = if g.k.contiguous(vec) {
         Major::K
@@ -181,7 +185,7 @@ fn gather_layout(g: &Gather, dtype: DataType, kind: MmaKind) -> (Major, Load) {
         Major::K
     };
     let same_type = matches!((dtype, kind), (DataType::F16, MmaKind::F16) | (DataType::Bf16, MmaKind::Bf16) | (DataType::F32, MmaKind::Tf32 | MmaKind::Tf32x3));
-    let load = if same_type && g.aligned(major == Major::K, vec) { Load::Async16 } else { Load::Scalar };
+    let load = if same_type && g.aligned(major == Major::K, vec) && group % vec == 0 { Load::Async16 } else { Load::Scalar };
     (major, load)
 }
 
@@ -223,6 +227,12 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     let gathered = p.a.gather.is_some() || p.b.gather.is_some();
     let (bm, bn, warps_m, warps_n) = if p.m <= 16 {
         (16, 128, 1, 4)
+    } else if gathered && p.n <= 16 && tiles(128, 16) >= sm {
+        // (A grouped convolution's few output channels a group: tiles as narrow as the mma's
+        // fragments allow, so that 4 or 8 channels do not fill a tile of 64 with zeros.)
+        (128, 16, 4, 1)
+    } else if gathered && p.n <= 32 && tiles(128, 32) >= sm {
+        (128, 32, 4, 1)
     } else if gathered && p.n <= 64 && tiles(128, 64) >= sm {
         // (A convolution with 64 or fewer output channels: no half-empty 128-column tiles.)
         (128, 64, 4, 2)
@@ -234,11 +244,11 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     let bk = 32;
     // A is m x k (k along columns), B is k x n (k along rows).
     let (a_major, a_load) = match &p.a.gather {
-        Some(g) => gather_layout(g, p.a.dtype, kind),
+        Some(g) => gather_layout(g, p.a.dtype, kind, p.a.batch_stride),
         None => layout(&p.a, p.a.col_stride, p.a.row_stride, kind, p.batch),
     };
     let (b_major, b_load) = match &p.b.gather {
-        Some(g) => gather_layout(g, p.b.dtype, kind),
+        Some(g) => gather_layout(g, p.b.dtype, kind, p.b.batch_stride),
         None => layout(&p.b, p.b.row_stride, p.b.col_stride, kind, p.batch),
     };
     let any_async = a_load == Load::Async16 || b_load == Load::Async16;
@@ -326,7 +336,8 @@ fn main_source(cfg: &Config, p: &GemmProblem, epi: &Epilogue, entry: &str, sig: 
         .define("GM_A_STAGE", cfg.a_stage_elems())
         .define("GM_B_STAGE", cfg.b_stage_elems())
         .flag("GM_PAIR_STORE", cfg.pair_store)
-        .flag("GM_GATHER", p.a.gather.is_some());
+        .flag("GM_GATHER", p.a.gather.is_some())
+        .define("GM_GROUPS", p.groups.max(1));
     let src = match (&p.a.gather, &p.b.gather) {
         (Some(a), Some(b)) => b.defines(a.defines(src, "GA_"), "GB_").template(COMMON).template(GATHER),
         _ => src.template(COMMON),
@@ -423,6 +434,7 @@ mod tests {
             a: op(dt, m, k, k as i64, 1, (m * k) as i64, 0),
             b: op(dt, k, n, n as i64, 1, (k * n) as i64, 1),
             c: op(dt, m, n, n as i64, 1, (m * n) as i64, 2),
+            groups: 1,
             allow_tf32: false,
             fast_fp8: false,
         }
