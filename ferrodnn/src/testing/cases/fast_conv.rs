@@ -282,6 +282,8 @@ fn grouped_cases() -> Vec<Case> {
         (Fprop, "3x3_stride2_asym", vec![2, 128, 13, 10], 2, 80, vec![3, 3], asym().with_stride(&[2, 2]), bf16, true, false),
         (Fprop, "3x2_convolution_mode", vec![2, 16, 7, 6], 2, 16, vec![3, 2], p2([1, 0]).with_mode(ConvMode::Convolution), f16, true, false),
         (Fprop, "1x1", vec![2, 16, 7, 9], 2, 32, vec![1, 1], ConvAttrs::new(2), f16, true, true),
+        // (Runs of 2 or 4 16-bit channels, 2 f32: the mma.sync kernel's 4- and 8-byte vectors.)
+        (Fprop, "3x3", vec![2, 8, 9, 11], 4, 8, vec![3, 3], p2([1, 1]), bf16, true, false),
         (Fprop, "3x3", vec![2, 12, 7, 9], 4, 20, vec![3, 3], p2([1, 1]), f32, false, true),
         (Fprop, "3x3", vec![2, 64, 7, 6], 4, 64, vec![3, 3], p2([1, 0]), f16, false, false),
         (Fprop, "3x3", vec![2, 128, 6, 7], 32, 128, vec![3, 3], p2([1, 1]), f32, true, false),
@@ -296,6 +298,7 @@ fn grouped_cases() -> Vec<Case> {
         (Dgrad, "3x3_stride2", vec![2, 128, 13, 10], 2, 128, vec![3, 3], strided([2, 2], [1, 1]), bf16, true, false),
         (Dgrad, "3x5_asym_convolution_mode", vec![2, 32, 9, 10], 4, 32, vec![3, 5], asym().with_mode(ConvMode::Convolution), f16, true, false),
         (Dgrad, "3x3_dilation2", vec![2, 6, 9, 10], 2, 8, vec![3, 3], dil2(), f32, false, false),
+        (Dgrad, "3x3", vec![2, 12, 7, 9], 6, 12, vec![3, 3], p2([1, 1]), f32, true, false),
         (Dgrad, "1d_k3_dilation2", vec![2, 32, 29], 4, 32, vec![3], ConvAttrs::new(1).with_padding(&[2]).with_dilation(&[2]), bf16, true, false),
         (Dgrad, "3d_3x3x3", vec![2, 16, 4, 5, 6], 2, 32, vec![3, 3, 3], video(), f16, true, false),
         // Weight gradient.
@@ -305,6 +308,7 @@ fn grouped_cases() -> Vec<Case> {
         (Wgrad, "3x3_stride2", vec![2, 64, 13, 10], 4, 256, vec![3, 3], strided([2, 2], [1, 1]), bf16, true, false),
         (Wgrad, "1x1", vec![2, 16, 7, 9], 2, 128, vec![1, 1], ConvAttrs::new(2), f16, true, false),
         (Wgrad, "3x3", vec![2, 12, 7, 9], 4, 20, vec![3, 3], p2([1, 1]), f32, false, false),
+        (Wgrad, "3x3", vec![2, 12, 9, 11], 2, 8, vec![3, 3], p2([1, 1]), f16, true, false),
         (Wgrad, "3x3_asym", vec![2, 32, 9, 10], 4, 32, vec![3, 3], asym(), bf16, false, false),
         (Wgrad, "1d_k5_stride2", vec![2, 32, 37], 4, 32, vec![5], ConvAttrs::new(1).with_padding(&[2]).with_stride(&[2]), bf16, true, false),
         (Wgrad, "3d_3x3x3", vec![2, 16, 4, 5, 6], 2, 32, vec![3, 3, 3], video(), f16, true, false),

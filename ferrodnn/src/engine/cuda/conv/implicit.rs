@@ -182,8 +182,7 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
                 node.outputs = vec![Port { name: "c".into(), tensor: out }];
                 view.tensors[b.0] = TensorDesc { dims: vec![cols, pixels], strides: vec![pixels, 1], ..graph.desc(b).clone() };
                 view.tensors[a.0] = TensorDesc { dims: vec![pixels, kg], strides: vec![kg, 1], ..graph.desc(a).clone() };
-                let gathers = Gathers { node: ni, a: x_side, b: dy_side, groups: groups as usize, a_group: x_at, b_group: dy_at };
-                return Some(View { graph: view, gathers: Some(gathers) });
+                return Some(View { graph: view, gathers: Some(grouped_gathers(ni, x_side, dy_side, groups, (x_at, dy_at))) });
             }
             view.tensors[out.0] = grouped(matrix(wd, (kg, wd.strides[0]), (cols, col_stride)));
             ((dy_side, x_side), (dy_at, x_at), kg, pixels, cols)
@@ -197,8 +196,17 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     node.inputs = vec![Port { name: "a".into(), tensor: a }, Port { name: "b".into(), tensor: b }];
     node.outputs = vec![Port { name: "c".into(), tensor: out }];
     let (ga, gb) = gathers;
-    let gathers = if groups > 1 { Gathers { node: ni, a: ga, b: gb, groups: groups as usize, a_group: groups_at.0, b_group: groups_at.1 } } else { Gathers::one(ni, ga, gb) };
-    Some(View { graph: view, gathers: Some(gathers) })
+    Some(View { graph: view, gathers: Some(grouped_gathers(ni, ga, gb, groups, groups_at)) })
+}
+
+/// The gathers of node `ni` over `groups` groups, each operand `at` elements (A's, B's) from
+/// one group to the next; of one group when there is one.
+fn grouped_gathers(ni: usize, a: Gather, b: Gather, groups: i64, at: (i64, i64)) -> Gathers {
+    if groups > 1 {
+        Gathers { node: ni, a, b, groups: groups as usize, a_group: at.0, b_group: at.1 }
+    } else {
+        Gathers::one(ni, a, b)
+    }
 }
 
 /// Matrix `d` as the first group's of `groups`, each `at` elements after the one before: a batch
