@@ -298,6 +298,135 @@ mod tests {
         assert_eq!(nhwc_image().as_matrix(), None);
     }
 
+    /// One index's share of an element's address, as `gt_index` (gather.cuh) computes it: an
+    /// offset and coordinates on the three axes.
+    fn part(idx: &Index, i: i64) -> (i64, [i64; 3]) {
+        match *idx {
+            Index::Plain { stride } => (i * stride, [0; 3]),
+            Index::Pixel { n_stride, grid, mul, off } => {
+                let mut q = i;
+                let mut o = [0; 3];
+                for d in (0..3).rev() {
+                    o[d] = q % grid[d];
+                    q /= grid[d];
+                }
+                (q * n_stride, [0, 1, 2].map(|d| o[d] * mul[d] + off[d]))
+            }
+            Index::Taps { taps, channels, ch_stride, tap_major, dil } => {
+                let total: i64 = taps.iter().product();
+                let (mut t, ch) = if tap_major { (i / channels, i % channels) } else { (i % total, i / total) };
+                let mut tc = [0; 3];
+                for d in (0..3).rev() {
+                    tc[d] = t % taps[d];
+                    t /= taps[d];
+                }
+                (ch * ch_stride, [0, 1, 2].map(|d| tc[d] * dil[d]))
+            }
+        }
+    }
+
+    /// The element of `g` made of its indices `mn` and `k` (`gt_offset`): its offset, or None
+    /// outside the tensor.
+    fn element(g: &Gather, mn: i64, k: i64) -> Option<i64> {
+        let (a, b) = (part(&g.mn, mn), part(&g.k, k));
+        let mut off = a.0 + b.0;
+        let mut inside = true;
+        for (d, ax) in g.axes.iter().enumerate() {
+            let mut c = a.1[d] + b.1[d] + ax.base;
+            if ax.div > 1 {
+                inside &= c >= 0 && c % ax.div == 0;
+                c /= ax.div;
+            }
+            off += c * if ax.extent > 1 { ax.stride } else { 0 };
+            inside &= (0..ax.extent).contains(&c);
+        }
+        inside.then_some(off)
+    }
+
+    /// The implicit GEMM of every convolution case without an epilogue computed on the CPU
+    /// through its index maps as the kernels read them (a batch `b` of images x groups reading
+    /// group `b % groups` of each operand, the rows of image `b / groups`), into the output's
+    /// view: the result is the CPU engine's convolution, element for element.
+    #[test]
+    fn the_maps_of_every_convolution_compute_it() {
+        use crate::engine::cuda::conv;
+        use crate::engine::cuda::kernel::{Options, Target};
+        use crate::graph::ops::Op;
+        use crate::testing::{random_inputs, run_cpu};
+        let mut seen = (0, 0);
+        for c in crate::testing::cases::all().into_iter().filter(|c| c.name.contains("conv") && c.graph.nodes.len() == 1) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            let Some(view) = conv::as_gemm(&g, 0) else { continue };
+            let Some(gathers) = view.gathers.as_ref() else { continue };
+            let node = &view.graph.nodes[0];
+            assert!(matches!(node.op, Op::Matmul(_)));
+            let (a, b, out) = (node.input("a").unwrap(), node.input("b").unwrap(), node.output("c").unwrap());
+            // (Types the kernels do not take, f64 say: no problem.)
+            let Some(p) = super::super::problem_of(&view.graph, 0, a, b, out, &Target::sm90a(), &Options::default().with_tf32(true), Some(gathers)) else { continue };
+            let inputs = random_inputs(&g, 11);
+            let want = run_cpu(&g, &inputs).unwrap();
+            // The tensors' buffers at their strides.
+            let strided = |t: crate::graph::TensorId, dense: &[f64]| -> Vec<f64> {
+                let d = g.desc(t);
+                let mut buf = vec![0.0; d.extent_elements().unwrap() as usize];
+                let mut idx = vec![0i64; d.dims.len()];
+                for &v in dense {
+                    let o: i64 = idx.iter().zip(&d.strides).map(|(i, s)| i * s).sum();
+                    buf[o as usize] = v;
+                    for a in (0..idx.len()).rev() {
+                        idx[a] += 1;
+                        if idx[a] < d.dims[a] {
+                            break;
+                        }
+                        idx[a] = 0;
+                    }
+                }
+                buf
+            };
+            let (pa, pb) = (&p.a, &p.b);
+            let (ga, gb) = (pa.gather.as_ref().unwrap(), pb.gather.as_ref().unwrap());
+            let (abuf, bbuf) = (strided(pa.tensor, &inputs[&pa.tensor].data), strided(pb.tensor, &inputs[&pb.tensor].data));
+            let mut cbuf = vec![f64::NAN; g.desc(out).extent_elements().unwrap() as usize];
+            let groups = p.groups as i64;
+            for bt in 0..p.batch as i64 {
+                let (img, grp) = (bt / groups, bt % groups);
+                for m in 0..p.m as i64 {
+                    for n in 0..p.n as i64 {
+                        let mut sum = 0.0;
+                        for k in 0..p.k as i64 {
+                            let x = element(ga, img * p.m as i64 + m, k).map_or(0.0, |o| abuf[(grp * pa.batch_stride + o) as usize]);
+                            let y = element(gb, n, k).map_or(0.0, |o| bbuf[(grp * pb.batch_stride + o) as usize]);
+                            sum += x * y;
+                        }
+                        let o = bt * p.c.batch_stride + m * p.c.row_stride + n * p.c.col_stride;
+                        assert!(cbuf[o as usize].is_nan(), "{}: element {o} written twice", c.name);
+                        cbuf[o as usize] = sum;
+                    }
+                }
+            }
+            // Each element as the output's type rounds it (the CPU engine's sums differ from
+            // these in order: a few units in the last place of f32 sums).
+            let reference = strided(out, &want[&out].data);
+            let dt = p.c.dtype;
+            let eps = match dt {
+                crate::DataType::F16 => 2f64.powi(-10),
+                crate::DataType::Bf16 => 2f64.powi(-7),
+                _ => 1e-5,
+            };
+            let scale = reference.iter().fold(0f64, |m, v| m.max(v.abs()));
+            for (o, (&got, &want)) in cbuf.iter().zip(&reference).enumerate() {
+                let mut bytes = [0u8; 8];
+                dt.write(&mut bytes, 0, got);
+                let got = dt.read(&bytes, 0);
+                assert!((got - want).abs() <= eps * want.abs() + 1e-6 * scale, "{}: element {o}: {got} (the CPU engine's {want})", c.name);
+            }
+            seen.0 += 1;
+            seen.1 += (groups > 1) as usize;
+        }
+        assert!(seen.0 > 60 && seen.1 > 30, "{seen:?}");
+    }
+
     #[test]
     fn defines_name_every_constant() {
         let text = nhwc_image().defines(Source::new(), "GA_").build();
