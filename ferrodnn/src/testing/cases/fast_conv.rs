@@ -277,7 +277,7 @@ fn grouped_cases() -> Vec<Case> {
         (Fprop, "3x3", vec![2, 256, 7, 7], 8, 256, vec![3, 3], p2([1, 1]), f16, true, true),
         (Fprop, "3x3_dilation2", vec![2, 64, 12, 9], 4, 96, vec![3, 3], dil2(), f16, true, false),
         // (Enough tiles for the mma.sync kernel's narrow ones: 16 and 32 columns.)
-        (Fprop, "3x3_28x28", vec![2, 128, 28, 28], 32, 128, vec![3, 3], p2([1, 1]), f16, true, true),
+        (Fprop, "3x3_28x28", vec![4, 128, 28, 28], 32, 128, vec![3, 3], p2([1, 1]), f16, true, true),
         (Fprop, "3x3", vec![2, 128, 9, 11], 2, 128, vec![3, 3], p2([1, 1]), f16, true, true),
         (Fprop, "3x3_stride2_asym", vec![2, 128, 13, 10], 2, 80, vec![3, 3], asym().with_stride(&[2, 2]), bf16, true, false),
         (Fprop, "3x2_convolution_mode", vec![2, 16, 7, 6], 2, 16, vec![3, 2], p2([1, 0]).with_mode(ConvMode::Convolution), f16, true, false),
@@ -293,7 +293,7 @@ fn grouped_cases() -> Vec<Case> {
         (Dgrad, "3x3", vec![2, 128, 9, 11], 32, 128, vec![3, 3], p2([1, 1]), f16, true, false),
         (Dgrad, "3x3", vec![2, 256, 7, 8], 32, 256, vec![3, 3], p2([1, 1]), bf16, true, false),
         (Dgrad, "3x3", vec![2, 64, 9, 11], 4, 256, vec![3, 3], p2([1, 1]), f16, true, false),
-        (Dgrad, "3x3_28x28", vec![2, 128, 28, 28], 32, 128, vec![3, 3], p2([1, 1]), f16, true, false),
+        (Dgrad, "3x3_28x28", vec![4, 128, 28, 28], 32, 128, vec![3, 3], p2([1, 1]), f16, true, false),
         (Dgrad, "3x3_28x28", vec![3, 192, 28, 28], 8, 128, vec![3, 3], p2([1, 1]), bf16, false, false),
         (Dgrad, "3x3_stride2", vec![2, 128, 13, 10], 2, 128, vec![3, 3], strided([2, 2], [1, 1]), bf16, true, false),
         (Dgrad, "3x5_asym_convolution_mode", vec![2, 32, 9, 10], 4, 32, vec![3, 5], asym().with_mode(ConvMode::Convolution), f16, true, false),

@@ -26,10 +26,14 @@
 //! next (`Gathers::a_group`, `b_group`: `C * x_c` for fprop's image, `K * w_k` for its filter,
 //! ...); the output and the epilogue's tensors are viewed with their channels split into
 //! `[G, C]` and the groups as a batch dim ([`split_groups`]); a weight gradient's dw as a batch
-//! of `G` matrices `K` filters apart.
+//! of `G` matrices `K` filters apart. Where a group's channels are too few for 16-byte vectors of
+//! the activation (ResNeXt's 4 a group), a forward or data-gradient GEMM takes several groups
+//! ([`pack_of`]: 4 groups of 4 channels, say): their channels one reduction, their filters one
+//! output, the filter block-diagonal ([`Block`]: zero where a filter would read another group's
+//! channels), so the image loads in whole vectors at the price of multiplying those zeros.
 
 use super::{flatten, image_view, linear, matrix, operands, view_epilogue, View};
-use crate::engine::cuda::gemm::gather::{Axis, Gather, Gathers, Index};
+use crate::engine::cuda::gemm::gather::{Axis, Block, Gather, Gathers, Index};
 use crate::graph::ops::conv::ConvMode;
 use crate::graph::ops::matmul::MatmulAttrs;
 use crate::graph::ops::Op;
@@ -100,38 +104,52 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     // Channels inner in the reduction when the activation's channels are contiguous.
     let act_ch_stride = if kind == 1 { yd.strides[1] } else { xd.strides[1] };
     let mut view = graph.clone();
-    // Each operand's offset from one group to the next (its channels or filters a group).
-    let (gathers, groups_at, m, kk, nn) = match kind {
+    // Each operand's offset from one group to the next (its channels or filters a group), and
+    // the groups the GEMM runs (fewer where it packs several into one).
+    let (gathers, gemm_groups, groups_at, m, kk, nn) = match kind {
         0 | 1 => {
             let tap_major = act_ch_stride == 1;
+            // Groups packed `pack` to a GEMM (its filter block-diagonal), where a group's
+            // channels are too few for 16-byte vectors of the activation: `c` and `kg` a pack.
+            let es = graph.resolved_data_type(if kind == 0 { x } else { y }).map_or(4, |t| t.size() as i64);
+            let pack = if tap_major { pack_of(groups, if kind == 0 { (c, kg) } else { (kg, c) }, es) } else { 1 };
+            let block = |mn: i64, ch: i64, mn_wrap: bool, ch_wrap: bool| (pack > 1).then_some(Block { mn, ch, mn_wrap, ch_wrap });
+            let (cp, kp) = (pack * c, pack * kg);
             let (ga, gb, mn_ch, red_ch) = if kind == 0 {
                 let ga = Gather {
                     mn: Index::Pixel { n_stride: xd.strides[0], grid: slots(&yd.dims[2..], 1), mul: slots(&attrs.stride, 0), off: slots(&neg(&attrs.pre_padding), 0) },
-                    k: Index::Taps { taps: t3, channels: c, ch_stride: xd.strides[1], tap_major, dil: slots(&attrs.dilation, 0) },
+                    k: Index::Taps { taps: t3, channels: cp, ch_stride: xd.strides[1], tap_major, dil: slots(&attrs.dilation, 0) },
                     axes: axes(xd, &ones, &zeros),
+                    block: None,
                 };
+                // (Packed: filter n of the pack reads channel ch of its group, ch % c of w.)
                 let gb = Gather {
                     mn: Index::Plain { stride: wd.strides[0] },
-                    k: Index::Taps { taps: t3, channels: c, ch_stride: wd.strides[1], tap_major, dil: slots(&filter_dil, 0) },
+                    k: Index::Taps { taps: t3, channels: cp, ch_stride: wd.strides[1], tap_major, dil: slots(&filter_dil, 0) },
                     axes: axes(wd, &ones, &filter_base),
+                    block: block(kg, c, false, true),
                 };
-                (ga, gb, kg, c)
+                (ga, gb, kp, cp)
             } else {
                 let ga = Gather {
                     mn: Index::Pixel { n_stride: yd.strides[0], grid: slots(&xd.dims[2..], 1), mul: slots(&ones, 0), off: slots(&attrs.pre_padding, 0) },
-                    k: Index::Taps { taps: t3, channels: kg, ch_stride: yd.strides[1], tap_major, dil: slots(&neg(&attrs.dilation), 0) },
+                    k: Index::Taps { taps: t3, channels: kp, ch_stride: yd.strides[1], tap_major, dil: slots(&neg(&attrs.dilation), 0) },
                     axes: axes(yd, &attrs.stride, &zeros),
+                    block: None,
                 };
+                // (Packed: image channel n of the pack, channel n % c of w, reads the filters of
+                // its group.)
                 let gb = Gather {
                     mn: Index::Plain { stride: wd.strides[1] },
-                    k: Index::Taps { taps: t3, channels: kg, ch_stride: wd.strides[0], tap_major, dil: slots(&filter_dil, 0) },
+                    k: Index::Taps { taps: t3, channels: kp, ch_stride: wd.strides[0], tap_major, dil: slots(&filter_dil, 0) },
                     axes: axes(wd, &ones, &filter_base),
+                    block: block(c, kg, true, false),
                 };
-                (ga, gb, c, kg)
+                (ga, gb, cp, kp)
             };
-            // fprop: the group's image channels and filters; dgrad: its output-gradient channels
-            // and filters.
-            let at = if kind == 0 { (c * xd.strides[1], kg * wd.strides[0]) } else { (kg * yd.strides[1], kg * wd.strides[0]) };
+            // fprop: the group's (pack's) image channels and filters; dgrad: its output-gradient
+            // channels and filters.
+            let at = if kind == 0 { (cp * xd.strides[1], kp * wd.strides[0]) } else { (kp * yd.strides[1], kp * wd.strides[0]) };
             // The output as rows (its images' pixels) x channels, one GEMM batch per image
             // unless every tensor of the epilogue flattens images and pixels into one run.
             let od = graph.desc(out);
@@ -139,11 +157,12 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
             let viewed = view_epilogue(graph, &mut view, out, &od.dims, &[a, b]);
             let pixels: i64 = od.dims[2..].iter().product();
             let flat = flatten(&mut view, &viewed, n, pixels);
-            if groups > 1 && !split_groups(&mut view, &viewed, groups) {
+            let gemm_groups = groups / pack;
+            if gemm_groups > 1 && !split_groups(&mut view, &viewed, gemm_groups) {
                 return None;
             }
             let m = if flat { n * pixels } else { pixels };
-            ((ga, gb), at, m, taps.iter().product::<i64>() * red_ch, mn_ch)
+            ((ga, gb), gemm_groups, at, m, taps.iter().product::<i64>() * red_ch, mn_ch)
         }
         _ => {
             if flip {
@@ -162,11 +181,13 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
                 mn: Index::Plain { stride: yd.strides[1] },
                 k: Index::Pixel { n_stride: yd.strides[0], grid: slots(&yd.dims[2..], 1), mul: slots(&ones, 0), off: [0; 3] },
                 axes: axes(yd, &ones, &zeros),
+                block: None,
             };
             let x_side = Gather {
                 mn: Index::Taps { taps: t3, channels: c, ch_stride: xd.strides[1], tap_major, dil: slots(&attrs.dilation, 0) },
                 k: Index::Pixel { n_stride: xd.strides[0], grid: slots(&yd.dims[2..], 1), mul: slots(&attrs.stride, 0), off: slots(&neg(&attrs.pre_padding), 0) },
                 axes: axes(xd, &ones, &zeros),
+                block: None,
             };
             let pixels: i64 = n * yd.dims[2..].iter().product::<i64>();
             // A group's output-gradient channels and image channels; its filters are dw's rows
@@ -185,7 +206,7 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
                 return Some(View { graph: view, gathers: Some(grouped_gathers(ni, x_side, dy_side, groups, (x_at, dy_at))) });
             }
             view.tensors[out.0] = grouped(matrix(wd, (kg, wd.strides[0]), (cols, col_stride)));
-            ((dy_side, x_side), (dy_at, x_at), kg, pixels, cols)
+            ((dy_side, x_side), groups, (dy_at, x_at), kg, pixels, cols)
         }
     };
     // A and B get only their extents (m x reduction, reduction x n) in the view.
@@ -196,7 +217,32 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     node.inputs = vec![Port { name: "a".into(), tensor: a }, Port { name: "b".into(), tensor: b }];
     node.outputs = vec![Port { name: "c".into(), tensor: out }];
     let (ga, gb) = gathers;
-    Some(View { graph: view, gathers: Some(grouped_gathers(ni, ga, gb, groups, groups_at)) })
+    Some(View { graph: view, gathers: Some(grouped_gathers(ni, ga, gb, gemm_groups, groups_at)) })
+}
+
+/// Groups a GEMM of a forward or data-gradient convolution packs (a power of two dividing
+/// `groups`): where a group's reduction channels (`chans.0`: the image's for fprop, the output
+/// gradient's for dgrad, `es` bytes each) are too few for 16-byte vectors, as many groups as
+/// make their channels a whole number of vectors and their outputs (`chans.1` a group) fill the
+/// mma.sync kernel's narrowest tile (16 columns), at most 64 outputs; 1 (no packing) otherwise.
+/// Each pack multiplies zeros off its filter's diagonal blocks: `pack` times the tensor-core
+/// work of its groups, for loads of whole vectors instead of short ones or single elements.
+fn pack_of(groups: i64, chans: (i64, i64), es: i64) -> i64 {
+    let (red, out) = chans;
+    if groups < 2 || red * es % 16 == 0 || out >= 16 {
+        return 1;
+    }
+    let (mut best, mut p) = (1, 2);
+    while groups % p == 0 && p * out <= 64 {
+        if p * red * es % 16 == 0 {
+            best = p;
+            if p * out >= 16 {
+                break;
+            }
+        }
+        p *= 2;
+    }
+    best
 }
 
 /// The gathers of node `ni` over `groups` groups, each operand `at` elements (A's, B's) from
@@ -349,6 +395,30 @@ mod tests {
         // 4 groups of 2 filters by 36 taps and channels: dw^T (36 x 2) each, 2 filters apart.
         assert_eq!((gs.groups, gs.a_group, gs.b_group), (4, 4, 2));
         assert_eq!((v.graph.tensors[dw.0].dims.clone(), v.graph.tensors[dw.0].strides.clone()), (vec![4, 36, 2], vec![72, 1, 36]));
+    }
+
+    /// Groups of 4 16-bit channels: packed 4 to a GEMM, whose filter is block-diagonal (16
+    /// channels, 8-byte runs for each filter's own 4).
+    #[test]
+    fn small_groups_pack_into_block_diagonal_gemms() {
+        let mut g = Graph::new("resnext").io_data_type(DataType::F16);
+        let x = g.tensor(nhwc("x", &[2, 128, 9, 11]));
+        let w = g.tensor(nhwc("w", &[128, 4, 3, 3]));
+        let y = g.conv_fprop(x, w, ConvAttrs::new(2).with_padding(&[1, 1]));
+        g.set_output(y);
+        g.validate().unwrap();
+        let v = view(&g, 0).unwrap();
+        let gs = v.gathers.unwrap();
+        assert_eq!((gs.groups, gs.a_group, gs.b_group), (8, 16, 16 * 36));
+        assert!(matches!(gs.a.k, Index::Taps { channels: 16, .. }) && gs.a.block.is_none());
+        assert_eq!(gs.b.block, Some(Block { mn: 4, ch: 4, mn_wrap: false, ch_wrap: true }));
+        assert!(gs.a.aligned(true, 8) && !gs.b.aligned(true, 8) && gs.b.aligned(true, 4));
+        assert_eq!(v.graph.tensors[y.0].dims, [8, 198, 16]);
+        assert_eq!(pack_of(32, (4, 4), 2), 4);
+        assert_eq!(pack_of(32, (8, 8), 2), 1);
+        assert_eq!(pack_of(2, (4, 4), 2), 2);
+        assert_eq!(pack_of(32, (4, 16), 2), 1);
+        assert_eq!(pack_of(6, (2, 2), 4), 2);
     }
 
     #[test]

@@ -89,12 +89,28 @@ impl Axis {
 
 /// How a gathered operand is addressed: its index along m (A) or n (B), its index along k, and
 /// its spatial axes (three, outermost first; unused ones [`Axis::unit`]). At most one index is a
-/// pixel and at most one a tap.
+/// pixel and at most one a tap. With a [`Block`], the operand is block-diagonal.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gather {
     pub mn: Index,
     pub k: Index,
     pub axes: [Axis; 3],
+    pub block: Option<Block>,
+}
+
+/// A block-diagonal operand: the filter of several groups of a grouped convolution packed into
+/// one GEMM (their image channels one reduction, their filters one output). Its m/n index is a
+/// plain one and its k index a tap index: value `i` of the m/n index is in block `i / mn`, the k
+/// index's channel `ch` in block `ch / ch`; an element whose two blocks differ is zero (a filter
+/// reads its own group's channels only). `mn_wrap` (`ch_wrap`): that index addresses the tensor
+/// by its place in its block (`i % mn`, `ch % ch`: the filter's own dim over one group), else by
+/// the value itself (the dim over every group of the pack).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    pub mn: i64,
+    pub ch: i64,
+    pub mn_wrap: bool,
+    pub ch_wrap: bool,
 }
 
 /// The gathers of a matmul node of a view graph (a convolution seen as a GEMM): its A and B.
@@ -132,7 +148,13 @@ impl Gather {
             Index::Pixel { grid, .. } => dims_ok(grid),
             Index::Taps { taps, channels, .. } => dims_ok(taps) && (1..=i32::MAX as i64).contains(channels),
         };
-        pixels <= 1 && taps <= 1 && index_ok(&self.mn) && index_ok(&self.k) && self.axes.iter().all(|a| a.extent >= 1 && a.extent <= i32::MAX as i64 && a.div >= 1)
+        let block_ok = match &self.block {
+            None => true,
+            Some(b) => {
+                matches!(self.mn, Index::Plain { .. }) && matches!(self.k, Index::Taps { .. }) && (1..=i32::MAX as i64).contains(&b.mn) && (1..=i32::MAX as i64).contains(&b.ch)
+            }
+        };
+        pixels <= 1 && taps <= 1 && block_ok && index_ok(&self.mn) && index_ok(&self.k) && self.axes.iter().all(|a| a.extent >= 1 && a.extent <= i32::MAX as i64 && a.div >= 1)
     }
 
     /// Whether 16-byte loads along the index that is contiguous (`along_k`: k, else m or n) keep
@@ -141,6 +163,12 @@ impl Gather {
         let (contig, other) = if along_k { (&self.k, &self.mn) } else { (&self.mn, &self.k) };
         if !contig.contiguous(vec) {
             return false;
+        }
+        // A block-diagonal operand: a vector within one block (all its elements in or out).
+        if let Some(b) = &self.block {
+            if (if along_k { b.ch } else { b.mn }) % vec != 0 {
+                return false;
+            }
         }
         let mut strides = other.strides();
         if let Index::Taps { .. } = contig {
@@ -158,6 +186,9 @@ impl Gather {
     /// filter's taps and channels, or a packed image's pixels) that never leaves it.
     pub fn as_matrix(&self) -> Option<(i64, i64)> {
         let Index::Plain { stride } = self.mn else { return None };
+        if self.block.is_some() {
+            return None;
+        }
         // Every axis the k index moves along: unshifted, undivided, its extent the index's.
         let plain_axis = |a: &Axis, extent: i64, step: i64| extent == 1 || (a.base == 0 && a.div == 1 && a.extent == extent && step == 1);
         let dims: Vec<(i64, i64)> = match self.k {
@@ -221,6 +252,15 @@ impl Gather {
             src = d(src, &format!("TP_T{a}"), t[a]);
             src = d(src, &format!("TP_DIL{a}"), dil[a]);
         }
+        let (blk, bmn, bch, mn_wrap, ch_wrap) = match &self.block {
+            Some(b) => (1, b.mn, b.ch, b.mn_wrap as i64, b.ch_wrap as i64),
+            None => (0, 1, 1, 0, 0),
+        };
+        src = d(src, "BLK", blk);
+        src = d(src, "BLK_MN", bmn);
+        src = d(src, "BLK_CH", bch);
+        src = d(src, "BLK_MN_WRAP", mn_wrap);
+        src = d(src, "BLK_CH_WRAP", ch_wrap);
         for (a, ax) in self.axes.iter().enumerate() {
             src = d(src, &format!("E{a}"), ax.extent);
             src = d(src, &format!("S{a}"), if ax.extent > 1 { ax.stride } else { 0 });
@@ -244,6 +284,7 @@ mod tests {
             mn: Index::Pixel { n_stride: 560, grid: [1, 5, 7], mul: [0, 1, 1], off: [0, -1, -1] },
             k: Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 1, tap_major: true, dil: [0, 1, 1] },
             axes: [Axis::unit(), Axis { extent: 5, stride: 112, div: 1, base: 0 }, Axis { extent: 7, stride: 16, div: 1, base: 0 }],
+            block: None,
         }
     }
 
@@ -273,7 +314,12 @@ mod tests {
     fn packed_filters_and_images_are_matrices() {
         // w [24, 16, 3, 3] KRSC (strides k 144, c 1, r 48, s 16): B of fprop, n x (taps, c).
         let axes = [Axis::unit(), Axis { extent: 3, stride: 48, div: 1, base: 0 }, Axis { extent: 3, stride: 16, div: 1, base: 0 }];
-        let w = Gather { mn: Index::Plain { stride: 144 }, k: Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 1, tap_major: true, dil: [0, 1, 1] }, axes: axes.clone() };
+        let w = Gather {
+            mn: Index::Plain { stride: 144 },
+            k: Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 1, tap_major: true, dil: [0, 1, 1] },
+            axes: axes.clone(),
+            block: None,
+        };
         assert_eq!(w.as_matrix(), Some((144, 1)));
         // Mirrored (Convolution mode): not a run.
         let mut flipped = w.clone();
@@ -285,6 +331,7 @@ mod tests {
             mn: Index::Plain { stride: 144 },
             k: Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 9, tap_major: true, dil: [0, 1, 1] },
             axes: [Axis::unit(), Axis { extent: 3, stride: 3, div: 1, base: 0 }, Axis { extent: 3, stride: 1, div: 1, base: 0 }],
+            block: None,
         };
         assert_eq!(kcrs.as_matrix(), None);
         // dy [2, 8, 5, 7] NHWC as wgrad's B: pixels x channels.
@@ -292,6 +339,7 @@ mod tests {
             mn: Index::Plain { stride: 1 },
             k: Index::Pixel { n_stride: 280, grid: [1, 5, 7], mul: [0, 1, 1], off: [0; 3] },
             axes: [Axis::unit(), Axis { extent: 5, stride: 56, div: 1, base: 0 }, Axis { extent: 7, stride: 8, div: 1, base: 0 }],
+            block: None,
         };
         assert_eq!(dy.as_matrix(), Some((1, 8)));
         // The image of fprop (a pixel index as m, padded): a gather.
@@ -326,11 +374,27 @@ mod tests {
     }
 
     /// The element of `g` made of its indices `mn` and `k` (`gt_offset`): its offset, or None
-    /// outside the tensor.
+    /// outside the tensor (or off a block-diagonal operand's blocks).
     fn element(g: &Gather, mn: i64, k: i64) -> Option<i64> {
+        let (mut mn, mut k) = (mn, k);
+        let mut inside = true;
+        if let (Some(b), Index::Taps { taps, channels, tap_major, .. }) = (&g.block, &g.k) {
+            // The blocks of the m/n value and of the k index's channel; each index as the
+            // tensor sees it (its place in its block where it wraps).
+            let total: i64 = taps.iter().product();
+            let (t, ch) = if *tap_major { (k / channels, k % channels) } else { (k % total, k / total) };
+            inside &= mn / b.mn == ch / b.ch;
+            if b.mn_wrap {
+                mn %= b.mn;
+            }
+            if b.ch_wrap {
+                // (The channel's share of the offset only: the tap's stays.)
+                let ch = ch % b.ch;
+                k = if *tap_major { t * channels + ch } else { ch * total + t };
+            }
+        }
         let (a, b) = (part(&g.mn, mn), part(&g.k, k));
         let mut off = a.0 + b.0;
-        let mut inside = true;
         for (d, ax) in g.axes.iter().enumerate() {
             let mut c = a.1[d] + b.1[d] + ax.base;
             if ax.div > 1 {

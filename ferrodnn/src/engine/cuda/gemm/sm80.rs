@@ -17,8 +17,9 @@
 //! - Gathered operands (an implicit GEMM's, `gather.rs`; `GM_GATHER`): the loaders address each
 //!   16-byte vector (8- or 4-byte where the contiguous runs are shorter, as a grouped
 //!   convolution's 4 or 2 channels a group; or each element) through the operand's index map; 128x64 tiles for 64 or fewer
-//!   output channels (128x32 and 128x16 for 32 or 16 or fewer: a grouped convolution's), and a
-//!   weight gradient's long reduction split up to 64 ways. A grouped convolution runs its
+//!   output channels (128x32 and 128x16 for 32 or 16 or fewer, a grouped convolution's: 64
+//!   rows where 128 leave SMs idle), and a weight gradient's long reduction split up to 64 ways
+//!   (to two blocks an SM, eight for the narrow tiles). A grouped convolution runs its
 //!   groups as batches (`GemmProblem::groups`): each block's operands start at its group's
 //!   channels and filters.
 //! - mma: m16n8k16 f16/bf16; m16n8k8 tf32 when the graph allows reduced precision, else 3xTF32
@@ -264,12 +265,16 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     let gathered = p.a.gather.is_some() || p.b.gather.is_some();
     let (bm, bn, warps_m, warps_n) = if p.m <= 16 {
         (16, 128, 1, 4)
-    } else if gathered && p.n <= 16 && tiles(128, 16) >= sm {
-        // (A grouped convolution's few output channels a group: tiles as narrow as the mma's
-        // fragments allow, so that 4 or 8 channels do not fill a tile of 64 with zeros.)
-        (128, 16, 4, 1)
-    } else if gathered && p.n <= 32 && tiles(128, 32) >= sm {
-        (128, 32, 4, 1)
+    } else if gathered && p.n <= 32 {
+        // (A convolution with few output channels, a grouped one's a group: tiles as narrow as
+        // the mma's fragments allow (16 columns), so that they do not fill 64 with zeros; 64 rows
+        // where 128 leave SMs idle.)
+        let bn = if p.n <= 16 { 16 } else { 32 };
+        if tiles(128, bn) >= sm {
+            (128, bn, 4, 1)
+        } else {
+            (64, bn, 4, 1)
+        }
     } else if gathered && p.n <= 64 && tiles(128, 64) >= sm {
         // (A convolution with 64 or fewer output channels: no half-empty 128-column tiles.)
         (128, 64, 4, 2)
@@ -303,7 +308,15 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     if tiles_mn < sm && kt >= 8 {
         // (An implicit GEMM's long reduction, a weight gradient's, splits further, to two
         // blocks an SM: its tiles are few and its operands are re-read from L2.)
-        let (blocks, most) = if gathered { (2 * sm, 64) } else { (sm, 16) };
+        // (Narrow tiles, a grouped convolution's, split to eight blocks an SM: their blocks of
+        // four warps are small.)
+        let (blocks, most) = if gathered && bn <= 32 {
+            (8 * sm, 64)
+        } else if gathered {
+            (2 * sm, 64)
+        } else {
+            (sm, 16)
+        };
         splits = ceil(blocks, tiles_mn).min(most).min(kt / 4).max(1);
         let cap = (256usize << 20) / (4 * p.batch * p.m * p.n).max(1);
         splits = splits.min(cap.max(1));
@@ -491,6 +504,7 @@ mod tests {
             mn: Index::Pixel { n_stride: 35 * c * 4, grid: [1, 5, 7], mul: [0, 1, 1], off: [0, -1, -1] },
             k: Index::Taps { taps: [1, 3, 3], channels: c, ch_stride: 1, tap_major: true, dil: [0, 1, 1] },
             axes: [Axis::unit(), Axis { extent: 5, stride: 7 * c * 4, div: 1, base: 0 }, Axis { extent: 7, stride: c * 4, div: 1, base: 0 }],
+            block: None,
         };
         assert_eq!(gather_layout(&image(8), DataType::F16, MmaKind::F16, 8), (Major::K, Load::Async16));
         assert_eq!(gather_layout(&image(4), DataType::F16, MmaKind::F16, 4), (Major::K, Load::Async8));

@@ -424,7 +424,7 @@ struct Im2colA {
 fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
     use super::gather::Index;
     let g = p.a.gather.as_ref()?;
-    if b_tma(p).is_none() && b_taps(p).is_none() {
+    if g.block.is_some() || (b_tma(p).is_none() && b_taps(p).is_none()) {
         return None;
     }
     // 16-bit operands; or f32 as tf32 (wgmma reads 32-bit operands K-major only: a forward
@@ -523,6 +523,10 @@ fn b_taps(p: &GemmProblem) -> Option<(TmaDesc, bool)> {
     use super::gather::Index;
     let g = p.b.gather.as_ref()?;
     let Index::Plain { stride: 1 } = g.mn else { return None };
+    // (A block-diagonal filter is no tensor TMA can read.)
+    if g.block.is_some() {
+        return None;
+    }
     let Index::Taps { taps, channels, ch_stride, tap_major: true, dil } = g.k else { return None };
     // (A grouped convolution's filters: `channels` a group, one group after another; the map
     // has them all and a load starts at its group's.)
