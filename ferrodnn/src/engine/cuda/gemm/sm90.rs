@@ -760,24 +760,24 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         if cfg.bm != BM || cfg.swap {
             return None;
         }
-        let tb = match b_taps(p) {
+        // (B's matrix map has a batch dim over a grouped convolution's groups: `b3`.)
+        let (tb, b_batched) = match b_taps(p) {
             Some((t, _)) if b_tma(p).is_none() => {
                 mb = Major::Mn;
-                t
+                (t, false)
             }
             _ => {
                 mb = major(&p.b, false)?;
                 let t = tma_of(&p.b, false, cfg.bn, p.groups);
                 t.check().ok()?;
-                t
+                let batched = t.dims.len() == 3;
+                (t, batched)
             }
         };
         if tf32(p) && mb != Major::K {
             return None;
         }
-        // (B's map has a batch dim over a grouped convolution's groups, a filter's by taps a
-        // third dim anyway.)
-        (ma, a3, b3) = (if ic.pixels_on_k { Major::Mn } else { Major::K }, false, tb.dims.len() == 3);
+        (ma, a3, b3) = (if ic.pixels_on_k { Major::Mn } else { Major::K }, false, b_batched);
         sig.param("const __grid_constant__ TmaMap ta", Arg::TensorMap(Box::new(ic.map.clone()))).param("const __grid_constant__ TmaMap tb", Arg::TensorMap(Box::new(tb)));
     } else if gathered(p) {
         // The producers read the tensors themselves (a tile of 128 x BN, BN at most 128, and
