@@ -21,7 +21,18 @@ from run import bench as timed  # noqa: E402  (batches of back-to-back calls, as
 # The ids' types: fp16, bf16, and f32 tensors multiplied as tf32 (cuDNN allows tf32 for
 # convolutions by default, as ferrodnn's plan for f32 convolutions does).
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
-ID = re.compile(r"conv_(fprop|dgrad|wgrad)(_bias_relu)?(_depthwise)?_(fp16|bf16|tf32)_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
+# The part after the op: `_depthwise` (groups = channels, filter [k, 1, r, r]) or `_grouped<g>` (g
+# groups, filter [k, c / g, r, r]); none for one group.
+ID = re.compile(r"conv_(fprop|dgrad|wgrad)(_bias_relu)?(_depthwise|_grouped\d+)?_(fp16|bf16|tf32)_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
+
+
+def groups_of(part, c):
+    """The groups an id's `_depthwise` / `_grouped<g>` part (or None) says, for c image channels."""
+    if part == "_depthwise":
+        return c
+    if part:
+        return int(part[len("_grouped"):])
+    return 1
 
 
 def graphed(fn, batch=20, rounds=5):
@@ -55,9 +66,9 @@ def torch_ms(wid, timed=timed):
     m = ID.fullmatch(wid)
     if not m:
         return None
-    kind, bias_relu, dw, dtn, n, c, h, w, k, r, s = m.groups()
+    kind, bias_relu, grouping, dtn, n, c, h, w, k, r, s = m.groups()
     n, c, h, w, k, r, s = map(int, (n, c, h, w, k, r, s))
-    groups = c if dw else 1  # depthwise (`_depthwise`): groups = channels, filter [k, 1, r, r]
+    groups = groups_of(grouping, c)
     p = (r - 1) // 2
     cl = torch.channels_last
     dev, dt = "cuda", DTYPES[dtn]

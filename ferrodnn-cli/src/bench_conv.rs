@@ -1,7 +1,8 @@
 //! The convolution suite: ResNet-50 layers (fp16, channels-last, batch 32) forward (plain and
 //! with bias + relu), data and weight gradients, on the GEMM kernels (1x1 layers as a GEMM over
 //! views of the tensors, the others as an implicit GEMM); then depthwise layers (MobileNet-v2's
-//! 3x3, ConvNeXt-T's 7x7) on the depthwise kernels.
+//! 3x3, ConvNeXt-T's 7x7) on the depthwise kernels, and ResNeXt-50 32x4d's grouped 3x3 layers
+//! (the implicit GEMM with the groups as its batch).
 
 use crate::bench::Workload;
 use ferrodnn::graph::ops::conv::ConvAttrs;
@@ -10,7 +11,8 @@ use ferrodnn::{DataType, Graph, TensorDesc};
 const NHWC: [usize; 4] = [0, 2, 3, 1];
 
 /// One layer: image `n x c x hw x hw`, `k` filters of `r x r`, stride `s`, padding `(r - 1) / 2`;
-/// depthwise (`dw`: groups = c, filter `[k, 1, r, r]`) or one group.
+/// depthwise (`dw`: groups = c, filter `[k, 1, r, r]`), or `groups` groups (filter
+/// `[k, c / groups, r, r]`).
 struct Layer {
     c: i64,
     k: i64,
@@ -18,6 +20,7 @@ struct Layer {
     r: i64,
     s: i64,
     dw: bool,
+    groups: i64,
 }
 
 impl Layer {
@@ -32,20 +35,22 @@ impl Layer {
     fn tag(&self, n: i64) -> String {
         format!("{n}x{}x{}x{}_k{}_{}x{}s{}", self.c, self.hw, self.hw, self.k, self.r, self.r, self.s)
     }
-    /// Filter channels: 1 for depthwise, else c.
+    /// Filter channels: 1 for depthwise, else c a group.
     fn fc(&self) -> i64 {
         if self.dw {
             1
         } else {
-            self.c
+            self.c / self.groups
         }
     }
-    /// The id's part after the op: `_depthwise` for depthwise.
-    fn kind(&self) -> &'static str {
+    /// The id's part after the op: `_depthwise` for depthwise, `_grouped<g>` for `g` groups.
+    fn kind(&self) -> String {
         if self.dw {
-            "_depthwise"
+            "_depthwise".into()
+        } else if self.groups > 1 {
+            format!("_grouped{}", self.groups)
         } else {
-            ""
+            String::new()
         }
     }
     fn flops(&self, n: i64) -> u64 {
@@ -119,38 +124,47 @@ pub fn conv_workloads() -> Vec<Workload> {
     // stage 3, a 1x1 of stage 4; each forward, data and weight gradient, and forward with its
     // bias and relu. Then two more 1x1 layers with the epilogue.
     let layers = [
-        Layer { c: 3, k: 64, hw: 224, r: 7, s: 2, dw: false },
-        Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false },
-        Layer { c: 256, k: 64, hw: 56, r: 1, s: 1, dw: false },
-        Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false },
-        Layer { c: 512, k: 2048, hw: 7, r: 1, s: 1, dw: false },
+        Layer { c: 3, k: 64, hw: 224, r: 7, s: 2, dw: false, groups: 1 },
+        Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false, groups: 1 },
+        Layer { c: 256, k: 64, hw: 56, r: 1, s: 1, dw: false, groups: 1 },
+        Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false, groups: 1 },
+        Layer { c: 512, k: 2048, hw: 7, r: 1, s: 1, dw: false, groups: 1 },
     ];
     let mut v = Vec::new();
     for l in &layers {
         v.extend([fprop(n, l, false), fprop(n, l, true), dgrad(n, l), wgrad(n, l)]);
     }
-    v.push(fprop(n, &Layer { c: 64, k: 256, hw: 56, r: 1, s: 1, dw: false }, true));
-    v.push(fprop(n, &Layer { c: 1024, k: 256, hw: 14, r: 1, s: 1, dw: false }, true));
+    v.push(fprop(n, &Layer { c: 64, k: 256, hw: 56, r: 1, s: 1, dw: false, groups: 1 }, true));
+    v.push(fprop(n, &Layer { c: 1024, k: 256, hw: 14, r: 1, s: 1, dw: false, groups: 1 }, true));
     // Beyond the table: ResNet-50's strided 3x3 (stage 2's first block), batch-1 inference, and
     // a diffusion UNet's 3x3 layers (batch 2, 320-1280 channels at 64x64 to 8x8).
-    let strided = Layer { c: 128, k: 128, hw: 56, r: 3, s: 2, dw: false };
+    let strided = Layer { c: 128, k: 128, hw: 56, r: 3, s: 2, dw: false, groups: 1 };
     v.extend([fprop(n, &strided, false), dgrad(n, &strided), wgrad(n, &strided)]);
-    for l in [Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false }, Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false }] {
+    for l in [Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false, groups: 1 }, Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false, groups: 1 }] {
         v.push(fprop(1, &l, true));
     }
     for (c, hw) in [(320, 64), (640, 32), (1280, 16), (1280, 8)] {
-        let l = Layer { c, k: c, hw, r: 3, s: 1, dw: false };
+        let l = Layer { c, k: c, hw, r: 3, s: 1, dw: false, groups: 1 };
         v.extend([fprop(2, &l, false), dgrad(2, &l), wgrad(2, &l)]);
     }
     // The two 3x3 layers of the table in bf16 (all three) and in f32 as tf32 (forward).
-    for l in [Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false }, Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false }] {
+    for l in [Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false, groups: 1 }, Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false, groups: 1 }] {
         v.extend([fprop_as(n, &l, false, DataType::Bf16), dgrad_as(n, &l, DataType::Bf16), wgrad_as(n, &l, DataType::Bf16), fprop_as(n, &l, false, DataType::F32)]);
     }
     // Depthwise: MobileNet-v2's 3x3 (144 channels at 56x56, stride 1; 96 at 112x112, stride 2)
     // and ConvNeXt-T's 7x7 (96 at 56x56, padding 3); forward, data and weight gradients.
-    let depthwise =
-        [Layer { c: 144, k: 144, hw: 56, r: 3, s: 1, dw: true }, Layer { c: 96, k: 96, hw: 112, r: 3, s: 2, dw: true }, Layer { c: 96, k: 96, hw: 56, r: 7, s: 1, dw: true }];
+    let depthwise = [
+        Layer { c: 144, k: 144, hw: 56, r: 3, s: 1, dw: true, groups: 1 },
+        Layer { c: 96, k: 96, hw: 112, r: 3, s: 2, dw: true, groups: 1 },
+        Layer { c: 96, k: 96, hw: 56, r: 7, s: 1, dw: true, groups: 1 },
+    ];
     for l in &depthwise {
+        v.extend([fprop(n, l, false), dgrad(n, l), wgrad(n, l)]);
+    }
+    // Grouped: ResNeXt-50 32x4d's 3x3 layers of its first stage (32 groups of 4 channels at
+    // 56x56) and its last (32 groups of 32 channels at 7x7); forward, data and weight gradients.
+    let grouped = [Layer { c: 128, k: 128, hw: 56, r: 3, s: 1, dw: false, groups: 32 }, Layer { c: 1024, k: 1024, hw: 7, r: 3, s: 1, dw: false, groups: 32 }];
+    for l in &grouped {
         v.extend([fprop(n, l, false), dgrad(n, l), wgrad(n, l)]);
     }
     v

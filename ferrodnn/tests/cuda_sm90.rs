@@ -42,7 +42,7 @@ fn problem(c: &Case) -> GemmProblem {
     };
     let a = if c.a_kmajor { op(0, t, m, k, k, 1, m * k) } else { op(0, t, m, k, 1, m, m * k) };
     let b = if c.b_kmajor { op(1, t, k, n, 1, k, 0) } else { op(1, t, k, n, n, 1, 0) };
-    GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), allow_tf32: c.tf32, fast_fp8: false }
+    GemmProblem { batch: c.batch, m, n, k, a, b, c: op(2, c.out, m, n, n, 1, m * n), groups: 1, allow_tf32: c.tf32, fast_fp8: false }
 }
 
 fn identity() -> Epilogue {

@@ -1,9 +1,9 @@
 //! `explain` on a graph the fast engines take (a fused GEMM group) and on one that falls back
-//! (a convolution, and an f64 layernorm the row kernels decline): the units, their engines, the
+//! (a mirrored weight gradient, and an f64 layernorm the row kernels decline): the units, their engines, the
 //! declines with reasons, the kernels with their launch shapes, and the exact kernel text.
 
 use ferrodnn::engine::cuda::{explain, Target};
-use ferrodnn::graph::ops::conv::ConvAttrs;
+use ferrodnn::graph::ops::conv::{ConvAttrs, ConvMode};
 use ferrodnn::graph::ops::norm::NormAttrs;
 use ferrodnn::{DataType, Graph, TensorDesc};
 
@@ -54,16 +54,26 @@ fn a_graph_the_fast_engines_decline_falls_back_and_says_why() {
     let w = g.tensor(TensorDesc::new("w", &[16, 4, 3, 3], f).with_layout(&[0, 2, 3, 1]));
     let y = g.conv_fprop(x, w, ConvAttrs::new(2).with_padding(&[1, 1]));
     g.set_output(y);
+    // A grouped convolution (2 groups) runs on the conv engine's implicit GEMM.
+    let e = explain(&g, &Target::sm90a(), &[]).unwrap();
+    assert_eq!(e.units.len(), 1);
+    assert_eq!(e.units[0].engine, "conv");
+    // Its weight gradient in convolution mode (the filter mirrored) does not: the conv engine
+    // declines it and says why.
+    let mut g = Graph::new("wgrad_mirrored").io_data_type(f);
+    let dy = g.tensor(TensorDesc::new("dy", &[2, 16, 9, 9], f).with_layout(&[0, 2, 3, 1]));
+    let x = g.tensor(TensorDesc::new("x", &[2, 8, 9, 9], f).with_layout(&[0, 2, 3, 1]));
+    let dw = g.conv_wgrad(dy, x, &[16, 4, 3, 3], ConvAttrs::new(2).with_padding(&[1, 1]).with_mode(ConvMode::Convolution));
+    g.set_output(dw);
     let e = explain(&g, &Target::sm90a(), &[]).unwrap();
     assert_eq!(e.units.len(), 1);
     assert_eq!(e.units[0].engine, "fallback");
-    // The conv engine takes one group: it declines a grouped convolution and says why.
     assert_eq!(e.units[0].declined.len(), 1);
     let (family, why) = &e.units[0].declined[0];
     assert_eq!(family, "conv");
-    assert_eq!(why, "groups = 2 (image channels 8 / filter channels 4): grouped convolutions run on the fallback (the implicit GEMM takes one group, the depthwise kernels one channel a group)");
-    assert!(e.to_text(false).contains("-> fallback\n  declined by conv: groups = 2"), "{}", e.to_text(false));
-    assert!(e.to_text(false).contains("kernel n0_conv_fprop: grid cover "), "{}", e.to_text(false));
+    assert_eq!(why, "a weight gradient in convolution mode (mirrored filter) runs on the fallback");
+    assert!(e.to_text(false).contains("-> fallback\n  declined by conv: a weight gradient in convolution mode"), "{}", e.to_text(false));
+    assert!(e.to_text(false).contains("kernel n0_conv_wgrad: grid cover "), "{}", e.to_text(false));
 
     // A layernorm computing in f64: the row kernels take layernorm but decline f64.
     let d = DataType::F64;

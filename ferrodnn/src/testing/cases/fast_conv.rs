@@ -4,7 +4,8 @@
 //! mma.sync path), f16, bf16 and f32. Then the implicit GEMM: filters of many taps with padding
 //! (symmetric and not), stride, dilation and both modes, in 1D, 2D and 3D, forward (with its
 //! epilogue), data gradient (strided too) and weight gradient, channel counts that fill 16-byte
-//! vectors and counts that do not, channels-last and NCHW.
+//! vectors and counts that do not, channels-last and NCHW; grouped convolutions (`grouped_`:
+//! 2 to 32 groups of 3 to 64 channels) alike; depthwise convolutions on their own kernels.
 
 use super::Case;
 use crate::graph::ops::conv::{ConvAttrs, ConvMode};
@@ -273,6 +274,77 @@ fn implicit_cases() -> Vec<Case> {
     ]
 }
 
+/// The grouped cases: the implicit GEMM with the groups as its batch (`engine/cuda/conv/
+/// implicit.rs`), ResNeXt-like groups of 4 to 32 channels (32 groups), a few large groups (2 or
+/// 4: on Hopper groups of 64 channels read by im2col TMA loads), 3-channel groups; 3x3 with
+/// stride 1 and 2, 1x1, dilation, asymmetric padding, both modes; 1D, 2D, 3D; channels-last and
+/// NCHW; f16, bf16, f32. Each name says `grouped_g{groups}_c{image channels a group}_k{output
+/// channels a group}`.
+fn grouped_cases() -> Vec<Case> {
+    use Kind::*;
+    let (f16, bf16, f32) = (DataType::F16, DataType::Bf16, DataType::F32);
+    let p2 = |p: [i64; 2]| ConvAttrs::new(2).with_padding(&p);
+    let strided = |s: [i64; 2], p: [i64; 2]| ConvAttrs::new(2).with_padding(&p).with_stride(&s);
+    let asym = || ConvAttrs::new(2).with_pre_padding(&[0, 2]).with_post_padding(&[1, 0]);
+    let dil2 = || ConvAttrs::new(2).with_padding(&[2, 2]).with_dilation(&[2, 2]);
+    let video = || ConvAttrs::new(3).with_padding(&[1, 1, 1]);
+    // (kind, shape tag, x dims, groups, filters, filter taps, attrs, type, channels-last, bias + relu)
+    type Shape = (Kind, &'static str, Vec<i64>, i64, i64, Vec<i64>, ConvAttrs, DataType, bool, bool);
+    let shapes: Vec<Shape> = vec![
+        // Forward.
+        (Fprop, "3x3", vec![2, 128, 9, 11], 32, 128, vec![3, 3], p2([1, 1]), f16, true, true),
+        (Fprop, "3x3_stride2", vec![2, 256, 13, 10], 32, 256, vec![3, 3], strided([2, 2], [1, 1]), bf16, true, false),
+        (Fprop, "3x3", vec![2, 512, 5, 6], 32, 512, vec![3, 3], p2([1, 1]), f16, true, true),
+        (Fprop, "3x3", vec![2, 256, 7, 7], 8, 256, vec![3, 3], p2([1, 1]), f16, true, true),
+        (Fprop, "3x3_dilation2", vec![2, 64, 12, 9], 4, 96, vec![3, 3], dil2(), f16, true, false),
+        // (Enough tiles for the mma.sync kernel's narrow ones: 16 and 32 columns.)
+        (Fprop, "3x3_28x28", vec![4, 128, 28, 28], 32, 128, vec![3, 3], p2([1, 1]), f16, true, true),
+        (Fprop, "3x3", vec![2, 128, 9, 11], 2, 128, vec![3, 3], p2([1, 1]), f16, true, true),
+        (Fprop, "3x3_stride2_asym", vec![2, 128, 13, 10], 2, 80, vec![3, 3], asym().with_stride(&[2, 2]), bf16, true, false),
+        (Fprop, "3x2_convolution_mode", vec![2, 16, 7, 6], 2, 16, vec![3, 2], p2([1, 0]).with_mode(ConvMode::Convolution), f16, true, false),
+        (Fprop, "1x1", vec![2, 16, 7, 9], 2, 32, vec![1, 1], ConvAttrs::new(2), f16, true, true),
+        // (Runs of 2 or 4 16-bit channels, 2 f32: the mma.sync kernel's 4- and 8-byte vectors.)
+        (Fprop, "3x3", vec![2, 8, 9, 11], 4, 8, vec![3, 3], p2([1, 1]), bf16, true, false),
+        (Fprop, "3x3", vec![2, 12, 7, 9], 4, 20, vec![3, 3], p2([1, 1]), f32, false, true),
+        (Fprop, "3x3", vec![2, 64, 7, 6], 4, 64, vec![3, 3], p2([1, 0]), f16, false, false),
+        (Fprop, "3x3", vec![2, 128, 6, 7], 32, 128, vec![3, 3], p2([1, 1]), f32, true, false),
+        (Fprop, "1d_k5_stride2", vec![2, 32, 37], 4, 32, vec![5], ConvAttrs::new(1).with_padding(&[2]).with_stride(&[2]), f16, true, false),
+        (Fprop, "3d_3x3x3", vec![2, 16, 4, 5, 6], 2, 32, vec![3, 3, 3], video(), bf16, true, true),
+        // Data gradient.
+        (Dgrad, "3x3", vec![2, 128, 9, 11], 32, 128, vec![3, 3], p2([1, 1]), f16, true, false),
+        (Dgrad, "3x3", vec![2, 256, 7, 8], 32, 256, vec![3, 3], p2([1, 1]), bf16, true, false),
+        (Dgrad, "3x3", vec![2, 64, 9, 11], 4, 256, vec![3, 3], p2([1, 1]), f16, true, false),
+        (Dgrad, "3x3_28x28", vec![4, 128, 28, 28], 32, 128, vec![3, 3], p2([1, 1]), f16, true, false),
+        (Dgrad, "3x3_28x28", vec![3, 192, 28, 28], 8, 128, vec![3, 3], p2([1, 1]), bf16, false, false),
+        (Dgrad, "3x3_stride2", vec![2, 128, 13, 10], 2, 128, vec![3, 3], strided([2, 2], [1, 1]), bf16, true, false),
+        (Dgrad, "3x5_asym_convolution_mode", vec![2, 32, 9, 10], 4, 32, vec![3, 5], asym().with_mode(ConvMode::Convolution), f16, true, false),
+        (Dgrad, "3x3_dilation2", vec![2, 6, 9, 10], 2, 8, vec![3, 3], dil2(), f32, false, false),
+        (Dgrad, "3x3", vec![2, 12, 7, 9], 6, 12, vec![3, 3], p2([1, 1]), f32, true, false),
+        (Dgrad, "1d_k3_dilation2", vec![2, 32, 29], 4, 32, vec![3], ConvAttrs::new(1).with_padding(&[2]).with_dilation(&[2]), bf16, true, false),
+        (Dgrad, "3d_3x3x3", vec![2, 16, 4, 5, 6], 2, 32, vec![3, 3, 3], video(), f16, true, false),
+        // Weight gradient.
+        (Wgrad, "3x3", vec![2, 128, 9, 11], 32, 128, vec![3, 3], p2([1, 1]), f16, true, false),
+        (Wgrad, "3x3", vec![2, 256, 7, 7], 8, 256, vec![3, 3], p2([1, 1]), f16, true, false),
+        (Wgrad, "3x3", vec![2, 128, 9, 11], 2, 80, vec![3, 3], p2([1, 1]), f16, true, false),
+        (Wgrad, "3x3_stride2", vec![2, 64, 13, 10], 4, 256, vec![3, 3], strided([2, 2], [1, 1]), bf16, true, false),
+        (Wgrad, "1x1", vec![2, 16, 7, 9], 2, 128, vec![1, 1], ConvAttrs::new(2), f16, true, false),
+        (Wgrad, "3x3", vec![2, 12, 7, 9], 4, 20, vec![3, 3], p2([1, 1]), f32, false, false),
+        (Wgrad, "3x3", vec![2, 12, 9, 11], 2, 8, vec![3, 3], p2([1, 1]), f16, true, false),
+        (Wgrad, "3x3_asym", vec![2, 32, 9, 10], 4, 32, vec![3, 3], asym(), bf16, false, false),
+        (Wgrad, "1d_k5_stride2", vec![2, 32, 37], 4, 32, vec![5], ConvAttrs::new(1).with_padding(&[2]).with_stride(&[2]), bf16, true, false),
+        (Wgrad, "3d_3x3x3", vec![2, 16, 4, 5, 6], 2, 32, vec![3, 3, 3], video(), f16, true, false),
+    ];
+    shapes
+        .into_iter()
+        .map(|(kind, tag, x, groups, k, taps, attrs, dt, last, bias_relu)| {
+            let mut w = vec![k, x[1] / groups];
+            w.extend(&taps);
+            let what = format!("grouped_g{groups}_c{}_k{}_{tag}", x[1] / groups, k / groups);
+            implicit(kind, &what, &x, &w, attrs, dt, last, bias_relu)
+        })
+        .collect()
+}
+
 /// The depthwise cases (`engine/cuda/conv/depthwise.rs`): filter `[C * M, 1, taps...]`, each
 /// convolution forward, data gradient and weight gradient.
 fn depthwise_cases() -> Vec<Case> {
@@ -332,6 +404,7 @@ pub(super) fn cases() -> Vec<Case> {
         wgrad(&[3, 19, 5, 7], 13, bf16, true),
     ];
     v.extend(implicit_cases());
+    v.extend(grouped_cases());
     v.extend(depthwise_cases());
     v
 }

@@ -1,7 +1,7 @@
 //! Implicit GEMM: a convolution of any filter, stride, dilation and padding as a GEMM whose
 //! activation operand is gathered through an index map ([`gemm::gather`]) instead of a
 //! materialized im2col matrix. With `P` the output pixels `(n, o...)`, `T` the filter taps, `C`
-//! and `K` the input and output channels (one group):
+//! and `K` the input and output channels (of one group; see below for several):
 //!
 //! - fprop: `y[(n, o), k] = sum_(t, c) x[n, o * stride - pre + t * dil, c] * w[k, c, t]`: M = N*P,
 //!   N = K, reduction T*C;
@@ -18,13 +18,26 @@
 //! The output is a strided matrix (rows over the images and their pixels together where the
 //! layout allows, else one GEMM batch per image), so the GEMM's fused epilogue applies as it
 //! does to a matmul.
+//!
+//! Groups: with `G` groups, `C` and `K` above are a group's channels (the filter's dims 1 and
+//! 0 / G), and the convolution is `G` GEMMs of that shape, the GEMM's batch (times the images
+//! where they are batches: images outer, groups inner, `GemmProblem::groups`). Each operand's
+//! map addresses group 0 and moves by its group's channels or filters from one group to the
+//! next (`Gathers::a_group`, `b_group`: `C * x_c` for fprop's image, `K * w_k` for its filter,
+//! ...); the output and the epilogue's tensors are viewed with their channels split into
+//! `[G, C]` and the groups as a batch dim ([`split_groups`]); a weight gradient's dw as a batch
+//! of `G` matrices `K` filters apart. Where a group's channels are too few for 16-byte vectors of
+//! the activation (ResNeXt's 4 a group), a forward or data-gradient GEMM takes several groups
+//! ([`pack_of`]: 4 groups of 4 channels, say): their channels one reduction, their filters one
+//! output, the filter block-diagonal ([`Block`]: zero where a filter would read another group's
+//! channels), so the image loads in whole vectors at the price of multiplying those zeros.
 
 use super::{flatten, image_view, linear, matrix, operands, view_epilogue, View};
-use crate::engine::cuda::gemm::gather::{Axis, Gather, Gathers, Index};
+use crate::engine::cuda::gemm::gather::{Axis, Block, Gather, Gathers, Index};
 use crate::graph::ops::conv::ConvMode;
 use crate::graph::ops::matmul::MatmulAttrs;
 use crate::graph::ops::Op;
-use crate::graph::{Graph, Port, TensorDesc};
+use crate::graph::{Graph, Port, TensorDesc, TensorId};
 
 /// `v` (one value per spatial dim, `rank` of them) placed in the last of three slots; `fill` in
 /// the others.
@@ -46,9 +59,11 @@ fn axes(d: &TensorDesc, div: &[i64], base: &[i64]) -> [Axis; 3] {
     out
 }
 
-/// The convolution node `ni` as a matmul over gathered operands, when its tensors allow: one
-/// group, rank 3-5, non-negative strides, and for the weight gradient cross-correlation and a
-/// filter whose taps and channels lie in one run.
+/// The convolution node `ni` as a matmul over gathered operands, when its tensors allow: rank
+/// 3-5, non-negative strides, more than one channel a group (depthwise convolutions have their
+/// own kernels), for the weight gradient cross-correlation and a filter whose taps and channels
+/// lie in one run, and for a grouped convolution an output (and epilogue) whose batch of images
+/// and groups is one stride ([`split_groups`]).
 pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     let node = graph.nodes.get(ni)?;
     let (attrs, a, b, out) = operands(node)?;
@@ -64,11 +79,15 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     if !(3..=5).contains(&rank) || !well_formed(xd) || !well_formed(wd) || !well_formed(yd) || attrs.stride.len() != rank - 2 {
         return None;
     }
-    let (n, c, k) = (xd.dims[0], xd.dims[1], wd.dims[0]);
-    // One group; the output's dims as the forward convolution makes them.
-    if wd.dims[1] != c || yd.dims[0] != n || yd.dims[1] != k || attrs.forward_dims(&xd.dims, &wd.dims, "x", "w").ok()? != yd.dims {
+    let (n, k) = (xd.dims[0], wd.dims[0]);
+    // Groups: c and k channels a group of the image and the output (the filter's dims 1 and 0
+    // over the groups); the output's dims as the forward convolution makes them.
+    let c = wd.dims[1];
+    let groups = xd.dims[1] / c;
+    if xd.dims[1] % c != 0 || k % groups != 0 || (groups > 1 && c == 1) || yd.dims[0] != n || yd.dims[1] != k || attrs.forward_dims(&xd.dims, &wd.dims, "x", "w").ok()? != yd.dims {
         return None;
     }
+    let kg = k / groups;
     let flip = attrs.mode == ConvMode::Convolution;
     let taps: Vec<i64> = wd.dims[2..].to_vec();
     let filter_dil: Vec<i64> = taps.iter().map(|_| if flip { -1 } else { 1 }).collect();
@@ -85,34 +104,52 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     // Channels inner in the reduction when the activation's channels are contiguous.
     let act_ch_stride = if kind == 1 { yd.strides[1] } else { xd.strides[1] };
     let mut view = graph.clone();
-    let (gathers, m, kk, nn) = match kind {
+    // Each operand's offset from one group to the next (its channels or filters a group), and
+    // the groups the GEMM runs (fewer where it packs several into one).
+    let (gathers, gemm_groups, groups_at, m, kk, nn) = match kind {
         0 | 1 => {
             let tap_major = act_ch_stride == 1;
+            // Groups packed `pack` to a GEMM (its filter block-diagonal), where a group's
+            // channels are too few for 16-byte vectors of the activation: `c` and `kg` a pack.
+            let es = graph.resolved_data_type(if kind == 0 { x } else { y }).map_or(4, |t| t.size() as i64);
+            let pack = if tap_major { pack_of(groups, if kind == 0 { (c, kg) } else { (kg, c) }, es) } else { 1 };
+            let block = |mn: i64, ch: i64, mn_wrap: bool, ch_wrap: bool| (pack > 1).then_some(Block { mn, ch, mn_wrap, ch_wrap });
+            let (cp, kp) = (pack * c, pack * kg);
             let (ga, gb, mn_ch, red_ch) = if kind == 0 {
                 let ga = Gather {
                     mn: Index::Pixel { n_stride: xd.strides[0], grid: slots(&yd.dims[2..], 1), mul: slots(&attrs.stride, 0), off: slots(&neg(&attrs.pre_padding), 0) },
-                    k: Index::Taps { taps: t3, channels: c, ch_stride: xd.strides[1], tap_major, dil: slots(&attrs.dilation, 0) },
+                    k: Index::Taps { taps: t3, channels: cp, ch_stride: xd.strides[1], tap_major, dil: slots(&attrs.dilation, 0) },
                     axes: axes(xd, &ones, &zeros),
+                    block: None,
                 };
+                // (Packed: filter n of the pack reads channel ch of its group, ch % c of w.)
                 let gb = Gather {
                     mn: Index::Plain { stride: wd.strides[0] },
-                    k: Index::Taps { taps: t3, channels: c, ch_stride: wd.strides[1], tap_major, dil: slots(&filter_dil, 0) },
+                    k: Index::Taps { taps: t3, channels: cp, ch_stride: wd.strides[1], tap_major, dil: slots(&filter_dil, 0) },
                     axes: axes(wd, &ones, &filter_base),
+                    block: block(kg, c, false, true),
                 };
-                (ga, gb, k, c)
+                (ga, gb, kp, cp)
             } else {
                 let ga = Gather {
                     mn: Index::Pixel { n_stride: yd.strides[0], grid: slots(&xd.dims[2..], 1), mul: slots(&ones, 0), off: slots(&attrs.pre_padding, 0) },
-                    k: Index::Taps { taps: t3, channels: k, ch_stride: yd.strides[1], tap_major, dil: slots(&neg(&attrs.dilation), 0) },
+                    k: Index::Taps { taps: t3, channels: kp, ch_stride: yd.strides[1], tap_major, dil: slots(&neg(&attrs.dilation), 0) },
                     axes: axes(yd, &attrs.stride, &zeros),
+                    block: None,
                 };
+                // (Packed: image channel n of the pack, channel n % c of w, reads the filters of
+                // its group.)
                 let gb = Gather {
                     mn: Index::Plain { stride: wd.strides[1] },
-                    k: Index::Taps { taps: t3, channels: k, ch_stride: wd.strides[0], tap_major, dil: slots(&filter_dil, 0) },
+                    k: Index::Taps { taps: t3, channels: kp, ch_stride: wd.strides[0], tap_major, dil: slots(&filter_dil, 0) },
                     axes: axes(wd, &ones, &filter_base),
+                    block: block(c, kg, true, false),
                 };
-                (ga, gb, c, k)
+                (ga, gb, cp, kp)
             };
+            // fprop: the group's (pack's) image channels and filters; dgrad: its output-gradient
+            // channels and filters.
+            let at = if kind == 0 { (cp * xd.strides[1], kp * wd.strides[0]) } else { (kp * yd.strides[1], kp * wd.strides[0]) };
             // The output as rows (its images' pixels) x channels, one GEMM batch per image
             // unless every tensor of the epilogue flattens images and pixels into one run.
             let od = graph.desc(out);
@@ -120,8 +157,12 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
             let viewed = view_epilogue(graph, &mut view, out, &od.dims, &[a, b]);
             let pixels: i64 = od.dims[2..].iter().product();
             let flat = flatten(&mut view, &viewed, n, pixels);
+            let gemm_groups = groups / pack;
+            if gemm_groups > 1 && !split_groups(&mut view, &viewed, gemm_groups) {
+                return None;
+            }
             let m = if flat { n * pixels } else { pixels };
-            ((ga, gb), m, taps.iter().product::<i64>() * red_ch, mn_ch)
+            ((ga, gb), gemm_groups, at, m, taps.iter().product::<i64>() * red_ch, mn_ch)
         }
         _ => {
             if flip {
@@ -140,30 +181,36 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
                 mn: Index::Plain { stride: yd.strides[1] },
                 k: Index::Pixel { n_stride: yd.strides[0], grid: slots(&yd.dims[2..], 1), mul: slots(&ones, 0), off: [0; 3] },
                 axes: axes(yd, &ones, &zeros),
+                block: None,
             };
             let x_side = Gather {
                 mn: Index::Taps { taps: t3, channels: c, ch_stride: xd.strides[1], tap_major, dil: slots(&attrs.dilation, 0) },
                 k: Index::Pixel { n_stride: xd.strides[0], grid: slots(&yd.dims[2..], 1), mul: slots(&attrs.stride, 0), off: slots(&neg(&attrs.pre_padding), 0) },
                 axes: axes(xd, &ones, &zeros),
+                block: None,
             };
             let pixels: i64 = n * yd.dims[2..].iter().product::<i64>();
+            // A group's output-gradient channels and image channels; its filters are dw's rows
+            // kg apart (the groups' dw as a batch of matrices).
+            let (dy_at, x_at, w_at) = (kg * yd.strides[1], c * xd.strides[1], kg * wd.strides[0]);
+            let grouped = |d: TensorDesc| if groups > 1 { batch_of(d, groups, w_at) } else { d };
             // dw^T = x^T dy, the longer side (taps and channels) along the tiles' 128 rows, where
             // K alone would not fill them or the reduction is long enough to hide dw^T's
             // column-major stores; over few pixels dw is stored row-major (measured on the H100,
             // 3x3 1280 -> 1280 over 2 x 8 x 8 pixels: 0.0180 ms instead of 0.0293; over 2 x 16 x
             // 16, dw^T stays faster: 0.0398 against 0.0495).
-            if cols > k && (k < 128 || pixels >= 512) {
-                view.tensors[out.0] = matrix(wd, (cols, col_stride), (k, wd.strides[0]));
+            if cols > kg && (kg < 128 || pixels >= 512) {
+                view.tensors[out.0] = grouped(matrix(wd, (cols, col_stride), (kg, wd.strides[0])));
                 let node = &mut view.nodes[ni];
                 node.op = Op::Matmul(MatmulAttrs {});
                 node.inputs = vec![Port { name: "a".into(), tensor: b }, Port { name: "b".into(), tensor: a }];
                 node.outputs = vec![Port { name: "c".into(), tensor: out }];
                 view.tensors[b.0] = TensorDesc { dims: vec![cols, pixels], strides: vec![pixels, 1], ..graph.desc(b).clone() };
-                view.tensors[a.0] = TensorDesc { dims: vec![pixels, k], strides: vec![k, 1], ..graph.desc(a).clone() };
-                return Some(View { graph: view, gathers: Some(Gathers { node: ni, a: x_side, b: dy_side }), stage: None });
+                view.tensors[a.0] = TensorDesc { dims: vec![pixels, kg], strides: vec![kg, 1], ..graph.desc(a).clone() };
+                return Some(View { graph: view, gathers: Some(grouped_gathers(ni, x_side, dy_side, groups, (x_at, dy_at))), stage: None });
             }
-            view.tensors[out.0] = matrix(wd, (k, wd.strides[0]), (cols, col_stride));
-            ((dy_side, x_side), k, pixels, cols)
+            view.tensors[out.0] = grouped(matrix(wd, (kg, wd.strides[0]), (cols, col_stride)));
+            ((dy_side, x_side), groups, (dy_at, x_at), kg, pixels, cols)
         }
     };
     // A and B get only their extents (m x reduction, reduction x n) in the view.
@@ -174,7 +221,94 @@ pub fn view(graph: &Graph, ni: usize) -> Option<View> {
     node.inputs = vec![Port { name: "a".into(), tensor: a }, Port { name: "b".into(), tensor: b }];
     node.outputs = vec![Port { name: "c".into(), tensor: out }];
     let (ga, gb) = gathers;
-    Some(View { graph: view, gathers: Some(Gathers { node: ni, a: ga, b: gb }), stage: None })
+    Some(View { graph: view, gathers: Some(grouped_gathers(ni, ga, gb, gemm_groups, groups_at)), stage: None })
+}
+
+/// Groups a GEMM of a forward or data-gradient convolution packs (a power of two dividing
+/// `groups`): where a group's reduction channels (`chans.0`: the image's for fprop, the output
+/// gradient's for dgrad, `es` bytes each) are too few for 16-byte vectors, as many groups as
+/// make their channels a whole number of vectors and their outputs (`chans.1` a group) fill the
+/// mma.sync kernel's narrowest tile (16 columns), at most 64 outputs; 1 (no packing) otherwise.
+/// Each pack multiplies zeros off its filter's diagonal blocks: `pack` times the tensor-core
+/// work of its groups, for loads of whole vectors instead of short ones or single elements.
+fn pack_of(groups: i64, chans: (i64, i64), es: i64) -> i64 {
+    let (red, out) = chans;
+    if groups < 2 || red * es % 16 == 0 || out >= 16 {
+        return 1;
+    }
+    let (mut best, mut p) = (1, 2);
+    while groups % p == 0 && p * out <= 64 {
+        if p * red * es % 16 == 0 {
+            best = p;
+            if p * out >= 16 {
+                break;
+            }
+        }
+        p *= 2;
+    }
+    best
+}
+
+/// The gathers of node `ni` over `groups` groups, each operand `at` elements (A's, B's) from
+/// one group to the next; of one group when there is one.
+fn grouped_gathers(ni: usize, a: Gather, b: Gather, groups: i64, at: (i64, i64)) -> Gathers {
+    if groups > 1 {
+        Gathers { node: ni, a, b, groups: groups as usize, a_group: at.0, b_group: at.1 }
+    } else {
+        Gathers::one(ni, a, b)
+    }
+}
+
+/// Matrix `d` as the first group's of `groups`, each `at` elements after the one before: a batch
+/// of matrices `[groups, rows, cols]`.
+fn batch_of(d: TensorDesc, groups: i64, at: i64) -> TensorDesc {
+    let mut dims = vec![groups];
+    dims.extend(&d.dims);
+    let mut strides = vec![at];
+    strides.extend(&d.strides);
+    TensorDesc { dims, strides, ..d }
+}
+
+/// The views of a grouped convolution's output and its epilogue's tensors (`viewed`: `[rows,
+/// C]`, or `[N, S, C]`, one batch per image) split into `groups` of `C / groups` channels:
+/// `[groups, rows, C / groups]`, or `[N, groups, S, C / groups]` (the groups the inner batch
+/// dim, as the GEMM's batch of images x groups reads them). A tensor of one channel (broadcast
+/// along them) stays broadcast along both. False, with nothing changed, when a tensor has another
+/// channel count or the views are of other ranks.
+pub(super) fn split_groups(view: &mut Graph, viewed: &[TensorId], groups: i64) -> bool {
+    let Some(&out) = viewed.first() else { return false };
+    let channels = view.tensors[out.0].dims.last().copied().unwrap_or(0);
+    if groups < 1 || channels % groups != 0 {
+        return false;
+    }
+    let per = channels / groups;
+    let mut split = Vec::new();
+    for &t in viewed {
+        let d = &view.tensors[t.0];
+        let r = d.dims.len();
+        if !(r == 2 || r == 3) || d.strides.len() != r {
+            return false;
+        }
+        let (e, s) = (d.dims[r - 1], d.strides[r - 1]);
+        let (g, c) = if e == channels && channels > 1 {
+            ((groups, per * s), (per, s))
+        } else if e == 1 {
+            ((1, 0), (1, 0))
+        } else {
+            return false;
+        };
+        let (mut dims, mut strides) = (d.dims[..r - 1].to_vec(), d.strides[..r - 1].to_vec());
+        // The groups after the images (if any), before the rows.
+        dims.insert(r - 2, g.0);
+        strides.insert(r - 2, g.1);
+        dims.push(c.0);
+        strides.push(c.1);
+        split.push((t, TensorDesc { dims, strides, ..d.clone() }));
+    }
+    for (t, d) in split {
+        view.tensors[t.0] = d;
+    }
+    true
 }
 
 #[cfg(test)]
@@ -221,11 +355,81 @@ mod tests {
         assert!(!v.gathers.unwrap().a.k.contiguous(4));
     }
 
+    /// A grouped convolution: one GEMM per group (the batch), each operand's map at group 0
+    /// moved by the group's channels or filters; the output's channels split into groups.
     #[test]
-    fn grouped_and_mirrored_weight_gradients_are_declined() {
+    fn groups_run_as_a_batch_of_gemms() {
         let mut g = Graph::new("grp").io_data_type(DataType::F16);
         let x = g.tensor(nhwc("x", &[2, 16, 9, 11]));
-        let w = g.tensor(nhwc("w", &[16, 8, 3, 3]));
+        let w = g.tensor(nhwc("w", &[24, 8, 3, 3]));
+        let y = g.conv_fprop(x, w, ConvAttrs::new(2).with_padding(&[1, 1]));
+        let b = g.tensor(TensorDesc::new("b", &[1, 24, 1, 1], DataType::F16));
+        let z = g.add(y, b);
+        g.set_output(z);
+        g.validate().unwrap();
+        let v = view(&g, 0).unwrap();
+        let gs = v.gathers.unwrap();
+        // Two groups of 8 image channels and 12 filters (w [24, 8, 3, 3] KRSC: 72 a filter).
+        assert_eq!((gs.groups, gs.a_group, gs.b_group), (2, 8, 12 * 72));
+        assert!(matches!(gs.a.k, Index::Taps { channels: 8, ch_stride: 1, .. }));
+        assert_eq!(v.graph.tensors[x.0].dims, [198, 72]);
+        assert_eq!(v.graph.tensors[w.0].dims, [72, 12]);
+        assert_eq!((v.graph.tensors[z.0].dims.clone(), v.graph.tensors[z.0].strides.clone()), (vec![2, 198, 12], vec![12, 24, 1]));
+        assert_eq!((v.graph.tensors[b.0].dims.clone(), v.graph.tensors[b.0].strides.clone()), (vec![2, 1, 12], vec![12, 0, 1]));
+        // NCHW: a batch per image and group, groups inner.
+        let mut g = Graph::new("grp_nchw").io_data_type(DataType::F32);
+        let x = g.tensor(TensorDesc::new("x", &[3, 6, 7, 5], DataType::F32));
+        let w = g.tensor(TensorDesc::new("w", &[4, 3, 3, 3], DataType::F32));
+        let y = g.conv_fprop(x, w, ConvAttrs::new(2).with_padding(&[1, 1]));
+        g.set_output(y);
+        g.validate().unwrap();
+        let v = view(&g, 0).unwrap();
+        assert_eq!((v.graph.tensors[y.0].dims.clone(), v.graph.tensors[y.0].strides.clone()), (vec![3, 2, 35, 2], vec![140, 70, 1, 35]));
+        let gs = v.gathers.unwrap();
+        assert_eq!((gs.groups, gs.a_group, gs.b_group), (2, 3 * 35, 2 * 27));
+        // The weight gradient: dw as a batch of the groups' matrices.
+        let mut g = Graph::new("grp_wgrad").io_data_type(DataType::F16);
+        let dy = g.tensor(nhwc("dy", &[2, 8, 9, 11]));
+        let x = g.tensor(nhwc("x", &[2, 16, 9, 11]));
+        let dw = g.conv_wgrad(dy, x, &[8, 4, 3, 3], ConvAttrs::new(2).with_padding(&[1, 1]));
+        g.set_output(dw);
+        g.validate().unwrap();
+        let v = view(&g, 0).unwrap();
+        let gs = v.gathers.unwrap();
+        // 4 groups of 2 filters by 36 taps and channels: dw^T (36 x 2) each, 2 filters apart.
+        assert_eq!((gs.groups, gs.a_group, gs.b_group), (4, 4, 2));
+        assert_eq!((v.graph.tensors[dw.0].dims.clone(), v.graph.tensors[dw.0].strides.clone()), (vec![4, 36, 2], vec![72, 1, 36]));
+    }
+
+    /// Groups of 4 16-bit channels: packed 4 to a GEMM, whose filter is block-diagonal (16
+    /// channels, 8-byte runs for each filter's own 4).
+    #[test]
+    fn small_groups_pack_into_block_diagonal_gemms() {
+        let mut g = Graph::new("resnext").io_data_type(DataType::F16);
+        let x = g.tensor(nhwc("x", &[2, 128, 9, 11]));
+        let w = g.tensor(nhwc("w", &[128, 4, 3, 3]));
+        let y = g.conv_fprop(x, w, ConvAttrs::new(2).with_padding(&[1, 1]));
+        g.set_output(y);
+        g.validate().unwrap();
+        let v = view(&g, 0).unwrap();
+        let gs = v.gathers.unwrap();
+        assert_eq!((gs.groups, gs.a_group, gs.b_group), (8, 16, 16 * 36));
+        assert!(matches!(gs.a.k, Index::Taps { channels: 16, .. }) && gs.a.block.is_none());
+        assert_eq!(gs.b.block, Some(Block { mn: 4, ch: 4, mn_wrap: false, ch_wrap: true }));
+        assert!(gs.a.aligned(true, 8) && !gs.b.aligned(true, 8) && gs.b.aligned(true, 4));
+        assert_eq!(v.graph.tensors[y.0].dims, [8, 198, 16]);
+        assert_eq!(pack_of(32, (4, 4), 2), 4);
+        assert_eq!(pack_of(32, (8, 8), 2), 1);
+        assert_eq!(pack_of(2, (4, 4), 2), 2);
+        assert_eq!(pack_of(32, (4, 16), 2), 1);
+        assert_eq!(pack_of(6, (2, 2), 4), 2);
+    }
+
+    #[test]
+    fn depthwise_and_mirrored_weight_gradients_are_declined() {
+        let mut g = Graph::new("dw").io_data_type(DataType::F16);
+        let x = g.tensor(nhwc("x", &[2, 16, 9, 11]));
+        let w = g.tensor(nhwc("w", &[16, 1, 3, 3]));
         let y = g.conv_fprop(x, w, ConvAttrs::new(2));
         g.set_output(y);
         g.validate().unwrap();

@@ -14,11 +14,13 @@
 //! [`as_gemm`] makes a copy of the graph in which the convolution is a matmul over those views
 //! (and the tensors of the pointwise nodes after it are viewed the same way), which the GEMM
 //! engine plans as it plans a matmul; the kernels address the same buffers by the same tensor
-//! ids, so they run on the original graph's variant pack. Every other one-group convolution runs
-//! as an implicit GEMM ([`implicit`]): its operands gathered through index maps, no im2col matrix
-//! written; those whose image channels do not fill 16-byte vectors, and data gradients of few
-//! image channels, with a staged copy around the GEMM ([`stage`]). Depthwise convolutions run
-//! on their own kernels ([`depthwise`]), other grouped convolutions on the generic fallback.
+//! ids, so they run on the original graph's variant pack. Every other convolution runs as an
+//! implicit GEMM ([`implicit`]): its operands gathered through index maps, no im2col matrix
+//! written; a grouped one as a batch of one GEMM per group (and image, where the images are not
+//! one run of rows), each reading its group's channels and filters. One-group convolutions whose
+//! image channels do not fill 16-byte vectors, and data gradients of few image channels, run
+//! with a staged copy around the GEMM ([`stage`]). Depthwise convolutions (one channel a group)
+//! run on their own kernels ([`depthwise`]).
 
 pub mod depthwise;
 pub mod implicit;
@@ -105,17 +107,25 @@ pub fn decline_reason(graph: &Graph, ni: usize) -> String {
     };
     let channels = |t: Option<TensorId>| t.and_then(|t| graph.desc(t).dims.get(1).copied()).unwrap_or(1);
     let (c, cf) = (channels(image), channels(filter));
-    if cf > 0 && c != cf {
-        return format!("groups = {} (image channels {c} / filter channels {cf}): grouped convolutions run on the fallback (the implicit GEMM takes one group, the depthwise kernels one channel a group)", c / cf);
-    }
     if matches!(node.op, Op::ConvWgrad(_)) && a.mode == crate::graph::ops::conv::ConvMode::Convolution {
         return "a weight gradient in convolution mode (mirrored filter) runs on the fallback".into();
+    }
+    if cf > 0 && c != cf {
+        let groups = c / cf;
+        if cf == 1 {
+            return format!("groups = {groups} with one channel a group: a depthwise convolution, which the depthwise kernels take (not the implicit GEMM)");
+        }
+        if as_gemm(graph, ni).is_none() {
+            return format!(
+                "groups = {groups} (image channels {c} / filter channels {cf}): a grouped convolution runs on the implicit GEMM as a batch of images x groups, which needs its output (and the tensors of its epilogue) one batch stride apart from group to group and image to image (channels-last images flattened with their pixels, or packed NCHW); this one's are not"
+            );
+        }
     }
     format!("it takes {CONDITIONS}")
 }
 
 /// What this engine takes.
-pub const CONDITIONS: &str = "one group; inputs of f16, bf16, f32 (tf32 or 3xTF32) or fp8 with f32 compute; any filter size, stride, dilation and padding in 1-3 spatial dims; extents within 2^31 (other convolutions run on the fallback). f16/bf16 convolutions whose channels come in 16-byte runs run on the Hopper wgmma kernel, the rest on the mma.sync kernel";
+pub const CONDITIONS: &str = "any number of groups of more than one channel (depthwise convolutions run on their own kernels); inputs of f16, bf16, f32 (tf32 or 3xTF32) or fp8 with f32 compute; any filter size, stride, dilation and padding in 1-3 spatial dims; extents within 2^31 (other convolutions run on the fallback). f16/bf16 convolutions whose channels come in 16-byte runs run on the Hopper wgmma kernel, the rest on the mma.sync kernel";
 
 /// A copy of `graph` in which convolution node `ni` is a matmul over matrix views of its
 /// tensors, and the tensors of the pointwise nodes after it are viewed alike; None when the

@@ -11,6 +11,10 @@
 //                        t * DIL on axis d
 //   *E<d>, *S<d>, *DIV<d>, *BASE<d>   the spatial axes: extent, stride, divisor and base of the
 //                        coordinate
+//   *BLK, *BLK_MN, *BLK_CH, *BLK_MN_WRAP, *BLK_CH_WRAP   1: block-diagonal (gather.rs, Block):
+//                        the plain m/n index's value i in block i / BLK_MN, the tap index's
+//                        channel ch in block ch / BLK_CH, elements of two blocks zero; a WRAP
+//                        index addresses by its place in its block
 // All are literals, so every division below is by a constant.
 
 #define GT_PLAIN 0
@@ -19,18 +23,26 @@
 // Operand X's define `name`.
 #define GX(name) (X == 0 ? GA_##name : GB_##name)
 
-// One index's share of an element's address: an offset in elements and coordinates on the axes.
+// One index's share of an element's address: an offset in elements, coordinates on the axes, and
+// (block-diagonal operands) its block.
 struct gt_part {
     long long off;
     int c0, c1, c2;
+    int blk;
 };
 
 // Index `i` of operand X along its m/n index (SIDE 0) or its k index (SIDE 1).
 template <int X, int SIDE> __device__ __forceinline__ gt_part gt_index(unsigned i) {
     constexpr int KIND = SIDE == 0 ? GX(MN_KIND) : GX(K_KIND);
     gt_part p;
+    p.blk = 0;
     if constexpr (KIND == GT_PLAIN) {
-        p.off = (long long)i * (SIDE == 0 ? GX(MN_S) : GX(K_S));
+        unsigned j = i;
+        if constexpr (GX(BLK) && SIDE == 0) {
+            p.blk = (int)(i / (unsigned)GX(BLK_MN));
+            if constexpr (GX(BLK_MN_WRAP)) j = i % (unsigned)GX(BLK_MN);
+        }
+        p.off = (long long)j * (SIDE == 0 ? GX(MN_S) : GX(K_S));
         p.c0 = p.c1 = p.c2 = 0;
     } else if constexpr (KIND == GT_PIXEL) {
         unsigned q = i;
@@ -53,6 +65,10 @@ template <int X, int SIDE> __device__ __forceinline__ gt_part gt_index(unsigned 
         } else {
             t = i % TAPS;
             ch = i / TAPS;
+        }
+        if constexpr (GX(BLK)) {
+            p.blk = (int)(ch / (unsigned)GX(BLK_CH));
+            if constexpr (GX(BLK_CH_WRAP)) ch %= (unsigned)GX(BLK_CH);
         }
         const int t2 = (int)(t % (unsigned)GX(TP_T2));
         t /= (unsigned)GX(TP_T2);
@@ -90,5 +106,9 @@ template <int X> __device__ __forceinline__ bool gt_offset(const gt_part& a, con
     const bool ok0 = gt_axis<X, 0>(a.c0 + b.c0, off);
     const bool ok1 = gt_axis<X, 1>(a.c1 + b.c1, off);
     const bool ok2 = gt_axis<X, 2>(a.c2 + b.c2, off);
+    if constexpr (GX(BLK)) {
+        // (A block-diagonal operand: zero off the diagonal blocks.)
+        return ok0 && ok1 && ok2 && a.blk == b.blk;
+    }
     return ok0 && ok1 && ok2;
 }

@@ -35,10 +35,11 @@ pub struct Operand {
     pub cols: usize,
     pub row_stride: i64,
     pub col_stride: i64,
-    /// 0 when the operand is broadcast over the batch.
+    /// 0 when the operand is broadcast over the batch. A gathered operand's is its offset per
+    /// group instead ([`GemmProblem::groups`]).
     pub batch_stride: i64,
     /// Addressed through an index map instead of the strides (an implicit GEMM's operand,
-    /// [`gather`]): only the mma.sync kernel takes it.
+    /// [`gather`]).
     pub gather: Option<Box<gather::Gather>>,
 }
 
@@ -52,6 +53,12 @@ pub struct GemmProblem {
     pub a: Operand,
     pub b: Operand,
     pub c: Operand,
+    /// Groups of a grouped convolution (1 otherwise; only with gathered operands): the batch is
+    /// images x groups, groups inner. Batch `b` reads group `b % groups` of each gathered
+    /// operand (its map's element plus `(b % groups) * batch_stride`), and rows of image
+    /// `b / groups` (a pixel index along A's m continues over the images); C and the epilogue see
+    /// the batch as it is (C's view has the groups as a batch dim).
+    pub groups: usize,
     /// f32 inputs may run as tf32 (the plan's `tf32` knob, `Options::tf32`: its behavior
     /// notes then say reduced precision); otherwise f32 runs as 3xTF32 (about f32 accuracy).
     pub allow_tf32: bool,
@@ -568,8 +575,9 @@ fn operand(graph: &Graph, id: TensorId, out_batch: &[i64]) -> Option<Operand> {
 /// A gathered operand: the extents of `id`'s (matrix) description in the view graph, read
 /// through `map`; with the strides of the matrix it is when the map is a plain one after all
 /// ([`gather::Gather::as_matrix`]: a kernel may then load it as a matrix), else zero strides.
-/// `is_a`: A (`m x k`), else B (`k x n`).
-fn gathered(graph: &Graph, id: TensorId, map: &gather::Gather, is_a: bool) -> Option<Operand> {
+/// `is_a`: A (`m x k`), else B (`k x n`). `group`: the operand's offset per group (its batch
+/// stride, [`GemmProblem::groups`]).
+fn gathered(graph: &Graph, id: TensorId, map: &gather::Gather, is_a: bool, group: i64) -> Option<Operand> {
     let d = graph.desc(id);
     if d.dims.len() != 2 || d.dims.iter().any(|&e| e <= 0 || e > i32::MAX as i64) || !map.valid() {
         return None;
@@ -583,7 +591,7 @@ fn gathered(graph: &Graph, id: TensorId, map: &gather::Gather, is_a: bool) -> Op
         cols: d.dims[1] as usize,
         row_stride,
         col_stride,
-        batch_stride: 0,
+        batch_stride: group,
         gather: Some(Box::new(map.clone())),
     })
 }
@@ -624,7 +632,7 @@ fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId,
     }
     let batch: i64 = out_batch.iter().product();
     let (pa, pb, pc) = match gathers {
-        Some(g) => (gathered(graph, a, &g.a, true)?, gathered(graph, b, &g.b, false)?, operand(graph, out, out_batch)?),
+        Some(g) => (gathered(graph, a, &g.a, true, g.a_group)?, gathered(graph, b, &g.b, false, g.b_group)?, operand(graph, out, out_batch)?),
         None => (operand(graph, a, out_batch)?, operand(graph, b, out_batch)?, operand(graph, out, out_batch)?),
     };
     // Gathered indices are 32-bit in the kernel (rows over every batch too).
@@ -641,7 +649,12 @@ fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId,
     if batch > u32::MAX as i64 {
         return None;
     }
-    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, allow_tf32: options.tf32, fast_fp8: options.fp8_fast_accum })
+    // Groups: the batch's inner factor (C's view has them as its last batch dim).
+    let groups = gathers.map_or(1, |g| g.groups.max(1));
+    if groups > 1 && (batch % groups as i64 != 0 || out_batch.last() != Some(&(groups as i64)) || pa.batch_stride < 0 || pb.batch_stride < 0) {
+        return None;
+    }
+    Some(GemmProblem { batch: batch as usize, m: pa.rows, n: pb.cols, k: pa.cols, a: pa, b: pb, c: pc, groups, allow_tf32: options.tf32, fast_fp8: options.fp8_fast_accum })
 }
 
 #[cfg(test)]

@@ -23,6 +23,11 @@
 //   EPI_NAMES             the epilogue's side-input arguments (`, e0, ...`)
 //   GM_GATHER             1: A and B are gathered through the index maps of gather.cuh (an
 //                         implicit GEMM: included before this template), not strided matrices
+//   GM_A_VB, GM_B_VB      (gathered, with GM_A_ASYNC / GM_B_ASYNC) the bytes of a cp.async vector:
+//                         16, or 8 or 4 where the operand's contiguous runs are shorter
+//   GM_GROUPS             (gathered) the groups of a grouped convolution, the batch's inner
+//                         factor: batch `bz` reads group bz % GM_GROUPS of each operand (A_BS and
+//                         B_BS elements a group further on) and rows of image bz / GM_GROUPS
 
 #define GM_MMA_F16 1
 #define GM_MMA_BF16 2
@@ -73,6 +78,15 @@ typedef float smem_t;
 __device__ __forceinline__ unsigned gm_saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void gm_cp16(unsigned dst, const void* src, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+// A VB-byte cp.async (16: through L2 only, as gm_cp16; 8 or 4: `.ca`, the only form of those
+// sizes), `bytes` of them from `src` (the rest zero-filled).
+template <int VB> __device__ __forceinline__ void gm_cp(unsigned dst, const void* src, int bytes) {
+    if constexpr (VB == 16) {
+        gm_cp16(dst, src, bytes);
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" :: "r"(dst), "l"(src), "n"(VB), "r"(bytes) : "memory");
+    }
 }
 __device__ __forceinline__ void gm_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void gm_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
@@ -206,15 +220,15 @@ __device__ __forceinline__ void gm_load_tile(smem_t* __restrict__ s, const char*
 // Every thread of the block brings its share of a ROWS x COLS tile of gathered operand X into `s`
 // (row pitch PITCH): rows are the operand's index ROW_SIDE (0: along m or n, 1: along k) from
 // `r0`, columns its other index from `c0`; rows >= `rows_valid`, columns >= `cols_valid` and
-// elements outside the tensor (padding) become zero. ASYNC: 16-byte cp.async along the rows (the
-// column index is contiguous, gather.rs), zero-filled through the source size, left in flight;
-// else one element at a time.
-template <int X, int ROWS, int COLS, int PITCH, int GT, bool ASYNC, int ROW_SIDE>
+// elements outside the tensor (padding) become zero. ASYNC: VB-byte cp.async along the rows (the
+// column index is contiguous in runs of VB bytes, gather.rs), zero-filled through the source
+// size, left in flight; else one element at a time.
+template <int X, int ROWS, int COLS, int PITCH, int GT, bool ASYNC, int ROW_SIDE, int VB>
 __device__ __forceinline__ void gm_gather_tile(smem_t* __restrict__ s, const char* __restrict__ g, unsigned r0, unsigned c0, long long rows_valid, long long cols_valid, int tid) {
     constexpr int COL_SIDE = 1 - ROW_SIDE;
     constexpr int ES = DT_SIZE(GT);
     if constexpr (ASYNC) {
-        constexpr int VEC = 16 / ES, PER_ROW = COLS / VEC, TOTAL = ROWS * PER_ROW, ITERS = (TOTAL + THREADS - 1) / THREADS;
+        constexpr int VEC = VB / ES, PER_ROW = COLS / VEC, TOTAL = ROWS * PER_ROW, ITERS = (TOTAL + THREADS - 1) / THREADS;
         #pragma unroll
         for (int it = 0; it < ITERS; ++it) {
             const int idx = tid + it * THREADS;
@@ -230,7 +244,7 @@ __device__ __forceinline__ void gm_gather_tile(smem_t* __restrict__ s, const cha
                 long long off;
                 const bool ok = gt_offset<X>(pr, gt_index<X, COL_SIDE>(c0 + c), off);
                 // Outside the tensor: zero fill (source size 0) from the base pointer.
-                gm_cp16(gm_saddr(d), ok ? g + off * ES : g, ok ? 16 : 0);
+                gm_cp<VB>(gm_saddr(d), ok ? g + off * ES : g, ok ? VB : 0);
             } else {
                 // A vector cut by the edge of the index (a plain one: tap indices are whole
                 // vectors) or wholly past it: its valid elements and zeros.
@@ -259,14 +273,14 @@ __device__ __forceinline__ void gm_gather_tile(smem_t* __restrict__ s, const cha
 }
 
 #if GM_A_KMAJOR
-#define GM_GATHER_A(s, g, m0, kk0) gm_gather_tile<0, BM, BK, A_PITCH, GEMM_A, GM_A_ASYNC, 0>(s, g, m0, kk0, m_left, k_left, tid)
+#define GM_GATHER_A(s, g, m0, kk0) gm_gather_tile<0, BM, BK, A_PITCH, GEMM_A, GM_A_ASYNC, 0, GM_A_VB>(s, g, m0, kk0, m_left, k_left, tid)
 #else
-#define GM_GATHER_A(s, g, m0, kk0) gm_gather_tile<0, BK, BM, A_PITCH, GEMM_A, GM_A_ASYNC, 1>(s, g, kk0, m0, k_left, m_left, tid)
+#define GM_GATHER_A(s, g, m0, kk0) gm_gather_tile<0, BK, BM, A_PITCH, GEMM_A, GM_A_ASYNC, 1, GM_A_VB>(s, g, kk0, m0, k_left, m_left, tid)
 #endif
 #if GM_B_KMAJOR
-#define GM_GATHER_B(s, g, n0, kk0) gm_gather_tile<1, BN, BK, B_PITCH, GEMM_B, GM_B_ASYNC, 0>(s, g, n0, kk0, n_left, k_left, tid)
+#define GM_GATHER_B(s, g, n0, kk0) gm_gather_tile<1, BN, BK, B_PITCH, GEMM_B, GM_B_ASYNC, 0, GM_B_VB>(s, g, n0, kk0, n_left, k_left, tid)
 #else
-#define GM_GATHER_B(s, g, n0, kk0) gm_gather_tile<1, BK, BN, B_PITCH, GEMM_B, GM_B_ASYNC, 1>(s, g, kk0, n0, k_left, n_left, tid)
+#define GM_GATHER_B(s, g, n0, kk0) gm_gather_tile<1, BK, BN, B_PITCH, GEMM_B, GM_B_ASYNC, 1, GM_B_VB>(s, g, kk0, n0, k_left, n_left, tid)
 #endif
 #endif
 
@@ -367,15 +381,15 @@ __device__ __forceinline__ void gm_mma_stage(const smem_t* __restrict__ sA, cons
 
 // One k tile (`t`, relative to the split's first) of A and B into stage `stage`.
 #if GM_GATHER
-// (Gathered: `ga`, `gb` are the tensors' base pointers; `m0` is the tile's first row over every
-// batch, `n0` its first column.)
+// (Gathered: `ga`, `gb` are the tensors' base pointers at the batch's group; `m0` is the tile's
+// first row over every image, `n0` its first column.)
 __device__ __forceinline__ void gm_load_stage(smem_t* sa, smem_t* sb, const char* ga, const char* gb, int stage, int t, int kt0, long long m_left, long long n_left, unsigned m0, unsigned n0, int tid) {
     const long long k_left = K_ - (long long)(kt0 + t) * BK;
     const unsigned kk0 = (unsigned)(kt0 + t) * BK;
     GM_GATHER_A(sa + stage * A_STAGE, ga, m0, kk0);
     GM_GATHER_B(sb + stage * B_STAGE, gb, n0, kk0);
 }
-#define GM_LOAD_STAGE(stage, t) gm_load_stage(sa, sb, ga, gb, stage, t, kt0, m_left, n_left, (unsigned)(bz * M_ + m0), (unsigned)n0, tid)
+#define GM_LOAD_STAGE(stage, t) gm_load_stage(sa, sb, ga, gb, stage, t, kt0, m_left, n_left, (unsigned)(bz / GM_GROUPS * M_ + m0), (unsigned)n0, tid)
 #else
 __device__ __forceinline__ void gm_load_stage(smem_t* sa, smem_t* sb, const char* ga, const char* gb, int stage, int t, int kt0, long long m_left, long long n_left, int tid) {
     const long long k_left = K_ - (long long)(kt0 + t) * BK;
@@ -407,8 +421,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, GM_MIN_BLOCKS) KERNEL_NAME
     const int kt0 = split * KT_PER;
     const int nkt = min(KT - kt0, KT_PER);
 #if GM_GATHER
-    const char* ga = (const char*)gm_a;
-    const char* gb = (const char*)gm_b;
+    // (A grouped convolution's group: its channels and filters are the operands' first.)
+    const char* ga = (const char*)gm_a + bz % GM_GROUPS * A_BS * ESA;
+    const char* gb = (const char*)gm_b + bz % GM_GROUPS * B_BS * ESB;
 #else
     const char* ga = (const char*)gm_a + (bz * A_BS + m0 * A_RS + (long long)kt0 * BK * A_CS) * ESA;
     const char* gb = (const char*)gm_b + (bz * B_BS + n0 * B_CS + (long long)kt0 * BK * B_RS) * ESB;

@@ -15,8 +15,13 @@
 //!   pointers are misaligned runs the alternative kernel with scalar loads and stores). Scalar
 //!   loads (which also convert fp8 to f16) otherwise, guarded, zero outside.
 //! - Gathered operands (an implicit GEMM's, `gather.rs`; `GM_GATHER`): the loaders address each
-//!   16-byte vector (or element) through the operand's index map; 128x64 tiles for 64 or fewer
-//!   output channels, and a weight gradient's long reduction split up to 64 ways.
+//!   16-byte vector (8- or 4-byte where the contiguous runs are shorter, as a grouped
+//!   convolution's 4 or 2 channels a group; or each element) through the operand's index map; 128x64 tiles for 64 or fewer
+//!   output channels (128x32 and 128x16 for 32 or 16 or fewer, a grouped convolution's: 64
+//!   rows where 128 leave SMs idle), and a weight gradient's long reduction split up to 64 ways
+//!   (to two blocks an SM, eight for the narrow tiles). A grouped convolution runs its
+//!   groups as batches (`GemmProblem::groups`): each block's operands start at its group's
+//!   channels and filters.
 //! - mma: m16n8k16 f16/bf16; m16n8k8 tf32 when the graph allows reduced precision, else 3xTF32
 //!   (each f32 operand split into a tf32 high part and a tf32 remainder, three mmas; about f32
 //!   accuracy); fp8 (sm_89+) converted to f16 on load (exact), then m16n8k16.
@@ -85,6 +90,10 @@ pub enum Major {
 pub enum Load {
     /// 16-byte cp.async along the contiguous dim, zero-filled past the edges.
     Async16,
+    /// 8- or 4-byte cp.async (a gathered operand whose contiguous runs are shorter than 16
+    /// bytes: a grouped convolution's 4 or 2 16-bit channels a group, say).
+    Async8,
+    Async4,
     /// One element per access through registers (any strides and alignment; converts).
     Scalar,
 }
@@ -112,6 +121,26 @@ pub struct Config {
 
 /// Tile rows a group of the grouped tile order walks together.
 const GROUP_M: usize = 8;
+
+impl Load {
+    /// The bytes one cp.async brings (0: scalar loads).
+    fn bytes(self) -> usize {
+        match self {
+            Load::Async16 => 16,
+            Load::Async8 => 8,
+            Load::Async4 => 4,
+            Load::Scalar => 0,
+        }
+    }
+    /// The bytes of a gathered tile's vector (`GM_A_VB`, `GM_B_VB`; 16 for scalar loads, which
+    /// read none).
+    fn vector_bytes(self) -> usize {
+        match self.bytes() {
+            0 => 16,
+            b => b,
+        }
+    }
+}
 
 impl Config {
     fn threads(&self) -> usize {
@@ -170,19 +199,32 @@ fn layout(op: &Operand, k_stride: i64, mn_stride: i64, kind: MmaKind, batch: usi
 }
 
 /// The layout of a gathered operand's tile in shared memory (K-major when its k index is
-/// contiguous, else MN-major when that one is) and whether 16-byte cp.async loads it.
-fn gather_layout(g: &Gather, dtype: DataType, kind: MmaKind) -> (Major, Load) {
-    let vec = (16 / dtype.size()) as i64;
-    let major = if g.k.contiguous(vec) {
-        Major::K
-    } else if g.mn.contiguous(vec) {
-        Major::MN
-    } else {
-        Major::K
-    };
+/// contiguous, else MN-major when that one is) and whether cp.async loads it: 16-byte vectors
+/// where the index's runs allow (its offset per group, `group`, a whole number of vectors too),
+/// else 8- or 4-byte ones (runs of 4 or 2 16-bit channels), else one element at a time.
+fn gather_layout(g: &Gather, dtype: DataType, kind: MmaKind, group: i64) -> (Major, Load) {
     let same_type = matches!((dtype, kind), (DataType::F16, MmaKind::F16) | (DataType::Bf16, MmaKind::Bf16) | (DataType::F32, MmaKind::Tf32 | MmaKind::Tf32x3));
-    let load = if same_type && g.aligned(major == Major::K, vec) { Load::Async16 } else { Load::Scalar };
-    (major, load)
+    let major_of = |vec: i64| {
+        if g.k.contiguous(vec) {
+            Some(Major::K)
+        } else if g.mn.contiguous(vec) {
+            Some(Major::MN)
+        } else {
+            None
+        }
+    };
+    for load in [Load::Async16, Load::Async8, Load::Async4] {
+        let vec = (load.bytes() / dtype.size()) as i64;
+        if vec < 1 {
+            continue;
+        }
+        if let Some(major) = major_of(vec) {
+            if same_type && g.aligned(major == Major::K, vec) && group % vec == 0 {
+                return (major, load);
+            }
+        }
+    }
+    (major_of((16 / dtype.size()) as i64).unwrap_or(Major::K), Load::Scalar)
 }
 
 /// What the tensor cores multiply for inputs of types `a` and `b`, when this path takes them.
@@ -223,6 +265,16 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     let gathered = p.a.gather.is_some() || p.b.gather.is_some();
     let (bm, bn, warps_m, warps_n) = if p.m <= 16 {
         (16, 128, 1, 4)
+    } else if gathered && p.n <= 32 {
+        // (A convolution with few output channels, a grouped one's a group: tiles as narrow as
+        // the mma's fragments allow (16 columns), so that they do not fill 64 with zeros; 64 rows
+        // where 128 leave SMs idle.)
+        let bn = if p.n <= 16 { 16 } else { 32 };
+        if tiles(128, bn) >= sm {
+            (128, bn, 4, 1)
+        } else {
+            (64, bn, 4, 1)
+        }
     } else if gathered && p.n <= 64 && tiles(128, 64) >= sm {
         // (A convolution with 64 or fewer output channels: no half-empty 128-column tiles.)
         (128, 64, 4, 2)
@@ -234,14 +286,14 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     let bk = 32;
     // A is m x k (k along columns), B is k x n (k along rows).
     let (a_major, a_load) = match &p.a.gather {
-        Some(g) => gather_layout(g, p.a.dtype, kind),
+        Some(g) => gather_layout(g, p.a.dtype, kind, p.a.batch_stride),
         None => layout(&p.a, p.a.col_stride, p.a.row_stride, kind, p.batch),
     };
     let (b_major, b_load) = match &p.b.gather {
-        Some(g) => gather_layout(g, p.b.dtype, kind),
+        Some(g) => gather_layout(g, p.b.dtype, kind, p.b.batch_stride),
         None => layout(&p.b, p.b.row_stride, p.b.col_stride, kind, p.batch),
     };
-    let any_async = a_load == Load::Async16 || b_load == Load::Async16;
+    let any_async = a_load != Load::Scalar || b_load != Load::Scalar;
     let stages = match (any_async, kind.sixteen_bit()) {
         (false, _) => 2,
         (true, true) => 4,
@@ -256,13 +308,24 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     if tiles_mn < sm && kt >= 8 {
         // (An implicit GEMM's long reduction, a weight gradient's, splits further, to two
         // blocks an SM: its tiles are few and its operands are re-read from L2.)
-        let (blocks, most) = if gathered { (2 * sm, 64) } else { (sm, 16) };
+        // (Narrow tiles, a grouped convolution's, split to eight blocks an SM: their blocks of
+        // four warps are small.)
+        let (blocks, most) = if gathered && bn <= 32 {
+            (8 * sm, 64)
+        } else if gathered {
+            (2 * sm, 64)
+        } else {
+            (sm, 16)
+        };
         splits = ceil(blocks, tiles_mn).min(most).min(kt / 4).max(1);
         let cap = (256usize << 20) / (4 * p.batch * p.m * p.n).max(1);
         splits = splits.min(cap.max(1));
     }
     let kt_per = ceil(kt, splits);
     let splits = ceil(kt, kt_per);
+    // (An implicit GEMM's short reduction, a grouped convolution's few channels a group: no
+    // more stages than its k tiles and one, so that more blocks fit an SM.)
+    let stages = if gathered && splits == 1 { stages.min(kt + 1).max(2) } else { stages };
     if (tiles_mn as u128) * (splits as u128) > i32::MAX as u128 {
         return None;
     }
@@ -319,16 +382,19 @@ fn main_source(cfg: &Config, p: &GemmProblem, epi: &Epilogue, entry: &str, sig: 
         .define("GM_KT_PER", cfg.kt_per)
         .flag("GM_A_KMAJOR", cfg.a_major == Major::K)
         .flag("GM_B_KMAJOR", cfg.b_major == Major::K)
-        .flag("GM_A_ASYNC", cfg.a_load == Load::Async16)
-        .flag("GM_B_ASYNC", cfg.b_load == Load::Async16)
+        .flag("GM_A_ASYNC", cfg.a_load != Load::Scalar)
+        .flag("GM_B_ASYNC", cfg.b_load != Load::Scalar)
         .define("GM_A_PITCH", cfg.a_pitch())
         .define("GM_B_PITCH", cfg.b_pitch())
         .define("GM_A_STAGE", cfg.a_stage_elems())
         .define("GM_B_STAGE", cfg.b_stage_elems())
         .flag("GM_PAIR_STORE", cfg.pair_store)
-        .flag("GM_GATHER", p.a.gather.is_some());
+        .flag("GM_GATHER", p.a.gather.is_some())
+        .define("GM_GROUPS", p.groups.max(1));
     let src = match (&p.a.gather, &p.b.gather) {
-        (Some(a), Some(b)) => b.defines(a.defines(src, "GA_"), "GB_").template(COMMON).template(GATHER),
+        (Some(a), Some(b)) => {
+            b.defines(a.defines(src, "GA_"), "GB_").define("GM_A_VB", cfg.a_load.vector_bytes()).define("GM_B_VB", cfg.b_load.vector_bytes()).template(COMMON).template(GATHER)
+        }
         _ => src.template(COMMON),
     };
     // (A split's kernel stores no C: no epilogue.)
@@ -392,10 +458,10 @@ pub fn unit(_graph: &Graph, nodes: &[usize], p: &GemmProblem, epi: &Epilogue, ta
     let kernels = kernels(&cfg, p, epi, last, "");
     // Kernels that rely on 16-byte aligned base pointers, and the alternative without.
     let mut tensors = Vec::new();
-    if cfg.a_load == Load::Async16 {
+    if cfg.a_load != Load::Scalar {
         tensors.push(p.a.tensor);
     }
-    if cfg.b_load == Load::Async16 && !tensors.contains(&p.b.tensor) {
+    if cfg.b_load != Load::Scalar && !tensors.contains(&p.b.tensor) {
         tensors.push(p.b.tensor);
     }
     if cfg.pair_store && cfg.splits == 1 {
@@ -423,9 +489,31 @@ mod tests {
             a: op(dt, m, k, k as i64, 1, (m * k) as i64, 0),
             b: op(dt, k, n, n as i64, 1, (k * n) as i64, 1),
             c: op(dt, m, n, n as i64, 1, (m * n) as i64, 2),
+            groups: 1,
             allow_tf32: false,
             fast_fp8: false,
         }
+    }
+
+    /// A gathered image of 4 (or 2) 16-bit channels a tap loads by 8-byte (4-byte) vectors; 8
+    /// channels by 16-byte ones.
+    #[test]
+    fn short_channel_runs_load_by_short_vectors() {
+        use super::super::gather::{Axis, Index};
+        let image = |c: i64| Gather {
+            mn: Index::Pixel { n_stride: 35 * c * 4, grid: [1, 5, 7], mul: [0, 1, 1], off: [0, -1, -1] },
+            k: Index::Taps { taps: [1, 3, 3], channels: c, ch_stride: 1, tap_major: true, dil: [0, 1, 1] },
+            axes: [Axis::unit(), Axis { extent: 5, stride: 7 * c * 4, div: 1, base: 0 }, Axis { extent: 7, stride: c * 4, div: 1, base: 0 }],
+            block: None,
+        };
+        assert_eq!(gather_layout(&image(8), DataType::F16, MmaKind::F16, 8), (Major::K, Load::Async16));
+        assert_eq!(gather_layout(&image(4), DataType::F16, MmaKind::F16, 4), (Major::K, Load::Async8));
+        assert_eq!(gather_layout(&image(2), DataType::Bf16, MmaKind::Bf16, 2), (Major::K, Load::Async4));
+        assert_eq!(gather_layout(&image(2), DataType::F32, MmaKind::Tf32x3, 2), (Major::K, Load::Async8));
+        // A group offset that is not a whole number of vectors: shorter ones.
+        assert_eq!(gather_layout(&image(8), DataType::F16, MmaKind::F16, 12), (Major::K, Load::Async8));
+        // 3 channels: element by element.
+        assert_eq!(gather_layout(&image(3), DataType::F16, MmaKind::F16, 3).1, Load::Scalar);
     }
 
     #[test]

@@ -16,7 +16,13 @@
 //   GEMM_KT, GEMM_TILES_M, GEMM_TILES_N, GEMM_GROUP_M  k tiles; tile rows and columns; tile rows a
 //                         group of the tile order walks together
 //   GEMM_A_MN, GEMM_B_MN  1: A M-major, B N-major in shared memory (else K-major)
-//   GEMM_A3, GEMM_B3      true: the operand's TMA map has a batch coordinate
+//   GEMM_A3, GEMM_B3      true: the operand's TMA map has a batch coordinate (a grouped
+//                         convolution's B: the group's, B_BT)
+//   GEMM_GROUPS           the groups of a grouped convolution (gathered operands; 1 otherwise):
+//                         the batch `bt` is images x groups, groups inner; the operands are read
+//                         at group bt % GEMM_GROUPS (the gathers' base pointers GEMM_GA_GS and
+//                         GEMM_GB_GS elements a group further on, B's TMA map at that batch, the
+//                         im2col maps at the group's channels), rows of image bt / GEMM_GROUPS
 //   GEMM_TMA_STORE        1: C (16-bit, row-major) stored through shared memory with TMA
 //   GEMM_HOISTED          1: the epilogue from the side inputs' layouts (GEMM_SIDES): side values
 //                         loaded once a tile where they allow; 0: `epilogue` per element
@@ -32,6 +38,15 @@
 //                         two warpgroups after them; 0: both by TMA (`ta`, `tb`)
 
 #define STAGES GEMM_STAGES
+// The image and the group of batch `bt`, and B's TMA batch coordinate (the group's when there are
+// groups, else the batch's).
+#define A_IMG ((long long)bt / GEMM_GROUPS)
+#define GROUP_OF_BT (bt % GEMM_GROUPS)
+#if GEMM_GROUPS > 1
+#define B_BT GROUP_OF_BT
+#else
+#define B_BT bt
+#endif
 // The constants below are globals of the kernel's PTX (as every namespace-scope variable is): they
 // stay as they have always been, CM (the CTAs of a cluster: always 1, read by nothing) included.
 static constexpr int CM = 1, KT = GEMM_KT, TILES_M = GEMM_TILES_M, TILES_N = GEMM_TILES_N, GROUP_M = GEMM_GROUP_M;
@@ -285,7 +300,12 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
             int bt, tm, tn, k0, k1;
             tile_coords(t, bt, tm, tn, k0, k1);
             const long long m0 = (long long)tm * BM, n0 = (long long)tn * BN;
-            const unsigned am0 = (unsigned)((long long)bt * M_ + m0);
+            const unsigned am0 = (unsigned)(A_IMG * M_ + m0);
+            // (The batch's group: its operands from their group's first channels and filters.)
+            const char* const gat = (const char*)ga + (long long)GROUP_OF_BT * GEMM_GA_GS * 2;
+#if !GEMM_B_TMA
+            const char* const gbt = (const char*)gb + (long long)GROUP_OF_BT * GEMM_GB_GS * 2;
+#endif
             g90_rows<BM, GEMM_A_MN, GEMM_GA_VEC> ra;
             g90_prepare<0>(ra, am0, ptid);
 #if !GEMM_B_TMA
@@ -301,15 +321,15 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
                     const unsigned full = bars + 8u * s;
                     mbar_expect_tx(full, STAGE_BYTES - A_BYTES);
 #if GEMM_B_MN
-                    for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, kt * BK, 0, false);
+                    for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, kt * BK, B_BT, GEMM_B3);
 #else
-                    tma_load(sb, &tb, full, kt * BK, tn * BN, 0, false);
+                    tma_load(sb, &tb, full, kt * BK, tn * BN, B_BT, GEMM_B3);
 #endif
                 }
 #else
-                g90_stage<1>(sb, (const char*)gb, rb, (unsigned)n0, kk0, N_ - n0, K_ - kk0, ptid);
+                g90_stage<1>(sb, gbt, rb, (unsigned)n0, kk0, N_ - n0, K_ - kk0, ptid);
 #endif
-                g90_stage<0>(sa, (const char*)ga, ra, am0, kk0, M_ - m0, K_ - kk0, ptid);
+                g90_stage<0>(sa, gat, ra, am0, kk0, M_ - m0, K_ - kk0, ptid);
                 asm volatile("cp.async.commit_group;\n" ::: "memory");
                 if (issued >= GEMM_LAG) {
                     asm volatile("cp.async.wait_group %0;\n" ::"n"(GEMM_LAG) : "memory");
@@ -339,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
                 int bt, tm, tn, k0, k1;
                 tile_coords(t, bt, tm, tn, k0, k1);
 #if GEMM_A_IM2COL && !GEMM_IC_K
-                const ic_start st = ic_tile((long long)bt * M_ + (long long)tm * BM);
+                const ic_start st = ic_tile(A_IMG * M_ + (long long)tm * BM);
 #endif
                 for (int kt = k0; kt < k1; ++kt) {
                     mbar_wait(bars + 8u * (STAGES + s), phase ^ 1u);
@@ -350,9 +370,9 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
 #if GEMM_A_IM2COL && GEMM_IC_K
                     // (A M-major: each 64 rows of (tap, channel) one load of this stage's 64 pixels.)
                     const ic_start st = ic_tile((long long)kt * BK);
-                    for (int q = 0; q < BM / 64; ++q) ic_load(sa + q * A_CHUNK, &ta, full, st, tm * BM + q * 64);
+                    for (int q = 0; q < BM / 64; ++q) ic_load(sa + q * A_CHUNK, &ta, full, st, tm * BM + q * 64, GROUP_OF_BT * GEMM_IC_C);
 #elif GEMM_A_IM2COL
-                    ic_load(sa, &ta, full, st, kt * BK);
+                    ic_load(sa, &ta, full, st, kt * BK, GROUP_OF_BT * GEMM_IC_C);
 #elif GEMM_A_MN
                     for (int q = 0; q < BM / A_SPAN; ++q) tma_load(sa + q * A_CHUNK, &ta, full, tm * BM + q * A_SPAN, kt * BK, bt, GEMM_A3);
 #else
@@ -363,12 +383,12 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
                         // (A data gradient's filter: tap t's output channels k0 .. k0 + 63.)
                         const int t = kt * BK / GEMM_IC_C, k0 = kt * BK % GEMM_IC_C;
                         const int tf = GEMM_BT_FLIP ? GEMM_BT_T - 1 - t : t;
-                        for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, k0, tf, true);
+                        for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, GROUP_OF_BT * GEMM_IC_C + k0, tf, true);
                     }
 #elif GEMM_B_MN
-                    for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, kt * BK, bt, GEMM_B3);
+                    for (int q = 0; q < BN / 64; ++q) tma_load(sb + q * 8192u, &tb, full, tn * BN + q * 64, kt * BK, B_BT, GEMM_B3);
 #else
-                    tma_load(sb, &tb, full, kt * BK, tn * BN, bt, GEMM_B3);
+                    tma_load(sb, &tb, full, kt * BK, tn * BN, B_BT, GEMM_B3);
 #endif
                     if (++s == STAGES) { s = 0; phase ^= 1u; }
                 }

@@ -428,7 +428,7 @@ struct Im2colA {
 fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
     use super::gather::Index;
     let g = p.a.gather.as_ref()?;
-    if b_tma(p).is_none() && b_taps(p).is_none() {
+    if g.block.is_some() || (b_tma(p).is_none() && b_taps(p).is_none()) {
         return None;
     }
     // 16-bit operands; or f32 as tf32 (wgmma reads 32-bit operands K-major only: a forward
@@ -441,12 +441,19 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
     let chunk = bk(p.a.dtype) as i64;
     let (pixel, tap, pixels_on_k) = match (&g.mn, &g.k) {
         (Index::Pixel { .. }, Index::Taps { .. }) => (&g.mn, &g.k, false),
-        (Index::Taps { .. }, Index::Pixel { .. }) if p.batch == 1 => (&g.k, &g.mn, true),
+        // (One image: the batch is a grouped convolution's groups at most.)
+        (Index::Taps { .. }, Index::Pixel { .. }) if p.batch == p.groups.max(1) => (&g.k, &g.mn, true),
         _ => return None,
     };
     let Index::Pixel { n_stride, grid, mul, off } = *pixel else { return None };
     let Index::Taps { taps, channels, ch_stride, tap_major, mut dil } = *tap else { return None };
     if ch_stride != 1 || !tap_major || channels % chunk != 0 || g.axes.iter().any(|a| a.div != 1 || a.base != 0) {
+        return None;
+    }
+    // A grouped convolution's groups: `channels` each, one after another; the map has them all
+    // and a load starts at its group's (`ic_load`).
+    let groups = p.groups.max(1);
+    if groups > 1 && p.a.batch_stride != channels {
         return None;
     }
     // A data gradient's taps walk backwards (dy at i + pre - t * dil): read with the taps
@@ -474,11 +481,11 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
         _ => (1 << 4, 1 << 5),
     };
     let es = p.a.dtype.size() as u64;
-    let pixels_total = if pixels_on_k { p.k } else { p.batch * p.m };
+    let pixels_total = if pixels_on_k { p.k } else { p.batch / groups * p.m };
     let images = pixels_total as i64 / grid.iter().product::<i64>();
     // Pixels a load brings: a tile's 128 rows, or a stage's 64 k.
     let pixels = if pixels_on_k { 64 } else { BM as u32 };
-    let (mut dims, mut strides, mut lower, mut upper, mut traversal) = (vec![channels as u64], Vec::new(), Vec::new(), Vec::new(), vec![1u32]);
+    let (mut dims, mut strides, mut lower, mut upper, mut traversal) = (vec![(channels * groups as i64) as u64], Vec::new(), Vec::new(), Vec::new(), vec![1u32]);
     for d in (first..3).rev() {
         let a = &g.axes[d];
         // The box: the window corners of the first and the last output pixel along the dim.
@@ -520,8 +527,15 @@ fn b_taps(p: &GemmProblem) -> Option<(TmaDesc, bool)> {
     use super::gather::Index;
     let g = p.b.gather.as_ref()?;
     let Index::Plain { stride: 1 } = g.mn else { return None };
+    // (A block-diagonal filter is no tensor TMA can read.)
+    if g.block.is_some() {
+        return None;
+    }
     let Index::Taps { taps, channels, ch_stride, tap_major: true, dil } = g.k else { return None };
-    if channels % 64 != 0 || !matches!(p.b.dtype, DataType::F16 | DataType::Bf16) {
+    // (A grouped convolution's filters: `channels` a group, one group after another; the map
+    // has them all and a load starts at its group's.)
+    let groups = p.groups.max(1) as i64;
+    if channels % 64 != 0 || !matches!(p.b.dtype, DataType::F16 | DataType::Bf16) || (groups > 1 && p.b.batch_stride != channels * ch_stride) {
         return None;
     }
     // The taps: unit steps forwards (base 0) or backwards (base T - 1), in one run.
@@ -550,7 +564,7 @@ fn b_taps(p: &GemmProblem) -> Option<(TmaDesc, bool)> {
     let t = TmaDesc {
         tensor: p.b.tensor,
         dtype: p.b.dtype,
-        dims: vec![p.n as u64, channels as u64, total as u64],
+        dims: vec![p.n as u64, (channels * groups) as u64, total as u64],
         strides: vec![ch_stride as u64 * es, if total > 1 { tap_stride as u64 * es } else { 16 }],
         boxes: vec![64, 64, 1],
         swizzle: SWIZZLE,
@@ -561,26 +575,30 @@ fn b_taps(p: &GemmProblem) -> Option<(TmaDesc, bool)> {
 }
 
 /// The TMA map of a gathered B that is a strided matrix after all (a packed filter of fprop, a
-/// packed output gradient of wgrad), loaded by TMA instead of the producers' gathers.
+/// packed output gradient of wgrad), loaded by TMA instead of the producers' gathers; with a
+/// batch dim over a grouped convolution's groups.
 fn b_tma(p: &GemmProblem) -> Option<TmaDesc> {
     p.b.gather.as_ref()?.as_matrix()?;
     major(&p.b, false)?;
-    let t = tma_of(&p.b, false, 128, 1);
+    let t = tma_of(&p.b, false, 128, p.groups);
     t.check().is_ok().then_some(t)
 }
 
 /// A gathered operand's layout in shared memory: K-major when its k index is contiguous in
 /// memory, else M/N-major when its other index is, else K-major (loaded element by element);
 /// and whether 16-byte vectors load it (aligned, and the contiguous index's extent a whole
-/// number of vectors, so that no vector is cut by it). `is_a`: A (`m x k`), else B (`k x n`).
+/// number of vectors, so that no vector is cut by it; a grouped convolution's groups a whole
+/// number of vectors apart). `is_a`: A (`m x k`), else B (`k x n`).
 fn gather_major(op: &Operand, is_a: bool) -> (Major, bool) {
     let Some(g) = &op.gather else { return (Major::K, false) };
     let vec = (16 / op.dtype.size()) as i64;
     let (k, mn) = if is_a { (op.cols, op.rows) } else { (op.rows, op.cols) };
+    // (A grouped convolution's operand: its groups a whole number of vectors apart too.)
+    let group_ok = op.batch_stride % vec == 0;
     if g.k.contiguous(vec) {
-        (Major::K, g.aligned(true, vec) && k as i64 % vec == 0)
+        (Major::K, g.aligned(true, vec) && k as i64 % vec == 0 && group_ok)
     } else if g.mn.contiguous(vec) {
-        (Major::Mn, g.aligned(false, vec) && mn as i64 % vec == 0)
+        (Major::Mn, g.aligned(false, vec) && mn as i64 % vec == 0 && group_ok)
     } else {
         (Major::K, false)
     }
@@ -746,22 +764,24 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         if cfg.bm != BM || cfg.swap {
             return None;
         }
-        let tb = match b_taps(p) {
+        // (B's matrix map has a batch dim over a grouped convolution's groups: `b3`.)
+        let (tb, b_batched) = match b_taps(p) {
             Some((t, _)) if b_tma(p).is_none() => {
                 mb = Major::Mn;
-                t
+                (t, false)
             }
             _ => {
                 mb = major(&p.b, false)?;
-                let t = tma_of(&p.b, false, cfg.bn, 1);
+                let t = tma_of(&p.b, false, cfg.bn, p.groups);
                 t.check().ok()?;
-                t
+                let batched = t.dims.len() == 3;
+                (t, batched)
             }
         };
         if tf32(p) && mb != Major::K {
             return None;
         }
-        (ma, a3, b3) = (if ic.pixels_on_k { Major::Mn } else { Major::K }, false, false);
+        (ma, a3, b3) = (if ic.pixels_on_k { Major::Mn } else { Major::K }, false, b_batched);
         sig.param("const __grid_constant__ TmaMap ta", Arg::TensorMap(Box::new(ic.map.clone()))).param("const __grid_constant__ TmaMap tb", Arg::TensorMap(Box::new(tb)));
     } else if gathered(p) {
         // The producers read the tensors themselves (a tile of 128 x BN, BN at most 128, and
@@ -769,18 +789,21 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         if cfg.bm != BM || cfg.bn > 128 || cfg.swap || cfg.stages < 3 {
             return None;
         }
-        (a3, b3) = (false, false);
+        a3 = false;
         sig.param("const void* __restrict__ ga", Arg::Ptr(p.a.tensor));
         ma = gather_major(&p.a, true).0;
         match b_tma(p) {
             Some(_) => {
                 mb = major(&p.b, false)?;
-                let tb = tma_of(&p.b, false, cfg.bn, 1);
+                let tb = tma_of(&p.b, false, cfg.bn, p.groups);
                 tb.check().ok()?;
+                // (A batch dim over a grouped convolution's groups.)
+                b3 = tb.dims.len() == 3;
                 sig.param("const __grid_constant__ TmaMap tb", Arg::TensorMap(Box::new(tb)));
             }
             None => {
                 mb = gather_major(&p.b, false).0;
+                b3 = false;
                 sig.param("const void* __restrict__ gb", Arg::Ptr(p.b.tensor));
             }
         }
@@ -1082,6 +1105,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         .define("GEMM_TILES_M", p.m.div_ceil(cfg.bm))
         .define("GEMM_TILES_N", p.n.div_ceil(cfg.bn))
         .define("GEMM_GROUP_M", cfg.group_m)
+        .define("GEMM_GROUPS", p.groups.max(1))
         .flag("GEMM_TMA_STORE", cfg.tma_store)
         .flag("GEMM_RELU_CVT", relu_cvt)
         .flag("GEMM_HOISTED", sides.is_some())
@@ -1124,6 +1148,8 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
             .flag("GEMM_GA_VEC", gather_major(&p.a, true).1)
             .flag("GEMM_GB_VEC", gather_major(&p.b, false).1)
             .flag("GEMM_B_TMA", b_tma(p).is_some())
+            .define("GEMM_GA_GS", p.a.batch_stride)
+            .define("GEMM_GB_GS", p.b.batch_stride)
             .define("GEMM_PRODUCERS", PRODUCERS)
             .define("GEMM_LAG", cfg.stages - 2);
     }
@@ -1182,7 +1208,7 @@ mod tests {
         let a = if a_kmajor { operand(0, t, m, k, k as i64, 1, (m * k) as i64) } else { operand(0, t, m, k, 1, m as i64, (m * k) as i64) };
         let b = if b_kmajor { operand(1, t, k, n, 1, k as i64, 0) } else { operand(1, t, k, n, n as i64, 1, 0) };
         let c = operand(2, out, m, n, n as i64, 1, (m * n) as i64);
-        GemmProblem { batch, m, n, k, a, b, c, allow_tf32: false, fast_fp8: false }
+        GemmProblem { batch, m, n, k, a, b, c, groups: 1, allow_tf32: false, fast_fp8: false }
     }
 
     fn identity() -> Epilogue {

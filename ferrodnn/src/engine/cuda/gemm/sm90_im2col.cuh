@@ -10,7 +10,8 @@
 // index mirrored in convolution mode).
 //
 // Comes after kernel/hopper.cuh and reads: GEMM_IC_RANK (the map's rank: 3, 4 or 5 for 1-3
-// spatial dims), GEMM_IC_C (the image's channels, a multiple of a stage's 64 16-bit or 32 f32),
+// spatial dims), GEMM_IC_C (the image's channels (a group's: the map has every group's), a
+// multiple of a stage's 64 16-bit or 32 f32),
 // and per spatial dim d
 // (0 outermost, 2 innermost: W) GEMM_IC_G<d> (the output grid), GEMM_IC_MUL<d> (the stride),
 // GEMM_IC_OFF<d> (minus the leading padding), GEMM_IC_T<d> (the filter taps), GEMM_IC_DIL<d>
@@ -36,9 +37,10 @@ __device__ __forceinline__ ic_start ic_tile(long long mg) {
 }
 
 // The channels of (tap, channel) index `kk` (a multiple of the map's channels per pixel: 64
-// 16-bit or 32 f32, one 128-byte row) of the pixels from `st` into `dst`, completing on `bar`.
-__device__ __forceinline__ void ic_load(unsigned dst, const TmaMap* map, unsigned bar, const ic_start& st, int kk) {
-    const int tap = kk / GEMM_IC_C, c0 = kk % GEMM_IC_C;
+// 16-bit or 32 f32, one 128-byte row) of the pixels from `st` into `dst`, completing on `bar`;
+// the channels from `c_at` on (a grouped convolution's group: GEMM_IC_C channels each).
+__device__ __forceinline__ void ic_load(unsigned dst, const TmaMap* map, unsigned bar, const ic_start& st, int kk, int c_at) {
+    const int tap = kk / GEMM_IC_C, c0 = c_at + kk % GEMM_IC_C;
     int t2 = tap % GEMM_IC_T2, t1 = tap / GEMM_IC_T2 % GEMM_IC_T1, t0 = tap / (GEMM_IC_T2 * GEMM_IC_T1);
 #if GEMM_IC_FLIP
     // (A data gradient's walk: the taps mirrored.)

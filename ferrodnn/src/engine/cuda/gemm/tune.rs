@@ -49,8 +49,10 @@ struct Entry {
 /// problem that the kernel's speed depends on, but not which tensors it reads.
 pub fn key(p: &GemmProblem, target: &Target) -> String {
     let op = |o: &super::Operand| format!("{}:{}x{}:{},{},{}", o.dtype, o.rows, o.cols, o.row_stride, o.col_stride, o.batch_stride);
+    // (Groups named only where there are several: the keys of other problems stay as they were.)
+    let groups = if p.groups > 1 { format!("/g{}", p.groups) } else { String::new() };
     format!(
-        "{}/{}/b{}m{}n{}k{}/a{}/b{}/c{}/tf32{}/fp8fast{}",
+        "{}/{}/b{}m{}n{}k{}/a{}/b{}/c{}/tf32{}/fp8fast{}{groups}",
         target.arch,
         target.sm_count,
         p.batch,
