@@ -4,9 +4,12 @@
 //! - Image channels that do not fill 16-byte vectors (the 3-channel stem of a vision network, a
 //!   1-channel signal): the implicit GEMM would gather them one element at a time. The image is
 //!   copied channels-last with its channels zero-padded to a multiple of the vector, the filter
-//!   likewise, so the GEMM loads 16 bytes at a time (the zero channels add nothing). Forward: x
-//!   and w padded before; weight gradient: x padded before, dw computed with padded channels into
-//!   scratch and copied out after.
+//!   likewise, so the GEMM loads 16 bytes at a time (the zero channels add nothing). Where the
+//!   last spatial dim is strided and that shortens the reduction, its pixels are folded into the
+//!   channels too ([`fold`]: the 7x7/2 stem's 7 taps of 8 padded channels become 4 taps of 2
+//!   pixels x 4 channels, a unit-stride convolution). Forward: x and w staged before; weight
+//!   gradient: x staged before, dw computed in the staged filter's layout into scratch and
+//!   written back after.
 //! - Data gradients with few image channels (C < 16): the implicit GEMM's n would be C (most of
 //!   a tile wasted), and a strided filter's skipped taps computed as zeros. Instead a dense GEMM
 //!   makes `dcol = dy (N*P x K) * w (K x T*C)` in f32 (each output pixel's contribution to every
