@@ -41,7 +41,7 @@ use crate::graph::{Graph, Port, TensorDesc, TensorId};
 
 /// `v` (one value per spatial dim, `rank` of them) placed in the last of three slots; `fill` in
 /// the others.
-fn slots(v: &[i64], fill: i64) -> [i64; 3] {
+pub(super) fn slots(v: &[i64], fill: i64) -> [i64; 3] {
     let mut out = [fill; 3];
     let shift = 3 - v.len();
     out[shift..].copy_from_slice(v);

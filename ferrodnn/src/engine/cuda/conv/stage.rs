@@ -20,7 +20,7 @@
 //! [`Stage::finish`] then points its kernels at the scratch buffers and puts the copies around
 //! them.
 
-use super::implicit;
+use super::implicit::{self, slots};
 use super::{linear, View};
 use crate::engine::cuda::kernel::{entry_name, Arg, Launch, NodeKernels, Signature, Source, Unit};
 use crate::graph::ops::conv::ConvMode;
@@ -130,13 +130,6 @@ fn vector(dt: DataType) -> i64 {
 /// `v` rounded up to a multiple of `m` (both positive).
 fn round_up(v: i64, m: i64) -> i64 {
     (v + m - 1) / m * m
-}
-
-/// `v` (one value per spatial dim) in the last of three slots; `fill` in the others.
-fn slots(v: &[i64], fill: i64) -> [i64; 3] {
-    let mut out = [fill; 3];
-    out[3 - v.len()..].copy_from_slice(v);
-    out
 }
 
 /// The packed channels-last strides of dims `[a, c, spatial...]`.
