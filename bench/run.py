@@ -3,7 +3,7 @@ GPU, the same workloads through PyTorch (cuDNN, cuBLAS, flash attention inside),
 ceilings (a large device-to-device copy and a large bf16 GEMM). Writes <out>/<gpu>.json in the
 shape BENCHMARKS.md is rendered from (bench/render.py).
 
-Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|groupnorm|gemm|attention] [--rounds N]
+Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|groupnorm|gemm|attention|attention-sweep] [--rounds N]
 The memory-bound suite writes <out>/<gpu>.json, other suites <out>/<gpu>-<suite>.json. Each side's time is the median over
 N interleaved rounds (ferrodnn's process, then PyTorch and cuDNN; 3 by default), and each row keeps its rounds' ratios.
 """
@@ -264,9 +264,9 @@ def main():
     cache = tempfile.mkdtemp(prefix="ferrodnn-kernels-")
     cold, cold_handle = ({}, None) if args.skip_cold else ours(args.ferrodnn, args.suite, cache, 3)  # first process: empty kernel cache
     rounds = []  # per round: (ours by workload id, handle ms, torch ms by id, cuDNN graph ms by id)
-    if args.suite == "attention":
+    if args.suite in ("attention", "attention-sweep"):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from torch_attention import torch_attention
+        from torch_attention import torch_attention, torch_attention_sweep
     for _ in range(max(1, args.rounds)):
         mine, handle = ours(args.ferrodnn, args.suite, cache, args.runs)  # a new process: warm disk cache (but for the first with --skip-cold)
         cudnn_ms = {}
@@ -279,6 +279,8 @@ def main():
             cudnn_ms = cudnn_gemm()
         elif args.suite == "attention":
             theirs = torch_attention(bench)
+        elif args.suite == "attention-sweep":
+            theirs = torch_attention_sweep(bench, mine.keys())
         else:
             theirs = {}
         rounds.append((mine, handle, theirs, cudnn_ms))

@@ -150,7 +150,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool) -> Option<NodeKernels> {
         let mut sig = Signature::new();
         sig.ptr("dq_p", ports.dq, true).scratch("void", "dqa_p", 1, false).attr("fa_scale", p.scale, false);
         let source = p.output_store(base(&entry, &sig), "DQ", ports.dq, p.pair_ok(ports.dq)).template(COMMON).template(include_str!("bwd90_dq_acc.cuh")).build();
-        launches.push(bwd::launch(entry, source, sig, None, rows as u64 * (p.d / 4) as u64, 256, 0)?);
+        launches.push(bwd::launch(entry, source, sig, None, rows as u64 * (p.dr / 4) as u64, 256, 0)?);
     }
     Some(NodeKernels { launches, scratch })
 }

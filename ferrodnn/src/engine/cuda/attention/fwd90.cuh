@@ -121,7 +121,7 @@ __device__ __forceinline__ void fa90_rescale(float (&o)[FA_DV / 2], const float 
 // apart), K tile at sk (chunks BN * 128 bytes apart); 16 channels (32 bytes) per k step.
 __device__ __forceinline__ void fa90_scores(float (&sc)[FA_BN / 2], unsigned sq, unsigned sk) {
     #pragma unroll
-    for (int kk = 0; kk < FA_D / 16; ++kk) {
+    for (int kk = 0; kk < FA_DK / 16; ++kk) {
         fa90_wgmma_ss<FA_BN, false>(sc, make_desc(sq + (kk >> 2) * (FA_BM * 128u) + (kk & 3) * 32u, 16u, 1024u),
                                     make_desc(sk + (kk >> 2) * (FA_BN * 128u) + (kk & 3) * 32u, 16u, 1024u), kk > 0 ? 1 : 0);
     }
@@ -131,10 +131,10 @@ __device__ __forceinline__ void fa90_scores(float (&sc)[FA_BN / 2], unsigned sq,
 // This warpgroup's Q rows (at sq, as fa90_scores reads them) as wgmma A fragments, one set of
 // four registers per k step of 16 channels: ldmatrix.x4, lane L giving row 16w + L % 8 +
 // 8 ((L / 8) % 2) at channel 8 (L / 16) of the step (16-byte units swizzled by the row).
-__device__ __forceinline__ void fa90_q_frags(u32 (&qf)[FA_D / 16][4], unsigned sq, int w, int lane) {
+__device__ __forceinline__ void fa90_q_frags(u32 (&qf)[FA_DK / 16][4], unsigned sq, int w, int lane) {
     const int mi = lane >> 3, row = w * 16 + (lane & 7) + 8 * (mi & 1);
     #pragma unroll
-    for (int kk = 0; kk < FA_D / 16; ++kk) {
+    for (int kk = 0; kk < FA_DK / 16; ++kk) {
         const unsigned unit = (unsigned)(((kk & 3) * 2 + (mi >> 1)) ^ (row & 7));
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(qf[kk][0]), "=r"(qf[kk][1]), "=r"(qf[kk][2]), "=r"(qf[kk][3])
@@ -143,9 +143,9 @@ __device__ __forceinline__ void fa90_q_frags(u32 (&qf)[FA_D / 16][4], unsigned s
 }
 
 // S = Q K^T with Q from registers (`fa90_q_frags`).
-__device__ __forceinline__ void fa90_scores_r(float (&sc)[FA_BN / 2], const u32 (&qf)[FA_D / 16][4], unsigned sk) {
+__device__ __forceinline__ void fa90_scores_r(float (&sc)[FA_BN / 2], const u32 (&qf)[FA_DK / 16][4], unsigned sk) {
     #pragma unroll
-    for (int kk = 0; kk < FA_D / 16; ++kk) fa90_wgmma_rs_k<FA_BN>(sc, qf[kk], make_desc(sk + (kk >> 2) * (FA_BN * 128u) + (kk & 3) * 32u, 16u, 1024u), kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < FA_DK / 16; ++kk) fa90_wgmma_rs_k<FA_BN>(sc, qf[kk], make_desc(sk + (kk >> 2) * (FA_BN * 128u) + (kk & 3) * 32u, 16u, 1024u), kk > 0 ? 1 : 0);
 }
 #define FA_SCORES(sc, sk) fa90_scores_r(sc, qf, sk)
 #else
@@ -416,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         u32 pf[FA_BN / 16][4];
         float alpha[2];
 #if FA_QREG
-        u32 qf[FA_D / 16][4];
+        u32 qf[FA_DK / 16][4];
 #endif
         // Turns, started afresh for each item with keys: one per tile (its scores with the
         // previous tile's P V) and one for the last P V; warpgroup 0 goes first, and warpgroup 1
@@ -524,7 +524,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
                 const float inv = empty ? 0.0f : A.keep_scale / lsum;
                 if (i < FA_SQ) {
-                    fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
+                    fa90_store_row<FA_DV, FA_DVR>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
 #if FA_HAS_STATS
                     if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
 #endif
