@@ -25,7 +25,8 @@
 //!
 //! Masks, bias, ALiBi and dropout as in the general kernels (the dropout mask is regenerated
 //! once per element and kept as bits between P and dS). Taken when [`super::hopper::takes`]
-//! holds (head dims 64 and 128, no paging or padding mask) and no dbias is asked for.
+//! holds (head dims up to 128 on 64-channel tiles, no paging or padding mask) and no dbias is
+//! asked for.
 
 use super::bwd::{self, Dbias, Ports};
 use super::hopper::{self, tma_of, SM90};
@@ -168,7 +169,7 @@ pub(super) fn unit(p: &Problem, target: &Target, options: &Options) -> Option<Un
         dv: node.output("dv")?,
         dbias: node.output("dbias"),
     };
-    if !target.hopper() || ports.dbias.is_some() || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
+    if !target.hopper() || ports.dbias.is_some() || p.d.max(p.d_v) > 128 || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
         return None;
     }
     // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and

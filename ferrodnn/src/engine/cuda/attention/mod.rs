@@ -95,13 +95,9 @@ fn general_width(d: i64) -> Option<i64> {
 }
 
 /// The Hopper kernels' tile width: whole 64-channel chunks (the 128-byte swizzle span of their
-/// TMA boxes), 64 or 128.
+/// TMA boxes), up to 256 (the backward's up to 128).
 fn hopper_width(d: i64) -> Option<i64> {
-    match d {
-        1..=64 => Some(64),
-        65..=128 => Some(128),
-        _ => None,
-    }
+    (1..=256).contains(&d).then_some((d + 63) / 64 * 64)
 }
 
 /// Opt-in shared memory per block a target allows.
