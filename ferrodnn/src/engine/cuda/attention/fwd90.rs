@@ -168,7 +168,8 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
         Some(s) => src.flag("FA_SPLIT", true).define("FA_T", format!("{}LL", s.t)).define("FA_TAILW", format!("{}LL", s.tail * s.t)).define("FA_G", format!("{}LL", s.g)),
         None => src.flag("FA_SPLIT", false),
     };
-    let source = src.flag("FA_QREG", qreg(p)).define("FA_KVS", kvs).define("FA_QBUFS", qbufs).template(COMMON).template(HOPPER).template(SM90).template(include_str!("fwd90.cuh")).build();
+    let source =
+        src.flag("FA_QREG", qreg(p)).define("FA_KVS", kvs).define("FA_QBUFS", qbufs).template(COMMON).template(HOPPER).template(SM90).template(include_str!("fwd90.cuh")).build();
     // One CTA per SM (or per item, where there are fewer).
     let grid = match split {
         Some(s) => s.g,
