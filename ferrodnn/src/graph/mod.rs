@@ -711,7 +711,11 @@ impl InferCtx<'_> {
         }
         if t.strides.is_empty() {
             t.strides = match layout_like {
-                Some(l) if l.strides.len() == dims.len() => strides_for_order(dims, &stride_order(&l.strides)),
+                // An axis the input expands (stride 0) is the output's outermost.
+                Some(l) if l.strides.len() == dims.len() => {
+                    let expanded: Vec<i64> = l.strides.iter().map(|&s| if s == 0 { i64::MAX } else { s }).collect();
+                    strides_for_order(dims, &stride_order(&expanded))
+                }
                 _ => packed_strides(dims),
             };
         } else if t.strides.len() != dims.len() {
