@@ -1667,10 +1667,7 @@ impl PyGraph {
         unfuse_fma: bool,
     ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
         let _ = (paged_attention_max_seq_len_kv, implementation, unfuse_fma);
-        refuse_set(
-            "sdpa",
-            &[("block_mask", block_mask), ("score_mod", score_mod), ("score_max", score_max), ("score_sum_exp", score_sum_exp), ("sink_token", sink_token)],
-        )?;
+        refuse_set("sdpa", &[("block_mask", block_mask), ("score_mod", score_mod), ("score_max", score_max), ("score_sum_exp", score_sum_exp), ("sink_token", sink_token)])?;
         let (qt, kt, vt) = (self.tid(q, "q")?, self.tid(k, "k")?, self.tid(v, "v")?);
         let dump_user = self.opt_tid(rng_dump, "rng_dump")?;
         let mut attrs = SdpaAttrs {
