@@ -187,6 +187,11 @@ impl<'a> Problem<'a> {
         if b <= 0 || h_q <= 0 || s_q <= 0 || s_kv <= 0 || h_kv <= 0 || h_q % h_kv != 0 || kd[3] != d {
             return None;
         }
+        // The fallback runs K and V of different head counts, a band on the bottom-right
+        // diagonal without the causal mask, and the dropout mask as an output.
+        if vd[1] != h_kv || (attrs.causal.is_none() && attrs.diagonal_alignment == Some(CausalAlignment::BottomRight)) || attrs.rng_dump {
+            return None;
+        }
         if !head_dim_ok(d) || !head_dim_ok(d_v) {
             return None;
         }
