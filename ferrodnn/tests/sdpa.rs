@@ -747,3 +747,20 @@ fn bad_runtime_values_are_errors_not_panics() {
         other => panic!("expected an error, got {other:?}"),
     }
 }
+
+/// Every sdpa check case (the GPU check's, which compares the CUDA engine with this reference)
+/// runs on the CPU reference: K and V of different head counts (either more), bands, the
+/// dropout mask, shared-memory inputs; no output holds a NaN.
+#[test]
+fn every_sdpa_check_case_runs_on_the_cpu_reference() {
+    let cases: Vec<_> = ferrodnn::testing::cases::all().into_iter().filter(|c| c.name.starts_with("sdpa_")).collect();
+    assert!(cases.len() >= 40, "{} cases", cases.len());
+    for c in &cases {
+        let inputs = random_inputs(&c.graph, 7);
+        let out = run_cpu(&c.graph, &inputs).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        assert!(!out.is_empty(), "{}", c.name);
+        for (t, x) in &out {
+            assert!(x.data.iter().all(|v| !v.is_nan()), "{}: output {} holds a NaN", c.name, c.graph.desc(*t).name);
+        }
+    }
+}

@@ -424,7 +424,10 @@ pub(crate) fn sdpa_backward(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
             let q0 = (bi * at.h_q + kh * group) * s_q;
             dq.data[q0 * d..][..g.dq.len()].copy_from_slice(&g.dq);
             dk.data[gi * s_kv * d..][..g.dk.len()].copy_from_slice(&g.dk);
-            dv.data[gi * s_kv * d_v..][..g.dv.len()].copy_from_slice(&g.dv);
+            // (With K and V of different head counts, dv comes from its own pass below.)
+            if dv_with_dk {
+                dv.data[gi * s_kv * d_v..][..g.dv.len()].copy_from_slice(&g.dv);
+            }
             if want_ds {
                 ds.data[q0 * s_kv..][..g.ds.len()].copy_from_slice(&g.ds);
             }
