@@ -242,6 +242,51 @@ pub enum PyRngDistribution {
     UNIFORM,
 }
 
+/// The members the frontend's enums (pybind11's) have beyond a value: `name` and `value`, and
+/// pickling (`copy.deepcopy`, multiprocessing and pytest's parameters copy them) by the class
+/// and the member's name, which `getattr` gives back.
+macro_rules! enum_members {
+    ($($t:ty),* $(,)?) => {$(
+        #[pymethods]
+        impl $t {
+            #[getter]
+            fn name(&self) -> String {
+                format!("{self:?}")
+            }
+
+            #[getter]
+            fn value(&self) -> isize {
+                *self as isize
+            }
+
+            fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, pyo3::types::PyType>, String))> {
+                Ok((py.import("builtins")?.getattr("getattr")?, (py.get_type::<Self>(), self.name())))
+            }
+        }
+    )*};
+}
+
+enum_members!(
+    PyDataType,
+    PyHeurMode,
+    PyNormPhase,
+    PyBuildPlanPolicy,
+    PyReductionMode,
+    PyDiagonalAlignment,
+    PyConvolutionMode,
+    PyResampleMode,
+    PyPaddingMode,
+    PyReshapeMode,
+    PyAttentionImplementation,
+    PyRngDistribution,
+    frontend::PyBehaviorNote,
+    frontend::PyNumericalNote,
+    frontend::PyKnobType,
+    frontend::PyTensorReordering,
+    frontend::PyScalarType,
+    frontend::PyMoeGroupedMatmulMode,
+);
+
 /// A handle: the engines of this machine (the CUDA engine on GPU 0 when there is one, and the
 /// CPU engine), bound to a stream.
 #[pyclass(name = "handle", module = "ferrodnn", frozen)]

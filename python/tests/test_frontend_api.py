@@ -137,6 +137,25 @@ def test_frontend_enums_have_the_frontend_members(enum):
         assert isinstance(m, cls) and repr(m).endswith(name)
 
 
+@pytest.mark.parametrize("enum", sorted(FRONTEND_ENUMS))
+def test_frontend_enums_name_value_and_pickle_as_pybind11s(enum):
+    # The frontend's tests read `.name` (attention_implementation in test_mhas's ids) and copy
+    # their parameters (diagonal_alignment in test_mhas_v2's), as pybind11's enums allow.
+    import copy
+    import pickle
+
+    cls = getattr(cudnn, enum)
+    values = set()
+    for name in FRONTEND_ENUMS[enum]:
+        m = getattr(cls, name)
+        assert m.name == name
+        assert isinstance(m.value, int) and m.value == int(m)
+        values.add(m.value)
+        assert pickle.loads(pickle.dumps(m)) == m
+        assert copy.deepcopy({"x": m})["x"] == m
+    assert len(values) == len(FRONTEND_ENUMS[enum])
+
+
 def test_error_classes():
     assert issubclass(cudnn.cudnnGraphNotSupportedError, RuntimeError)
     assert cudnn.cudnnGraphNotSupportedError is cudnn.NotSupportedError
