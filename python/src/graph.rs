@@ -1625,11 +1625,11 @@ impl PyGraph {
     /// `score_mod`, `score_max`, `score_sum_exp`, `sink_token`) raise NotSupportedError when set;
     /// `paged_attention_max_seq_len_kv`, `implementation` and `unfuse_fma` are accepted and
     /// ignored (ferrodnn picks its own kernels).
-    #[pyo3(signature = (q, k, v, is_inference = None, attn_scale = None, bias = None, block_mask = None, use_alibi_mask = false, use_padding_mask = false, seq_len_q = None,
-        seq_len_kv = None, use_causal_mask = false, use_causal_mask_bottom_right = false, sliding_window_length = None, diagonal_alignment = None,
+    #[pyo3(signature = (q, k, v, is_inference = None, attn_scale = None, bias = None, block_mask = None, use_alibi_mask = None, use_padding_mask = None, seq_len_q = None,
+        seq_len_kv = None, use_causal_mask = None, use_causal_mask_bottom_right = None, sliding_window_length = None, diagonal_alignment = None,
         diagonal_band_left_bound = None, diagonal_band_right_bound = None, dropout = None, rng_dump = None, paged_attention_k_table = None, paged_attention_v_table = None,
         paged_attention_max_seq_len_kv = None, compute_data_type = None, name = String::new(), score_mod = None, generate_stats = None, implementation = None,
-        score_max = None, score_sum_exp = None, sink_token = None, unfuse_fma = false))]
+        score_max = None, score_sum_exp = None, sink_token = None, unfuse_fma = None))]
     #[allow(clippy::too_many_arguments)]
     fn sdpa(
         &self,
@@ -1641,12 +1641,12 @@ impl PyGraph {
         attn_scale: Option<&Bound<'_, PyAny>>,
         bias: Option<&Bound<'_, PyAny>>,
         block_mask: Option<&Bound<'_, PyAny>>,
-        use_alibi_mask: bool,
-        use_padding_mask: bool,
+        use_alibi_mask: Option<bool>,
+        use_padding_mask: Option<bool>,
         seq_len_q: Option<&Bound<'_, PyAny>>,
         seq_len_kv: Option<&Bound<'_, PyAny>>,
-        use_causal_mask: bool,
-        use_causal_mask_bottom_right: bool,
+        use_causal_mask: Option<bool>,
+        use_causal_mask_bottom_right: Option<bool>,
         sliding_window_length: Option<i64>,
         diagonal_alignment: Option<PyDiagonalAlignment>,
         diagonal_band_left_bound: Option<i64>,
@@ -1664,8 +1664,14 @@ impl PyGraph {
         score_max: Option<&Bound<'_, PyAny>>,
         score_sum_exp: Option<&Bound<'_, PyAny>>,
         sink_token: Option<&Bound<'_, PyAny>>,
-        unfuse_fma: bool,
+        unfuse_fma: Option<bool>,
     ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        // None (as the frontend's tests pass it) is the default, false.
+        let use_alibi_mask = use_alibi_mask.unwrap_or(false);
+        let use_padding_mask = use_padding_mask.unwrap_or(false);
+        let use_causal_mask = use_causal_mask.unwrap_or(false);
+        let use_causal_mask_bottom_right = use_causal_mask_bottom_right.unwrap_or(false);
+        let unfuse_fma = unfuse_fma.unwrap_or(false);
         let _ = (paged_attention_max_seq_len_kv, implementation, unfuse_fma);
         refuse_set("sdpa", &[("block_mask", block_mask), ("score_mod", score_mod), ("score_max", score_max), ("score_sum_exp", score_sum_exp), ("sink_token", sink_token)])?;
         let (qt, kt, vt) = (self.tid(q, "q")?, self.tid(k, "k")?, self.tid(v, "v")?);
@@ -1716,10 +1722,10 @@ impl PyGraph {
     /// `dBias` when given.
     /// `rng_dump`, `score_mod`, `score_mod_bprop`, `sink_token` and `dSink_token` raise
     /// NotSupportedError when set; `max_total_seq_len_q` / `_kv` are accepted and ignored.
-    #[pyo3(signature = (q, k, v, o, dO, stats, attn_scale = None, bias = None, dBias = None, use_alibi_mask = false, use_padding_mask = false, seq_len_q = None,
-        seq_len_kv = None, max_total_seq_len_q = None, max_total_seq_len_kv = None, use_causal_mask = false, use_causal_mask_bottom_right = false,
+    #[pyo3(signature = (q, k, v, o, dO, stats, attn_scale = None, bias = None, dBias = None, use_alibi_mask = None, use_padding_mask = None, seq_len_q = None,
+        seq_len_kv = None, max_total_seq_len_q = None, max_total_seq_len_kv = None, use_causal_mask = None, use_causal_mask_bottom_right = None,
         sliding_window_length = None, diagonal_alignment = None, diagonal_band_left_bound = None, diagonal_band_right_bound = None, dropout = None, rng_dump = None,
-        use_deterministic_algorithm = false, compute_data_type = None, name = String::new(), score_mod = None, score_mod_bprop = None, sink_token = None,
+        use_deterministic_algorithm = None, compute_data_type = None, name = String::new(), score_mod = None, score_mod_bprop = None, sink_token = None,
         dSink_token = None))]
     #[allow(clippy::too_many_arguments, non_snake_case)]
     fn sdpa_backward(
@@ -1734,21 +1740,21 @@ impl PyGraph {
         attn_scale: Option<&Bound<'_, PyAny>>,
         bias: Option<&Bound<'_, PyAny>>,
         dBias: Option<&Bound<'_, PyAny>>,
-        use_alibi_mask: bool,
-        use_padding_mask: bool,
+        use_alibi_mask: Option<bool>,
+        use_padding_mask: Option<bool>,
         seq_len_q: Option<&Bound<'_, PyAny>>,
         seq_len_kv: Option<&Bound<'_, PyAny>>,
         max_total_seq_len_q: Option<&Bound<'_, PyAny>>,
         max_total_seq_len_kv: Option<&Bound<'_, PyAny>>,
-        use_causal_mask: bool,
-        use_causal_mask_bottom_right: bool,
+        use_causal_mask: Option<bool>,
+        use_causal_mask_bottom_right: Option<bool>,
         sliding_window_length: Option<i64>,
         diagonal_alignment: Option<PyDiagonalAlignment>,
         diagonal_band_left_bound: Option<i64>,
         diagonal_band_right_bound: Option<i64>,
         dropout: Option<&Bound<'_, PyAny>>,
         rng_dump: Option<&Bound<'_, PyAny>>,
-        use_deterministic_algorithm: bool,
+        use_deterministic_algorithm: Option<bool>,
         compute_data_type: Option<&Bound<'_, PyAny>>,
         name: String,
         score_mod: Option<&Bound<'_, PyAny>>,
@@ -1756,6 +1762,12 @@ impl PyGraph {
         sink_token: Option<&Bound<'_, PyAny>>,
         dSink_token: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        // None (as the frontend's tests pass it) is the default, false.
+        let use_alibi_mask = use_alibi_mask.unwrap_or(false);
+        let use_padding_mask = use_padding_mask.unwrap_or(false);
+        let use_causal_mask = use_causal_mask.unwrap_or(false);
+        let use_causal_mask_bottom_right = use_causal_mask_bottom_right.unwrap_or(false);
+        let use_deterministic_algorithm = use_deterministic_algorithm.unwrap_or(false);
         let _ = (max_total_seq_len_q, max_total_seq_len_kv);
         refuse_set(
             "sdpa_backward",

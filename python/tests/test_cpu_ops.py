@@ -978,3 +978,29 @@ def test_rng_uniform_and_bernoulli_distribution():
     np.testing.assert_array_equal(u, u2)
     g.execute({SEED: np.array([99], np.int64), OFF: np.array([0], np.int64), U: u2, BE: be}, None)
     assert not np.array_equal(u, u2)
+
+
+def test_sdpa_mask_flags_given_as_none_mean_false():
+    # The frontend's attention tests pass use_alibi_mask=None, use_padding_mask=None, ...: the
+    # same result as leaving them out.
+    r = rng(23)
+    b, h, s, d = 1, 2, 4, 8
+    q, k, v = (r.standard_normal((b, h, s, d)) for _ in range(3))
+    scale = 1 / math.sqrt(d)
+    D = cudnn.data_type.DOUBLE
+    outs = []
+    for flags in ({}, dict(use_alibi_mask=None, use_padding_mask=None, use_causal_mask_bottom_right=None, unfuse_fma=None)):
+        g = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D)
+        Q, K, V = g.tensor_like(q), g.tensor_like(k), g.tensor_like(v)
+        O, _ = g.sdpa(q=Q, k=K, v=V, attn_scale=scale, use_causal_mask=True, **flags)
+        o = np.full((b, h, s, d), np.nan)
+        O.set_output(True).set_dim(list(o.shape)).set_stride([x // 8 for x in o.strides])
+        run(g, {Q: q, K: k, V: v, O: o})
+        outs.append(o)
+    close(outs[1], sdpa_ref(q, k, v, scale, True)[0], 1e-10)
+    assert np.array_equal(outs[0], outs[1])
+    bg = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D)
+    t = [bg.tensor_like(a) for a in (q, k, v, outs[0], q, np.zeros((b, h, s, 1)))]
+    grads = bg.sdpa_backward(q=t[0], k=t[1], v=t[2], o=t[3], dO=t[4], stats=t[5], attn_scale=scale, use_alibi_mask=None,
+                             use_padding_mask=None, use_causal_mask=None, use_deterministic_algorithm=None)
+    assert len(grads) == 3
