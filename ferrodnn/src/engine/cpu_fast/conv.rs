@@ -19,7 +19,7 @@
 
 use super::epilogue::{find_chain, BoundEpilogue, Chain};
 use super::gemm::{gemm_f32, Mat};
-use super::tensor::{store_rows, Src};
+use super::tensor::{store_rows, Load, LoadBf16, LoadF16, LoadF32, Src};
 use super::{check_tensor, Exec};
 use crate::dtype::DataType;
 use crate::error::Result;
@@ -337,12 +337,22 @@ fn pack_filter(geo: &Geometry, w: &Src, wp: &mut [f32]) {
 
 /// The im2col rows of output pixels `q0..q0 + rows` for group `grp`: `col[i, t * cg + c]`.
 fn im2col(geo: &Geometry, x: &Src, grp: usize, q0: usize, rows: usize, col: &mut [f32]) {
+    match x.dtype {
+        DataType::F32 => im2col_typed::<LoadF32>(geo, x, grp, q0, rows, col),
+        DataType::F16 => im2col_typed::<LoadF16>(geo, x, grp, q0, rows, col),
+        _ => im2col_typed::<LoadBf16>(geo, x, grp, q0, rows, col),
+    }
+}
+
+fn im2col_typed<L: Load>(geo: &Geometry, x: &Src, grp: usize, q0: usize, rows: usize, col: &mut [f32]) {
     let (r, cg, sr) = (geo.r, geo.cg, geo.in_sp.len());
     let (xs_n, xs_c) = (x.strides[0], x.strides[1]);
     let xs_sp = &x.strides[2..];
+    let ptr = x.raw() as usize;
     col[..rows * r].par_chunks_mut(r).enumerate().for_each_init(
         || vec![0usize; sr],
         |o, (i, row)| {
+            let ptr = ptr as *const u8;
             let q = q0 + i;
             let (n, p) = (q / geo.out_total, q % geo.out_total);
             unravel(p, &geo.out_sp, o);
@@ -360,13 +370,18 @@ fn im2col(geo: &Geometry, x: &Src, grp: usize, q0: usize, rows: usize, col: &mut
                     off += pos * xs_sp[d];
                 }
                 let out = &mut row[t * cg..t * cg + cg];
-                if inside {
+                if !inside {
+                    out.fill(0.0);
+                } else if xs_c == 1 {
                     for (c, v) in out.iter_mut().enumerate() {
                         // SAFETY: (n, grp * cg + c, pos) is an element of the image.
-                        *v = unsafe { x.load(off + c as isize * xs_c) };
+                        *v = unsafe { L::load(ptr, off + c as isize) };
                     }
                 } else {
-                    out.fill(0.0);
+                    for (c, v) in out.iter_mut().enumerate() {
+                        // SAFETY: as above.
+                        *v = unsafe { L::load(ptr, off + c as isize * xs_c) };
+                    }
                 }
             }
         },

@@ -126,23 +126,23 @@ impl MatmulStep {
             // f32 views of a and b: where they lie, or converted (into the workspace, or, for
             // an f32 buffer that is not 4-byte aligned, into a copy).
             let mut keep = Vec::new();
-            let mut view = |src: &super::tensor::Src, ws: &mut [f32]| -> (*const f32, Vec<isize>) {
+            let mut view = |src: &super::tensor::Src, ws: &mut [f32]| -> Result<(*const f32, Vec<isize>)> {
                 if let Some(p) = src.f32_ptr() {
-                    return (p, src.strides.clone());
+                    return Ok((p, src.strides.clone()));
                 }
                 let strides = super::tensor::dense_strides(&src.dims);
                 if ws.len() >= src.dims.iter().product::<usize>() {
                     src.fill_dense(ws);
-                    (ws.as_ptr(), strides)
+                    Ok((ws.as_ptr(), strides))
                 } else {
-                    let v = src.to_dense();
+                    let v = src.to_dense()?;
                     let p = v.as_ptr();
                     keep.push(v);
-                    (p, strides)
+                    Ok((p, strides))
                 }
             };
-            let (a_ptr, a_str) = view(&a_src, ws_a);
-            let (b_ptr, b_str) = view(&b_src, ws_b);
+            let (a_ptr, a_str) = view(&a_src, ws_a)?;
+            let (b_ptr, b_str) = view(&b_src, ws_b)?;
             let (ra, rb) = (a_src.dims.len(), b_src.dims.len());
             let batch_off = |idx: &[usize], dims: &[usize], strides: &[isize]| -> isize {
                 let own = &dims[..dims.len() - 2];

@@ -57,6 +57,11 @@ impl Src {
         }
     }
 
+    /// The base pointer, for typed loads ([`Load`]).
+    pub fn raw(&self) -> *const u8 {
+        self.ptr
+    }
+
     /// The base pointer as f32, when the storage is f32 and 4-byte aligned (what the GEMM reads
     /// directly).
     pub fn f32_ptr(&self) -> Option<*const f32> {
@@ -70,11 +75,14 @@ impl Src {
         (0..out_dims.len()).map(|d| if d < off || self.dims[d - off] == 1 { 0 } else { self.strides[d - off] }).collect()
     }
 
-    /// The whole tensor as a dense row-major f32 array.
-    pub fn to_dense(&self) -> Vec<f32> {
-        let mut out = vec![0f32; self.dims.iter().product()];
+    /// The whole tensor as a new dense row-major f32 array (checked against the host memory
+    /// limit, reserved fallibly).
+    pub fn to_dense(&self) -> crate::error::Result<Vec<f32>> {
+        let n: usize = self.dims.iter().product();
+        let mut out = crate::layout::try_vec(n, || format!("a dense f32 copy of a tensor of dims {:?}", self.dims))?;
+        out.resize(n, 0f32);
         self.fill_dense(&mut out);
-        out
+        Ok(out)
     }
 
     /// Write the whole tensor into `out` (at least its element count long) as a dense
@@ -98,6 +106,41 @@ impl Src {
                 }
             },
         );
+    }
+}
+
+/// A load of one storage type as f32, for loops monomorphized per type (no per-element match).
+pub(crate) trait Load: Sync {
+    /// # Safety
+    /// `ptr + off` (in elements of the type) must be an element of a live buffer.
+    unsafe fn load(ptr: *const u8, off: isize) -> f32;
+}
+
+pub(crate) struct LoadF32;
+pub(crate) struct LoadF16;
+pub(crate) struct LoadBf16;
+
+impl Load for LoadF32 {
+    #[inline(always)]
+    unsafe fn load(ptr: *const u8, off: isize) -> f32 {
+        // SAFETY: the caller passes an element's offset; unaligned, as user buffers may be.
+        unsafe { (ptr as *const f32).offset(off).read_unaligned() }
+    }
+}
+
+impl Load for LoadF16 {
+    #[inline(always)]
+    unsafe fn load(ptr: *const u8, off: isize) -> f32 {
+        // SAFETY: as for LoadF32.
+        f16::from_bits(unsafe { (ptr as *const u16).offset(off).read_unaligned() }).to_f32()
+    }
+}
+
+impl Load for LoadBf16 {
+    #[inline(always)]
+    unsafe fn load(ptr: *const u8, off: isize) -> f32 {
+        // SAFETY: as for LoadF32.
+        bf16::from_bits(unsafe { (ptr as *const u16).offset(off).read_unaligned() }).to_f32()
     }
 }
 
