@@ -2684,8 +2684,14 @@ impl PyGraph {
             }
             None => {
                 let b = st.built()?;
-                match b.candidate.filter(|&c| b.entries[c].desc.engine == engine) {
-                    Some(c) => vec![b.entries[c].desc.knobs.clone()],
+                let host_reference = |c: usize| engine == EngineKind::Cpu && b.entries[c].desc.engine == EngineKind::Reference;
+                match b.candidate.filter(|&c| b.entries[c].desc.engine == engine || host_reference(c)) {
+                    Some(c) => {
+                        if host_reference(c) {
+                            engine = EngineKind::Reference;
+                        }
+                        vec![b.entries[c].desc.knobs.clone()]
+                    }
                     None => {
                         let listed: Vec<(String, PlanDesc, Option<String>)> = b
                             .entries
