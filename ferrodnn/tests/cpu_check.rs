@@ -35,3 +35,102 @@ fn fast_cpu_engine_matches_the_reference_on_the_check_cases() {
     assert!(fast >= 40, "only {fast} check cases have nodes the fast engine takes");
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
+
+mod errors {
+    use ferrodnn::engine::{Buffer, PlanPolicy, VariantPack};
+    use ferrodnn::graph::ops::conv::ConvAttrs;
+    use ferrodnn::{DataType, EngineKind, Graph, Handle, TensorDesc};
+
+    /// conv (NHWC, f32) -> bias -> relu, uids 1..=4, and its fast CPU plan.
+    fn conv_plan() -> (Graph, ferrodnn::engine::Plan) {
+        let mut g = Graph::new("conv_bias_relu").io_data_type(DataType::F32);
+        let x = g.tensor(TensorDesc::new("x", &[2, 8, 9, 9], DataType::F32).with_layout(&[0, 2, 3, 1]).with_uid(1));
+        let w = g.tensor(TensorDesc::new("w", &[16, 8, 3, 3], DataType::F32).with_layout(&[0, 2, 3, 1]).with_uid(2));
+        let b = g.tensor(TensorDesc::new("b", &[1, 16, 1, 1], DataType::F32).with_uid(3));
+        let y = g.conv_fprop(x, w, ConvAttrs::new(2).with_padding(&[1, 1]));
+        let y = g.bias(y, b);
+        let y = g.relu(y);
+        g.set_output(y);
+        g.desc_mut(y).uid = Some(4);
+        g.validate().unwrap();
+        let plan = Handle::cpu().build_plans(&g, &PlanPolicy { engine: Some(EngineKind::Cpu), ..Default::default() }).unwrap().remove(0);
+        (g, plan)
+    }
+
+    fn bufs() -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
+        (vec![0u8; 2 * 8 * 81 * 4], vec![0u8; 16 * 8 * 9 * 4], vec![0u8; 16 * 4], vec![0u8; 2 * 16 * 81 * 4])
+    }
+
+    #[test]
+    fn the_plan_says_which_nodes_run_where_and_needs_a_workspace() {
+        let (_, plan) = conv_plan();
+        let text = plan.explain().expect("the fast CPU plan explains itself");
+        assert!(text.contains("conv_fprop") && text.contains("im2col") && text.contains("epilogue") && text.contains("bias") && text.contains("relu"), "{text}");
+        assert!(plan.workspace_size() > 0);
+    }
+
+    #[test]
+    fn a_small_workspace_is_refused_naming_the_sizes() {
+        let (_, plan) = conv_plan();
+        let (x, w, b, mut y) = bufs();
+        let mut ws = vec![0u8; plan.workspace_size() - 1];
+        let mut pack = VariantPack::new();
+        pack.input(1, &x).input(2, &w).input(3, &b).output(4, &mut y);
+        let e = plan.execute(&mut pack, Some(Buffer::HostMut(&mut ws))).unwrap_err().to_string();
+        assert!(e.contains("conv_bias_relu") && e.contains(&plan.workspace_size().to_string()), "{e}");
+        // None at all.
+        let e = plan.execute(&mut pack, None).unwrap_err().to_string();
+        assert!(e.contains("workspace") && e.contains("0 were given"), "{e}");
+    }
+
+    #[test]
+    fn a_read_only_workspace_is_refused() {
+        let (_, plan) = conv_plan();
+        let (x, w, b, mut y) = bufs();
+        let ws = vec![0u8; plan.workspace_size()];
+        let mut pack = VariantPack::new();
+        pack.input(1, &x).input(2, &w).input(3, &b).output(4, &mut y);
+        let e = plan.execute(&mut pack, Some(Buffer::Host(&ws))).unwrap_err().to_string();
+        assert!(e.contains("writable host workspace"), "{e}");
+    }
+
+    #[test]
+    fn a_read_only_output_a_missing_input_and_a_short_buffer_are_refused() {
+        let (_, plan) = conv_plan();
+        let (x, w, b, y) = bufs();
+        let mut ws = vec![0u8; plan.workspace_size()];
+        let mut pack = VariantPack::new();
+        pack.input(1, &x).input(2, &w).input(3, &b).input(4, &y);
+        let e = plan.execute(&mut pack, Some(Buffer::HostMut(&mut ws))).unwrap_err().to_string();
+        assert!(e.contains("\"relu_") && e.contains("writable"), "{e}");
+        let mut y2 = y.clone();
+        let mut pack = VariantPack::new();
+        pack.input(1, &x).input(3, &b).output(4, &mut y2);
+        let e = plan.execute(&mut pack, Some(Buffer::HostMut(&mut ws))).unwrap_err().to_string();
+        assert!(e.contains("tensor \"w\"") && e.contains("no buffer"), "{e}");
+        let mut pack = VariantPack::new();
+        pack.input(1, &x[..x.len() - 4]).input(2, &w).input(3, &b).output(4, &mut y2);
+        let e = plan.execute(&mut pack, Some(Buffer::HostMut(&mut ws))).unwrap_err().to_string();
+        assert!(e.contains("tensor \"x\"") && e.contains(&(x.len()).to_string()), "{e}");
+    }
+
+    #[test]
+    fn nodes_the_fast_kernels_do_not_take_run_on_the_reference_code() {
+        // An f64 matmul and a softmax: both on the reference's code, said so by the plan.
+        let mut g = Graph::new("f64_and_softmax").io_data_type(DataType::F64);
+        let a = g.tensor(TensorDesc::new("a", &[3, 5], DataType::F64));
+        let b = g.tensor(TensorDesc::new("b", &[5, 4], DataType::F64));
+        let c = g.matmul(a, b);
+        let (y, _) = g.softmax(c, 1, false, false);
+        g.set_output(y);
+        g.validate().unwrap();
+        let plan = Handle::cpu().build_plans(&g, &PlanPolicy::default()).unwrap().remove(0);
+        assert_eq!(plan.engine(), EngineKind::Cpu);
+        let text = plan.explain().unwrap();
+        assert!(text.contains("matmul") && text.contains("reference (f64)") && text.contains("compute type f64") && text.contains("does not take this op"), "{text}");
+        let inputs = ferrodnn::testing::random_inputs(&g, 3);
+        let got = ferrodnn::testing::execute_dense(&Handle::cpu(), &g, &inputs, &PlanPolicy::default()).unwrap();
+        let want = ferrodnn::testing::run_cpu(&g, &inputs).unwrap();
+        assert_eq!(got[&y].data, want[&y].data);
+    }
+}
