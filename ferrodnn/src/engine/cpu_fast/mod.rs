@@ -1,6 +1,7 @@
 //! The fast CPU engine, the default engine of a handle without a GPU ([`EngineKind::Cpu`]).
 //!
-//! Matmuls and convolutions (forward, data and weight gradients) run on the `gemm` crate's
+//! Softmax, layernorm and rmsnorm run as one threaded pass per row ([`rows`]). Matmuls and
+//! convolutions (forward, data and weight gradients) run on the `gemm` crate's
 //! multi-threaded f32 kernels (AVX2/FMA or NEON, chosen at run time), with f16 and bf16 tensors
 //! converted to f32 on the way in and rounded on the way out, so every product accumulates in
 //! f32. The pointwise chain after a matmul or a convolution forward (bias, scale, residual,
@@ -20,6 +21,7 @@
 mod conv;
 mod epilogue;
 mod gemm;
+mod rows;
 mod tensor;
 
 use super::cpu::{check_pack, exec_node, load_input, NodeIo};
@@ -67,6 +69,7 @@ enum Step {
     },
     Matmul(gemm::MatmulStep),
     Conv(conv::ConvStep),
+    Rows(rows::RowStep),
 }
 
 /// A plan of the fast CPU engine: its steps in order and its workspace.
@@ -102,6 +105,7 @@ impl FastPlan {
             let step = match &node.op {
                 Op::Matmul(_) => gemm::MatmulStep::plan(g, ni, &consumers, &produced).map(Step::Matmul),
                 Op::ConvFprop(a) | Op::ConvDgrad(a) | Op::ConvWgrad(a) => conv::ConvStep::plan(g, ni, a, &consumers, &produced).map(Step::Conv),
+                Op::Softmax(_) | Op::Layernorm(_) | Op::Rmsnorm(_) => rows::RowStep::plan(g, ni).map(Step::Rows),
                 _ => Err("the fast CPU engine does not take this op yet".to_string()),
             };
             let step = step.unwrap_or_else(|why| Step::Reference { node: ni, why });
@@ -118,7 +122,7 @@ impl FastPlan {
                     }
                     workspace_f32 = workspace_f32.max(c.workspace_f32);
                 }
-                Step::Reference { .. } => {}
+                Step::Reference { .. } | Step::Rows(_) => {}
             }
             steps.push(step);
         }
@@ -137,6 +141,7 @@ impl FastPlan {
                 Step::Reference { node, why } => format!("step {i}: {} -> reference (f64): {why}", name(*node)),
                 Step::Matmul(m) => format!("step {i}: {}{} -> gemm f32 ({})", name(m.node), chain(&m.chain), m.describe()),
                 Step::Conv(c) => format!("step {i}: {}{} -> conv as im2col + gemm f32 ({})", name(c.node), chain(&c.chain), c.describe()),
+                Step::Rows(r) => format!("step {i}: {} -> rows ({})", name(r.node), r.describe()),
             };
             out.push_str(&line);
             out.push('\n');
@@ -329,6 +334,7 @@ impl CompiledPlan for FastPlan {
                 Step::Reference { node, .. } => *node,
                 Step::Matmul(m) => m.node,
                 Step::Conv(c) => c.node,
+                Step::Rows(r) => r.node,
             };
             let node = &g.nodes[ni];
             cancel.check(|| format!("{}: before {} \"{}\"", gname(), node.op.kind(), node.name))?;
@@ -336,6 +342,7 @@ impl CompiledPlan for FastPlan {
                 Step::Reference { node, .. } => ex.reference(*node)?,
                 Step::Matmul(m) => m.run(&mut ex)?,
                 Step::Conv(c) => c.run(&mut ex)?,
+                Step::Rows(r) => r.run(&mut ex)?,
             }
         }
         cancel.check(|| format!("{}: after the last node", gname()))?;
@@ -358,6 +365,7 @@ pub fn fast_node_count(g: &Graph) -> Result<usize> {
             Step::Reference { .. } => 0,
             Step::Matmul(m) => 1 + m.chain.links.len(),
             Step::Conv(c) => 1 + c.chain.links.len(),
+            Step::Rows(_) => 1,
         })
         .sum())
 }

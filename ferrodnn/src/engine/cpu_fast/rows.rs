@@ -1,0 +1,261 @@
+//! Row-wise memory-bound ops as one threaded pass over each row: softmax and log-softmax (over
+//! any axis; with the log-sum-exp statistics), layernorm and rmsnorm forward (statistics over
+//! every dim but the batch dim, training or inference). Each row is read once into a per-thread
+//! f32 buffer (any strides, f32/f16/bf16), reduced (sums in f64), and written once.
+
+use super::tensor::{Dst, Src};
+use super::{check_tensor, Exec};
+use crate::dtype::DataType;
+use crate::error::Result;
+use crate::graph::ops::Op;
+use crate::graph::{Graph, TensorId};
+use crate::layout::unravel;
+use rayon::prelude::*;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Softmax {
+        axis: usize,
+        log: bool,
+    },
+    /// Layernorm (`rms` false) or rmsnorm.
+    Norm {
+        rms: bool,
+        epsilon: f64,
+    },
+}
+
+pub(crate) struct RowStep {
+    pub node: usize,
+    kind: Kind,
+    x: TensorId,
+    y: TensorId,
+    /// Softmax: the log-sum-exp; norms: the mean.
+    stats: Option<TensorId>,
+    inv_variance: Option<TensorId>,
+    scale: Option<TensorId>,
+    bias: Option<TensorId>,
+    epsilon: Option<TensorId>,
+}
+
+fn udims(g: &Graph, t: TensorId) -> Vec<usize> {
+    g.desc(t).dims.iter().map(|&x| x as usize).collect()
+}
+
+impl RowStep {
+    pub fn plan(g: &Graph, ni: usize) -> std::result::Result<RowStep, String> {
+        let node = &g.nodes[ni];
+        if g.compute_type(node) != DataType::F32 {
+            return Err(format!("compute type {} (the fast kernels compute in f32)", g.compute_type(node)));
+        }
+        let x = node.input("x").ok_or("port `x` is missing")?;
+        let y = node.output("y").ok_or("port `y` is missing")?;
+        let (kind, stats, inv_variance, scale, bias, epsilon) = match &node.op {
+            Op::Softmax(a) => (Kind::Softmax { axis: a.axis, log: a.log }, node.output("stats"), None, None, None, None),
+            Op::Layernorm(a) | Op::Rmsnorm(a) => {
+                let rms = matches!(node.op, Op::Rmsnorm(_));
+                let eps = node.input("epsilon");
+                if let Some(e) = eps {
+                    if !g.resolved_data_type(e).is_some_and(super::epilogue::fast_type) {
+                        return Err("the epsilon tensor is not f32, f16 or bf16".into());
+                    }
+                }
+                (Kind::Norm { rms, epsilon: a.epsilon }, if rms { None } else { node.output("mean") }, node.output("inv_variance"), node.input("scale"), node.input("bias"), eps)
+            }
+            _ => return Err("not a row op".into()),
+        };
+        check_tensor(g, x, false)?;
+        check_tensor(g, y, true)?;
+        for t in [stats, inv_variance].into_iter().flatten() {
+            check_tensor(g, t, true)?;
+        }
+        for t in [scale, bias].into_iter().flatten() {
+            check_tensor(g, t, false)?;
+        }
+        let xd = udims(g, x);
+        if udims(g, y) != xd {
+            return Err("y's dims differ from x's".into());
+        }
+        match kind {
+            Kind::Softmax { axis, .. } if axis >= xd.len() => return Err(format!("axis {axis} is out of range")),
+            Kind::Norm { .. } => {
+                if xd.len() < 2 {
+                    return Err("x has rank below 2".into());
+                }
+                let want: Vec<usize> = std::iter::once(xd[0]).chain(std::iter::repeat_n(1, xd.len() - 1)).collect();
+                for t in [stats, inv_variance].into_iter().flatten() {
+                    if udims(g, t) != want {
+                        return Err(format!("statistics dims {:?} (the fast kernels take {want:?})", udims(g, t)));
+                    }
+                }
+                for t in [scale, bias].into_iter().flatten() {
+                    let d = udims(g, t);
+                    if d.len() > xd.len() || d.iter().rev().zip(xd.iter().rev()).any(|(&a, &b)| a != 1 && a != b) || (d.len() == xd.len() && d[0] != 1) {
+                        return Err(format!("scale or bias dims {d:?} do not broadcast over one row of x"));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(RowStep { node: ni, kind, x, y, stats, inv_variance, scale, bias, epsilon })
+    }
+
+    pub fn describe(&self) -> String {
+        match self.kind {
+            Kind::Softmax { axis, log } => format!("{} over axis {axis}, a pass per row", if log { "log-softmax" } else { "softmax" }),
+            Kind::Norm { rms, .. } => format!("{} over every dim but the first, a pass per row", if rms { "rmsnorm" } else { "layernorm" }),
+        }
+    }
+
+    pub fn run(&self, ex: &mut Exec) -> Result<()> {
+        let x = ex.src(self.x)?;
+        let scale = self.scale.map(|t| ex.src(t)).transpose()?;
+        let bias = self.bias.map(|t| ex.src(t)).transpose()?;
+        let eps = match (self.kind, self.epsilon) {
+            // SAFETY: offset 0 is the by-value scalar's one element.
+            (Kind::Norm { .. }, Some(t)) => unsafe { ex.src(t)?.load(0) as f64 },
+            (Kind::Norm { epsilon, .. }, None) => epsilon,
+            _ => 0.0,
+        };
+        // The statistics first (into new intermediates or their buffers), then y.
+        let mut stats = Vec::new();
+        for t in [self.stats, self.inv_variance].into_iter().flatten() {
+            let dims = udims(ex.graph, t);
+            let mut vals = vec![0f32; dims.iter().product()];
+            stats.push((t, dims, std::mem::take(&mut vals)));
+        }
+        ex.with_dst(self.y, |y, _| {
+            match self.kind {
+                Kind::Softmax { axis, log } => softmax(&x, y, axis, log, stats.first_mut().map(|s| s.2.as_mut_slice())),
+                Kind::Norm { rms, .. } => {
+                    let (mut mean, mut inv) = (None, None);
+                    for (t, _, v) in stats.iter_mut() {
+                        if Some(*t) == self.inv_variance {
+                            inv = Some(v.as_mut_slice());
+                        } else {
+                            mean = Some(v.as_mut_slice());
+                        }
+                    }
+                    norm(&x, y, scale.as_ref(), bias.as_ref(), eps, rms, mean, inv)
+                }
+            }
+            Ok(())
+        })?;
+        // Write the statistics (dense, row-major order = row order) through their tensors.
+        for (t, dims, vals) in stats {
+            ex.with_dst(t, |d, _| {
+                let src = Src::dense(&vals, &dims);
+                let mut idx = vec![0usize; dims.len()];
+                for (i, _) in vals.iter().enumerate() {
+                    unravel(i, &dims, &mut idx);
+                    let so: isize = idx.iter().zip(&src.strides).map(|(&a, &s)| a as isize * s).sum();
+                    let dofs: isize = idx.iter().zip(&d.strides).map(|(&a, &s)| a as isize * s).sum();
+                    // SAFETY: both offsets are of element idx of the statistics tensor.
+                    unsafe { d.store(dofs, src.load(so)) };
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The offsets, relative to a row's first element, of each element of a row made of the
+/// trailing dims `dims[from..]` of a tensor with `strides` (broadcast: stride 0).
+fn row_offsets(dims: &[usize], strides: &[isize], from: usize) -> Vec<isize> {
+    let sub = &dims[from..];
+    let n: usize = sub.iter().product();
+    let mut idx = vec![0usize; sub.len()];
+    (0..n)
+        .map(|j| {
+            unravel(j, sub, &mut idx);
+            idx.iter().zip(&strides[from..]).map(|(&i, &s)| i as isize * s).sum()
+        })
+        .collect()
+}
+
+fn softmax(x: &Src, y: &Dst, axis: usize, log: bool, stats: Option<&mut [f32]>) {
+    let dims = &x.dims;
+    let outer: usize = dims[..axis].iter().product();
+    let inner: usize = dims[axis + 1..].iter().product();
+    let len = dims[axis];
+    let (xs, ys) = (x.strides[axis], y.strides[axis]);
+    let stats_addr = stats.map(|s| s.as_mut_ptr() as usize);
+    (0..outer * inner).into_par_iter().with_min_len(16).for_each_init(
+        || (vec![0usize; dims.len()], vec![0f32; len]),
+        |(idx, buf), r| {
+            let (o, i) = (r / inner, r % inner);
+            unravel(o, &dims[..axis], &mut idx[..axis]);
+            unravel(i, &dims[axis + 1..], &mut idx[axis + 1..]);
+            idx[axis] = 0;
+            let xb: isize = idx.iter().zip(&x.strides).map(|(&a, &s)| a as isize * s).sum();
+            let yb: isize = idx.iter().zip(&y.strides).map(|(&a, &s)| a as isize * s).sum();
+            for (k, v) in buf.iter_mut().enumerate() {
+                // SAFETY: element k of the row along `axis`.
+                *v = unsafe { x.load(xb + k as isize * xs) };
+            }
+            let m = buf.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0f64;
+            for v in buf.iter() {
+                sum += ((*v - m) as f64).exp();
+            }
+            let lse = m as f64 + sum.ln();
+            for (k, &v) in buf.iter().enumerate() {
+                let out = if log { v as f64 - lse } else { (v as f64 - lse).exp() };
+                // SAFETY: element k of the row in y; rows are disjoint.
+                unsafe { y.store(yb + k as isize * ys, out as f32) };
+            }
+            if let Some(a) = stats_addr {
+                // SAFETY: r < outer * inner, the statistics' element count; one row writes it.
+                unsafe { *(a as *mut f32).add(r) = lse as f32 };
+            }
+        },
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn norm(x: &Src, y: &Dst, scale: Option<&Src>, bias: Option<&Src>, eps: f64, rms: bool, mean_out: Option<&mut [f32]>, inv_out: Option<&mut [f32]>) {
+    let dims = &x.dims;
+    let rows = dims[0];
+    let row_len: usize = dims[1..].iter().product();
+    let x_off = row_offsets(dims, &x.strides, 1);
+    let y_off = row_offsets(dims, &y.strides, 1);
+    let bstrides = |s: &Src| s.broadcast_strides(dims);
+    let s_off = scale.map(|s| row_offsets(dims, &bstrides(s), 1));
+    let b_off = bias.map(|s| row_offsets(dims, &bstrides(s), 1));
+    let (mean_addr, inv_addr) = (mean_out.map(|s| s.as_mut_ptr() as usize), inv_out.map(|s| s.as_mut_ptr() as usize));
+    (0..rows).into_par_iter().for_each_init(
+        || vec![0f32; row_len],
+        |buf, r| {
+            let (xb, yb) = (r as isize * x.strides[0], r as isize * y.strides[0]);
+            for (v, &o) in buf.iter_mut().zip(&x_off) {
+                // SAFETY: element (r, j) of x.
+                *v = unsafe { x.load(xb + o) };
+            }
+            let n = row_len as f64;
+            let mean = if rms { 0.0 } else { buf.iter().map(|&v| v as f64).sum::<f64>() / n };
+            let var = buf.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / n;
+            let inv = 1.0 / (var + eps).sqrt();
+            let (mean32, inv32) = (mean as f32, inv as f32);
+            for (j, &v) in buf.iter().enumerate() {
+                // SAFETY: broadcast elements of scale and bias for (r, j); row r's element j of y.
+                let s = match (scale, &s_off) {
+                    (Some(src), Some(off)) => unsafe { src.load(off[j]) },
+                    _ => 1.0,
+                };
+                let b = match (bias, &b_off) {
+                    (Some(src), Some(off)) => unsafe { src.load(off[j]) },
+                    _ => 0.0,
+                };
+                unsafe { y.store(yb + y_off[j], (v - mean32) * inv32 * s + b) };
+            }
+            // SAFETY: r < rows, the statistics' element count; each row writes its own.
+            if let Some(a) = mean_addr {
+                unsafe { *(a as *mut f32).add(r) = mean as f32 };
+            }
+            if let Some(a) = inv_addr {
+                unsafe { *(a as *mut f32).add(r) = inv as f32 };
+            }
+        },
+    );
+}
