@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The fast CPU engine beside numpy (its BLAS) and PyTorch CPU (oneDNN for convolutions), on the
-issue's CPU targets: f32 matmul 1024^3 and 4096x4096x1024, and ResNet-50's 3x3 and 1x1
-convolutions at batch 8 (NCHW f32, PyTorch's default layout; and channels-last for ferrodnn).
+issue's CPU targets: f32 matmul 1024^3 and 4096x4096x1024, ResNet-50's 3x3 and 1x1 convolutions
+at batch 8 (NCHW f32, PyTorch's default layout, and channels-last), and softmax and layernorm
+over the rows of a 4096x4096 f32 array against the machine's copy bandwidth (numpy's copy of the
+same array, measured in the same run: pct_copy_bw = copy time / our time, both moving the array
+in and out once).
 
 Each side is timed in the same process on the same arrays: a warm-up call, then the median of
 `--runs` calls (wall time of the call; ferrodnn's includes the Python binding's variant-pack
@@ -81,6 +84,24 @@ def ours_conv(x, w, pad, stride):
         y = np.empty([dims[0], dims[2], dims[3], dims[1]], np.float32).transpose(0, 3, 1, 2)
     ws = built(g)
     return lambda: g.execute({X: x, W: w, Y: y}, ws), y
+
+
+def ours_rows(x, what):
+    g = new_graph()
+    X = g.tensor_like(x)
+    if what == "softmax":
+        Y = g.softmax(input=X, axis=-1)
+        pack_extra = {}
+    else:
+        s = np.ones((1, x.shape[1]), np.float32)
+        b = np.zeros((1, x.shape[1]), np.float32)
+        S, B = g.tensor_like(s), g.tensor_like(b)
+        Y, _, _ = g.layernorm(norm_forward_phase=cudnn.norm_forward_phase.INFERENCE, input=X, scale=S, bias=B, epsilon=1e-5)
+        pack_extra = {S: s, B: b}
+    Y.set_output(True).set_data_type(F32)
+    ws = built(g)
+    y = np.empty_like(x)
+    return lambda: g.execute({X: x, Y: y, **pack_extra}, ws), y
 
 
 def load():
@@ -166,6 +187,33 @@ def main():
             rows.append({"id": wid, "ours_ms": ours, "torch_ms": th, "ratio_vs_torch": th / ours if th else None, "ours_gflops": flops / ours / 1e6,
                          "torch_gflops": flops / th / 1e6 if th else None, "rel_error_vs_torch": err, "load": [before, load()]})
             print(json.dumps(rows[-1]), flush=True)
+
+    rows_n = 4096
+    x = rng.standard_normal((rows_n, rows_n), dtype=np.float32)
+    copy_dst = np.empty_like(x)
+    for what in ("softmax", "layernorm"):
+        wid = f"{what}_f32_{rows_n}x{rows_n}"
+        if args.filter not in wid:
+            continue
+        before = load()
+        copy_ms = median_ms(lambda: np.copyto(copy_dst, x), args.runs)
+        run, y = ours_rows(x, what)
+        ours = median_ms(run, args.runs)
+        th, err = None, None
+        if torch is not None:
+            tx = torch.from_numpy(x)
+            if what == "softmax":
+                fn = lambda: torch.softmax(tx, dim=-1)  # noqa: E731
+            else:
+                fn = lambda: torch.nn.functional.layer_norm(tx, [rows_n], eps=1e-5)  # noqa: E731
+            with torch.no_grad():
+                th = median_ms(fn, args.runs)
+                ref = fn().numpy()
+            err = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+        gbs = 2 * x.nbytes / ours / 1e6
+        rows.append({"id": wid, "ours_ms": ours, "torch_ms": th, "ratio_vs_torch": th / ours if th else None, "copy_ms": copy_ms, "ours_gbs": gbs,
+                     "copy_gbs": 2 * x.nbytes / copy_ms / 1e6, "pct_copy_bw": 100 * copy_ms / ours, "rel_error_vs_torch": err, "load": [before, load()]})
+        print(json.dumps(rows[-1]), flush=True)
 
     try:
         commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()

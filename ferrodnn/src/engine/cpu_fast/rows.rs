@@ -190,21 +190,9 @@ fn softmax(x: &Src, y: &Dst, axis: usize, log: bool, stats: Option<&mut [f32]>) 
             idx[axis] = 0;
             let xb: isize = idx.iter().zip(&x.strides).map(|(&a, &s)| a as isize * s).sum();
             let yb: isize = idx.iter().zip(&y.strides).map(|(&a, &s)| a as isize * s).sum();
-            for (k, v) in buf.iter_mut().enumerate() {
-                // SAFETY: element k of the row along `axis`.
-                *v = unsafe { x.load(xb + k as isize * xs) };
-            }
-            let m = buf.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let mut sum = 0f64;
-            for v in buf.iter() {
-                sum += ((*v - m) as f64).exp();
-            }
-            let lse = m as f64 + sum.ln();
-            for (k, &v) in buf.iter().enumerate() {
-                let out = if log { v as f64 - lse } else { (v as f64 - lse).exp() };
-                // SAFETY: element k of the row in y; rows are disjoint.
-                unsafe { y.store(yb + k as isize * ys, out as f32) };
-            }
+            read_row(x, xb, xs, buf);
+            let lse = softmax_row(buf, log);
+            write_row(y, yb, ys, buf);
             if let Some(a) = stats_addr {
                 // SAFETY: r < outer * inner, the statistics' element count; one row writes it.
                 unsafe { *(a as *mut f32).add(r) = lse as f32 };
@@ -220,34 +208,42 @@ fn norm(x: &Src, y: &Dst, scale: Option<&Src>, bias: Option<&Src>, eps: f64, rms
     let row_len: usize = dims[1..].iter().product();
     let x_off = row_offsets(dims, &x.strides, 1);
     let y_off = row_offsets(dims, &y.strides, 1);
-    let bstrides = |s: &Src| s.broadcast_strides(dims);
-    let s_off = scale.map(|s| row_offsets(dims, &bstrides(s), 1));
-    let b_off = bias.map(|s| row_offsets(dims, &bstrides(s), 1));
+    // Scale and bias broadcast over one row, once (every row uses the same).
+    let along = |s: Option<&Src>, fill: f32| -> Vec<f32> {
+        match s {
+            Some(s) => row_offsets(dims, &s.broadcast_strides(dims), 1).iter().map(|&o| unsafe { s.load(o) }).collect(),
+            None => vec![fill; row_len],
+        }
+    };
+    // SAFETY (in `along`): the offsets are of broadcast elements of scale and bias.
+    let (s_row, b_row) = (along(scale, 1.0), along(bias, 0.0));
+    // A row of x or y as one stride, when its offsets are (packed trailing dims).
+    let step = |off: &[isize]| -> Option<isize> {
+        let s = if off.len() > 1 { off[1] - off[0] } else { 1 };
+        off.iter().enumerate().all(|(j, &o)| o == j as isize * s).then_some(s)
+    };
+    let (x_step, y_step) = (step(&x_off), step(&y_off));
     let (mean_addr, inv_addr) = (mean_out.map(|s| s.as_mut_ptr() as usize), inv_out.map(|s| s.as_mut_ptr() as usize));
     (0..rows).into_par_iter().for_each_init(
         || vec![0f32; row_len],
         |buf, r| {
             let (xb, yb) = (r as isize * x.strides[0], r as isize * y.strides[0]);
-            for (v, &o) in buf.iter_mut().zip(&x_off) {
-                // SAFETY: element (r, j) of x.
-                *v = unsafe { x.load(xb + o) };
+            if let Some(xs) = x_step {
+                read_row(x, xb, xs, buf);
+            } else {
+                for (v, &o) in buf.iter_mut().zip(&x_off) {
+                    // SAFETY: element (r, j) of x.
+                    *v = unsafe { x.load(xb + o) };
+                }
             }
-            let n = row_len as f64;
-            let mean = if rms { 0.0 } else { buf.iter().map(|&v| v as f64).sum::<f64>() / n };
-            let var = buf.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / n;
-            let inv = 1.0 / (var + eps).sqrt();
-            let (mean32, inv32) = (mean as f32, inv as f32);
-            for (j, &v) in buf.iter().enumerate() {
-                // SAFETY: broadcast elements of scale and bias for (r, j); row r's element j of y.
-                let s = match (scale, &s_off) {
-                    (Some(src), Some(off)) => unsafe { src.load(off[j]) },
-                    _ => 1.0,
-                };
-                let b = match (bias, &b_off) {
-                    (Some(src), Some(off)) => unsafe { src.load(off[j]) },
-                    _ => 0.0,
-                };
-                unsafe { y.store(yb + y_off[j], (v - mean32) * inv32 * s + b) };
+            let (mean, inv) = norm_row(buf, &s_row, &b_row, eps, rms);
+            if let Some(ys) = y_step {
+                write_row(y, yb, ys, buf);
+            } else {
+                for (&v, &o) in buf.iter().zip(&y_off) {
+                    // SAFETY: row r's element j of y; rows are disjoint.
+                    unsafe { y.store(yb + o, v) };
+                }
             }
             // SAFETY: r < rows, the statistics' element count; each row writes its own.
             if let Some(a) = mean_addr {
@@ -258,4 +254,166 @@ fn norm(x: &Src, y: &Dst, scale: Option<&Src>, bias: Option<&Src>, eps: f64, rms
             }
         },
     );
+}
+
+/// Row `buf` read from `src` at `base`, element k at `base + k * step`.
+fn read_row(src: &Src, base: isize, step: isize, buf: &mut [f32]) {
+    if src.dtype == DataType::F32 && step == 1 {
+        // SAFETY: the row's elements are buf.len() consecutive f32 values from `base`; a byte
+        // copy needs no alignment.
+        unsafe { std::ptr::copy_nonoverlapping((src.raw() as *const f32).offset(base) as *const u8, buf.as_mut_ptr() as *mut u8, buf.len() * 4) };
+        return;
+    }
+    for (k, v) in buf.iter_mut().enumerate() {
+        // SAFETY: element k of the row.
+        *v = unsafe { src.load(base + k as isize * step) };
+    }
+}
+
+/// Row `buf` written to `dst` at `base`, element k at `base + k * step`.
+fn write_row(dst: &Dst, base: isize, step: isize, buf: &[f32]) {
+    if let (Some(p), 1) = (dst.f32_ptr(), step) {
+        // SAFETY: the row's elements are buf.len() consecutive f32 values from `base`, written
+        // by this thread alone (rows are disjoint).
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p.offset(base), buf.len()) };
+        return;
+    }
+    for (k, &v) in buf.iter().enumerate() {
+        // SAFETY: element k of the row; rows are disjoint.
+        unsafe { dst.store(base + k as isize * step, v) };
+    }
+}
+
+/// `e^x` in f32 by range reduction (`x = n ln 2 + r`) and a degree-6 polynomial for `e^r`
+/// (relative error near 2e-7), written so that loops over it vectorize; 0 below -87.3 (where f32
+/// would be subnormal), +inf above 88.7, NaN for NaN.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let xc = x.clamp(-87.0, 88.0);
+    let n = (xc * LOG2E + ROUND) - ROUND;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let v = p * scale;
+    if x < -87.0 {
+        0.0
+    } else if x > 88.0 {
+        f32::INFINITY
+    } else {
+        v
+    }
+}
+
+/// Softmax (or log-softmax) of one row in place; returns its log-sum-exp.
+#[inline(always)]
+fn softmax_row_impl(buf: &mut [f32], log: bool) -> f64 {
+    let mut mx = [f32::NEG_INFINITY; 16];
+    for c in buf.chunks(16) {
+        for (a, &v) in mx.iter_mut().zip(c) {
+            *a = a.max(v);
+        }
+    }
+    let m = mx.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut acc = [0f32; 16];
+    if log {
+        for c in buf.chunks(16) {
+            for (a, &v) in acc.iter_mut().zip(c) {
+                *a += exp_f32(v - m);
+            }
+        }
+    } else {
+        for c in buf.chunks_mut(16) {
+            for (a, v) in acc.iter_mut().zip(c) {
+                let e = exp_f32(*v - m);
+                *v = e;
+                *a += e;
+            }
+        }
+    }
+    let sum: f64 = acc.iter().map(|&a| a as f64).sum();
+    let lse = m as f64 + sum.ln();
+    if log {
+        let l = lse as f32;
+        buf.iter_mut().for_each(|v| *v -= l);
+    } else {
+        let inv = (1.0 / sum) as f32;
+        buf.iter_mut().for_each(|v| *v *= inv);
+    }
+    lse
+}
+
+/// Normalizes one row in place: `(x - mean) * inv * scale + bias` (no mean for rmsnorm); returns
+/// (mean, inverse standard deviation). Sums in f32 lanes, added up in f64.
+#[inline(always)]
+fn norm_row_impl(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
+    let n = buf.len() as f64;
+    let mut acc = [0f32; 16];
+    if !rms {
+        for c in buf.chunks(16) {
+            for (a, &v) in acc.iter_mut().zip(c) {
+                *a += v;
+            }
+        }
+    }
+    let mean = acc.iter().map(|&a| a as f64).sum::<f64>() / n;
+    let m = mean as f32;
+    let mut acc = [0f32; 16];
+    for c in buf.chunks(16) {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += (v - m) * (v - m);
+        }
+    }
+    let var = acc.iter().map(|&a| a as f64).sum::<f64>() / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    let i = inv as f32;
+    for ((v, &s), &b) in buf.iter_mut().zip(scale).zip(bias) {
+        *v = (*v - m) * i * s + b;
+    }
+    (mean, inv)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_row_avx2(buf: &mut [f32], log: bool) -> f64 {
+    softmax_row_impl(buf, log)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn norm_row_avx2(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
+    norm_row_impl(buf, scale, bias, eps, rms)
+}
+
+fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+fn softmax_row(buf: &mut [f32], log: bool) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        return unsafe { softmax_row_avx2(buf, log) };
+    }
+    softmax_row_impl(buf, log)
+}
+
+fn norm_row(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: as in softmax_row.
+        return unsafe { norm_row_avx2(buf, scale, bias, eps, rms) };
+    }
+    norm_row_impl(buf, scale, bias, eps, rms)
 }
