@@ -126,16 +126,8 @@ RESNET = [
 ]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "cpu.json"))
-    ap.add_argument("--filter", default="")
-    ap.add_argument("--batch", type=int, default=8)
-    args = ap.parse_args()
-    threads = os.cpu_count()
-    if torch is not None:
-        torch.set_num_threads(threads)
+def measure(args):
+    """One round: every workload once (each side timed as the median of `--runs` calls)."""
     rng = np.random.default_rng(0)
     rows = []
 
@@ -215,6 +207,49 @@ def main():
                      "copy_gbs": 2 * x.nbytes / copy_ms / 1e6, "pct_copy_bw": 100 * copy_ms / ours, "rel_error_vs_torch": err, "load": [before, load()]})
         print(json.dumps(rows[-1]), flush=True)
 
+    return rows
+
+
+def merge(rounds):
+    """Each workload's times as the median over the rounds (ratios and rates from those), with
+    each round's own ratio kept."""
+    out = []
+    for i, first in enumerate(rounds[0]):
+        rs = [r[i] for r in rounds]
+        row = dict(first)
+        for key in ("ours_ms", "numpy_ms", "torch_ms", "copy_ms"):
+            if first.get(key) is not None:
+                row[key] = statistics.median(r[key] for r in rs)
+        scale = first["ours_ms"] / row["ours_ms"]
+        for key in ("ours_gflops", "ours_gbs"):
+            if first.get(key) is not None:
+                row[key] = first[key] * scale
+        if row.get("numpy_ms") is not None:
+            row["ratio_vs_numpy"] = row["numpy_ms"] / row["ours_ms"]
+        if row.get("torch_ms") is not None:
+            row["ratio_vs_torch"] = row["torch_ms"] / row["ours_ms"]
+            row["ratio_vs_torch_rounds"] = [r["torch_ms"] / r["ours_ms"] for r in rs]
+        if row.get("copy_ms") is not None:
+            row["pct_copy_bw"] = 100 * row["copy_ms"] / row["ours_ms"]
+            row["copy_gbs"] = first["copy_gbs"] * first["copy_ms"] / row["copy_ms"]
+        row["load"] = [min(r["load"][0] for r in rs), max(r["load"][1] for r in rs)]
+        out.append(row)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5, help="calls timed per side in a round (their median)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every workload (the median over them is reported)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "cpu.json"))
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--batch", type=int, default=8)
+    args = ap.parse_args()
+    threads = os.cpu_count()
+    if torch is not None:
+        torch.set_num_threads(threads)
+    rows = merge([measure(args) for _ in range(args.rounds)])
+
     try:
         commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     except OSError:
@@ -232,6 +267,7 @@ def main():
         "commit": commit,
         "software": f"numpy {np.__version__}" + (f", PyTorch {torch.__version__}" if torch is not None else ", no PyTorch"),
         "runs": args.runs,
+        "rounds": args.rounds,
         "threads": threads,
         "workloads": rows,
     }
