@@ -116,13 +116,13 @@ mod errors {
 
     #[test]
     fn nodes_the_fast_kernels_do_not_take_run_on_the_reference_code() {
-        // An f64 matmul (a type the fast kernels do not take) and a relu on its own (an op
-        // they do not take): both on the reference's code, said so by the plan.
-        let mut g = Graph::new("f64_and_relu").io_data_type(DataType::F64);
+        // An f64 matmul (a type the fast kernels do not take) and a transpose (an op they do
+        // not take): both on the reference's code, said so by the plan.
+        let mut g = Graph::new("f64_and_transpose").io_data_type(DataType::F64);
         let a = g.tensor(TensorDesc::new("a", &[3, 5], DataType::F64));
         let b = g.tensor(TensorDesc::new("b", &[5, 4], DataType::F64));
         let c = g.matmul(a, b);
-        let y = g.relu(c);
+        let y = g.transpose(c, &[1, 0]);
         g.set_output(y);
         g.validate().unwrap();
         let plan = Handle::cpu().build_plans(&g, &PlanPolicy::default()).unwrap().remove(0);

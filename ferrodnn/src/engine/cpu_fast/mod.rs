@@ -1,6 +1,7 @@
 //! The fast CPU engine, the default engine of a handle without a GPU ([`EngineKind::Cpu`]).
 //!
-//! Softmax, layernorm and rmsnorm run as one threaded pass per row ([`rows`]). Matmuls and
+//! Softmax, layernorm and rmsnorm run as one threaded pass per row ([`rows`]), chains of
+//! pointwise ops as one threaded pass ([`pointwise`]). Matmuls and
 //! convolutions (forward, data and weight gradients) run on the `gemm` crate's
 //! multi-threaded f32 kernels (AVX2/FMA or NEON, chosen at run time), with f16 and bf16 tensors
 //! converted to f32 on the way in and rounded on the way out, so every product accumulates in
@@ -21,6 +22,7 @@
 mod conv;
 mod epilogue;
 mod gemm;
+mod pointwise;
 mod rows;
 mod tensor;
 
@@ -70,6 +72,7 @@ enum Step {
     Matmul(gemm::MatmulStep),
     Conv(conv::ConvStep),
     Rows(rows::RowStep),
+    Pointwise(pointwise::PointwiseStep),
 }
 
 /// A plan of the fast CPU engine: its steps in order and its workspace.
@@ -106,6 +109,7 @@ impl FastPlan {
                 Op::Matmul(_) => gemm::MatmulStep::plan(g, ni, &consumers, &produced).map(Step::Matmul),
                 Op::ConvFprop(a) | Op::ConvDgrad(a) | Op::ConvWgrad(a) => conv::ConvStep::plan(g, ni, a, &consumers, &produced).map(Step::Conv),
                 Op::Softmax(_) | Op::Layernorm(_) | Op::Rmsnorm(_) => rows::RowStep::plan(g, ni).map(Step::Rows),
+                Op::Pointwise(_) => pointwise::PointwiseStep::plan(g, ni, &consumers, &produced).map(Step::Pointwise),
                 _ => Err("the fast CPU engine does not take this op yet".to_string()),
             };
             let step = step.unwrap_or_else(|why| Step::Reference { node: ni, why });
@@ -121,6 +125,11 @@ impl FastPlan {
                         fused[l.node] = true;
                     }
                     workspace_f32 = workspace_f32.max(c.workspace_f32);
+                }
+                Step::Pointwise(p) => {
+                    for l in &p.chain.links {
+                        fused[l.node] = true;
+                    }
                 }
                 Step::Reference { .. } | Step::Rows(_) => {}
             }
@@ -142,6 +151,7 @@ impl FastPlan {
                 Step::Matmul(m) => format!("step {i}: {}{} -> gemm f32 ({})", name(m.node), chain(&m.chain), m.describe()),
                 Step::Conv(c) => format!("step {i}: {}{} -> conv as im2col + gemm f32 ({})", name(c.node), chain(&c.chain), c.describe()),
                 Step::Rows(r) => format!("step {i}: {} -> rows ({})", name(r.node), r.describe()),
+                Step::Pointwise(p) => format!("step {i}: {}{} -> pointwise ({})", name(p.node), chain(&p.chain), p.describe()),
             };
             out.push_str(&line);
             out.push('\n');
@@ -335,6 +345,7 @@ impl CompiledPlan for FastPlan {
                 Step::Matmul(m) => m.node,
                 Step::Conv(c) => c.node,
                 Step::Rows(r) => r.node,
+                Step::Pointwise(p) => p.node,
             };
             let node = &g.nodes[ni];
             cancel.check(|| format!("{}: before {} \"{}\"", gname(), node.op.kind(), node.name))?;
@@ -343,6 +354,7 @@ impl CompiledPlan for FastPlan {
                 Step::Matmul(m) => m.run(&mut ex)?,
                 Step::Conv(c) => c.run(&mut ex)?,
                 Step::Rows(r) => r.run(&mut ex)?,
+                Step::Pointwise(p) => p.run(&mut ex)?,
             }
         }
         cancel.check(|| format!("{}: after the last node", gname()))?;
@@ -366,6 +378,7 @@ pub fn fast_node_count(g: &Graph) -> Result<usize> {
             Step::Matmul(m) => 1 + m.chain.links.len(),
             Step::Conv(c) => 1 + c.chain.links.len(),
             Step::Rows(_) => 1,
+            Step::Pointwise(p) => 1 + p.chain.links.len(),
         })
         .sum())
 }
