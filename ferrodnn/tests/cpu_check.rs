@@ -134,4 +134,42 @@ mod errors {
         let want = ferrodnn::testing::run_cpu(&g, &inputs).unwrap();
         assert_eq!(got[&y].data, want[&y].data);
     }
+
+    #[test]
+    fn unaligned_f32_buffers_give_the_aligned_results() {
+        // a [33, 20] x b [20, 17] -> c, no epilogue: the plan writes c in place when aligned.
+        let mut g = Graph::new("unaligned").io_data_type(DataType::F32);
+        let a = g.tensor(TensorDesc::new("a", &[33, 20], DataType::F32).with_uid(1));
+        let b = g.tensor(TensorDesc::new("b", &[20, 17], DataType::F32).with_uid(2));
+        let c = g.matmul(a, b);
+        g.set_output(c);
+        g.desc_mut(c).uid = Some(3);
+        g.validate().unwrap();
+        let plan = Handle::cpu().build_plans(&g, &PlanPolicy::default()).unwrap().remove(0);
+        assert_eq!(plan.engine(), EngineKind::Cpu);
+        let av: Vec<f64> = (0..33 * 20).map(|i| ((i * 7) % 13) as f64 - 6.0).collect();
+        let bv: Vec<f64> = (0..20 * 17).map(|i| ((i * 5) % 11) as f64 - 5.0).collect();
+        let (ab, bb) = (DataType::F32.encode(&av), DataType::F32.encode(&bv));
+        let run = |shift: usize| -> Vec<f64> {
+            let (mut ax, mut bx, mut cx) = (vec![0u8; ab.len() + 4], vec![0u8; bb.len() + 4], vec![0u8; 33 * 17 * 4 + 4]);
+            ax[shift..shift + ab.len()].copy_from_slice(&ab);
+            bx[shift..shift + bb.len()].copy_from_slice(&bb);
+            let mut ws = vec![0u8; plan.workspace_size()];
+            let mut pack = VariantPack::new();
+            pack.input(1, &ax[shift..]).input(2, &bx[shift..]).output(3, &mut cx[shift..]);
+            plan.execute(&mut pack, (!ws.is_empty()).then(|| Buffer::HostMut(&mut ws))).unwrap();
+            DataType::F32.decode(&cx[shift..shift + 33 * 17 * 4])
+        };
+        let aligned = run(0);
+        // Integer-valued inputs: every sum is exact in f32, so the results are the products.
+        for i in 0..33 {
+            for j in 0..17 {
+                let want: f64 = (0..20).map(|k| av[i * 20 + k] * bv[k * 17 + j]).sum();
+                assert_eq!(aligned[i * 17 + j], want);
+            }
+        }
+        for shift in [1, 2, 3] {
+            assert_eq!(run(shift), aligned, "buffers shifted by {shift} bytes");
+        }
+    }
 }

@@ -180,8 +180,18 @@ impl MatmulStep {
                 }
                 return Ok(());
             }
-            // Through a tile: blocks of rows of each batch, then the epilogue.
-            let tile = &mut rest[..tile_rows.max(1) * n];
+            // Through a tile: blocks of rows of each batch, then the epilogue. A plan that meant
+            // to write straight into an f32 output that turns out not to be 4-byte aligned
+            // makes a tile of its own.
+            let mut own_tile: Vec<f32>;
+            let (tile, tile_rows) = if tile_rows == 0 {
+                let rows = (TILE_VALUES / n.max(1)).clamp(1, m);
+                own_tile = crate::layout::try_vec(rows * n, || format!("a tile of {rows} x {n} f32 values (the output is not 4-byte aligned)"))?;
+                own_tile.resize(rows * n, 0f32);
+                (own_tile.as_mut_slice(), rows)
+            } else {
+                (&mut rest[..tile_rows * n], tile_rows)
+            };
             let mut idx = vec![0usize; batch_dims.len()];
             for bi in 0..batches {
                 let (ao, bo, _) = offsets(bi, &mut idx);
