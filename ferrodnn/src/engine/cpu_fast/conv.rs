@@ -208,18 +208,45 @@ impl ConvStep {
         let (r, kg) = (geo.r, geo.kg);
         let q_total = geo.n * geo.out_total;
         let threads = rayon::current_num_threads();
+        // A one-tap filter with unit stride and no padding reads the image itself as the im2col
+        // matrix (pixels as rows), when the image is f32 and its pixels one stride apart; an
+        // output with no epilogue that is f32 with its pixels one stride apart is written by the
+        // GEMM directly. A view whose images do not follow each other at that stride takes
+        // blocks within one image.
+        let one_tap = geo.taps == 1 && geo.in_sp == geo.out_sp && geo.pre.iter().all(|&p| p == 0) && geo.stride.iter().all(|&s| s == 1);
+        let x_view = if one_tap { x.f32_ptr().and_then(|p| pixel_view(&x.strides, &geo.in_sp, geo.n).map(|v| (p, v))) } else { None };
+        let y_view = if epi.is_empty() { dst.f32_ptr().and_then(|p| pixel_view(&dst.strides, &geo.out_sp, geo.n).map(|v| (p, v))) } else { None };
+        let per_image = [x_view.map(|(_, v)| v), y_view.map(|(_, v)| v)].into_iter().flatten().any(|(_, uniform)| !uniform);
         for grp in 0..geo.groups {
             let mut q0 = 0;
             while q0 < q_total {
-                let rows = self.rows.min(q_total - q0);
-                im2col(geo, x, grp, q0, rows, col);
-                // SAFETY: col is rows x r, the group's packed filter kg x r read transposed, the
-                // tile rows x kg: all inside the workspace slices.
-                unsafe {
-                    let lhs = Mat { ptr: col.as_ptr(), rs: r as isize, cs: 1 };
-                    let rhs = Mat { ptr: wp.as_ptr().add(grp * kg * r), rs: 1, cs: r as isize };
-                    gemm_f32(rows, kg, r, tile.as_mut_ptr(), kg as isize, 1, &lhs, &rhs, false, threads);
+                let (n, p0) = (q0 / geo.out_total, q0 % geo.out_total);
+                let rows = if per_image { self.rows.min(geo.out_total - p0) } else { self.rows.min(q_total - q0) };
+                let lhs = match x_view {
+                    // SAFETY: pixel p0 of image n, channel grp * cg: an element of x.
+                    Some((p, (sp, _))) => {
+                        Mat { ptr: unsafe { p.offset(n as isize * x.strides[0] + (grp * geo.cg) as isize * x.strides[1] + p0 as isize * sp) }, rs: sp, cs: x.strides[1] }
+                    }
+                    None => {
+                        im2col(geo, x, grp, q0, rows, col);
+                        Mat { ptr: col.as_ptr(), rs: r as isize, cs: 1 }
+                    }
+                };
+                let rhs = Mat { ptr: wp[grp * kg * r..].as_ptr(), rs: 1, cs: r as isize };
+                if let Some((p, (sp, _))) = y_view {
+                    // SAFETY: the block's rows x kg outputs (pixels p0.. of image n, channels
+                    // grp * kg..) are elements of y, one stride apart as the view says; the
+                    // block writes only them.
+                    unsafe {
+                        let out = p.offset(n as isize * dst.strides[0] + (grp * kg) as isize * dst.strides[1] + p0 as isize * sp);
+                        gemm_f32(rows, kg, r, out, sp, dst.strides[1], &lhs, &rhs, false, threads);
+                    }
+                    q0 += rows;
+                    continue;
                 }
+                // SAFETY: lhs is rows x r (the im2col block or the image's pixels), the group's
+                // packed filter kg x r read transposed, the tile rows x kg: all in bounds.
+                unsafe { gemm_f32(rows, kg, r, tile.as_mut_ptr(), kg as isize, 1, &lhs, &rhs, false, threads) };
                 let out_sp = &geo.out_sp;
                 store_rows(
                     tile,
@@ -319,6 +346,23 @@ impl ConvStep {
             &BoundEpilogue::none(),
         );
     }
+}
+
+/// The stride between consecutive pixels of an image in a tensor with `strides` (dims
+/// `[n, c, spatial...]`), when its spatial dims flatten to one stride; and whether the images
+/// follow each other at that stride too (pixel `q = n * P + p` at `q * stride`).
+fn pixel_view(strides: &[isize], sp: &[usize], batch: usize) -> Option<(isize, bool)> {
+    // Dims of size 1 take no part (their strides are arbitrary).
+    let dims: Vec<(usize, isize)> = sp.iter().zip(&strides[2..]).filter(|(&n, _)| n > 1).map(|(&n, &s)| (n, s)).collect();
+    let Some(&(_, last)) = dims.last() else {
+        // One pixel an image: consecutive pixels are consecutive images.
+        return Some((strides[0], true));
+    };
+    if dims.windows(2).any(|w| w[0].1 != w[1].1 * w[1].0 as isize) {
+        return None;
+    }
+    let pixels: usize = sp.iter().product();
+    Some((last, batch == 1 || strides[0] == last * pixels as isize))
 }
 
 /// `wp[k, t * cg + c] = w[k, c, stored(t)]`.
