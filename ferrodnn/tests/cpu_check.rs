@@ -172,4 +172,30 @@ mod errors {
             assert_eq!(run(shift), aligned, "buffers shifted by {shift} bytes");
         }
     }
+
+    #[test]
+    fn one_tap_f32_convolutions_read_and_write_in_place_in_every_layout() {
+        // The fast engine's in-place paths: the image as its own im2col matrix and the output
+        // written by the GEMM (blocks across images for packed channels-last, within one image
+        // for NCHW images of 2048 pixels or more, im2col for smaller NCHW ones); odd sizes, a
+        // padded channel stride.
+        let cases: [(&[i64], Option<&[usize]>); 4] = [(&[2, 8, 48, 48], None), (&[2, 8, 48, 48], Some(&[0, 2, 3, 1])), (&[3, 5, 7, 9], None), (&[3, 5, 7, 9], Some(&[0, 2, 3, 1]))];
+        for (dims, layout) in cases {
+            let mut g = Graph::new("one_tap").io_data_type(DataType::F32);
+            let mut xd = TensorDesc::new("x", dims, DataType::F32);
+            let mut wd = TensorDesc::new("w", &[11, dims[1], 1, 1], DataType::F32);
+            if let Some(l) = layout {
+                xd = xd.with_layout(l);
+                wd = wd.with_layout(l);
+            }
+            let x = g.tensor(xd);
+            let w = g.tensor(wd);
+            let y = g.conv_fprop(x, w, ConvAttrs::new(2));
+            g.set_output(y);
+            g.validate().unwrap();
+            let policy = PlanPolicy { engine: Some(EngineKind::Cpu), ..Default::default() };
+            let outs = ferrodnn::testing::check::check_against_reference(&Handle::cpu(), &g, &policy, 7).unwrap_or_else(|e| panic!("{dims:?} {layout:?}: {e}"));
+            assert!(outs.iter().all(|o| o.rel_error < 1e-6), "{dims:?} {layout:?}: {outs:?}");
+        }
+    }
 }
