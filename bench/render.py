@@ -59,6 +59,8 @@ def render_cpu(r):
         load = " / ".join(f"{v:.1f}" for v in (w.get("load") or []))
         out.append(f"| {w['id']} | {fmt(w.get('ours_ms'), '.2f')} | {fmt(w.get('numpy_ms'), '.2f')} | {fmt(w.get('torch_ms'), '.2f')} | "
                    f"{fmt(w.get('ratio_vs_numpy'), '.2f')} | {fmt(w.get('ratio_vs_torch'), '.2f')} | {fmt(rate, '.1f')} | {fmt(w.get('pct_copy_bw'), '.0f')} | {load} |")
+    if r.get("note"):
+        out += ["", r["note"]]
     out.append("")
     return out
 
