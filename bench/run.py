@@ -3,11 +3,11 @@ GPU, the same workloads through PyTorch (cuDNN, cuBLAS, flash attention inside),
 ceilings (a large device-to-device copy and a large bf16 GEMM). Writes <out>/<gpu>.json in the
 shape BENCHMARKS.md is rendered from (bench/render.py).
 
-Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|groupnorm|gemm|attention] [--rounds N]
+Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|groupnorm|gemm|gemm-sweep|attention|attention-sweep] [--rounds N]
 The memory-bound suite writes <out>/<gpu>.json, other suites <out>/<gpu>-<suite>.json. Each side's time is the median over
 N interleaved rounds (ferrodnn's process, then PyTorch and cuDNN; 3 by default), and each row keeps its rounds' ratios.
 """
-import argparse, datetime, json, os, subprocess, sys, tempfile
+import argparse, datetime, json, os, re, subprocess, sys, tempfile
 
 import torch
 import torch.nn.functional as F
@@ -201,6 +201,34 @@ def torch_gemm():
     return out
 
 
+GEMM_SWEEP_ID = re.compile(r"^mm_.*_b(\d+)m(\d+)n(\d+)k(\d+)_([nt])([nt])$")
+
+
+def torch_gemm_sweep(ids):
+    """PyTorch's (cuBLAS) time for each workload id of the GEMM sweep (gemm_sweep_workloads in
+    ferrodnn-cli/src/bench_gemm.rs), the problem parsed from the id: bf16, A and B stored as on
+    our side (a transposed operand is a transposed view of a row-major tensor)."""
+    out = {}
+    bf = torch.bfloat16
+    for wid in ids:
+        m = GEMM_SWEEP_ID.match(wid)
+        if not m:
+            continue
+        batch, mm, n, k = (int(x) for x in m.groups()[:4])
+        ta, tb = m.group(5) == "t", m.group(6) == "t"
+        lead = (batch,) if batch > 1 else ()
+
+        def operand(rows, cols, t):
+            x = torch.randn(*lead, *((cols, rows) if t else (rows, cols)), device=dev, dtype=bf)
+            return x.transpose(-1, -2) if t else x
+
+        a, b = operand(mm, k, ta), operand(k, n, tb)
+        out[wid] = bench(lambda: torch.matmul(a, b))
+        del a, b
+    torch.cuda.empty_cache()
+    return out
+
+
 def cudnn_gemm():
     """cuDNN's own graph-API matmul + bias + relu (cudnn-frontend), when its Python module
     imports: workload id -> ms. Optional: {} when cudnn is missing or a graph does not build."""
@@ -264,9 +292,9 @@ def main():
     cache = tempfile.mkdtemp(prefix="ferrodnn-kernels-")
     cold, cold_handle = ({}, None) if args.skip_cold else ours(args.ferrodnn, args.suite, cache, 3)  # first process: empty kernel cache
     rounds = []  # per round: (ours by workload id, handle ms, torch ms by id, cuDNN graph ms by id)
-    if args.suite == "attention":
+    if args.suite in ("attention", "attention-sweep"):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from torch_attention import torch_attention
+        from torch_attention import torch_attention, torch_attention_sweep
     for _ in range(max(1, args.rounds)):
         mine, handle = ours(args.ferrodnn, args.suite, cache, args.runs)  # a new process: warm disk cache (but for the first with --skip-cold)
         cudnn_ms = {}
@@ -279,6 +307,10 @@ def main():
             cudnn_ms = cudnn_gemm()
         elif args.suite == "attention":
             theirs = torch_attention(bench)
+        elif args.suite == "attention-sweep":
+            theirs = torch_attention_sweep(bench, mine.keys())
+        elif args.suite == "gemm-sweep":
+            theirs = torch_gemm_sweep(mine.keys())
         else:
             theirs = {}
         rounds.append((mine, handle, theirs, cudnn_ms))

@@ -5,6 +5,8 @@ backends; each id gets the faster of the two (today always cuDNN), as issue 6 as
 Hook (bench/run.py): `from torch_attention import torch_attention` and, in main(),
 `theirs = torch_attention(bench) if args.suite == "attention" else ...` (bench: run.py's timer).
 """
+import re
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -58,4 +60,48 @@ def torch_attention(bench):
     q = torch.randn(64, 32, 1, 128, device=dev, dtype=bf)
     k, v = (torch.randn(64, 8, 8192, 128, device=dev, dtype=bf) for _ in range(2))
     out["sdpa_decode_bf16_b64hq32hkv8s8192d128"] = _fastest(bench, lambda: (lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
+    return out
+
+
+SWEEP_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+SWEEP_ID = re.compile(r"^sdpa_(fwd|bwd)_bf16_.*_b(\d+)h(\d+)q(\d+)k(\d+)d(\d+)(_causal)?$")
+
+
+def torch_attention_sweep(bench, ids):
+    """PyTorch's time (ms) for each workload id of the attention sweep (attention_sweep_workloads
+    in ferrodnn-cli/src/bench_attention.rs), the shape parsed from the id: the fastest of the
+    cuDNN, flash-attention and memory-efficient backends that take it. With a causal mask and
+    s_q != s_kv PyTorch's is_causal is top-left, as ours."""
+    out = {}
+    bf = torch.bfloat16
+    for wid in ids:
+        m = SWEEP_ID.match(wid)
+        if not m:
+            continue
+        kind, b, h, sq, skv, d, causal = m.group(1), *(int(x) for x in m.groups()[1:6]), bool(m.group(7))
+        q = torch.randn(b, h, sq, d, device=dev, dtype=bf)
+        k, v = (torch.randn(b, h, skv, d, device=dev, dtype=bf) for _ in range(2))
+        if kind == "fwd":
+            make = lambda: (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        else:
+            qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+            d_o = torch.randn(b, h, sq, d, device=dev, dtype=bf)
+
+            def make():
+                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                return lambda: torch.autograd.grad(o, (qg, kg, vg), d_o, retain_graph=True)
+
+        best = None
+        for be in SWEEP_BACKENDS:
+            try:
+                with sdpa_kernel(be):
+                    fn = make()
+                    fn()
+                    ms = bench(fn)
+            except Exception as e:  # a backend that does not take the shape
+                print(f"  {wid}: torch backend {be} skipped: {str(e)[:120]}", flush=True)
+                continue
+            best = ms if best is None else min(best, ms)
+        out[wid] = best
+        torch.cuda.empty_cache()
     return out

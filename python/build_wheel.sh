@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the abi3 wheel (and pytest's wheels, for a machine with no network) into target/wheels,
+# Build the abi3 wheel (and the wheels of pytest and looseversion, which the cudnn frontend's tests
+# import, for a machine with no network) into target/wheels,
 # to install elsewhere with `pip install --no-index --target DIR target/wheels/ferrodnn-*.whl`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,5 +9,5 @@ VENV="$PWD/target/pyenv/venv"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check maturin
 rm -f target/wheels/ferrodnn-*.whl
 (cd python && "$VENV/bin/maturin" build --release -o ../target/wheels)
-"$VENV/bin/python" -m pip download --quiet --disable-pip-version-check -d target/wheels/deps pytest
+"$VENV/bin/python" -m pip download --quiet --disable-pip-version-check -d target/wheels/deps pytest looseversion
 ls target/wheels target/wheels/deps

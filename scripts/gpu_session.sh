@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the GPU check (every op against the CPU engine), the CUDA test binaries,
-# the GPU check under compute-sanitizer memcheck, and the benchmark harness beside PyTorch.
+# the GPU check under compute-sanitizer memcheck, and the benchmark harness beside PyTorch; on
+# request (STEPS=...,frontend) the cudnn frontend's own tests beside real cuDNN.
 # Runs over binaries built on the development machine and carried in .gpu/ (see
 # scripts/stage_gpu.sh). Writes JSON and logs under $OUT.
 set -u
@@ -97,6 +98,18 @@ fi
 if [[ ",$STEPS," == *",probe,"* ]]; then
   echo "== sm90 GEMM probe (configurations beside torch.matmul)"
   FERRODNN_SM90_TIMING=1 timeout 300 .gpu/test_cuda_sm90 --nocapture 2>&1 | grep -E "^chosen|TFLOP|    bn|panicked|test result" | tail -40
+fi
+if [[ ",$STEPS," == *",frontend,"* ]]; then
+  # The cudnn frontend's own Python tests (staged by `scripts/frontend_suite.py stage` into
+  # .gpu/frontend_tests), once with real cuDNN and once with ferrodnn as `cudnn`.
+  echo "== the cudnn frontend's tests: real cuDNN beside ferrodnn"
+  rm -rf /tmp/fdnn /tmp/fsdeps && pip install -q --no-index --no-deps --target /tmp/fdnn .gpu/wheels/ferrodnn-*.whl 2>&1 | grep -v WARNING | tail -2
+  pip install -q --no-index --no-deps --target /tmp/cudnnfe .gpu/wheels/cudnnfe/*.whl 2>&1 | grep -v WARNING | tail -2
+  pip install -q --no-index --no-deps --target /tmp/fsdeps .gpu/wheels/deps/*.whl 2>&1 | grep -v WARNING | tail -2
+  timeout "${FRONTEND_TIMEOUT:-570}" python3 -u scripts/frontend_suite.py run --tests .gpu/frontend_tests --cudnn-path /tmp/cudnnfe --ferrodnn-path /tmp/fdnn \
+    --extra-path /tmp/fsdeps --parallel "${FRONTEND_PARALLEL:-4}" --deadline "${FRONTEND_DEADLINE:-480}" --timeout "${FRONTEND_FILE_TIMEOUT:-240}" \
+    --out "$OUT/frontend.json" ${FRONTEND_FILES:+--files $FRONTEND_FILES} > "$OUT/frontend.log" 2>&1
+  echo "frontend rc=$?"; tail -"${FRONTEND_TAIL:-40}" "$OUT/frontend.log"
 fi
 # Send the kernel cache back for the next machine.
 tar -czf "$OUT/kcache.tar.gz" -C "$FERRODNN_CACHE_DIR" . 2>/dev/null && ls -la "$OUT/kcache.tar.gz"

@@ -185,10 +185,12 @@ pub fn suite(name: &str) -> Result<Vec<Workload>, String> {
         "memory-bound" => Ok(memory_bound()),
         "gemm" => Ok(gemm()),
         "attention" => Ok(crate::bench_attention::attention_workloads()),
+        "attention-sweep" => Ok(crate::bench_attention::attention_sweep_workloads()),
         "conv" => Ok(crate::bench_conv::conv_workloads()),
+        "gemm-sweep" => Ok(crate::bench_gemm::gemm_sweep_workloads()),
         // The memory-bound suite's group normalization rows alone.
         "groupnorm" => Ok(crate::bench_memory::groupnorm_workloads()),
-        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound, groupnorm, gemm, attention, conv")),
+        _ => Err(format!("unknown suite `{name}`; the suites are: memory-bound, groupnorm, gemm, attention, attention-sweep, gemm-sweep, conv")),
     }
 }
 

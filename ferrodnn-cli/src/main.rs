@@ -21,6 +21,7 @@ macro_rules! out {
 mod bench;
 mod bench_attention;
 mod bench_conv;
+mod bench_gemm;
 mod bench_memory;
 mod demo;
 mod gpu_check;

@@ -565,7 +565,7 @@ fn malformed_json(c: &mut Corpus) {
     c.value("rank 100", with(with(v(), &["tensors", "0", "dims"], json!(vec![1; 100])), &["tensors", "0", "strides"], json!(vec![1; 100])), &["rank"]);
     c.value("strides count mismatch", with(v(), &["tensors", "0", "strides"], json!([1])), &["tensor \"x\"", "1 strides given for 2 dims"]);
     c.value("stride negative", with(v(), &["tensors", "0", "strides"], json!([3, -1])), &["tensor \"x\"", "stride 1"]);
-    c.value("strides overlap", with(v(), &["tensors", "0", "strides"], json!([1, 1])), &["tensor \"x\"", "overlap"]);
+    c.value("output strides overlap", with(v(), &["tensors", "1", "strides"], json!([1, 1])), &["relu \"op\"", "tensor \"op::y\"", "overlap"]);
     c.value("stride extent overflows", with(v(), &["tensors", "0", "strides"], json!([i64::MAX, 1])), &["tensor \"x\"", "overflows"]);
     c.value("output stride 0", with(v(), &["tensors", "1", "strides"], json!([0, 1])), &["relu \"op\"", "zero stride"]);
     c.value("output dims contradict", with(v(), &["tensors", "1", "dims"], json!([3, 2])), &["relu \"op\"", "[3, 2]"]);

@@ -3,6 +3,7 @@
 
 use ferrodnn::engine::cpu::philox4x32;
 use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaGrads, SdpaInputs};
+use ferrodnn::graph::ops::Op;
 use ferrodnn::graph::strides_for_order;
 use ferrodnn::testing::{dot, numeric_gradient, random_inputs, relative_error, run_cpu, tolerance};
 use ferrodnn::{DataType, Error, Graph, Nd, TensorDesc, TensorId};
@@ -14,6 +15,8 @@ struct Case {
     b: usize,
     hq: usize,
     hkv: usize,
+    /// V's heads (K has `hkv`).
+    hv: usize,
     sq: usize,
     skv: usize,
     d: usize,
@@ -32,7 +35,7 @@ struct Case {
 
 impl Case {
     fn new(b: usize, hq: usize, hkv: usize, sq: usize, skv: usize, d: usize, dv: usize) -> Case {
-        Case { b, hq, hkv, sq, skv, d, dv, attrs: SdpaAttrs::default(), bias: None, lens: None, seed: (1234, 56), dtype: DataType::F64, order: [0, 1, 2, 3], block: None }
+        Case { b, hq, hkv, hv: hkv, sq, skv, d, dv, attrs: SdpaAttrs::default(), bias: None, lens: None, seed: (1234, 56), dtype: DataType::F64, order: [0, 1, 2, 3], block: None }
     }
     fn pages(&self) -> usize {
         self.skv / self.block.unwrap_or(self.skv)
@@ -76,8 +79,8 @@ fn build(c: &Case, backward: bool) -> Built {
     let mut g = Graph::new("sdpa_test").intermediate_data_type(inter);
     let t = |name: &str, dims: &[usize], dt: DataType| TensorDesc::new(name, &dims64(dims), dt);
     let (kdims, vdims) = match c.block {
-        Some(bs) => ([c.num_blocks(), c.hkv, bs, c.d], [c.num_blocks(), c.hkv, bs, c.dv]),
-        None => ([c.b, c.hkv, c.skv, c.d], [c.b, c.hkv, c.skv, c.dv]),
+        Some(bs) => ([c.num_blocks(), c.hkv, bs, c.d], [c.num_blocks(), c.hv, bs, c.dv]),
+        None => ([c.b, c.hkv, c.skv, c.d], [c.b, c.hv, c.skv, c.dv]),
     };
     let q = g.tensor(t("q", &[c.b, c.hq, c.sq, c.d], c.dtype).with_layout(&c.order));
     let k = g.tensor(t("k", &kdims, c.dtype).with_layout(&c.order));
@@ -146,16 +149,16 @@ fn make_inputs(c: &Case, bt: &Built, seed: u64) -> HashMap<TensorId, Nd> {
     m
 }
 
-/// The logical `[b, h_kv, s_kv, dim]` K or V of a case, read from the pool when paged.
+/// The logical `[b, heads, s_kv, dim]` K or V of a case, read from the pool when paged.
 fn logical(c: &Case, x: &Nd) -> Nd {
     let Some(bs) = c.block else { return x.clone() };
-    let dim = x.dims[3];
-    let mut out = Nd::zeros(&[c.b, c.hkv, c.skv, dim]);
+    let (heads, dim) = (x.dims[1], x.dims[3]);
+    let mut out = Nd::zeros(&[c.b, heads, c.skv, dim]);
     for b in 0..c.b {
-        for h in 0..c.hkv {
+        for h in 0..heads {
             for t in 0..c.len_kv(b) {
                 for e in 0..dim {
-                    out.data[((b * c.hkv + h) * c.skv + t) * dim + e] = x.at(&[c.block_of(b, t / bs), h, t % bs, e]);
+                    out.data[((b * heads + h) * c.skv + t) * dim + e] = x.at(&[c.block_of(b, t / bs), h, t % bs, e]);
                 }
             }
         }
@@ -181,7 +184,8 @@ fn allowed(c: &Case, b: usize, i: usize, j: usize) -> bool {
     if i >= lq || j >= lkv {
         return false;
     }
-    let shift = if c.attrs.causal == Some(CausalAlignment::BottomRight) { lkv - lq } else { 0 };
+    // The diagonal: causal's alignment, else the band's.
+    let shift = if c.attrs.causal.or(c.attrs.diagonal_alignment) == Some(CausalAlignment::BottomRight) { lkv - lq } else { 0 };
     let causal_ok = c.attrs.causal.is_none() || j <= i + shift;
     let left_ok = c.attrs.sliding_window_left.filter(|&w| i + shift - j > w).is_none();
     let right_ok = c.attrs.sliding_window_right.filter(|&w| j - (i + shift) > w).is_none();
@@ -211,6 +215,7 @@ fn reference(c: &Case, inp: &HashMap<TensorId, Nd>, bt: &Built) -> (Nd, Nd) {
     for b in 0..c.b {
         for h in 0..c.hq {
             let kh = h * c.hkv / c.hq;
+            let vh = h * c.hv / c.hq;
             for i in 0..c.sq {
                 let mut scores: Vec<(usize, f64)> = Vec::new();
                 for j in 0..c.skv {
@@ -242,7 +247,7 @@ fn reference(c: &Case, inp: &HashMap<TensorId, Nd>, bt: &Built) -> (Nd, Nd) {
                 for &(j, s) in &scores {
                     let keep = if dropout_keeps(c, b, h, i, j) { 1.0 / (1.0 - p) } else { 0.0 };
                     for e in 0..c.dv {
-                        o.data[row * c.dv + e] += s.exp() / total * keep * v.at(&[b, kh, j, e]);
+                        o.data[row * c.dv + e] += s.exp() / total * keep * v.at(&[b, vh, j, e]);
                     }
                 }
             }
@@ -371,6 +376,84 @@ fn alibi_power_of_two_and_six_heads() {
 fn grouped_and_multi_query() {
     check_forward(&Case::new(2, 6, 2, 3, 5, 4, 4));
     check_forward(&Case::new(1, 4, 1, 5, 3, 2, 5));
+}
+
+/// K and V with different head counts (query head h reads K head h / (h_q / h_k) and V head
+/// h / (h_q / h_v)), also paged, and their gradients.
+#[test]
+fn k_and_v_with_different_head_counts() {
+    for (hk, hv) in [(2, 3), (3, 1), (6, 2)] {
+        let mut c = Case::new(2, 6, hk, 3, 5, 4, 5);
+        c.hv = hv;
+        check_forward(&c);
+        c.attrs.causal = Some(CausalAlignment::BottomRight);
+        c.block = Some(5);
+        check_forward(&c);
+    }
+    let mut c = Case::new(1, 4, 2, 3, 4, 2, 3);
+    c.hv = 1;
+    check_backward(&c);
+    c.hkv = 1;
+    c.hv = 4;
+    c.attrs.dropout = Some(0.3);
+    check_backward(&c);
+}
+
+/// The band's bounds on the bottom-right diagonal without the causal mask: a positive right
+/// bound lets each query see keys past its diagonal.
+#[test]
+fn band_on_the_bottom_right_diagonal() {
+    let mut c = Case::new(2, 2, 1, 5, 9, 3, 2);
+    c.attrs.diagonal_alignment = Some(CausalAlignment::BottomRight);
+    c.attrs.sliding_window_left = Some(2);
+    c.attrs.sliding_window_right = Some(1);
+    let (o, _) = check_forward(&c);
+    // Not the top-left band.
+    let mut tl = c.clone();
+    tl.attrs.diagonal_alignment = None;
+    let (o_tl, _) = check_forward(&tl);
+    assert!(relative_error(&o.data, &o_tl.data) > 1e-3);
+    c.attrs.sliding_window_left = None;
+    c.attrs.padding_mask = true;
+    c.lens = Some((vec![5, 2], vec![9, 4]));
+    check_forward(&c);
+    c.attrs.sliding_window_right = Some(2);
+    c.attrs.sliding_window_left = Some(1);
+    check_backward(&c);
+}
+
+/// `rng_dump` gets the dropout mask: 1 where philox keeps the element, 0 where it drops it,
+/// for every element of [b, h_q, s_q, s_kv] (masked ones too); o is unchanged by asking.
+#[test]
+fn rng_dump_is_the_dropout_mask() {
+    let mut c = Case::new(2, 2, 1, 3, 6, 3, 2);
+    c.attrs.dropout = Some(0.35);
+    c.attrs.causal = Some(CausalAlignment::TopLeft);
+    let (o_plain, _) = check_forward(&c);
+    c.attrs.rng_dump = true;
+    let mut bt = build(&c, false);
+    let dump = bt.g.sdpa_rng_dump(bt.o).expect("rng_dump output");
+    bt.g.set_output(dump);
+    bt.g.validate().unwrap();
+    assert_eq!(bt.g.desc(dump).dims, vec![2, 2, 3, 6]);
+    assert_eq!(bt.g.resolved_data_type(dump), Some(DataType::F32));
+    let inp = make_inputs(&c, &bt, 42);
+    let out = run_cpu(&bt.g, &inp).unwrap();
+    assert_eq!(out[&bt.o].data, o_plain.data);
+    let mask = &out[&dump];
+    let mut dropped = 0;
+    for b in 0..2 {
+        for h in 0..2 {
+            for i in 0..3 {
+                for j in 0..6 {
+                    let want = if dropout_keeps(&c, b, h, i, j) { 1.0 } else { 0.0 };
+                    assert_eq!(mask.at(&[b, h, i, j]), want, "mask at {:?}", [b, h, i, j]);
+                    dropped += (want == 0.0) as usize;
+                }
+            }
+        }
+    }
+    assert!(dropped > 0 && dropped < 72, "{dropped} of 72 dropped");
 }
 
 #[test]
@@ -558,10 +641,56 @@ fn bad_graphs_are_rejected() {
     build(&c, true).g.validate().unwrap();
     expect_invalid(&c, |bt| *bt.g.desc_mut(bt.q) = TensorDesc::new("q", &[2, 4, 12], DataType::F64), "input `q` (tensor \"q\") must have rank 4");
     expect_invalid(&c, |bt| *bt.g.desc_mut(bt.k) = TensorDesc::new("k", &[2, 2, 5, 6], DataType::F64), "q has head dim 4 but k has 6");
-    expect_invalid(&c, |bt| *bt.g.desc_mut(bt.k) = TensorDesc::new("k", &[2, 3, 5, 4], DataType::F64), "v has 2 heads but k has 3");
+    expect_invalid(&c, |bt| *bt.g.desc_mut(bt.k) = TensorDesc::new("k", &[2, 3, 5, 4], DataType::F64), "q has 4 heads, which is not a multiple of the 3 heads of k");
     let mut c3 = c.clone();
     c3.hkv = 3;
-    expect_invalid(&c3, |_| {}, "q has 4 heads, which is not a multiple of the 3 heads");
+    c3.hv = 3;
+    expect_invalid(&c3, |_| {}, "q has 4 heads, which is not a multiple of the 3 heads of k");
+    c3.hkv = 2;
+    expect_invalid(&c3, |_| {}, "q has 4 heads, which is not a multiple of the 3 heads of v (v [2, 3, 5, 3])");
+    let mut ca = c.clone();
+    ca.attrs.causal = Some(CausalAlignment::TopLeft);
+    ca.attrs.diagonal_alignment = Some(CausalAlignment::BottomRight);
+    expect_invalid(&ca, |_| {}, "the causal mask's alignment TopLeft and diagonal_alignment BottomRight differ");
+    // rng_dump: forward only, with dropout, floating point.
+    let fwd_dump = |c: &Case| {
+        let mut bt = build(c, false);
+        let Op::Sdpa(a) = &mut bt.g.nodes[0].op else { unreachable!() };
+        a.rng_dump = true;
+        bt
+    };
+    let mut bt = fwd_dump(&c);
+    let node = bt.g.nodes[0].clone();
+    let dump = bt.g.tensor(TensorDesc::new("mask", &[2, 4, 3, 5], DataType::F32));
+    bt.g.nodes[0].outputs.push(ferrodnn::graph::Port { name: "rng_dump".into(), tensor: dump });
+    match bt.g.validate() {
+        Err(Error::InvalidGraph(msg)) => assert!(msg.contains("sdpa \"") && msg.contains("rng_dump (the dropout mask) needs dropout"), "{msg}"),
+        other => panic!("expected rng_dump without dropout to be refused, got {other:?}"),
+    }
+    bt.g.nodes[0] = node;
+    match bt.g.validate() {
+        Err(Error::InvalidGraph(msg)) => assert!(msg.contains("output `rng_dump` is not connected but rng_dump is true"), "{msg}"),
+        other => panic!("expected a missing rng_dump port to be refused, got {other:?}"),
+    }
+    let mut cd = c.clone();
+    cd.attrs.dropout = Some(0.2);
+    cd.attrs.rng_dump = true;
+    let mut bt = build(&cd, false);
+    let dump = bt.g.sdpa_rng_dump(bt.o).unwrap();
+    bt.g.set_output(dump);
+    bt.g.desc_mut(dump).data_type = Some(DataType::I32);
+    match bt.g.validate() {
+        Err(Error::InvalidGraph(msg)) => assert!(msg.contains("output `rng_dump` must be floating point"), "{msg}"),
+        other => panic!("expected an integer rng_dump to be refused, got {other:?}"),
+    }
+    cd.attrs.rng_dump = false;
+    let mut bt = build(&cd, true);
+    let Op::SdpaBackward(a) = &mut bt.g.nodes[1].op else { unreachable!() };
+    a.rng_dump = true;
+    match bt.g.validate() {
+        Err(Error::InvalidGraph(msg)) => assert!(msg.contains("sdpa_backward") && msg.contains("is an output of the forward pass"), "{msg}"),
+        other => panic!("expected rng_dump on the backward pass to be refused, got {other:?}"),
+    }
     expect_invalid(&c, |bt| *bt.g.desc_mut(bt.v) = TensorDesc::new("v", &[3, 2, 5, 3], DataType::F64), "q has batch 2 but v has batch 3");
     expect_invalid(&c, |bt| *bt.g.desc_mut(bt.v) = TensorDesc::new("v", &[2, 2, 6, 3], DataType::F64), "v has 6 keys (s_kv) but k has 5");
     expect_invalid(&c, |bt| bt.g.desc_mut(bt.q).data_type = Some(DataType::I32), "must be floating point");
@@ -616,5 +745,22 @@ fn bad_runtime_values_are_errors_not_panics() {
     match run_cpu(&bt.g, &inp) {
         Err(Error::InvalidGraph(msg)) => assert!(msg.contains("seq_len_kv[1] = 5 is outside [0, 4]"), "{msg}"),
         other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+/// Every sdpa check case (the GPU check's, which compares the CUDA engine with this reference)
+/// runs on the CPU reference: K and V of different head counts (either more), bands, the
+/// dropout mask, shared-memory inputs; no output holds a NaN.
+#[test]
+fn every_sdpa_check_case_runs_on_the_cpu_reference() {
+    let cases: Vec<_> = ferrodnn::testing::cases::all().into_iter().filter(|c| c.name.starts_with("sdpa_")).collect();
+    assert!(cases.len() >= 40, "{} cases", cases.len());
+    for c in &cases {
+        let inputs = random_inputs(&c.graph, 7);
+        let out = run_cpu(&c.graph, &inputs).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        assert!(!out.is_empty(), "{}", c.name);
+        for (t, x) in &out {
+            assert!(x.data.iter().all(|v| !v.is_nan()), "{}: output {} holds a NaN", c.name, c.graph.desc(*t).name);
+        }
     }
 }

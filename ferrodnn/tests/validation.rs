@@ -70,8 +70,42 @@ fn negative_stride() {
 }
 
 #[test]
-fn overlapping_strides() {
-    expect_graph_err(relu_graph(f32t("x", &[4, 3]).with_strides(&[2, 1])).0, "strides [2, 1] make elements of dims [4, 3] overlap");
+fn overlapping_output_strides() {
+    let (mut g, _, y) = relu_graph(f32t("x", &[4, 3]));
+    g.desc_mut(y).strides = vec![2, 1];
+    let msg = expect_graph_err(g, "output tensor \"relu_0::y\": strides [2, 1] make elements of dims [4, 3] overlap");
+    assert!(msg.starts_with("relu \"relu_0\""), "{msg}");
+}
+
+/// Inputs are only read, so, as in cuDNN, their views may share memory: overlapping rows, an
+/// expanded (stride 0) axis, a transposed and expanded one. The CPU engine reads each element at
+/// its strides.
+#[test]
+fn overlapping_input_strides_are_read_at_their_offsets() {
+    for (dims, strides) in [(vec![4, 3], vec![2, 1]), (vec![4, 3], vec![0, 1]), (vec![3, 4], vec![1, 0]), (vec![2, 3, 4], vec![1, 1, 1])] {
+        let (mut g, x, _) = relu_graph(f32t("x", &dims).with_strides(&strides));
+        g.validate().unwrap();
+        let extent = g.desc(x).extent_elements().unwrap() as usize;
+        let data: Vec<f64> = (0..extent).map(|i| i as f64 - 3.0).collect();
+        let xs = DataType::F32.encode(&data);
+        let count: usize = dims.iter().product::<i64>() as usize;
+        let mut ys = vec![0u8; 4 * count];
+        let plan = built(&g);
+        let mut pack = VariantPack::new();
+        pack.input(1, &xs).output(2, &mut ys);
+        plan.execute(&mut pack, None).unwrap();
+        let out = DataType::F32.decode(&ys);
+        let mut idx = vec![0i64; dims.len()];
+        for (flat, &got) in out.iter().enumerate() {
+            let mut rem = flat as i64;
+            for a in (0..dims.len()).rev() {
+                idx[a] = rem % dims[a];
+                rem /= dims[a];
+            }
+            let off: i64 = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
+            assert_eq!(got, data[off as usize].max(0.0), "dims {dims:?} strides {strides:?} at {idx:?}");
+        }
+    }
 }
 
 #[test]

@@ -1620,8 +1620,9 @@ impl PyGraph {
     }
 
     /// Scaled dot-product attention. Returns [o, stats] (stats None unless generate_stats).
-    /// The frontend's arguments ferrodnn cannot honour (`block_mask`, `rng_dump`, `score_mod`,
-    /// `score_max`, `score_sum_exp`, `sink_token`) raise NotSupportedError when set;
+    /// `rng_dump`, a tensor made by the caller (`[b, h_q, s_q, s_kv]`), receives the dropout
+    /// mask (1 kept, 0 dropped). The frontend's arguments ferrodnn cannot honour (`block_mask`,
+    /// `score_mod`, `score_max`, `score_sum_exp`, `sink_token`) raise NotSupportedError when set;
     /// `paged_attention_max_seq_len_kv`, `implementation` and `unfuse_fma` are accepted and
     /// ignored (ferrodnn picks its own kernels).
     #[pyo3(signature = (q, k, v, is_inference = None, attn_scale = None, bias = None, block_mask = None, use_alibi_mask = false, use_padding_mask = false, seq_len_q = None,
@@ -1666,11 +1667,9 @@ impl PyGraph {
         unfuse_fma: bool,
     ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
         let _ = (paged_attention_max_seq_len_kv, implementation, unfuse_fma);
-        refuse_set(
-            "sdpa",
-            &[("block_mask", block_mask), ("rng_dump", rng_dump), ("score_mod", score_mod), ("score_max", score_max), ("score_sum_exp", score_sum_exp), ("sink_token", sink_token)],
-        )?;
+        refuse_set("sdpa", &[("block_mask", block_mask), ("score_mod", score_mod), ("score_max", score_max), ("score_sum_exp", score_sum_exp), ("sink_token", sink_token)])?;
         let (qt, kt, vt) = (self.tid(q, "q")?, self.tid(k, "k")?, self.tid(v, "v")?);
+        let dump_user = self.opt_tid(rng_dump, "rng_dump")?;
         let mut attrs = SdpaAttrs {
             generate_stats: match (generate_stats, is_inference) {
                 (Some(_), Some(_)) => return Err(PyValueError::new_err("set one of generate_stats and is_inference, not both")),
@@ -1692,11 +1691,24 @@ impl PyGraph {
             ..Default::default()
         };
         self.sdpa_dropout(dropout, &mut attrs, &mut inputs)?;
+        if dump_user.is_some() && attrs.dropout.is_none() {
+            return Err(PyValueError::new_err("sdpa: rng_dump receives the dropout mask, so it needs dropout=(probability, seed, offset)"));
+        }
+        attrs.rng_dump = dump_user.is_some();
         let scale = self.scalar(attn_scale, "attn_scale")?;
         let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::AttnScale, scale)], |g| {
             let (o, stats) = g.sdpa(qt, kt, vt, inputs, attrs);
-            Ok(vec![Some(o), stats])
+            // The frontend's caller makes rng_dump; the node's output takes its place.
+            let made = g.sdpa_rng_dump(o);
+            if let (Some(user), Some(made)) = (dump_user, made) {
+                adopt_user_tensor(g, user, made);
+            }
+            Ok(vec![Some(o), stats, made])
         })?;
+        if let (Some(user), Some(made)) = (dump_user, outs.get(2).copied().flatten()) {
+            self.point_at_output(rng_dump, user, made)?;
+        }
+        let outs = outs.into_iter().take(2).collect();
         self.outs(py, outs)
     }
 
@@ -1774,34 +1786,12 @@ impl PyGraph {
             let grads = g.sdpa_backward(qt, kt, vt, ot, dot, st, inputs, attrs);
             // The frontend's caller makes dBias; the node's dbias output takes its place.
             if let (Some(user), Some(made)) = (dbias_user, grads.dbias) {
-                let u = g.tensors[user.0].clone();
-                let t = &mut g.tensors[made.0];
-                t.uid = u.uid;
-                t.name = u.name.clone();
-                t.data_type = u.data_type;
-                t.is_virtual = u.is_virtual;
-                if !u.dims.is_empty() {
-                    t.dims = u.dims.clone();
-                    t.strides = u.strides.clone();
-                }
-                let ut = &mut g.tensors[user.0];
-                ut.uid = None;
+                adopt_user_tensor(g, user, made);
             }
             Ok(vec![Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias])
         })?;
-        // Point the caller's dBias object at the node's output (whose dims, when the caller gave
-        // them, are the caller's).
         if let (Some(user), Some(made)) = (dbias_user, outs.get(3).copied().flatten()) {
-            let mut st = lock(&self.state)?;
-            let given = !st.graph.tensors[user.0].dims.is_empty();
-            if given {
-                st.meta.inferred_dims.remove(&made.0);
-                st.meta.inferred_strides.remove(&made.0);
-            }
-        }
-        if let (Some(obj), Some(Some(made))) = (dBias, outs.get(3)) {
-            let mut t = obj.downcast::<PyTensor>()?.borrow_mut();
-            t.id = made.0;
+            self.point_at_output(dBias, user, made)?;
         }
         let outs = outs.into_iter().take(3).collect();
         self.outs(py, outs)
@@ -2398,6 +2388,23 @@ fn check_heur_modes(method: &str, modes: Option<&Bound<'_, PyAny>>) -> PyResult<
     Ok(())
 }
 
+/// An output the frontend's caller makes itself (sdpa's `rng_dump`, sdpa_backward's `dBias`):
+/// the node's output `made` takes the caller's tensor `user`'s uid, name, type, virtuality and
+/// (when given) dims and strides; `user` keeps no uid.
+fn adopt_user_tensor(g: &mut Graph, user: TensorId, made: TensorId) {
+    let u = g.tensors[user.0].clone();
+    let t = &mut g.tensors[made.0];
+    t.uid = u.uid;
+    t.name = u.name.clone();
+    t.data_type = u.data_type;
+    t.is_virtual = u.is_virtual;
+    if !u.dims.is_empty() {
+        t.dims = u.dims.clone();
+        t.strides = u.strides.clone();
+    }
+    g.tensors[user.0].uid = None;
+}
+
 /// The frontend's dynamic-shape overrides at execution: ferrodnn builds a graph per shape.
 fn refuse_overrides(method: &str, overrides: [Option<&Bound<'_, PyAny>>; 3]) -> PyResult<()> {
     for (name, v) in ["override_uids", "override_shapes", "override_strides"].iter().zip(overrides) {
@@ -2411,7 +2418,7 @@ fn refuse_overrides(method: &str, overrides: [Option<&Bound<'_, PyAny>>; 3]) -> 
 
 /// The frontend's causal / band masks as ferrodnn's: causal (right bound 0) with its diagonal
 /// alignment, a left bound of `w` (w keys up to the diagonal, as sliding_window_length) and a
-/// positive right bound on the top-left diagonal.
+/// positive right bound, on either diagonal.
 fn sdpa_masks(
     attrs: &mut SdpaAttrs,
     causal: bool,
@@ -2441,18 +2448,12 @@ fn sdpa_masks(
     let causal_align = if align == PyDiagonalAlignment::BOTTOM_RIGHT { CausalAlignment::BottomRight } else { CausalAlignment::TopLeft };
     match right {
         Some(0) => attrs.causal = Some(causal_align),
-        Some(r) if r > 0 => {
-            if align == PyDiagonalAlignment::BOTTOM_RIGHT {
-                return Err(NotSupportedError::new_err("a positive diagonal_band_right_bound on the bottom-right diagonal is not supported by ferrodnn"));
-            }
-            attrs.sliding_window_right = Some(r);
-        }
+        Some(r) if r > 0 => attrs.sliding_window_right = Some(r),
         Some(r) => return Err(PyValueError::new_err(format!("diagonal_band_right_bound must be >= 0, got {r}"))),
-        None => {
-            if align == PyDiagonalAlignment::BOTTOM_RIGHT && left.is_some() {
-                return Err(NotSupportedError::new_err("a left bound on the bottom-right diagonal needs the causal mask in ferrodnn"));
-            }
-        }
+        None => {}
+    }
+    if attrs.causal.is_none() && align == PyDiagonalAlignment::BOTTOM_RIGHT {
+        attrs.diagonal_alignment = Some(CausalAlignment::BottomRight);
     }
     if let Some(l) = left {
         if l < 1 {
@@ -2549,6 +2550,24 @@ impl PyGraph {
     }
 
     /// `dropout = (probability, seed tensor, offset tensor)`.
+    /// Point the caller's tensor object `obj` (graph tensor `user`, which the node's output
+    /// `made` replaced: [`adopt_user_tensor`]) at `made`; dims the caller gave stay the caller's.
+    fn point_at_output(&self, obj: Option<&Bound<'_, PyAny>>, user: TensorId, made: TensorId) -> PyResult<()> {
+        {
+            let mut st = lock(&self.state)?;
+            let given = !st.graph.tensors[user.0].dims.is_empty();
+            if given {
+                st.meta.inferred_dims.remove(&made.0);
+                st.meta.inferred_strides.remove(&made.0);
+            }
+        }
+        if let Some(obj) = obj {
+            let mut t = obj.downcast::<PyTensor>()?.borrow_mut();
+            t.id = made.0;
+        }
+        Ok(())
+    }
+
     fn sdpa_dropout(&self, dropout: Option<&Bound<'_, PyAny>>, attrs: &mut SdpaAttrs, inputs: &mut SdpaInputs) -> PyResult<()> {
         let Some(d) = dropout.filter(|d| !d.is_none()) else { return Ok(()) };
         let t = d.downcast::<PyTuple>().map_err(|_| PyTypeError::new_err("dropout must be a tuple (probability, seed tensor, offset tensor)"))?;
@@ -2820,7 +2839,10 @@ impl PyGraph {
             let a = match by_tensor.get(&old) {
                 Some(PackValue::Array(a)) => a,
                 Some(PackValue::Number(_)) => {
-                    return Err(InvalidArgumentError::new_err(format!("tensor \"{}\": a Python number is only accepted for a by-value scalar", d.name)));
+                    return Err(InvalidArgumentError::new_err(format!(
+                        "tensor \"{}\" (uid {uid}): a Python number is only accepted for a by-value scalar (is_pass_by_value); give this tensor an array",
+                        d.name
+                    )));
                 }
                 None => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": tensor \"{}\" (uid {uid}) has no buffer in the variant pack", d.name))),
             };
@@ -2829,13 +2851,17 @@ impl PyGraph {
                 return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}) is {want} but its array holds {}", d.name, a.type_name)));
             }
             check_buffer(d, uid, want, a, strict)?;
-            if a.dims == d.dims && d.dims.iter().zip(a.strides.iter().zip(&d.strides)).any(|(&n, (&s1, &s2))| n > 1 && s1 != s2) {
+            let output = produced.contains(&new.0);
+            // An input array of the tensor's dims but other strides would be read as something it
+            // is not: refused. An output's memory is written with the graph's strides from its
+            // first element, as the frontend writes through the pointer it is given (the memory
+            // check above makes sure the graph's extent fits in the array's).
+            if !output && a.dims == d.dims && d.dims.iter().zip(a.strides.iter().zip(&d.strides)).any(|(&n, (&s1, &s2))| n > 1 && s1 != s2) {
                 return Err(InvalidArgumentError::new_err(format!(
                     "tensor \"{}\" (uid {uid}) has strides {:?} but its array has strides {:?} (in elements); give the graph the array's layout (tensor_like) or pass an array with the tensor's",
                     d.name, d.strides, a.strides
                 )));
             }
-            let output = produced.contains(&new.0);
             if output && a.readonly {
                 return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}) is an output but its array is read-only", d.name)));
             }

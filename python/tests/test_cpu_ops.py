@@ -840,6 +840,99 @@ def test_sdpa_attn_scale_tensor_and_inference():
     close(o, sdpa_ref(q.astype(np.float64), k, v, float(np.float32(0.3)), False)[0], 1e-5)
 
 
+def band_ref(q, k, v, scale, left, right, keep=None, p_drop=0.0):
+    """softmax over the band of the bottom-right diagonal (keys diag - left < j <= diag + right,
+    diag = i + s_kv - s_q, as the frontend's reference masks it) with K and V of their own head
+    counts; `keep` the dropout mask."""
+    hq = q.shape[1]
+    k = np.repeat(k, hq // k.shape[1], 1)
+    v = np.repeat(v, hq // v.shape[1], 1)
+    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    sq, skv = q.shape[2], k.shape[2]
+    i = np.arange(sq)[:, None]
+    j = np.arange(skv)[None, :]
+    diag = i + skv - sq
+    s = np.where((j > diag + right) | (j <= diag - left), -np.inf, s)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p = p / p.sum(-1, keepdims=True)
+    if keep is not None:
+        p = p * keep / (1 - p_drop)
+    return np.einsum("bhij,bhjd->bhid", p, v)
+
+
+def test_sdpa_kv_heads_differ_on_a_bottom_right_band_with_the_dropout_mask():
+    """K and V with different head counts (and head dims), the band on the bottom-right diagonal
+    with a positive right bound, and rng_dump, with the frontend's keywords."""
+    r = rng(23)
+    b, hq, hk, hv, sq, skv, d, dv = 2, 6, 2, 3, 5, 9, 4, 3
+    q = r.standard_normal((b, hq, sq, d))
+    k = r.standard_normal((b, hk, skv, d))
+    v = r.standard_normal((b, hv, skv, dv))
+    D = cudnn.data_type.DOUBLE
+    for dropout in (None, 0.3):
+        g = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D, handle=cudnn.create_cpu_handle())
+        Q, K, V = g.tensor_like(q), g.tensor_like(k), g.tensor_like(v)
+        extra = {}
+        if dropout:
+            seed = g.tensor(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
+            offset = g.tensor(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
+            dump = g.tensor(dim=[b, hq, sq, skv], stride=[hq * sq * skv, sq * skv, skv, 1], data_type=cudnn.data_type.FLOAT)
+            extra = dict(dropout=(dropout, seed, offset), rng_dump=dump)
+        O, _ = g.sdpa(q=Q, k=K, v=V, generate_stats=False, attn_scale=0.5, diagonal_alignment=cudnn.diagonal_alignment.BOTTOM_RIGHT,
+                      diagonal_band_left_bound=3, diagonal_band_right_bound=2, **extra)
+        O.set_output(True)
+        assert O.get_dim() == [b, hq, sq, dv]
+        o = np.zeros((b, hq, sq, dv))
+        pack = {Q: q, K: k, V: v, O: o}
+        keep = None
+        if dropout:
+            mask = np.full((b, hq, sq, skv), 7.0, np.float32)
+            pack.update({seed: np.full((1, 1, 1, 1), 1234, np.int64), offset: np.full((1, 1, 1, 1), 5, np.int64), dump: mask})
+            run(g, pack)
+            assert set(np.unique(mask)) == {0.0, 1.0}, np.unique(mask)
+            assert 0.1 < 1 - mask.mean() < 0.5, mask.mean()
+            keep = mask.astype(np.float64)
+        else:
+            run(g, pack)
+        close(o, band_ref(q, k, v, 0.5, 3, 2, keep, dropout or 0.0), 1e-10)
+
+
+def test_sdpa_rng_dump_needs_dropout_and_belongs_to_the_forward_pass():
+    g = new_graph()
+    Q = g.tensor(name="q", dim=[1, 2, 3, 4], stride=[24, 12, 4, 1])
+    M = g.tensor(name="mask", dim=[1, 2, 3, 3], stride=[18, 9, 3, 1])
+    with pytest.raises(ValueError, match="rng_dump.*needs dropout"):
+        g.sdpa(q=Q, k=Q, v=Q, generate_stats=False, rng_dump=M)
+    with pytest.raises(cudnn.NotSupportedError, match="rng_dump"):
+        g.sdpa_backward(q=Q, k=Q, v=Q, o=Q, dO=Q, stats=Q, rng_dump=M)
+    # A mask of the wrong dims is refused at validation, naming the port.
+    seed = g.tensor(dim=[1], stride=[1], data_type=cudnn.data_type.INT64)
+    bad = g.tensor(name="bad_mask", dim=[1, 2, 3, 4], stride=[24, 12, 4, 1])
+    O, _ = g.sdpa(q=Q, k=Q, v=Q, generate_stats=False, dropout=(0.1, seed, seed), rng_dump=bad)
+    O.set_output(True)
+    with pytest.raises(cudnn.InvalidGraphError, match="rng_dump.*\\[1, 2, 3, 4\\].*\\[1, 2, 3, 3\\]"):
+        g.validate()
+
+
+def test_sdpa_overlapping_input_views():
+    """Inputs may be views whose elements share memory (stride 0 and overlapping rows), as the
+    frontend takes them; the output is written with its own strides."""
+    r = rng(24)
+    base = r.standard_normal(200)
+    q = np.lib.stride_tricks.as_strided(base, (2, 3, 4, 8), (0, 40 * 8, 2 * 8, 8))
+    k = np.broadcast_to(r.standard_normal((1, 1, 6, 8)), (2, 3, 6, 8))
+    v = np.lib.stride_tricks.as_strided(base[5:], (2, 3, 6, 5), (8, 16, 3 * 8, 8))
+    D = cudnn.data_type.DOUBLE
+    g = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D, handle=cudnn.create_cpu_handle())
+    Q, K, V = g.tensor_like(q), g.tensor_like(k), g.tensor_like(v)
+    assert Q.get_stride() == [0, 40, 2, 1] and K.get_stride()[:2] == [0, 0]
+    O, _ = g.sdpa(q=Q, k=K, v=V, generate_stats=False, attn_scale=0.3)
+    O.set_output(True)
+    o = np.zeros((2, 3, 4, 5))
+    run(g, {Q: q, K: k, V: v, O: o})
+    close(o, sdpa_ref(q, k, v, 0.3, False)[0], 1e-10)
+
+
 # -- transforms -------------------------------------------------------------------------------
 
 def test_slice_transpose_reshape_concatenate():

@@ -118,6 +118,21 @@ def test_pointer_semantics_other_dims_with_memory_enough():
     np.testing.assert_allclose(y, other.reshape(8, 64) @ w, rtol=1e-4, atol=1e-4)
 
 
+def test_pointer_semantics_for_an_output_view_of_other_strides():
+    # As the frontend, which takes an output's pointer and writes it with the graph's strides: a
+    # transposed view whose memory holds the tensor's extent is written row-major from its
+    # first element; an array too small for the extent is an error naming the tensor.
+    g, X, W, Y = matmul_graph()
+    x, w = rand(8, 64), rand(64, 32, seed=1)
+    store = np.full((32, 8), np.nan, np.float32)
+    g.execute({X: x, W: w, Y: store.T}, None)
+    np.testing.assert_allclose(store.reshape(8, 32), x @ w, rtol=1e-4, atol=1e-4)
+    with pytest.raises(cudnn.InvalidArgumentError) as e:
+        g.execute({X: x, W: w, Y: np.zeros((8, 31), np.float32)}, None)
+    msg = str(e.value)
+    assert '"mm::c" (uid 3)' in msg and "needs 1024 bytes" in msg and "spans 992 bytes" in msg, msg
+
+
 def test_wrong_dtype_names_tensor():
     g, X, W, Y = matmul_graph()
     with pytest.raises(cudnn.InvalidArgumentError) as e:
@@ -383,6 +398,19 @@ def test_by_value_scalar_element_count(value, count):
     assert '"alpha"' in msg and f"exactly one element, but its array has {count}" in msg, msg
 
 
+def test_by_value_scalar_as_a_python_int_and_a_number_for_an_array():
+    # The frontend's packs give by-value scalars as plain Python numbers, ints too.
+    g, X, ALPHA, Y = scale_graph()
+    x, y = rand(2, 3), np.zeros((2, 3), np.float32)
+    g.execute({X: x, ALPHA: 3, Y: y}, None)
+    np.testing.assert_allclose(y, 3 * x, rtol=1e-6)
+    # A number for a tensor that is not by-value: an error naming the tensor and its uid.
+    with pytest.raises(cudnn.InvalidArgumentError) as e:
+        g.execute({X: 1.5, ALPHA: 3, Y: y}, None)
+    msg = str(e.value)
+    assert f"(uid {X.get_uid()})" in msg and "only accepted for a by-value scalar" in msg, msg
+
+
 def test_by_value_scalar_null_pointer_and_device_memory():
     g, X, ALPHA, Y = scale_graph()
     with pytest.raises(cudnn.InvalidArgumentError) as e:
@@ -553,7 +581,7 @@ def test_shape_overrides_not_supported(arg):
     assert arg in str(e.value) and "execute" in str(e.value)
 
 
-@pytest.mark.parametrize("arg", ["block_mask", "rng_dump", "score_mod", "score_max", "score_sum_exp", "sink_token"])
+@pytest.mark.parametrize("arg", ["block_mask", "score_mod", "score_max", "score_sum_exp", "sink_token"])
 def test_sdpa_arguments_ferrodnn_cannot_honour(arg):
     g, X = _tensors()
     with pytest.raises(cudnn.NotSupportedError) as e:

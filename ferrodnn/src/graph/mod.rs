@@ -361,7 +361,9 @@ impl Graph {
                 }
             }
         }
-        // Check every input tensor's own description before the ops read it.
+        // Check every input tensor's own description before the ops read it. Inputs are only
+        // read, so, as in cuDNN, their strides may make elements share memory (stride 0,
+        // expanded, transposed and overlapping views).
         for (i, t) in self.tensors.iter().enumerate() {
             if !producer.contains_key(&i) && !t.dims.is_empty() {
                 check_tensor_desc(t)?;
@@ -370,9 +372,11 @@ impl Graph {
         for &ni in &order {
             self.infer_node(ni)?;
         }
+        // What an op writes (outputs and virtual tensors) must give each element its own memory.
         for (i, t) in self.tensors.iter().enumerate() {
-            if producer.contains_key(&i) {
+            if let Some(&ni) = producer.get(&i) {
                 check_tensor_desc(t)?;
+                check_no_overlap(t).map_err(|m| Error::op(self.nodes[ni].op.kind(), &self.nodes[ni].name, m))?;
             }
         }
         if !producer.keys().any(|&t| !self.tensors[t].is_virtual) {
@@ -563,9 +567,9 @@ impl Default for Fnv64 {
     }
 }
 
-/// Checks a tensor's own description: rank, positive dims, strides, sizes that fit in i64 and
-/// under [`MAX_ELEMENTS`], and no two elements sharing memory (except through stride 0, the
-/// broadcast of an input).
+/// Checks a tensor's own description: rank, positive dims, strides, and sizes that fit in i64 and
+/// under [`MAX_ELEMENTS`]. Elements may share memory (an input's stride 0, expanded or overlapping
+/// view); [`check_no_overlap`] is the rule for the tensors an op writes.
 pub fn check_tensor_desc(t: &TensorDesc) -> Result<()> {
     let name = &t.name;
     if t.dims.is_empty() || t.dims.len() > MAX_RANK {
@@ -597,15 +601,22 @@ pub fn check_tensor_desc(t: &TensorDesc) -> Result<()> {
     if t.is_pass_by_value && count != 1 {
         return Err(Error::InvalidGraph(format!("tensor \"{name}\": a by-value scalar must have one element, got dims {:?}", t.dims)));
     }
-    // Overlap: sort the non-broadcast axes of size > 1 by stride; each stride must be at least
-    // the extent of all smaller-stride axes. Outputs may not broadcast (checked by callers that
-    // know which tensors are written); inputs may use stride 0.
-    let mut axes: Vec<(i64, i64)> = t.dims.iter().zip(&t.strides).filter(|(&d, &s)| d > 1 && s > 0).map(|(&d, &s)| (s, d)).collect();
+    Ok(())
+}
+
+/// Checks that no two elements of `t` share memory, the rule for a tensor an op writes (an
+/// output or a virtual tensor); `Err` is the message. Sorts the axes of size > 1 by stride: each
+/// stride must be at least the extent of all smaller-stride axes (so a stride 0 fails).
+pub fn check_no_overlap(t: &TensorDesc) -> std::result::Result<(), String> {
+    let mut axes: Vec<(i64, i64)> = t.dims.iter().zip(&t.strides).filter(|(&d, _)| d > 1).map(|(&d, &s)| (s, d)).collect();
     axes.sort();
     let mut reach = 1i64;
     for (s, d) in axes {
         if s < reach {
-            return Err(Error::InvalidGraph(format!("tensor \"{name}\": strides {:?} make elements of dims {:?} overlap", t.strides, t.dims)));
+            return Err(format!(
+                "output tensor \"{}\": strides {:?} make elements of dims {:?} overlap; a tensor an op writes must give each element its own memory",
+                t.name, t.strides, t.dims
+            ));
         }
         reach = s.saturating_mul(d);
     }
@@ -700,7 +711,11 @@ impl InferCtx<'_> {
         }
         if t.strides.is_empty() {
             t.strides = match layout_like {
-                Some(l) if l.strides.len() == dims.len() => strides_for_order(dims, &stride_order(&l.strides)),
+                // An axis the input expands (stride 0) is the output's outermost.
+                Some(l) if l.strides.len() == dims.len() => {
+                    let expanded: Vec<i64> = l.strides.iter().map(|&s| if s == 0 { i64::MAX } else { s }).collect();
+                    strides_for_order(dims, &stride_order(&expanded))
+                }
                 _ => packed_strides(dims),
             };
         } else if t.strides.len() != dims.len() {

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 type PageBlocks = Vec<Vec<Option<usize>>>;
 
 /// Everything a query row needs: the inputs as dense arrays (K and V resolved from their pages
-/// to logical `[b, h_kv, s_kv, d]`), the sizes, and the masking rules.
+/// to logical `[b, h_k, s_kv, d]` and `[b, h_v, s_kv, d_v]`), the sizes, and the masking rules.
 struct Attention<'a> {
     attrs: &'a SdpaAttrs,
     q: &'a Nd,
@@ -23,7 +23,8 @@ struct Attention<'a> {
     bias: Option<&'a Nd>,
     b: usize,
     h_q: usize,
-    h_kv: usize,
+    h_k: usize,
+    h_v: usize,
     s_q: usize,
     s_kv: usize,
     d: usize,
@@ -72,7 +73,7 @@ fn page_blocks(io: &NodeIo, port: &str, table: &Nd, block_size: usize, num_block
     Ok(out)
 }
 
-/// Gather a logical `[b, h_kv, s_kv, dim]` tensor from a block pool `[blocks, h_kv, bs, dim]`.
+/// Gather a logical `[b, heads, s_kv, dim]` tensor from a block pool `[blocks, heads, bs, dim]`.
 fn unpage(pool: &Nd, blocks: &[Vec<Option<usize>>], s_kv: usize) -> Nd {
     let (h_kv, bs, dim) = (pool.dims[1], pool.dims[2], pool.dims[3]);
     let b = blocks.len();
@@ -92,7 +93,7 @@ fn unpage(pool: &Nd, blocks: &[Vec<Option<usize>>], s_kv: usize) -> Nd {
     out
 }
 
-/// Add a logical `[b, h_kv, s_kv, dim]` gradient into a pool-shaped `[blocks, h_kv, bs, dim]`.
+/// Add a logical `[b, heads, s_kv, dim]` gradient into a pool-shaped `[blocks, heads, bs, dim]`.
 fn repage_add(logical: &Nd, blocks: &[Vec<Option<usize>>], pool_dims: &[usize]) -> Nd {
     let (h_kv, bs, dim) = (pool_dims[1], pool_dims[2], pool_dims[3]);
     let s_kv = logical.dims[2];
@@ -120,14 +121,14 @@ impl<'a> Attention<'a> {
         let k_in = io.input("k")?;
         let v_in = io.input("v")?;
         let (b, h_q, s_q, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
-        let (h_kv, d_v) = (k_in.dims[1], v_in.dims[3]);
+        let (h_k, h_v, d_v) = (k_in.dims[1], v_in.dims[1], v_in.dims[3]);
         let paged = io.opt_input("page_table_k").zip(io.opt_input("page_table_v"));
         let s_kv = match paged {
             Some((tk, _)) => tk.dims[2] * k_in.dims[2],
             None => k_in.dims[2],
         };
-        if h_kv == 0 || h_q % h_kv != 0 {
-            return Err(io.err(format!("q has {h_q} heads, not a multiple of the {h_kv} kv heads")));
+        if h_k == 0 || h_v == 0 || h_q % h_k != 0 || h_q % h_v != 0 {
+            return Err(io.err(format!("q has {h_q} heads, not a multiple of the {h_k} heads of k and the {h_v} of v")));
         }
         let (len_q, len_kv) = if a.padding_mask { (lengths(io, "seq_len_q", b, s_q)?, lengths(io, "seq_len_kv", b, s_kv)?) } else { (vec![s_q; b], vec![s_kv; b]) };
         let (k, v, pages) = match paged {
@@ -150,7 +151,8 @@ impl<'a> Attention<'a> {
             bias: io.opt_input("bias"),
             b,
             h_q,
-            h_kv,
+            h_k,
+            h_v,
             s_q,
             s_kv,
             d,
@@ -171,7 +173,7 @@ impl<'a> Attention<'a> {
         if j >= lkv {
             return false;
         }
-        let diag = match self.attrs.causal.unwrap_or(CausalAlignment::TopLeft) {
+        let diag = match self.attrs.diagonal() {
             CausalAlignment::TopLeft => i,
             CausalAlignment::BottomRight => i + lkv - lq,
         };
@@ -192,14 +194,14 @@ impl<'a> Attention<'a> {
         if i >= self.len_q[bi] {
             return None;
         }
-        let kh = h / (self.h_q / self.h_kv);
+        let kh = self.k_head(h);
         let qrow = &self.q.data[((bi * self.h_q + h) * self.s_q + i) * self.d..][..self.d];
         let row = (0..self.s_kv)
             .map(|j| {
                 if !self.visible(bi, i, j) {
                     return f64::NEG_INFINITY;
                 }
-                let krow = &self.k.data[((bi * self.h_kv + kh) * self.s_kv + j) * self.d..][..self.d];
+                let krow = &self.k.data[((bi * self.h_k + kh) * self.s_kv + j) * self.d..][..self.d];
                 let mut s = self.scale * qrow.iter().zip(krow).map(|(x, y)| x * y).sum::<f64>();
                 if let Some(bias) = self.bias {
                     s += bias.broadcast_at(&[bi, h, i, j]);
@@ -211,6 +213,21 @@ impl<'a> Attention<'a> {
             })
             .collect();
         Some(row)
+    }
+
+    /// The K head query head `h` reads.
+    fn k_head(&self, h: usize) -> usize {
+        h / (self.h_q / self.h_k)
+    }
+
+    /// The V head query head `h` reads.
+    fn v_head(&self, h: usize) -> usize {
+        h / (self.h_q / self.h_v)
+    }
+
+    /// Key `j`'s row of V for query head `h` of batch `bi`.
+    fn v_row(&self, bi: usize, h: usize, j: usize) -> &[f64] {
+        &self.v.data[((bi * self.h_v + self.v_head(h)) * self.s_kv + j) * self.d_v..][..self.d_v]
     }
 
     /// Dropout factors of row (bi, h, i): 0 or 1/(1-p) (all 1 without dropout).
@@ -233,14 +250,13 @@ impl<'a> Attention<'a> {
         let sum: f64 = e.iter().sum();
         let lse = m + sum.ln();
         let keep = self.keep(bi, h, i);
-        let kh = h / (self.h_q / self.h_kv);
         let mut o = vec![0.0; self.d_v];
         for j in 0..self.s_kv {
             let w = e[j] / sum * keep[j];
             if w == 0.0 {
                 continue;
             }
-            let vrow = &self.v.data[((bi * self.h_kv + kh) * self.s_kv + j) * self.d_v..][..self.d_v];
+            let vrow = self.v_row(bi, h, j);
             for (oc, vc) in o.iter_mut().zip(vrow) {
                 *oc += w * vc;
             }
@@ -250,7 +266,7 @@ impl<'a> Attention<'a> {
 }
 
 pub(crate) fn sdpa(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
-    let (o, stats) = {
+    let outputs = {
         let at = Attention::new(io, a)?;
         let rows = at.b * at.h_q * at.s_q;
         let results: Vec<(Vec<f64>, f64)> = (0..rows)
@@ -267,20 +283,59 @@ pub(crate) fn sdpa(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
             o.extend(orow);
             stats.push(lse);
         }
-        (Nd::new(vec![at.b, at.h_q, at.s_q, at.d_v], o), Nd::new(vec![at.b, at.h_q, at.s_q, 1], stats))
+        // The dropout mask: 1 where kept, 0 where dropped, every element.
+        let dump = a.rng_dump.then(|| {
+            let mask: Vec<f64> = (0..rows)
+                .into_par_iter()
+                .flat_map_iter(|r| at.keep(r / (at.s_q * at.h_q), (r / at.s_q) % at.h_q, r % at.s_q).into_iter().map(|k| if k != 0.0 { 1.0 } else { 0.0 }))
+                .collect();
+            Nd::new(vec![at.b, at.h_q, at.s_q, at.s_kv], mask)
+        });
+        (Nd::new(vec![at.b, at.h_q, at.s_q, at.d_v], o), Nd::new(vec![at.b, at.h_q, at.s_q, 1], stats), dump)
     };
+    let (o, stats, dump) = outputs;
     io.set("o", o);
     io.set("stats", stats);
+    if let Some(d) = dump {
+        io.set("rng_dump", d);
+    }
     Ok(())
 }
 
-/// The gradients of one (batch, kv head) group: dq of its query heads, dk and dv of the kv
-/// head (logical layout), and dS of its query heads when a bias needs it.
+/// The gradients of one (batch, K head) group: dq of its query heads, dk of the K head (logical
+/// layout), dv of its V head when K and V have one head count (else [`dv_of_group`] computes
+/// dv), and dS of its query heads when a bias needs it.
 struct GroupGrads {
     dq: Vec<f64>,
     dk: Vec<f64>,
     dv: Vec<f64>,
     ds: Vec<f64>,
+}
+
+/// The dv of V head `vh` of batch `bi` (logical layout), summed over the query heads that read
+/// it, in head order: for K and V of different head counts.
+fn dv_of_group(at: &Attention, d_o: &Nd, stats: &Nd, bi: usize, vh: usize) -> Vec<f64> {
+    let (s_q, s_kv, d_v) = (at.s_q, at.s_kv, at.d_v);
+    let group = at.h_q / at.h_v;
+    let mut dv = vec![0.0; s_kv * d_v];
+    for h in vh * group..(vh + 1) * group {
+        for i in 0..s_q {
+            let Some(s) = at.scores(bi, h, i) else { continue };
+            let row = (bi * at.h_q + h) * s_q + i;
+            let keep = at.keep(bi, h, i);
+            let do_row = &d_o.data[row * d_v..][..d_v];
+            for j in 0..s_kv {
+                if s[j] == f64::NEG_INFINITY {
+                    continue;
+                }
+                let pk = (s[j] - stats.data[row]).exp() * keep[j];
+                for (dvc, x) in dv[j * d_v..][..d_v].iter_mut().zip(do_row) {
+                    *dvc += pk * x;
+                }
+            }
+        }
+    }
+    dv
 }
 
 pub(crate) fn sdpa_backward(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
@@ -290,18 +345,20 @@ pub(crate) fn sdpa_backward(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
         let d_o = io.input("do")?;
         let stats = io.input("stats")?;
         let want_ds = io.has_output("dbias");
-        let group = at.h_q / at.h_kv;
+        let group = at.h_q / at.h_k;
+        // K and V of one head count: the K groups give dv too.
+        let dv_with_dk = at.h_k == at.h_v;
         let (s_q, s_kv, d, d_v) = (at.s_q, at.s_kv, at.d, at.d_v);
 
-        // One task per (batch, kv head): its query heads' rows all add into the same dk/dv.
-        let groups: Vec<GroupGrads> = (0..at.b * at.h_kv)
+        // One task per (batch, K head): its query heads' rows all add into the same dk.
+        let groups: Vec<GroupGrads> = (0..at.b * at.h_k)
             .into_par_iter()
             .map(|gi| {
-                let (bi, kh) = (gi / at.h_kv, gi % at.h_kv);
+                let (bi, kh) = (gi / at.h_k, gi % at.h_k);
                 let mut g = GroupGrads {
                     dq: vec![0.0; group * s_q * d],
                     dk: vec![0.0; s_kv * d],
-                    dv: vec![0.0; s_kv * d_v],
+                    dv: if dv_with_dk { vec![0.0; s_kv * d_v] } else { Vec::new() },
                     ds: if want_ds { vec![0.0; group * s_q * s_kv] } else { Vec::new() },
                 };
                 for hg in 0..group {
@@ -324,13 +381,15 @@ pub(crate) fn sdpa_backward(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
                             if p == 0.0 {
                                 continue;
                             }
-                            let kv = ((bi * at.h_kv + kh) * s_kv + j) * d;
+                            let kv = ((bi * at.h_k + kh) * s_kv + j) * d;
                             let k_row = &at.k.data[kv..][..d];
-                            let v_row = &at.v.data[((bi * at.h_kv + kh) * s_kv + j) * d_v..][..d_v];
+                            let v_row = at.v_row(bi, h, j);
                             // dv_j += p_ij keep_ij do_i
-                            let pk = p * keep[j];
-                            for (dvc, x) in g.dv[j * d_v..][..d_v].iter_mut().zip(do_row) {
-                                *dvc += pk * x;
+                            if dv_with_dk {
+                                let pk = p * keep[j];
+                                for (dvc, x) in g.dv[j * d_v..][..d_v].iter_mut().zip(do_row) {
+                                    *dvc += pk * x;
+                                }
                             }
                             // dP_ij = keep_ij (do_i . v_j); dS_ij = p_ij (dP_ij - D_i)
                             let dp = keep[j] * do_row.iter().zip(v_row).map(|(x, y)| x * y).sum::<f64>();
@@ -351,22 +410,30 @@ pub(crate) fn sdpa_backward(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
                 g
             })
             .collect();
+        let dv_groups: Vec<Vec<f64>> =
+            if dv_with_dk { Vec::new() } else { (0..at.b * at.h_v).into_par_iter().map(|gi| dv_of_group(&at, d_o, stats, gi / at.h_v, gi % at.h_v)).collect() };
 
         // Assemble [b, h, s, ...] arrays from the per-group pieces.
         let mut dq = Nd::zeros(&[at.b, at.h_q, s_q, d]);
-        let mut dk = Nd::zeros(&[at.b, at.h_kv, s_kv, d]);
-        let mut dv = Nd::zeros(&[at.b, at.h_kv, s_kv, d_v]);
+        let mut dk = Nd::zeros(&[at.b, at.h_k, s_kv, d]);
+        let mut dv = Nd::zeros(&[at.b, at.h_v, s_kv, d_v]);
         let mut ds = if want_ds { Nd::zeros(&[at.b, at.h_q, s_q, s_kv]) } else { Nd::zeros(&[0]) };
         for (gi, g) in groups.into_iter().enumerate() {
-            let bi = gi / at.h_kv;
-            let kh = gi % at.h_kv;
+            let bi = gi / at.h_k;
+            let kh = gi % at.h_k;
             let q0 = (bi * at.h_q + kh * group) * s_q;
             dq.data[q0 * d..][..g.dq.len()].copy_from_slice(&g.dq);
             dk.data[gi * s_kv * d..][..g.dk.len()].copy_from_slice(&g.dk);
-            dv.data[gi * s_kv * d_v..][..g.dv.len()].copy_from_slice(&g.dv);
+            // (With K and V of different head counts, dv comes from its own pass below.)
+            if dv_with_dk {
+                dv.data[gi * s_kv * d_v..][..g.dv.len()].copy_from_slice(&g.dv);
+            }
             if want_ds {
                 ds.data[q0 * s_kv..][..g.ds.len()].copy_from_slice(&g.ds);
             }
+        }
+        for (gi, g) in dv_groups.into_iter().enumerate() {
+            dv.data[gi * s_kv * d_v..][..g.len()].copy_from_slice(&g);
         }
         let (dk, dv) = match &at.pages {
             Some((pk, pv)) => {

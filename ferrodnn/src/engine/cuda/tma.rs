@@ -100,6 +100,19 @@ impl TmaDesc {
         if !matches!(self.swizzle, 0 | 32 | 64 | 128) {
             return Err(format!("swizzle {} is not 0, 32, 64 or 128", self.swizzle));
         }
+        // An input may be a view whose elements share memory (stride 0, expanded, overlapping):
+        // the map's dims must not overlap, so such a view goes to the kernels that address each
+        // element by its strides.
+        let mut axes: Vec<(u64, u64)> =
+            std::iter::once((self.dtype.size() as u64, self.dims[0])).chain(self.strides.iter().copied().zip(self.dims[1..].iter().copied())).filter(|&(_, d)| d > 1).collect();
+        axes.sort_unstable();
+        let mut reach = 1u64;
+        for (s, d) in axes {
+            if s < reach {
+                return Err(format!("byte strides {:?} over dims {:?} make elements overlap (a stride 0 or an overlapping view)", self.strides, self.dims));
+            }
+            reach = s.saturating_mul(d);
+        }
         Ok(())
     }
 

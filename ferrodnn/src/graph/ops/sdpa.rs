@@ -1,12 +1,13 @@
 //! Scaled dot-product attention, forward and backward.
 //!
-//! Q `[b, h_q, s_q, d]`, K `[b, h_kv, s_kv, d]`, V `[b, h_kv, s_kv, d_v]` with any strides
-//! (BSHD and BHSD are both stride orders), `h_q` a multiple of `h_kv` (grouped-query and
-//! multi-query attention: query head `h` reads kv head `h / (h_q / h_kv)`).
+//! Q `[b, h_q, s_q, d]`, K `[b, h_k, s_kv, d]`, V `[b, h_v, s_kv, d_v]` with any strides
+//! (BSHD and BHSD are both stride orders), `h_q` a multiple of `h_k` and of `h_v` (grouped-query
+//! and multi-query attention: query head `h` reads K head `h / (h_q / h_k)` and V head
+//! `h / (h_q / h_v)`; K and V may have different head counts, as in cuDNN).
 //!
 //! Ports: forward `q`, `k`, `v` and optional `bias`, `seq_len_q`, `seq_len_kv`, `seed`,
-//! `offset`, `page_table_k`, `page_table_v` -> `o`, optional `stats`; backward adds `o`, `do`,
-//! `stats` and gives `dq`, `dk`, `dv`, optional `dbias` (present when `bias` is).
+//! `offset`, `page_table_k`, `page_table_v` -> `o`, optional `stats` and `rng_dump`; backward
+//! adds `o`, `do`, `stats` and gives `dq`, `dk`, `dv`, optional `dbias` (present when `bias` is).
 //!
 //! # Semantics
 //! For batch `b`, query head `h`, query row `i` and key `j` the score is
@@ -17,7 +18,7 @@
 //! - **Lengths**: `Lq = seq_len_q[b]`, `Lkv = seq_len_kv[b]` with `padding_mask`, else `s_q` and
 //!   `s_kv`. Keys `j >= Lkv` are masked; query rows `i >= Lq` are padding.
 //! - **Diagonal**: `diag(i) = i` (top-left) or `i + Lkv - Lq` (bottom-right). Its alignment is
-//!   `causal`'s, or top-left when `causal` is unset (sliding windows without causal).
+//!   `causal`'s, else `diagonal_alignment`'s (the band's bounds without causal), else top-left.
 //! - **Causal**: key `j` is masked when `j > diag(i)`.
 //! - **Sliding window**: masked when `j < diag(i) - sliding_window_left` or
 //!   `j > diag(i) + sliding_window_right` (a left bound of `w - 1` keeps `w` keys up to the
@@ -38,6 +39,9 @@
 //!   uniform of the element's flat row-major index in `[b, h_q, s_q, s_kv]` is `>= p`, else 0
 //!   (the counter mapping of `graph::ops::rng`: `rng(seed, offset, [b, h_q, s_q, s_kv],
 //!   Uniform{0, 1}) >= p`).
+//! - **Dropout mask** (`rng_dump`, forward, with dropout): the output `rng_dump`
+//!   `[b, h_q, s_q, s_kv]` gets 1 where `keep_ij` is not 0 and 0 where the element is dropped,
+//!   for every element (masked and padded ones too), as cuDNN's `rng_dump` (f32 unless set).
 //! - **Paged K/V** (`page_table_k`, `page_table_v`: `[b, 1, max_pages, 1]` integer block
 //!   indices): `k` and `v` are block pools `[num_blocks, h_kv, block_size, d]`; logical key `t`
 //!   of batch `b` is row `t % block_size` of block `page_table[b, 0, t / block_size, 0]`.
@@ -46,7 +50,8 @@
 //!   their entries checked to lie in `[0, num_blocks)` when the op runs). In the backward pass
 //!   `dk`/`dv` have the pools' dims and each block gathers the gradient of every key that reads
 //!   it.
-//! - **Backward**: `dq`, `dk`, `dv` (`dk`/`dv` summed over the query heads sharing a kv head),
+//! - **Backward**: `dq`, `dk`, `dv` (`dk` summed over the query heads sharing a K head, `dv` over
+//!   those sharing a V head),
 //!   from `p_ij = exp(s_ij - stats_i)` and `D_i = do_i . o_i` (the `o` input), as in
 //!   FlashAttention-2.
 //!
@@ -88,11 +93,15 @@ pub struct SdpaAttrs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub causal: Option<CausalAlignment>,
     /// Keys more than `left` before (or `right` after) the query's diagonal are masked. The
-    /// diagonal follows `causal`'s alignment (top-left when `causal` is unset).
+    /// diagonal follows `causal`'s alignment, else `diagonal_alignment`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window_left: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window_right: Option<i64>,
+    /// The diagonal's alignment for the sliding-window bounds when `causal` is unset (top-left
+    /// when this is unset too); with `causal` set it must be unset or equal to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagonal_alignment: Option<CausalAlignment>,
     /// Mask by the per-batch lengths in `seq_len_q` / `seq_len_kv` (both required).
     #[serde(default)]
     pub padding_mask: bool,
@@ -104,6 +113,18 @@ pub struct SdpaAttrs {
     /// Emit the log-sum-exp `stats` output `[b, h_q, s_q, 1]` (training).
     #[serde(default)]
     pub generate_stats: bool,
+    /// Emit the dropout mask as the output `rng_dump` `[b, h_q, s_q, s_kv]` (forward, with
+    /// dropout): 1 where an element is kept, 0 where it is dropped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rng_dump: bool,
+}
+
+impl SdpaAttrs {
+    /// The diagonal the masks are relative to: `causal`'s alignment, else
+    /// `diagonal_alignment`, else top-left.
+    pub fn diagonal(&self) -> CausalAlignment {
+        self.causal.or(self.diagonal_alignment).unwrap_or(CausalAlignment::TopLeft)
+    }
 }
 
 /// The optional inputs of [`Graph::sdpa`] and [`Graph::sdpa_backward`]; each goes to the port
@@ -157,13 +178,27 @@ pub struct SdpaGrads {
 impl Graph {
     /// Scaled dot-product attention. Ports `q`, `k`, `v` and the optional inputs of `inputs`
     /// -> `o` `[b, h_q, s_q, d_v]` (in q's stride order) and, with `attrs.generate_stats`,
-    /// `stats` `[b, h_q, s_q, 1]`. See the module docs for the semantics.
+    /// `stats` `[b, h_q, s_q, 1]`. See the module docs for the semantics. With
+    /// `attrs.rng_dump`, the node also has the output `rng_dump` (the dropout mask), found by
+    /// [`Graph::sdpa_rng_dump`].
     pub fn sdpa(&mut self, q: TensorId, k: TensorId, v: TensorId, inputs: SdpaInputs, attrs: SdpaAttrs) -> (TensorId, Option<TensorId>) {
         let mut ins = vec![("q", q), ("k", k), ("v", v)];
         ins.extend(inputs.ports());
-        let outs: &[&str] = if attrs.generate_stats { &["o", "stats"] } else { &["o"] };
-        let ids = self.add_node(super::Op::Sdpa(attrs), None, ins, outs);
-        (ids[0], ids.get(1).copied())
+        let mut outs = vec!["o"];
+        if attrs.generate_stats {
+            outs.push("stats");
+        }
+        if attrs.rng_dump {
+            outs.push("rng_dump");
+        }
+        let ids = self.add_node(super::Op::Sdpa(attrs.clone()), None, ins, &outs);
+        (ids[0], attrs.generate_stats.then(|| ids[1]))
+    }
+
+    /// The `rng_dump` output (the dropout mask) of the sdpa node that produces `o`, when it has
+    /// one.
+    pub fn sdpa_rng_dump(&self, o: TensorId) -> Option<TensorId> {
+        self.nodes.iter().find(|n| matches!(n.op, super::Op::Sdpa(_)) && n.output("o") == Some(o)).and_then(|n| n.output("rng_dump"))
     }
 
     /// The backward pass of [`Graph::sdpa`], with the same optional inputs and attributes.
@@ -184,6 +219,7 @@ struct Dims {
     b: i64,
     h_q: i64,
     s_q: i64,
+    s_kv: i64,
     d_v: i64,
     q: TensorDesc,
     k: TensorDesc,
@@ -222,10 +258,14 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
     let pt_k = ctx.opt_input("page_table_k")?;
     let pt_v = ctx.opt_input("page_table_v")?;
     let paged = pt_k.is_some() || pt_v.is_some();
-    let kv_what = if paged { "[num_blocks, h_kv, block_size, d] (a paged block pool)" } else { "[b, h_kv, s_kv, d]" };
+    let (k_what, v_what) = if paged {
+        ("[num_blocks, h_k, block_size, d] (a paged block pool)", "[num_blocks, h_v, block_size, d_v] (a paged block pool)")
+    } else {
+        ("[b, h_k, s_kv, d]", "[b, h_v, s_kv, d_v]")
+    };
     rank4(ctx, "q", &q, "[b, h_q, s_q, d]")?;
-    rank4(ctx, "k", &k, kv_what)?;
-    rank4(ctx, "v", &v, kv_what)?;
+    rank4(ctx, "k", &k, k_what)?;
+    rank4(ctx, "v", &v, v_what)?;
     let tq = float_type(ctx, "q", &q)?;
     let tk = float_type(ctx, "k", &k)?;
     let tv = float_type(ctx, "v", &v)?;
@@ -233,15 +273,13 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
         return Err(ctx.err(format!("q, k and v must share one type, got q {tq}, k {tk}, v {tv}")));
     }
     let (b, h_q, s_q, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
-    let h_kv = k.dims[1];
     if k.dims[3] != d {
         return Err(ctx.err(format!("q has head dim {d} but k has {} (q {:?}, k {:?})", k.dims[3], q.dims, k.dims)));
     }
-    if v.dims[1] != h_kv {
-        return Err(ctx.err(format!("v has {} heads but k has {h_kv} (k {:?}, v {:?})", v.dims[1], k.dims, v.dims)));
-    }
-    if h_q % h_kv != 0 {
-        return Err(ctx.err(format!("q has {h_q} heads, which is not a multiple of the {h_kv} heads of k and v")));
+    for (port, t) in [("k", &k), ("v", &v)] {
+        if h_q % t.dims[1] != 0 {
+            return Err(ctx.err(format!("q has {h_q} heads, which is not a multiple of the {} heads of {port} ({port} {:?})", t.dims[1], t.dims)));
+        }
     }
     let s_kv = match (&pt_k, &pt_v) {
         (None, None) => {
@@ -333,6 +371,11 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
         }
     }
 
+    if let (Some(c), Some(d)) = (a.causal, a.diagonal_alignment) {
+        if c != d {
+            return Err(ctx.err(format!("the causal mask's alignment {c:?} and diagonal_alignment {d:?} differ; they name one diagonal")));
+        }
+    }
     for (name, w) in [("sliding_window_left", a.sliding_window_left), ("sliding_window_right", a.sliding_window_right)] {
         if let Some(w) = w {
             if w < 0 {
@@ -345,7 +388,7 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
         check_scale(s)?;
     }
     ctx.scalar_attribute("attn_scale", check_scale)?;
-    Ok(Dims { b, h_q, s_q, d_v, q, k, v, bias })
+    Ok(Dims { b, h_q, s_q, s_kv, d_v, q, k, v, bias })
 }
 
 pub(crate) fn infer(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
@@ -353,13 +396,32 @@ pub(crate) fn infer(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
     if ctx.has_output("stats") != a.generate_stats {
         return Err(ctx.err(format!("output `stats` is {} but generate_stats is {}", if ctx.has_output("stats") { "connected" } else { "not connected" }, a.generate_stats)));
     }
-    let Dims { b, h_q, s_q, d_v, q, .. } = dims;
+    if ctx.has_output("rng_dump") != a.rng_dump {
+        return Err(ctx.err(format!("output `rng_dump` is {} but rng_dump is {}", if ctx.has_output("rng_dump") { "connected" } else { "not connected" }, a.rng_dump)));
+    }
+    if a.rng_dump && a.dropout.is_none() {
+        return Err(ctx.err("rng_dump (the dropout mask) needs dropout: set a dropout probability with `seed` and `offset`"));
+    }
+    let Dims { b, h_q, s_q, s_kv, d_v, q, .. } = dims;
     let qt = q.data_type.unwrap_or(DataType::F32);
     ctx.set_output("o", &[b, h_q, s_q, d_v], Some(&q), qt)?;
-    ctx.set_output("stats", &[b, h_q, s_q, 1], None, DataType::F32)
+    ctx.set_output("stats", &[b, h_q, s_q, 1], None, DataType::F32)?;
+    if a.rng_dump {
+        ctx.set_output("rng_dump", &[b, h_q, s_q, s_kv], None, DataType::F32)?;
+        if let Some(id) = ctx.node.output("rng_dump") {
+            let dt = ctx.graph.resolved_data_type(id).unwrap_or(DataType::F32);
+            if !dt.is_float() {
+                return Err(ctx.err(format!("output `rng_dump` must be floating point (it holds 0 and 1), got {dt}")));
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn infer_backward(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
+    if a.rng_dump {
+        return Err(ctx.err("rng_dump (the dropout mask) is an output of the forward pass (sdpa); the backward pass recomputes the same mask"));
+    }
     let dims = check_common(ctx, a)?;
     let Dims { b, h_q, s_q, d_v, q, k, v, bias, .. } = dims;
     let o_dims = [b, h_q, s_q, d_v];

@@ -1,5 +1,6 @@
-//! Cases for the flash-attention kernels (engine/cuda/attention): bf16 and f16, head dims 32 to
-//! 256 (and 40, which must fall back), odd lengths (s_q 1, 7, 65, 130; s_kv 1, 33, 200: partial
+//! Cases for the flash-attention kernels (engine/cuda/attention): bf16 and f16, head dims 8 to
+//! 256 in multiples of 8 (those off the kernels' tile widths padded with zero channels, q/k and v
+//! apart), odd lengths (s_q 1, 7, 65, 130; s_kv 1, 33, 200: partial
 //! tiles, one-row decode), BSHD and BHSD, strides with gaps (16-byte loads still possible) and
 //! odd strides (element-wise loads), every mask (causal top-left and bottom-right with empty
 //! rows, sliding windows, padding long enough to empty whole q and K/V tiles), bias shapes,
@@ -274,10 +275,14 @@ fn forward() -> Vec<Spec> {
     for d in [32, 64, 128, 256] {
         v.push(Spec::new(&format!("fwd_d{d}"), F16).dims(d, d).seq(130, 200).b(1));
     }
-    // d != d_v, a head dim that must fall back, one key, one query.
+    // d != d_v, head dims off the tile widths (general kernels: rows of 16 up to 128, 32 above),
+    // one key, one query.
     v.push(Spec::new("fwd_d64_dv128", Bf16).dims(64, 128).seq(65, 33));
     v.push(Spec::new("fwd_d256_dv64", F16).dims(256, 64).seq(7, 200));
-    v.push(Spec::new("fwd_d40_fallback", Bf16).dims(40, 40).seq(7, 33));
+    v.push(Spec::new("fwd_d40_sq7", Bf16).dims(40, 40).seq(7, 33));
+    v.push(Spec::new("fwd_d200_dv136", F16).dims(200, 136).seq(33, 70).b(1));
+    v.push(Spec::new("fwd_d40_padding", F16).b(3).dims(40, 40).seq(130, 77).padding(20));
+    v.push(Spec::new("fwd_decode_d40_gqa", Bf16).heads(8, 2).dims(40, 40).seq(1, 200).attrs(|a| a.causal = Some(BottomRight)));
     v.push(Spec::new("fwd_skv1", Bf16).seq(65, 1));
     v.push(Spec::new("fwd_sq1_skv1", F16).seq(1, 1).dims(128, 128));
     // Layouts, scale, no stats, f32 stats.
@@ -386,6 +391,22 @@ fn forward() -> Vec<Spec> {
     // one.
     v.push(Spec::new("fwd90_whole_tiles_d64_five", Bf16).b(3).heads(32, 8).seq(256, 640).stats_f32());
     v.push(Spec::new("fwd90_whole_tiles_d64_two", F16).b(2).heads(40, 40).seq(384, 256));
+    // Head dims off the Hopper kernels' 64-channel chunks (zero channels past the head dim):
+    // Stable Diffusion's 40 (self- and cross-attention to 77 keys), 80, 96 causal, 8, and q/k
+    // and v apart; strided rows.
+    v.push(Spec::new("fwd90_d40", Bf16).b(2).heads(3, 3).dims(40, 40).seq(200, 333).stats_f32());
+    v.push(Spec::new("fwd90_d40_cross77", F16).b(2).heads(3, 3).dims(40, 40).seq(300, 77));
+    v.push(Spec::new("fwd90_d80", F16).b(1).heads(3, 3).dims(80, 80).seq(130, 300));
+    v.push(Spec::new("fwd90_d96_causal", Bf16).b(1).heads(4, 2).dims(96, 96).seq(257, 257).attrs(|a| a.causal = Some(TopLeft)));
+    v.push(Spec::new("fwd90_d8", Bf16).b(1).heads(2, 2).dims(8, 8).seq(129, 150));
+    v.push(Spec::new("fwd90_d72_dv40_gaps", F16).b(1).layout(Layout::Gaps).heads(2, 1).dims(72, 40).seq(150, 190));
+    v.push(Spec::new("fwd90_d40_bshd_long", Bf16).b(1).layout(Layout::Bshd).heads(2, 2).dims(40, 40).seq(130, 2100));
+    // Head dims above 128 (64-key K/V tiles, one Q buffer, O's products in parts of 128 and 64
+    // columns): 256 with a long split tail, causal, 160 (192-channel tiles), q/k and v apart.
+    v.push(Spec::new("fwd90_d256_split", Bf16).b(1).heads(3, 3).dims(256, 256).seq(300, 2100).stats_f32());
+    v.push(Spec::new("fwd90_d256_causal_br", F16).b(1).heads(4, 2).dims(256, 256).seq(257, 300).attrs(|a| a.causal = Some(BottomRight)));
+    v.push(Spec::new("fwd90_d160_bshd", Bf16).b(2).layout(Layout::Bshd).heads(3, 3).dims(160, 160).seq(130, 200));
+    v.push(Spec::new("fwd90_d136_dv256_gaps", F16).b(1).layout(Layout::Gaps).heads(2, 1).dims(136, 256).seq(150, 190).attrs(|a| a.sliding_window_left = Some(60)));
     v.push(Spec::new("fwd90_whole_tiles_d64_one", Bf16).b(1).heads(4, 2).seq(256, 128));
     v
 }
@@ -411,6 +432,16 @@ fn backward() -> Vec<Spec> {
     v.push(Spec::new("bwd_d64_dv128", Bf16).dims(64, 128).seq(65, 33).bwd(Alone));
     v.push(Spec::new("bwd_d256_dv64", F16).dims(256, 64).seq(7, 200).b(1).bwd(Alone));
     v.push(Spec::new("bwd_skv1", Bf16).seq(65, 1).bwd(Alone));
+    // Head dims off the tile widths: general kernels (s_q <= 64, a padding mask, d > 128) and
+    // the Hopper ones (64-channel chunks; with a window, the deterministic dQ pass).
+    v.push(Spec::new("bwd_d40_sq33", Bf16).dims(40, 40).seq(33, 77).bwd(Alone));
+    v.push(Spec::new("bwd_d200_dv136", F16).dims(200, 136).seq(33, 70).b(1).bwd(Alone));
+    v.push(Spec::new("bwd_d40_padding", F16).b(3).dims(40, 40).seq(130, 77).padding(20).bwd(Chained));
+    v.push(Spec::new("bwd90_d40", Bf16).b(2).heads(3, 3).dims(40, 40).seq(200, 333).bwd(Chained));
+    v.push(Spec::new("bwd90_d40_cross77", F16).b(1).heads(2, 2).dims(40, 40).seq(300, 77).bwd(Alone));
+    v.push(Spec::new("bwd90_d80", F16).b(1).heads(3, 3).dims(80, 80).seq(130, 300).bwd(Alone));
+    v.push(Spec::new("bwd90_d96_causal", Bf16).b(1).heads(4, 2).dims(96, 96).seq(257, 257).attrs(|a| a.causal = Some(TopLeft)).bwd(Chained));
+    v.push(Spec::new("bwd90_d72_dv40_window", F16).b(1).heads(2, 1).dims(72, 40).seq(150, 190).attrs(|a| a.sliding_window_left = Some(50)).bwd(Alone));
     // Layouts, stats in f32.
     v.push(Spec::new("bwd_bshd", Bf16).layout(Layout::Bshd).seq(130, 200).attrs(|a| a.attn_scale = Some(0.3)).bwd(Chained));
     v.push(Spec::new("bwd_gaps", F16).layout(Layout::Gaps).seq(65, 33).bwd(Alone));
@@ -471,6 +502,36 @@ pub(super) fn cases() -> Vec<Case> {
 #[cfg(test)]
 mod tests {
     use crate::engine::cuda::{kernel_sources, Target};
+
+    /// Head dims off the tile widths run on the flash kernels (the listing also holds the
+    /// fallback plan's kernels, `sdpa_*`), not only on the fallback: the Hopper
+    /// ones (64-channel tiles) where they apply, the general ones elsewhere, each told the head
+    /// dims apart from the tile widths.
+    #[test]
+    fn head_dims_off_the_tiles_take_the_flash_kernels() {
+        let hopper = |name: &str| name.starts_with("fast_attn_fwd90_d") || name.starts_with("fast_attn_bwd90_d");
+        let picked = ["_d40", "_d80", "_d96_causal", "_d8_", "_d72", "_d200", "fwd90_d1", "fwd90_d2"];
+        let cases: Vec<_> = super::cases().into_iter().filter(|c| picked.iter().any(|d| c.name.contains(d))).collect();
+        assert!(cases.len() >= 19, "{} cases", cases.len());
+        for c in &cases {
+            for target in [Target::sm80(), Target::sm90a()] {
+                let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                let attn: Vec<_> = sources.iter().filter(|(e, _)| e.contains("attn_")).collect();
+                assert!(!attn.is_empty(), "{} ({}): {:?}", c.name, target.arch, sources.iter().map(|x| &x.0).collect::<Vec<_>>());
+                let sm90 = attn.iter().any(|(e, _)| e.ends_with("_sm90") && !e.contains("ticket") && !e.contains("_d_sm90"));
+                assert_eq!(sm90, target.hopper() && hopper(&c.name), "{} ({})", c.name, target.arch);
+                for (e, src) in attn.iter().filter(|(_, src)| src.contains("#define FA_D ")) {
+                    let dr = src.lines().find_map(|l| l.strip_prefix("#define FA_DR ")).unwrap_or_else(|| panic!("{e}: FA_DR"));
+                    let d = src.lines().find_map(|l| l.strip_prefix("#define FA_D ")).unwrap_or_else(|| panic!("{e}: FA_D"));
+                    let (dr, d): (i64, i64) = (dr.parse().unwrap(), d.parse().unwrap());
+                    assert!(dr <= d && dr % 8 == 0 && d % 16 == 0, "{e}: head dim {dr}, tile {d}");
+                    if e.ends_with("_sm90") {
+                        assert!(d % 64 == 0 && d <= 256, "{e}: tile {d}");
+                    }
+                }
+            }
+        }
+    }
 
     /// Which backward kernels the Hopper and Ampere targets generate: the atomic-dQ dK/dV
     /// kernel on Hopper without a sliding window (beside the deterministic pair), both with

@@ -167,10 +167,10 @@ fn specs() -> Vec<Spec> {
         Spec::new("sq4_g4_skv1000_causal_br", F16, 2, 8, 4).seq(4, 1000).dims(64, 64).attrs(br),
         Spec::new("sq4_g1_skv7", Bf16, 2, 4, 1).seq(4, 7),
         Spec::new("sq4_g2_skv300", F16, 2, 4, 2).seq(4, 300),
-        // 32 rows per kv head and a head dim of 40: other kernels.
+        // 32 rows per kv head: other kernels.
         Spec::new("sq4_g8_rows32_general", Bf16, 1, 8, 8).seq(4, 300).dims(64, 64),
-        Spec::new("d40_fallback", Bf16, 2, 8, 4).seq(1, 300).dims(40, 40),
-        // Head dims, many splits.
+        // Head dims (40: zero channels up to the tile width of 48), many splits.
+        Spec::new("d40", Bf16, 2, 8, 4).seq(1, 300).dims(40, 40),
         Spec::new("d256", Bf16, 1, 8, 4).seq(1, 300).dims(256, 256).attrs(br),
         Spec::new("d64_dv128", F16, 2, 8, 4).seq(2, 300).dims(64, 128),
         Spec::new("d128_dv64", Bf16, 1, 8, 4).seq(1, 1000).dims(128, 64),

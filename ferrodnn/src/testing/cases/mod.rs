@@ -17,6 +17,7 @@ mod groupnorm;
 mod matmul;
 mod multi;
 mod norm;
+mod overlap;
 mod pointwise;
 mod reduction;
 mod resample;
@@ -65,5 +66,6 @@ pub fn all() -> Vec<Case> {
     v.extend(fast_conv::cases());
     v.extend(groupnorm::cases());
     v.extend(attr_ports::cases());
+    v.extend(overlap::cases());
     v
 }

@@ -1,6 +1,7 @@
 //! sdpa cases: forward and backward over every feature (scale, causal top-left/bottom-right,
-//! sliding windows, padding masks, bias shapes, ALiBi, dropout, GQA/MQA, paged K/V, stats),
-//! BSHD and odd strides, s_q != s_kv, decode, every float type.
+//! sliding windows and the band on the bottom-right diagonal, padding masks, bias shapes, ALiBi,
+//! dropout and its mask (`rng_dump`), GQA/MQA, K and V of different head counts, paged K/V,
+//! stats), BSHD, odd and overlapping strides, s_q != s_kv, decode, every float type.
 //!
 //! Integer inputs the CPU checks (lengths, page tables) are computed in the graph from random
 //! integer inputs (which the check fills with values in [-4, 4]) so that they are always valid:
@@ -20,6 +21,9 @@ enum Layout {
     Bshd,
     /// Gaps between rows and heads, and K with d outermost within a head.
     Odd,
+    /// Views whose elements share memory, as inputs may be: rows 8 elements apart (d > 8
+    /// overlaps), Q, V, O and dO expanded over the batch (stride 0), K over the heads.
+    Overlap,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -45,6 +49,8 @@ struct Spec {
     b: i64,
     h_q: i64,
     h_kv: i64,
+    /// V's heads when not `h_kv`.
+    h_v: Option<i64>,
     s_q: i64,
     s_kv: i64,
     d: i64,
@@ -67,6 +73,7 @@ impl Spec {
             b: 2,
             h_q: 4,
             h_kv: 4,
+            h_v: None,
             s_q: 5,
             s_kv: 7,
             d: 8,
@@ -90,6 +97,10 @@ impl Spec {
     fn heads(mut self, h_q: i64, h_kv: i64) -> Spec {
         self.h_q = h_q;
         self.h_kv = h_kv;
+        self
+    }
+    fn v_heads(mut self, h_v: i64) -> Spec {
+        self.h_v = Some(h_v);
         self
     }
     fn seq(mut self, s_q: i64, s_kv: i64) -> Spec {
@@ -141,6 +152,15 @@ fn bhsd(name: &str, dims: [i64; 4], dt: DataType, layout: Layout, key: bool) -> 
             let head = s * row + 5;
             t.with_strides(&[h * head + 2, head, row, 1])
         }
+        Layout::Overlap => {
+            let [_, h, s, _] = dims;
+            let head = s * 8 + 8;
+            if key {
+                t.with_strides(&[h * head + 16, 0, 8, 1])
+            } else {
+                t.with_strides(&[0, head, 8, 1])
+            }
+        }
     }
 }
 
@@ -180,14 +200,14 @@ fn build(s: &Spec) -> Case {
         Some((bs_k, bs_v, blocks)) => {
             assert!(blocks >= 5 && s.s_kv % bs_k == 0 && s.s_kv % bs_v == 0);
             let k = g.tensor(bhsd("k_pool", [blocks, s.h_kv, bs_k, s.d], dt, s.layout, true));
-            let v = g.tensor(bhsd("v_pool", [blocks, s.h_kv, bs_v, s.d_v], dt, s.layout, false));
+            let v = g.tensor(bhsd("v_pool", [blocks, s.h_v.unwrap_or(s.h_kv), bs_v, s.d_v], dt, s.layout, false));
             inputs.page_table_k = Some(page_table(&mut g, "page_table_k", s.b, s.s_kv / bs_k, DataType::I32));
             inputs.page_table_v = Some(page_table(&mut g, "page_table_v", s.b, s.s_kv / bs_v, DataType::I64));
             (k, v)
         }
         None => {
             let k = g.tensor(bhsd("k", [s.b, s.h_kv, s.s_kv, s.d], dt, s.layout, true));
-            let v = g.tensor(bhsd("v", [s.b, s.h_kv, s.s_kv, s.d_v], dt, s.layout, false));
+            let v = g.tensor(bhsd("v", [s.b, s.h_v.unwrap_or(s.h_kv), s.s_kv, s.d_v], dt, s.layout, false));
             (k, v)
         }
     };
@@ -212,8 +232,8 @@ fn build(s: &Spec) -> Case {
         Bwd::No => {
             let (o, stats) = g.sdpa(q, k, v, inputs, s.attrs.clone());
             g.set_output(o);
-            if let Some(st) = stats {
-                g.set_output(st);
+            for t in [stats, g.sdpa_rng_dump(o)].into_iter().flatten() {
+                g.set_output(t);
             }
         }
         Bwd::Alone => {
@@ -229,11 +249,25 @@ fn build(s: &Spec) -> Case {
             let attrs = SdpaAttrs { generate_stats: true, ..s.attrs.clone() };
             let (o, stats) = g.sdpa(q, k, v, inputs, attrs.clone());
             g.set_output(o);
+            if let Some(m) = g.sdpa_rng_dump(o) {
+                g.set_output(m);
+            }
+            let attrs = SdpaAttrs { rng_dump: false, ..attrs };
             let d_o = g.tensor(bhsd("do", o_dims, dt, s.layout, false));
             let stats = stats.expect("stats");
             let grads = g.sdpa_backward(q, k, v, o, d_o, stats, inputs, attrs);
             for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
                 g.set_output(t);
+            }
+        }
+    }
+    if s.layout == Layout::Overlap {
+        // What the op writes is packed (the inputs' stride orders put the stride-0 axes inside).
+        let written: Vec<TensorId> = g.nodes.iter().flat_map(|n| n.outputs.iter().map(|p| p.tensor)).collect();
+        for t in written {
+            let d = g.desc_mut(t);
+            if !d.dims.is_empty() {
+                d.strides = crate::graph::packed_strides(&d.dims);
             }
         }
     }
@@ -343,6 +377,46 @@ pub(super) fn cases() -> Vec<Case> {
     specs.push(Spec::new("fwd_all_f16").dt(F16).heads(6, 2).seq(7, 9).bias([1, 6, 7, 9]).attrs(all));
     specs.push(Spec::new("bwd_all").heads(6, 2).seq(7, 9).bias([2, 1, 7, 1]).attrs(all).bwd(Bwd::Chained));
     specs.push(Spec::new("bwd_all_paged_bf16").dt(Bf16).heads(6, 3).seq(5, 12).paged(4, 3, 5).bias([2, 6, 5, 12]).attrs(all).bwd(Bwd::Alone));
+    // K and V of different head counts (the fast kernels decline them).
+    specs.push(Spec::new("fwd_kv_heads_differ").heads(6, 2).v_heads(3).seq(5, 9).head_dims(8, 12));
+    specs.push(Spec::new("fwd_kv_heads_differ_f16").dt(F16).heads(4, 1).v_heads(2).seq(7, 20).head_dims(16, 16).attrs(|a| a.causal = Some(TopLeft)));
+    specs.push(Spec::new("fwd_kv_heads_differ_paged").heads(6, 3).v_heads(2).seq(5, 12).paged(4, 6, 6));
+    specs.push(Spec::new("bwd_kv_heads_differ_chained").heads(6, 3).v_heads(1).seq(5, 9).attrs(|a| a.causal = Some(BottomRight)).bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_kv_heads_differ_bf16").dt(Bf16).heads(4, 4).v_heads(2).seq(6, 11).head_dims(16, 16).bwd(Bwd::Alone));
+    // The band on the bottom-right diagonal without the causal mask (a positive right bound).
+    let band = |a: &mut SdpaAttrs| {
+        a.diagonal_alignment = Some(BottomRight);
+        a.sliding_window_left = Some(3);
+        a.sliding_window_right = Some(2);
+    };
+    specs.push(Spec::new("fwd_band_bottom_right").seq(7, 15).attrs(band));
+    specs.push(Spec::new("fwd_band_bottom_right_f16").dt(F16).seq(9, 20).head_dims(16, 16).attrs(band));
+    specs.push(Spec::new("fwd_band_bottom_right_right_only_padding").b(3).seq(9, 6).attrs(|a| {
+        a.diagonal_alignment = Some(BottomRight);
+        a.sliding_window_right = Some(1);
+        a.padding_mask = true;
+    }));
+    specs.push(Spec::new("bwd_band_bottom_right_chained").seq(7, 15).attrs(band).bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_band_bottom_right_f16").dt(F16).seq(9, 20).head_dims(16, 16).attrs(band).bwd(Bwd::Alone));
+    // The dropout mask as an output.
+    let dump = |a: &mut SdpaAttrs| {
+        a.dropout = Some(0.3);
+        a.rng_dump = true;
+    };
+    specs.push(Spec::new("fwd_rng_dump").seq(5, 9).attrs(dump));
+    specs.push(Spec::new("fwd_rng_dump_f16_seed_tensors").dt(F16).seq(6, 24).head_dims(16, 16).seeds(Seeds::Tensors).attrs(dump));
+    specs.push(Spec::new("fwd_rng_dump_no_stats_padding").b(3).seq(4, 7).attrs(|a| {
+        dump(a);
+        a.generate_stats = false;
+        a.padding_mask = true;
+    }));
+    specs.push(Spec::new("bwd_rng_dump_chained").seq(5, 9).attrs(dump).bwd(Bwd::Chained));
+    // Inputs whose elements share memory (overlapping rows, stride-0 batches and heads).
+    specs.push(Spec::new("fwd_overlap").layout(Layout::Overlap).seq(5, 9).head_dims(16, 12));
+    specs.push(Spec::new("fwd_overlap_f16").layout(Layout::Overlap).dt(F16).heads(4, 2).seq(17, 33).head_dims(16, 16).attrs(|a| a.causal = Some(BottomRight)));
+    specs.push(Spec::new("fwd_overlap_bf16_decode").layout(Layout::Overlap).dt(Bf16).heads(8, 2).seq(1, 40).head_dims(64, 64));
+    specs.push(Spec::new("bwd_overlap_f16").layout(Layout::Overlap).dt(F16).heads(4, 2).seq(17, 33).head_dims(16, 16).bwd(Bwd::Alone));
+    specs.push(Spec::new("bwd_overlap_chained").layout(Layout::Overlap).seq(6, 11).head_dims(16, 16).attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Chained));
     specs.push(Spec::new("bwd_all_f64").dt(F64).heads(2, 1).seq(6, 10).layout(Layout::Bshd).bias([1, 1, 6, 10]).attrs(all).bwd(Bwd::Chained));
     specs.iter().map(build).collect()
 }

@@ -25,7 +25,8 @@
 //!
 //! Masks, bias, ALiBi and dropout as in the general kernels (the dropout mask is regenerated
 //! once per element and kept as bits between P and dS). Taken when [`super::hopper::takes`]
-//! holds (head dims 64 and 128, no paging or padding mask) and no dbias is asked for.
+//! holds (head dims up to 128 on 64-channel tiles, no paging or padding mask) and no dbias is
+//! asked for.
 
 use super::bwd::{self, Dbias, Ports};
 use super::hopper::{self, tma_of, SM90};
@@ -150,7 +151,7 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool) -> Option<NodeKernels> {
         let mut sig = Signature::new();
         sig.ptr("dq_p", ports.dq, true).scratch("void", "dqa_p", 1, false).attr("fa_scale", p.scale, false);
         let source = p.output_store(base(&entry, &sig), "DQ", ports.dq, p.pair_ok(ports.dq)).template(COMMON).template(include_str!("bwd90_dq_acc.cuh")).build();
-        launches.push(bwd::launch(entry, source, sig, None, rows as u64 * (p.d / 4) as u64, 256, 0)?);
+        launches.push(bwd::launch(entry, source, sig, None, rows as u64 * (p.dr / 4) as u64, 256, 0)?);
     }
     Some(NodeKernels { launches, scratch })
 }
@@ -168,7 +169,7 @@ pub(super) fn unit(p: &Problem, target: &Target, options: &Options) -> Option<Un
         dv: node.output("dv")?,
         dbias: node.output("dbias"),
     };
-    if !target.hopper() || ports.dbias.is_some() || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
+    if !target.hopper() || ports.dbias.is_some() || p.d.max(p.d_v) > 128 || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
         return None;
     }
     // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and

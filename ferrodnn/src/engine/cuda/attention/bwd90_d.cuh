@@ -1,6 +1,6 @@
 // The Hopper backward's first pass (attention/bwd90.rs): D_i = dO_i . O_i into f32 scratch
-// (dbuf_p) with 16-byte loads, FA_DV / 8 threads a row (O and dO in the io type, rows 16-byte
-// aligned); with FA_ZERO_ACC the same launch also zeroes the atomic path's f32 dQ accumulator.
+// (dbuf_p) with 16-byte loads, FA_DV / 8 threads a row (a power of two; those past the head
+// dim FA_DVR add zeros; O and dO in the io type, rows 16-byte aligned); with FA_ZERO_ACC the same launch also zeroes the atomic path's f32 dQ accumulator.
 //
 // Reads common.cuh's defines and OI_S0..3 (o), DO_S0..3 (do), FA_ZERO_ACC (bwd90_acc.cuh's).
 
@@ -25,8 +25,9 @@ extern "C" __global__ void __launch_bounds__(256) KERNEL_NAME(KERNEL_PARAMS) {
     for (i64 w0 = ((i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 32; w0 < TOTAL; w0 += nwarps * 32) {
         const i64 e = w0 + lane;
         float acc = 0.0f;
-        if (e < TOTAL) {
-            const i64 r = e / TPR, c = (e % TPR) * 8;
+        const i64 c = (e % TPR) * 8;
+        if (e < TOTAL && c < FA_DVR) {
+            const i64 r = e / TPR;
             const i64 i = r % FA_SQ, h = (r / FA_SQ) % FA_HQ, bi = r / (FA_SQ * FA_HQ);
             const uint4 o = __ldg(reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(o_p) + bi * OI_S0 + h * OI_S1 + i * OI_S2 + c));
             const uint4 g = __ldg(reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(do_p) + bi * DO_S0 + h * DO_S1 + i * DO_S2 + c));

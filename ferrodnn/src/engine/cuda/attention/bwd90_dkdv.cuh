@@ -216,9 +216,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 u32 pa[4][4];
                 // S^T = K Q^T, dP^T = V dO^T.
                 wgmma_fence();
-                fa90_block<FA_D>(sc, sk, FA_BK * 128u, sq, FA_BQ * 128u);
+                fa90_block<FA_DK>(sc, sk, FA_BK * 128u, sq, FA_BQ * 128u);
                 wgmma_commit();
-                fa90_block<FA_DV>(dp, sv, FA_BK * 128u, so, FA_BQ * 128u);
+                fa90_block<FA_DVK>(dp, sv, FA_BK * 128u, so, FA_BQ * 128u);
                 wgmma_commit();
                 wgmma_wait1();
                 // P^T (key rows, query columns), while dP^T runs.
@@ -315,8 +315,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         for (int hh = 0; hh < 2; ++hh) {
             const i64 j = jt + hh * 8;
             if (j < FA_SKV) {
-                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dk(dk_p, at, a, b); }, bi * DK_S0 + kh * DK_S1 + j * DK_S2, DK_S3, dk, hh, tg, A.scale);
-                fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_dv(dv_p, at, a, b); }, bi * DV_S0 + kh * DV_S1 + j * DV_S2, DV_S3, dv, hh, tg, 1.0f);
+                fa90_store_row<FA_D, FA_DR>([&](i64 at, float a, float b) { fa_store_dk(dk_p, at, a, b); }, bi * DK_S0 + kh * DK_S1 + j * DK_S2, DK_S3, dk, hh, tg, A.scale);
+                fa90_store_row<FA_DV, FA_DVR>([&](i64 at, float a, float b) { fa_store_dv(dv_p, at, a, b); }, bi * DV_S0 + kh * DV_S1 + j * DV_S2, DV_S3, dv, hh, tg, 1.0f);
             }
         }
     }

@@ -90,9 +90,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 float sc[32], dp[32];
                 // S = Q K^T, dP = dO V^T.
                 wgmma_fence();
-                fa90_block<FA_D>(sc, sq, FA_BM * 128u, sk, FA_BN * 128u);
+                fa90_block<FA_DK>(sc, sq, FA_BM * 128u, sk, FA_BN * 128u);
                 wgmma_commit();
-                fa90_block<FA_DV>(dp, so, FA_BM * 128u, sv, FA_BN * 128u);
+                fa90_block<FA_DVK>(dp, so, FA_BM * 128u, sv, FA_BN * 128u);
                 wgmma_commit();
                 wgmma_wait1();
                 const bool need = fa_tile_needs_mask(wq0, 64, j0, FA_BN, lq, lkv, off);
@@ -117,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         for (int hh = 0; hh < 2; ++hh) {
             const i64 i = r0 + hh * 8;
             if (i < FA_SQ) {
-                fa90_store_row<FA_D>([&](i64 at, float a, float b) { fa_store_dq(dq_p, at, a, b); }, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2, DQ_S3, dq, hh, tg, A.scale);
+                fa90_store_row<FA_D, FA_DR>([&](i64 at, float a, float b) { fa_store_dq(dq_p, at, a, b); }, bi * DQ_S0 + h * DQ_S1 + i * DQ_S2, DQ_S3, dq, hh, tg, A.scale);
             }
         }
     }

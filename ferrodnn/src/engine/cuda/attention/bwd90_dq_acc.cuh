@@ -8,8 +8,8 @@ FA_DEFINE_STORE(dq, DQ_PAIR, ST_DQ, DQ_S3)
 
 extern "C" __global__ void __launch_bounds__(256) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
-    GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * (FA_D / 4)) {
-        const i64 c = (e % (FA_D / 4)) * 4, r = e / (FA_D / 4);
+    GRID_STRIDE(e, FA_B * FA_HQ * FA_SQ * (FA_DR / 4)) {
+        const i64 c = (e % (FA_DR / 4)) * 4, r = e / (FA_DR / 4);
         const i64 i = r % FA_SQ, h = (r / FA_SQ) % FA_HQ, bi = r / (FA_SQ * FA_HQ);
         // Tiles of 64 rows x 64 channels, 16 KiB each, pairs swizzled by row (see the dK/dV
         // kernel); the swizzle flips pair bits 2 and up, so a 4-aligned channel group stays

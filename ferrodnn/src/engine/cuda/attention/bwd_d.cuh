@@ -12,7 +12,7 @@ extern "C" __global__ void __launch_bounds__(256) KERNEL_NAME(KERNEL_PARAMS) {
         const i64 i = r % FA_SQ, h = (r / FA_SQ) % FA_HQ, bi = r / (FA_SQ * FA_HQ);
         const i64 ob = bi * OI_S0 + h * OI_S1 + i * OI_S2, db = bi * DO_S0 + h * DO_S1 + i * DO_S2;
         float acc = 0.0f;
-        for (int c = lane; c < FA_DV; c += 32) acc += (float)LD_OI(o_p, ob + c * OI_S3) * (float)LD_DO(do_p, db + c * DO_S3);
+        for (int c = lane; c < FA_DVR; c += 32) acc += (float)LD_OI(o_p, ob + c * OI_S3) * (float)LD_DO(do_p, db + c * DO_S3);
         acc += __shfl_xor_sync(0xffffffffu, acc, 16);
         acc += __shfl_xor_sync(0xffffffffu, acc, 8);
         acc += __shfl_xor_sync(0xffffffffu, acc, 4);

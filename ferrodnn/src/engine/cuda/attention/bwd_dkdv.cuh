@@ -53,11 +53,11 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
     const i64 nq = any ? (ihi + FA_BMQ - 1) / FA_BMQ - qa : 0;
     const i64 total = nq * FA_GROUP;
 
-    fa_load<FA_BNK, FA_D, FA_LDK, FA_NT, K_VEC>(sK, Kg, K_S3, [&](int r) -> i64 {
+    fa_load<FA_BNK, FA_D, FA_DR, FA_LDK, FA_NT, K_VEC>(sK, Kg, K_S3, [&](int r) -> i64 {
         const i64 j = j0 + r;
         return j < lkv ? fa_krow(A, bi, kh, j) : (i64)-1;
     });
-    fa_load<FA_BNK, FA_DV, FA_LDV, FA_NT, V_VEC>(sV, Vg, V_S3, [&](int r) -> i64 {
+    fa_load<FA_BNK, FA_DV, FA_DVR, FA_LDV, FA_NT, V_VEC>(sV, Vg, V_S3, [&](int r) -> i64 {
         const i64 j = j0 + r;
         return j < lkv ? fa_vrow(A, bi, kh, j) : (i64)-1;
     });
@@ -65,11 +65,11 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
     auto load_q = [&](i64 it, int buf) {
         const i64 h = kh * FA_GROUP + it / nq;
         const i64 i0 = (qa + it % nq) * FA_BMQ;
-        fa_load<FA_BMQ, FA_D, FA_LDQ, FA_NT, Q_VEC>(sQ + buf * FA_BMQ * FA_LDQ, Qg, Q_S3, [&](int r) -> i64 {
+        fa_load<FA_BMQ, FA_D, FA_DR, FA_LDQ, FA_NT, Q_VEC>(sQ + buf * FA_BMQ * FA_LDQ, Qg, Q_S3, [&](int r) -> i64 {
             const i64 i = i0 + r;
             return i < lq ? bi * Q_S0 + h * Q_S1 + i * Q_S2 : (i64)-1;
         });
-        fa_load<FA_BMQ, FA_DV, FA_LDV, FA_NT, DO_VEC>(sO + buf * FA_BMQ * FA_LDV, DOg, DO_S3, [&](int r) -> i64 {
+        fa_load<FA_BMQ, FA_DV, FA_DVR, FA_LDV, FA_NT, DO_VEC>(sO + buf * FA_BMQ * FA_LDV, DOg, DO_S3, [&](int r) -> i64 {
             const i64 i = i0 + r;
             return i < lq ? bi * DO_S0 + h * DO_S1 + i * DO_S2 : (i64)-1;
         });
@@ -214,13 +214,13 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
             #pragma unroll
             for (int n = 0; n < FA_CW / 8; ++n) {
                 const i64 c = chunk * FA_CW + n * 8 + tg * 2;
-                fa_store_dk(dk_p, kb + c * DK_S3, dk[n][2 * hh], dk[n][2 * hh + 1]);
+                if (c < FA_DR) fa_store_dk(dk_p, kb + c * DK_S3, dk[n][2 * hh], dk[n][2 * hh + 1]);
             }
             const i64 vb = bi * DV_S0 + kh * DV_S1 + j * DV_S2;
             #pragma unroll
             for (int n = 0; n < FA_CWV / 8; ++n) {
                 const i64 c = chunk * FA_CWV + n * 8 + tg * 2;
-                fa_store_dv(dv_p, vb + c * DV_S3, dv[n][2 * hh], dv[n][2 * hh + 1]);
+                if (c < FA_DVR) fa_store_dv(dv_p, vb + c * DV_S3, dv[n][2 * hh], dv[n][2 * hh + 1]);
             }
         }
     }

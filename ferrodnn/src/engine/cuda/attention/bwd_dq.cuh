@@ -39,21 +39,21 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
     const bool any = q0 < lq && jlo < jhi;
     const i64 t0 = any ? jlo / FA_BN : 0, t1 = any ? (jhi + FA_BN - 1) / FA_BN : 0;
 
-    fa_load<FA_BM, FA_D, FA_LDQ, FA_NT, Q_VEC>(sQ, Qg, Q_S3, [&](int r) -> i64 {
+    fa_load<FA_BM, FA_D, FA_DR, FA_LDQ, FA_NT, Q_VEC>(sQ, Qg, Q_S3, [&](int r) -> i64 {
         const i64 i = q0 + r;
         return i < lq ? bi * Q_S0 + h * Q_S1 + i * Q_S2 : (i64)-1;
     });
-    fa_load<FA_BM, FA_DV, FA_LDV, FA_NT, DO_VEC>(sO, DOg, DO_S3, [&](int r) -> i64 {
+    fa_load<FA_BM, FA_DV, FA_DVR, FA_LDV, FA_NT, DO_VEC>(sO, DOg, DO_S3, [&](int r) -> i64 {
         const i64 i = q0 + r;
         return i < lq ? bi * DO_S0 + h * DO_S1 + i * DO_S2 : (i64)-1;
     });
     auto load_kv = [&](i64 t, int buf) {
         const i64 j0 = t * FA_BN;
-        fa_load<FA_BN, FA_D, FA_LDK, FA_NT, K_VEC>(sK + buf * FA_BN * FA_LDK, Kg, K_S3, [&](int r) -> i64 {
+        fa_load<FA_BN, FA_D, FA_DR, FA_LDK, FA_NT, K_VEC>(sK + buf * FA_BN * FA_LDK, Kg, K_S3, [&](int r) -> i64 {
             const i64 j = j0 + r;
             return j < lkv ? fa_krow(A, bi, kh, j) : (i64)-1;
         });
-        fa_load<FA_BN, FA_DV, FA_LDV, FA_NT, V_VEC>(sV + buf * FA_BN * FA_LDV, Vg, V_S3, [&](int r) -> i64 {
+        fa_load<FA_BN, FA_DV, FA_DVR, FA_LDV, FA_NT, V_VEC>(sV + buf * FA_BN * FA_LDV, Vg, V_S3, [&](int r) -> i64 {
             const i64 j = j0 + r;
             return j < lkv ? fa_vrow(A, bi, kh, j) : (i64)-1;
         });
@@ -180,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
             #pragma unroll
             for (int n = 0; n < FA_CW / 8; ++n) {
                 const i64 c = chunk * FA_CW + n * 8 + tg * 2;
-                fa_store_dq(dq_p, ob + c * DQ_S3, acc[n][2 * hh], acc[n][2 * hh + 1]);
+                if (c < FA_DR) fa_store_dq(dq_p, ob + c * DQ_S3, acc[n][2 * hh], acc[n][2 * hh + 1]);
             }
         }
     }

@@ -4,7 +4,9 @@
 //
 // The instantiation defines (attention/mod.rs, Problem::source):
 //   FA_BF16, FA_MMA_T        the io type (bf16 or f16) and its mma type name ("bf16", "f16")
-//   FA_B, FA_HQ, FA_HKV, FA_SQ, FA_SKV, FA_GROUP, FA_D, FA_DV, FA_LDK, FA_LDV   sizes
+//   FA_B, FA_HQ, FA_HKV, FA_SQ, FA_SKV, FA_GROUP, FA_D, FA_DV, FA_LDK, FA_LDV   sizes (FA_D, FA_DV:
+//     the tile widths; FA_DR, FA_DVR: the head dims, whose channels alone are loaded and stored;
+//     FA_DK, FA_DVK: the head dims rounded up to a k step of 16, the k extents of Q K^T, dO V^T)
 //   FA_CAUSAL, FA_BOTTOM_RIGHT, FA_HAS_SWL, FA_SWL, FA_HAS_SWR, FA_SWR, FA_PADDING   masks
 //   FA_HAS_BIAS, FA_ALIBI, FA_NSLOPES, FA_SLOPES   bias (LD_BIAS, BI_S0..3) and ALiBi slopes
 //   FA_DROPOUT, LD_SEED, LD_OFFSET   dropout
@@ -88,18 +90,20 @@ __device__ __forceinline__ u32 fa_pack(float lo, float hi) {
     return *reinterpret_cast<u32*>(&v);
 }
 
-// A tile of ROWS rows of W elements (W a multiple of 8) into shared memory (row stride LD);
-// rowoff(r) is the element offset of row r in g, or -1 for a row of zeros. VEC: 16-byte
-// cp.async per 8 elements (the caller commits and waits); else element-wise loads (strided by
-// cs) and plain stores.
-template <int ROWS, int W, int LD, int NT, int VEC, typename F>
+// A tile of ROWS rows of W elements (W a multiple of 8) into shared memory (row stride LD), of
+// which the first WR (a multiple of 8, the head dim) are read and the rest are zeros; rowoff(r)
+// is the element offset of row r in g, or -1 for a row of zeros. VEC: 16-byte cp.async per 8
+// elements (the caller commits and waits); else element-wise loads (strided by cs) and plain
+// stores.
+template <int ROWS, int W, int WR, int LD, int NT, int VEC, typename F>
 __device__ __forceinline__ void fa_load(u16* s, const u16* g, i64 cs, F rowoff) {
+    static_assert(WR <= W && WR % 8 == 0, "the head dim fits the tile in whole vectors");
     if constexpr (VEC != 0) {
         (void)cs;
         constexpr int CPR = W / 8;
         for (int c = threadIdx.x; c < ROWS * CPR; c += NT) {
             const int r = c / CPR, k = (c - r * CPR) * 8;
-            const i64 o = rowoff(r);
+            const i64 o = k < WR ? rowoff(r) : -1;
             u16* d = s + r * LD + k;
             if (o >= 0) fa_cp16(d, g + o + k);
             else *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
@@ -107,7 +111,7 @@ __device__ __forceinline__ void fa_load(u16* s, const u16* g, i64 cs, F rowoff) 
     } else {
         for (int e = threadIdx.x; e < ROWS * W; e += NT) {
             const int r = e / W, k = e - r * W;
-            const i64 o = rowoff(r);
+            const i64 o = k < WR ? rowoff(r) : -1;
             s[r * LD + k] = o >= 0 ? g[o + (i64)k * cs] : (u16)0;
         }
     }

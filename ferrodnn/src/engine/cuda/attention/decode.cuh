@@ -45,18 +45,18 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
 
     // Row r of the tile is query row r % s_q of query head kh * group + r / s_q; rows past
     // FA_R (zeros) are computed but never stored.
-    fa_load<16, FA_D, FA_LDQ, FA_NT, Q_VEC>(sQ, Qg, Q_S3, [&](int r) -> i64 {
+    fa_load<16, FA_D, FA_DR, FA_LDQ, FA_NT, Q_VEC>(sQ, Qg, Q_S3, [&](int r) -> i64 {
         if (r >= FA_R) return (i64)-1;
         const i64 i = (i64)r % FA_SQ;
         return i < lq ? bi * Q_S0 + (kh * FA_GROUP + (i64)r / FA_SQ) * Q_S1 + i * Q_S2 : (i64)-1;
     });
     auto load_kv = [&](i64 t, int buf) {
         const i64 j0 = s_lo + t * FA_BN;
-        fa_load<FA_BN, FA_D, FA_LDK, FA_NT, K_VEC>(sK + buf * FA_BN * FA_LDK, Kg, K_S3, [&](int r) -> i64 {
+        fa_load<FA_BN, FA_D, FA_DR, FA_LDK, FA_NT, K_VEC>(sK + buf * FA_BN * FA_LDK, Kg, K_S3, [&](int r) -> i64 {
             const i64 j = j0 + r;
             return j < s_hi ? fa_krow(A, bi, kh, j) : (i64)-1;
         });
-        fa_load<FA_BN, FA_DV, FA_LDV, FA_NT, V_VEC>(sV + buf * FA_BN * FA_LDV, Vg, V_S3, [&](int r) -> i64 {
+        fa_load<FA_BN, FA_DV, FA_DVR, FA_LDV, FA_NT, V_VEC>(sV + buf * FA_BN * FA_LDV, Vg, V_S3, [&](int r) -> i64 {
             const i64 j = j0 + r;
             return j < s_hi ? fa_vrow(A, bi, kh, j) : (i64)-1;
         });
@@ -257,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
         // Empty rows (padded, or every key masked) give o = 0, stats = +inf.
         const bool empty = i >= lq || mxr == FA_NINF || !(ls > 0.0f);
         const float inv = empty ? 0.0f : A.keep_scale / ls;
-        fa_store_o(o_p, bi * O_S0 + hq * O_S1 + i * O_S2 + c * O_S3, o0 * inv, o1 * inv);
+        if (c < FA_DVR) fa_store_o(o_p, bi * O_S0 + hq * O_S1 + i * O_S2 + c * O_S3, o0 * inv, o1 * inv);
 #if FA_HAS_STATS
         if (c == 0) ST_STATS(stats_p, bi * ST_S0 + hq * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(mxr * FA_LN2 + logf(ls)));
 #endif

@@ -33,17 +33,17 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
     const bool any = q0 < lq && jlo < jhi;
     const i64 t0 = any ? jlo / FA_BN : 0, t1 = any ? (jhi + FA_BN - 1) / FA_BN : 0;
 
-    fa_load<FA_BM, FA_D, FA_LDQ, FA_NT, Q_VEC>(sQ, Qg, Q_S3, [&](int r) -> i64 {
+    fa_load<FA_BM, FA_D, FA_DR, FA_LDQ, FA_NT, Q_VEC>(sQ, Qg, Q_S3, [&](int r) -> i64 {
         const i64 i = q0 + r;
         return i < lq ? bi * Q_S0 + h * Q_S1 + i * Q_S2 : (i64)-1;
     });
     auto load_kv = [&](i64 t, int buf) {
         const i64 j0 = t * FA_BN;
-        fa_load<FA_BN, FA_D, FA_LDK, FA_NT, K_VEC>(sK + buf * FA_BN * FA_LDK, Kg, K_S3, [&](int r) -> i64 {
+        fa_load<FA_BN, FA_D, FA_DR, FA_LDK, FA_NT, K_VEC>(sK + buf * FA_BN * FA_LDK, Kg, K_S3, [&](int r) -> i64 {
             const i64 j = j0 + r;
             return j < lkv ? fa_krow(A, bi, kh, j) : (i64)-1;
         });
-        fa_load<FA_BN, FA_DV, FA_LDV, FA_NT, V_VEC>(sV + buf * FA_BN * FA_LDV, Vg, V_S3, [&](int r) -> i64 {
+        fa_load<FA_BN, FA_DV, FA_DVR, FA_LDV, FA_NT, V_VEC>(sV + buf * FA_BN * FA_LDV, Vg, V_S3, [&](int r) -> i64 {
             const i64 j = j0 + r;
             return j < lkv ? fa_vrow(A, bi, kh, j) : (i64)-1;
         });
@@ -207,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
             #pragma unroll
             for (int n = 0; n < FA_DV / 8; ++n) {
                 const i64 c = n * 8 + tg * 2;
-                fa_store_o(o_p, ob + c * O_S3, oacc[n][2 * hh] * inv, oacc[n][2 * hh + 1] * inv);
+                if (c < FA_DVR) fa_store_o(o_p, ob + c * O_S3, oacc[n][2 * hh] * inv, oacc[n][2 * hh + 1] * inv);
             }
 #if FA_HAS_STATS
             if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));

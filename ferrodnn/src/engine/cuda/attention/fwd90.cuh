@@ -4,7 +4,9 @@
 // batch) items, by index or (FA_DYNAMIC) by ticket, with the split tail (FA_SPLIT).
 //
 // Reads common.cuh's and sm90.cuh's defines and:
-//   FA_BM, FA_BN, FA_KVS                  query rows per CTA, keys per K/V tile, K/V stages
+//   FA_BM, FA_BN, FA_KVS, FA_QBUFS        query rows per CTA, keys per K/V tile (128, or 64
+//                                         for head dims above 128), K/V stages, Q buffers (two,
+//                                         or one where shared memory holds no more)
 //   FA_WHOLE_TILES                        no mask and no partial q or K/V tile
 //   FA_PINGPONG, FA_QREG                  consumers taking turns; Q fragments in registers
 //   FA_QT, FA_DYNAMIC, FA_NFULL, FA_NU    the work list
@@ -21,9 +23,11 @@ __device__ __forceinline__ float fa90_row_tree(const float (&sc)[FA_BN / 2], int
     float a[FA_BN / 8];
     #pragma unroll
     for (int n = 0; n < FA_BN / 8; ++n) a[n] = MAX ? fmaxf(sc[4 * n + 2 * hh], sc[4 * n + 2 * hh + 1]) : sc[4 * n + 2 * hh] + sc[4 * n + 2 * hh + 1];
-    static_assert(FA_BN == 128, "four levels below the pairs");
+    static_assert(FA_BN == 128 || FA_BN == 64, "four or three levels below the pairs");
 #define FA_TREE_LEVEL(W) _Pragma("unroll") for (int i = 0; i < (W); ++i) a[i] = MAX ? fmaxf(a[i], a[i + (W)]) : a[i] + a[i + (W)];
+#if FA_BN == 128
     FA_TREE_LEVEL(8)
+#endif
     FA_TREE_LEVEL(4)
     FA_TREE_LEVEL(2)
     FA_TREE_LEVEL(1)
@@ -121,7 +125,7 @@ __device__ __forceinline__ void fa90_rescale(float (&o)[FA_DV / 2], const float 
 // apart), K tile at sk (chunks BN * 128 bytes apart); 16 channels (32 bytes) per k step.
 __device__ __forceinline__ void fa90_scores(float (&sc)[FA_BN / 2], unsigned sq, unsigned sk) {
     #pragma unroll
-    for (int kk = 0; kk < FA_D / 16; ++kk) {
+    for (int kk = 0; kk < FA_DK / 16; ++kk) {
         fa90_wgmma_ss<FA_BN, false>(sc, make_desc(sq + (kk >> 2) * (FA_BM * 128u) + (kk & 3) * 32u, 16u, 1024u),
                                     make_desc(sk + (kk >> 2) * (FA_BN * 128u) + (kk & 3) * 32u, 16u, 1024u), kk > 0 ? 1 : 0);
     }
@@ -131,10 +135,10 @@ __device__ __forceinline__ void fa90_scores(float (&sc)[FA_BN / 2], unsigned sq,
 // This warpgroup's Q rows (at sq, as fa90_scores reads them) as wgmma A fragments, one set of
 // four registers per k step of 16 channels: ldmatrix.x4, lane L giving row 16w + L % 8 +
 // 8 ((L / 8) % 2) at channel 8 (L / 16) of the step (16-byte units swizzled by the row).
-__device__ __forceinline__ void fa90_q_frags(u32 (&qf)[FA_D / 16][4], unsigned sq, int w, int lane) {
+__device__ __forceinline__ void fa90_q_frags(u32 (&qf)[FA_DK / 16][4], unsigned sq, int w, int lane) {
     const int mi = lane >> 3, row = w * 16 + (lane & 7) + 8 * (mi & 1);
     #pragma unroll
-    for (int kk = 0; kk < FA_D / 16; ++kk) {
+    for (int kk = 0; kk < FA_DK / 16; ++kk) {
         const unsigned unit = (unsigned)(((kk & 3) * 2 + (mi >> 1)) ^ (row & 7));
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(qf[kk][0]), "=r"(qf[kk][1]), "=r"(qf[kk][2]), "=r"(qf[kk][3])
@@ -143,9 +147,9 @@ __device__ __forceinline__ void fa90_q_frags(u32 (&qf)[FA_D / 16][4], unsigned s
 }
 
 // S = Q K^T with Q from registers (`fa90_q_frags`).
-__device__ __forceinline__ void fa90_scores_r(float (&sc)[FA_BN / 2], const u32 (&qf)[FA_D / 16][4], unsigned sk) {
+__device__ __forceinline__ void fa90_scores_r(float (&sc)[FA_BN / 2], const u32 (&qf)[FA_DK / 16][4], unsigned sk) {
     #pragma unroll
-    for (int kk = 0; kk < FA_D / 16; ++kk) fa90_wgmma_rs_k<FA_BN>(sc, qf[kk], make_desc(sk + (kk >> 2) * (FA_BN * 128u) + (kk & 3) * 32u, 16u, 1024u), kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < FA_DK / 16; ++kk) fa90_wgmma_rs_k<FA_BN>(sc, qf[kk], make_desc(sk + (kk >> 2) * (FA_BN * 128u) + (kk & 3) * 32u, 16u, 1024u), kk > 0 ? 1 : 0);
 }
 #define FA_SCORES(sc, sk) fa90_scores_r(sc, qf, sk)
 #else
@@ -153,10 +157,18 @@ __device__ __forceinline__ void fa90_scores_r(float (&sc)[FA_BN / 2], const u32 
 #endif
 
 // O += P V: V tile at sv, N-major (rows of 64 channels, 128 bytes; 64-channel chunks BN * 128
-// bytes apart); 16 keys (2048 bytes) per k step.
+// bytes apart); 16 keys (2048 bytes) per k step; in products of up to 128 columns (two chunks)
+// of O, whose accumulators are consecutive (a thread's columns 8n + 2t, +1 at 4n..4n+3).
+template <int N>
+__device__ __forceinline__ void fa90_pv_part(float* o, const u32 (&pf)[FA_BN / 16][4], unsigned sv) {
+    float (&acc)[N / 2] = *reinterpret_cast<float (*)[N / 2]>(o);
+    #pragma unroll
+    for (int kt = 0; kt < FA_BN / 16; ++kt) fa90_wgmma_rs<N>(acc, pf[kt], make_desc(sv + kt * 2048u, FA_BN * 128u, 1024u));
+}
 __device__ __forceinline__ void fa90_pv(float (&o)[FA_DV / 2], const u32 (&pf)[FA_BN / 16][4], unsigned sv) {
     #pragma unroll
-    for (int kt = 0; kt < FA_BN / 16; ++kt) fa90_wgmma_rs<FA_DV>(o, pf[kt], make_desc(sv + kt * 2048u, FA_BN * 128u, 1024u));
+    for (int c = 0; c < FA_DV / 128; ++c) fa90_pv_part<128>(o + 64 * c, pf, sv + c * 2 * (FA_BN * 128u));
+    if constexpr (FA_DV % 128 != 0) fa90_pv_part<64>(o + 64 * (FA_DV / 128), pf, sv + (FA_DV / 128) * 2 * (FA_BN * 128u));
 }
 
 #if FA_SPLIT
@@ -264,16 +276,17 @@ __device__ __forceinline__ void fa90_turn_end(int cw, bool pass) {
 // of the (q tile, head, batch) list (heaviest first: `fa90_work_at`), or (FA_DYNAMIC) its first
 // item by its index and then the next item of the list by ticket (an atomic counter: `gridDim.x`
 // plus the ticket), which the producer writes beside the item's Q buffer for the consumers (a
-// number past the list ends both); Q has two buffers, so the producer loads the next tile's Q
-// and first K/V tiles while the consumers still finish the current tile and store its O, and
-// the K/V ring runs on across tiles (measured on the H100 against one CTA per item:
+// number past the list ends both); Q has two buffers (FA_QBUFS; one for head dims above 128,
+// where shared memory holds no more), so the producer loads the next tile's Q and first K/V
+// tiles while the consumers still finish the current tile and store its O, and the K/V ring
+// runs on across tiles (measured on the H100 against one CTA per item:
 // b16h16s1024d64 +10-12%, b4h16s4096d128 +1.5% and the causal rows +1-4%).
 extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
     extern __shared__ unsigned char fa_smem_raw[];
     const unsigned base = (smem_u32(fa_smem_raw) + 1023u) & ~1023u;
     constexpr unsigned Q_BYTES = FA_BM * FA_D * 2, K_BYTES = FA_BN * FA_D * 2, V_BYTES = FA_BN * FA_DV * 2;
-    const unsigned sQ = base, sK = sQ + 2 * Q_BYTES, sV = sK + FA_KVS * K_BYTES, bars = sV + FA_KVS * V_BYTES;
+    const unsigned sQ = base, sK = sQ + FA_QBUFS * Q_BYTES, sV = sK + FA_KVS * K_BYTES, bars = sV + FA_KVS * V_BYTES;
     // Barriers: K full, V full, K empty, V empty (FA_KVS stages each), Q full, Q empty (two).
 #define KFULL(s) (bars + 8u * (s))
 #define VFULL(s) (bars + 8u * FA_KVS + 8u * (s))
@@ -358,8 +371,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
 #if FA_DYNAMIC
             i64 u = -1;
             for (;; ++n) {
-                const int qs = n & 1;
-                mbar_wait(QEMPTY(qs), ((unsigned)(n >> 1) & 1u) ^ 1u);
+                const int qs = (int)((unsigned)n % FA_QBUFS);
+                mbar_wait(QEMPTY(qs), (((unsigned)n / FA_QBUFS) & 1u) ^ 1u);
                 // The CTA's first item by its index, the next ones by ticket (then, FA_SPLIT, its
                 // tail segments that are not empty); the consumers read the unit's number beside
                 // Q's buffer, and a number past the units ends them.
@@ -378,7 +391,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 }
 #else
             for (i64 u = blockIdx.x; u < FA_NU; u += gridDim.x, ++n) {
-                const int qs = n & 1;
+                const int qs = (int)((unsigned)n % FA_QBUFS);
 #endif
                 const Unit un = unit(u);
 #if FA_SPLIT && !FA_DYNAMIC
@@ -388,7 +401,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 }
 #endif
 #if !FA_DYNAMIC
-                mbar_wait(QEMPTY(qs), ((unsigned)(n >> 1) & 1u) ^ 1u);
+                mbar_wait(QEMPTY(qs), (((unsigned)n / FA_QBUFS) & 1u) ^ 1u);
 #endif
                 const Item& it = un.it;
                 mbar_expect_tx(QFULL(qs), Q_BYTES);
@@ -416,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         u32 pf[FA_BN / 16][4];
         float alpha[2];
 #if FA_QREG
-        u32 qf[FA_D / 16][4];
+        u32 qf[FA_DK / 16][4];
 #endif
         // Turns, started afresh for each item with keys: one per tile (its scores with the
         // previous tile's P V) and one for the last P V; warpgroup 0 goes first, and warpgroup 1
@@ -424,8 +437,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         int n = 0, c = 0;
 #if FA_DYNAMIC
         for (;; ++n) {
-            mbar_wait(QFULL(n & 1), (unsigned)(n >> 1) & 1u);
-            const i64 u = *(volatile i64*)(fa_smem_raw + (ITEMS + 8u * (n & 1) - smem_u32(fa_smem_raw)));
+            mbar_wait(QFULL((unsigned)n % FA_QBUFS), ((unsigned)n / FA_QBUFS) & 1u);
+            const i64 u = *(volatile i64*)(fa_smem_raw + (ITEMS + 8u * ((unsigned)n % FA_QBUFS) - smem_u32(fa_smem_raw)));
             if (u >= FA_NU) break;
 #else
         for (i64 u = blockIdx.x; u < FA_NU; u += gridDim.x, ++n) {
@@ -442,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
             const int t0 = un.ta, t1 = un.tb;
             const i64 wq0 = q0 + cw * 64;
             const i64 r0 = wq0 + w * 16 + g;
-            const int qs = n & 1;
+            const int qs = (int)((unsigned)n % FA_QBUFS);
             const unsigned sq = sQ + qs * Q_BYTES + cw * 8192u;
             float m[2] = {FA_NINF, FA_NINF};
             float l2[2] = {0.0f, 0.0f};
@@ -450,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
             #pragma unroll
             for (int i = 0; i < FA_DV / 2; ++i) o[i] = 0.0f;
 #if !FA_DYNAMIC
-            mbar_wait(QFULL(qs), (unsigned)(n >> 1) & 1u);
+            mbar_wait(QFULL(qs), ((unsigned)n / FA_QBUFS) & 1u);
 #endif
 #if FA_QREG
             fa90_q_frags(qf, sq, w, lane);
@@ -508,7 +521,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 }
                 c += t1 - t0;
             }
-            // Q is no longer read: its buffer takes item n + 2.
+            // Q is no longer read: its buffer takes item n + FA_QBUFS.
             mbar_arrive(QEMPTY(qs));
 #if FA_SPLIT
             // A segment of a split item: stored for the CTA that completes the item.
@@ -524,7 +537,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
                 const float inv = empty ? 0.0f : A.keep_scale / lsum;
                 if (i < FA_SQ) {
-                    fa90_store_row<FA_DV>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
+                    fa90_store_row<FA_DV, FA_DVR>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
 #if FA_HAS_STATS
                     if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
 #endif

@@ -28,8 +28,10 @@
 //!
 //! The softmax, masks, bias, ALiBi and dropout are those of the general kernel ([`super::fwd`])
 //! on the wgmma accumulator layout (thread `l` of warp `w` holds rows `16w + l/4` and `+8`,
-//! columns `8n + 2(l%4)` and `+1`). Taken for head dims 64 and 128 (q/k and v), q, k and v with
-//! TMA-compatible strides (contiguous head dim, other strides multiples of 16 bytes), no page
+//! columns `8n + 2(l%4)` and `+1`). Taken for head dims up to 256 (q/k and v apart), computed on
+//! tiles of whole 64-channel chunks whose channels past the head dim TMA fills with zeros (Q K^T
+//! takes the head dim's k steps alone; O's extra columns are not stored); above 128, K/V tiles
+//! of 64 keys and one Q buffer (`bn`, `stages`). q, k and v with TMA-compatible strides (contiguous head dim, other strides multiples of 16 bytes), no page
 //! table and no padding mask (TMA would read K/V rows past a sequence's length; the general
 //! kernel zero-fills them), `s_q > 64`. Base pointers that are not 16-byte aligned run the
 //! general kernel (the unit's `unaligned` alternative).
@@ -40,23 +42,29 @@ use crate::engine::cuda::kernel::{Arg, Grid, Launch, NodeKernels, Signature, Sou
 
 /// Query rows per CTA (two consumer warpgroups of 64).
 const BM: i64 = 128;
-/// Keys per K/V tile.
-const BN: i64 = 128;
 
-/// Dynamic shared memory: two Q buffers, `kvs` stages of K and of V, 1 KiB of alignment slack,
-/// barriers, the two Q buffers' unit numbers and the split tail's flag.
-fn shared_bytes(p: &Problem, kvs: i64) -> usize {
-    (2 * BM * p.d * 2 + kvs * BN * p.d * 2 + kvs * BN * p.d_v * 2 + (4 * kvs + 4 + 3) * 8) as usize + 1024
+/// Keys per K/V tile: 128, or 64 for head dims above 128 (the consumers' O accumulators take
+/// 128 registers a thread at d = 256, and shared memory holds Q and two stages of 64-key K/V
+/// tiles).
+fn bn(p: &Problem) -> i64 {
+    if p.d.max(p.d_v) > 128 {
+        64
+    } else {
+        128
+    }
 }
 
-/// K/V stages: three where shared memory allows (measured on the H100: +3% at b16h16s1024d64,
-/// +1% on the causal rows against two; four gained nothing), else two.
-fn kv_stages(p: &Problem) -> i64 {
-    if shared_bytes(p, 3) <= 227 * 1024 {
-        3
-    } else {
-        2
-    }
+/// Dynamic shared memory: `qbufs` Q buffers, `kvs` stages of K and of V, 1 KiB of alignment
+/// slack, barriers, the two Q buffers' unit numbers and the split tail's flag.
+fn shared_bytes(p: &Problem, kvs: i64, qbufs: i64) -> usize {
+    (qbufs * BM * p.d * 2 + kvs * bn(p) * p.d * 2 + kvs * bn(p) * p.d_v * 2 + (4 * kvs + 4 + 3) * 8) as usize + 1024
+}
+
+/// K/V stages and Q buffers: three stages where shared memory allows (measured on the H100: +3%
+/// at b16h16s1024d64, +1% on the causal rows against two; four gained nothing), else two; two
+/// Q buffers (the next item's Q loaded under the current one), else one.
+fn stages(p: &Problem) -> Option<(i64, i64)> {
+    [(3, 2), (2, 2), (2, 1)].into_iter().find(|&(kvs, qbufs)| shared_bytes(p, kvs, qbufs) <= 227 * 1024)
 }
 
 /// Whether the kernel's CTAs take their items by ticket (an atomic counter in scratch, zeroed by
@@ -70,7 +78,7 @@ fn kv_stages(p: &Problem) -> i64 {
 /// active 411 K to 1136 K cycles); by ticket the items in flight are the next `gridDim.x` of the
 /// list, as with one CTA per item.
 fn dynamic(p: &Problem) -> bool {
-    !super::unmasked(p.attrs) || (p.s_kv + BN - 1) / BN > 16
+    !super::unmasked(p.attrs) || (p.s_kv + bn(p) - 1) / bn(p) > 16
 }
 
 /// The kernel's split tail (FA_SPLIT): `nfull` items in whole rounds of `g`
@@ -93,7 +101,7 @@ struct Split {
 /// (measured on the H100: 681 TFLOP/s against 656-671 unsplit). Short items lose: b16h16s1024d64
 /// (8 tiles, ranges of at most 5) ran 385-390 split against 431-437.
 fn split(p: &Problem, nt: i64, sms: i64) -> Option<Split> {
-    let t = (p.s_kv + BN - 1) / BN;
+    let t = (p.s_kv + bn(p) - 1) / bn(p);
     let (g, tail) = (sms.max(1), nt % sms.max(1));
     if !super::unmasked(p.attrs) || t < 2 || tail == 0 {
         return None;
@@ -111,13 +119,16 @@ fn pingpong(p: &Problem) -> bool {
 
 /// Whether the scores take Q from registers (`fa90_q_frags`) instead of shared memory, which
 /// spares the K/V tiles' shared-memory reads a fifth of their traffic: under a causal mask
-/// (measured on the H100: +2-3% on both causal rows, -1% on b4h16s4096d128).
+/// (measured on the H100: +2-3% on both causal rows, -1% on b4h16s4096d128), for head dims up
+/// to 128 (above, O's accumulators leave no room for them).
 fn qreg(p: &Problem) -> bool {
-    p.attrs.causal.is_some()
+    p.attrs.causal.is_some() && p.d <= 128
 }
 
 fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let node = p.node;
+    let (kvs, qbufs) = stages(p)?;
+    let bn = bn(p);
     let o = node.output("o")?;
     let stats = node.output("stats");
     let qt = (p.s_q + BM - 1) / BM;
@@ -125,7 +136,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     let dynamic = dynamic(p);
     let split = split(p, nt, target.sm_count as i64);
     let mut sig = Signature::new();
-    for (name, t, rows) in [("tq", p.q, BM), ("tk", p.k, BN), ("tv", p.v, BN)] {
+    for (name, t, rows) in [("tq", p.q, BM), ("tk", p.k, bn), ("tv", p.v, bn)] {
         sig.param(format!("const __grid_constant__ TmaMap {name}"), Arg::TensorMap(Box::new(tma_of(p, t, rows))));
     }
     sig.ptr("o_p", o, true);
@@ -140,11 +151,11 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
         sig.scratch("float", "fa_part", 1, true);
     }
     let entry = p.entry("attn_fwd_sm90");
-    let whole_tiles = super::unmasked(p.attrs) && p.s_q % BM == 0 && p.s_kv % BN == 0;
+    let whole_tiles = super::unmasked(p.attrs) && p.s_q % BM == 0 && p.s_kv % bn == 0;
     let mut src = hopper::heads_group(p, p.source(&entry, &sig, true))
         .flag("FA_WHOLE_TILES", whole_tiles)
         .define("FA_BM", BM)
-        .define("FA_BN", BN)
+        .define("FA_BN", bn)
         .flag("FA_HAS_STATS", stats.is_some())
         .flag("FA_PINGPONG", pingpong(p));
     if let Some(s) = stats {
@@ -157,8 +168,8 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
         Some(s) => src.flag("FA_SPLIT", true).define("FA_T", format!("{}LL", s.t)).define("FA_TAILW", format!("{}LL", s.tail * s.t)).define("FA_G", format!("{}LL", s.g)),
         None => src.flag("FA_SPLIT", false),
     };
-    let kvs = kv_stages(p);
-    let source = src.flag("FA_QREG", qreg(p)).define("FA_KVS", kvs).template(COMMON).template(HOPPER).template(SM90).template(include_str!("fwd90.cuh")).build();
+    let source =
+        src.flag("FA_QREG", qreg(p)).define("FA_KVS", kvs).define("FA_QBUFS", qbufs).template(COMMON).template(HOPPER).template(SM90).template(include_str!("fwd90.cuh")).build();
     // One CTA per SM (or per item, where there are fewer).
     let grid = match split {
         Some(s) => s.g,
@@ -167,7 +178,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
     if grid > i32::MAX as i64 {
         return None;
     }
-    let main = Launch::new(source, entry, Grid::Exact(grid as u32, 1, 1), 384, sig.into_args()).with_shared(shared_bytes(p, kvs) as u32);
+    let main = Launch::new(source, entry, Grid::Exact(grid as u32, 1, 1), 384, sig.into_args()).with_shared(shared_bytes(p, kvs, qbufs) as u32);
     if !dynamic && split.is_none() {
         return Some(NodeKernels::one(main));
     }
@@ -189,7 +200,7 @@ fn generate(p: &Problem, target: &Target) -> Option<NodeKernels> {
 /// The Hopper unit of a forward node, when this kernel takes it; the general kernel with
 /// element-wise loads is the alternative for base pointers TMA cannot take.
 pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
-    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) || shared_bytes(p, 2) > 227 * 1024 {
+    if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) {
         return None;
     }
     let kernels = generate(p, target)?;

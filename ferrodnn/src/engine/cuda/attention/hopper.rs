@@ -13,12 +13,12 @@ use crate::engine::cuda::kernel::Source;
 use crate::engine::cuda::tma::TmaDesc;
 use crate::graph::TensorId;
 
-/// Whether the Hopper kernels take the problem (the target is checked by the caller): head
-/// dims 64 and 128, no page table and no padding mask (TMA would read K/V rows past a
-/// sequence's length, which the general kernels zero-fill), TMA-compatible strides.
+/// Whether the Hopper kernels take the problem (the target is checked by the caller): tile
+/// widths of whole 64-channel chunks up to 256 (each kernel may ask for less), no page table
+/// and no padding mask (TMA would read K/V rows past a sequence's length, which the general
+/// kernels zero-fill), TMA-compatible strides.
 pub(super) fn takes(p: &Problem, tensors: &[TensorId]) -> bool {
-    matches!(p.d, 64 | 128)
-        && matches!(p.d_v, 64 | 128)
+    [p.d, p.d_v].iter().all(|&w| w % 64 == 0 && (64..=256).contains(&w))
         && p.paged.is_none()
         && p.seq_len_q.is_none()
         && p.s_q > 64

@@ -17,8 +17,8 @@
 //!   recomputing P from the stats. dbias when the bias is not broadcast over rows or keys.
 //!
 //! What the engine takes (anything else returns `None` and runs on the fallback): q/k/v (and
-//! `do`) bf16 or f16; head dims multiples of 16 up to 128, or multiples of 32 up to 256; a
-//! node not computing in f64; every mask, bias shape, ALiBi, dropout, GQA/MQA, padding, stats,
+//! `do`) bf16 or f16; head dims (q/k and v apart) multiples of 8 up to 256; a node not computing
+//! in f64; every mask, bias shape, ALiBi, dropout, GQA/MQA, padding, stats,
 //! any strides; paged K/V in the forward pass only.
 
 mod bwd;
@@ -69,14 +69,35 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
         return Ok(None);
     }
     let Some(p) = Problem::new(graph, ni, attrs, backward) else { return Ok(None) };
+    // Each kernel family computes on its own tile widths (`Problem::widths`).
+    let Some(general) = p.widths(general_width) else { return Ok(None) };
+    let hopper = p.widths(hopper_width);
     if backward {
-        Ok(bwd90::unit(&p, target, options).or_else(|| bwd::unit(&p, target)))
+        let fast = hopper.as_ref().and_then(|h| bwd90::unit(h, target, options));
+        Ok(fast.or_else(|| bwd::unit(&general, target)))
     } else {
-        if let Some(u) = decode::unit(&p, target) {
+        if let Some(u) = decode::unit(&general, target) {
             return Ok(Some(u));
         }
-        Ok(fwd90::unit(&p, target).or_else(|| fwd::unit(&p, target)))
+        let fast = hopper.as_ref().and_then(|h| fwd90::unit(h, target));
+        Ok(fast.or_else(|| fwd::unit(&general, target)))
     }
+}
+
+/// The general kernels' tile width for a head dim: a multiple of 16 (one `mma` k step) up to
+/// 128, of 32 above (the backward's two column chunks of whole k steps).
+fn general_width(d: i64) -> Option<i64> {
+    match d {
+        1..=128 => Some((d + 15) / 16 * 16),
+        129..=256 => Some((d + 31) / 32 * 32),
+        _ => None,
+    }
+}
+
+/// The Hopper kernels' tile width: whole 64-channel chunks (the 128-byte swizzle span of their
+/// TMA boxes), up to 256 (the backward's up to 128).
+fn hopper_width(d: i64) -> Option<i64> {
+    (1..=256).contains(&d).then_some((d + 63) / 64 * 64)
 }
 
 /// Opt-in shared memory per block a target allows.
@@ -90,6 +111,7 @@ fn max_shared(target: &Target) -> usize {
 }
 
 /// The sizes, tensors and attributes of an sdpa node, checked to be what these kernels take.
+#[derive(Clone)]
 pub(crate) struct Problem<'a> {
     pub graph: &'a Graph,
     pub node: &'a Node,
@@ -100,8 +122,14 @@ pub(crate) struct Problem<'a> {
     pub h_kv: i64,
     pub s_q: i64,
     pub s_kv: i64,
+    /// The tile widths the kernels compute on: the head dims (`dr`, `dvr`) rounded up to the
+    /// kernel family's step (`widths`). Channels past the head dim are loaded as zeros, so that
+    /// they add nothing to Q K^T, and are not stored.
     pub d: i64,
     pub d_v: i64,
+    /// The head dims of q/k and of v (the tensors' last dims).
+    pub dr: i64,
+    pub dvr: i64,
     /// bf16 or f16: q, k, v (and do).
     pub dt: DataType,
     pub q: TensorId,
@@ -119,9 +147,9 @@ pub(crate) struct Problem<'a> {
     pub scale: Attr,
 }
 
-/// A head dim these kernels take: a multiple of 16 up to 128, or of 32 up to 256.
+/// A head dim these kernels take: a multiple of 8 (rows of whole 16-byte vectors) up to 256.
 fn head_dim_ok(d: i64) -> bool {
-    (d > 0 && d <= 128 && d % 16 == 0) || (d > 128 && d <= 256 && d % 32 == 0)
+    d > 0 && d <= 256 && d % 8 == 0
 }
 
 impl<'a> Problem<'a> {
@@ -159,6 +187,11 @@ impl<'a> Problem<'a> {
         if b <= 0 || h_q <= 0 || s_q <= 0 || s_kv <= 0 || h_kv <= 0 || h_q % h_kv != 0 || kd[3] != d {
             return None;
         }
+        // The fallback runs K and V of different head counts, a band on the bottom-right
+        // diagonal without the causal mask, and the dropout mask as an output.
+        if vd[1] != h_kv || (attrs.causal.is_none() && attrs.diagonal_alignment == Some(CausalAlignment::BottomRight)) || attrs.rng_dump {
+            return None;
+        }
         if !head_dim_ok(d) || !head_dim_ok(d_v) {
             return None;
         }
@@ -188,7 +221,12 @@ impl<'a> Problem<'a> {
                 return None;
             }
         }
-        Some(Problem { graph, node, ni, attrs, b, h_q, h_kv, s_q, s_kv, d, d_v, dt, q, k, v, bias, seq_len_q, seq_len_kv, seed, offset, paged, dropout, scale })
+        Some(Problem { graph, node, ni, attrs, b, h_q, h_kv, s_q, s_kv, d, d_v, dr: d, dvr: d_v, dt, q, k, v, bias, seq_len_q, seq_len_kv, seed, offset, paged, dropout, scale })
+    }
+
+    /// The problem on a kernel family's tile widths (`width` of each head dim), if it has them.
+    fn widths(&self, width: fn(i64) -> Option<i64>) -> Option<Problem<'a>> {
+        Some(Problem { d: width(self.dr)?, d_v: width(self.dvr)?, ..self.clone() })
     }
 
     /// Whether rows of a rank-4 tensor in the io type can be read with 16-byte `cp.async`:
@@ -230,6 +268,10 @@ impl<'a> Problem<'a> {
             .define("FA_GROUP", format!("{}LL", self.h_q / self.h_kv))
             .define("FA_D", self.d)
             .define("FA_DV", self.d_v)
+            .define("FA_DR", self.dr)
+            .define("FA_DVR", self.dvr)
+            .define("FA_DK", (self.dr + 15) / 16 * 16)
+            .define("FA_DVK", (self.dvr + 15) / 16 * 16)
             .define("FA_LDK", self.d + 8)
             .define("FA_LDV", self.d_v + 8)
             .flag("FA_CAUSAL", a.causal.is_some())

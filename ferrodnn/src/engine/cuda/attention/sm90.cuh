@@ -128,11 +128,12 @@ __device__ __forceinline__ bool fa90_key_tiles(i64 q0, i64 bm, i64 bn, i64 lq, i
 }
 
 // Row hh (0: g, 1: g + 8) of a thread's 64 x W f32 accumulators, times `scale`, through
-// `store(offset, a, b)` of two adjacent columns: column c sits at base + c * cs.
-template <int W, typename F>
+// `store(offset, a, b)` of two adjacent columns: column c sits at base + c * cs. Only the first
+// WR columns (the head dim, a multiple of 8) are stored.
+template <int W, int WR, typename F>
 __device__ __forceinline__ void fa90_store_row(F store, i64 base, i64 cs, const float (&acc)[W / 2], int hh, int tg, float scale) {
     #pragma unroll
-    for (int n = 0; n < W / 8; ++n) store(base + (i64)(n * 8 + tg * 2) * cs, acc[4 * n + 2 * hh] * scale, acc[4 * n + 2 * hh + 1] * scale);
+    for (int n = 0; n < WR / 8; ++n) store(base + (i64)(n * 8 + tg * 2) * cs, acc[4 * n + 2 * hh] * scale, acc[4 * n + 2 * hh + 1] * scale);
 }
 
 // f32 accumulators of a 64 x N wgmma (thread: rows g, g + 8 of its warp's 16; columns

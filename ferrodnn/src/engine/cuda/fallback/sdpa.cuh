@@ -5,16 +5,17 @@
 // Kernels (SD_KERNEL):
 // - SD_FORWARD: one thread per query row (b, h, i): a pass over the keys for the row max, one
 //   for the sum of exp(s - max), one accumulating o; writes o and stats (when SD_HAS_STATS:
-//   ST_O, ST_STATS).
+//   ST_O, ST_STATS), and the row's dropout mask, 1 kept and 0 dropped (when SD_HAS_DUMP:
+//   ST_DUMP).
 // - SD_ROW_D: one thread per query row: D_i = do_i . o_i into `dbuf`.
 // - SD_DQ: one thread per query row: the dq row (ST_DQ).
 // - SD_KEY_GRAD: one thread per dk (SD_GRAD_K) or dv row of width SD_G (a logical key, or a pool
-//   row with paging: PT_PAGES pages per batch): loops over the query heads of the kv head's
-//   group and their queries (ST_GRAD).
+//   row with paging: PT_PAGES pages per batch): loops over the SD_GROUP_G query heads that read
+//   its K (or V) head and their queries (ST_GRAD).
 // - SD_DBIAS: one thread per bias element, summing dS over the broadcast dims (ST_DB).
 //
-// The instantiation also defines the sizes SD_B, SD_HQ, SD_HKV, SD_SQ, SD_SKV, SD_D, SD_DV,
-// SD_GROUP (query heads per kv head); the attributes SD_CAUSAL, SD_BOTTOM_RIGHT,
+// The instantiation also defines the sizes SD_B, SD_HQ, SD_HK, SD_HV, SD_SQ, SD_SKV, SD_D,
+// SD_DV, SD_GROUP_K and SD_GROUP_V (query heads per K head and per V head); the attributes SD_CAUSAL, SD_BOTTOM_RIGHT,
 // SD_HAS_SWL / SD_SWL, SD_HAS_SWR / SD_SWR (sliding windows), SD_HAS_BIAS, SD_PADDING, SD_ALIBI
 // (with SD_SLOPES(X), a list of X(head, slope)), SD_DROPOUT, SD_PAGED,
 // SD_BACKWARD; and the loads LD_Q, LD_K, LD_V, LD_BIAS, LD_SLQ, LD_SLKV, LD_PTK, LD_PTV, LD_O,
@@ -245,7 +246,8 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         i64 i = r % SD_SQ;
         i64 h = (r / SD_SQ) % SD_HQ;
         i64 bi = r / (SD_SQ * SD_HQ);
-        i64 kh = h / SD_GROUP;
+        i64 kh = h / SD_GROUP_K;
+        i64 vh = h / SD_GROUP_V;
         i64 lq, lkv;
         sd_lens(A, bi, &lq, &lkv);
         double acc[SD_DVA];
@@ -290,7 +292,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
                     }
                     double w = exp(s - m) / sum * sd_keep(A, bi, h, i, j);
                     if (w == 0.0) continue;
-                    i64 vr = sd_vrow(A, bi, kh, j);
+                    i64 vr = sd_vrow(A, bi, vh, j);
                     for (int c = 0; c < SD_DV; ++c) acc[c] += w * sd_v(A, vr, c);
                 }
             }
@@ -299,6 +301,10 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         for (int c = 0; c < SD_DV; ++c) ST_O(o_, oo + c * to_.strides[3], acc[c]);
 #if SD_HAS_STATS
         ST_STATS(stats_, bi * tstats_.strides[0] + h * tstats_.strides[1] + i * tstats_.strides[2], lse);
+#endif
+#if SD_HAS_DUMP
+        i64 mo = bi * tdump_.strides[0] + h * tdump_.strides[1] + i * tdump_.strides[2];
+        for (i64 j = 0; j < SD_SKV; ++j) ST_DUMP(dump_, mo + j * tdump_.strides[3], sd_keep(A, bi, h, i, j) != 0.0 ? 1.0 : 0.0);
 #endif
         (void)lse;
     }
@@ -332,7 +338,8 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         i64 i = r % SD_SQ;
         i64 h = (r / SD_SQ) % SD_HQ;
         i64 bi = r / (SD_SQ * SD_HQ);
-        i64 kh = h / SD_GROUP;
+        i64 kh = h / SD_GROUP_K;
+        i64 vh = h / SD_GROUP_V;
         i64 lq, lkv;
         sd_lens(A, bi, &lq, &lkv);
         double acc[SD_DA];
@@ -354,7 +361,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
                 if (s == SD_NEG_INF) continue;
                 double p = exp(s - lse);
                 if (p == 0.0) continue;
-                i64 vr = sd_vrow(A, bi, kh, j);
+                i64 vr = sd_vrow(A, bi, vh, j);
                 double dpv = 0.0;
                 for (int c = 0; c < SD_DV; ++c) dpv += dov[c] * sd_v(A, vr, c);
                 double dp = sd_keep(A, bi, h, i, j) * dpv;
@@ -371,26 +378,23 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
 
 #define SD_GA (SD_G > 0 ? SD_G : 1)
 
-// The dk or dv contribution of logical key t of batch bi (kv head kh), added to `acc` after
-// being summed on its own (the CPU sums each logical key, then adds it into the pool).
-__device__ __forceinline__ void sd_key_grad(const Att& A, const double* dbuf, i64 bi, i64 kh, i64 t, double* acc) {
+// The dk or dv contribution of logical key t of batch bi (K head, or V head, gh), added to `acc`
+// after being summed on its own (the CPU sums each logical key, then adds it into the pool).
+__device__ __forceinline__ void sd_key_grad(const Att& A, const double* dbuf, i64 bi, i64 gh, i64 t, double* acc) {
     i64 lq, lkv;
     sd_lens(A, bi, &lq, &lkv);
-    double kv[SD_DA];
-    double vv[SD_DVA];
     double tmp[SD_GA];
-    i64 kr = sd_krow(A, bi, kh, t);
-    i64 vr = sd_vrow(A, bi, kh, t);
-    for (int c = 0; c < SD_D; ++c) kv[c] = sd_k(A, kr, c);
-    for (int c = 0; c < SD_DV; ++c) vv[c] = sd_v(A, vr, c);
     for (int c = 0; c < SD_G; ++c) tmp[c] = 0.0;
-    for (i64 hg = 0; hg < SD_GROUP; ++hg) {
-        i64 h = kh * SD_GROUP + hg;
+    for (i64 hg = 0; hg < SD_GROUP_G; ++hg) {
+        i64 h = gh * SD_GROUP_G + hg;
+        // The K and V rows query head h reads (the group's own head is one of them).
+        i64 kr = sd_krow(A, bi, h / SD_GROUP_K, t);
+        i64 vr = sd_vrow(A, bi, h / SD_GROUP_V, t);
         for (i64 i = 0; i < lq; ++i) {
             if (!sd_visible(i, t, lq, lkv)) continue;
             i64 qo = sd_qrow(A, bi, h, i);
             double dot = 0.0;
-            for (int c = 0; c < SD_D; ++c) dot += LD_Q(A.q, qo + c * A.tq.strides[3]) * kv[c];
+            for (int c = 0; c < SD_D; ++c) dot += LD_Q(A.q, qo + c * A.tq.strides[3]) * sd_k(A, kr, c);
             double s = sd_score(A, bi, h, i, t, dot);
             if (s == SD_NEG_INF) continue;
             double p = exp(s - sd_stats(A, bi, h, i));
@@ -398,7 +402,7 @@ __device__ __forceinline__ void sd_key_grad(const Att& A, const double* dbuf, i6
             double keep = sd_keep(A, bi, h, i, t);
 #if SD_GRAD_K
             double dpv = 0.0;
-            for (int c = 0; c < SD_DV; ++c) dpv += sd_do(A, bi, h, i, c) * vv[c];
+            for (int c = 0; c < SD_DV; ++c) dpv += sd_do(A, bi, h, i, c) * sd_v(A, vr, c);
             double dp = keep * dpv;
             double dsc = p * (dp - dbuf[(bi * SD_HQ + h) * SD_SQ + i]) * A.scale;
             for (int c = 0; c < SD_D; ++c) tmp[c] += dsc * LD_Q(A.q, qo + c * A.tq.strides[3]);
@@ -407,8 +411,9 @@ __device__ __forceinline__ void sd_key_grad(const Att& A, const double* dbuf, i6
             for (int c = 0; c < SD_DV; ++c) tmp[c] += pk * sd_do(A, bi, h, i, c);
 #endif
         }
+        (void)vr;
     }
-    (void)dbuf; (void)vv;
+    (void)dbuf;
     for (int c = 0; c < SD_G; ++c) acc[c] += tmp[c];
 }
 
@@ -461,7 +466,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
 
 __device__ __forceinline__ double sd_ds(const Att& A, const double* dbuf, i64 bi, i64 h, i64 i, i64 j, i64 lq, i64 lkv) {
     if (i >= lq || !sd_visible(i, j, lq, lkv)) return 0.0;
-    i64 kh = h / SD_GROUP;
+    i64 kh = h / SD_GROUP_K;
     i64 qo = sd_qrow(A, bi, h, i);
     i64 kr = sd_krow(A, bi, kh, j);
     double dot = 0.0;
@@ -470,7 +475,7 @@ __device__ __forceinline__ double sd_ds(const Att& A, const double* dbuf, i64 bi
     if (s == SD_NEG_INF) return 0.0;
     double p = exp(s - sd_stats(A, bi, h, i));
     if (p == 0.0) return 0.0;
-    i64 vr = sd_vrow(A, bi, kh, j);
+    i64 vr = sd_vrow(A, bi, h / SD_GROUP_V, j);
     double dpv = 0.0;
     for (int c = 0; c < SD_DV; ++c) dpv += sd_do(A, bi, h, i, c) * sd_v(A, vr, c);
     double dp = sd_keep(A, bi, h, i, j) * dpv;

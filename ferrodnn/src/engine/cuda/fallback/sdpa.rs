@@ -3,15 +3,15 @@
 //!
 //! Forward: one launch, one thread per query row `(b, h, i)` (grid-stride): a pass over the keys
 //! for the row max, one for the sum of `exp(s - max)`, one accumulating `o` (local array of
-//! `d_v` doubles); writes `o` and `stats`.
+//! `d_v` doubles); writes `o` and `stats`, and with `rng_dump` the row's dropout mask.
 //!
 //! Backward (no atomics, every output element written by exactly one thread):
 //! 1. one thread per query row: `D_i = do_i . o_i` into scratch 0 (doubles);
 //! 2. one thread per query row: the `dq` row (loop over keys);
-//! 3. one thread per `dk` row (a logical key `(b, h_kv, t)`, or a pool row `(block, h_kv, r)`
+//! 3. one thread per `dk` row (a logical key `(b, h_k, t)`, or a pool row `(block, h_k, r)`
 //!    with paging, which loops over the (batch, page) pairs that read the block): loops over
-//!    the query heads of the kv head's group and their queries;
-//! 4. the same for `dv` (pages through `page_table_v`);
+//!    the query heads of the K head's group and their queries;
+//! 4. the same for `dv` (V heads, pages through `page_table_v`);
 //! 5. with `dbias`: one thread per bias element, summing dS over the broadcast dims in the CPU's
 //!    row-major order.
 //!
@@ -30,7 +30,8 @@ use crate::graph::TensorId;
 struct Sizes {
     b: i64,
     h_q: i64,
-    h_kv: i64,
+    h_k: i64,
+    h_v: i64,
     s_q: i64,
     s_kv: i64,
     d: i64,
@@ -62,9 +63,9 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
         Some((tk, _)) => ctx.dims(tk).get(2).copied().unwrap_or(0) * kd[2],
         None => kd[2],
     };
-    let sizes = Sizes { b: qd[0], h_q: qd[1], h_kv: kd[1], s_q: qd[2], s_kv, d: qd[3], d_v: vd[3] };
-    if sizes.h_kv <= 0 || sizes.h_q % sizes.h_kv != 0 {
-        return Err(ctx.err(format!("q has {} heads, not a multiple of the {} kv heads", sizes.h_q, sizes.h_kv)));
+    let sizes = Sizes { b: qd[0], h_q: qd[1], h_k: kd[1], h_v: vd[1], s_q: qd[2], s_kv, d: qd[3], d_v: vd[3] };
+    if sizes.h_k <= 0 || sizes.h_v <= 0 || sizes.h_q % sizes.h_k != 0 || sizes.h_q % sizes.h_v != 0 {
+        return Err(ctx.err(format!("q has {} heads, not a multiple of the {} heads of k and the {} of v", sizes.h_q, sizes.h_k, sizes.h_v)));
     }
     let bias = ctx.node.input("bias");
     let padding = a.padding_mask;
@@ -77,14 +78,16 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
     let mut defines = vec![
         ("SD_B", format!("{}LL", sizes.b)),
         ("SD_HQ", format!("{}LL", sizes.h_q)),
-        ("SD_HKV", format!("{}LL", sizes.h_kv)),
+        ("SD_HK", format!("{}LL", sizes.h_k)),
+        ("SD_HV", format!("{}LL", sizes.h_v)),
         ("SD_SQ", format!("{}LL", sizes.s_q)),
         ("SD_SKV", format!("{}LL", sizes.s_kv)),
         ("SD_D", format!("{}", sizes.d)),
         ("SD_DV", format!("{}", sizes.d_v)),
-        ("SD_GROUP", format!("{}LL", sizes.h_q / sizes.h_kv)),
+        ("SD_GROUP_K", format!("{}LL", sizes.h_q / sizes.h_k)),
+        ("SD_GROUP_V", format!("{}LL", sizes.h_q / sizes.h_v)),
         ("SD_CAUSAL", flag(a.causal.is_some())),
-        ("SD_BOTTOM_RIGHT", flag(a.causal == Some(CausalAlignment::BottomRight))),
+        ("SD_BOTTOM_RIGHT", flag(a.diagonal() == CausalAlignment::BottomRight)),
         ("SD_HAS_SWL", flag(a.sliding_window_left.is_some())),
         ("SD_SWL", format!("{}LL", cap(a.sliding_window_left.unwrap_or(0)))),
         ("SD_HAS_SWR", flag(a.sliding_window_right.is_some())),
@@ -164,10 +167,15 @@ pub(super) fn sdpa(ctx: &Ctx, a: &SdpaAttrs) -> Result<NodeKernels> {
     let stats = ctx.node.output("stats");
     let mut own = Signature::new();
     own.tensor("o_", o, true);
-    let mut extra = vec![("ST_O", ctx.st(o)), ("SD_HAS_STATS", (stats.is_some() as u8).to_string())];
+    let dump = ctx.node.output("rng_dump");
+    let mut extra = vec![("ST_O", ctx.st(o)), ("SD_HAS_STATS", (stats.is_some() as u8).to_string()), ("SD_HAS_DUMP", (dump.is_some() as u8).to_string())];
     if let Some(st) = stats {
         own.tensor("stats_", st, true);
         extra.push(("ST_STATS", ctx.st(st)));
+    }
+    if let Some(m) = dump {
+        own.tensor("dump_", m, true);
+        extra.push(("ST_DUMP", ctx.st(m)));
     }
     Ok(NodeKernels::one(launch(ctx, &c, "SD_FORWARD", "sdpa_fwd", own, extra, rows(&c.sizes))))
 }
@@ -190,7 +198,8 @@ pub(super) fn sdpa_backward(ctx: &Ctx, a: &SdpaAttrs) -> Result<NodeKernels> {
         let g = ctx.output(port)?;
         let gd = ctx.dims(g);
         let width = if grad_k { s.d } else { s.d_v };
-        let mut extra = vec![("ST_GRAD", ctx.st(g)), ("SD_GRAD_K", (grad_k as u8).to_string()), ("SD_G", width.to_string())];
+        let group = if grad_k { "SD_GROUP_K" } else { "SD_GROUP_V" };
+        let mut extra = vec![("ST_GRAD", ctx.st(g)), ("SD_GRAD_K", (grad_k as u8).to_string()), ("SD_G", width.to_string()), ("SD_GROUP_G", group.to_string())];
         if let Some((tk, tv)) = c.paged {
             let table = if grad_k { tk } else { tv };
             extra.push(("PT_PAGES", format!("{}LL", ctx.dims(table).get(2).copied().unwrap_or(0))));

@@ -197,7 +197,12 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
         // re-reading the image for every tap (measured on the H200, 32x256x14x14 by 256 3x3
         // filters: 64-wide tiles 0.0385 ms).
         128
-    } else if p.n > 128 && tiles(256) >= sms && p.k > 256 {
+    } else if p.n > 128 && p.k > 256 && (tiles(256) >= sms || p.k >= 4096) && wave_cost(tiles(256), 256, sms) <= wave_cost(tiles(128), 128, sms) {
+        // (With fewer 256-wide tiles than SMs, only for long k loops: 768 x 3072 x 6304 as 72
+        // tiles of 256 columns ran 5-11% faster than 144 of 128 on the H100, but 4096 x 768 x
+        // 768 and x 3072 (96 tiles of 256 against 192 of 128) 12-14% slower: in short loops the
+        // wide tiles' epilogues weigh as much as their products, and a partial second wave of
+        // narrow tiles runs on less contended memory.)
         256
     } else {
         128
@@ -233,6 +238,17 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
         }
     }
     cfg.with_most_stages()
+}
+
+/// The time of a persistent launch of `tiles` tiles of `bn` columns in units of a 256-wide tile:
+/// whole waves over the SMs (the last, partial wave takes as long as a full one) times a tile's
+/// time, a 128-wide tile costing 0.55 of a 256-wide one (B's traffic per flop is twice as
+/// high). Where the wider tiles leave a mostly empty last wave, the narrower ones win: 6304 x
+/// 768 x 3072 as 150 tiles of 256 columns (1.14 waves) ran at 0.56x cuBLAS on the H100, as 300
+/// of 128 (2.27 waves) 29% faster; 8192 x 768 x 3072 27% faster, 8192 x 1152 x 4608 3%.
+fn wave_cost(tiles: usize, bn: usize, sms: usize) -> f64 {
+    let per_tile = if bn >= 256 { 1.0 } else { 0.55 };
+    tiles.div_ceil(sms) as f64 * per_tile
 }
 
 /// Tiles down M per group of the tile order (at most): 16 for long k loops, 4 up to K = 4096,
