@@ -198,4 +198,22 @@ mod errors {
             assert!(outs.iter().all(|o| o.rel_error < 1e-6), "{dims:?} {layout:?}: {outs:?}");
         }
     }
+
+    #[test]
+    fn a_handle_of_one_thread_runs_its_plans_on_one_thread_with_the_same_results() {
+        let (g, plan) = conv_plan();
+        let one = Handle::cpu_with_threads(1).unwrap();
+        let plan1 = one.build_plans(&g, &PlanPolicy { engine: Some(EngineKind::Cpu), ..Default::default() }).unwrap().remove(0);
+        let text = plan1.explain().unwrap();
+        assert!(text.contains("(1 threads)"), "{text}");
+        let inputs = ferrodnn::testing::random_inputs(&g, 5);
+        let a = ferrodnn::testing::execute_plan_dense(&one, &plan1, &inputs).unwrap();
+        let b = ferrodnn::testing::execute_plan_dense(&Handle::cpu(), &plan, &inputs).unwrap();
+        for (id, v) in &a {
+            let err = ferrodnn::testing::relative_error(&v.data, &b[id].data);
+            assert!(err < 1e-6, "{err}");
+        }
+        let e = Handle::cpu_with_threads(0).err().expect("0 threads is refused").to_string();
+        assert!(e.contains("at least 1 thread") && e.contains("got 0"), "{e}");
+    }
 }

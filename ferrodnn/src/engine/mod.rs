@@ -340,7 +340,22 @@ impl Handle {
     /// A handle with the CPU engines: the fast one first (the plan [`Handle::build_plans`] ranks
     /// first), then the f64 reference.
     pub fn cpu() -> Handle {
-        Handle { engines: vec![Box::new(cpu_fast::CpuFastEngine), Box::new(cpu::CpuEngine)], cuda: None, plans: Default::default() }
+        Handle { engines: vec![Box::new(cpu_fast::CpuFastEngine::new()), Box::new(cpu::CpuEngine)], cuda: None, plans: Default::default() }
+    }
+
+    /// [`Handle::cpu`] whose fast CPU engine runs its plans on a thread pool of its own with
+    /// `threads` threads (plans of other handles, and the reference engine, keep rayon's global
+    /// pool: all cores, or `RAYON_NUM_THREADS`). Fails for 0 threads or when the pool cannot be
+    /// started.
+    ///
+    /// ```
+    /// let handle = ferrodnn::Handle::cpu_with_threads(1).unwrap();
+    /// assert!(ferrodnn::Handle::cpu_with_threads(0).err().unwrap().to_string().contains("at least 1 thread"));
+    /// # let _ = handle;
+    /// ```
+    pub fn cpu_with_threads(threads: usize) -> Result<Handle> {
+        let fast = cpu_fast::CpuFastEngine::with_threads(threads)?;
+        Ok(Handle { engines: vec![Box::new(fast), Box::new(cpu::CpuEngine)], cuda: None, plans: Default::default() })
     }
 
     /// A handle with only the f64 reference engine: what checks compare against.
@@ -371,7 +386,7 @@ impl Handle {
         let _ = cuda::KernelCache::global();
         let stream: cuda::SharedStream = Arc::new(std::sync::RwLock::new(Arc::new(device.new_stream()?)));
         let engine = cuda::CudaEngine::new(device.clone(), stream.clone());
-        Ok(Handle { engines: vec![Box::new(engine), Box::new(cpu_fast::CpuFastEngine), Box::new(cpu::CpuEngine)], cuda: Some((device, stream)), plans: Default::default() })
+        Ok(Handle { engines: vec![Box::new(engine), Box::new(cpu_fast::CpuFastEngine::new()), Box::new(cpu::CpuEngine)], cuda: Some((device, stream)), plans: Default::default() })
     }
 
     /// The GPU this handle's CUDA engine runs on, if any.

@@ -38,12 +38,45 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tensor::{Dst, Src};
 
-/// The fast CPU engine.
-pub struct CpuFastEngine;
+/// The fast CPU engine. Its plans run on `pool` when it has one (a handle made with
+/// [`crate::Handle::cpu_with_threads`]), else on rayon's global pool (all cores, or
+/// `RAYON_NUM_THREADS`).
+#[derive(Clone, Default)]
+pub struct CpuFastEngine {
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl CpuFastEngine {
+    /// The engine on rayon's global pool.
+    pub fn new() -> CpuFastEngine {
+        CpuFastEngine { pool: None }
+    }
+
+    /// The engine on a pool of its own with `threads` threads (at least 1).
+    pub fn with_threads(threads: usize) -> Result<CpuFastEngine> {
+        if threads == 0 {
+            return Err(Error::InvalidArgument("the fast CPU engine needs at least 1 thread, got 0".into()));
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("ferrodnn-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("the fast CPU engine's pool of {threads} threads could not be started: {e}")))?;
+        Ok(CpuFastEngine { pool: Some(Arc::new(pool)) })
+    }
+
+    /// The threads its plans run on.
+    pub fn threads(&self) -> usize {
+        self.pool.as_ref().map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
+}
 
 impl Engine for CpuFastEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Cpu
+    }
+    fn tuning_key(&self) -> String {
+        format!("threads={}", self.threads())
     }
     fn supports(&self, _graph: &Graph) -> Result<()> {
         Ok(())
@@ -58,7 +91,9 @@ impl Engine for CpuFastEngine {
     }
     fn build(&self, graph: Arc<Graph>, _knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
         super::cpu::budget::check(&graph)?;
-        Ok(Box::new(FastPlan::new(graph)?))
+        let mut plan = FastPlan::new(graph)?;
+        plan.pool = self.pool.clone();
+        Ok(Box::new(plan))
     }
 }
 
@@ -81,6 +116,8 @@ pub struct FastPlan {
     steps: Vec<Step>,
     /// Workspace in f32 elements (the largest any step needs).
     workspace_f32: usize,
+    /// The engine's own thread pool, if it has one (else rayon's global pool).
+    pool: Option<Arc<rayon::ThreadPool>>,
 }
 
 /// Bytes added to the workspace so that its f32 view can start on a 64-byte boundary.
@@ -135,7 +172,7 @@ impl FastPlan {
             }
             steps.push(step);
         }
-        Ok(FastPlan { graph, steps, workspace_f32 })
+        Ok(FastPlan { graph, steps, workspace_f32, pool: None })
     }
 
     /// One line per step: which nodes it runs and on what (`gemm`, `conv`, or the reference's
@@ -144,7 +181,8 @@ impl FastPlan {
         let g = &*self.graph;
         let name = |ni: usize| format!("{}:{} \"{}\"", ni, g.nodes[ni].op.kind(), g.nodes[ni].name);
         let chain = |c: &Chain| if c.links.is_empty() { String::new() } else { format!(" + epilogue [{}]", c.links.iter().map(|l| name(l.node)).collect::<Vec<_>>().join(", ")) };
-        let mut out = format!("graph \"{}\" on the fast CPU engine ({} threads), workspace {} bytes\n", g.name, rayon::current_num_threads(), self.workspace_size());
+        let threads = self.pool.as_ref().map_or_else(rayon::current_num_threads, |p| p.current_num_threads());
+        let mut out = format!("graph \"{}\" on the fast CPU engine ({threads} threads), workspace {} bytes\n", g.name, self.workspace_size());
         for (i, s) in self.steps.iter().enumerate() {
             let line = match s {
                 Step::Reference { node, why } => format!("step {i}: {} -> reference (f64): {why}", name(*node)),
@@ -321,6 +359,20 @@ impl CompiledPlan for FastPlan {
     }
 
     fn execute_cancellable(&self, pack: &mut VariantPack, workspace: Option<Buffer>, cancel: &CancelToken) -> Result<()> {
+        match &self.pool {
+            Some(pool) => pool.install(|| self.run(pack, workspace, cancel)),
+            None => self.run(pack, workspace, cancel),
+        }
+    }
+
+    fn explain(&self) -> Option<String> {
+        Some(FastPlan::explain(self))
+    }
+}
+
+impl FastPlan {
+    /// Every step in order, on the current rayon pool.
+    fn run(&self, pack: &mut VariantPack, workspace: Option<Buffer>, cancel: &CancelToken) -> Result<()> {
         let g = &*self.graph;
         check_pack(g, pack)?;
         let gname = || if g.name.is_empty() { "graph".to_string() } else { format!("graph \"{}\"", g.name) };
@@ -360,16 +412,13 @@ impl CompiledPlan for FastPlan {
         cancel.check(|| format!("{}: after the last node", gname()))?;
         Ok(())
     }
-
-    fn explain(&self) -> Option<String> {
-        Some(FastPlan::explain(self))
-    }
 }
 
 /// How many of validated graph `g`'s nodes the fast kernels run (fused epilogue nodes
 /// included); the rest run on the reference's code.
 pub fn fast_node_count(g: &Graph) -> Result<usize> {
     let plan = FastPlan::new(Arc::new(g.clone()))?;
+    // (No pool needed: nothing runs.)
     Ok(plan
         .steps
         .iter()
