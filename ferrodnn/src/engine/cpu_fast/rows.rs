@@ -294,10 +294,14 @@ fn exp_f32(x: f32) -> f32 {
     const LN2_LO: f32 = 1.428_606_8e-6;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     let xc = x.clamp(-87.0, 88.0);
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    // t's low mantissa bits hold round(xc / ln 2) as an integer: 2^n is built from them with
+    // integer operations only (no float-to-int conversion, which would not vectorize as well).
+    let t = xc * LOG2E + ROUND;
+    let n = t - ROUND;
     let r = xc - n * LN2_HI - n * LN2_LO;
     let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let ni = t.to_bits().wrapping_sub(ROUND.to_bits());
+    let scale = f32::from_bits(ni.wrapping_add(127) << 23);
     let v = p * scale;
     if x < -87.0 {
         0.0
@@ -308,32 +312,47 @@ fn exp_f32(x: f32) -> f32 {
     }
 }
 
+/// `f` folded over `buf` in 16 lanes (lane `k` takes elements `k`, `k + 16`, ...): whole
+/// chunks of 16 first, so that the compiler vectorizes them, then the rest.
+#[inline(always)]
+fn fold16(buf: &[f32], init: f32, mut f: impl FnMut(f32, f32) -> f32) -> [f32; 16] {
+    let mut acc = [init; 16];
+    let mut chunks = buf.chunks_exact(16);
+    for c in &mut chunks {
+        for k in 0..16 {
+            acc[k] = f(acc[k], c[k]);
+        }
+    }
+    for (k, &v) in chunks.remainder().iter().enumerate() {
+        acc[k] = f(acc[k], v);
+    }
+    acc
+}
+
 /// Softmax (or log-softmax) of one row in place; returns its log-sum-exp.
 #[inline(always)]
 fn softmax_row_impl(buf: &mut [f32], log: bool) -> f64 {
-    let mut mx = [f32::NEG_INFINITY; 16];
-    for c in buf.chunks(16) {
-        for (a, &v) in mx.iter_mut().zip(c) {
-            *a = a.max(v);
-        }
-    }
-    let m = mx.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let mut acc = [0f32; 16];
-    if log {
-        for c in buf.chunks(16) {
-            for (a, &v) in acc.iter_mut().zip(c) {
-                *a += exp_f32(v - m);
-            }
-        }
+    let m = fold16(buf, f32::NEG_INFINITY, f32::max).iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let acc = if log {
+        fold16(buf, 0.0, |a, v| a + exp_f32(v - m))
     } else {
-        for c in buf.chunks_mut(16) {
-            for (a, v) in acc.iter_mut().zip(c) {
-                let e = exp_f32(*v - m);
-                *v = e;
-                *a += e;
+        // e = exp(x - m) stored in place while summed.
+        let mut acc = [0f32; 16];
+        let mut chunks = buf.chunks_exact_mut(16);
+        for c in &mut chunks {
+            for k in 0..16 {
+                let e = exp_f32(c[k] - m);
+                c[k] = e;
+                acc[k] += e;
             }
         }
-    }
+        for (k, v) in chunks.into_remainder().iter_mut().enumerate() {
+            let e = exp_f32(*v - m);
+            *v = e;
+            acc[k] += e;
+        }
+        acc
+    };
     let sum: f64 = acc.iter().map(|&a| a as f64).sum();
     let lse = m as f64 + sum.ln();
     if log {
@@ -351,23 +370,9 @@ fn softmax_row_impl(buf: &mut [f32], log: bool) -> f64 {
 #[inline(always)]
 fn norm_row_impl(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
     let n = buf.len() as f64;
-    let mut acc = [0f32; 16];
-    if !rms {
-        for c in buf.chunks(16) {
-            for (a, &v) in acc.iter_mut().zip(c) {
-                *a += v;
-            }
-        }
-    }
-    let mean = acc.iter().map(|&a| a as f64).sum::<f64>() / n;
+    let mean = if rms { 0.0 } else { fold16(buf, 0.0, |a, v| a + v).iter().map(|&a| a as f64).sum::<f64>() / n };
     let m = mean as f32;
-    let mut acc = [0f32; 16];
-    for c in buf.chunks(16) {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += (v - m) * (v - m);
-        }
-    }
-    let var = acc.iter().map(|&a| a as f64).sum::<f64>() / n;
+    let var = fold16(buf, 0.0, |a, v| a + (v - m) * (v - m)).iter().map(|&a| a as f64).sum::<f64>() / n;
     let inv = 1.0 / (var + eps).sqrt();
     let i = inv as f32;
     for ((v, &s), &b) in buf.iter_mut().zip(scale).zip(bias) {
