@@ -422,3 +422,26 @@ fn norm_row(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -
     }
     norm_row_impl(buf, scale, bias, eps, rms)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::exp_f32;
+
+    #[test]
+    fn exp_f32_is_within_a_few_ulp_over_its_range_and_exact_at_the_edges() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x <= 88.0 {
+            let want = (x as f64).exp();
+            let got = exp_f32(x) as f64;
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.0137;
+        }
+        assert!(worst < 1e-6, "worst relative error {worst:e}");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(-100.0), 0.0);
+        assert_eq!(exp_f32(100.0), f32::INFINITY);
+        assert!(exp_f32(f32::NAN).is_nan());
+    }
+}
