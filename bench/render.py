@@ -43,6 +43,28 @@ def chart(result, png):
     return True
 
 
+def render_cpu(r):
+    """The CPU section of BENCHMARKS.md from bench/cpu.py's JSON (kind "cpu")."""
+    out = [f"## CPU: {r['device']} (the 2-core build machine)", "",
+           f"{r['date']}, commit `{r['commit'][:12]}`, {r.get('software', '')}; `bench/cpu.py`, median over {r.get('rounds')} rounds of each side's median of {r.get('runs')} calls after a warm-up, "
+           "ferrodnn through its Python package (the fast CPU engine) beside numpy and PyTorch CPU in the same process. "
+           "ratio = their ms / ours (above 1: ferrodnn is faster). load = the machine's 1-minute load average before / after "
+           "the row: this machine is shared with builds, so rows taken above a load of about 1.5 are indicative only; "
+           "final figures need a quiet machine. pct copy bw: a numpy copy of the same array (in and out once) timed in the "
+           "same run, against ours.", "",
+           "| workload | ours ms | numpy ms | torch ms | ratio vs numpy | ratio vs torch | ours GFLOP/s or GB/s | pct copy bw | load |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for w in r["workloads"]:
+        rate = w.get("ours_gflops") or w.get("ours_gbs")
+        load = " / ".join(f"{v:.1f}" for v in (w.get("load") or []))
+        out.append(f"| {w['id']} | {fmt(w.get('ours_ms'), '.2f')} | {fmt(w.get('numpy_ms'), '.2f')} | {fmt(w.get('torch_ms'), '.2f')} | "
+                   f"{fmt(w.get('ratio_vs_numpy'), '.2f')} | {fmt(w.get('ratio_vs_torch'), '.2f')} | {fmt(rate, '.1f')} | {fmt(w.get('pct_copy_bw'), '.0f')} | {load} |")
+    if r.get("note"):
+        out += ["", r["note"]]
+    out.append("")
+    return out
+
+
 def render(paths):
     out = ["# Benchmarks", "",
            "Measured by `bench/run.py` (ferrodnn and PyTorch in the same run on the same GPU; CUDA-event medians after warm-up).",
@@ -52,9 +74,13 @@ def render(paths):
            "measured in the same run (device-to-device copy bandwidth for memory-bound work, bf16 GEMM rate for compute-bound work).",
            "Build times: cold = first plan build in a new process with an empty kernel cache; warm disk = first build in a new process",
            "with the kernel cache on disk; in process = a rebuild of a graph seen before in the process (the plan cache).", ""]
+    cpu = []  # CPU sections, after every GPU section
     for path in paths:
         with open(path) as f:
             r = json.load(f)
+        if r.get("kind") == "cpu":
+            cpu += render_cpu(r)
+            continue
         png = os.path.splitext(path)[0] + "-ratios.png"
         has_chart = chart(r, png)
         roof = r.get("roofline")
@@ -94,6 +120,7 @@ def render(paths):
         if has_chart:
             out += ["", f"![ratios]({os.path.relpath(png, ROOT)})"]
         out.append("")
+    out += cpu
     with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as f:
         f.write("\n".join(out))
     print("wrote BENCHMARKS.md")

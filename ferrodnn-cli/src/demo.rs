@@ -161,7 +161,8 @@ pub fn demo() -> Result<(), String> {
         let outputs = execute_plan_dense_cancellable(&handle, &plan, &inputs, cancel).map_err(|e| e.to_string())?;
         let ms = start.elapsed().as_secs_f64() * 1e3;
         outln!("\n{}: {} ops on engine {} in {ms:.2} ms", g.name, g.nodes.len(), engine.name());
-        let reference = if engine == EngineKind::Cpu { None } else { Some(execute_dense(&Handle::cpu(), &g, &inputs, &PlanPolicy::default()).map_err(|e| e.to_string())?) };
+        let reference =
+            if engine == EngineKind::Reference { None } else { Some(execute_dense(&Handle::reference(), &g, &inputs, &PlanPolicy::default()).map_err(|e| e.to_string())?) };
         let mut ids: Vec<_> = outputs.keys().copied().collect();
         ids.sort();
         for id in ids {

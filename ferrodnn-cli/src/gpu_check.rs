@@ -44,7 +44,7 @@ pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: 
         return Err("gpu-check needs a GPU".into());
     };
     outln!("gpu-check on {} ({})", device.name(), device.arch());
-    let cpu = Handle::cpu();
+    let cpu = Handle::reference();
     let policy = PlanPolicy { engine: Some(EngineKind::Cuda), ..Default::default() };
     let mut rows = Vec::new();
     let mut failed = 0;

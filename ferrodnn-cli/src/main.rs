@@ -85,8 +85,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a graph from a JSON file on seeded random inputs, check it against the CPU engine when
-    /// another engine ran it, and print the timing.
+    /// Run a graph from a JSON file on seeded random inputs, check it against the f64 reference
+    /// engine when another engine ran it, and print the timing.
     Run {
         graph: std::path::PathBuf,
         #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
@@ -116,6 +116,10 @@ enum Command {
         /// The plan's knobs as NAME=VALUE (default: the engine's first candidate), e.g. fused=0.
         #[arg(long = "knob", value_parser = parse_knob)]
         knobs: Vec<ferrodnn::engine::Knob>,
+        /// Explain the fast CPU engine's plan instead: which nodes run on its GEMM kernels (with
+        /// which epilogue), which on the reference's code and why.
+        #[arg(long)]
+        cpu: bool,
     },
     /// Build a conv -> bias -> relu graph, a layernorm graph and an attention graph, run each on
     /// the best engine available and print results, errors and timings.
@@ -211,8 +215,11 @@ enum Command {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum EngineArg {
+    /// The fast CPU engine.
     Cpu,
     Cuda,
+    /// The f64 reference engine.
+    Reference,
     Auto,
 }
 
@@ -227,7 +234,8 @@ fn main() -> ExitCode {
         Command::Ops { json } => ops(json),
         Command::CompileCases { arch, sm_count, filter, dump, bench, notes } => compile_cases(&arch, sm_count, filter.as_deref(), dump.as_deref(), bench.as_deref(), notes),
         Command::PtxManifest { out, ptx_dir, filter } => ptx_manifest::ptx_manifest(&out, ptx_dir.as_deref(), filter.as_deref()),
-        Command::Explain { graph, source, json, arch, sm_count, knobs } => explain(&graph, source, json, arch, sm_count, &knobs),
+        Command::Explain { graph, cpu: true, .. } => explain_cpu(&graph),
+        Command::Explain { graph, source, json, arch, sm_count, knobs, cpu: false } => explain(&graph, source, json, arch, sm_count, &knobs),
         Command::Run { graph, engine, seed } => run(&graph, engine, seed),
         Command::Demo => demo::demo(),
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
@@ -248,14 +256,15 @@ fn main() -> ExitCode {
 }
 
 /// Engines a build of ferrodnn can have, whether or not this machine can run them.
-const ALL_ENGINES: [EngineKind; 2] = [EngineKind::Cpu, EngineKind::Cuda];
+const ALL_ENGINES: [EngineKind; 3] = [EngineKind::Cpu, EngineKind::Cuda, EngineKind::Reference];
 
-/// Whether an engine of this build runs an op: the CPU engine runs every op; the CUDA engine
+/// Whether an engine of this build runs an op: the CPU engines run every op (the fast one some
+/// through the reference's code: `ferrodnn explain --cpu` says which); the CUDA engine
 /// runs an op when it generates kernels for every check case that uses the op (and at least one
 /// case uses it). This needs no GPU: kernel generation is plain Rust.
 fn engine_supports(engine: EngineKind, op: &str, cuda_ops: &std::collections::HashMap<String, bool>) -> bool {
     match engine {
-        EngineKind::Cpu => true,
+        EngineKind::Cpu | EngineKind::Reference => true,
         EngineKind::Cuda => cuda_ops.get(op).copied().unwrap_or(false),
     }
 }
@@ -308,6 +317,7 @@ fn run(path: &std::path::Path, engine: EngineArg, seed: u64) -> Result<(), Strin
     let wanted = match engine {
         EngineArg::Cpu => Some(EngineKind::Cpu),
         EngineArg::Cuda => Some(EngineKind::Cuda),
+        EngineArg::Reference => Some(EngineKind::Reference),
         EngineArg::Auto => None,
     };
     if let Some(k) = wanted {
@@ -327,8 +337,8 @@ fn run(path: &std::path::Path, engine: EngineArg, seed: u64) -> Result<(), Strin
     let outputs = execute_plan_dense_cancellable(&handle, &plan, &inputs, cancel).map_err(|e| e.to_string())?;
     let elapsed = build + start.elapsed();
     outln!("graph \"{}\": {} ops, ran on engine {} in {:.3} ms (plan build included)", graph.name, graph.nodes.len(), used.name(), elapsed.as_secs_f64() * 1e3);
-    let reference = if used != EngineKind::Cpu {
-        let cpu = Handle::cpu();
+    let reference = if used != EngineKind::Reference {
+        let cpu = Handle::reference();
         let plan = cpu.build_plans(&graph, &PlanPolicy::default()).map_err(|e| format!("the CPU reference: {e}"))?.remove(0);
         Some(execute_plan_dense_cancellable(&cpu, &plan, &inputs, cancel).map_err(|e| format!("the CPU reference: {e}"))?)
     } else {
@@ -348,12 +358,12 @@ fn run(path: &std::path::Path, engine: EngineArg, seed: u64) -> Result<(), Strin
             let tol = tolerance(dtype).max(1e-6);
             let ok = err <= tol;
             failed |= !ok;
-            out!("  rel. error vs cpu {err:.2e} ({})", if ok { "ok" } else { "FAIL" });
+            out!("  rel. error vs reference {err:.2e} ({})", if ok { "ok" } else { "FAIL" });
         }
         outln!();
     }
     if failed {
-        return Err("some outputs differ from the CPU engine beyond tolerance".into());
+        return Err("some outputs differ from the reference engine beyond tolerance".into());
     }
     Ok(())
 }
@@ -369,6 +379,17 @@ fn explain(path: &std::path::Path, source: bool, json: bool, arch: Option<String
     let e = cuda::explain(&graph, &Target::new(&arch, sm_count), knobs).map_err(|e| e.to_string())?;
     let out = if json { serde_json::to_string_pretty(&e).map_err(|e| e.to_string())? + "\n" } else { e.to_text(source) };
     // A closed pipe (`ferrodnn explain g.json --source | head`) is not an error worth a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
+    Ok(())
+}
+
+/// `explain --cpu`: the fast CPU engine's plan for a graph, step by step.
+fn explain_cpu(path: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let graph = Graph::from_json(&text).map_err(|e| e.to_string())?;
+    let policy = PlanPolicy { engine: Some(EngineKind::Cpu), ..Default::default() };
+    let plan = Handle::cpu().build_plans(&graph, &policy).map_err(|e| e.to_string())?.remove(0);
+    let out = plan.explain().unwrap_or_default();
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
     Ok(())
 }

@@ -2682,7 +2682,9 @@ impl PyGraph {
                 device.join(", ")
             )));
         }
-        let engine = if device.is_empty() { EngineKind::Cpu } else { EngineKind::Cuda };
+        // Host arrays run on the fast CPU engine, or on the f64 reference when that plan is asked
+        // for by index.
+        let mut engine = if device.is_empty() { EngineKind::Cpu } else { EngineKind::Cuda };
         let arrays = if device.is_empty() { "host arrays" } else { "device arrays" };
         if engine == EngineKind::Cuda && handle.cuda_device().is_none() {
             return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": the arrays are in device memory but the handle has no GPU engine (no usable CUDA device)")));
@@ -2700,6 +2702,9 @@ impl PyGraph {
                         "execute_plan_at_index: plan {i} ({name}) is not built; build it with build_plan_at_index({i}) or build_plans(build_plan_policy.ALL)"
                     )));
                 }
+                if engine == EngineKind::Cpu && e.desc.engine == EngineKind::Reference {
+                    engine = EngineKind::Reference;
+                }
                 if e.desc.engine != engine {
                     return Err(InvalidArgumentError::new_err(format!(
                         "execute_plan_at_index: plan {i} ({name}) runs on the {} engine but the arrays are {arrays}",
@@ -2710,8 +2715,14 @@ impl PyGraph {
             }
             None => {
                 let b = st.built()?;
-                match b.candidate.filter(|&c| b.entries[c].desc.engine == engine) {
-                    Some(c) => vec![b.entries[c].desc.knobs.clone()],
+                let host_reference = |c: usize| engine == EngineKind::Cpu && b.entries[c].desc.engine == EngineKind::Reference;
+                match b.candidate.filter(|&c| b.entries[c].desc.engine == engine || host_reference(c)) {
+                    Some(c) => {
+                        if host_reference(c) {
+                            engine = EngineKind::Reference;
+                        }
+                        vec![b.entries[c].desc.knobs.clone()]
+                    }
                     None => {
                         let listed: Vec<(String, PlanDesc, Option<String>)> = b
                             .entries
@@ -2898,7 +2909,7 @@ impl PyGraph {
             x.bytes > 0 && y.bytes > 0 && a0 < b1 && b0 < a1
         };
         let mut copies: Vec<Option<Vec<u8>>> = vec![None; slots.len()];
-        if engine == EngineKind::Cpu {
+        if engine != EngineKind::Cuda {
             for i in 0..slots.len() {
                 for j in 0..slots.len() {
                     if i == j || !slots[i].output || slots[i].a.device || slots[j].a.device || !overlaps(slots[i].a, slots[j].a) {
@@ -2967,8 +2978,9 @@ impl PyGraph {
         let mut host_ws: Vec<u8> = Vec::new();
         let ws = if need == 0 {
             None
-        } else if engine == EngineKind::Cpu {
-            host_ws.resize(need, 0);
+        } else if engine != EngineKind::Cuda {
+            // Zeroed pages from the allocator (no fill pass over a large workspace).
+            host_ws = vec![0u8; need];
             Some(Buffer::HostMut(&mut host_ws))
         } else {
             match &ws_desc {

@@ -195,12 +195,13 @@ def test_plan_list_as_test_matmul_bias_relu_uses_it():
     assert n >= 1
     for i in range(n):
         name = g.get_plan_name_at_index(i)
-        assert name.split("[")[0] in ("cpu", "cuda")
-        # ferrodnn's behavior notes: CUDA plans compile kernels when built, CPU plans do not, and
-        # the CPU engine is deterministic at full precision.
+        assert name.split("[")[0] in ("cpu", "cuda", "reference")
+        # ferrodnn's behavior notes: CUDA plans compile kernels when built, CPU plans (the fast
+        # engine and the f64 reference) do not, and both CPU engines are deterministic at full
+        # precision.
         notes = g.get_behavior_notes_for_plan_at_index(i)
         assert (cudnn.behavior_note.RUNTIME_COMPILATION in notes) == name.startswith("cuda"), (name, notes)
-        if name.startswith("cpu"):
+        if not name.startswith("cuda"):
             assert g.get_numerical_notes_for_plan_at_index(i) == []
         assert g.get_workspace_size_plan_at_index(i) == 0  # not built yet
     g.check_support()
@@ -213,6 +214,21 @@ def test_plan_list_as_test_matmul_bias_relu_uses_it():
     workspace = np.empty(g.get_workspace_size(), np.uint8)
     g.execute({X: x, W: w, B: b, Y: y}, workspace)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_reference_plan_runs_host_arrays_by_index():
+    g = cpu_graph("reference_by_index")
+    X, W, B, Y = matmul_bias_relu(g)
+    g.create_execution_plans([cudnn.heur_mode.A])
+    names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
+    # The fast CPU engine ranks before the f64 reference.
+    assert names.index("cpu[]") < names.index("reference[]"), names
+    i = names.index("reference[]")
+    g.build_plan_at_index(i)
+    x, w, b, expected = matmul_bias_relu_data()
+    y = np.zeros_like(expected)
+    g.execute_plan_at_index({X: x, W: w, B: b, Y: y}, np.empty(g.get_workspace_size_plan_at_index(i), np.uint8), index=i)
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
 
 
 def test_build_plan_at_index_then_execute_it():
@@ -286,14 +302,15 @@ def test_engines_and_knobs_as_test_conv_bias_uses_them():
     Y.set_output(True)
     g.validate()
     g.build_operation_graph()
-    assert g.get_engine_count() == len(handle.engines()) == 1
+    # The fast CPU engine and the f64 reference.
+    assert g.get_engine_count() == len(handle.engines()) == 2
     created = 0
     for engine in range(g.get_engine_count()):
         try:
             knobs = g.get_knobs_for_engine(engine)
         except RuntimeError:
             continue
-        assert knobs == []  # the CPU engine has no knobs
+        assert knobs == []  # the CPU engines have no knobs
         for knob in knobs:
             if knob.type == cudnn.knob_type.KERNEL_CFG:
                 for kernel_cfg in range(knob.min_value, knob.max_value + 1, knob.stride):
@@ -362,7 +379,7 @@ def test_create_execution_plan_bad_knobs(knobs, error, words):
 
 
 @pytest.mark.parametrize("method", ["create_execution_plan", "get_knobs_for_engine"])
-@pytest.mark.parametrize("engine_id", [1, -1, 99])
+@pytest.mark.parametrize("engine_id", [2, -1, 99])
 def test_engine_ids_out_of_range(method, engine_id):
     g = cpu_graph("engines")
     matmul_bias_relu(g)
@@ -370,7 +387,7 @@ def test_engine_ids_out_of_range(method, engine_id):
     with pytest.raises(cudnn.InvalidArgumentError) as e:
         call()
     msg = str(e.value)
-    assert method in msg and f"engine id {engine_id}" in msg and "1 engines (0: cpu)" in msg, msg
+    assert method in msg and f"engine id {engine_id}" in msg and "2 engines (0: cpu, 1: reference)" in msg, msg
 
 
 @pytest.mark.parametrize("modes", ["A", [1], [cudnn.heur_mode.A, "B"], 3.0])
@@ -394,15 +411,28 @@ def test_heur_modes_single_value_and_opensource_accepted():
 # Filters
 
 
+def test_deselecting_the_fast_cpu_engine_runs_the_reference():
+    g = cpu_graph("deselect_fast")
+    X, W, B, Y = matmul_bias_relu(g)
+    g.deselect_engines(["cpu"])
+    g.create_execution_plans([cudnn.heur_mode.A])
+    g.build_plans()
+    assert g.get_plan_name_at_index(1) == "reference[]"
+    x, w, b, expected = matmul_bias_relu_data()
+    y = np.zeros_like(expected)
+    g.execute({X: x, W: w, B: b, Y: y}, None)
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_deselect_engines_by_name():
     g = cpu_graph("deselect")
     X, W, B, Y = matmul_bias_relu(g)
-    g.deselect_engines(["cpu"])
+    g.deselect_engines(["cpu", "reference"])
     g.create_execution_plans([cudnn.heur_mode.A])
     with pytest.raises(cudnn.NotSupportedError) as e:
         g.build_plans()
     msg = str(e.value)
-    assert '"deselect"' in msg and "plan 0 (cpu[])" in msg and "deselect_engines" in msg, msg
+    assert '"deselect"' in msg and "plan 0 (cpu[])" in msg and "plan 1 (reference[])" in msg and "deselect_engines" in msg, msg
     with pytest.raises(cudnn.NotSupportedError, match=r"build_plan_at_index: plan 0 \(cpu\[\]\).*deselect_engines"):
         g.build_plan_at_index(0)
     x, w, b, expected = matmul_bias_relu_data()
@@ -428,7 +458,8 @@ def test_deselect_engines_by_name():
     ],
 )
 def test_note_and_workspace_filters_on_cpu_plans(select, passes, word):
-    """CPU plans are deterministic, full precision, not runtime compiled and need no workspace."""
+    """CPU plans are deterministic, full precision and not runtime compiled; the reference plan
+    needs no workspace (so it runs when plans with one are deselected)."""
     g = cpu_graph("filters")
     X, W, B, Y = matmul_bias_relu(g)
     g.create_execution_plans([cudnn.heur_mode.A])

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod cpu;
+pub mod cpu_fast;
 pub mod cuda;
 
 use crate::error::{Error, Result};
@@ -34,10 +35,17 @@ use std::sync::Arc;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EngineKind {
-    /// The reference engine: every op, every type, any strides, on all cores.
+    /// The fast CPU engine ([`cpu_fast`]): matmul and convolution on f32 GEMM kernels with
+    /// fused epilogues, every other node through the reference's code. The default engine of a
+    /// handle without a GPU. Plans serialized as `"cpu"` before the fast engine existed rebuild
+    /// on it.
     Cpu,
     /// The GPU engines (the CUDA engine issue).
     Cuda,
+    /// The f64 reference engine ([`cpu`]): every op, every type, any strides, on all cores;
+    /// what every other engine is checked against. Chosen explicitly ([`Handle::reference`],
+    /// or a policy naming it).
+    Reference,
 }
 
 impl EngineKind {
@@ -45,6 +53,7 @@ impl EngineKind {
         match self {
             EngineKind::Cpu => "cpu",
             EngineKind::Cuda => "cuda",
+            EngineKind::Reference => "reference",
         }
     }
 }
@@ -55,7 +64,8 @@ impl std::str::FromStr for EngineKind {
         match s {
             "cpu" => Ok(EngineKind::Cpu),
             "cuda" => Ok(EngineKind::Cuda),
-            _ => Err(Error::InvalidArgument(format!("unknown engine `{s}`; expected cpu or cuda"))),
+            "reference" => Ok(EngineKind::Reference),
+            _ => Err(Error::InvalidArgument(format!("unknown engine `{s}`; expected cpu, cuda or reference"))),
         }
     }
 }
@@ -245,6 +255,11 @@ pub trait CompiledPlan: Send + Sync {
         cancel.check(|| "the plan".to_string())?;
         self.execute(pack, workspace)
     }
+    /// What the plan runs each node on, as text, where the engine says (the fast CPU engine:
+    /// which nodes run on its kernels, which fused, which on the reference's code and why).
+    fn explain(&self) -> Option<String> {
+        None
+    }
 }
 
 /// An executable plan: an engine and its knobs, compiled for one graph.
@@ -264,6 +279,11 @@ impl Plan {
     }
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+    /// What the plan runs each node on, where its engine says (the fast CPU engine does: see
+    /// [`cpu_fast`]).
+    pub fn explain(&self) -> Option<String> {
+        self.inner.explain()
     }
     /// Run the plan on the buffers of `pack`. Checks that every buffer the graph needs is
     /// there, is large enough and is of the right kind, that the pack names no tensor the
@@ -317,13 +337,35 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// A handle with only the CPU engine.
+    /// A handle with the CPU engines: the fast one first (the plan [`Handle::build_plans`] ranks
+    /// first), then the f64 reference.
     pub fn cpu() -> Handle {
+        Handle { engines: vec![Box::new(cpu_fast::CpuFastEngine::new()), Box::new(cpu::CpuEngine)], cuda: None, plans: Default::default() }
+    }
+
+    /// [`Handle::cpu`] whose fast CPU engine runs its plans on a thread pool of its own with
+    /// `threads` threads (plans of other handles, and the reference engine, keep rayon's global
+    /// pool: all cores, or `RAYON_NUM_THREADS`). Fails for 0 threads or when the pool cannot be
+    /// started.
+    ///
+    /// ```
+    /// let handle = ferrodnn::Handle::cpu_with_threads(1).unwrap();
+    /// assert!(ferrodnn::Handle::cpu_with_threads(0).err().unwrap().to_string().contains("at least 1 thread"));
+    /// # let _ = handle;
+    /// ```
+    pub fn cpu_with_threads(threads: usize) -> Result<Handle> {
+        let fast = cpu_fast::CpuFastEngine::with_threads(threads)?;
+        Ok(Handle { engines: vec![Box::new(fast), Box::new(cpu::CpuEngine)], cuda: None, plans: Default::default() })
+    }
+
+    /// A handle with only the f64 reference engine: what checks compare against.
+    pub fn reference() -> Handle {
         Handle { engines: vec![Box::new(cpu::CpuEngine)], cuda: None, plans: Default::default() }
     }
 
     /// Every engine this machine can run, best first: the CUDA engine on GPU 0 when a supported
-    /// GPU is present (on a stream of its own; see [`Handle::set_stream`]), then the CPU engine.
+    /// GPU is present (on a stream of its own; see [`Handle::set_stream`]), then the fast CPU
+    /// engine and the reference.
     pub fn new() -> Handle {
         if cuda::gpu_available() {
             if let Ok(h) = Handle::cuda(0) {
@@ -333,7 +375,7 @@ impl Handle {
         Handle::cpu()
     }
 
-    /// A handle on GPU `ordinal` (and the CPU engine after it). Fails when there is no such
+    /// A handle on GPU `ordinal` (and the CPU engines after it). Fails when there is no such
     /// GPU, it is older than sm_80, or the driver cannot be loaded.
     pub fn cuda(ordinal: usize) -> Result<Handle> {
         let device = cuda::CudaDevice::open(ordinal)?;
@@ -344,7 +386,7 @@ impl Handle {
         let _ = cuda::KernelCache::global();
         let stream: cuda::SharedStream = Arc::new(std::sync::RwLock::new(Arc::new(device.new_stream()?)));
         let engine = cuda::CudaEngine::new(device.clone(), stream.clone());
-        Ok(Handle { engines: vec![Box::new(engine), Box::new(cpu::CpuEngine)], cuda: Some((device, stream)), plans: Default::default() })
+        Ok(Handle { engines: vec![Box::new(engine), Box::new(cpu_fast::CpuFastEngine::new()), Box::new(cpu::CpuEngine)], cuda: Some((device, stream)), plans: Default::default() })
     }
 
     /// The GPU this handle's CUDA engine runs on, if any.

@@ -167,6 +167,7 @@ pub fn execute_plan_dense_cancellable(handle: &Handle, plan: &Plan, inputs: &Has
         cancel.check(|| format!("graph \"{}\"", g.name))?;
         run_on_device(handle, plan, &in_bufs, &host_scalars, &mut out_bufs)?;
     } else {
+        let mut workspace = try_vec_filled(plan.workspace_size(), 0u8, || format!("the workspace of graph \"{}\"", g.name))?;
         let mut pack = VariantPack::new();
         for (uid, b) in in_bufs.iter().chain(&host_scalars) {
             pack.input(*uid, b);
@@ -174,7 +175,8 @@ pub fn execute_plan_dense_cancellable(handle: &Handle, plan: &Plan, inputs: &Has
         for (_, uid, b) in &mut out_bufs {
             pack.output(*uid, b);
         }
-        plan.execute_cancellable(&mut pack, None, cancel)?;
+        let ws = (!workspace.is_empty()).then(|| crate::engine::Buffer::HostMut(&mut workspace));
+        plan.execute_cancellable(&mut pack, ws, cancel)?;
     }
     let mut outputs = HashMap::new();
     for (id, _, bytes) in out_bufs {
@@ -214,11 +216,12 @@ fn run_on_device(handle: &Handle, plan: &Plan, ins: &[(i64, Vec<u8>)], host_scal
     Ok(())
 }
 
-/// Validate a copy of `graph` and run it on the CPU engine with the given dense inputs.
+/// Validate a copy of `graph` and run it on the f64 reference engine with the given dense
+/// inputs.
 pub fn run_cpu(graph: &Graph, inputs: &HashMap<TensorId, Nd>) -> Result<HashMap<TensorId, Nd>> {
     let mut g = graph.clone();
     g.validate()?;
-    execute_dense(&Handle::cpu(), &g, inputs, &PlanPolicy::default())
+    execute_dense(&Handle::reference(), &g, inputs, &PlanPolicy::default())
 }
 
 /// ||a - b|| / ||b|| (with ||b|| floored at 1e-30); infinite when the shapes differ or either
@@ -304,3 +307,4 @@ pub fn dot(a: &Nd, b: &Nd) -> f64 {
 }
 
 pub mod cases;
+pub mod check;

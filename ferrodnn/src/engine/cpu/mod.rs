@@ -1,4 +1,6 @@
-//! The CPU engine: every op, every data type, any strides, on all cores (rayon).
+//! The reference CPU engine ([`EngineKind::Reference`]): every op, every data type, any strides,
+//! on all cores (rayon). The fast CPU engine ([`super::cpu_fast`]) runs the nodes it does not
+//! take itself through this engine's code.
 //!
 //! It is the reference every other engine is checked against, so it is written for clarity:
 //! each input is read into a dense row-major `f64` array ([`Nd`]), each op computes in `f64`,
@@ -38,7 +40,7 @@ pub struct CpuEngine;
 
 impl Engine for CpuEngine {
     fn kind(&self) -> EngineKind {
-        EngineKind::Cpu
+        EngineKind::Reference
     }
     fn supports(&self, _graph: &Graph) -> Result<()> {
         Ok(())
@@ -116,7 +118,7 @@ impl CompiledPlan for CpuPlan {
 }
 
 /// Every non-virtual tensor has a host buffer large enough; the pack names no unknown uid.
-fn check_pack(g: &Graph, pack: &VariantPack) -> Result<()> {
+pub(crate) fn check_pack(g: &Graph, pack: &VariantPack) -> Result<()> {
     let mut known = HashMap::new();
     for id in g.io_tensors() {
         let d = g.desc(id);
@@ -147,7 +149,7 @@ fn check_pack(g: &Graph, pack: &VariantPack) -> Result<()> {
     Ok(())
 }
 
-fn load_input(g: &Graph, id: TensorId, pack: &VariantPack) -> Result<Nd> {
+pub(crate) fn load_input(g: &Graph, id: TensorId, pack: &VariantPack) -> Result<Nd> {
     let d = g.desc(id);
     let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
     let dims: Vec<usize> = d.dims.iter().map(|&x| x as usize).collect();
@@ -222,7 +224,7 @@ impl NodeIo<'_> {
     }
 }
 
-fn exec_node(io: &mut NodeIo) -> Result<()> {
+pub(crate) fn exec_node(io: &mut NodeIo) -> Result<()> {
     let op = io.node.op.clone();
     match &op {
         Op::ConvFprop(a) => conv::fprop(io, a),

@@ -1,0 +1,447 @@
+//! Row-wise memory-bound ops as one threaded pass over each row: softmax and log-softmax (over
+//! any axis; with the log-sum-exp statistics), layernorm and rmsnorm forward (statistics over
+//! every dim but the batch dim, training or inference). Each row is read once into a per-thread
+//! f32 buffer (any strides, f32/f16/bf16), reduced (sums in f64), and written once.
+
+use super::tensor::{Dst, Src};
+use super::{check_tensor, Exec};
+use crate::dtype::DataType;
+use crate::error::Result;
+use crate::graph::ops::Op;
+use crate::graph::{Graph, TensorId};
+use crate::layout::unravel;
+use rayon::prelude::*;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Softmax {
+        axis: usize,
+        log: bool,
+    },
+    /// Layernorm (`rms` false) or rmsnorm.
+    Norm {
+        rms: bool,
+        epsilon: f64,
+    },
+}
+
+pub(crate) struct RowStep {
+    pub node: usize,
+    kind: Kind,
+    x: TensorId,
+    y: TensorId,
+    /// Softmax: the log-sum-exp; norms: the mean.
+    stats: Option<TensorId>,
+    inv_variance: Option<TensorId>,
+    scale: Option<TensorId>,
+    bias: Option<TensorId>,
+    epsilon: Option<TensorId>,
+}
+
+fn udims(g: &Graph, t: TensorId) -> Vec<usize> {
+    g.desc(t).dims.iter().map(|&x| x as usize).collect()
+}
+
+impl RowStep {
+    pub fn plan(g: &Graph, ni: usize) -> std::result::Result<RowStep, String> {
+        let node = &g.nodes[ni];
+        if g.compute_type(node) != DataType::F32 {
+            return Err(format!("compute type {} (the fast kernels compute in f32)", g.compute_type(node)));
+        }
+        let x = node.input("x").ok_or("port `x` is missing")?;
+        let y = node.output("y").ok_or("port `y` is missing")?;
+        let (kind, stats, inv_variance, scale, bias, epsilon) = match &node.op {
+            Op::Softmax(a) => (Kind::Softmax { axis: a.axis, log: a.log }, node.output("stats"), None, None, None, None),
+            Op::Layernorm(a) | Op::Rmsnorm(a) => {
+                let rms = matches!(node.op, Op::Rmsnorm(_));
+                let eps = node.input("epsilon");
+                if let Some(e) = eps {
+                    if !g.resolved_data_type(e).is_some_and(super::epilogue::fast_type) {
+                        return Err("the epsilon tensor is not f32, f16 or bf16".into());
+                    }
+                }
+                (Kind::Norm { rms, epsilon: a.epsilon }, if rms { None } else { node.output("mean") }, node.output("inv_variance"), node.input("scale"), node.input("bias"), eps)
+            }
+            _ => return Err("not a row op".into()),
+        };
+        check_tensor(g, x, false)?;
+        check_tensor(g, y, true)?;
+        for t in [stats, inv_variance].into_iter().flatten() {
+            check_tensor(g, t, true)?;
+        }
+        for t in [scale, bias].into_iter().flatten() {
+            check_tensor(g, t, false)?;
+        }
+        let xd = udims(g, x);
+        if udims(g, y) != xd {
+            return Err("y's dims differ from x's".into());
+        }
+        match kind {
+            Kind::Softmax { axis, .. } if axis >= xd.len() => return Err(format!("axis {axis} is out of range")),
+            Kind::Norm { .. } => {
+                if xd.len() < 2 {
+                    return Err("x has rank below 2".into());
+                }
+                let want: Vec<usize> = std::iter::once(xd[0]).chain(std::iter::repeat_n(1, xd.len() - 1)).collect();
+                for t in [stats, inv_variance].into_iter().flatten() {
+                    if udims(g, t) != want {
+                        return Err(format!("statistics dims {:?} (the fast kernels take {want:?})", udims(g, t)));
+                    }
+                }
+                for t in [scale, bias].into_iter().flatten() {
+                    let d = udims(g, t);
+                    if d.len() > xd.len() || d.iter().rev().zip(xd.iter().rev()).any(|(&a, &b)| a != 1 && a != b) || (d.len() == xd.len() && d[0] != 1) {
+                        return Err(format!("scale or bias dims {d:?} do not broadcast over one row of x"));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(RowStep { node: ni, kind, x, y, stats, inv_variance, scale, bias, epsilon })
+    }
+
+    pub fn describe(&self) -> String {
+        match self.kind {
+            Kind::Softmax { axis, log } => format!("{} over axis {axis}, a pass per row", if log { "log-softmax" } else { "softmax" }),
+            Kind::Norm { rms, .. } => format!("{} over every dim but the first, a pass per row", if rms { "rmsnorm" } else { "layernorm" }),
+        }
+    }
+
+    pub fn run(&self, ex: &mut Exec) -> Result<()> {
+        let x = ex.src(self.x)?;
+        let scale = self.scale.map(|t| ex.src(t)).transpose()?;
+        let bias = self.bias.map(|t| ex.src(t)).transpose()?;
+        let eps = match (self.kind, self.epsilon) {
+            // SAFETY: offset 0 is the by-value scalar's one element.
+            (Kind::Norm { .. }, Some(t)) => unsafe { ex.src(t)?.load(0) as f64 },
+            (Kind::Norm { epsilon, .. }, None) => epsilon,
+            _ => 0.0,
+        };
+        // The statistics first (into new intermediates or their buffers), then y.
+        let mut stats = Vec::new();
+        for t in [self.stats, self.inv_variance].into_iter().flatten() {
+            let dims = udims(ex.graph, t);
+            let mut vals = vec![0f32; dims.iter().product()];
+            stats.push((t, dims, std::mem::take(&mut vals)));
+        }
+        ex.with_dst(self.y, |y, _| {
+            match self.kind {
+                Kind::Softmax { axis, log } => softmax(&x, y, axis, log, stats.first_mut().map(|s| s.2.as_mut_slice())),
+                Kind::Norm { rms, .. } => {
+                    let (mut mean, mut inv) = (None, None);
+                    for (t, _, v) in stats.iter_mut() {
+                        if Some(*t) == self.inv_variance {
+                            inv = Some(v.as_mut_slice());
+                        } else {
+                            mean = Some(v.as_mut_slice());
+                        }
+                    }
+                    norm(&x, y, scale.as_ref(), bias.as_ref(), eps, rms, mean, inv)
+                }
+            }
+            Ok(())
+        })?;
+        // Write the statistics (dense, row-major order = row order) through their tensors.
+        for (t, dims, vals) in stats {
+            ex.with_dst(t, |d, _| {
+                let src = Src::dense(&vals, &dims);
+                let mut idx = vec![0usize; dims.len()];
+                for (i, _) in vals.iter().enumerate() {
+                    unravel(i, &dims, &mut idx);
+                    let so: isize = idx.iter().zip(&src.strides).map(|(&a, &s)| a as isize * s).sum();
+                    let dofs: isize = idx.iter().zip(&d.strides).map(|(&a, &s)| a as isize * s).sum();
+                    // SAFETY: both offsets are of element idx of the statistics tensor.
+                    unsafe { d.store(dofs, src.load(so)) };
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The offsets, relative to a row's first element, of each element of a row made of the
+/// trailing dims `dims[from..]` of a tensor with `strides` (broadcast: stride 0).
+fn row_offsets(dims: &[usize], strides: &[isize], from: usize) -> Vec<isize> {
+    let sub = &dims[from..];
+    let n: usize = sub.iter().product();
+    let mut idx = vec![0usize; sub.len()];
+    (0..n)
+        .map(|j| {
+            unravel(j, sub, &mut idx);
+            idx.iter().zip(&strides[from..]).map(|(&i, &s)| i as isize * s).sum()
+        })
+        .collect()
+}
+
+fn softmax(x: &Src, y: &Dst, axis: usize, log: bool, stats: Option<&mut [f32]>) {
+    let dims = &x.dims;
+    let outer: usize = dims[..axis].iter().product();
+    let inner: usize = dims[axis + 1..].iter().product();
+    let len = dims[axis];
+    let (xs, ys) = (x.strides[axis], y.strides[axis]);
+    let stats_addr = stats.map(|s| s.as_mut_ptr() as usize);
+    (0..outer * inner).into_par_iter().with_min_len(16).for_each_init(
+        || (vec![0usize; dims.len()], vec![0f32; len]),
+        |(idx, buf), r| {
+            let (o, i) = (r / inner, r % inner);
+            unravel(o, &dims[..axis], &mut idx[..axis]);
+            unravel(i, &dims[axis + 1..], &mut idx[axis + 1..]);
+            idx[axis] = 0;
+            let xb: isize = idx.iter().zip(&x.strides).map(|(&a, &s)| a as isize * s).sum();
+            let yb: isize = idx.iter().zip(&y.strides).map(|(&a, &s)| a as isize * s).sum();
+            read_row(x, xb, xs, buf);
+            let lse = softmax_row(buf, log);
+            write_row(y, yb, ys, buf);
+            if let Some(a) = stats_addr {
+                // SAFETY: r < outer * inner, the statistics' element count; one row writes it.
+                unsafe { *(a as *mut f32).add(r) = lse as f32 };
+            }
+        },
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn norm(x: &Src, y: &Dst, scale: Option<&Src>, bias: Option<&Src>, eps: f64, rms: bool, mean_out: Option<&mut [f32]>, inv_out: Option<&mut [f32]>) {
+    let dims = &x.dims;
+    let rows = dims[0];
+    let row_len: usize = dims[1..].iter().product();
+    let x_off = row_offsets(dims, &x.strides, 1);
+    let y_off = row_offsets(dims, &y.strides, 1);
+    // Scale and bias broadcast over one row, once (every row uses the same).
+    let along = |s: Option<&Src>, fill: f32| -> Vec<f32> {
+        match s {
+            Some(s) => row_offsets(dims, &s.broadcast_strides(dims), 1).iter().map(|&o| unsafe { s.load(o) }).collect(),
+            None => vec![fill; row_len],
+        }
+    };
+    // SAFETY (in `along`): the offsets are of broadcast elements of scale and bias.
+    let (s_row, b_row) = (along(scale, 1.0), along(bias, 0.0));
+    // A row of x or y as one stride, when its offsets are (packed trailing dims).
+    let step = |off: &[isize]| -> Option<isize> {
+        let s = if off.len() > 1 { off[1] - off[0] } else { 1 };
+        off.iter().enumerate().all(|(j, &o)| o == j as isize * s).then_some(s)
+    };
+    let (x_step, y_step) = (step(&x_off), step(&y_off));
+    let (mean_addr, inv_addr) = (mean_out.map(|s| s.as_mut_ptr() as usize), inv_out.map(|s| s.as_mut_ptr() as usize));
+    (0..rows).into_par_iter().for_each_init(
+        || vec![0f32; row_len],
+        |buf, r| {
+            let (xb, yb) = (r as isize * x.strides[0], r as isize * y.strides[0]);
+            if let Some(xs) = x_step {
+                read_row(x, xb, xs, buf);
+            } else {
+                for (v, &o) in buf.iter_mut().zip(&x_off) {
+                    // SAFETY: element (r, j) of x.
+                    *v = unsafe { x.load(xb + o) };
+                }
+            }
+            let (mean, inv) = norm_row(buf, &s_row, &b_row, eps, rms);
+            if let Some(ys) = y_step {
+                write_row(y, yb, ys, buf);
+            } else {
+                for (&v, &o) in buf.iter().zip(&y_off) {
+                    // SAFETY: row r's element j of y; rows are disjoint.
+                    unsafe { y.store(yb + o, v) };
+                }
+            }
+            // SAFETY: r < rows, the statistics' element count; each row writes its own.
+            if let Some(a) = mean_addr {
+                unsafe { *(a as *mut f32).add(r) = mean as f32 };
+            }
+            if let Some(a) = inv_addr {
+                unsafe { *(a as *mut f32).add(r) = inv as f32 };
+            }
+        },
+    );
+}
+
+/// Row `buf` read from `src` at `base`, element k at `base + k * step`.
+fn read_row(src: &Src, base: isize, step: isize, buf: &mut [f32]) {
+    if src.dtype == DataType::F32 && step == 1 {
+        // SAFETY: the row's elements are buf.len() consecutive f32 values from `base`; a byte
+        // copy needs no alignment.
+        unsafe { std::ptr::copy_nonoverlapping((src.raw() as *const f32).offset(base) as *const u8, buf.as_mut_ptr() as *mut u8, buf.len() * 4) };
+        return;
+    }
+    for (k, v) in buf.iter_mut().enumerate() {
+        // SAFETY: element k of the row.
+        *v = unsafe { src.load(base + k as isize * step) };
+    }
+}
+
+/// Row `buf` written to `dst` at `base`, element k at `base + k * step`.
+fn write_row(dst: &Dst, base: isize, step: isize, buf: &[f32]) {
+    if let (Some(p), 1) = (dst.f32_ptr(), step) {
+        // SAFETY: the row's elements are buf.len() consecutive f32 values from `base`, written
+        // by this thread alone (rows are disjoint).
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p.offset(base), buf.len()) };
+        return;
+    }
+    for (k, &v) in buf.iter().enumerate() {
+        // SAFETY: element k of the row; rows are disjoint.
+        unsafe { dst.store(base + k as isize * step, v) };
+    }
+}
+
+/// `e^x` in f32 by range reduction (`x = n ln 2 + r`) and a degree-6 polynomial for `e^r`
+/// (relative error near 2e-7), written so that loops over it vectorize; 0 below -87.3 (where f32
+/// would be subnormal), +inf above 88.7, NaN for NaN.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let xc = x.clamp(-87.0, 88.0);
+    // t's low mantissa bits hold round(xc / ln 2) as an integer: 2^n is built from them with
+    // integer operations only (no float-to-int conversion, which would not vectorize as well).
+    let t = xc * LOG2E + ROUND;
+    let n = t - ROUND;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let ni = t.to_bits().wrapping_sub(ROUND.to_bits());
+    let scale = f32::from_bits(ni.wrapping_add(127) << 23);
+    let v = p * scale;
+    if x < -87.0 {
+        0.0
+    } else if x > 88.0 {
+        f32::INFINITY
+    } else {
+        v
+    }
+}
+
+/// `f` folded over `buf` in 16 lanes (lane `k` takes elements `k`, `k + 16`, ...): whole
+/// chunks of 16 first, so that the compiler vectorizes them, then the rest.
+#[inline(always)]
+fn fold16(buf: &[f32], init: f32, mut f: impl FnMut(f32, f32) -> f32) -> [f32; 16] {
+    let mut acc = [init; 16];
+    let mut chunks = buf.chunks_exact(16);
+    for c in &mut chunks {
+        for k in 0..16 {
+            acc[k] = f(acc[k], c[k]);
+        }
+    }
+    for (k, &v) in chunks.remainder().iter().enumerate() {
+        acc[k] = f(acc[k], v);
+    }
+    acc
+}
+
+/// Softmax (or log-softmax) of one row in place; returns its log-sum-exp.
+#[inline(always)]
+fn softmax_row_impl(buf: &mut [f32], log: bool) -> f64 {
+    let m = fold16(buf, f32::NEG_INFINITY, f32::max).iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let acc = if log {
+        fold16(buf, 0.0, |a, v| a + exp_f32(v - m))
+    } else {
+        // e = exp(x - m) stored in place while summed.
+        let mut acc = [0f32; 16];
+        let mut chunks = buf.chunks_exact_mut(16);
+        for c in &mut chunks {
+            for k in 0..16 {
+                let e = exp_f32(c[k] - m);
+                c[k] = e;
+                acc[k] += e;
+            }
+        }
+        for (k, v) in chunks.into_remainder().iter_mut().enumerate() {
+            let e = exp_f32(*v - m);
+            *v = e;
+            acc[k] += e;
+        }
+        acc
+    };
+    let sum: f64 = acc.iter().map(|&a| a as f64).sum();
+    let lse = m as f64 + sum.ln();
+    if log {
+        let l = lse as f32;
+        buf.iter_mut().for_each(|v| *v -= l);
+    } else {
+        let inv = (1.0 / sum) as f32;
+        buf.iter_mut().for_each(|v| *v *= inv);
+    }
+    lse
+}
+
+/// Normalizes one row in place: `(x - mean) * inv * scale + bias` (no mean for rmsnorm); returns
+/// (mean, inverse standard deviation). Sums in f32 lanes, added up in f64.
+#[inline(always)]
+fn norm_row_impl(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
+    let n = buf.len() as f64;
+    let mean = if rms { 0.0 } else { fold16(buf, 0.0, |a, v| a + v).iter().map(|&a| a as f64).sum::<f64>() / n };
+    let m = mean as f32;
+    let var = fold16(buf, 0.0, |a, v| a + (v - m) * (v - m)).iter().map(|&a| a as f64).sum::<f64>() / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    let i = inv as f32;
+    for ((v, &s), &b) in buf.iter_mut().zip(scale).zip(bias) {
+        *v = (*v - m) * i * s + b;
+    }
+    (mean, inv)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_row_avx2(buf: &mut [f32], log: bool) -> f64 {
+    softmax_row_impl(buf, log)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn norm_row_avx2(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
+    norm_row_impl(buf, scale, bias, eps, rms)
+}
+
+fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+fn softmax_row(buf: &mut [f32], log: bool) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        return unsafe { softmax_row_avx2(buf, log) };
+    }
+    softmax_row_impl(buf, log)
+}
+
+fn norm_row(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: as in softmax_row.
+        return unsafe { norm_row_avx2(buf, scale, bias, eps, rms) };
+    }
+    norm_row_impl(buf, scale, bias, eps, rms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_f32;
+
+    #[test]
+    fn exp_f32_is_within_a_few_ulp_over_its_range_and_exact_at_the_edges() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x <= 88.0 {
+            let want = (x as f64).exp();
+            let got = exp_f32(x) as f64;
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.0137;
+        }
+        assert!(worst < 1e-6, "worst relative error {worst:e}");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(-100.0), 0.0);
+        assert_eq!(exp_f32(100.0), f32::INFINITY);
+        assert!(exp_f32(f32::NAN).is_nan());
+    }
+}
