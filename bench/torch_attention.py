@@ -22,17 +22,17 @@ SHAPES = [
 ]
 
 
-def _fastest(bench, make):
+def _fastest(bench, make, backends=BACKENDS, label=""):
     """The best time over the backends that run `make(backend)`'s function; None if none does."""
     best = None
-    for be in BACKENDS:
+    for be in backends:
         try:
             with sdpa_kernel(be):
                 fn = make()
                 fn()
                 ms = bench(fn)
         except Exception as e:  # a backend that does not take the shape
-            print(f"  torch backend {be} skipped: {e}", flush=True)
+            print(f"  {label}torch backend {be} skipped: {str(e)[:120]}", flush=True)
             continue
         best = ms if best is None else min(best, ms)
     return best
@@ -91,17 +91,6 @@ def torch_attention_sweep(bench, ids):
                 o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
                 return lambda: torch.autograd.grad(o, (qg, kg, vg), d_o, retain_graph=True)
 
-        best = None
-        for be in SWEEP_BACKENDS:
-            try:
-                with sdpa_kernel(be):
-                    fn = make()
-                    fn()
-                    ms = bench(fn)
-            except Exception as e:  # a backend that does not take the shape
-                print(f"  {wid}: torch backend {be} skipped: {str(e)[:120]}", flush=True)
-                continue
-            best = ms if best is None else min(best, ms)
-        out[wid] = best
+        out[wid] = _fastest(bench, make, SWEEP_BACKENDS, f"{wid}: ")
         torch.cuda.empty_cache()
     return out

@@ -93,28 +93,36 @@ impl CompiledPlan for CpuPlan {
             };
             cancel.check(|| format!("{}: after {} \"{}\"", gname(), node.op.kind(), node.name))?;
             for (port, mut nd) in outputs {
-                let id = node.output(&port).ok_or_else(|| Error::op(node.op.kind(), &node.name, format!("the CPU engine produced output `{port}` that the node does not have")))?;
-                let desc = g.desc(id);
-                let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
-                let want: Vec<usize> = desc.dims.iter().map(|&d| d as usize).collect();
-                if nd.dims != want {
-                    return Err(Error::op(node.op.kind(), &node.name, format!("internal: output `{port}` computed with dims {:?}, expected {want:?}", nd.dims)));
-                }
-                for v in &mut nd.data {
-                    *v = dtype.quantize(*v);
-                }
-                if !desc.is_virtual {
-                    let uid = desc.uid.unwrap_or_default();
-                    match pack.buffers.get_mut(&uid) {
-                        Some(Buffer::HostMut(bytes)) => scatter(desc, dtype, &nd, bytes),
-                        _ => return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}) is an output: pass it as a writable host buffer", desc.name))),
-                    }
-                }
+                let id = store_output(g, node, &port, &mut nd, pack)?;
                 values.insert(id.0, nd);
             }
         }
         Ok(())
     }
+}
+
+/// A node's computed output `port`, as both CPU engines keep it: checked against the graph's
+/// dims, rounded to the tensor's type, and written to its buffer unless it is virtual. Returns
+/// the output's tensor.
+pub(crate) fn store_output(g: &Graph, node: &Node, port: &str, nd: &mut Nd, pack: &mut VariantPack) -> Result<TensorId> {
+    let id = node.output(port).ok_or_else(|| Error::op(node.op.kind(), &node.name, format!("the CPU engine produced output `{port}` that the node does not have")))?;
+    let desc = g.desc(id);
+    let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+    let want: Vec<usize> = desc.dims.iter().map(|&d| d as usize).collect();
+    if nd.dims != want {
+        return Err(Error::op(node.op.kind(), &node.name, format!("internal: output `{port}` computed with dims {:?}, expected {want:?}", nd.dims)));
+    }
+    for v in &mut nd.data {
+        *v = dtype.quantize(*v);
+    }
+    if !desc.is_virtual {
+        let uid = desc.uid.unwrap_or_default();
+        match pack.buffers.get_mut(&uid) {
+            Some(Buffer::HostMut(bytes)) => scatter(desc, dtype, nd, bytes),
+            _ => return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}) is an output: pass it as a writable host buffer", desc.name))),
+        }
+    }
+    Ok(id)
 }
 
 /// Every non-virtual tensor has a host buffer large enough; the pack names no unknown uid.

@@ -26,13 +26,13 @@ mod pointwise;
 mod rows;
 mod tensor;
 
-use super::cpu::{check_pack, exec_node, load_input, NodeIo};
+use super::cpu::{check_pack, exec_node, load_input, store_output, NodeIo};
 use super::{BehaviorNotes, Buffer, CancelToken, CompiledPlan, Engine, EngineKind, Knob, VariantPack};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, TensorId};
-use crate::layout::{scatter, try_vec, Nd};
+use crate::layout::{try_vec, Nd};
 use epilogue::{BoundEpilogue, Chain};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -322,24 +322,8 @@ impl Exec<'_, '_, '_> {
             io.outputs
         };
         for (port, mut nd) in outputs {
-            let id = node.output(&port).ok_or_else(|| Error::op(node.op.kind(), &node.name, format!("the CPU engine produced output `{port}` that the node does not have")))?;
-            let desc = g.desc(id);
-            let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
-            let want: Vec<usize> = desc.dims.iter().map(|&d| d as usize).collect();
-            if nd.dims != want {
-                return Err(Error::op(node.op.kind(), &node.name, format!("internal: output `{port}` computed with dims {:?}, expected {want:?}", nd.dims)));
-            }
-            for v in &mut nd.data {
-                *v = dtype.quantize(*v);
-            }
-            if !desc.is_virtual {
-                let uid = desc.uid.unwrap_or_default();
-                match self.pack.buffers.get_mut(&uid) {
-                    Some(Buffer::HostMut(bytes)) => scatter(desc, dtype, &nd, bytes),
-                    _ => return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}) is an output: pass it as a writable host buffer", desc.name))),
-                }
-            }
-            self.values.insert(id.0, Val { dims: want, nd: Some(nd), f32: None });
+            let id = store_output(g, node, &port, &mut nd, self.pack)?;
+            self.values.insert(id.0, Val { dims: nd.dims.clone(), nd: Some(nd), f32: None });
         }
         Ok(())
     }
