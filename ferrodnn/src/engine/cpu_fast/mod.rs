@@ -19,6 +19,7 @@
 //! the f32 tiles the epilogue reads; execute allocates only the intermediate (virtual) tensors
 //! between groups, as the reference does, and the nodes the reference runs allocate as there.
 
+mod attention;
 mod conv;
 mod epilogue;
 mod gemm;
@@ -108,6 +109,7 @@ enum Step {
     Conv(conv::ConvStep),
     Rows(rows::RowStep),
     Pointwise(pointwise::PointwiseStep),
+    Attention(attention::AttentionStep),
 }
 
 /// A plan of the fast CPU engine: its steps in order and its workspace.
@@ -147,6 +149,7 @@ impl FastPlan {
                 Op::ConvFprop(a) | Op::ConvDgrad(a) | Op::ConvWgrad(a) => conv::ConvStep::plan(g, ni, a, &consumers, &produced).map(Step::Conv),
                 Op::Softmax(_) | Op::Layernorm(_) | Op::Rmsnorm(_) => rows::RowStep::plan(g, ni).map(Step::Rows),
                 Op::Pointwise(_) => pointwise::PointwiseStep::plan(g, ni, &consumers, &produced).map(Step::Pointwise),
+                Op::Sdpa(a) => attention::AttentionStep::plan(g, ni, a).map(Step::Attention),
                 _ => Err("the fast CPU engine does not take this op yet".to_string()),
             };
             let step = step.unwrap_or_else(|why| Step::Reference { node: ni, why });
@@ -168,7 +171,7 @@ impl FastPlan {
                         fused[l.node] = true;
                     }
                 }
-                Step::Reference { .. } | Step::Rows(_) => {}
+                Step::Reference { .. } | Step::Rows(_) | Step::Attention(_) => {}
             }
             steps.push(step);
         }
@@ -190,6 +193,7 @@ impl FastPlan {
                 Step::Conv(c) => format!("step {i}: {}{} -> conv as im2col + gemm f32 ({})", name(c.node), chain(&c.chain), c.describe()),
                 Step::Rows(r) => format!("step {i}: {} -> rows ({})", name(r.node), r.describe()),
                 Step::Pointwise(p) => format!("step {i}: {}{} -> pointwise ({})", name(p.node), chain(&p.chain), p.describe()),
+                Step::Attention(a) => format!("step {i}: {} -> attention ({})", name(a.node), a.describe()),
             };
             out.push_str(&line);
             out.push('\n');
@@ -382,6 +386,7 @@ impl FastPlan {
                 Step::Conv(c) => c.node,
                 Step::Rows(r) => r.node,
                 Step::Pointwise(p) => p.node,
+                Step::Attention(a) => a.node,
             };
             let node = &g.nodes[ni];
             cancel.check(|| format!("{}: before {} \"{}\"", gname(), node.op.kind(), node.name))?;
@@ -391,6 +396,7 @@ impl FastPlan {
                 Step::Conv(c) => c.run(&mut ex)?,
                 Step::Rows(r) => r.run(&mut ex)?,
                 Step::Pointwise(p) => p.run(&mut ex)?,
+                Step::Attention(a) => a.run(&mut ex)?,
             }
         }
         cancel.check(|| format!("{}: after the last node", gname()))?;
@@ -410,7 +416,7 @@ pub fn fast_node_count(g: &Graph) -> Result<usize> {
             Step::Reference { .. } => 0,
             Step::Matmul(m) => 1 + m.chain.links.len(),
             Step::Conv(c) => 1 + c.chain.links.len(),
-            Step::Rows(_) => 1,
+            Step::Rows(_) | Step::Attention(_) => 1,
             Step::Pointwise(p) => 1 + p.chain.links.len(),
         })
         .sum())

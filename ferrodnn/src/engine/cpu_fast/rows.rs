@@ -288,7 +288,7 @@ fn write_row(dst: &Dst, base: isize, step: isize, buf: &[f32]) {
 /// (relative error near 2e-7), written so that loops over it vectorize; 0 below -87.3 (where f32
 /// would be subnormal), +inf above 88.7, NaN for NaN.
 #[inline(always)]
-fn exp_f32(x: f32) -> f32 {
+pub(super) fn exp_f32(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;

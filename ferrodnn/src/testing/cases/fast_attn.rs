@@ -441,7 +441,8 @@ fn backward() -> Vec<Spec> {
     v.push(Spec::new("bwd90_d40_cross77", F16).b(1).heads(2, 2).dims(40, 40).seq(300, 77).bwd(Alone));
     v.push(Spec::new("bwd90_d80", F16).b(1).heads(3, 3).dims(80, 80).seq(130, 300).bwd(Alone));
     v.push(Spec::new("bwd90_d96_causal", Bf16).b(1).heads(4, 2).dims(96, 96).seq(257, 257).attrs(|a| a.causal = Some(TopLeft)).bwd(Chained));
-    v.push(Spec::new("bwd90_d72_dv40_window", F16).b(1).heads(2, 1).dims(72, 40).seq(150, 190).attrs(|a| a.sliding_window_left = Some(50)).bwd(Alone));
+    v.push(Spec::new("bwd_d40_dv72_window", F16).b(1).heads(2, 1).dims(40, 72).seq(150, 190).attrs(|a| a.sliding_window_left = Some(50)).bwd(Alone));
+    v.push(Spec::new("bwd_d72_dv40_window", F16).b(1).heads(2, 1).dims(72, 40).seq(150, 190).attrs(|a| a.sliding_window_left = Some(50)).bwd(Alone));
     // Layouts, stats in f32.
     v.push(Spec::new("bwd_bshd", Bf16).layout(Layout::Bshd).seq(130, 200).attrs(|a| a.attn_scale = Some(0.3)).bwd(Chained));
     v.push(Spec::new("bwd_gaps", F16).layout(Layout::Gaps).seq(65, 33).bwd(Alone));

@@ -203,6 +203,12 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
     if !target.hopper() || !hopper::takes(p, &[p.q, p.k, p.v]) {
         return None;
     }
+    // Above head dims of 128, keys that fit one 64-key tile go to the general kernel: for them
+    // ptxas serialized this kernel's wgmmas (C7520, a warpgroup arrive it inserted on a
+    // divergent path), as it did not for longer keys.
+    if p.d.max(p.d_v) > 128 && p.s_kv <= 64 {
+        return None;
+    }
     let kernels = generate(p, target)?;
     let alternative = super::fwd::generate(p, false)?;
     let node = p.node;
