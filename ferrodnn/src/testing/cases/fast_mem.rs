@@ -15,7 +15,7 @@ use crate::{DataType, Graph, TensorDesc, TensorId};
 const TYPES: [DataType; 3] = [DataType::F16, DataType::Bf16, DataType::F32];
 
 #[derive(Clone, Copy, PartialEq)]
-enum L {
+pub(super) enum L {
     /// Packed, axis 1 innermost (NHWC for [N, C, H, W]).
     Last,
     /// Packed row-major (NCHW).
@@ -26,7 +26,7 @@ enum L {
     PaddedFirst,
 }
 
-fn desc(name: &str, dims: &[i64], dt: DataType, l: L) -> TensorDesc {
+pub(super) fn desc(name: &str, dims: &[i64], dt: DataType, l: L) -> TensorDesc {
     let d = TensorDesc::new(name, dims, dt);
     let rank = dims.len();
     match l {
@@ -59,11 +59,11 @@ fn desc(name: &str, dims: &[i64], dt: DataType, l: L) -> TensorDesc {
     }
 }
 
-fn tag(d: &[i64]) -> String {
+pub(super) fn tag(d: &[i64]) -> String {
     d.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("x")
 }
 
-fn lname(l: L) -> &'static str {
+pub(super) fn lname(l: L) -> &'static str {
     match l {
         L::Last => "nhwc",
         L::First => "nchw",
@@ -73,7 +73,7 @@ fn lname(l: L) -> &'static str {
 }
 
 /// scale/bias type for x of type `dt`: f32 for f16 (mixed), else `dt`.
-fn param_type(dt: DataType) -> DataType {
+pub(super) fn param_type(dt: DataType) -> DataType {
     if dt == DataType::F16 {
         DataType::F32
     } else {

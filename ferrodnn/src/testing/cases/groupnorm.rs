@@ -6,74 +6,12 @@
 //! backward as a graph writes it, and layouts the fast kernels leave to the fallback (padded
 //! positions, a channel count that is no multiple of 16 bytes on NHWC).
 
+use super::fast_mem::{desc, lname, param_type, tag, L};
+use super::norm::stats_type;
 use super::Case;
 use crate::graph::ops::norm::GroupnormAttrs;
 use crate::graph::ops::pointwise::PointwiseMode;
 use crate::{DataType, Graph, TensorDesc};
-
-#[derive(Clone, Copy, PartialEq)]
-enum L {
-    /// Packed, axis 1 innermost (NHWC for [N, C, H, W]).
-    Last,
-    /// Packed row-major (NCHW).
-    First,
-    /// Channels-last with each position's channels padded by 8 elements.
-    PaddedLast,
-}
-
-fn desc(name: &str, dims: &[i64], dt: DataType, l: L) -> TensorDesc {
-    let d = TensorDesc::new(name, dims, dt);
-    let rank = dims.len();
-    match l {
-        L::First => d,
-        L::Last => {
-            let mut order = vec![0];
-            order.extend(2..rank);
-            order.push(1);
-            d.with_layout(&order)
-        }
-        L::PaddedLast => {
-            let mut strides = vec![0i64; rank];
-            strides[1] = 1;
-            let mut acc = dims[1] + 8;
-            for a in (0..rank).rev().filter(|&a| a != 1) {
-                strides[a] = acc;
-                acc *= dims[a];
-            }
-            d.with_strides(&strides)
-        }
-    }
-}
-
-fn tag(d: &[i64]) -> String {
-    d.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("x")
-}
-
-fn lname(l: L) -> &'static str {
-    match l {
-        L::Last => "nhwc",
-        L::First => "nchw",
-        L::PaddedLast => "padded_nhwc",
-    }
-}
-
-/// scale/bias type for x of type `dt`: f32 for f16 (mixed), else `dt`.
-fn param_type(dt: DataType) -> DataType {
-    if dt == DataType::F16 {
-        DataType::F32
-    } else {
-        dt
-    }
-}
-
-/// Statistics type for x of type `dt`.
-fn stats_type(dt: DataType) -> DataType {
-    if dt == DataType::F64 {
-        DataType::F64
-    } else {
-        DataType::F32
-    }
-}
 
 /// `[1, C, 1, ...]` (or `[N, G, 1, ...]` with `rows` and `cols`) for x dims.
 fn small_dims(x: &[i64], rows: i64, cols: i64) -> Vec<i64> {

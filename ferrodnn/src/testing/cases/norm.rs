@@ -54,7 +54,7 @@ fn param_type(dt: DataType) -> DataType {
 }
 
 /// The type of statistics tensors for inputs of type `dt`.
-fn stats_type(dt: DataType) -> DataType {
+pub(super) fn stats_type(dt: DataType) -> DataType {
     if dt == DataType::F64 {
         DataType::F64
     } else {
