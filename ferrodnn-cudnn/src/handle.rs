@@ -36,8 +36,8 @@ pub fn handle(h: cudnnHandle_t) -> R<Arc<HandleState>> {
     HANDLES.get(h)
 }
 
-fn new_handle() -> R<HandleState> {
-    let want_cpu = std::env::var("FERRODNN_CUDNN_DEVICE").map(|v| v.eq_ignore_ascii_case("cpu")).unwrap_or(false);
+fn new_handle(force_cpu: bool) -> R<HandleState> {
+    let want_cpu = force_cpu || std::env::var("FERRODNN_CUDNN_DEVICE").map(|v| v.eq_ignore_ascii_case("cpu")).unwrap_or(false);
     let (fd, is_gpu) = if !want_cpu && ferrodnn::engine::cuda::gpu_available() {
         let ordinal = gpu::current_device().unwrap_or(0);
         let h = ferrodnn::Handle::cuda(ordinal).map_err(|e| ApiError::new(CUDNN_STATUS_NOT_INITIALIZED, format!("the GPU {ordinal} could not be opened: {e}")))?;
@@ -52,7 +52,19 @@ fn new_handle() -> R<HandleState> {
 pub extern "C" fn cudnnCreate(out: *mut cudnnHandle_t) -> Status {
     guard("cudnnCreate", || {
         non_null(out, "handle")?;
-        let h = HANDLES.create(Arc::new(new_handle()?));
+        let h = HANDLES.create(Arc::new(new_handle(false)?));
+        // SAFETY: checked not null; the caller gives a writable cudnnHandle_t.
+        unsafe { write_out(out, "handle", h) }
+    })
+}
+
+/// A handle on the CPU whatever the machine has: its calls take host pointers (a ferrodnn
+/// extension; destroy it with cudnnDestroy).
+#[no_mangle]
+pub extern "C" fn ferrodnnCreateCpu(out: *mut cudnnHandle_t) -> Status {
+    guard("ferrodnnCreateCpu", || {
+        non_null(out, "handle")?;
+        let h = HANDLES.create(Arc::new(new_handle(true)?));
         // SAFETY: checked not null; the caller gives a writable cudnnHandle_t.
         unsafe { write_out(out, "handle", h) }
     })
