@@ -41,6 +41,9 @@ fn new_handle(force_cpu: bool) -> R<HandleState> {
     let (fd, is_gpu) = if !want_cpu && ferrodnn::engine::cuda::gpu_available() {
         let ordinal = gpu::current_device().unwrap_or(0);
         let h = ferrodnn::Handle::cuda(ordinal).map_err(|e| ApiError::new(CUDNN_STATUS_NOT_INITIALIZED, format!("the GPU {ordinal} could not be opened: {e}")))?;
+        // A new cuDNN handle works on the default (null) stream until cudnnSetStream.
+        // SAFETY: null is the legacy default stream, which is always live.
+        unsafe { h.set_stream(0) }?;
         (h, true)
     } else {
         (ferrodnn::Handle::cpu(), false)

@@ -714,7 +714,10 @@ pub extern "C" fn cudnnSetTensor(h: cudnnHandle_t, y_desc: cudnnTensorDescriptor
         })?;
         let mut call = Call::default();
         call.scalars.push((VALUE, bytes));
-        call.zeros.push((ZERO, dt.size()));
+        if yd.dims != [1] {
+            // spread's broadcast reads a zero of y's type.
+            call.zeros.push((ZERO, dt.size()));
+        }
         call.output(Y, y, yd.bytes(), "y")?;
         execute(&h, &plan, &call)
     })

@@ -8,7 +8,9 @@
 #ifndef FERRODNN_CAPI_TEST_COMMON_H
 #define FERRODNN_CAPI_TEST_COMMON_H
 
+#define _GNU_SOURCE
 #include <cudnn.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,22 +28,44 @@
     } while (0)
 
 #ifdef GPU
-#define CUDA_CHECK(call)                                                                     \
+/* Device memory through the CUDA driver API (libcuda, which every GPU machine has; no toolkit
+ * is needed to build), in the device's primary context: the one the CUDA runtime, and so
+ * NVIDIA's cuDNN, uses. Our own declarations of the few driver calls used. */
+typedef unsigned long long CUdeviceptr_t;
+int cuInit(unsigned flags);
+int cuDeviceGet(int *dev, int ordinal);
+int cuDevicePrimaryCtxRetain(void **ctx, int dev);
+int cuCtxSetCurrent(void *ctx);
+int cuCtxSynchronize(void);
+int cuMemAlloc_v2(CUdeviceptr_t *p, size_t bytes);
+int cuMemFree_v2(CUdeviceptr_t p);
+int cuMemcpyHtoD_v2(CUdeviceptr_t dst, const void *src, size_t bytes);
+int cuMemcpyDtoH_v2(void *dst, CUdeviceptr_t src, size_t bytes);
+#define CU_CHECK(call)                                                                       \
     do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,             \
-                    cudaGetErrorString(e_));                                                 \
+        int e_ = (call);                                                                     \
+        if (e_ != 0) {                                                                       \
+            fprintf(stderr, "%s:%d: %s failed: CUresult %d\n", __FILE__, __LINE__, #call, e_); \
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
 #endif
 
 static cudnnHandle_t make_handle(void) {
-#ifndef GPU
+#ifdef GPU
+    int dev;
+    void *ctx;
+    CU_CHECK(cuInit(0));
+    CU_CHECK(cuDeviceGet(&dev, 0));
+    CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU_CHECK(cuCtxSetCurrent(ctx));
+#else
     /* Host pointers: ferrodnn's CPU handle (NVIDIA's library cannot run this build). */
     setenv("FERRODNN_CUDNN_DEVICE", "cpu", 1);
 #endif
+    /* Which library this is: ferrodnn's exports ferrodnnGetVersionString. */
+    const char *(*fv)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "ferrodnnGetVersionString");
+    fprintf(stderr, "library: %s (reports cuDNN %zu)\n", fv ? fv() : "NVIDIA cuDNN", cudnnGetVersion());
     cudnnHandle_t h;
     CHECK(cudnnCreate(&h));
     return h;
@@ -49,18 +73,18 @@ static cudnnHandle_t make_handle(void) {
 
 /* Buffers of `n` floats: device memory with -DGPU, host memory otherwise. */
 static float *buf(size_t n) {
-    void *p = NULL;
 #ifdef GPU
-    CUDA_CHECK(cudaMalloc(&p, n * sizeof(float) + 16));
+    CUdeviceptr_t p;
+    CU_CHECK(cuMemAlloc_v2(&p, n * sizeof(float) + 16));
+    return (float *)(size_t)p;
 #else
-    p = malloc(n * sizeof(float) + 16);
+    return (float *)malloc(n * sizeof(float) + 16);
 #endif
-    return (float *)p;
 }
 
 static void buf_free(float *p) {
 #ifdef GPU
-    cudaFree(p);
+    cuMemFree_v2((CUdeviceptr_t)(size_t)p);
 #else
     free(p);
 #endif
@@ -68,7 +92,7 @@ static void buf_free(float *p) {
 
 static void upload(float *dst, const float *src, size_t n) {
 #ifdef GPU
-    CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    CU_CHECK(cuMemcpyHtoD_v2((CUdeviceptr_t)(size_t)dst, src, n * sizeof(float)));
 #else
     memcpy(dst, src, n * sizeof(float));
 #endif
@@ -76,8 +100,8 @@ static void upload(float *dst, const float *src, size_t n) {
 
 static void download(float *dst, const float *src, size_t n) {
 #ifdef GPU
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
+    CU_CHECK(cuCtxSynchronize());
+    CU_CHECK(cuMemcpyDtoH_v2(dst, (CUdeviceptr_t)(size_t)src, n * sizeof(float)));
 #else
     memcpy(dst, src, n * sizeof(float));
 #endif
