@@ -11,7 +11,7 @@
 # Environment: CUDNN_INCLUDE (the folder of NVIDIA's cudnn.h) and, for --gpu, CUDNN_LIB (the
 # folder of NVIDIA's libcudnn.so.9); both default to the nvidia-cudnn pip wheel's folders that
 # python3 finds (PyTorch's copy, or `pip install nvidia-cudnn-cu12`), then /usr/include and the
-# system library folder. RTOL and ATOL (default 1e-4, 1e-5: fp32 with FMA math on both sides)
+# system library folder (CUDNN_INCLUDE may be .gpu/capi/include, staged by capi_stage.sh). RTOL and ATOL (default 1e-4, 1e-5: fp32 with FMA math on both sides)
 # set the tolerance of |ours - nvidia| <= ATOL + RTOL * |nvidia|. OUT (default
 # target/capi_compare) holds the binaries and their outputs.
 set -euo pipefail
@@ -30,8 +30,15 @@ done
 [[ -f "${CUDNN_INCLUDE:-}/cudnn.h" ]] || { echo "capi_compare: NVIDIA's cudnn.h not found; set CUDNN_INCLUDE" >&2; exit 1; }
 echo "cudnn.h from $CUDNN_INCLUDE"
 
-bash scripts/capi_build.sh >/dev/null
-ours=$PWD/target/release/cudnn
+# Ours: OURS (a folder with a libcudnn.so.9 built by scripts/capi_build.sh, such as the one
+# scripts/capi_stage.sh puts in .gpu/capi for a machine without cargo), else built now.
+if [[ -n "${OURS:-}" ]]; then
+    ours=$(cd "$OURS" && pwd)
+else
+    bash scripts/capi_build.sh >/dev/null
+    ours=$PWD/target/release/cudnn
+fi
+[[ -f "$ours/libcudnn.so.9" ]] || { echo "capi_compare: no libcudnn.so.9 in $ours" >&2; exit 1; }
 tests=ferrodnn-cudnn/tests/c
 # cudnn.h includes cuda_runtime_api.h for a few types: tests/c/cuda_stub declares them, so no
 # CUDA toolkit is needed; device memory comes from the driver (libcuda) in -DGPU builds.

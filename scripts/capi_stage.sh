@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Stages the C API's comparison for the GPU machine (which has no cargo) into .gpu/capi (ignored
+# by git; carry .gpu): our libcudnn.so.9 and, when this machine has it, NVIDIA's cudnn*.h. There:
+#   OURS=.gpu/capi CUDNN_INCLUDE=.gpu/capi/include bash scripts/capi_compare.sh --gpu
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/capi_build.sh >/dev/null
+mkdir -p .gpu/capi
+cp target/release/cudnn/libcudnn.so.9 .gpu/capi/
+inc=${CUDNN_INCLUDE:-/work/benchenv/venv/lib/python3.11/site-packages/nvidia/cudnn/include}
+if [[ -f "$inc/cudnn.h" ]]; then
+    rm -rf .gpu/capi/include && mkdir -p .gpu/capi/include && cp "$inc"/cudnn*.h .gpu/capi/include/
+fi
+ls -la .gpu/capi
