@@ -21,6 +21,7 @@ const ZERO: i64 = 7;
 const ALPHA1: i64 = 8;
 const ALPHA2: i64 = 9;
 const VALUE: i64 = 10;
+const INDICES: i64 = 11;
 
 /// The forward activation of `desc` on `x`.
 pub fn activation_forward_node(g: &mut Graph, x: TensorId, a: &ActivationDescriptor) -> R<TensorId> {
@@ -564,14 +565,39 @@ pub extern "C" fn cudnnGetReductionWorkspaceSize(
             return Err(bad("`reduceTensorDesc` was created but never set (cudnnSetReduceTensorDescriptor)"));
         }
         let (ad, cd) = (tensor(a, "aDesc")?, tensor(c, "cDesc")?);
-        let plan = reduce_plan(&state, &d, &ad, &cd, &Scaling { alpha: 1.0, beta: 0.0, double: cd.double() })?;
+        let plan = reduce_plan(&state, &d, &ad, &cd, &Scaling { alpha: 1.0, beta: 0.0, double: cd.double() }, wanted_indices(&d)?)?;
         // SAFETY: the caller's out pointer (checked not null).
         unsafe { write_out(size, "sizeInBytes", plan.workspace_size()) }
     })
 }
 
-fn reduce_plan(h: &crate::handle::HandleState, d: &crate::desc::ReduceDescriptor, ad: &TensorDescriptor, cd: &TensorDescriptor, s: &Scaling) -> R<std::sync::Arc<ferrodnn::Plan>> {
+/// The ferrodnn type of `cudnnIndicesType_t` `t`.
+fn index_type(t: i32) -> R<ferrodnn::DataType> {
+    match t {
+        CUDNN_32BIT_INDICES => Ok(ferrodnn::DataType::I32),
+        CUDNN_64BIT_INDICES => Ok(ferrodnn::DataType::I64),
+        CUDNN_8BIT_INDICES => Ok(ferrodnn::DataType::U8),
+        _ => Err(ApiError::new(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "16-bit reduction indices are not supported (ferrodnn has no 16-bit integer type); use 32-bit ones")),
+    }
+}
+
+/// The graph of a reduction and, for min, max and amax with `indices` (their type), the
+/// flattened index (over the reduced axes, row-major) of the first element that gives each
+/// result: the elements equal to the result select their index, the others the region's size,
+/// and the smallest wins.
+fn reduce_plan(
+    h: &crate::handle::HandleState,
+    d: &crate::desc::ReduceDescriptor,
+    ad: &TensorDescriptor,
+    cd: &TensorDescriptor,
+    s: &Scaling,
+    indices: Option<ferrodnn::DataType>,
+) -> R<std::sync::Arc<ferrodnn::Plan>> {
     let axes = reduced_axes(ad, cd)?;
+    let region: i64 = axes.iter().map(|&a| ad.dims[a]).product();
+    if indices.is_some() && region > 1 << 24 {
+        return Err(unsupported(format!("reduction indices over {region} elements: at most 2^24 are supported")));
+    }
     float_tensor(ad, "aDesc")?;
     let mode = match d.op {
         CUDNN_REDUCE_TENSOR_ADD => ReductionMode::Add,
@@ -586,15 +612,50 @@ fn reduce_plan(h: &crate::handle::HandleState, d: &crate::desc::ReduceDescriptor
     };
     let compute = data_type(d.compute_raw)?;
     let s = *s;
-    let key = format!("reduce|{mode:?}|{compute:?}|{ad:?}|{cd:?}|{}", s.tag());
+    let key = format!("reduce|{mode:?}|{compute:?}|{ad:?}|{cd:?}|{indices:?}|{}", s.tag());
     let (ac, cc) = (ad.clone(), cd.clone());
     plan(h, &key, PlanPolicy::default(), move || {
         let mut g = new_graph("cudnn_reduce_tensor", cc.double()).compute_data_type(compute);
         let at = g.tensor(ac.fd("a", X));
         let r = g.reduction(at, mode, &axes);
+        if let Some(it) = indices {
+            let compared = if mode == ReductionMode::Amax { g.pointwise(PointwiseMode::Abs, &[at]) } else { at };
+            let hit = g.pointwise(PointwiseMode::CmpEq, &[compared, r]);
+            let mut flat = None;
+            for &a in &axes {
+                let i = g.pointwise(PointwiseMode::GenIndex { axis: a }, &[at]);
+                flat = Some(match flat {
+                    None => i,
+                    Some(f) => {
+                        let dim = g.scalar("dim", ac.dims[a] as f64);
+                        let scaled = g.mul(f, dim);
+                        g.add(scaled, i)
+                    }
+                });
+            }
+            let flat = flat.ok_or_else(|| unsupported("reduction indices need at least one reduced axis"))?;
+            let none = g.scalar("region", region as f64);
+            let picked = g.pointwise(PointwiseMode::BinarySelect, &[flat, none, hit]);
+            let idx = g.reduction(picked, ReductionMode::Min, &axes);
+            g.set_output(idx);
+            let t = g.desc_mut(idx);
+            t.strides = ferrodnn::graph::packed_strides(&cc.dims);
+            t.data_type = Some(it);
+            t.uid = Some(INDICES);
+        }
         s.build(&mut g, r, &cc, Y);
         Ok(g)
     })
+}
+
+/// The type of the indices a reduction computes: only min, max and amax with flattened indices
+/// have them (the others ignore the setting, as in cuDNN).
+fn wanted_indices(d: &crate::desc::ReduceDescriptor) -> R<Option<ferrodnn::DataType>> {
+    if d.indices == CUDNN_REDUCE_TENSOR_FLATTENED_INDICES && matches!(d.op, CUDNN_REDUCE_TENSOR_MIN | CUDNN_REDUCE_TENSOR_MAX | CUDNN_REDUCE_TENSOR_AMAX) {
+        Ok(Some(index_type(d.indices_type)?))
+    } else {
+        Ok(None)
+    }
 }
 
 #[no_mangle]
@@ -620,15 +681,18 @@ pub extern "C" fn cudnnReduceTensor(
             return Err(bad("`reduceTensorDesc` was created but never set (cudnnSetReduceTensorDescriptor)"));
         }
         let (ad, cd) = (tensor(a_desc, "aDesc")?, tensor(c_desc, "cDesc")?);
-        let wants_indices = d.indices == CUDNN_REDUCE_TENSOR_FLATTENED_INDICES && matches!(d.op, CUDNN_REDUCE_TENSOR_MIN | CUDNN_REDUCE_TENSOR_MAX | CUDNN_REDUCE_TENSOR_AMAX);
-        if wants_indices {
-            let _ = (indices, indices_bytes);
-            return Err(unsupported("flattened indices of a min, max or amax reduction are not supported yet; set CUDNN_REDUCE_TENSOR_NO_INDICES"));
-        }
+        let it = wanted_indices(&d)?;
         // SAFETY: host scaling values (the caller's contract; null is refused).
         let s = unsafe { Scaling::read(alpha, beta, cd.double()) }?;
-        let plan = reduce_plan(&state, &d, &ad, &cd, &s)?;
+        let plan = reduce_plan(&state, &d, &ad, &cd, &s, it)?;
         let mut call = Call { workspace: (workspace as usize, workspace_bytes), ..Default::default() };
+        if let Some(it) = it {
+            let need = cd.elements() as usize * it.size();
+            if indices_bytes < need {
+                return Err(bad(format!("indicesSizeInBytes is {indices_bytes} but the indices of cDesc {:?} need {need} (cudnnGetReductionIndicesSize)", cd.dims)));
+            }
+            call.output(INDICES, indices, need, "indices")?;
+        }
         call.input(X, a, ad.bytes(), "A")?;
         s.feed(&mut call, Y, c, cd.bytes(), "C")?;
         execute(&state, &plan, &call)

@@ -165,18 +165,20 @@ fn bad_calls_are_refused() {
     fails(cudnnSoftmaxForward(h.0, CUDNN_SOFTMAX_FAST, 4, sc(&one), y, p(&ys), sc(&zero), y, pm(&mut ys)), CUDNN_STATUS_BAD_PARAM, &["mode 4"]);
     let bias = f32_tensor(&[1, 5, 1, 1], false);
     fails(cudnnAddTensor(h.0, sc(&one), bias, p(&xs), sc(&one), y, pm(&mut ys)), CUDNN_STATUS_BAD_PARAM, &["do not broadcast"]);
-    // Reductions with indices are not supported yet; the others are refused for bad shapes.
+    // Reductions with indices: 16-bit ones are not supported, too small an index buffer is refused.
     let mut rd = null_mut();
     ok(cudnnCreateReduceTensorDescriptor(&mut rd));
-    ok(cudnnSetReduceTensorDescriptor(rd, CUDNN_REDUCE_TENSOR_MAX, CUDNN_DATA_FLOAT, 0, CUDNN_REDUCE_TENSOR_FLATTENED_INDICES, CUDNN_32BIT_INDICES));
+    ok(cudnnSetReduceTensorDescriptor(rd, CUDNN_REDUCE_TENSOR_MAX, CUDNN_DATA_FLOAT, 0, CUDNN_REDUCE_TENSOR_FLATTENED_INDICES, CUDNN_16BIT_INDICES));
     let small = f32_tensor(&[1, 6, 1, 1], false);
     let mut out = vec![0f32; 6];
     let mut idx = vec![0u32; 6];
-    fails(
-        cudnnReduceTensor(h.0, rd, idx.as_mut_ptr() as *mut c_void, 24, null_mut(), 0, sc(&one), y, p(&ys), sc(&zero), small, pm(&mut out)),
-        CUDNN_STATUS_NOT_SUPPORTED,
-        &["indices"],
-    );
+    let reduce = |out: &mut Vec<f32>, idx: &mut Vec<u32>, bytes| {
+        cudnnReduceTensor(h.0, rd, idx.as_mut_ptr() as *mut c_void, bytes, null_mut(), 0, sc(&one), y, p(&ys), sc(&zero), small, pm(out))
+    };
+    fails(reduce(&mut out, &mut idx, 24), CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, &["16-bit"]);
+    ok(cudnnSetReduceTensorDescriptor(rd, CUDNN_REDUCE_TENSOR_MAX, CUDNN_DATA_FLOAT, 0, CUDNN_REDUCE_TENSOR_FLATTENED_INDICES, CUDNN_32BIT_INDICES));
+    fails(reduce(&mut out, &mut idx, 20), CUDNN_STATUS_BAD_PARAM, &["indicesSizeInBytes is 20", "need 24"]);
+    ok(reduce(&mut out, &mut idx, 24));
     let mut is = 0usize;
     ok(cudnnGetReductionIndicesSize(h.0, rd, y, small, &mut is));
     assert_eq!(is, 24);

@@ -295,3 +295,61 @@ fn tensor_arithmetic_matches_loops() {
     ok(cudnnSetTensor(h.0, nhwc, pm(&mut t), sc(&v)));
     close(&t, &vec![-1.25; n], 0.0, "set tensor");
 }
+
+#[test]
+fn reduction_indices_are_the_first_extreme() {
+    let h = Handle::cpu();
+    let dims = [3, 4, 5, 2];
+    let st = strides(&dims, true);
+    let a = f32_tensor(&dims, true);
+    // Reduce axes 0 and 2 (region 3 x 5, row-major): C is [1, 4, 1, 2].
+    let cdims = [1, 4, 1, 2];
+    let c = f32_tensor(&cdims, false);
+    let mut x = rand(count(&dims), 51);
+    // A tie: the first of two equal maxima wins.
+    x[off(&[2, 1, 4, 0], &st)] = 5.0;
+    x[off(&[0, 1, 3, 0], &st)] = 5.0;
+    for (op, it, size) in [(CUDNN_REDUCE_TENSOR_MAX, CUDNN_32BIT_INDICES, 4), (CUDNN_REDUCE_TENSOR_MIN, CUDNN_64BIT_INDICES, 8), (CUDNN_REDUCE_TENSOR_AMAX, CUDNN_8BIT_INDICES, 1)]
+    {
+        let mut rd = std::ptr::null_mut();
+        ok(cudnnCreateReduceTensorDescriptor(&mut rd));
+        ok(cudnnSetReduceTensorDescriptor(rd, op, CUDNN_DATA_FLOAT, CUDNN_NOT_PROPAGATE_NAN, CUDNN_REDUCE_TENSOR_FLATTENED_INDICES, it));
+        let mut is = 0usize;
+        ok(cudnnGetReductionIndicesSize(h.0, rd, a, c, &mut is));
+        assert_eq!(is, 8 * size);
+        let mut idx = vec![0xAAu8; is];
+        let mut out = vec![f32::NAN; 8];
+        let (one, zero) = (1.0f32, 0.0f32);
+        ok(cudnnReduceTensor(h.0, rd, idx.as_mut_ptr() as *mut _, is, std::ptr::null_mut(), 0, sc(&one), a, p(&x), sc(&zero), c, pm(&mut out)));
+        for o in indices(&cdims) {
+            let mut best: Option<(usize, f32)> = None;
+            for (k, (nn, hh)) in (0..3).flat_map(|nn| (0..5).map(move |hh| (nn, hh))).enumerate() {
+                let v = x[off(&[nn, o[1], hh, o[3]], &st)];
+                let v = if op == CUDNN_REDUCE_TENSOR_AMAX { v.abs() } else { v };
+                let better = match best {
+                    None => true,
+                    Some((_, b)) => {
+                        if op == CUDNN_REDUCE_TENSOR_MIN {
+                            v < b
+                        } else {
+                            v > b
+                        }
+                    }
+                };
+                if better {
+                    best = Some((k, v));
+                }
+            }
+            let (k, v) = best.unwrap();
+            let at = off(&o, &strides(&cdims, false));
+            let got = match size {
+                4 => u32::from_ne_bytes(idx[at * 4..at * 4 + 4].try_into().unwrap()) as usize,
+                8 => u64::from_ne_bytes(idx[at * 8..at * 8 + 8].try_into().unwrap()) as usize,
+                _ => idx[at] as usize,
+            };
+            assert_eq!(got, k, "reduce {op}: index of the result at {o:?}");
+            assert_eq!(out[at], v, "reduce {op}: value at {o:?}");
+        }
+        ok(cudnnDestroyReduceTensorDescriptor(rd));
+    }
+}

@@ -47,6 +47,29 @@ int main(void) {
         cudnnDestroyReduceTensorDescriptor(rd);
     }
 
+    for (int op = 2; op <= 4; op++) {
+        printf("# reduce %d with indices\n", op);
+        cudnnReduceTensorDescriptor_t rd;
+        CHECK(cudnnCreateReduceTensorDescriptor(&rd));
+        CHECK(cudnnSetReduceTensorDescriptor(rd, (cudnnReduceTensorOp_t)op, CUDNN_DATA_FLOAT, CUDNN_NOT_PROPAGATE_NAN,
+                                             CUDNN_REDUCE_TENSOR_FLATTENED_INDICES, CUDNN_32BIT_INDICES));
+        size_t ws_bytes = 0, idx_bytes = 0;
+        CHECK(cudnnGetReductionWorkspaceSize(h, rd, t, cd, &ws_bytes));
+        CHECK(cudnnGetReductionIndicesSize(h, rd, t, cd, &idx_bytes));
+        float *ws = ws_bytes ? buf(ws_bytes / sizeof(float) + 1) : NULL;
+        float *idx = buf(idx_bytes / sizeof(float) + 1), *o = buf((size_t)c * w);
+        float *signed_a = random_buf(cnt, 11, -1, 1);
+        CHECK(cudnnReduceTensor(h, rd, idx, idx_bytes, ws, ws_bytes, &one, t, signed_a, &zero, cd, o));
+        print_buf("reduce", o, (size_t)c * w);
+        unsigned int *host = (unsigned int *)malloc(idx_bytes);
+        download((float *)host, idx, idx_bytes / sizeof(float));
+        for (size_t i = 0; i < idx_bytes / sizeof(unsigned int); i++) printf("index %zu %u\n", i, host[i]);
+        free(host);
+        buf_free(o); buf_free(idx); buf_free(signed_a);
+        if (ws) buf_free(ws);
+        cudnnDestroyReduceTensorDescriptor(rd);
+    }
+
     printf("# transform, scale, set\n");
     cudnnTensorDescriptor_t nhwc = tensor4d(CUDNN_TENSOR_NHWC, n, c, hh, w);
     float *tr = buf(cnt);
