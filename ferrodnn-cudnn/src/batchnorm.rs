@@ -441,6 +441,7 @@ fn backward(
     scale: *const c_void,
     dscale: *mut c_void,
     dbias: *mut c_void,
+    eps: f64,
     saved: (*const c_void, *const c_void),
 ) -> R<()> {
     let h = handle(h)?;
@@ -450,9 +451,12 @@ fn backward(
         }
     }
     check_param(&dbnd, &xd, mode, "dBnScaleBiasDesc")?;
-    if saved.0.is_null() || saved.1.is_null() {
-        return Err(unsupported("savedMean and savedInvVariance must be given (ferrodnn does not recompute the batch statistics in the backward yet)"));
-    }
+    let with_saved = match saved {
+        (m, v) if !m.is_null() && !v.is_null() => true,
+        (m, v) if m.is_null() && v.is_null() => false,
+        _ => return Err(bad("savedMean and savedInvVariance must be both given or both null")),
+    };
+    let eps = check_epsilon(eps, dbnd.double())?;
     let act = ex_activation(ops, act)?;
     let add_z = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
     if act.is_some() && y_in.is_none() {
@@ -470,7 +474,9 @@ fn backward(
             Scaling { alpha: read_scalar(scalings[2], double, "alphaParamDiff")?, beta: read_scalar(scalings[3], double, "betaParamDiff")?, double },
         )
     };
-    let key = format!("bn_bwd|{mode}|{ops}|{xd:?}|{:?}|{dyd:?}|{:?}|{dxd:?}|{dbnd:?}|{}|{}", y_in.as_ref().map(|y| &y.0), dz_out.as_ref().map(|z| &z.0), sd.tag(), sp.tag());
+    let key =
+        format!("bn_bwd|{mode}|{ops}|{xd:?}|{:?}|{dyd:?}|{:?}|{dxd:?}|{dbnd:?}|{with_saved}|{}|{}", y_in.as_ref().map(|y| &y.0), dz_out.as_ref().map(|z| &z.0), sd.tag(), sp.tag());
+    let sdt = scaling_type(dbnd.double());
     let (xc, yc, dyc, dzc, dxc, bc) = (xd.clone(), y_in.as_ref().map(|y| y.0.clone()), dyd.clone(), dz_out.as_ref().map(|z| z.0.clone()), dxd.clone(), dbnd.clone());
     let with_act = act.is_some();
     let plan = plan(&h, &key, PlanPolicy::default(), move || {
@@ -492,8 +498,16 @@ fn backward(
             }
         }
         let st = param_tensor(&mut g, &v, &bc, "scale", S)?;
-        let mt = param_tensor(&mut g, &v, &bc, "saved_mean", SM)?;
-        let it = param_tensor(&mut g, &v, &bc, "saved_inv_variance", SV)?;
+        let (mt, it) = if with_saved {
+            (param_tensor(&mut g, &v, &bc, "saved_mean", SM)?, param_tensor(&mut g, &v, &bc, "saved_inv_variance", SV)?)
+        } else {
+            // cuDNN recomputes the batch statistics when none are saved: a forward batchnorm
+            // whose y nothing reads (its bias any parameter-shaped tensor: scale).
+            let (_, mean, inv, _) = g.batchnorm(xt, st, st, None, &[], BatchnormAttrs::default());
+            let et = scalar_tensor(&mut g, "epsilon", EPS, sdt);
+            g.set_attribute_tensor(mean, "epsilon", et)?;
+            (mean, inv)
+        };
         let (dxt, dst, dbt) = g.batchnorm_backward(dyt, xt, st, mt, it);
         sd.build(&mut g, dxt, &v.view(&dxc, "dx")?, DX);
         let bv = v.view(&bc, "dscale")?;
@@ -513,8 +527,12 @@ fn backward(
         }
     }
     call.input(S, scale, dbnd.bytes(), "bnScale")?;
-    call.input(SM, saved.0, dbnd.bytes(), "savedMean")?;
-    call.input(SV, saved.1, dbnd.bytes(), "savedInvVariance")?;
+    if with_saved {
+        call.input(SM, saved.0, dbnd.bytes(), "savedMean")?;
+        call.input(SV, saved.1, dbnd.bytes(), "savedInvVariance")?;
+    } else {
+        call.scalar(EPS, eps, sdt);
+    }
     sd.feed(&mut call, DX, dx, dxd.bytes(), "dx")?;
     sp.feed(&mut call, DS, dscale, dbnd.bytes(), "dBnScaleResult")?;
     sp.feed(&mut call, DB, dbias, dbnd.bytes(), "dBnBiasResult")?;
@@ -540,7 +558,7 @@ pub extern "C" fn cudnnBatchNormalizationBackward(
     scale: *const c_void,
     dscale: *mut c_void,
     dbias: *mut c_void,
-    _eps: f64,
+    eps: f64,
     saved_mean: *const c_void,
     saved_inv_var: *const c_void,
 ) -> Status {
@@ -564,6 +582,7 @@ pub extern "C" fn cudnnBatchNormalizationBackward(
             scale,
             dscale,
             dbias,
+            eps,
             (saved_mean, saved_inv_var),
         )
     })
@@ -594,7 +613,7 @@ pub extern "C" fn cudnnBatchNormalizationBackwardEx(
     _bias: *const c_void,
     dscale: *mut c_void,
     dbias: *mut c_void,
-    _eps: f64,
+    eps: f64,
     saved_mean: *const c_void,
     saved_inv_var: *const c_void,
     act: cudnnActivationDescriptor_t,
@@ -625,6 +644,7 @@ pub extern "C" fn cudnnBatchNormalizationBackwardEx(
             scale,
             dscale,
             dbias,
+            eps,
             (saved_mean, saved_inv_var),
         )
     })

@@ -177,6 +177,32 @@ fn run(mode: i32, nhwc: bool) {
     close(&ds, &dxhat_sum.iter().zip(&ds_old).map(|(&d, &o)| d + o as f64).collect::<Vec<_>>(), 1e-4, "dscale");
     let db_old = rand(np, 39);
     close(&db, &dsum.iter().zip(&db_old).map(|(&d, &o)| d + o as f64).collect::<Vec<_>>(), 1e-4, "dbias");
+    // Without saved statistics the backward recomputes them from x.
+    let (mut dx2, mut ds2, mut db2) = (vec![f32::NAN; n], vec![f32::NAN; np], vec![f32::NAN; np]);
+    ok(cudnnBatchNormalizationBackward(
+        h.0,
+        mode,
+        sc(&one),
+        sc(&zero),
+        sc(&one),
+        sc(&zero),
+        xd,
+        p(&x),
+        xd,
+        p(&dy),
+        xd,
+        pm(&mut dx2),
+        bd,
+        p(&scale),
+        pm(&mut ds2),
+        pm(&mut db2),
+        eps,
+        null(),
+        null(),
+    ));
+    close(&dx2, &want_dx, 1e-4, "dx from recomputed statistics");
+    close(&ds2, &dxhat_sum, 1e-4, "dscale from recomputed statistics");
+    close(&db2, &dsum, 1e-4, "dbias from recomputed statistics");
 }
 
 #[test]
@@ -355,7 +381,7 @@ fn bad_batchnorm_calls() {
     fails(call(bd, CUDNN_BATCHNORM_SPATIAL, -1.0, &mut y, null_mut()), CUDNN_STATUS_BAD_PARAM, &["epsilon"]);
     let mut rm = vec![0f32; 3];
     fails(call(bd, CUDNN_BATCHNORM_SPATIAL, 1e-5, &mut y, pm(&mut rm)), CUDNN_STATUS_BAD_PARAM, &["resultRunningVariance"]);
-    // Saved statistics are needed by the backward.
+    // One saved statistic without the other is refused.
     let mut dx = vec![0f32; 96];
     let mut d = vec![0f32; 3];
     let mut d2 = vec![0f32; 3];
@@ -377,8 +403,8 @@ fn bad_batchnorm_calls() {
         pm(&mut d),
         pm(&mut d2),
         1e-5,
-        null(),
+        p(&prm),
         null(),
     );
-    fails(s, CUDNN_STATUS_NOT_SUPPORTED, &["savedMean"]);
+    fails(s, CUDNN_STATUS_BAD_PARAM, &["savedMean and savedInvVariance"]);
 }
