@@ -11,9 +11,11 @@
 # Environment: CUDNN_INCLUDE (the folder of NVIDIA's cudnn.h) and, for --gpu, CUDNN_LIB (the
 # folder of NVIDIA's libcudnn.so.9); both default to the nvidia-cudnn pip wheel's folders that
 # python3 finds (PyTorch's copy, or `pip install nvidia-cudnn-cu12`), then /usr/include and the
-# system library folder (CUDNN_INCLUDE may be .gpu/capi/include, staged by capi_stage.sh). RTOL and ATOL (default 1e-4, 1e-5: fp32 with FMA math on both sides)
-# set the tolerance of |ours - nvidia| <= ATOL + RTOL * |nvidia|. OUT (default
-# target/capi_compare) holds the binaries and their outputs.
+# system library folder (CUDNN_INCLUDE may be .gpu/capi/include, staged by capi_stage.sh).
+# RTOL and ATOL (default 1e-4, 1e-5: fp32 with FMA math on both sides; a program may name its own
+# in a "capi_compare: rtol=... atol=..." comment, as the half-precision one does) set the
+# tolerance of |ours - nvidia| <= ATOL + RTOL * |nvidia|. OUT (default target/capi_compare) holds
+# the binaries and their outputs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gpu=0
@@ -43,7 +45,7 @@ tests=ferrodnn-cudnn/tests/c
 # cudnn.h includes cuda_runtime_api.h for a few types: tests/c/cuda_stub declares them, so no
 # CUDA toolkit is needed; device memory comes from the driver (libcuda) in -DGPU builds.
 cflags=(-O1 -std=c11 -Wall -Wno-deprecated-declarations -I"$CUDNN_INCLUDE" -I"$tests/cuda_stub")
-programs=(conv conv_bias_act activation softmax pooling tensor_ops batchnorm)
+programs=(conv conv_half conv_bias_act activation softmax pooling tensor_ops batchnorm)
 
 if [[ $gpu == 0 ]]; then
     for p in "${programs[@]}"; do
@@ -69,7 +71,10 @@ for p in "${programs[@]}"; do
             echo "FAIL $p ($side did not run: $OUT/$p.$side.err)"; cat "$OUT/$p.$side.err"; failed=1; continue 2
         fi
     done
-    if python3 - "$OUT/$p.nvidia.txt" "$OUT/$p.ours.txt" "$RTOL" "$ATOL" <<'PY'
+    # A program may name its own tolerance (half precision): "capi_compare: rtol=... atol=...".
+    rtol=$(grep -o 'capi_compare: rtol=[^ ]*' "$tests/$p.c" | cut -d= -f2 || true)
+    atol=$(grep -o 'capi_compare: rtol=[^ ]* atol=[^ ]*' "$tests/$p.c" | sed 's/.*atol=//' || true)
+    if python3 - "$OUT/$p.nvidia.txt" "$OUT/$p.ours.txt" "${rtol:-$RTOL}" "${atol:-$ATOL}" <<'PY'
 import sys
 a, b = open(sys.argv[1]).read().split("\n"), open(sys.argv[2]).read().split("\n")
 rtol, atol = float(sys.argv[3]), float(sys.argv[4])

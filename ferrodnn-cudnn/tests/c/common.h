@@ -51,7 +51,7 @@ int cuMemcpyDtoH_v2(void *dst, CUdeviceptr_t src, size_t bytes);
     } while (0)
 #endif
 
-static cudnnHandle_t make_handle(void) {
+static inline cudnnHandle_t make_handle(void) {
 #ifdef GPU
     int dev;
     void *ctx;
@@ -72,7 +72,7 @@ static cudnnHandle_t make_handle(void) {
 }
 
 /* Buffers of `n` floats: device memory with -DGPU, host memory otherwise. */
-static float *buf(size_t n) {
+static inline float *buf(size_t n) {
 #ifdef GPU
     CUdeviceptr_t p;
     CU_CHECK(cuMemAlloc_v2(&p, n * sizeof(float) + 16));
@@ -82,7 +82,7 @@ static float *buf(size_t n) {
 #endif
 }
 
-static void buf_free(float *p) {
+static inline void buf_free(float *p) {
 #ifdef GPU
     cuMemFree_v2((CUdeviceptr_t)(size_t)p);
 #else
@@ -90,7 +90,7 @@ static void buf_free(float *p) {
 #endif
 }
 
-static void upload(float *dst, const float *src, size_t n) {
+static inline void upload(float *dst, const float *src, size_t n) {
 #ifdef GPU
     CU_CHECK(cuMemcpyHtoD_v2((CUdeviceptr_t)(size_t)dst, src, n * sizeof(float)));
 #else
@@ -98,7 +98,7 @@ static void upload(float *dst, const float *src, size_t n) {
 #endif
 }
 
-static void download(float *dst, const float *src, size_t n) {
+static inline void download(float *dst, const float *src, size_t n) {
 #ifdef GPU
     CU_CHECK(cuCtxSynchronize());
     CU_CHECK(cuMemcpyDtoH_v2(dst, (CUdeviceptr_t)(size_t)src, n * sizeof(float)));
@@ -109,14 +109,14 @@ static void download(float *dst, const float *src, size_t n) {
 
 /* Seeded values in [lo, hi): a 64-bit LCG, the same on every machine. */
 static unsigned long long rng_state = 1;
-static void seed(unsigned long long s) { rng_state = s * 6364136223846793005ULL + 1442695040888963407ULL; }
-static float uniform(float lo, float hi) {
+static inline void seed(unsigned long long s) { rng_state = s * 6364136223846793005ULL + 1442695040888963407ULL; }
+static inline float uniform(float lo, float hi) {
     rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
     return lo + (hi - lo) * (float)((rng_state >> 40) & 0xFFFFFF) / 16777216.0f;
 }
 
 /* A device (or host) buffer of n seeded values. */
-static float *random_buf(size_t n, unsigned long long s, float lo, float hi) {
+static inline float *random_buf(size_t n, unsigned long long s, float lo, float hi) {
     float *h = (float *)malloc(n * sizeof(float));
     seed(s);
     for (size_t i = 0; i < n; i++) h[i] = uniform(lo, hi);
@@ -126,14 +126,14 @@ static float *random_buf(size_t n, unsigned long long s, float lo, float hi) {
     return d;
 }
 
-static void print_buf(const char *name, const float *d, size_t n) {
+static inline void print_buf(const char *name, const float *d, size_t n) {
     float *h = (float *)malloc(n * sizeof(float));
     download(h, d, n);
     for (size_t i = 0; i < n; i++) printf("%s %zu %.9g\n", name, i, h[i]);
     free(h);
 }
 
-static cudnnTensorDescriptor_t tensor4d(cudnnTensorFormat_t f, int n, int c, int h, int w) {
+static inline cudnnTensorDescriptor_t tensor4d(cudnnTensorFormat_t f, int n, int c, int h, int w) {
     cudnnTensorDescriptor_t t;
     CHECK(cudnnCreateTensorDescriptor(&t));
     CHECK(cudnnSetTensor4dDescriptor(t, f, CUDNN_DATA_FLOAT, n, c, h, w));
