@@ -131,7 +131,7 @@ fn check_param(p: &TensorDescriptor, x: &TensorDescriptor, mode: i32, name: &str
 }
 
 fn check_epsilon(eps: f64, double: bool) -> R<f64> {
-    if !(eps >= 0.0) || !eps.is_finite() {
+    if eps.is_nan() || eps < 0.0 || !eps.is_finite() {
         return Err(bad(format!("epsilon must be finite and >= 0 (CUDNN_BN_MIN_EPSILON), got {eps}")));
     }
     // ferrodnn's batchnorm takes a positive epsilon; the smallest normal value stands for 0.
