@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Stages the C API's comparison for the GPU machine (which has no cargo) into .gpu/capi (ignored
-# by git; carry .gpu): our libcudnn.so.9 and, when this machine has it, NVIDIA's cudnn*.h. There:
+# by git; carry .gpu): our libcudnn.so.9, the GPU-path test binary, and, when this machine has
+# them, NVIDIA's cudnn*.h. There:
+#   .gpu/capi/test_gpu
 #   OURS=.gpu/capi CUDNN_INCLUDE=.gpu/capi/include bash scripts/capi_compare.sh --gpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/capi_build.sh >/dev/null
 mkdir -p .gpu/capi
 cp target/release/cudnn/libcudnn.so.9 .gpu/capi/
+# The Rust test of the GPU path (GPU handle vs CPU handle on the same calls): run .gpu/capi/test_gpu.
+bin=$(cargo test --release -p ferrodnn-cudnn --test gpu --no-run 2>&1 | grep -o "target/release/deps/gpu-[0-9a-f]*" | head -1)
+cp "$bin" .gpu/capi/test_gpu
 inc=${CUDNN_INCLUDE:-/work/benchenv/venv/lib/python3.11/site-packages/nvidia/cudnn/include}
 if [[ -f "$inc/cudnn.h" ]]; then
     rm -rf .gpu/capi/include && mkdir -p .gpu/capi/include && cp "$inc"/cudnn*.h .gpu/capi/include/
