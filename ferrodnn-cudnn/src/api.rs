@@ -105,15 +105,26 @@ fn set_last_error(msg: String) {
     LAST_ERROR.with(|e| *e.borrow_mut() = msg);
 }
 
+/// The logging level from `FERRODNN_CUDNN_LOG`: 0 none (unset or 0), 1 each failure, 2 also
+/// each call that runs a plan (its key and the plan's engine and knobs). Printed to standard
+/// error.
+pub fn log_level() -> u8 {
+    static LEVEL: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| match std::env::var("FERRODNN_CUDNN_LOG") {
+        Ok(v) => v.trim().parse::<u8>().unwrap_or(1),
+        Err(_) => 0,
+    })
+}
+
 /// Runs the body of exported function `name`: its status, or the status of its error (the
-/// message kept as the thread's last error, and printed when `FERRODNN_CUDNN_LOG` is set), or
+/// message kept as the thread's last error, and printed at log level 1 and up), or
 /// CUDNN_STATUS_INTERNAL_ERROR when it panicked.
 pub fn guard(name: &str, body: impl FnOnce() -> R<()>) -> Status {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
         Ok(Ok(())) => CUDNN_STATUS_SUCCESS,
         Ok(Err(e)) => {
             let msg = format!("{name}: {} ({})", e.msg, status_name(e.status));
-            if std::env::var_os("FERRODNN_CUDNN_LOG").is_some() {
+            if log_level() >= 1 {
                 eprintln!("ferrodnn-cudnn: {msg}");
             }
             set_last_error(msg);

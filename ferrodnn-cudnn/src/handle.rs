@@ -171,10 +171,13 @@ pub extern "C" fn ferrodnnHandleIsGpu(h: cudnnHandle_t, is_gpu: *mut i32) -> Sta
 #[no_mangle]
 pub extern "C" fn cudnnGetErrorString(status: Status) -> *const c_char {
     static NAMES: OnceLock<Mutex<HashMap<Status, &'static CStr>>> = OnceLock::new();
-    let map = NAMES.get_or_init(Default::default);
-    let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
-    let s = m.entry(status).or_insert_with(|| Box::leak(CString::new(status_name(status)).unwrap_or_default().into_boxed_c_str()));
-    s.as_ptr()
+    std::panic::catch_unwind(|| {
+        let map = NAMES.get_or_init(Default::default);
+        let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+        let s = m.entry(status).or_insert_with(|| Box::leak(CString::new(status_name(status)).unwrap_or_default().into_boxed_c_str()));
+        s.as_ptr()
+    })
+    .unwrap_or(c"CUDNN_STATUS_INTERNAL_ERROR".as_ptr())
 }
 
 /// Copies the calling thread's last error message into `message` (at most `max_size` bytes with
