@@ -4,8 +4,8 @@
 //! ferrodnn picks its own kernels for a convolution, so every cuDNN algorithm number runs the
 //! same plan: the algorithm calls report one algorithm per direction (forward
 //! IMPLICIT_PRECOMP_GEMM, backward data and filter ALGO_1) with the plan's workspace size,
-//! determinism and math type; the find calls time it (FindEx on the caller's buffers), the
-//! heuristic ones report a time of -1 (not measured).
+//! determinism and math type; the find calls time it (FindEx on the caller's buffers, Find on
+//! buffers of its own), the heuristic ones report a time of -1 (not measured).
 
 use crate::api::*;
 use crate::desc::{activation, conv, filter, tensor, ConvDescriptor, FilterDescriptor, TensorDescriptor};
@@ -395,13 +395,34 @@ fn problem_bwd_filter(x: cudnnTensorDescriptor_t, dy: cudnnTensorDescriptor_t, c
     Problem::new(tensor(x, "xDesc")?, filter(dw, "dwDesc")?, conv(c, "convDesc")?, tensor(dy, "dyDesc")?)
 }
 
-/// A heuristic or (non-Ex) find answer: the plan is built, not timed.
+/// A heuristic answer: the plan is built, not run.
 fn heuristic(h: cudnnHandle_t, p: R<Problem>, dir: Dir, requested: i32, returned: *mut i32, results: *mut AlgoPerf) -> R<()> {
     let h = handle(h)?;
     let p = p?;
     let plan = p.plan(&h, dir, &plain(p.double()))?;
     // SAFETY: the caller's out pointers (checked not null inside).
     unsafe { answer(&p, dir, &plan, -1.0, requested, returned, results) }
+}
+
+/// A (non-Ex) find answer: the plan run once and timed on buffers of the library's own (zeros,
+/// in host or device memory as the handle takes), as cuDNN's Find allocates its own.
+fn find(h: cudnnHandle_t, p: R<Problem>, dir: Dir, requested: i32, returned: *mut i32, results: *mut AlgoPerf) -> R<()> {
+    let state = handle(h)?;
+    let p = p?;
+    let sizes = [p.x.bytes(), p.w.bytes(), p.y.bytes()];
+    if state.gpu {
+        let dev = state.fd.cuda_device().ok_or_else(|| ApiError::new(CUDNN_STATUS_INTERNAL_ERROR, "the GPU handle has no device"))?.clone();
+        let mut bufs = Vec::new();
+        for b in sizes {
+            bufs.push(dev.alloc_zeroed(b).map_err(|e| ApiError::new(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, e.to_string()))?);
+        }
+        let ptrs = [0, 1, 2].map(|i| bufs[i].device_ptr() as usize as *const c_void);
+        find_ex(h, Ok(p), dir, ptrs, (0, 0), requested, returned, results)
+    } else {
+        let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&b| vec![0u8; b]).collect();
+        let ptrs = [0, 1, 2].map(|i| bufs[i].as_mut_ptr() as *const c_void);
+        find_ex(h, Ok(p), dir, ptrs, (0, 0), requested, returned, results)
+    }
 }
 
 /// A FindEx answer: the plan run once on the caller's buffers and timed (the stream synchronized
@@ -486,7 +507,7 @@ pub extern "C" fn cudnnFindConvolutionForwardAlgorithm(
     returned: *mut i32,
     results: *mut AlgoPerf,
 ) -> Status {
-    guard("cudnnFindConvolutionForwardAlgorithm", || heuristic(h, problem_fwd(x, w, c, y), Dir::Fwd, requested, returned, results))
+    guard("cudnnFindConvolutionForwardAlgorithm", || find(h, problem_fwd(x, w, c, y), Dir::Fwd, requested, returned, results))
 }
 
 #[no_mangle]
@@ -552,7 +573,7 @@ pub extern "C" fn cudnnFindConvolutionBackwardDataAlgorithm(
     returned: *mut i32,
     results: *mut AlgoPerf,
 ) -> Status {
-    guard("cudnnFindConvolutionBackwardDataAlgorithm", || heuristic(h, problem_bwd_data(w, dy, c, dx), Dir::BwdData, requested, returned, results))
+    guard("cudnnFindConvolutionBackwardDataAlgorithm", || find(h, problem_bwd_data(w, dy, c, dx), Dir::BwdData, requested, returned, results))
 }
 
 #[no_mangle]
@@ -618,7 +639,7 @@ pub extern "C" fn cudnnFindConvolutionBackwardFilterAlgorithm(
     returned: *mut i32,
     results: *mut AlgoPerf,
 ) -> Status {
-    guard("cudnnFindConvolutionBackwardFilterAlgorithm", || heuristic(h, problem_bwd_filter(x, dy, c, dw), Dir::BwdFilter, requested, returned, results))
+    guard("cudnnFindConvolutionBackwardFilterAlgorithm", || find(h, problem_bwd_filter(x, dy, c, dw), Dir::BwdFilter, requested, returned, results))
 }
 
 #[no_mangle]

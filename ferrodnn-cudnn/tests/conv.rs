@@ -233,6 +233,7 @@ fn algorithm_calls_answer_from_the_plan() {
     assert_eq!(perf[0].algo, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
     ok(cudnnFindConvolutionBackwardFilterAlgorithm(h.0, xd, yd, cd, wd, 2, &mut got, perf.as_mut_ptr()));
     assert_eq!((perf[0].algo, got), (CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, 1));
+    assert!(perf[0].time >= 0.0, "Find times the plan on buffers of its own");
     ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(h.0, xd, yd, cd, wd, 0, &mut ws));
     assert_eq!(perf[0].memory, ws);
     // Bad requests.
