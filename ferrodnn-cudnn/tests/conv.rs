@@ -279,3 +279,51 @@ fn descriptor_getters_give_back_what_was_set() {
     ok(cudnnDestroyFilterDescriptor(f));
     ok(cudnnDestroyConvolutionDescriptor(cd));
 }
+
+/// 3D convolutions (5D tensors, cudnnSetConvolutionNdDescriptor) against ferrodnn's f64
+/// reference engine through the Rust graph API, channels-last.
+#[test]
+fn three_d_convolutions_match_the_reference_engine() {
+    use ferrodnn::graph::ops::conv::ConvAttrs;
+    use ferrodnn::{DataType, Graph, Nd, TensorDesc};
+    let h = Handle::cpu();
+    let xdims = [2, 4, 5, 6, 7];
+    let wdims = [6, 2, 3, 2, 3];
+    let (pad, stride, dil) = ([1, 0, 2], [1, 2, 1], [2, 1, 1]);
+    let xd = f32_tensor(&xdims, true);
+    let wd = fdesc(&wdims, true);
+    let mut cd = std::ptr::null_mut();
+    ok(cudnnCreateConvolutionDescriptor(&mut cd));
+    ok(cudnnSetConvolutionNdDescriptor(cd, 3, pad.as_ptr(), stride.as_ptr(), dil.as_ptr(), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    ok(cudnnSetConvolutionGroupCount(cd, 2));
+    let mut o = [0i32; 5];
+    ok(cudnnGetConvolutionNdForwardOutputDim(cd, xd, wd, 5, o.as_mut_ptr()));
+    let yd = f32_tensor(&o, true);
+    // Logical (row-major) values, and the same in channels-last memory for the C API.
+    let xl = rand(count(&xdims), 61);
+    let wl = rand(count(&wdims), 62);
+    let to_mem = |l: &[f32], dims: &[i32]| -> Vec<f32> {
+        let st = strides(dims, true);
+        let mut m = vec![0f32; l.len()];
+        for (k, i) in indices(dims).iter().enumerate() {
+            m[off(i, &st)] = l[k];
+        }
+        m
+    };
+    let (xm, wm) = (to_mem(&xl, &xdims), to_mem(&wl, &wdims));
+    let mut y = vec![f32::NAN; count(&o)];
+    let (one, zero) = (1.0f32, 0.0f32);
+    ok(cudnnConvolutionForward(h.0, sc(&one), xd, p(&xm), wd, p(&wm), cd, 0, std::ptr::null_mut(), 0, sc(&zero), yd, pm(&mut y)));
+    let l64 = |v: &[i32]| v.iter().map(|&d| d as i64).collect::<Vec<i64>>();
+    let mut g = Graph::new("conv3d").io_data_type(DataType::F32);
+    let x = g.tensor(TensorDesc::new("x", &l64(&xdims), DataType::F32));
+    let w = g.tensor(TensorDesc::new("w", &l64(&wdims), DataType::F32));
+    let yt = g.conv_fprop(x, w, ConvAttrs::new(3).with_padding(&l64(&pad)).with_stride(&l64(&stride)).with_dilation(&l64(&dil)));
+    g.set_output(yt);
+    let dense = |v: &[f32], dims: &[i32]| Nd::new(dims.iter().map(|&d| d as usize).collect(), v.iter().map(|&f| f as f64).collect());
+    let inputs = [(x, dense(&xl, &xdims)), (w, dense(&wl, &wdims))].into_iter().collect();
+    let want = ferrodnn::testing::run_cpu(&g, &inputs).unwrap().remove(&yt).unwrap();
+    let ys = strides(&o, true);
+    let got: Vec<f32> = indices(&o).iter().map(|i| y[off(i, &ys)]).collect();
+    close(&got, &want.data, 1e-5, "3D convolution");
+}
