@@ -74,6 +74,15 @@ impl TensorDescriptor {
 
 pub static TENSORS: Registry<TensorDescriptor> = Registry::new("cudnnTensorDescriptor_t");
 
+/// The rank check of the Nd setters: cuDNN answers CUDNN_STATUS_NOT_SUPPORTED outside its ranks
+/// (3 to CUDNN_DIM_MAX here: RNNs describe their tensors with 3 dims).
+fn check_nb_dims(nb: i32) -> R<()> {
+    if !(3..=DIM_MAX).contains(&nb) {
+        return Err(unsupported(format!("nbDims {nb}: tensors of 3 to {DIM_MAX} dims are supported")));
+    }
+    Ok(())
+}
+
 /// A set tensor descriptor argument named `name`.
 pub fn tensor(p: cudnnTensorDescriptor_t, name: &str) -> R<TensorDescriptor> {
     let t = TENSORS.get(p).map_err(|e| ApiError::new(e.status, format!("`{name}`: {}", e.msg)))?;
@@ -154,9 +163,7 @@ pub extern "C" fn cudnnSetTensor4dDescriptorEx(p: cudnnTensorDescriptor_t, dt: i
 #[no_mangle]
 pub extern "C" fn cudnnSetTensorNdDescriptor(p: cudnnTensorDescriptor_t, dt: i32, nb: i32, dim_a: *const i32, stride_a: *const i32) -> Status {
     guard("cudnnSetTensorNdDescriptor", || {
-        if !(1..=DIM_MAX).contains(&nb) {
-            return Err(bad(format!("nbDims {nb} must be 1 to {DIM_MAX}")));
-        }
+        check_nb_dims(nb)?;
         // SAFETY: the caller gives nbDims readable ints in each array (null is refused).
         let dims = unsafe { read_ints(dim_a, nb, "dimA") }?;
         // SAFETY: as above.
@@ -168,9 +175,7 @@ pub extern "C" fn cudnnSetTensorNdDescriptor(p: cudnnTensorDescriptor_t, dt: i32
 #[no_mangle]
 pub extern "C" fn cudnnSetTensorNdDescriptorEx(p: cudnnTensorDescriptor_t, format: i32, dt: i32, nb: i32, dim_a: *const i32) -> Status {
     guard("cudnnSetTensorNdDescriptorEx", || {
-        if !(3..=DIM_MAX).contains(&nb) {
-            return Err(bad(format!("nbDims {nb} must be 3 to {DIM_MAX}")));
-        }
+        check_nb_dims(nb)?;
         // SAFETY: the caller gives nbDims readable ints (null is refused).
         let dims = unsafe { read_ints(dim_a, nb, "dimA") }?;
         if let Some(d) = dims.iter().find(|&&d| d <= 0) {
@@ -325,9 +330,7 @@ pub extern "C" fn cudnnSetFilter4dDescriptor(p: cudnnFilterDescriptor_t, dt: i32
 #[no_mangle]
 pub extern "C" fn cudnnSetFilterNdDescriptor(p: cudnnFilterDescriptor_t, dt: i32, format: i32, nb: i32, dims: *const i32) -> Status {
     guard("cudnnSetFilterNdDescriptor", || {
-        if !(3..=DIM_MAX).contains(&nb) {
-            return Err(bad(format!("nbDims {nb} must be 3 to {DIM_MAX}")));
-        }
+        check_nb_dims(nb)?;
         // SAFETY: the caller gives nbDims readable ints (null is refused).
         let d = unsafe { read_ints(dims, nb, "filterDimA") }?;
         set_filter(p, dt, format, d)
@@ -537,8 +540,11 @@ pub extern "C" fn cudnnSetConvolutionNdDescriptor(
     compute: i32,
 ) -> Status {
     guard("cudnnSetConvolutionNdDescriptor", || {
+        if len < 0 {
+            return Err(bad(format!("arrayLength {len} is negative")));
+        }
         if !(1..=DIM_MAX - 2).contains(&len) {
-            return Err(bad(format!("arrayLength {len} must be 1 to {}", DIM_MAX - 2)));
+            return Err(unsupported(format!("arrayLength {len}: 1 to {} spatial dims are supported", DIM_MAX - 2)));
         }
         // SAFETY: the caller gives arrayLength readable ints in each array (null is refused).
         let (pads, strides, dils) = unsafe { (read_ints(pad, len, "padA")?, read_ints(stride, len, "filterStrideA")?, read_ints(dil, len, "dilationA")?) };
@@ -923,8 +929,11 @@ pub extern "C" fn cudnnSetPooling2dDescriptor(p: cudnnPoolingDescriptor_t, mode:
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn cudnnSetPoolingNdDescriptor(p: cudnnPoolingDescriptor_t, mode: i32, nan: i32, nb: i32, window: *const i32, pad: *const i32, stride: *const i32) -> Status {
     guard("cudnnSetPoolingNdDescriptor", || {
+        if nb < 0 {
+            return Err(bad(format!("nbDims {nb} is negative")));
+        }
         if !(1..=DIM_MAX - 2).contains(&nb) {
-            return Err(bad(format!("nbDims {nb} must be 1 to {}", DIM_MAX - 2)));
+            return Err(unsupported(format!("nbDims {nb}: 1 to {} spatial dims are supported", DIM_MAX - 2)));
         }
         // SAFETY: the caller gives nbDims readable ints in each array (null is refused).
         let (w, p2, s) = unsafe { (read_ints(window, nb, "windowDimA")?, read_ints(pad, nb, "paddingA")?, read_ints(stride, nb, "strideA")?) };

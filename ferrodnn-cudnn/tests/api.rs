@@ -88,7 +88,8 @@ fn bad_descriptors_are_refused() {
     fails(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, 99, 1, 2, 3, 4), CUDNN_STATUS_BAD_PARAM, &["dataType 99"]);
     fails(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_INT8x4, 1, 4, 3, 4), CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, &["data type 5"]);
     fails(cudnnSetTensor4dDescriptorEx(t, CUDNN_DATA_FLOAT, 1, 2, 3, 4, 24, -12, 4, 1), CUDNN_STATUS_BAD_PARAM, &["non-negative", "-12"]);
-    fails(cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, 9, [1; 9].as_ptr(), [1; 9].as_ptr()), CUDNN_STATUS_BAD_PARAM, &["nbDims 9"]);
+    fails(cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, 9, [1; 9].as_ptr(), [1; 9].as_ptr()), CUDNN_STATUS_NOT_SUPPORTED, &["nbDims 9"]);
+    fails(cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, 2, [1; 2].as_ptr(), [1; 2].as_ptr()), CUDNN_STATUS_NOT_SUPPORTED, &["nbDims 2"]);
     fails(cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, 3, null(), [1; 3].as_ptr()), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["dimA"]);
     fails(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1 << 20, 1 << 20, 1 << 20, 2), CUDNN_STATUS_NOT_SUPPORTED_SHAPE, &["2^48"]);
     // Unset, destroyed, and of another kind.
