@@ -133,6 +133,16 @@ static inline void print_buf(const char *name, const float *d, size_t n) {
     free(h);
 }
 
+/* The first of `n` algorithm-performance entries (each `stride` bytes apart, `status` the first
+ * one's status field) whose status is success: heuristics may list unsupported algorithms. */
+static inline int first_ok(const cudnnStatus_t *status, size_t stride, int n) {
+    for (int i = 0; i < n; i++) {
+        if (*(const cudnnStatus_t *)((const char *)status + i * stride) == CUDNN_STATUS_SUCCESS) return i;
+    }
+    fprintf(stderr, "no supported algorithm among %d\n", n);
+    exit(1);
+}
+
 static inline cudnnTensorDescriptor_t tensor4d(cudnnTensorFormat_t f, int n, int c, int h, int w) {
     cudnnTensorDescriptor_t t;
     CHECK(cudnnCreateTensorDescriptor(&t));

@@ -46,24 +46,27 @@ int main(void) {
         float *dw = random_buf(nw, 60 + ci, -1, 1), *db = random_buf(oc, 70 + ci, -1, 1);
 
         int got;
-        cudnnConvolutionFwdAlgoPerf_t fp;
-        CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, 1, &got, &fp));
+        cudnnConvolutionFwdAlgoPerf_t fps[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fps));
+        cudnnConvolutionFwdAlgoPerf_t fp = fps[first_ok(&fps[0].status, sizeof fps[0], got)];
         size_t ws_bytes;
         CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, fp.algo, &ws_bytes));
         void *ws = workspace(ws_bytes);
         CHECK(cudnnConvolutionForward(h, &k.alpha, xd, x, wd, w, cd, fp.algo, ws, ws_bytes, &k.beta, yd, y));
         print_buf("y", y, ny);
 
-        cudnnConvolutionBwdDataAlgoPerf_t dp;
-        CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, 1, &got, &dp));
+        cudnnConvolutionBwdDataAlgoPerf_t dps[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, dps));
+        cudnnConvolutionBwdDataAlgoPerf_t dp = dps[first_ok(&dps[0].status, sizeof dps[0], got)];
         size_t wsd;
         CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, wd, yd, cd, xd, dp.algo, &wsd));
         void *ws2 = workspace(wsd);
         CHECK(cudnnConvolutionBackwardData(h, &k.alpha, wd, w, yd, dy, cd, dp.algo, ws2, wsd, &k.beta, xd, dx));
         print_buf("dx", dx, nx);
 
-        cudnnConvolutionBwdFilterAlgoPerf_t wp;
-        CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, 1, &got, &wp));
+        cudnnConvolutionBwdFilterAlgoPerf_t wps[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, wps));
+        cudnnConvolutionBwdFilterAlgoPerf_t wp = wps[first_ok(&wps[0].status, sizeof wps[0], got)];
         size_t wsf;
         CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, wd, wp.algo, &wsf));
         void *ws3 = workspace(wsf);
