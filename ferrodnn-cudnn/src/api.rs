@@ -105,15 +105,36 @@ fn set_last_error(msg: String) {
     LAST_ERROR.with(|e| *e.borrow_mut() = msg);
 }
 
-/// The logging level from `FERRODNN_CUDNN_LOG`: 0 none (unset or 0), 1 each failure, 2 also
-/// each call that runs a plan (its key and the plan's engine and knobs). Printed to standard
-/// error.
+/// The logging level: 0 none, 1 each failure, 2 also each call that runs a plan (its graph and
+/// the plan's engine and knobs). From `FERRODNN_CUDNN_LOG`, else cuDNN's own
+/// `CUDNN_LOGLEVEL_DBG` (0 off, 1 errors, 2 warnings, 3 info: 1 and 2 log failures, 3 every
+/// call).
 pub fn log_level() -> u8 {
     static LEVEL: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    *LEVEL.get_or_init(|| match std::env::var("FERRODNN_CUDNN_LOG") {
-        Ok(v) => v.trim().parse::<u8>().unwrap_or(1),
-        Err(_) => 0,
+    *LEVEL.get_or_init(|| match (std::env::var("FERRODNN_CUDNN_LOG"), std::env::var("CUDNN_LOGLEVEL_DBG")) {
+        (Ok(v), _) => v.trim().parse::<u8>().unwrap_or(1),
+        (_, Ok(v)) => match v.trim().parse::<u8>().unwrap_or(0) {
+            0 => 0,
+            1 | 2 => 1,
+            _ => 2,
+        },
+        _ => 0,
     })
+}
+
+/// Writes a log line where `CUDNN_LOGDEST_DBG` says (`stdout`, `stderr`, or a file appended
+/// to; standard error by default).
+pub fn log(line: &str) {
+    use std::io::Write;
+    match std::env::var("CUDNN_LOGDEST_DBG").as_deref() {
+        Ok("stdout") => println!("ferrodnn-cudnn: {line}"),
+        Ok("stderr") | Err(_) | Ok("") => eprintln!("ferrodnn-cudnn: {line}"),
+        Ok(path) => {
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+                let _ = writeln!(f, "ferrodnn-cudnn: {line}");
+            }
+        }
+    }
 }
 
 /// Runs the body of exported function `name`: its status, or the status of its error (the
@@ -125,7 +146,7 @@ pub fn guard(name: &str, body: impl FnOnce() -> R<()>) -> Status {
         Ok(Err(e)) => {
             let msg = format!("{name}: {} ({})", e.msg, status_name(e.status));
             if log_level() >= 1 {
-                eprintln!("ferrodnn-cudnn: {msg}");
+                log(&msg);
             }
             set_last_error(msg);
             e.status

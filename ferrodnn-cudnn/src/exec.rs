@@ -193,7 +193,7 @@ fn overlaps(a: &Io, b: (usize, usize)) -> bool {
 pub fn execute(h: &HandleState, plan: &Plan, call: &Call) -> R<()> {
     if log_level() >= 2 {
         let knobs: Vec<String> = plan.desc.knobs.iter().map(|k| format!("{}={}", k.name, k.value)).collect();
-        eprintln!("ferrodnn-cudnn: {} on {} [{}], workspace {} bytes", plan.graph().name, plan.engine().name(), knobs.join(", "), plan.workspace_size());
+        log(&format!("{} on {} [{}], workspace {} bytes", plan.graph().name, plan.engine().name(), knobs.join(", "), plan.workspace_size()));
     }
     let outputs: Vec<&Io> = call.ios.iter().filter(|io| io.output).collect();
     for (i, a) in outputs.iter().enumerate() {

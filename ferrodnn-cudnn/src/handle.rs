@@ -143,6 +143,48 @@ pub extern "C" fn cudnnGetProperty(kind: i32, value: *mut i32) -> Status {
     })
 }
 
+/// The CUDA version of the driver ferrodnn runs on (`major * 1000 + minor * 10`; ferrodnn loads
+/// the driver rather than linking a CUDA runtime), or 0 where there is no driver.
+#[no_mangle]
+pub extern "C" fn cudnnGetCudartVersion() -> usize {
+    std::panic::catch_unwind(|| ferrodnn::engine::cuda::driver_version().map_or(0, |(major, minor)| (major * 1000 + minor * 10) as usize)).unwrap_or(0)
+}
+
+/// The newest compute capability ferrodnn's kernels are compiled for at run time (NVRTC targets
+/// the device's own architecture): reported as 12.0, `major * 100 + minor * 10`.
+#[no_mangle]
+pub extern "C" fn cudnnGetMaxDeviceVersion() -> usize {
+    1200
+}
+
+/// The sub-library version checks: one library, always consistent.
+#[no_mangle]
+pub extern "C" fn cudnnGraphVersionCheck() -> Status {
+    CUDNN_STATUS_SUCCESS
+}
+#[no_mangle]
+pub extern "C" fn cudnnOpsVersionCheck() -> Status {
+    CUDNN_STATUS_SUCCESS
+}
+#[no_mangle]
+pub extern "C" fn cudnnCnnVersionCheck() -> Status {
+    CUDNN_STATUS_SUCCESS
+}
+
+/// Errors kernels found while running (cuDNN's batchnorm overflow checks): ferrodnn's kernels
+/// report none, so `rstatus` is success once the handle is known.
+#[no_mangle]
+pub extern "C" fn cudnnQueryRuntimeError(h: cudnnHandle_t, rstatus: *mut Status, mode: i32, _tag: *mut std::ffi::c_void) -> Status {
+    guard("cudnnQueryRuntimeError", || {
+        handle(h)?;
+        if !(CUDNN_ERRQUERY_RAWCODE..=CUDNN_ERRQUERY_BLOCKING).contains(&mode) {
+            return Err(bad(format!("mode {mode} is not a cudnnErrQueryMode_t")));
+        }
+        // SAFETY: the caller gives a writable cudnnStatus_t (null is refused).
+        unsafe { write_out(rstatus, "rstatus", CUDNN_STATUS_SUCCESS) }
+    })
+}
+
 /// ferrodnn's own version, `major * 10000 + minor * 100 + patch` (cudnnGetVersion reports the
 /// cuDNN version frameworks check for).
 #[no_mangle]

@@ -130,6 +130,11 @@ pub const CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT: i32 = 6;
 pub const CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1: i32 = 1;
 pub const CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT: i32 = 7;
 
+/// `cudnnErrQueryMode_t`.
+pub const CUDNN_ERRQUERY_RAWCODE: i32 = 0;
+pub const CUDNN_ERRQUERY_NONBLOCKING: i32 = 1;
+pub const CUDNN_ERRQUERY_BLOCKING: i32 = 2;
+
 /// `libraryPropertyType` (from CUDA's library_types.h).
 pub const MAJOR_VERSION: i32 = 0;
 pub const MINOR_VERSION: i32 = 1;

@@ -27,6 +27,17 @@ fn versions_and_properties() {
     let s = unsafe { CStr::from_ptr(ferrodnnGetVersionString()) }.to_str().unwrap().to_string();
     assert!(s.starts_with("ferrodnn "), "{s}");
     assert_eq!(ferrodnnGetVersion(), 100, "ferrodnn 0.1.0");
+    assert_eq!((cudnnGraphVersionCheck(), cudnnOpsVersionCheck(), cudnnCnnVersionCheck()), (0, 0, 0));
+    assert!(cudnnGetMaxDeviceVersion() >= 900, "at least Hopper");
+    // The driver's CUDA version where there is one (0 without).
+    let cuda = cudnnGetCudartVersion();
+    assert_eq!(cuda == 0, ferrodnn::engine::cuda::driver_version().is_err(), "{cuda}");
+    let h = Handle::cpu();
+    let mut rs = -1;
+    ok(cudnnQueryRuntimeError(h.0, &mut rs, CUDNN_ERRQUERY_BLOCKING, null_mut()));
+    assert_eq!(rs, CUDNN_STATUS_SUCCESS);
+    fails(cudnnQueryRuntimeError(h.0, &mut rs, 3, null_mut()), CUDNN_STATUS_BAD_PARAM, &["mode 3"]);
+    fails(cudnnQueryRuntimeError(h.0, null_mut(), CUDNN_ERRQUERY_RAWCODE, null_mut()), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["rstatus"]);
 }
 
 #[test]
@@ -306,6 +317,9 @@ fn values_match_nvidia_header() {
         ("CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1),
         ("CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT),
         ("CUDNN_DIM_MAX", DIM_MAX),
+        ("CUDNN_ERRQUERY_RAWCODE", CUDNN_ERRQUERY_RAWCODE),
+        ("CUDNN_ERRQUERY_NONBLOCKING", CUDNN_ERRQUERY_NONBLOCKING),
+        ("CUDNN_ERRQUERY_BLOCKING", CUDNN_ERRQUERY_BLOCKING),
     ];
     let mut src = String::from("#include <stddef.h>\n#include <cudnn.h>\n");
     for (name, v) in consts {
