@@ -195,6 +195,10 @@ impl<'a> Problem<'a> {
         if !head_dim_ok(d) || !head_dim_ok(d_v) {
             return None;
         }
+        // Ragged (packed) sequences run on the fallback.
+        if node.inputs.iter().any(|p| p.name.starts_with(crate::graph::RAGGED_PORT_PREFIX)) {
+            return None;
+        }
         // Grid limits (y and z are 16-bit); sizes past 2^40 are not worth a separate check.
         if h_q > 65535 || h_kv > 65535 || b > 65535 || s_q > (1 << 40) || s_kv > (1 << 40) {
             return None;
