@@ -468,6 +468,11 @@ pub(super) fn cases() -> Vec<Case> {
     }));
     specs.push(Spec::new("bwd_ragged_chained").b(3).heads(4, 4).seq(7, 11).ragged().bwd(Bwd::Chained));
     specs.push(Spec::new("bwd_ragged_bf16_gqa_causal").dt(Bf16).b(4).heads(6, 2).seq(9, 9).head_dims(16, 16).ragged().attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Alone));
+    // Ragged on the flash kernels: several tiles per sequence, head dims up to 160.
+    specs.push(Spec::new("fwd_ragged_bf16_long_bottom_right").dt(Bf16).b(3).heads(4, 2).seq(150, 200).head_dims(128, 128).ragged().attrs(|a| a.causal = Some(BottomRight)));
+    specs.push(Spec::new("fwd_ragged_f16_d40_dv72").dt(F16).b(3).heads(2, 2).seq(77, 90).head_dims(40, 72).ragged());
+    specs.push(Spec::new("bwd_ragged_f16_long_chained").dt(F16).b(3).heads(4, 4).seq(130, 97).head_dims(64, 64).ragged().attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_ragged_bf16_d160_dropout").dt(Bf16).b(2).heads(2, 1).seq(70, 70).head_dims(160, 160).ragged().attrs(|a| a.dropout = Some(0.1)).bwd(Bwd::Alone));
     specs.push(
         Spec::new("bwd_ragged_dropout_window_chained")
             .b(2)
