@@ -420,10 +420,16 @@ fn compile_cases(arch: &str, sm_count: u32, filter: Option<&str>, dump: Option<&
     if let Some(name) = suite {
         graphs.extend(bench::suite(name)?.into_iter().map(|w| (w.id, w.graph)));
     }
-    for (_, graph) in graphs.iter().filter(|(name, _)| filter.is_none_or(|f| name.contains(f))) {
-        if let Ok(list) = ferrodnn::engine::cuda::kernel_sources(graph, &target) {
-            for (entry, src) in list {
-                sources.entry(src).or_insert(entry);
+    for (name, graph) in graphs.iter().filter(|(name, _)| filter.is_none_or(|f| name.contains(f))) {
+        match ferrodnn::engine::cuda::kernel_sources(graph, &target) {
+            Ok(list) => {
+                for (entry, src) in list {
+                    sources.entry(src).or_insert(entry);
+                }
+            }
+            Err(e) => {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "{name}: no kernels: {e}");
             }
         }
     }

@@ -151,6 +151,77 @@ pub fn try_gather(desc: &TensorDesc, dtype: DataType, bytes: &[u8]) -> Result<Nd
     Ok(Nd::new(desc.dims.iter().map(|&d| d as usize).collect(), data))
 }
 
+/// A ragged (packed) rank-4 tensor's layout (`TensorDesc::ragged_offset`): batch `b` starts at
+/// element `starts[b]` of the buffer (in place of `b * strides[0]`) and holds only the rows
+/// (dim 2) below `lens[b]`.
+pub struct Ragged {
+    starts: Vec<i64>,
+    lens: Vec<i64>,
+}
+
+impl Ragged {
+    /// From the offsets and the lengths as read (values, row-major).
+    pub fn new(starts: &[f64], lens: &[f64]) -> Ragged {
+        Ragged { starts: starts.iter().map(|&x| x as i64).collect(), lens: lens.iter().map(|&x| x as i64).collect() }
+    }
+
+    /// `f(dense index, buffer offset)` for every element of the rows of `desc` that exist,
+    /// after checking that they lie in a buffer of `elements` elements.
+    pub fn each(&self, desc: &TensorDesc, elements: usize, mut f: impl FnMut(usize, usize)) -> std::result::Result<(), String> {
+        let b = desc.dims.first().copied().unwrap_or(0).max(0) as usize;
+        if desc.dims.len() != 4 || desc.strides.len() != 4 || self.starts.len() < b || self.lens.len() < b {
+            return Err(format!("dims {:?} need rank 4 with b + 1 offsets and b lengths, got {} and {}", desc.dims, self.starts.len(), self.lens.len()));
+        }
+        let d: Vec<usize> = desc.dims.iter().map(|&x| x.max(0) as usize).collect();
+        let st = &desc.strides;
+        for bi in 0..b {
+            let rows = self.lens[bi].clamp(0, d[2] as i64) as usize;
+            if rows == 0 || d[1] == 0 || d[3] == 0 {
+                continue;
+            }
+            let start = self.starts[bi];
+            let (mut lo, mut hi) = (start, start);
+            for (a, n) in [(1, d[1]), (2, rows), (3, d[3])] {
+                let reach = (n as i64 - 1).saturating_mul(st[a]);
+                if reach < 0 {
+                    lo = lo.saturating_add(reach);
+                } else {
+                    hi = hi.saturating_add(reach);
+                }
+            }
+            if lo < 0 || hi >= elements as i64 {
+                return Err(format!(
+                    "batch {bi}'s {rows} rows start at element {start} and reach elements {lo}..={hi}, outside its buffer of {elements} elements (check the offsets)"
+                ));
+            }
+            for h in 0..d[1] {
+                for i in 0..rows {
+                    for c in 0..d[3] {
+                        let dense = ((bi * d[1] + h) * d[2] + i) * d[3] + c;
+                        let off = start + h as i64 * st[1] + i as i64 * st[2] + c as i64 * st[3];
+                        f(dense, off as usize);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The tensor as a dense array: the rows that exist, zeros elsewhere.
+    pub fn gather(&self, desc: &TensorDesc, dtype: DataType, bytes: &[u8]) -> std::result::Result<Nd, String> {
+        let dims: Vec<usize> = desc.dims.iter().map(|&x| x.max(0) as usize).collect();
+        let mut nd = Nd::zeros(&dims);
+        self.each(desc, bytes.len() / dtype.size(), |i, o| nd.data[i] = dtype.read(bytes, o))?;
+        Ok(nd)
+    }
+
+    /// Write the rows that exist, rounding each value to the type (nothing else of the buffer).
+    pub fn scatter(&self, desc: &TensorDesc, dtype: DataType, nd: &Nd, bytes: &mut [u8]) -> std::result::Result<(), String> {
+        let n = bytes.len() / dtype.size();
+        self.each(desc, n, |i, o| dtype.write(bytes, o, nd.data[i]))
+    }
+}
+
 /// Write a dense array into a strided buffer of `dtype`, rounding each value to the type.
 pub fn scatter(desc: &TensorDesc, dtype: DataType, nd: &Nd, bytes: &mut [u8]) {
     let mut values = nd.data.iter();

@@ -231,6 +231,8 @@ impl State {
                 }
             }
         }
+        // Ragged offsets become ports of the nodes they serve (so they are kept below).
+        g.attach_ragged_offsets().map_err(to_py_err)?;
         // Keep only the tensors some op uses.
         let mut used = vec![false; g.tensors.len()];
         for n in &g.nodes {
@@ -256,6 +258,9 @@ impl State {
             n.outputs = n.outputs.iter().map(remap).collect();
         }
         g.tensors = tensors;
+        for t in &mut g.tensors {
+            t.ragged_offset = t.ragged_offset.and_then(|r| old_to_new.get(&r.0)).map(|&n| TensorId(n));
+        }
         // What was inferred when an op was added is inferred again, in graph order: an op added
         // after `set_dim` on a tensor whose layout was not known yet (dgrad's output, then drelu
         // on it, as the frontend's samples write it) would otherwise keep the row-major strides
@@ -488,9 +493,27 @@ impl PyTensor {
         })
     }
 
-    /// The frontend's ragged (THD) layouts are not supported.
-    fn set_ragged_offset(&self, _offset: &Bound<'_, PyAny>) -> PyResult<()> {
-        Err(NotSupportedError::new_err("ragged offsets are not supported by ferrodnn"))
+    /// Make this tensor ragged (packed sequences, the THD layout): batch `i` starts at element
+    /// `offset[i]` of its buffer, `offset` an integer tensor of b + 1 elements of this graph.
+    /// Only sdpa's sequence tensors may be ragged, with the padding mask.
+    fn set_ragged_offset(slf: &Bound<'_, Self>, offset: &Bound<'_, PyAny>) -> PyResult<Py<Self>> {
+        let off = offset.downcast::<PyTensor>().map_err(|_| PyTypeError::new_err(format!("set_ragged_offset: expected a tensor of this graph, got {}", type_name(offset))))?;
+        let off_id = {
+            let o = off.borrow();
+            if !Arc::ptr_eq(&o.state, &slf.borrow().state) {
+                return Err(PyValueError::new_err("set_ragged_offset: the offsets tensor belongs to another graph"));
+            }
+            o.id
+        };
+        Self::modify(slf, |st, id| {
+            st.graph.tensors[id].ragged_offset = Some(TensorId(off_id));
+            Ok(())
+        })
+    }
+
+    /// The tensor holding this tensor's ragged offsets, or None.
+    fn get_ragged_offset(&self) -> PyResult<Option<PyTensor>> {
+        self.with(|_, d| Ok(d.ragged_offset.map(|r| PyTensor { state: self.state.clone(), id: r.0 })))
     }
 
     /// The uid (assigned by validate when none was set; -1 before).
@@ -948,12 +971,21 @@ impl PyGraph {
         uid: i64,
     ) -> PyResult<Py<PyTensor>> {
         frontend::check_reordering("tensor", reordering_type)?;
-        if ragged_offset.is_some_and(|r| !r.is_none()) {
-            return Err(NotSupportedError::new_err("ragged offsets are not supported by ferrodnn"));
-        }
+        let ragged = match ragged_offset.filter(|r| !r.is_none()) {
+            Some(r) => {
+                let t = r.downcast::<PyTensor>().map_err(|_| PyTypeError::new_err(format!("tensor: ragged_offset must be a tensor of this graph, got {}", type_name(r))))?;
+                let t = t.borrow();
+                if !Arc::ptr_eq(&t.state, &self.state) {
+                    return Err(PyValueError::new_err("tensor: the ragged_offset tensor belongs to another graph"));
+                }
+                Some(TensorId(t.id))
+            }
+            None => None,
+        };
         let dt = parse_dtype(data_type)?;
         let strides = stride.filter(|s| !s.is_empty()).unwrap_or_else(|| packed_strides(&dim));
-        let desc = TensorDesc { uid: if uid == -1 { None } else { Some(uid) }, name, dims: dim, strides, data_type: dt, is_virtual, is_pass_by_value, value: None };
+        let desc =
+            TensorDesc { uid: if uid == -1 { None } else { Some(uid) }, name, dims: dim, strides, data_type: dt, is_virtual, is_pass_by_value, value: None, ragged_offset: ragged };
         let id = {
             let mut st = lock(&self.state)?;
             if let Some(u) = desc.uid {
@@ -993,6 +1025,7 @@ impl PyGraph {
             is_virtual: false,
             is_pass_by_value: true,
             value: compile_time.then_some(v),
+            ragged_offset: None,
         };
         let id = {
             let mut st = lock(&self.state)?;
@@ -1025,6 +1058,7 @@ impl PyGraph {
                 is_virtual: false,
                 is_pass_by_value: d.is_pass_by_value,
                 value: d.value,
+                ragged_offset: None,
             }
         } else if array::is_array(input) {
             let a = array::describe(input)?;
@@ -1032,7 +1066,7 @@ impl PyGraph {
             let by_value = !a.device && a.element_count() == 1;
             let dims = if a.dims.is_empty() { vec![1] } else { a.dims.clone() };
             let strides = if a.dims.is_empty() { vec![1] } else { a.strides.clone() };
-            TensorDesc { uid: None, name, dims, strides, data_type: Some(dt), is_virtual: false, is_pass_by_value: by_value, value: None }
+            TensorDesc { uid: None, name, dims, strides, data_type: Some(dt), is_virtual: false, is_pass_by_value: by_value, value: None, ragged_offset: None }
         } else {
             return Err(PyTypeError::new_err(format!("tensor_like takes a tensor or an array, got {}", type_name(input))));
         };
@@ -2962,12 +2996,13 @@ impl PyGraph {
             }
         }
 
-        // The workspace: one given must be usable memory of at least the plan's size, as the
-        // frontend requires (the CPU engine then uses its own, and runs without one given).
+        // The workspace: one given must be usable memory, and, for a CUDA plan, of at least the
+        // plan's size, as the frontend requires. A CPU plan (host arrays, also on a machine with a
+        // GPU, whose get_workspace_size() answers for the GPU's plan) uses its own.
         let need = plan.workspace_size();
         if let Some(w) = &ws_desc {
             w.check_memory("the workspace")?;
-            if w.bytes < need {
+            if engine == EngineKind::Cuda && w.bytes < need {
                 return Err(InvalidArgumentError::new_err(format!(
                     "graph \"{graph_name}\": the workspace spans {} bytes but the plan needs {need} bytes (get_workspace_size()); the array: {}",
                     w.bytes,
@@ -2975,12 +3010,11 @@ impl PyGraph {
                 )));
             }
         }
-        let mut host_ws: Vec<u8> = Vec::new();
+        // Zeroed pages from the allocator (no fill pass over a large workspace).
+        let mut host_ws: Vec<u8> = if need > 0 && engine != EngineKind::Cuda { vec![0u8; need] } else { Vec::new() };
         let ws = if need == 0 {
             None
         } else if engine != EngineKind::Cuda {
-            // Zeroed pages from the allocator (no fill pass over a large workspace).
-            host_ws = vec![0u8; need];
             Some(Buffer::HostMut(&mut host_ws))
         } else {
             match &ws_desc {
@@ -3001,6 +3035,11 @@ impl PyGraph {
 fn check_buffer(d: &TensorDesc, uid: i64, dt: DataType, a: &ArrayDesc, strict: bool) -> PyResult<()> {
     let what = format!("tensor \"{}\" (uid {uid})", d.name);
     a.check_memory(&what)?;
+    if d.ragged_offset.is_some() {
+        // A ragged tensor spans what its offsets say (a packed [t, h, d] array): the CPU engines
+        // check them when they run, the GPU kernels trust them, as cuDNN's do.
+        return Ok(());
+    }
     let need = d
         .extent_elements()
         .and_then(|e| usize::try_from(e.max(0)).ok())

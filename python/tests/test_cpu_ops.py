@@ -1004,3 +1004,84 @@ def test_sdpa_mask_flags_given_as_none_mean_false():
     grads = bg.sdpa_backward(q=t[0], k=t[1], v=t[2], o=t[3], dO=t[4], stats=t[5], attn_scale=scale, use_alibi_mask=None,
                              use_padding_mask=None, use_causal_mask=None, use_deterministic_algorithm=None)
     assert len(grads) == 3
+
+
+def test_sdpa_ragged_thd_forward_and_backward():
+    """Packed (THD) q, k, v, o, stats and gradients with ragged offsets, as the frontend's
+    samples build them: each sequence matches attention on it alone, and no byte past a
+    sequence's rows is written."""
+    r = rng(23)
+    hq, hk, d = 4, 2, 8
+    lq, lkv = [3, 0, 5], [4, 2, 6]
+    b, sq, skv = len(lq), max(lq), max(lkv)
+    tq, tkv = sum(lq), sum(lkv)
+    D = cudnn.data_type.DOUBLE
+    INT64 = cudnn.data_type.INT64
+    q = r.standard_normal((tq + 2, hq, d))
+    k = r.standard_normal((tkv + 2, hk, d))
+    v = r.standard_normal((tkv + 2, hk, d))
+    do = r.standard_normal((tq + 2, hq, d))
+    pre = lambda lens, row: (np.concatenate([[0], np.cumsum(lens)]) * row).astype(np.int64).reshape(-1, 1, 1, 1)
+    off_q, off_kv, off_st = pre(lq, hq * d), pre(lkv, hk * d), pre(lq, hq)
+    scale = 1 / math.sqrt(d)
+
+    def graph():
+        g = cudnn.pygraph(io_data_type=D, intermediate_data_type=D, compute_data_type=D, handle=cudnn.create_cpu_handle())
+        thd = lambda h, s: g.tensor(dim=[b, h, s, d], stride=[s * h * d, d, h * d, 1], data_type=D)
+        Q, K, V = thd(hq, sq), thd(hk, skv), thd(hk, skv)
+        LQ = g.tensor(dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT32)
+        LKV = g.tensor(dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT32)
+        offs = {n: g.tensor(dim=[b + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=INT64) for n in ("q", "kv", "st")}
+        return g, thd, Q, K, V, LQ, LKV, offs
+
+    g, thd, Q, K, V, LQ, LKV, offs = graph()
+    for t, n in ((Q, "q"), (K, "kv"), (V, "kv")):
+        t.set_ragged_offset(offs[n])
+    O, STATS = g.sdpa(q=Q, k=K, v=V, generate_stats=True, attn_scale=scale, use_padding_mask=True, seq_len_q=LQ, seq_len_kv=LKV,
+                      use_causal_mask_bottom_right=True)
+    O.set_output(True).set_stride([sq * hq * d, d, hq * d, 1]).set_ragged_offset(offs["q"])
+    STATS.set_output(True).set_data_type(D).set_stride([sq * hq, 1, hq, 1]).set_ragged_offset(offs["st"])
+    o = np.full((tq + 2, hq, d), np.nan)
+    st = np.full((tq + 2, hq, 1), np.nan)
+    lens = lambda l: np.array(l, np.int32).reshape(-1, 1, 1, 1)
+    run(g, {Q: q, K: k, V: v, LQ: lens(lq), LKV: lens(lkv), offs["q"]: off_q, offs["kv"]: off_kv, offs["st"]: off_st, O: o, STATS: st})
+    assert np.isnan(o[tq:]).all() and np.isnan(st[tq:]).all(), "rows past the last sequence were written"
+
+    bg, thd, Qb, Kb, Vb, LQb, LKVb, offs_b = graph()
+    Ob, DOb = thd(hq, sq), thd(hq, sq)
+    Sb = bg.tensor(dim=[b, hq, sq, 1], stride=[sq * hq, 1, hq, 1], data_type=D)
+    for t, n in ((Qb, "q"), (Kb, "kv"), (Vb, "kv"), (Ob, "q"), (DOb, "q"), (Sb, "st")):
+        t.set_ragged_offset(offs_b[n])
+    DQ, DK, DV = bg.sdpa_backward(q=Qb, k=Kb, v=Vb, o=Ob, dO=DOb, stats=Sb, attn_scale=scale, use_padding_mask=True, seq_len_q=LQb,
+                                  seq_len_kv=LKVb, use_causal_mask_bottom_right=True)
+    for t, n, s in ((DQ, "q", sq), (DK, "kv", skv), (DV, "kv", skv)):
+        h = hq if n == "q" else hk
+        t.set_output(True).set_stride([s * h * d, d, h * d, 1]).set_ragged_offset(offs_b[n])
+    dq, dk, dv = np.full_like(q, np.nan), np.full_like(k, np.nan), np.full_like(v, np.nan)
+    run(bg, {Qb: q, Kb: k, Vb: v, Ob: o, DOb: do, Sb: st, LQb: lens(lq), LKVb: lens(lkv), offs_b["q"]: off_q, offs_b["kv"]: off_kv,
+             offs_b["st"]: off_st, DQ: dq, DK: dk, DV: dv})
+
+    aq, akv = np.concatenate([[0], np.cumsum(lq)]), np.concatenate([[0], np.cumsum(lkv)])
+    for i in range(b):
+        if lq[i] == 0:
+            continue
+        sl = lambda a, s, e: a[s:e].transpose(1, 0, 2)[None]  # [1, h, len, d]
+        qi, ki, vi, doi = sl(q, aq[i], aq[i + 1]), sl(k, akv[i], akv[i + 1]), sl(v, akv[i], akv[i + 1]), sl(do, aq[i], aq[i + 1])
+        kk, vv = np.repeat(ki, hq // hk, 1), np.repeat(vi, hq // hk, 1)
+        s = np.einsum("bhid,bhjd->bhij", qi, kk) * scale
+        li, lj = lq[i], lkv[i]
+        s = np.where(np.arange(lj)[None, :] <= np.arange(li)[:, None] + lj - li, s, -np.inf)
+        m = s.max(-1, keepdims=True)
+        e = np.exp(s - m)
+        p = e / e.sum(-1, keepdims=True)
+        close(sl(o, aq[i], aq[i + 1]), np.einsum("bhij,bhjd->bhid", p, vv), 1e-10)
+        close(sl(st, aq[i], aq[i + 1]), m + np.log(e.sum(-1, keepdims=True)), 1e-10)
+        dp = np.einsum("bhid,bhjd->bhij", doi, vv)
+        ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+        fold = lambda a: a.reshape(1, hk, hq // hk, lj, d).sum(2)
+        close(sl(dq, aq[i], aq[i + 1]), np.einsum("bhij,bhjd->bhid", ds, kk) * scale, 1e-9)
+        close(sl(dk, akv[i], akv[i + 1]), fold(np.einsum("bhij,bhid->bhjd", ds, qi) * scale), 1e-9)
+        close(sl(dv, akv[i], akv[i + 1]), fold(np.einsum("bhij,bhid->bhjd", p, doi)), 1e-9)
+    # Batch 1 has no query rows but two keys: its dk/dv rows are zero gradients, written.
+    assert np.all(dk[akv[1]:akv[2]] == 0) and np.all(dv[akv[1]:akv[2]] == 0)
+    assert np.isnan(dq[tq:]).all() and np.isnan(dk[tkv:]).all() and np.isnan(dv[tkv:]).all()

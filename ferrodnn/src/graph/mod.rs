@@ -29,6 +29,10 @@ pub use tensor::{packed_strides, stride_order, strides_for_order, TensorDesc, Te
 /// before anything is allocated.
 pub const MAX_ELEMENTS: i64 = 1 << 48;
 
+/// The input port that carries the ragged offsets of a node's port `p` is `ragged_<p>` (see
+/// [`Graph::attach_ragged_offsets`]).
+pub const RAGGED_PORT_PREFIX: &str = "ragged_";
+
 /// A named connection of a node to a tensor ("x", "w", "y", ...).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -230,6 +234,7 @@ impl Graph {
                 is_virtual: true,
                 is_pass_by_value: false,
                 value: None,
+                ragged_offset: None,
             });
             out_ports.push(Port { name: port.to_string(), tensor: id });
             ids.push(id);
@@ -307,6 +312,42 @@ impl Graph {
         Ok(())
     }
 
+    /// Connect each ragged tensor's offsets (`TensorDesc::ragged_offset`) to the nodes that
+    /// read or write it, as the input port `ragged_<port>` (so that engines see them, and the
+    /// variant pack must hold them). Idempotent; `validate` calls it first. A ragged tensor on a
+    /// port that takes none is an error.
+    pub fn attach_ragged_offsets(&mut self) -> Result<()> {
+        for ni in 0..self.nodes.len() {
+            let node = &self.nodes[ni];
+            let mut ports = Vec::new();
+            for p in node.inputs.iter().chain(&node.outputs) {
+                if p.name.starts_with(RAGGED_PORT_PREFIX) {
+                    continue;
+                }
+                let Some(t) = self.tensors.get(p.tensor.0) else { continue };
+                let Some(r) = t.ragged_offset else { continue };
+                if r.0 >= self.tensors.len() {
+                    return Err(Error::InvalidGraph(format!("tensor \"{}\": its ragged offsets are tensor #{}, but the graph has {} tensors", t.name, r.0, self.tensors.len())));
+                }
+                if !node.op.ragged_ports().contains(&p.name.as_str()) {
+                    return Err(Error::op(
+                        node.op.kind(),
+                        &node.name,
+                        format!(
+                            "port `{}` (tensor \"{}\") has ragged offsets (tensor \"{}\"), but only the attention ops' sequence tensors (sdpa's q, k, v, o, stats and their gradients) may be ragged",
+                            p.name, t.name, self.tensors[r.0].name
+                        ),
+                    ));
+                }
+                ports.push(Port { name: format!("{RAGGED_PORT_PREFIX}{}", p.name), tensor: r });
+            }
+            let node = &mut self.nodes[ni];
+            node.inputs.retain(|p| !p.name.starts_with(RAGGED_PORT_PREFIX));
+            node.inputs.extend(ports);
+        }
+        Ok(())
+    }
+
     /// Infer every unset shape and type, then check the whole graph: structure (ports, cycles,
     /// producers), every op's rules, strides, sizes and uids. Assigns uids to tensors that have
     /// none. Returns the first error found.
@@ -315,6 +356,7 @@ impl Graph {
         if self.nodes.is_empty() {
             return Err(Error::InvalidGraph(format!("{gname} has no operations")));
         }
+        self.attach_ragged_offsets()?;
         // Ports must point at tensors of this graph, and each tensor has at most one producer.
         let mut producer: HashMap<usize, usize> = HashMap::new();
         for (ni, node) in self.nodes.iter().enumerate() {

@@ -40,6 +40,12 @@ pub struct TensorDesc {
     pub is_pass_by_value: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
+    /// Ragged (packed) layout, as cuDNN's THD attention tensors: an integer tensor of `b + 1`
+    /// elements whose entry `i` is where batch `i`'s elements start in this tensor's buffer (in
+    /// elements), replacing `i * strides[0]`; only the rows a batch's sequence length covers
+    /// exist. Taken by the attention ops' sequence tensors (see `graph::ops::sdpa`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ragged_offset: Option<TensorId>,
 }
 
 impl TensorDesc {
@@ -54,6 +60,7 @@ impl TensorDesc {
             is_virtual: false,
             is_pass_by_value: false,
             value: None,
+            ragged_offset: None,
         }
     }
 

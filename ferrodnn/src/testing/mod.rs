@@ -9,7 +9,7 @@ use crate::dtype::DataType;
 use crate::engine::{CancelToken, EngineKind, Handle, Plan, PlanPolicy, VariantPack};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorId};
-use crate::layout::{check_host_bytes, required_bytes, scatter, try_gather, try_vec, try_vec_filled, Nd};
+use crate::layout::{check_host_bytes, required_bytes, scatter, try_gather, try_vec, try_vec_filled, Nd, Ragged};
 use std::collections::HashMap;
 
 pub use crate::random::{random_value, random_values, SplitMix64};
@@ -68,7 +68,65 @@ pub fn try_random_inputs(graph: &Graph, seed: u64) -> Result<HashMap<TensorId, N
         };
         out.insert(id, Nd::new(dims, values));
     }
+    ragged_inputs(graph, &mut rng, &mut out);
     Ok(out)
+}
+
+/// Valid values for ragged layouts: the lengths of a ragged tensor (graph inputs) random in
+/// `[0, s]`, and its offsets the running sum of the batches' rows (at the tensor's row stride)
+/// with a gap of a few elements after each batch, so that batches pack back to back.
+fn ragged_inputs(graph: &Graph, rng: &mut SplitMix64, out: &mut HashMap<TensorId, Nd>) {
+    let prefix = crate::graph::RAGGED_PORT_PREFIX;
+    let mut lengths_done = Vec::new();
+    let mut offsets = Vec::new();
+    for node in &graph.nodes {
+        for p in node.inputs.iter().filter(|p| p.name.starts_with(prefix)) {
+            let port = &p.name[prefix.len()..];
+            let Some(t) = node.input(port).or_else(|| node.output(port)) else { continue };
+            let Some(lens) = node.input(crate::graph::ops::sdpa::ragged_lengths_port(port)) else { continue };
+            let rows = graph.desc(t).dims.get(2).copied().unwrap_or(0);
+            if !lengths_done.contains(&lens) {
+                if let Some(nd) = out.get_mut(&lens) {
+                    for v in &mut nd.data {
+                        *v = (rng.next_u64() % (rows.max(0) as u64 + 1)) as f64;
+                    }
+                    lengths_done.push(lens);
+                }
+            }
+            offsets.push((p.tensor, t, lens));
+        }
+    }
+    for (r, t, lens) in offsets {
+        let d = graph.desc(t);
+        let row = d.strides.get(2).copied().unwrap_or(1);
+        let Some(lens) = out.get(&lens).map(|nd| nd.data.clone()) else { continue };
+        if let Some(nd) = out.get_mut(&r) {
+            let mut at = 0f64;
+            for (i, v) in nd.data.iter_mut().enumerate() {
+                *v = at;
+                let len = lens.get(i).copied().unwrap_or(0.0);
+                // A gap after the batches that leave room for one (the buffer holds s rows each).
+                at += len * row as f64 + if len < d.dims[2] as f64 { 3.0 } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// The ragged layout of tensor `id` (`TensorDesc::ragged_offset`) from the dense inputs: its
+/// offsets and the lengths of the node port it is on. `None` when it is not ragged.
+fn ragged_layout(g: &Graph, id: TensorId, inputs: &HashMap<TensorId, Nd>) -> Result<Option<Ragged>> {
+    let prefix = crate::graph::RAGGED_PORT_PREFIX;
+    for node in &g.nodes {
+        for p in node.inputs.iter().chain(&node.outputs).filter(|p| p.tensor == id) {
+            let Some(r) = node.input(&format!("{prefix}{}", p.name)) else { continue };
+            let lens = node.input(crate::graph::ops::sdpa::ragged_lengths_port(&p.name));
+            let (Some(r), Some(l)) = (inputs.get(&r), lens.and_then(|l| inputs.get(&l))) else {
+                return Err(Error::InvalidArgument(format!("tensor \"{}\" is ragged: its offsets and lengths must be graph inputs for the dense helpers", g.desc(id).name)));
+            };
+            return Ok(Some(Ragged::new(&r.data, &l.data)));
+        }
+    }
+    Ok(None)
 }
 
 /// The attribute port (`epsilon`, `momentum`, `attn_scale`) that tensor `id` gives, if any.
@@ -152,7 +210,10 @@ pub fn execute_plan_dense_cancellable(handle: &Handle, plan: &Plan, inputs: &Has
         }
         let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
         let mut bytes = buffer(id)?;
-        scatter(d, dtype, nd, &mut bytes);
+        match ragged_layout(g, id, inputs)? {
+            Some(r) => r.scatter(d, dtype, nd, &mut bytes).map_err(|m| Error::InvalidArgument(format!("input tensor \"{}\": {m}", d.name)))?,
+            None => scatter(d, dtype, nd, &mut bytes),
+        }
         if d.is_pass_by_value {
             host_scalars.push((d.uid.unwrap_or_default(), bytes));
         } else {
@@ -181,7 +242,13 @@ pub fn execute_plan_dense_cancellable(handle: &Handle, plan: &Plan, inputs: &Has
     let mut outputs = HashMap::new();
     for (id, _, bytes) in out_bufs {
         let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
-        outputs.insert(id, try_gather(g.desc(id), dtype, &bytes)?);
+        let d = g.desc(id);
+        let nd = match ragged_layout(g, id, inputs)? {
+            // The rows a ragged output holds (the others do not exist, and read as 0).
+            Some(r) => r.gather(d, dtype, &bytes).map_err(|m| Error::InvalidArgument(format!("output tensor \"{}\": {m}", d.name)))?,
+            None => try_gather(d, dtype, &bytes)?,
+        };
+        outputs.insert(id, nd);
     }
     Ok(outputs)
 }

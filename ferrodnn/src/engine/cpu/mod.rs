@@ -31,7 +31,7 @@ use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorDesc, TensorId};
-use crate::layout::{required_bytes, scatter, try_gather, Nd};
+use crate::layout::{required_bytes, scatter, try_gather, Nd, Ragged};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -82,7 +82,7 @@ impl CompiledPlan for CpuPlan {
             cancel.check(|| format!("{}: before {} \"{}\"", gname(), node.op.kind(), node.name))?;
             for port in &node.inputs {
                 if let std::collections::hash_map::Entry::Vacant(slot) = values.entry(port.tensor.0) {
-                    slot.insert(load_input(g, port.tensor, pack)?);
+                    slot.insert(load_port(g, node, &port.name, port.tensor, pack)?);
                 }
             }
             let outputs = {
@@ -117,12 +117,48 @@ pub(crate) fn store_output(g: &Graph, node: &Node, port: &str, nd: &mut Nd, pack
     }
     if !desc.is_virtual {
         let uid = desc.uid.unwrap_or_default();
+        let ragged = ragged_of(g, node, port, pack)?;
         match pack.buffers.get_mut(&uid) {
-            Some(Buffer::HostMut(bytes)) => scatter(desc, dtype, nd, bytes),
+            Some(Buffer::HostMut(bytes)) => match ragged {
+                Some(r) => r.scatter(desc, dtype, nd, bytes).map_err(|m| ragged_err(node, port, desc, m))?,
+                None => scatter(desc, dtype, nd, bytes),
+            },
             _ => return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}) is an output: pass it as a writable host buffer", desc.name))),
         }
     }
     Ok(id)
+}
+
+/// The ragged layout of the tensor on `port` of `node` (`TensorDesc::ragged_offset`, on the
+/// node's port `ragged_<port>`), read from the variant pack, or `None` when it is not ragged.
+pub(crate) fn ragged_of(g: &Graph, node: &Node, port: &str, pack: &VariantPack) -> Result<Option<Ragged>> {
+    let Some(r) = node.input(&format!("{}{port}", crate::graph::RAGGED_PORT_PREFIX)) else { return Ok(None) };
+    let lens_port = crate::graph::ops::sdpa::ragged_lengths_port(port);
+    let lens = node.input(lens_port).ok_or_else(|| Error::op(node.op.kind(), &node.name, format!("`{port}` is ragged but input `{lens_port}` is missing")))?;
+    Ok(Some(Ragged::new(&load_input(g, r, pack)?.data, &load_input(g, lens, pack)?.data)))
+}
+
+fn ragged_err(node: &Node, port: &str, desc: &TensorDesc, m: String) -> Error {
+    Error::op(node.op.kind(), &node.name, format!("the ragged tensor on `{port}` (tensor \"{}\"): {m}", desc.name))
+}
+
+/// Input `port` of `node` as a dense array: [`load_input`], or the rows of a ragged tensor.
+pub(crate) fn load_port(g: &Graph, node: &Node, port: &str, id: TensorId, pack: &VariantPack) -> Result<Nd> {
+    let Some(r) = ragged_of(g, node, port, pack)? else { return load_input(g, id, pack) };
+    let d = g.desc(id);
+    let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
+    let uid = d.uid.unwrap_or_default();
+    match pack.buffers.get(&uid) {
+        Some(Buffer::Host(b)) => r.gather(d, dtype, b).map_err(|m| ragged_err(node, port, d, m)),
+        Some(Buffer::HostMut(b)) => r.gather(d, dtype, b).map_err(|m| ragged_err(node, port, d, m)),
+        _ => Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}) has no host buffer in the variant pack", d.name))),
+    }
+}
+
+/// Whether tensor `id` is ragged on some port: its buffer's size depends on the offsets, which
+/// the op checks when it reads or writes it.
+pub(crate) fn is_ragged(g: &Graph, id: TensorId) -> bool {
+    g.desc(id).ragged_offset.is_some()
 }
 
 /// Every non-virtual tensor has a host buffer large enough; the pack names no unknown uid.
@@ -139,7 +175,7 @@ pub(crate) fn check_pack(g: &Graph, pack: &VariantPack) -> Result<()> {
         if let Buffer::Device { .. } = buf {
             return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): the CPU engine needs host buffers, but a device pointer was given", d.name)));
         }
-        if buf.len() < need {
+        if buf.len() < need && !is_ragged(g, id) {
             return Err(Error::InvalidArgument(format!(
                 "tensor \"{}\" (uid {uid}): buffer is {} bytes but dims {:?} with strides {:?} of {dtype} need {need}",
                 d.name,

@@ -27,7 +27,7 @@ mod pointwise;
 mod rows;
 mod tensor;
 
-use super::cpu::{check_pack, exec_node, load_input, store_output, NodeIo};
+use super::cpu::{check_pack, exec_node, load_port, store_output, NodeIo};
 use super::{BehaviorNotes, Buffer, CancelToken, CompiledPlan, Engine, EngineKind, Knob, VariantPack};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
@@ -314,7 +314,7 @@ impl Exec<'_, '_, '_> {
                 }
                 Some(_) => {}
                 None => {
-                    let nd = load_input(g, t, self.pack)?;
+                    let nd = load_port(g, node, &port.name, t, self.pack)?;
                     self.values.insert(t.0, Val { dims: nd.dims.clone(), nd: Some(nd), f32: None });
                 }
             }

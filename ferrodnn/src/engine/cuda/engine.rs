@@ -645,7 +645,9 @@ impl CudaPlan {
             if ptr % dt.size() as u64 != 0 {
                 return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): device pointer {ptr:#x} is not aligned to {} bytes for {dt}", d.name, dt.size())));
             }
-            if bytes < need {
+            // A ragged tensor's size depends on its offsets, which are device memory: the kernels
+            // trust them, as cuDNN does (the CPU engines check them).
+            if bytes < need && d.ragged_offset.is_none() {
                 return Err(Error::InvalidArgument(format!(
                     "tensor \"{}\" (uid {uid}): buffer is {bytes} bytes but dims {:?} with strides {:?} of {dt} need {need}",
                     d.name, d.dims, d.strides

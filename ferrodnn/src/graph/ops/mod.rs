@@ -70,6 +70,16 @@ impl Op {
         }
     }
 
+    /// The ports whose tensors may be ragged (`TensorDesc::ragged_offset`): the attention ops'
+    /// sequence tensors.
+    pub fn ragged_ports(&self) -> &'static [&'static str] {
+        match self {
+            Op::Sdpa(_) => &["q", "k", "v", "o", "stats"],
+            Op::SdpaBackward(_) => &["q", "k", "v", "o", "do", "stats", "dq", "dk", "dv"],
+            _ => &[],
+        }
+    }
+
     /// The op's name as in cuDNN's graph API (pointwise ops by their mode: "add", "relu", ...).
     pub fn kind(&self) -> &'static str {
         match self {

@@ -50,6 +50,14 @@
 //!   their entries checked to lie in `[0, num_blocks)` when the op runs). In the backward pass
 //!   `dk`/`dv` have the pools' dims and each block gathers the gradient of every key that reads
 //!   it.
+//! - **Ragged (packed, THD) tensors** (`TensorDesc::ragged_offset`, set with
+//!   [`Graph::set_ragged_offset`]): q, k, v, o, stats (and do, dq, dk, dv) may each be ragged,
+//!   with the padding mask on. Batch `i` of a ragged tensor starts at element `offsets[i]` of its
+//!   buffer (instead of `i * strides[0]`; `offsets` has `b + 1` integer entries) and holds only
+//!   the rows of its own length (`seq_len_q[i]` for q, o, stats, do, dq; `seq_len_kv[i]` for k,
+//!   v, dk, dv), so that sequences of different lengths pack back to back (`[t, h, d]` with
+//!   strides `[h*d, d, 1]` per token). Rows past a batch's length are neither read nor written.
+//!   Paged K/V cannot be ragged.
 //! - **Backward**: `dq`, `dk`, `dv` (`dk` summed over the query heads sharing a K head, `dv` over
 //!   those sharing a V head),
 //!   from `p_ij = exp(s_ij - stats_i)` and `D_i = do_i . o_i` (the `o` input), as in
@@ -193,6 +201,16 @@ impl Graph {
         }
         let ids = self.add_node(super::Op::Sdpa(attrs.clone()), None, ins, &outs);
         (ids[0], attrs.generate_stats.then(|| ids[1]))
+    }
+
+    /// Make `tensor` ragged (packed sequences, cuDNN's THD layout): batch `i` starts at element
+    /// `offsets[i]` of its buffer. `offsets` is an integer tensor of `b + 1` elements. Only the
+    /// attention ops' sequence tensors may be ragged, with the padding mask (see the module
+    /// docs); validation checks.
+    pub fn set_ragged_offset(&mut self, tensor: TensorId, offsets: TensorId) {
+        if let Some(t) = self.tensors.get_mut(tensor.0) {
+            t.ragged_offset = Some(offsets);
+        }
     }
 
     /// The `rng_dump` output (the dropout mask) of the sdpa node that produces `o`, when it has
@@ -383,12 +401,58 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
             }
         }
     }
+    check_ragged(ctx, a, b, paged)?;
     let check_scale = |s: f64| Node::attribute_rule("attn_scale", s).map_or(Ok(()), |m| Err(ctx.err(m)));
     if let Some(s) = a.attn_scale {
         check_scale(s)?;
     }
     ctx.scalar_attribute("attn_scale", check_scale)?;
     Ok(Dims { b, h_q, s_q, s_kv, d_v, q, k, v, bias })
+}
+
+/// The lengths that say which rows of a ragged tensor on `port` exist: `seq_len_q` for the
+/// query-side tensors, `seq_len_kv` for the key-side ones.
+pub fn ragged_lengths_port(port: &str) -> &'static str {
+    match port {
+        "k" | "v" | "dk" | "dv" => "seq_len_kv",
+        _ => "seq_len_q",
+    }
+}
+
+/// The ragged tensors of the node (attached by `Graph::attach_ragged_offsets` as the ports
+/// `ragged_<port>`): each needs the padding mask, `b + 1` integer offsets, and a buffer.
+fn check_ragged(ctx: &InferCtx, a: &SdpaAttrs, b: i64, paged: bool) -> Result<()> {
+    for &port in ctx.node.op.ragged_ports() {
+        let rport = format!("{}{port}", crate::graph::RAGGED_PORT_PREFIX);
+        let Some(r) = ctx.opt_input(&rport)? else { continue };
+        let Some(id) = ctx.node.input(port).or_else(|| ctx.node.output(port)) else {
+            return Err(ctx.err(format!("input `{rport}` gives ragged offsets for port `{port}`, which is not connected")));
+        };
+        let t = ctx.graph.desc(id);
+        if !a.padding_mask {
+            return Err(ctx.err(format!(
+                "`{port}` (tensor \"{}\") is ragged, which needs the padding mask (padding_mask with seq_len_q and seq_len_kv): each batch's length says which of its rows exist",
+                t.name
+            )));
+        }
+        if paged && matches!(port, "k" | "v" | "dk" | "dv") {
+            return Err(ctx.err(format!("`{port}` (tensor \"{}\") is a paged block pool, which cannot also be ragged", t.name)));
+        }
+        if t.is_virtual {
+            return Err(ctx.err(format!("`{port}` (tensor \"{}\") is ragged but virtual: a ragged tensor is a buffer of the variant pack (set_output)", t.name)));
+        }
+        int_type(ctx, &rport, &r)?;
+        if r.is_pass_by_value || r.element_count() != b + 1 || r.dims.iter().filter(|&&n| n > 1).count() > 1 {
+            return Err(ctx.err(format!(
+                "the ragged offsets of `{port}` (tensor \"{}\") must be a buffer of b + 1 = {} integers (one dim of b + 1, the others 1: where each batch starts, and the end), got dims {:?}{}",
+                r.name,
+                b + 1,
+                r.dims,
+                if r.is_pass_by_value { " passed by value" } else { "" }
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn infer(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {

@@ -62,6 +62,9 @@ struct Spec {
     seeds: Seeds,
     /// (block_size_k, block_size_v, num_blocks); s_kv must be a multiple of both block sizes.
     paged: Option<(i64, i64, i64)>,
+    /// Ragged (packed) q, k, v, o, stats and their gradients, in the BSHD layout, with the
+    /// lengths as inputs.
+    ragged: bool,
     bwd: Bwd,
 }
 
@@ -83,6 +86,7 @@ impl Spec {
             bias: None,
             seeds: Seeds::ByValue,
             paged: None,
+            ragged: false,
             bwd: Bwd::No,
         }
     }
@@ -131,6 +135,12 @@ impl Spec {
     }
     fn paged(mut self, bs_k: i64, bs_v: i64, blocks: i64) -> Spec {
         self.paged = Some((bs_k, bs_v, blocks));
+        self
+    }
+    fn ragged(mut self) -> Spec {
+        self.ragged = true;
+        self.layout = Layout::Bshd;
+        self.attrs.padding_mask = true;
         self
     }
     fn bwd(mut self, b: Bwd) -> Spec {
@@ -191,6 +201,31 @@ fn page_table(g: &mut Graph, name: &str, b: i64, pages: i64, dt: DataType) -> Te
     y
 }
 
+/// Make every sequence tensor (buffer) of the attention nodes ragged: each gets its own `[b + 1, 1, 1, 1]`
+/// i64 offsets (stats in BSHD order, as the others).
+fn ragged(g: &mut Graph, b: i64) {
+    let mut seen = Vec::new();
+    for ni in 0..g.nodes.len() {
+        let node = g.nodes[ni].clone();
+        for p in node.inputs.iter().chain(&node.outputs) {
+            // (An intermediate, such as a chained pass's stats, is not a buffer: it stays dense.)
+            if !node.op.ragged_ports().contains(&p.name.as_str()) || seen.contains(&p.tensor) || g.desc(p.tensor).is_virtual {
+                continue;
+            }
+            seen.push(p.tensor);
+            let name = format!("{}_offsets", g.desc(p.tensor).name.replace("::", "_"));
+            let r = g.tensor(TensorDesc::new(name, &[b + 1, 1, 1, 1], DataType::I64));
+            g.set_ragged_offset(p.tensor, r);
+            if p.name == "stats" {
+                let d = g.desc_mut(p.tensor);
+                d.strides = crate::graph::strides_for_order(&d.dims, &[0, 2, 1, 3]);
+            }
+        }
+    }
+    // The offsets as ports now, so that the graph's inputs list them before it is validated.
+    g.attach_ragged_offsets().expect("the attention nodes take ragged tensors");
+}
+
 fn build(s: &Spec) -> Case {
     let dt = s.dt;
     let mut g = Graph::new(format!("sdpa_{}", s.name)).io_data_type(dt);
@@ -214,7 +249,11 @@ fn build(s: &Spec) -> Case {
     if let Some(dims) = s.bias {
         inputs.bias = Some(g.tensor(TensorDesc::new("bias", &dims, dt)));
     }
-    if s.attrs.padding_mask {
+    if s.ragged {
+        // The check draws valid lengths and offsets for ragged tensors' inputs.
+        inputs.seq_len_q = Some(g.tensor(TensorDesc::new("seq_len_q", &[s.b, 1, 1, 1], DataType::I32)));
+        inputs.seq_len_kv = Some(g.tensor(TensorDesc::new("seq_len_kv", &[s.b, 1, 1, 1], DataType::I32)));
+    } else if s.attrs.padding_mask {
         inputs.seq_len_q = Some(length(&mut g, "seq_len_q", s.b, s.s_q));
         inputs.seq_len_kv = Some(length(&mut g, "seq_len_kv", s.b, s.s_kv));
     }
@@ -239,7 +278,7 @@ fn build(s: &Spec) -> Case {
         Bwd::Alone => {
             let o = g.tensor(bhsd("o", o_dims, dt, s.layout, false));
             let d_o = g.tensor(bhsd("do", o_dims, dt, s.layout, false));
-            let stats = g.tensor(TensorDesc::new("stats", &[s.b, s.h_q, s.s_q, 1], DataType::F32));
+            let stats = g.tensor(bhsd("stats", [s.b, s.h_q, s.s_q, 1], DataType::F32, s.layout, false));
             let grads = g.sdpa_backward(q, k, v, o, d_o, stats, inputs, s.attrs.clone());
             for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
                 g.set_output(t);
@@ -260,6 +299,9 @@ fn build(s: &Spec) -> Case {
                 g.set_output(t);
             }
         }
+    }
+    if s.ragged {
+        ragged(&mut g, s.b);
     }
     if s.layout == Layout::Overlap {
         // What the op writes is packed (the inputs' stride orders put the stride-0 axes inside).
@@ -417,6 +459,31 @@ pub(super) fn cases() -> Vec<Case> {
     specs.push(Spec::new("fwd_overlap_bf16_decode").layout(Layout::Overlap).dt(Bf16).heads(8, 2).seq(1, 40).head_dims(64, 64));
     specs.push(Spec::new("bwd_overlap_f16").layout(Layout::Overlap).dt(F16).heads(4, 2).seq(17, 33).head_dims(16, 16).bwd(Bwd::Alone));
     specs.push(Spec::new("bwd_overlap_chained").layout(Layout::Overlap).seq(6, 11).head_dims(16, 16).attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Chained));
+    // Ragged (packed, THD) sequences: each batch at its own offsets, only its rows in memory.
+    specs.push(Spec::new("fwd_ragged").b(3).heads(4, 2).seq(9, 13).head_dims(16, 12).ragged());
+    specs.push(Spec::new("fwd_ragged_f16_causal").dt(F16).b(4).heads(4, 4).seq(17, 17).head_dims(64, 64).ragged().attrs(|a| a.causal = Some(TopLeft)));
+    specs.push(Spec::new("fwd_ragged_bf16_bottom_right_no_stats").dt(Bf16).b(3).heads(2, 1).seq(6, 20).head_dims(32, 32).ragged().attrs(|a| {
+        a.causal = Some(BottomRight);
+        a.generate_stats = false;
+    }));
+    specs.push(Spec::new("bwd_ragged_chained").b(3).heads(4, 4).seq(7, 11).ragged().bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_ragged_bf16_gqa_causal").dt(Bf16).b(4).heads(6, 2).seq(9, 9).head_dims(16, 16).ragged().attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Alone));
+    // Ragged on the flash kernels: several tiles per sequence, head dims up to 160.
+    specs.push(Spec::new("fwd_ragged_bf16_long_bottom_right").dt(Bf16).b(3).heads(4, 2).seq(150, 200).head_dims(128, 128).ragged().attrs(|a| a.causal = Some(BottomRight)));
+    specs.push(Spec::new("fwd_ragged_f16_d40_dv72").dt(F16).b(3).heads(2, 2).seq(77, 90).head_dims(40, 72).ragged());
+    specs.push(Spec::new("bwd_ragged_f16_long_chained").dt(F16).b(3).heads(4, 4).seq(130, 97).head_dims(64, 64).ragged().attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_ragged_bf16_d160_dropout").dt(Bf16).b(2).heads(2, 1).seq(70, 70).head_dims(160, 160).ragged().attrs(|a| a.dropout = Some(0.1)).bwd(Bwd::Alone));
+    specs.push(
+        Spec::new("bwd_ragged_dropout_window_chained")
+            .b(2)
+            .seq(8, 12)
+            .ragged()
+            .attrs(|a| {
+                a.dropout = Some(0.2);
+                a.sliding_window_left = Some(4);
+            })
+            .bwd(Bwd::Chained),
+    );
     specs.push(Spec::new("bwd_all_f64").dt(F64).heads(2, 1).seq(6, 10).layout(Layout::Bshd).bias([1, 1, 6, 10]).attrs(all).bwd(Bwd::Chained));
     specs.iter().map(build).collect()
 }

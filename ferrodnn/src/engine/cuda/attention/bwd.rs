@@ -117,6 +117,7 @@ pub(super) fn d_launch(p: &Problem, ports: &Ports, vec: bool) -> Option<Launch> 
     let entry = p.entry(if vec { "attn_bwd_d" } else { "attn_bwd_d_unaligned" });
     let mut sig = Signature::new();
     sig.scratch("void", "dbuf_p", 0, true).ptr("o_p", ports.o, false).ptr("do_p", ports.d_o, false);
+    p.inputs(&mut sig);
     let src = p.strides(base(p, ports, &entry, &sig, Dbias::None, vec), "OI", ports.o, false).define("LD_OI", ld(g, ports.o)).define("LD_DO", ld(g, ports.d_o));
     let source = src.template(COMMON).template(include_str!("bwd_d.cuh")).build();
     launch(entry, source, sig, None, rows * 32, 256, 0)

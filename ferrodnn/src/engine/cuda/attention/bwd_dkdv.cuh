@@ -67,16 +67,16 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
         const i64 i0 = (qa + it % nq) * FA_BMQ;
         fa_load<FA_BMQ, FA_D, FA_DR, FA_LDQ, FA_NT, Q_VEC>(sQ + buf * FA_BMQ * FA_LDQ, Qg, Q_S3, [&](int r) -> i64 {
             const i64 i = i0 + r;
-            return i < lq ? bi * Q_S0 + h * Q_S1 + i * Q_S2 : (i64)-1;
+            return i < lq ? fa_start(A, FA_RG_Q, bi, Q_S0) + h * Q_S1 + i * Q_S2 : (i64)-1;
         });
         fa_load<FA_BMQ, FA_DV, FA_DVR, FA_LDV, FA_NT, DO_VEC>(sO + buf * FA_BMQ * FA_LDV, DOg, DO_S3, [&](int r) -> i64 {
             const i64 i = i0 + r;
-            return i < lq ? bi * DO_S0 + h * DO_S1 + i * DO_S2 : (i64)-1;
+            return i < lq ? fa_start(A, FA_RG_DO, bi, DO_S0) + h * DO_S1 + i * DO_S2 : (i64)-1;
         });
         for (int r = threadIdx.x; r < FA_BMQ; r += FA_NT) {
             const i64 i = i0 + r;
             const bool ok = i < lq;
-            sL[buf * FA_BMQ + r] = ok ? (float)LD_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2) * FA_LOG2E : 0.0f;
+            sL[buf * FA_BMQ + r] = ok ? (float)LD_STATS(stats_p, fa_start(A, FA_RG_ST, bi, ST_S0) + h * ST_S1 + i * ST_S2) * FA_LOG2E : 0.0f;
             sD[buf * FA_BMQ + r] = ok ? dbuf[(bi * FA_HQ + h) * FA_SQ + i] : 0.0f;
         }
     };
@@ -209,14 +209,16 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
     #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const i64 j = j0 + warp * 16 + g + hh * 8;
-        if (j < FA_SKV) {
-            const i64 kb = bi * DK_S0 + kh * DK_S1 + j * DK_S2;
+        if (j < FA_SKV && fa_has_row(FA_RG_DK, j, lkv)) {
+            const i64 kb = fa_start(A, FA_RG_DK, bi, DK_S0) + kh * DK_S1 + j * DK_S2;
             #pragma unroll
             for (int n = 0; n < FA_CW / 8; ++n) {
                 const i64 c = chunk * FA_CW + n * 8 + tg * 2;
                 if (c < FA_DR) fa_store_dk(dk_p, kb + c * DK_S3, dk[n][2 * hh], dk[n][2 * hh + 1]);
             }
-            const i64 vb = bi * DV_S0 + kh * DV_S1 + j * DV_S2;
+        }
+        if (j < FA_SKV && fa_has_row(FA_RG_DV, j, lkv)) {
+            const i64 vb = fa_start(A, FA_RG_DV, bi, DV_S0) + kh * DV_S1 + j * DV_S2;
             #pragma unroll
             for (int n = 0; n < FA_CWV / 8; ++n) {
                 const i64 c = chunk * FA_CWV + n * 8 + tg * 2;

@@ -41,11 +41,11 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
 
     fa_load<FA_BM, FA_D, FA_DR, FA_LDQ, FA_NT, Q_VEC>(sQ, Qg, Q_S3, [&](int r) -> i64 {
         const i64 i = q0 + r;
-        return i < lq ? bi * Q_S0 + h * Q_S1 + i * Q_S2 : (i64)-1;
+        return i < lq ? fa_start(A, FA_RG_Q, bi, Q_S0) + h * Q_S1 + i * Q_S2 : (i64)-1;
     });
     fa_load<FA_BM, FA_DV, FA_DVR, FA_LDV, FA_NT, DO_VEC>(sO, DOg, DO_S3, [&](int r) -> i64 {
         const i64 i = q0 + r;
-        return i < lq ? bi * DO_S0 + h * DO_S1 + i * DO_S2 : (i64)-1;
+        return i < lq ? fa_start(A, FA_RG_DO, bi, DO_S0) + h * DO_S1 + i * DO_S2 : (i64)-1;
     });
     auto load_kv = [&](i64 t, int buf) {
         const i64 j0 = t * FA_BN;
@@ -67,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
     for (int hh = 0; hh < 2; ++hh) {
         const i64 i = q0 + warp * 16 + g + hh * 8;
         const bool ok = i < lq;
-        lse2[hh] = ok ? (float)LD_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2) * FA_LOG2E : 0.0f;
+        lse2[hh] = ok ? (float)LD_STATS(stats_p, fa_start(A, FA_RG_ST, bi, ST_S0) + h * ST_S1 + i * ST_S2) * FA_LOG2E : 0.0f;
         dd[hh] = ok ? dbuf[(bi * FA_HQ + h) * FA_SQ + i] : 0.0f;
     }
     float acc[FA_CW / 8][4];
@@ -175,8 +175,8 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
     #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const i64 i = q0 + warp * 16 + g + hh * 8;
-        if (i < FA_SQ) {
-            const i64 ob = bi * DQ_S0 + h * DQ_S1 + i * DQ_S2;
+        if (i < FA_SQ && fa_has_row(FA_RG_DQ, i, lq)) {
+            const i64 ob = fa_start(A, FA_RG_DQ, bi, DQ_S0) + h * DQ_S1 + i * DQ_S2;
             #pragma unroll
             for (int n = 0; n < FA_CW / 8; ++n) {
                 const i64 c = chunk * FA_CW + n * 8 + tg * 2;

@@ -152,6 +152,8 @@ struct FaIn {
     const void* bias; const void* slq; const void* slkv; const void* ptk; const void* ptv;
     u64 seed; u64 offset;
     float scale; float scale_log2; float keep_scale; u64 drop_t;
+    // The ragged tensors' offsets, by FA_RG_* index (see fa_start).
+    const void* rg[9];
 };
 
 // The kernel's parameters in `FaIn A` (FA_INIT, at the start of a kernel that takes them, in the
@@ -182,12 +184,46 @@ struct FaIn {
 #else
 #define FA_INIT_SEED
 #endif
+#define FA_RG_INIT(i, ld, s) A.rg[i] = rg##i##_p;
 #define FA_INIT                                                                                     \
     FaIn A;                                                                                         \
     A.bias = nullptr; A.slq = nullptr; A.slkv = nullptr; A.ptk = nullptr; A.ptv = nullptr;         \
     A.seed = 0; A.offset = 0;                                                                       \
     A.scale = fa_scale; A.scale_log2 = fa_scale_log2; A.keep_scale = 1.0f; A.drop_t = 0;            \
-    FA_INIT_BIAS FA_INIT_LENS FA_INIT_PAGES FA_INIT_SEED
+    FA_INIT_BIAS FA_INIT_LENS FA_INIT_PAGES FA_INIT_SEED FA_RAGGED(FA_RG_INIT)
+
+// Ragged (packed) tensors: FA_RAGGED(X) lists X(index, load, stride) for each, with its offsets
+// as the parameter rg<index>_p (empty when none is ragged). Batch bi of a ragged tensor starts at
+// element offsets[bi] and holds only its own length's rows.
+#define FA_RG_Q 0
+#define FA_RG_K 1
+#define FA_RG_V 2
+#define FA_RG_O 3
+#define FA_RG_ST 4
+#define FA_RG_DO 5
+#define FA_RG_DQ 6
+#define FA_RG_DK 7
+#define FA_RG_DV 8
+#define FA_RG_START(i, ld, s) \
+    case i: return (i64)ld(A.rg[i], bi * (s));
+// Where batch bi of tensor `which` starts: its ragged offset, else bi * s0 (its batch stride).
+// `which` is a constant at every call, so the switch folds.
+__device__ __forceinline__ i64 fa_start(const FaIn& A, int which, i64 bi, i64 s0) {
+    switch (which) {
+        FA_RAGGED(FA_RG_START)
+        default: (void)A; return bi * s0;
+    }
+}
+#define FA_RG_IS(i, ld, s) \
+    case i: return true;
+// Whether row i of a batch of `len` rows has memory in tensor `which` (a ragged tensor holds
+// only its batch's rows: padded rows are neither read nor written).
+__device__ __forceinline__ bool fa_has_row(int which, i64 i, i64 len) {
+    switch (which) {
+        FA_RAGGED(FA_RG_IS)
+        default: (void)i; (void)len; return true;
+    }
+}
 
 // Per-batch lengths, clamped to [0, s] (the CPU rejects others; a kernel must not index past).
 __device__ __forceinline__ void fa_lens(const FaIn& A, i64 bi, i64& lq, i64& lkv) {
@@ -294,8 +330,7 @@ __device__ __forceinline__ i64 fa_krow(const FaIn& A, i64 bi, i64 kh, i64 j) {
     if (!(e >= 0.0 && e < (double)FA_KNB)) return -1;
     return (i64)e * K_S0 + kh * K_S1 + (j % FA_KBS) * K_S2;
 #else
-    (void)A;
-    return bi * K_S0 + kh * K_S1 + j * K_S2;
+    return fa_start(A, FA_RG_K, bi, K_S0) + kh * K_S1 + j * K_S2;
 #endif
 }
 __device__ __forceinline__ i64 fa_vrow(const FaIn& A, i64 bi, i64 kh, i64 j) {
@@ -304,8 +339,7 @@ __device__ __forceinline__ i64 fa_vrow(const FaIn& A, i64 bi, i64 kh, i64 j) {
     if (!(e >= 0.0 && e < (double)FA_VNB)) return -1;
     return (i64)e * V_S0 + kh * V_S1 + (j % FA_VBS) * V_S2;
 #else
-    (void)A;
-    return bi * V_S0 + kh * V_S1 + j * V_S2;
+    return fa_start(A, FA_RG_V, bi, V_S0) + kh * V_S1 + j * V_S2;
 #endif
 }
 

@@ -35,7 +35,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
 
     fa_load<FA_BM, FA_D, FA_DR, FA_LDQ, FA_NT, Q_VEC>(sQ, Qg, Q_S3, [&](int r) -> i64 {
         const i64 i = q0 + r;
-        return i < lq ? bi * Q_S0 + h * Q_S1 + i * Q_S2 : (i64)-1;
+        return i < lq ? fa_start(A, FA_RG_Q, bi, Q_S0) + h * Q_S1 + i * Q_S2 : (i64)-1;
     });
     auto load_kv = [&](i64 t, int buf) {
         const i64 j0 = t * FA_BN;
@@ -202,16 +202,18 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
         const i64 i = q0 + warp * 16 + g + hh * 8;
         const bool empty = i >= lq || m[hh] == FA_NINF || !(lsum > 0.0f);
         const float inv = empty ? 0.0f : A.keep_scale / lsum;
-        if (i < FA_SQ) {
-            const i64 ob = bi * O_S0 + h * O_S1 + i * O_S2;
+        if (i < FA_SQ && fa_has_row(FA_RG_O, i, lq)) {
+            const i64 ob = fa_start(A, FA_RG_O, bi, O_S0) + h * O_S1 + i * O_S2;
             #pragma unroll
             for (int n = 0; n < FA_DV / 8; ++n) {
                 const i64 c = n * 8 + tg * 2;
                 if (c < FA_DVR) fa_store_o(o_p, ob + c * O_S3, oacc[n][2 * hh] * inv, oacc[n][2 * hh + 1] * inv);
             }
-#if FA_HAS_STATS
-            if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
-#endif
         }
+#if FA_HAS_STATS
+        if (i < FA_SQ && tg == 0 && fa_has_row(FA_RG_ST, i, lq)) {
+            ST_STATS(stats_p, fa_start(A, FA_RG_ST, bi, ST_S0) + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
+        }
+#endif
     }
 }

@@ -71,6 +71,11 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
     let Some(p) = Problem::new(graph, ni, attrs, backward) else { return Ok(None) };
     // Each kernel family computes on its own tile widths (`Problem::widths`).
     let Some(general) = p.widths(general_width) else { return Ok(None) };
+    // Ragged (packed) sequences run on the general kernels: the Hopper ones load whole tiles by
+    // TMA over each tensor's own dims, and decode splits keys across CTAs per batch.
+    if !p.ragged.is_empty() {
+        return Ok(if backward { bwd::unit(&general, target) } else { fwd::unit(&general, target) });
+    }
     let hopper = p.widths(hopper_width);
     if backward {
         let fast = hopper.as_ref().and_then(|h| bwd90::unit(h, target, options));
@@ -141,11 +146,17 @@ pub(crate) struct Problem<'a> {
     pub seed: Option<TensorId>,
     pub offset: Option<TensorId>,
     pub paged: Option<(TensorId, TensorId)>,
+    /// The ragged tensors' offsets by the kernels' FA_RG_* index (q, k, v, o, stats, do, dq, dk,
+    /// dv): packed sequences (`common.cuh`'s `fa_start`). The general kernels take them.
+    pub ragged: Vec<(usize, TensorId)>,
     /// The dropout probability when dropout is on (p > 0).
     pub dropout: Option<f64>,
     /// The attention scale: the op's, or the tensor on its `attn_scale` port.
     pub scale: Attr,
 }
+
+/// The ports whose tensors may be ragged, in the order of `common.cuh`'s FA_RG_* indices.
+const RAGGED_PORTS: [&str; 9] = ["q", "k", "v", "o", "stats", "do", "dq", "dk", "dv"];
 
 /// A head dim these kernels take: a multiple of 8 (rows of whole 16-byte vectors) up to 256.
 fn head_dim_ok(d: i64) -> bool {
@@ -195,6 +206,8 @@ impl<'a> Problem<'a> {
         if !head_dim_ok(d) || !head_dim_ok(d_v) {
             return None;
         }
+        let ragged: Vec<(usize, TensorId)> =
+            RAGGED_PORTS.iter().enumerate().filter_map(|(i, port)| node.input(&format!("{}{port}", crate::graph::RAGGED_PORT_PREFIX)).map(|t| (i, t))).collect();
         // Grid limits (y and z are 16-bit); sizes past 2^40 are not worth a separate check.
         if h_q > 65535 || h_kv > 65535 || b > 65535 || s_q > (1 << 40) || s_kv > (1 << 40) {
             return None;
@@ -221,7 +234,34 @@ impl<'a> Problem<'a> {
                 return None;
             }
         }
-        Some(Problem { graph, node, ni, attrs, b, h_q, h_kv, s_q, s_kv, d, d_v, dr: d, dvr: d_v, dt, q, k, v, bias, seq_len_q, seq_len_kv, seed, offset, paged, dropout, scale })
+        Some(Problem {
+            graph,
+            node,
+            ni,
+            attrs,
+            b,
+            h_q,
+            h_kv,
+            s_q,
+            s_kv,
+            d,
+            d_v,
+            dr: d,
+            dvr: d_v,
+            dt,
+            q,
+            k,
+            v,
+            bias,
+            seq_len_q,
+            seq_len_kv,
+            seed,
+            offset,
+            paged,
+            ragged,
+            dropout,
+            scale,
+        })
     }
 
     /// The problem on a kernel family's tile widths (`width` of each head dim), if it has them.
@@ -320,10 +360,21 @@ impl<'a> Problem<'a> {
             let slopes: Vec<String> = alibi_slopes(self.h_q as usize).iter().map(|&x| c_float(x)).collect();
             s = s.define("FA_NSLOPES", slopes.len()).define("FA_SLOPES", slopes.join(", "));
         }
-        s
+        // X(index, load, stride) of each ragged tensor's offsets (a vector: the stride of its
+        // one dim longer than 1).
+        let ragged: String = self
+            .ragged
+            .iter()
+            .map(|&(i, t)| {
+                let d = g.desc(t);
+                let stride = d.strides.iter().zip(&d.dims).find(|(_, &n)| n > 1).map_or(1, |(&st, _)| st);
+                format!(" X({i}, {}, {stride}LL)", ld(g, t))
+            })
+            .collect();
+        s.define("FA_RAGGED(X)", ragged)
     }
 
-    /// The parameters of the optional inputs (bias, padding lengths, page tables) and of the
+    /// The parameters of the optional inputs (bias, padding lengths, page tables, ragged offsets) and of the
     /// runtime scalars (the attention scale, and times log2(e), in f32 as the kernels compute),
     /// then with dropout the seed and offset, the keep scale 1 / (1 - p) and the drop threshold:
     /// what `FA_INIT` (`common.cuh`) reads into `FaIn A`. Values, not literals, so that one
@@ -342,6 +393,9 @@ impl<'a> Problem<'a> {
         if let (Some(p), Some(seed), Some(offset)) = (self.dropout, self.seed, self.offset) {
             sig.ptr("seed_p", seed, false).ptr("offset_p", offset, false);
             sig.f32("fa_keep_scale", 1.0 / (1.0 - p)).i64("fa_drop_t", drop_threshold(p) as i64);
+        }
+        for &(i, t) in &self.ragged {
+            sig.ptr(&format!("rg{i}_p"), t, false);
         }
     }
 

@@ -19,7 +19,9 @@
 // SD_HAS_SWL / SD_SWL, SD_HAS_SWR / SD_SWR (sliding windows), SD_HAS_BIAS, SD_PADDING, SD_ALIBI
 // (with SD_SLOPES(X), a list of X(head, slope)), SD_DROPOUT, SD_PAGED,
 // SD_BACKWARD; and the loads LD_Q, LD_K, LD_V, LD_BIAS, LD_SLQ, LD_SLKV, LD_PTK, LD_PTV, LD_O,
-// LD_DO, LD_STATS, LD_SEED, LD_OFFSET of the tensors present. The attention scale and the
+// LD_DO, LD_STATS, LD_SEED, LD_OFFSET of the tensors present; SD_RAGGED(X), the list
+// X(index, load) of the ragged tensors (index SD_RG_Q ... SD_RG_DV, with `rg<index>_p` / `rg<index>_s`
+// parameters: their offsets and its stride), empty when none is. The attention scale and the
 // dropout's probability and keep scale 1/(1-p) are the kernel's double parameters `sd_scale`,
 // `sd_dropout_p` and `sd_dropout_keep` (values a user may change between executes).
 
@@ -28,6 +30,17 @@
 #define SD_DQ 2
 #define SD_KEY_GRAD 3
 #define SD_DBIAS 4
+
+// The tensors that may be ragged (packed sequences: batch bi starts at element offsets[bi]).
+#define SD_RG_Q 0
+#define SD_RG_K 1
+#define SD_RG_V 2
+#define SD_RG_O 3
+#define SD_RG_ST 4
+#define SD_RG_DO 5
+#define SD_RG_DQ 6
+#define SD_RG_DK 7
+#define SD_RG_DV 8
 
 #define SD_NEG_INF (-1.0/0.0)
 #define SD_POS_INF (1.0/0.0)
@@ -49,6 +62,9 @@ struct Att {
     const void* slkv; TRef tslkv;
 #endif
     double scale;
+    // The ragged tensors' offsets and their strides, by SD_RG_* index.
+    const void* rg[9];
+    i64 rgs[9];
 #if SD_DROPOUT
     u64 seed; u64 offset;
     double dropout_p; double dropout_keep;
@@ -111,6 +127,9 @@ struct Att {
 #else
 #define SD_INIT_DROPOUT
 #endif
+#define SD_RG_INIT(i, ld) \
+    A.rg[i] = rg##i##_p;  \
+    A.rgs[i] = rg##i##_s;
 #define SD_INIT         \
     Att A;              \
     A.q = q_p;          \
@@ -124,7 +143,8 @@ struct Att {
     SD_INIT_PADDING     \
     SD_INIT_PAGED       \
     SD_INIT_BACKWARD    \
-    SD_INIT_DROPOUT
+    SD_INIT_DROPOUT     \
+    SD_RAGGED(SD_RG_INIT)
 
 // Per-batch lengths (clamped to [0, s]: the CPU rejects others, a kernel must not index past).
 __device__ __forceinline__ void sd_lens(const Att& A, i64 bi, i64* lq, i64* lkv) {
@@ -139,6 +159,29 @@ __device__ __forceinline__ void sd_lens(const Att& A, i64 bi, i64* lq, i64* lkv)
     *lkv = SD_SKV;
 #endif
 }
+
+// Where batch bi of tensor `which` (SD_RG_*) starts: at its ragged offset when it is ragged,
+// else at bi * s0 (its batch stride). `which` is a constant at every call, so this folds.
+#define SD_RG_START(i, ld) \
+    case i: return (i64)ld(A.rg[i], bi * A.rgs[i]);
+__device__ __forceinline__ i64 sd_start(const Att& A, int which, i64 bi, i64 s0) {
+    switch (which) {
+        SD_RAGGED(SD_RG_START)
+        default: return bi * s0;
+    }
+}
+
+// Whether row `i` of batch bi's `len` rows of tensor `which` has memory: a ragged tensor holds
+// only the rows of its batch's length (padded rows are neither read nor written).
+#define SD_RG_IS(i, ld) \
+    case i: return true;
+__device__ __forceinline__ bool sd_ragged(int which) {
+    switch (which) {
+        SD_RAGGED(SD_RG_IS)
+        default: return false;
+    }
+}
+__device__ __forceinline__ bool sd_has_row(int which, i64 i, i64 len) { return !sd_ragged(which) || i < len; }
 
 // Whether key j is visible from (unpadded) query row i.
 __device__ __forceinline__ bool sd_visible(i64 i, i64 j, i64 lq, i64 lkv) {
@@ -170,7 +213,7 @@ __device__ __forceinline__ i64 sd_krow(const Att& A, i64 bi, i64 kh, i64 t) {
     if (!(e >= 0.0 && e < (double)A.tk.dims[0])) return -1;
     return (i64)e * A.tk.strides[0] + kh * A.tk.strides[1] + (t % bs) * A.tk.strides[2];
 #else
-    return bi * A.tk.strides[0] + kh * A.tk.strides[1] + t * A.tk.strides[2];
+    return sd_start(A, SD_RG_K, bi, A.tk.strides[0]) + kh * A.tk.strides[1] + t * A.tk.strides[2];
 #endif
 }
 __device__ __forceinline__ i64 sd_vrow(const Att& A, i64 bi, i64 kh, i64 t) {
@@ -180,13 +223,13 @@ __device__ __forceinline__ i64 sd_vrow(const Att& A, i64 bi, i64 kh, i64 t) {
     if (!(e >= 0.0 && e < (double)A.tv.dims[0])) return -1;
     return (i64)e * A.tv.strides[0] + kh * A.tv.strides[1] + (t % bs) * A.tv.strides[2];
 #else
-    return bi * A.tv.strides[0] + kh * A.tv.strides[1] + t * A.tv.strides[2];
+    return sd_start(A, SD_RG_V, bi, A.tv.strides[0]) + kh * A.tv.strides[1] + t * A.tv.strides[2];
 #endif
 }
 __device__ __forceinline__ double sd_k(const Att& A, i64 row, i64 c) { return row < 0 ? 0.0 : LD_K(A.k, row + c * A.tk.strides[3]); }
 __device__ __forceinline__ double sd_v(const Att& A, i64 row, i64 c) { return row < 0 ? 0.0 : LD_V(A.v, row + c * A.tv.strides[3]); }
 __device__ __forceinline__ i64 sd_qrow(const Att& A, i64 bi, i64 h, i64 i) {
-    return bi * A.tq.strides[0] + h * A.tq.strides[1] + i * A.tq.strides[2];
+    return sd_start(A, SD_RG_Q, bi, A.tq.strides[0]) + h * A.tq.strides[1] + i * A.tq.strides[2];
 }
 
 #if SD_ALIBI
@@ -230,10 +273,10 @@ __device__ __forceinline__ double sd_keep(const Att& A, i64 bi, i64 h, i64 i, i6
 
 #if SD_BACKWARD
 __device__ __forceinline__ double sd_do(const Att& A, i64 bi, i64 h, i64 i, i64 c) {
-    return LD_DO(A.dout, bi * A.tdo.strides[0] + h * A.tdo.strides[1] + i * A.tdo.strides[2] + c * A.tdo.strides[3]);
+    return LD_DO(A.dout, sd_start(A, SD_RG_DO, bi, A.tdo.strides[0]) + h * A.tdo.strides[1] + i * A.tdo.strides[2] + c * A.tdo.strides[3]);
 }
 __device__ __forceinline__ double sd_stats(const Att& A, i64 bi, i64 h, i64 i) {
-    return LD_STATS(A.st, bi * A.tst.strides[0] + h * A.tst.strides[1] + i * A.tst.strides[2]);
+    return LD_STATS(A.st, sd_start(A, SD_RG_ST, bi, A.tst.strides[0]) + h * A.tst.strides[1] + i * A.tst.strides[2]);
 }
 #endif
 
@@ -297,10 +340,14 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
                 }
             }
         }
-        i64 oo = bi * to_.strides[0] + h * to_.strides[1] + i * to_.strides[2];
-        for (int c = 0; c < SD_DV; ++c) ST_O(o_, oo + c * to_.strides[3], acc[c]);
+        if (sd_has_row(SD_RG_O, i, lq)) {
+            i64 oo = sd_start(A, SD_RG_O, bi, to_.strides[0]) + h * to_.strides[1] + i * to_.strides[2];
+            for (int c = 0; c < SD_DV; ++c) ST_O(o_, oo + c * to_.strides[3], acc[c]);
+        }
 #if SD_HAS_STATS
-        ST_STATS(stats_, bi * tstats_.strides[0] + h * tstats_.strides[1] + i * tstats_.strides[2], lse);
+        if (sd_has_row(SD_RG_ST, i, lq)) {
+            ST_STATS(stats_, sd_start(A, SD_RG_ST, bi, tstats_.strides[0]) + h * tstats_.strides[1] + i * tstats_.strides[2], lse);
+        }
 #endif
 #if SD_HAS_DUMP
         i64 mo = bi * tdump_.strides[0] + h * tdump_.strides[1] + i * tdump_.strides[2];
@@ -321,9 +368,13 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         i64 i = r % SD_SQ;
         i64 h = (r / SD_SQ) % SD_HQ;
         i64 bi = r / (SD_SQ * SD_HQ);
-        i64 oo = bi * A.to.strides[0] + h * A.to.strides[1] + i * A.to.strides[2];
+        i64 lq, lkv;
+        sd_lens(A, bi, &lq, &lkv);
         double d = 0.0;
-        for (int c = 0; c < SD_DV; ++c) d += sd_do(A, bi, h, i, c) * LD_O(A.o, oo + c * A.to.strides[3]);
+        if (sd_has_row(SD_RG_O, i, lq) && sd_has_row(SD_RG_DO, i, lq)) {
+            i64 oo = sd_start(A, SD_RG_O, bi, A.to.strides[0]) + h * A.to.strides[1] + i * A.to.strides[2];
+            for (int c = 0; c < SD_DV; ++c) d += sd_do(A, bi, h, i, c) * LD_O(A.o, oo + c * A.to.strides[3]);
+        }
         dbuf[r] = d;
     }
 }
@@ -369,14 +420,21 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
                 for (int c = 0; c < SD_D; ++c) acc[c] += dsc * sd_k(A, kr, c);
             }
         }
-        i64 oo = bi * tdq_.strides[0] + h * tdq_.strides[1] + i * tdq_.strides[2];
-        for (int c = 0; c < SD_D; ++c) ST_DQ(dq_, oo + c * tdq_.strides[3], acc[c]);
+        if (sd_has_row(SD_RG_DQ, i, lq)) {
+            i64 oo = sd_start(A, SD_RG_DQ, bi, tdq_.strides[0]) + h * tdq_.strides[1] + i * tdq_.strides[2];
+            for (int c = 0; c < SD_D; ++c) ST_DQ(dq_, oo + c * tdq_.strides[3], acc[c]);
+        }
     }
 }
 
 #elif SD_KERNEL == SD_KEY_GRAD
 
 #define SD_GA (SD_G > 0 ? SD_G : 1)
+#if SD_GRAD_K
+#define SD_RG_GRAD SD_RG_DK
+#else
+#define SD_RG_GRAD SD_RG_DV
+#endif
 
 // The dk or dv contribution of logical key t of batch bi (K head, or V head, gh), added to `acc`
 // after being summed on its own (the CPU sums each logical key, then adds it into the pool).
@@ -454,10 +512,14 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
                 sd_key_grad(A, dbuf, bi, kh, p * tg.dims[2] + t, acc);
             }
         }
+        i64 go = bo * tg.strides[0] + kh * tg.strides[1] + t * tg.strides[2];
 #else
         sd_key_grad(A, dbuf, bo, kh, t, acc);
+        i64 lq, lkv;
+        sd_lens(A, bo, &lq, &lkv);
+        if (!sd_has_row(SD_RG_GRAD, t, lkv)) continue;
+        i64 go = sd_start(A, SD_RG_GRAD, bo, tg.strides[0]) + kh * tg.strides[1] + t * tg.strides[2];
 #endif
-        i64 go = bo * tg.strides[0] + kh * tg.strides[1] + t * tg.strides[2];
         for (int c = 0; c < SD_G; ++c) ST_GRAD(grad_, go + c * tg.strides[3], acc[c]);
     }
 }

@@ -133,6 +133,17 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
         params.extend([("double sd_dropout_p".to_string(), Arg::F64(p)), ("double sd_dropout_keep".to_string(), Arg::F64(1.0 / (1.0 - p)))]);
         defines.extend([("LD_SEED", ctx.ld(seed)), ("LD_OFFSET", ctx.ld(offset))]);
     }
+    // Ragged tensors: their offsets as `rg<i>_p` / `rg<i>_s` (the SD_RG_* index of sdpa.cuh),
+    // listed in SD_RAGGED(X) as X(index, load).
+    let mut ragged = String::new();
+    for (i, port) in ["q", "k", "v", "o", "stats", "do", "dq", "dk", "dv"].into_iter().enumerate() {
+        if let Some(r) = ctx.node.input(&format!("{}{port}", crate::graph::RAGGED_PORT_PREFIX)) {
+            let stride = ctx.graph.desc(r).strides.iter().zip(&ctx.graph.desc(r).dims).find(|(_, &n)| n > 1).map_or(1, |(&s, _)| s);
+            params.extend([(format!("const void* rg{i}_p"), Arg::Ptr(r)), (format!("i64 rg{i}_s"), Arg::I64(stride))]);
+            ragged.push_str(&format!(" X({i}, {})", ctx.ld(r)));
+        }
+    }
+    defines.push(("SD_RAGGED(X)", ragged));
     if a.alibi {
         let slopes = alibi_slopes(sizes.h_q.max(0) as usize);
         defines.push(("SD_SLOPES(X)", slopes.iter().enumerate().map(|(h, s)| format!(" X({h}, {})", c_double(*s))).collect()));
