@@ -90,7 +90,7 @@ pub(super) fn launch(entry: String, source: String, sig: Signature, grid: Option
 pub(super) fn base(p: &Problem, ports: &Ports, entry: &str, sig: &Signature, mode: Dbias, vec: bool) -> Source {
     let g = p.graph;
     let mut s = p.source(entry, sig, vec);
-    s = p.strides(s, "DO", ports.d_o, false).flag("DO_VEC", vec && p.vec_ok(ports.d_o)).define("FA_LDQ", p.d + 8).define("FA_NT", NW * 32);
+    s = p.strides(s, "DO", ports.d_o, false).define("DO_VEC", p.vec_mode(vec, ports.d_o)).define("FA_LDQ", p.d + 8).define("FA_NT", NW * 32);
     s = s.define(
         "FA_DBIAS",
         match mode {

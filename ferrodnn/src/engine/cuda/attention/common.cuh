@@ -92,9 +92,10 @@ __device__ __forceinline__ u32 fa_pack(float lo, float hi) {
 
 // A tile of ROWS rows of W elements (W a multiple of 8) into shared memory (row stride LD), of
 // which the first WR (a multiple of 8, the head dim) are read and the rest are zeros; rowoff(r)
-// is the element offset of row r in g, or -1 for a row of zeros. VEC: 16-byte cp.async per 8
-// elements (the caller commits and waits); else element-wise loads (strided by cs) and plain
-// stores.
+// is the element offset of row r in g, or -1 for a row of zeros. VEC 1: 16-byte cp.async per 8
+// elements (the caller commits and waits); VEC 2: the same where the vector is 16-byte aligned,
+// plain loads where not (rows of a ragged tensor start where its offsets say); VEC 0:
+// element-wise loads (strided by cs) and plain stores.
 template <int ROWS, int W, int WR, int LD, int NT, int VEC, typename F>
 __device__ __forceinline__ void fa_load(u16* s, const u16* g, i64 cs, F rowoff) {
     static_assert(WR <= W && WR % 8 == 0, "the head dim fits the tile in whole vectors");
@@ -105,8 +106,14 @@ __device__ __forceinline__ void fa_load(u16* s, const u16* g, i64 cs, F rowoff) 
             const int r = c / CPR, k = (c - r * CPR) * 8;
             const i64 o = k < WR ? rowoff(r) : -1;
             u16* d = s + r * LD + k;
-            if (o >= 0) fa_cp16(d, g + o + k);
-            else *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+            if (o >= 0 && (VEC == 1 || ((o + k) & 7) == 0)) {
+                fa_cp16(d, g + o + k);
+            } else if (o >= 0) {
+                #pragma unroll
+                for (int e = 0; e < 8; ++e) d[e] = g[o + k + e];
+            } else {
+                *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+            }
         }
     } else {
         for (int e = threadIdx.x; e < ROWS * W; e += NT) {

@@ -277,11 +277,28 @@ impl<'a> Problem<'a> {
         d.strides.len() == 4 && d.strides[3] == 1 && (0..3).all(|a| d.dims[a] == 1 || d.strides[a] % 8 == 0)
     }
 
+    /// `fa_load`'s VEC for an input: 0 element-wise (no `vec`, or strides that do not allow
+    /// 16-byte rows), 1 16-byte `cp.async`, 2 the same with each vector's alignment checked (a
+    /// ragged tensor, whose batches start where its offsets say: an offset that is not a
+    /// multiple of 8 elements takes element-wise loads rather than faulting).
+    pub fn vec_mode(&self, vec: bool, t: TensorId) -> u8 {
+        match (vec && self.vec_ok(t), self.graph.desc(t).ragged_offset.is_some()) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        }
+    }
+
     /// Whether an output can be stored two elements (4 bytes) at a time: the io type, a
-    /// contiguous innermost dim and even strides.
+    /// contiguous innermost dim and even strides, and not ragged (an odd offset would misalign
+    /// the pairs).
     pub fn pair_ok(&self, t: TensorId) -> bool {
         let d = self.graph.desc(t);
-        self.graph.resolved_data_type(t) == Some(self.dt) && d.strides.len() == 4 && d.strides[3] == 1 && (0..3).all(|a| d.dims[a] == 1 || d.strides[a] % 2 == 0)
+        self.graph.resolved_data_type(t) == Some(self.dt)
+            && d.ragged_offset.is_none()
+            && d.strides.len() == 4
+            && d.strides[3] == 1
+            && (0..3).all(|a| d.dims[a] == 1 || d.strides[a] % 2 == 0)
     }
 
     pub fn entry(&self, what: &str) -> String {
@@ -330,7 +347,7 @@ impl<'a> Problem<'a> {
         s = self.strides(s, "Q", self.q, false);
         s = self.strides(s, "K", self.k, false);
         s = self.strides(s, "V", self.v, false);
-        s = s.flag("Q_VEC", vec && self.vec_ok(self.q)).flag("K_VEC", vec && self.vec_ok(self.k)).flag("V_VEC", vec && self.vec_ok(self.v));
+        s = s.define("Q_VEC", self.vec_mode(vec, self.q)).define("K_VEC", self.vec_mode(vec, self.k)).define("V_VEC", self.vec_mode(vec, self.v));
         if let Some(t) = self.bias {
             s = self.strides(s.define("LD_BIAS", ld(g, t)), "BI", t, true);
         }
