@@ -130,7 +130,8 @@ fn plain(double: bool) -> Scaling {
 
 fn check_algo(dir: Dir, algo: i32) -> R<()> {
     if !(0..dir.algo_count()).contains(&algo) {
-        return Err(bad(format!("algo {algo} is not an algorithm of this direction (0 to {})", dir.algo_count() - 1)));
+        // cuDNN answers an algorithm number it does not know as unsupported, not as a bad parameter.
+        return Err(unsupported(format!("algo {algo} is not an algorithm of this direction (0 to {})", dir.algo_count() - 1)));
     }
     Ok(())
 }
@@ -373,8 +374,13 @@ fn perf(p: &Problem, dir: Dir, plan: &Plan, time: f32) -> AlgoPerf {
 /// `returned` must be null (refused) or writable; `results` must be null (refused) or hold
 /// `requested` writable entries.
 unsafe fn answer(p: &Problem, dir: Dir, plan: &Plan, time: f32, requested: i32, returned: *mut i32, results: *mut AlgoPerf) -> R<()> {
-    if requested < 1 {
-        return Err(bad(format!("requestedAlgoCount must be at least 1, got {requested}")));
+    if requested < 0 {
+        return Err(bad(format!("requestedAlgoCount must not be negative, got {requested}")));
+    }
+    if requested == 0 {
+        // As cuDNN: nothing asked, nothing written, success.
+        // SAFETY: forwarded from the caller (null refused by write_out).
+        return unsafe { write_out(returned, "returnedAlgoCount", 0) };
     }
     non_null(results, "perfResults")?;
     // SAFETY: forwarded from the caller; results holds at least one entry (requested >= 1).

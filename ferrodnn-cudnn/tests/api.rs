@@ -163,7 +163,7 @@ fn bad_calls_are_refused() {
     fails(fwd(c, y, pm(&mut ys), null(), p(&xs), 0), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["alpha"]);
     fails(fwd(c, y, pm(&mut ys), sc(&one), null(), 0), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["`x`"]);
     fails(fwd(c, y, null_mut(), sc(&one), p(&xs), 0), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["`y`"]);
-    fails(fwd(c, y, pm(&mut ys), sc(&one), p(&xs), 99), CUDNN_STATUS_BAD_PARAM, &["algo 99"]);
+    fails(fwd(c, y, pm(&mut ys), sc(&one), p(&xs), 99), CUDNN_STATUS_NOT_SUPPORTED, &["algo 99"]);
     let mut unset = null_mut();
     ok(cudnnCreateConvolutionDescriptor(&mut unset));
     fails(fwd(unset, y, pm(&mut ys), sc(&one), p(&xs), 0), CUDNN_STATUS_BAD_PARAM, &["convDesc", "never set"]);

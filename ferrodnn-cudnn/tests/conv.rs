@@ -237,8 +237,12 @@ fn algorithm_calls_answer_from_the_plan() {
     ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(h.0, xd, yd, cd, wd, 0, &mut ws));
     assert_eq!(perf[0].memory, ws);
     // Bad requests.
-    fails(cudnnGetConvolutionForwardAlgorithm_v7(h.0, xd, wd, cd, yd, 0, &mut got, perf.as_mut_ptr()), CUDNN_STATUS_BAD_PARAM, &["requestedAlgoCount"]);
-    fails(cudnnGetConvolutionForwardWorkspaceSize(h.0, xd, wd, cd, yd, 8, &mut ws), CUDNN_STATUS_BAD_PARAM, &["algo 8"]);
+    // Asking for no algorithm answers none, as NVIDIA's does; a negative count is refused.
+    ok(cudnnGetConvolutionForwardAlgorithm_v7(h.0, xd, wd, cd, yd, 0, &mut got, perf.as_mut_ptr()));
+    assert_eq!(got, 0);
+    fails(cudnnGetConvolutionForwardAlgorithm_v7(h.0, xd, wd, cd, yd, -1, &mut got, perf.as_mut_ptr()), CUDNN_STATUS_BAD_PARAM, &["requestedAlgoCount"]);
+    // An algorithm number out of range is unsupported (NVIDIA's status), not a bad parameter.
+    fails(cudnnGetConvolutionForwardWorkspaceSize(h.0, xd, wd, cd, yd, 8, &mut ws), CUDNN_STATUS_NOT_SUPPORTED, &["algo 8"]);
     fails(cudnnGetConvolutionForwardAlgorithm_v7(h.0, xd, wd, cd, yd, 1, &mut got, std::ptr::null_mut()), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["perfResults"]);
 }
 

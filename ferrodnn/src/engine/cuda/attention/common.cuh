@@ -191,7 +191,7 @@ struct FaIn {
 #else
 #define FA_INIT_SEED
 #endif
-#define FA_RG_INIT(i, ld, s) A.rg[i] = rg##i##_p;
+#define FA_RG_INIT(n, ld, s) A.rg[n] = rg##n##_p;
 #define FA_INIT                                                                                     \
     FaIn A;                                                                                         \
     A.bias = nullptr; A.slq = nullptr; A.slkv = nullptr; A.ptk = nullptr; A.ptv = nullptr;         \
@@ -211,8 +211,8 @@ struct FaIn {
 #define FA_RG_DQ 6
 #define FA_RG_DK 7
 #define FA_RG_DV 8
-#define FA_RG_START(i, ld, s) \
-    case i: return (i64)ld(A.rg[i], bi * (s));
+#define FA_RG_START(n, ld, s) \
+    case n: return (i64)ld(A.rg[n], bi * (s));
 // Where batch bi of tensor `which` starts: its ragged offset, else bi * s0 (its batch stride).
 // `which` is a constant at every call, so the switch folds.
 __device__ __forceinline__ i64 fa_start(const FaIn& A, int which, i64 bi, i64 s0) {
@@ -221,14 +221,14 @@ __device__ __forceinline__ i64 fa_start(const FaIn& A, int which, i64 bi, i64 s0
         default: (void)A; return bi * s0;
     }
 }
-#define FA_RG_IS(i, ld, s) \
-    case i: return true;
-// Whether row i of a batch of `len` rows has memory in tensor `which` (a ragged tensor holds
+#define FA_RG_ROW(n, ld, s) \
+    case n: return row < len;
+// Whether row `row` of a batch of `len` rows has memory in tensor `which` (a ragged tensor holds
 // only its batch's rows: padded rows are neither read nor written).
-__device__ __forceinline__ bool fa_has_row(int which, i64 i, i64 len) {
+__device__ __forceinline__ bool fa_has_row(int which, i64 row, i64 len) {
     switch (which) {
-        FA_RAGGED(FA_RG_IS)
-        default: (void)i; (void)len; return true;
+        FA_RAGGED(FA_RG_ROW)
+        default: (void)row; (void)len; return true;
     }
 }
 
