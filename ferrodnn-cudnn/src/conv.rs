@@ -422,6 +422,10 @@ fn find(h: cudnnHandle_t, p: R<Problem>, dir: Dir, requested: i32, returned: *mu
         for b in sizes {
             bufs.push(dev.alloc_zeroed(b).map_err(|e| ApiError::new(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, e.to_string()))?);
         }
+        // The zeroing runs on the legacy default stream and may not have finished when this
+        // returns, while the plan runs on the handle's stream, which may be a non-blocking one
+        // that does not wait for it.
+        dev.synchronize()?;
         let ptrs = [0, 1, 2].map(|i| bufs[i].device_ptr() as usize as *const c_void);
         find_ex(h, Ok(p), dir, ptrs, (0, 0), requested, returned, results)
     } else {

@@ -76,12 +76,15 @@ pub extern "C" fn ferrodnnCreateCpu(out: *mut cudnnHandle_t) -> Status {
 #[no_mangle]
 pub extern "C" fn cudnnDestroy(h: cudnnHandle_t) -> Status {
     guard("cudnnDestroy", || {
-        // Work this handle enqueued may still use its scratch memory: wait for it first.
+        // Work this handle enqueued may still use its scratch memory and its plans' modules,
+        // which go with it: wait for it first. The whole device is synchronized, as cuDNN's
+        // cudnnDestroy does (an implicit cudaDeviceSynchronize), not the handle's stream: that is
+        // the caller's, which a program may already have destroyed (waiting on a destroyed stream
+        // is undefined), and the device's synchronization covers it whichever stream it was.
+        // (A failure here is an earlier kernel's sticky error; the handle is destroyed anyway.)
         if let Ok(state) = handle(h) {
-            if state.gpu {
-                if let Some(s) = state.fd.stream() {
-                    let _ = s.synchronize();
-                }
+            if let Some(dev) = state.fd.cuda_device() {
+                let _ = dev.synchronize();
             }
         }
         HANDLES.destroy(h)
@@ -92,7 +95,10 @@ pub extern "C" fn cudnnDestroy(h: cudnnHandle_t) -> Status {
 pub extern "C" fn cudnnSetStream(h: cudnnHandle_t, stream: cudaStream_t) -> Status {
     guard("cudnnSetStream", || {
         let state = handle(h)?;
-        if state.gpu {
+        let same = *state.stream.lock().unwrap_or_else(|p| p.into_inner()) == stream as usize;
+        // Frameworks set the stream before every call, mostly to the one already set: nothing
+        // to do then (and no wait).
+        if state.gpu && !same {
             // The scratch memory is reused in stream order: let the old stream finish with it.
             if state.scratch.lock().map(|s| s.is_some()).unwrap_or(false) {
                 if let Some(s) = state.fd.stream() {

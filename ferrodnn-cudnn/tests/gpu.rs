@@ -1,15 +1,22 @@
 //! The C API on a GPU handle (device pointers, the CUDA engine) against the same calls on a CPU
-//! handle (host pointers, checked against loops by the other tests). Skipped without a GPU.
-//! Covers what only the GPU path does: device scratch memory for inputs that alias outputs,
-//! zero inputs, discarded outputs and missing workspaces, the default stream and a stream given
-//! with cudnnSetStream.
+//! handle (host pointers, checked against loops by the other tests). Covers what only the GPU
+//! path does: device scratch memory for inputs that alias outputs, zero inputs, discarded outputs
+//! and missing workspaces, the default stream and a stream given with cudnnSetStream.
+//!
+//! Without a GPU the same calls run on a second CPU handle instead, so that the test's own side
+//! (its buffers and descriptors) is checked on every machine: each buffer, host or device, lies
+//! between red zones of canary bytes that are checked after every call, so a buffer smaller than
+//! its descriptor says fails here, naming the buffer, instead of corrupting memory. (One did: the
+//! reduction's values buffer held 48 bytes for a [1, 6, 1, 7] f32 output of 168, and the CPU
+//! handle's write past it corrupted the host heap: glibc's "corrupted size vs. prev_size".)
 //!
 //! On the GPU machine (no cargo there): `scripts/capi_stage.sh` builds it into
-//! `.gpu/capi/test_gpu`; run that there.
+//! `.gpu/capi/test_gpu`; run that there. Each test and step is announced on standard error as
+//! it starts, so a crash names where it happened.
 
 mod common;
 use common::*;
-use ferrodnn::engine::cuda::{gpu_available, CudaDevice, DeviceBuffer};
+use ferrodnn::engine::cuda::{gpu_available, CudaDevice, DeviceBuffer, Stream};
 use ferrodnn_cudnn::batchnorm::*;
 use ferrodnn_cudnn::conv::*;
 use ferrodnn_cudnn::desc::*;
@@ -17,26 +24,80 @@ use ferrodnn_cudnn::handle::*;
 use ferrodnn_cudnn::ops::*;
 use ferrodnn_cudnn::types::*;
 use std::ffi::c_void;
+use std::io::Write;
 use std::ptr::null_mut;
 use std::sync::Arc;
 
-/// Where a call's buffers live: host vectors (CPU handle) or device buffers (GPU handle).
+/// Canary bytes before and after every buffer (a multiple of 256, so that device pointers keep
+/// cuMemAlloc's alignment).
+const RED: usize = 256;
+const CANARY: u8 = 0xA5;
+
+/// Writes a line to standard error at once. libtest captures `eprintln!` and prints it only
+/// for a test that fails; a process that aborts (heap corruption, a segfault) prints nothing
+/// captured, so progress goes to the stream itself.
+fn announce(line: &str) {
+    let _ = writeln!(std::io::stderr(), "gpu.rs: {line}");
+}
+
+/// `inputs[i]` between red zones.
+fn padded(b: &[u8]) -> Vec<u8> {
+    let mut v = vec![CANARY; b.len() + 2 * RED];
+    v[RED..RED + b.len()].copy_from_slice(b);
+    v
+}
+
+/// Where a call's buffers live: host vectors (CPU handle) or device buffers (GPU handle), each
+/// with a red zone on both sides; `lens` are the buffers' own sizes.
 enum Side {
-    Host(Vec<Vec<u8>>),
-    Device(Vec<DeviceBuffer>),
+    Host(Vec<Vec<u8>>, Vec<usize>),
+    Device(Vec<DeviceBuffer>, Vec<usize>),
 }
 
 impl Side {
+    fn host(inputs: &[Vec<u8>]) -> Side {
+        Side::Host(inputs.iter().map(|b| padded(b)).collect(), inputs.iter().map(Vec::len).collect())
+    }
+    fn device(dev: &Arc<CudaDevice>, inputs: &[Vec<u8>]) -> Side {
+        Side::Device(inputs.iter().map(|b| dev.upload(&padded(b)).unwrap()).collect(), inputs.iter().map(Vec::len).collect())
+    }
+    /// Each buffer's start (past its leading red zone).
     fn ptrs(&mut self) -> Vec<*mut c_void> {
         match self {
-            Side::Host(v) => v.iter_mut().map(|b| b.as_mut_ptr() as *mut c_void).collect(),
-            Side::Device(v) => v.iter().map(|b| b.device_ptr() as usize as *mut c_void).collect(),
+            // SAFETY (the `add`s): each vector holds RED + len + RED bytes.
+            Side::Host(v, _) => v.iter_mut().map(|b| unsafe { b.as_mut_ptr().add(RED) } as *mut c_void).collect(),
+            Side::Device(v, _) => v.iter().map(|b| (b.device_ptr() + RED as u64) as usize as *mut c_void).collect(),
         }
     }
-    fn read(&self, i: usize) -> Vec<u8> {
+    /// Buffer `i` with its red zones.
+    fn whole(&self, i: usize) -> Vec<u8> {
         match self {
-            Side::Host(v) => v[i].clone(),
-            Side::Device(v) => v[i].to_host().unwrap(),
+            Side::Host(v, _) => v[i].clone(),
+            Side::Device(v, _) => v[i].to_host().unwrap(),
+        }
+    }
+    /// Buffer `i`'s own bytes.
+    fn read(&self, i: usize) -> Vec<u8> {
+        let n = match self {
+            Side::Host(_, l) | Side::Device(_, l) => l[i],
+        };
+        self.whole(i)[RED..RED + n].to_vec()
+    }
+    /// Panics naming the first buffer whose red zones a call wrote into.
+    fn check_red_zones(&self, what: &str, side: &str) {
+        let lens = match self {
+            Side::Host(_, l) | Side::Device(_, l) => l.clone(),
+        };
+        for (i, &n) in lens.iter().enumerate() {
+            let b = self.whole(i);
+            let before = b[..RED].iter().rposition(|&x| x != CANARY).map(|p| RED - p);
+            let after = b[RED + n..].iter().rposition(|&x| x != CANARY).map(|p| p + 1);
+            assert!(
+                before.is_none() && after.is_none(),
+                "{what} on the {side}: buffer {i} ({n} bytes) was written outside itself ({} bytes before it, {} bytes past its end): it is smaller than its descriptor needs",
+                before.unwrap_or(0),
+                after.unwrap_or(0)
+            );
         }
     }
 }
@@ -49,53 +110,72 @@ fn bytes(v: &[f32]) -> Vec<u8> {
 }
 
 /// Runs `call` (handle, buffer pointers) on a CPU handle with host buffers and on a GPU handle
-/// with device copies of the same `inputs`, then compares buffers `outputs` (f32) within `tol`.
+/// with device copies of the same `inputs` (without a GPU: on a second CPU handle with host
+/// copies), then checks every buffer's red zones and compares buffers `outputs` (f32) within
+/// `tol`. `stream` runs the GPU call on a stream of its own, given with cudnnSetStream.
 fn same_on_both(what: &str, inputs: &[Vec<u8>], outputs: &[usize], tol: f64, stream: Option<u64>, call: impl Fn(cudnnHandle_t, &[*mut c_void]) -> Status) {
-    let dev = CudaDevice::open(0).unwrap();
-    let mut host = Side::Host(inputs.to_vec());
+    announce(&format!("  {what}{}", if stream.is_some() && gpu_available() { " (on a stream of its own)" } else { "" }));
+    let mut host = Side::host(inputs);
     let cpu = Handle::cpu();
     ok(call(cpu.0, &host.ptrs()));
+    host.check_red_zones(what, "CPU handle");
+    let (second, other) = if gpu_available() { on_the_gpu(what, inputs, stream, &call) } else { on_a_second_cpu_handle(what, inputs, &call) };
+    for &o in outputs {
+        let (a, b) = (f32s(&host.read(o)), f32s(&second.read(o)));
+        let want: Vec<f64> = a.iter().map(|&v| v as f64).collect();
+        close(&b, &want, tol, &format!("{what}: buffer {o} on the {other} vs the CPU handle"));
+    }
+}
+
+/// The GPU half of [`same_on_both`]: its buffers, after the call has finished, and its name.
+fn on_the_gpu(what: &str, inputs: &[Vec<u8>], stream: Option<u64>, call: &impl Fn(cudnnHandle_t, &[*mut c_void]) -> Status) -> (Side, &'static str) {
+    let dev = CudaDevice::open(0).unwrap();
     let mut gh = null_mut();
     ok(cudnnCreate(&mut gh));
     let mut is_gpu = 0;
     ok(ferrodnnHandleIsGpu(gh, &mut is_gpu));
     assert_eq!(is_gpu, 1, "cudnnCreate gives a GPU handle on a machine with a GPU");
-    let owned_stream = stream.map(|_| dev.new_stream().unwrap());
+    let owned_stream: Option<Stream> = stream.map(|_| dev.new_stream().unwrap());
     if let Some(s) = &owned_stream {
         ok(cudnnSetStream(gh, s.raw() as cudaStream_t));
     }
-    let mut device = Side::Device(inputs.iter().map(|b| dev.upload(b).unwrap()).collect());
+    let mut device = Side::device(&dev, inputs);
     // A synchronous copy from pageable memory may return before its DMA lands; the call may run
     // on a stream that does not wait for it.
     dev.synchronize().unwrap();
-    ok(call(gh, &device.ptrs()));
+    let status = call(gh, &device.ptrs());
+    // Whatever the status, let the work finish before anything it uses is checked or freed.
     match &owned_stream {
         Some(s) => s.synchronize().unwrap(),
         None => dev.synchronize().unwrap(),
     }
-    for &o in outputs {
-        let (a, b) = (f32s(&host.read(o)), f32s(&device.read(o)));
-        let want: Vec<f64> = a.iter().map(|&v| v as f64).collect();
-        close(&b, &want, tol, &format!("{what}: buffer {o} on the GPU vs the CPU"));
-    }
+    ok(status);
+    device.check_red_zones(what, "GPU handle");
+    // The handle goes before the stream it was given, as cuDNN asks.
     ok(cudnnDestroy(gh));
     drop(owned_stream);
-    let _: Arc<CudaDevice> = dev;
+    (device, "GPU handle")
 }
 
-fn skip() -> bool {
-    if !gpu_available() {
-        eprintln!("skipped: no GPU");
-        return true;
-    }
-    false
+/// [`same_on_both`]'s second half without a GPU: the same calls on another CPU handle.
+fn on_a_second_cpu_handle(what: &str, inputs: &[Vec<u8>], call: &impl Fn(cudnnHandle_t, &[*mut c_void]) -> Status) -> (Side, &'static str) {
+    let mut second = Side::host(inputs);
+    let h = Handle::cpu();
+    ok(call(h.0, &second.ptrs()));
+    second.check_red_zones(what, "second CPU handle");
+    (second, "second CPU handle")
+}
+
+/// Announces the test `name`, and says whether the GPU parts run.
+fn start(name: &str) -> bool {
+    let gpu = gpu_available();
+    announce(&format!("{name}: starting ({})", if gpu { "GPU handle vs CPU handle" } else { "no GPU: a second CPU handle vs the CPU handle" }));
+    gpu
 }
 
 #[test]
 fn convolutions_on_the_gpu() {
-    if skip() {
-        return;
-    }
+    let gpu = start("convolutions_on_the_gpu");
     let xdims = [2, 8, 9, 7];
     let wdims = [12, 4, 3, 3];
     let ydims = [2, 12, 5, 7];
@@ -132,17 +212,41 @@ fn convolutions_on_the_gpu() {
         if s != 0 {
             return s;
         }
-        let mut gpu = 0;
-        ok(ferrodnnHandleIsGpu(h, &mut gpu));
-        let dev = CudaDevice::open(0).unwrap();
-        let wsb = if gpu == 1 && ws > 0 { Some(dev.alloc(ws).unwrap()) } else { None };
+        let mut on_gpu = 0;
+        ok(ferrodnnHandleIsGpu(h, &mut on_gpu));
+        if on_gpu == 1 && ws > 0 {
+            let dev = CudaDevice::open(0).unwrap();
+            let wsb = dev.alloc(ws).unwrap();
+            let s = cudnnConvolutionBiasActivationForward(
+                h,
+                sc(&a1),
+                xd,
+                p[0],
+                wd,
+                p[1],
+                cd,
+                1,
+                wsb.device_ptr() as usize as *mut c_void,
+                ws,
+                sc(&a2),
+                yd,
+                p[3],
+                bd,
+                p[4],
+                act,
+                yd,
+                p[3],
+            );
+            // The workspace is freed here: let the work that uses it finish first.
+            dev.synchronize().unwrap();
+            return s;
+        }
         let mut host_ws = vec![0u8; ws];
-        let wp = match &wsb {
-            Some(b) => b.device_ptr() as usize as *mut c_void,
-            None => host_ws.as_mut_ptr() as *mut c_void,
-        };
-        cudnnConvolutionBiasActivationForward(h, sc(&a1), xd, p[0], wd, p[1], cd, 1, wp, ws, sc(&a2), yd, p[3], bd, p[4], act, yd, p[3])
+        cudnnConvolutionBiasActivationForward(h, sc(&a1), xd, p[0], wd, p[1], cd, 1, host_ws.as_mut_ptr() as *mut c_void, ws, sc(&a2), yd, p[3], bd, p[4], act, yd, p[3])
     });
+    if !gpu {
+        return;
+    }
     // A host pointer on a GPU handle is refused, not dereferenced.
     let mut gh = null_mut();
     ok(cudnnCreate(&mut gh));
@@ -155,9 +259,7 @@ fn convolutions_on_the_gpu() {
 
 #[test]
 fn half_convolution_on_the_gpu() {
-    if skip() {
-        return;
-    }
+    let _ = start("half_convolution_on_the_gpu");
     let xdims = [2, 16, 8, 8];
     let ydims = [2, 32, 8, 8];
     let xd = tdesc(CUDNN_DATA_HALF, &xdims, &strides(&xdims, true));
@@ -177,13 +279,11 @@ fn half_convolution_on_the_gpu() {
 
 #[test]
 fn pointwise_softmax_pooling_reductions_on_the_gpu() {
-    if skip() {
-        return;
-    }
+    let _ = start("pointwise_softmax_pooling_reductions_on_the_gpu");
     let dims = [2, 6, 5, 7];
     let n = count(&dims);
     let t = f32_tensor(&dims, true);
-    let inputs = vec![bytes(&rand(n, 1)), bytes(&rand(n, 2)), bytes(&rand(n, 3)), bytes(&rand(6, 4)), vec![0u8; 2 * 6 * 3 * 4 * 4], vec![0u8; 6 * 4 * 2]];
+    let inputs = vec![bytes(&rand(n, 1)), bytes(&rand(n, 2)), bytes(&rand(n, 3)), bytes(&rand(6, 4)), vec![0u8; count(&[2, 6, 3, 4]) * 4], vec![0u8; count(&[1, 6, 1, 7]) * 4]];
     let (one, zero, half, beta) = (1.0f32, 0.0f32, 0.5f32, 0.25f32);
     let mut act = null_mut();
     ok(cudnnCreateActivationDescriptor(&mut act));
@@ -206,7 +306,8 @@ fn pointwise_softmax_pooling_reductions_on_the_gpu() {
     ok(cudnnSetPooling2dDescriptor(pd, CUDNN_POOLING_MAX, CUDNN_NOT_PROPAGATE_NAN, 3, 3, 1, 1, 2, 2));
     let pt = f32_tensor(&[2, 6, 3, 4], true);
     same_on_both("max pooling", &inputs, &[4], 0.0, None, |h, p| cudnnPoolingForward(h, pd, sc(&one), t, p[0], sc(&zero), pt, p[4]));
-    // Max reduction over n and h with 32-bit indices: values into buffer 5, indices into 4.
+    // Max reduction over n and h with 32-bit indices: values ([1, 6, 1, 7]) into buffer 5,
+    // indices into 4.
     let cd = f32_tensor(&[1, 6, 1, 7], false);
     let mut rd = null_mut();
     ok(cudnnCreateReduceTensorDescriptor(&mut rd));
@@ -216,9 +317,7 @@ fn pointwise_softmax_pooling_reductions_on_the_gpu() {
 
 #[test]
 fn batchnorm_on_the_gpu() {
-    if skip() {
-        return;
-    }
+    let _ = start("batchnorm_on_the_gpu");
     let dims = [4, 6, 5, 5];
     let n = count(&dims);
     let xd = f32_tensor(&dims, true);
