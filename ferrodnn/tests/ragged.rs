@@ -151,7 +151,7 @@ fn check_on(handle: &Handle) {
         let data = &buffers[name];
         for b in 0..B {
             let (s, end) = (starts[b] as usize, starts[b] as usize + lens[b] * h * w);
-            // (A row that sees no key has stats +inf: NaN, the poison, is what was not written.)
+            // (A row that sees no key has stats -inf: NaN, the poison, is what was not written.)
             assert!(data[s..end].iter().all(|x| !x.is_nan()), "{name}: batch {b} has elements not written");
             assert!(data[end..starts[b + 1] as usize].iter().all(|x| x.is_nan() || ["q", "k", "v", "do"].contains(&name)), "{name}: the gap after batch {b} was written");
         }

@@ -202,7 +202,7 @@ fn dropout_keeps(c: &Case, b: usize, h: usize, i: usize, j: usize) -> bool {
 }
 
 /// softmax(Q K^T * scale + bias + alibi, masked) (dropout) V, and the log-sum-exp, in f64.
-/// Empty rows give o = 0 and stats = +inf.
+/// Empty rows give o = 0 and stats = -inf.
 fn reference(c: &Case, inp: &HashMap<TensorId, Nd>, bt: &Built) -> (Nd, Nd) {
     let q = &inp[&bt.q];
     let k = logical(c, &inp[&bt.k]);
@@ -239,7 +239,7 @@ fn reference(c: &Case, inp: &HashMap<TensorId, Nd>, bt: &Built) -> (Nd, Nd) {
                 }
                 let row = (b * c.hq + h) * c.sq + i;
                 if scores.is_empty() {
-                    stats.data[row] = f64::INFINITY;
+                    stats.data[row] = f64::NEG_INFINITY;
                     continue;
                 }
                 let total: f64 = scores.iter().map(|&(_, s)| s.exp()).sum();
@@ -311,7 +311,7 @@ fn causal_both_alignments() {
                 CausalAlignment::BottomRight if sq > skv => {
                     for i in 0..sq - skv {
                         assert!((0..c.dv).all(|e| o.at(&[0, 1, i, e]) == 0.0));
-                        assert_eq!(st.at(&[0, 1, i, 0]), f64::INFINITY);
+                        assert_eq!(st.at(&[0, 1, i, 0]), f64::NEG_INFINITY);
                     }
                     // Row s_q - s_kv sees key 0 only.
                     assert!((o.at(&[0, 0, sq - skv, 0]) - v.at(&[0, 0, 0, 0])).abs() < 1e-14);
@@ -343,10 +343,10 @@ fn padding_mask() {
         c.attrs.causal = causal;
         c.lens = Some((vec![5, 3, 2], vec![7, 4, 0]));
         let (o, st) = check_forward(&c);
-        // Padded rows (i >= seq_len_q) and batch 2 (no keys): o = 0, stats = +inf.
+        // Padded rows (i >= seq_len_q) and batch 2 (no keys): o = 0, stats = -inf.
         for i in 3..5 {
             assert!((0..3).all(|e| o.at(&[1, 0, i, e]) == 0.0));
-            assert_eq!(st.at(&[1, 1, i, 0]), f64::INFINITY);
+            assert_eq!(st.at(&[1, 1, i, 0]), f64::NEG_INFINITY);
         }
         assert!(o.data[2 * 2 * 5 * 3..].iter().all(|&x| x == 0.0));
     }

@@ -239,7 +239,7 @@ impl<'a> Attention<'a> {
 
     /// Forward of one row: (o_i, stats_i).
     fn forward_row(&self, bi: usize, h: usize, i: usize) -> (Vec<f64>, f64) {
-        let empty = (vec![0.0; self.d_v], f64::INFINITY);
+        let empty = (vec![0.0; self.d_v], f64::NEG_INFINITY);
         let Some(s) = self.scores(bi, h, i) else { return empty };
         let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         if m == f64::NEG_INFINITY {

@@ -194,8 +194,8 @@ impl AttentionStep {
                     }
                     j0 += BK;
                 }
-                // Normalize; rows that see no key give o = 0 and stats = +inf.
-                let mut stats = vec![f32::INFINITY; n];
+                // Normalize; rows that see no key give o = 0 and stats = -inf (the log of an empty sum).
+                let mut stats = vec![f32::NEG_INFINITY; n];
                 for r in 0..n {
                     let empty = m[r] == f32::NEG_INFINITY || !(l[r] > 0.0);
                     let inv = if empty { 0.0 } else { 1.0 / l[r] };

@@ -24,8 +24,8 @@
 //!   `j > diag(i) + sliding_window_right` (a left bound of `w - 1` keeps `w` keys up to the
 //!   diagonal).
 //! - **Empty rows**: padded rows and rows whose every key is masked (or has a `-inf` score) give
-//!   `o = 0` and `stats = +inf` (as FlashAttention does: `exp(s - stats)` is then 0 in the
-//!   backward pass rather than NaN).
+//!   `o = 0` and `stats = -inf`, the log of an empty sum (as cuDNN 9.14 and later write it; the
+//!   backward pass gives such rows no gradient, and no NaN).
 //! - **Stats**: `[b, h_q, s_q, 1]`, the natural-log log-sum-exp of the unmasked scores, before
 //!   dropout. f32 unless the graph's io type (or the user) says otherwise.
 //! - **Bias**: rank 4, each dim 1 (broadcast) or equal to `[b, h_q, s_q, s_kv]`; added after

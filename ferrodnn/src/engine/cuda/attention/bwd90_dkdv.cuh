@@ -157,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 for (int r = lane; r < FA_BQ; r += 32) {
                     const i64 i = i0 + r;
                     const bool ok = i < lq;
-                    sL[s * FA_BQ + r] = ok ? (float)LD_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2) * FA_LOG2E : 0.0f;
+                    sL[s * FA_BQ + r] = ok ? fa_lse2(LD_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2)) : 0.0f;
                     sD[s * FA_BQ + r] = ok ? dbuf[(bi * FA_HQ + h) * FA_SQ + i] : 0.0f;
                 }
                 mbar_arrive(QFULL(s));

@@ -72,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
         for (int hh = 0; hh < 2; ++hh) {
             const i64 i = r0 + hh * 8;
             const bool ok = i < lq;
-            lse2[hh] = ok ? (float)LD_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2) * FA_LOG2E : 0.0f;
+            lse2[hh] = ok ? fa_lse2(LD_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2)) : 0.0f;
             dd[hh] = ok ? dbuf[(bi * FA_HQ + h) * FA_SQ + i] : 0.0f;
         }
         float dq[FA_D / 2];

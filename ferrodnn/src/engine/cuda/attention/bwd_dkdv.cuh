@@ -76,7 +76,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
         for (int r = threadIdx.x; r < FA_BMQ; r += FA_NT) {
             const i64 i = i0 + r;
             const bool ok = i < lq;
-            sL[buf * FA_BMQ + r] = ok ? (float)LD_STATS(stats_p, fa_start(A, FA_RG_ST, bi, ST_S0) + h * ST_S1 + i * ST_S2) * FA_LOG2E : 0.0f;
+            sL[buf * FA_BMQ + r] = ok ? fa_lse2(LD_STATS(stats_p, fa_start(A, FA_RG_ST, bi, ST_S0) + h * ST_S1 + i * ST_S2)) : 0.0f;
             sD[buf * FA_BMQ + r] = ok ? dbuf[(bi * FA_HQ + h) * FA_SQ + i] : 0.0f;
         }
     };

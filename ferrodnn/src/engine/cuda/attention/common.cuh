@@ -232,6 +232,14 @@ __device__ __forceinline__ bool fa_has_row(int which, i64 row, i64 len) {
     }
 }
 
+// A row's log-sum-exp (natural units, as the stats hold it) in the log2 units the backward
+// kernels use. An empty row's -inf (no key: the log of an empty sum) becomes +inf, so that
+// exp2(s - lse) is 0 for every score of the row, masked (-inf) ones included, not NaN.
+__device__ __forceinline__ float fa_lse2(double x) {
+    const float v = (float)x;
+    return v == FA_NINF ? FA_INF : v * FA_LOG2E;
+}
+
 // Per-batch lengths, clamped to [0, s] (the CPU rejects others; a kernel must not index past).
 __device__ __forceinline__ void fa_lens(const FaIn& A, i64 bi, i64& lq, i64& lkv) {
 #if FA_PADDING

@@ -35,7 +35,7 @@ extern "C" __global__ void __launch_bounds__(256) KERNEL_NAME(KERNEL_PARAMS) {
         const float inv = empty ? 0.0f : A.keep_scale / ls;
         if (c < FA_DVR) fa_store_o(o_p, bi * O_S0 + hq * O_S1 + i * O_S2 + c * O_S3, o0 * inv, o1 * inv);
 #if FA_HAS_STATS
-        if (c == 0) ST_STATS(stats_p, bi * ST_S0 + hq * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(mx * FA_LN2 + logf(ls)));
+        if (c == 0) ST_STATS(stats_p, bi * ST_S0 + hq * ST_S1 + i * ST_S2, empty ? (double)FA_NINF : (double)(mx * FA_LN2 + logf(ls)));
 #endif
     }
 }

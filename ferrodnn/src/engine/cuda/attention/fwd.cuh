@@ -212,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
         }
 #if FA_HAS_STATS
         if (i < FA_SQ && tg == 0 && fa_has_row(FA_RG_ST, i, lq)) {
-            ST_STATS(stats_p, fa_start(A, FA_RG_ST, bi, ST_S0) + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
+            ST_STATS(stats_p, fa_start(A, FA_RG_ST, bi, ST_S0) + h * ST_S1 + i * ST_S2, empty ? (double)FA_NINF : (double)(m[hh] * FA_LN2 + logf(lsum)));
         }
 #endif
     }

@@ -539,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KERNEL_NAME(KERNEL_PARAMS) 
                 if (i < FA_SQ) {
                     fa90_store_row<FA_DV, FA_DVR>([&](i64 at, float a, float b) { fa_store_o(o_p, at, a, b); }, bi * O_S0 + h * O_S1 + i * O_S2, O_S3, o, hh, tg, inv);
 #if FA_HAS_STATS
-                    if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_INF : (double)(m[hh] * FA_LN2 + logf(lsum)));
+                    if (tg == 0) ST_STATS(stats_p, bi * ST_S0 + h * ST_S1 + i * ST_S2, empty ? (double)FA_NINF : (double)(m[hh] * FA_LN2 + logf(lsum)));
 #endif
                 }
             }

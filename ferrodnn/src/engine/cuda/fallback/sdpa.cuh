@@ -43,7 +43,6 @@
 #define SD_RG_DV 8
 
 #define SD_NEG_INF (-1.0/0.0)
-#define SD_POS_INF (1.0/0.0)
 #define SD_DA (SD_D > 0 ? SD_D : 1)
 #define SD_DVA (SD_DV > 0 ? SD_DV : 1)
 #define SD_ROWS (SD_B * SD_HQ * SD_SQ)
@@ -295,7 +294,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         sd_lens(A, bi, &lq, &lkv);
         double acc[SD_DVA];
         for (int c = 0; c < SD_DV; ++c) acc[c] = 0.0;
-        double lse = SD_POS_INF;
+        double lse = SD_NEG_INF;
         if (i < lq) {
             double qv[SD_DA];
             i64 qo = sd_qrow(A, bi, h, i);
