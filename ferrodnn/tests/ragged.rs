@@ -306,3 +306,54 @@ fn the_ragged_check_cases_run_through_the_check_helpers() {
     }
     assert!(n >= 6, "only {n} ragged check cases");
 }
+
+/// THD tensors as the frontend's samples describe them, with the batch stride equal to the row
+/// stride (`[h*d, d, h*d, 1]`: the offsets say where batches start): valid, and the same results
+/// as with a whole batch stride.
+#[test]
+fn thd_strides_with_the_row_stride_for_the_batch_are_valid() {
+    let f = DataType::F32;
+    let run = |batch_stride_is_row: bool| {
+        let mut g = Graph::new("thd").io_data_type(f);
+        let mk = |g: &mut Graph, name: &str, h: usize, s: usize| {
+            let row = (h * D) as i64;
+            let b0 = if batch_stride_is_row { row } else { s as i64 * row };
+            g.tensor(TensorDesc::new(name, &[B as i64, h as i64, s as i64, D as i64], f).with_strides(&[b0, D as i64, row, 1]))
+        };
+        let (q, k, v) = (mk(&mut g, "q", HQ, SQ), mk(&mut g, "k", HKV, SKV), mk(&mut g, "v", HKV, SKV));
+        let lq = g.tensor(TensorDesc::new("lq", &[B as i64, 1, 1, 1], DataType::I32));
+        let lkv = g.tensor(TensorDesc::new("lkv", &[B as i64, 1, 1, 1], DataType::I32));
+        let inputs = SdpaInputs { seq_len_q: Some(lq), seq_len_kv: Some(lkv), ..Default::default() };
+        let (o, _) = g.sdpa(q, k, v, inputs, SdpaAttrs { generate_stats: false, ..attrs() });
+        g.set_output(o);
+        let row = (HQ * D) as i64;
+        g.desc_mut(o).strides = vec![if batch_stride_is_row { row } else { SQ as i64 * row }, D as i64, row, 1];
+        let mut offs = Vec::new();
+        for (t, lens, h) in [(q, &LQ, HQ), (k, &LKV, HKV), (v, &LKV, HKV), (o, &LQ, HQ)] {
+            let r = g.tensor(TensorDesc::new("offsets", &[B as i64 + 1], DataType::I64));
+            g.set_ragged_offset(t, r);
+            offs.push((r, packing(lens, h * D).0));
+        }
+        g.validate().unwrap_or_else(|e| panic!("{e}"));
+        let plan = Handle::reference().build_plans(&g, &PlanPolicy::default()).unwrap().remove(0);
+        let mut rng = SplitMix64::new(11);
+        let data = |n: usize, rng: &mut SplitMix64| f32_bytes(&(0..n).map(|_| rng.uniform(-1.0, 1.0) as f32).collect::<Vec<_>>());
+        let (qb, kb, vb) = (data(packing(&LQ, HQ * D).1, &mut rng), data(packing(&LKV, HKV * D).1, &mut rng), data(packing(&LKV, HKV * D).1, &mut rng));
+        let mut ob = f32_bytes(&vec![f32::NAN; packing(&LQ, HQ * D).1]);
+        let lens = |l: &[usize; B]| l.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect::<Vec<u8>>();
+        let (lqb, lkvb) = (lens(&LQ), lens(&LKV));
+        let ob_offs: Vec<(i64, Vec<u8>)> = offs.iter().map(|(t, o)| (g.uid(*t).unwrap(), o.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
+        let mut pack = VariantPack::new();
+        pack.input(g.uid(q).unwrap(), &qb).input(g.uid(k).unwrap(), &kb).input(g.uid(v).unwrap(), &vb);
+        pack.input(g.uid(lq).unwrap(), &lqb).input(g.uid(lkv).unwrap(), &lkvb);
+        for (uid, b) in &ob_offs {
+            pack.input(*uid, b);
+        }
+        pack.output(g.uid(o).unwrap(), &mut ob);
+        plan.execute(&mut pack, None).unwrap();
+        from_bytes(&ob)
+    };
+    let (a, b) = (run(true), run(false));
+    assert!(a.iter().zip(&b).all(|(x, y)| x == y || (x.is_nan() && y.is_nan())));
+    assert!(a.iter().any(|x| x.is_finite()));
+}

@@ -418,7 +418,16 @@ impl Graph {
         for (i, t) in self.tensors.iter().enumerate() {
             if let Some(&ni) = producer.get(&i) {
                 check_tensor_desc(t)?;
-                check_no_overlap(t).map_err(|m| Error::op(self.nodes[ni].op.kind(), &self.nodes[ni].name, m))?;
+                // A ragged tensor's batches start where its offsets say, not at its batch
+                // stride (THD tensors give it as the row stride): one batch's view must not overlap.
+                let one_batch;
+                let view = if t.ragged_offset.is_some() && !t.dims.is_empty() {
+                    one_batch = TensorDesc { dims: std::iter::once(1).chain(t.dims[1..].iter().copied()).collect(), ..t.clone() };
+                    &one_batch
+                } else {
+                    t
+                };
+                check_no_overlap(view).map_err(|m| Error::op(self.nodes[ni].op.kind(), &self.nodes[ni].name, m))?;
             }
         }
         if !producer.keys().any(|&t| !self.tensors[t].is_virtual) {
