@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The fast CPU engine beside numpy (its BLAS) and PyTorch CPU (oneDNN for convolutions), on the
 issue's CPU targets: f32 matmul 1024^3 and 4096x4096x1024, ResNet-50's 3x3 and 1x1 convolutions
-at batch 8 (NCHW f32, PyTorch's default layout, and channels-last), and softmax and layernorm
+at batch 8 (NCHW f32, PyTorch's default layout, and channels-last), attention forward at
+b1 h8 s1024 d64 (plain and causal, beside scaled_dot_product_attention), and softmax and layernorm
 over the rows of a 4096x4096 f32 array against the machine's copy bandwidth (numpy's copy of the
 same array, measured in the same run: pct_copy_bw = copy time / our time, both moving the array
 in and out once).
@@ -104,6 +105,16 @@ def ours_rows(x, what):
     return lambda: g.execute({X: x, Y: y, **pack_extra}, ws), y
 
 
+def ours_attention(q, k, v, causal):
+    g = new_graph()
+    Q, K, V = g.tensor_like(q), g.tensor_like(k), g.tensor_like(v)
+    O, _ = g.sdpa(q=Q, k=K, v=V, is_inference=True, attn_scale=1.0 / np.sqrt(q.shape[-1]), use_causal_mask=causal)
+    O.set_output(True).set_data_type(F32)
+    ws = built(g)
+    o = np.empty(q.shape[:3] + (v.shape[3],), np.float32)
+    return lambda: g.execute({Q: q, K: k, V: v, O: o}, ws), o
+
+
 def load():
     return round(os.getloadavg()[0], 2)
 
@@ -179,6 +190,28 @@ def measure(args):
             rows.append({"id": wid, "ours_ms": ours, "torch_ms": th, "ratio_vs_torch": th / ours if th else None, "ours_gflops": flops / ours / 1e6,
                          "torch_gflops": flops / th / 1e6 if th else None, "rel_error_vs_torch": err, "load": [before, load()]})
             print(json.dumps(rows[-1]), flush=True)
+
+    # Attention forward (inference), beside PyTorch's scaled_dot_product_attention on the CPU.
+    for b, h, sl, d, causal in ((1, 8, 1024, 64, False), (1, 8, 1024, 64, True)):
+        wid = f"sdpa_fwd_f32_b{b}h{h}s{sl}d{d}" + ("_causal" if causal else "")
+        if args.filter not in wid:
+            continue
+        q, k, v = (rng.standard_normal((b, h, sl, d), dtype=np.float32) for _ in range(3))
+        before = load()
+        run, o = ours_attention(q, k, v, causal)
+        ours = median_ms(run, args.runs)
+        th, err = None, None
+        if torch is not None:
+            tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+            with torch.no_grad():
+                fn = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
+                th = median_ms(fn, args.runs)
+                ref = fn().numpy()
+            err = float(np.linalg.norm(o - ref) / np.linalg.norm(ref))
+        flops = 4.0 * b * h * sl * sl * d / (2 if causal else 1)
+        rows.append({"id": wid, "ours_ms": ours, "torch_ms": th, "ratio_vs_torch": th / ours if th else None, "ours_gflops": flops / ours / 1e6,
+                     "torch_gflops": flops / th / 1e6 if th else None, "rel_error_vs_torch": err, "load": [before, load()]})
+        print(json.dumps(rows[-1]), flush=True)
 
     rows_n = 4096
     x = rng.standard_normal((rows_n, rows_n), dtype=np.float32)

@@ -315,7 +315,7 @@ pub(super) fn exp_f32(x: f32) -> f32 {
 /// `f` folded over `buf` in 16 lanes (lane `k` takes elements `k`, `k + 16`, ...): whole
 /// chunks of 16 first, so that the compiler vectorizes them, then the rest.
 #[inline(always)]
-fn fold16(buf: &[f32], init: f32, mut f: impl FnMut(f32, f32) -> f32) -> [f32; 16] {
+pub(super) fn fold16(buf: &[f32], init: f32, mut f: impl FnMut(f32, f32) -> f32) -> [f32; 16] {
     let mut acc = [init; 16];
     let mut chunks = buf.chunks_exact(16);
     for c in &mut chunks {
