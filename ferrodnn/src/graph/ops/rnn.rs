@@ -664,9 +664,16 @@ fn scratch_type(ctx: &InferCtx) -> DataType {
     }
 }
 
-/// An output that must be floating point (reserve, dgates).
-fn float_output(ctx: &InferCtx, port: &str) -> Result<()> {
+/// An output that must be floating point (reserve, dgates). Unless the user set its type, it
+/// gets the scratch type whether virtual or not: the backward passes need its precision, which
+/// the graph's intermediate type (f32 by default) would cut for an f64 problem.
+fn float_output(ctx: &mut InferCtx, port: &str, default: DataType) -> Result<()> {
     if let Some(id) = ctx.node.output(port) {
+        if let Some(t) = ctx.graph.tensors.get_mut(id.0) {
+            if t.data_type.is_none() {
+                t.data_type = Some(default);
+            }
+        }
         if let Some(dt) = ctx.graph.resolved_data_type(id) {
             if !dt.is_float() || dt.is_fp8() {
                 return Err(ctx.err(format!("output `{port}` must be f16, bf16, f32 or f64, got {dt}")));
@@ -734,7 +741,7 @@ pub(crate) fn infer(ctx: &mut InferCtx, a: &RnnDesc) -> Result<()> {
     if a.training {
         let st = scratch_type(ctx);
         ctx.set_output("reserve", &[a.reserve_elements()], None, st)?;
-        float_output(ctx, "reserve")?;
+        float_output(ctx, "reserve", st)?;
     }
     Ok(())
 }
@@ -780,7 +787,7 @@ pub(crate) fn infer_backward_data(ctx: &mut InferCtx, a: &RnnDesc) -> Result<()>
     }
     let st = scratch_type(ctx);
     ctx.set_output("dgates", &[a.dgates_elements()], None, st)?;
-    float_output(ctx, "dgates")?;
+    float_output(ctx, "dgates", st)?;
     Ok(())
 }
 
