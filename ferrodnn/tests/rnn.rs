@@ -622,3 +622,26 @@ fn backward_weights_accumulates_into_dw_in() {
         assert!((r1[&dw1].data[i] - (r0[&dw0].data[i] + base.data[i])).abs() < 1e-12);
     }
 }
+
+/// The RNN check cases (which the GPU check runs against the reference) validate and run on
+/// both CPU engines, with every output finite.
+#[test]
+fn the_check_cases_run_on_the_cpu_engines() {
+    use ferrodnn::engine::PlanPolicy;
+    use ferrodnn::testing::check::check_against_reference;
+    use ferrodnn::{EngineKind, Handle};
+    let cases: Vec<_> = ferrodnn::testing::cases::all().into_iter().filter(|c| c.name.starts_with("rnn_")).collect();
+    assert!(cases.len() >= 40, "{} rnn cases", cases.len());
+    let handle = Handle::cpu();
+    for case in cases {
+        let mut g = case.graph.clone();
+        g.validate().unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let outs = check_against_reference(&handle, &g, &PlanPolicy { engine: Some(EngineKind::Cpu), ..Default::default() }, 1).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let inputs = random_inputs(&g, 1);
+        let got = run_cpu(&g, &inputs).unwrap();
+        for (id, nd) in &got {
+            assert!(nd.data.iter().all(|v| v.is_finite()), "{}: {} has a non-finite value", case.name, g.desc(*id).name);
+        }
+        assert!(!outs.is_empty());
+    }
+}
