@@ -216,6 +216,21 @@ fn bad_backward_graphs_are_refused() {
     let dw = g.rnn_backward_weights(x, r, dg, None, None, Some(dwin), a.clone());
     g.set_output(dw);
     expect_err(g, &["`dw_in`", "[4]"]);
+    // A port the op does not have (dropout's seed on the backward pass, a misspelt one).
+    let mut g = Graph::new("bwd").io_data_type(f);
+    let dy = g.tensor(TensorDesc::new("dy", &[9, 5, 13], f));
+    let w = g.tensor(TensorDesc::new("w", &[a.weight_space_elements()], f));
+    let r = g.tensor(TensorDesc::new("reserve", &[a.reserve_elements()], f));
+    let seed = g.tensor(TensorDesc::scalar("seed", 1.0, DataType::I64));
+    let gr = g.rnn_backward_data(dy, w, r, RnnBackwardInputs::default(), a.clone());
+    g.nodes[0].inputs.push(ferrodnn::graph::Port { name: "seed".into(), tensor: seed });
+    g.set_output(gr.dx);
+    expect_err(g, &["rnn_backward_data", "no input port `seed`", "dy, weights, reserve"]);
+    let (mut g, x, w) = base_graph(&RnnDesc::new(RnnMode::Gru, 7, 13, 9, 5), f);
+    let o = g.rnn(x, w, RnnInputs::default(), RnnDesc::new(RnnMode::Gru, 7, 13, 9, 5));
+    g.nodes[0].inputs.push(ferrodnn::graph::Port { name: "hx0".into(), tensor: x });
+    g.set_output(o.y);
+    expect_err(g, &["rnn \"", "no input port `hx0`"]);
     // A reserve output in inference mode (training off) is refused through JSON.
     let inf = RnnDesc::new(RnnMode::Gru, 7, 13, 9, 5);
     let (mut g, x, w) = base_graph(&inf, f);

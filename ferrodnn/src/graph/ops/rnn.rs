@@ -619,6 +619,14 @@ fn check_tensor(ctx: &InferCtx, port: &str, t: &TensorDesc, want: &[i64], what: 
     Ok(())
 }
 
+/// Every connected input is a port of the op (a misspelt port would otherwise be ignored).
+fn check_inputs(ctx: &InferCtx, known: &[&str]) -> Result<()> {
+    if let Some(p) = ctx.node.inputs.iter().find(|p| !known.contains(&p.name.as_str())) {
+        return Err(ctx.err(format!("has no input port `{}` (its inputs are {})", p.name, known.join(", "))));
+    }
+    Ok(())
+}
+
 /// The rules all three ops share: the descriptor, the compute type, `seq_lengths`, and a
 /// connected `cx` / `cy` / `dcx` / `dcy` only for LSTM.
 fn check_common(ctx: &InferCtx, a: &RnnDesc) -> Result<()> {
@@ -693,6 +701,7 @@ fn check_scratch_input(ctx: &InferCtx, port: &str, elements: i64, what: &str) ->
 }
 
 pub(crate) fn infer(ctx: &mut InferCtx, a: &RnnDesc) -> Result<()> {
+    check_inputs(ctx, &["x", "weights", "hx", "cx", "seq_lengths", "seed", "offset"])?;
     check_common(ctx, a)?;
     let x = ctx.input("x")?;
     let dt = float_input(ctx, "x", &x)?;
@@ -755,6 +764,7 @@ fn layout_words(layout: RnnLayout, features: &str) -> String {
 }
 
 pub(crate) fn infer_backward_data(ctx: &mut InferCtx, a: &RnnDesc) -> Result<()> {
+    check_inputs(ctx, &["dy", "weights", "reserve", "hx", "cx", "dhy", "dcy", "seq_lengths"])?;
     check_common(ctx, a)?;
     let dy = ctx.input("dy")?;
     let dt = float_input(ctx, "dy", &dy)?;
@@ -775,11 +785,6 @@ pub(crate) fn infer_backward_data(ctx: &mut InferCtx, a: &RnnDesc) -> Result<()>
         let what = if cell { "[num_layers * dirs, batch, hidden_size]" } else { "[num_layers * dirs, batch, proj_size]" };
         check_opt(ctx, port, &state_dims(a, cell), what, dt)?;
     }
-    for port in ["seed", "offset", "x"] {
-        if ctx.node.input(port).is_some() {
-            return Err(ctx.err(format!("input `{port}` does not belong to rnn_backward_data (its ports are dy, weights, reserve, hx, cx, dhy, dcy, seq_lengths)")));
-        }
-    }
     ctx.set_output("dx", &a.seq_dims(a.input_size), None, dt)?;
     ctx.set_output("dhx", &state_dims(a, false), None, dt)?;
     if a.cell_mode == RnnMode::Lstm {
@@ -792,6 +797,7 @@ pub(crate) fn infer_backward_data(ctx: &mut InferCtx, a: &RnnDesc) -> Result<()>
 }
 
 pub(crate) fn infer_backward_weights(ctx: &mut InferCtx, a: &RnnDesc) -> Result<()> {
+    check_inputs(ctx, &["x", "reserve", "dgates", "hx", "seq_lengths", "dw_in"])?;
     check_common(ctx, a)?;
     let x = ctx.input("x")?;
     let dt = float_input(ctx, "x", &x)?;
@@ -817,11 +823,6 @@ pub(crate) fn infer_backward_weights(ctx: &mut InferCtx, a: &RnnDesc) -> Result<
         }
         None => dt,
     };
-    for port in ["seed", "offset", "cx", "dy", "weights"] {
-        if ctx.node.input(port).is_some() {
-            return Err(ctx.err(format!("input `{port}` does not belong to rnn_backward_weights (its ports are x, reserve, dgates, hx, seq_lengths, dw_in)")));
-        }
-    }
     ctx.set_output("dw", &[a.weight_space_elements()], None, wdt)?;
     if let Some(id) = ctx.node.output("dw") {
         if let Some(odt) = ctx.graph.resolved_data_type(id) {
