@@ -1,6 +1,7 @@
 //! RNN cases: every cell mode, one and two layers, both directions, the four bias modes, the
 //! three layouts, per-sample lengths (a zero among them), LSTM projection and clipping, dropout
-//! between layers, f32, f16, bf16 and f64; odd sizes (input 7, hidden 13, batch 5, T 9).
+//! between layers, f32, f16, bf16 and f64; odd sizes (input 7, hidden 13, batch 5, T 9, and
+//! input 70, hidden 40, batch 7, T 20 past the GEMM kernels' tiles).
 //! Training cases chain the forward (y, hy, cy and the reserve), backward data (dx, dhx, dcx,
 //! the gate gradients) and backward weights (dw, some onto dw_in), so the backward passes read a
 //! reserve the forward wrote; inference cases check the forward alone. Weights are the random
@@ -215,6 +216,11 @@ pub fn cases() -> Vec<Case> {
     // Accumulation into dw_in, and a padding fill.
     let mut s = spec("gru_bi_accumulate_train", RnnDesc { padding_fill: -2.5, ..base(RnnMode::Gru).bidirectional().training() });
     s.accumulate = true;
+    v.push(training(&s));
+    // Sizes past one 64 x 64 GEMM tile and one 16-deep slice (the tiled kernels' edges).
+    v.push(training(&spec("lstmp_bi_2l_big_train", RnnDesc::new(RnnMode::Lstm, 70, 40, 20, 7).layers(2).bidirectional().with_proj(33).training())));
+    let mut s = spec("gru_2l_big_packed_train", RnnDesc::new(RnnMode::Gru, 70, 40, 20, 7).layers(2).with_layout(RnnLayout::SeqMajorPacked).training());
+    s.lens = Lens::Decreasing;
     v.push(training(&s));
     // Other types.
     for (dt, tn) in [(DataType::F16, "f16"), (DataType::Bf16, "bf16")] {

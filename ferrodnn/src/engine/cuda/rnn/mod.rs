@@ -8,12 +8,14 @@
 //! or the last layer's output into `y`). Backward data, from the top layer down: the backward
 //! recurrence (`bwd_recur.cuh`, the gates' gradients into the scratch `dgs` and the `dgates`
 //! tensor, the state gradients through the recurrent matrices' transposes), then the input
-//! gradient of every step at once (`bwd_proj.cuh`). Backward weights: every matrix and bias of a
-//! layer in one launch (`wgrad.cuh`), added to `dw_in`'s copy.
+//! gradient of every step at once (`bwd_proj.cuh`). Backward weights: every matrix of a layer in
+//! one GEMM launch (`wgrad.cuh`), its biases in another (`wgrad_bias.cuh`), added to `dw_in`'s
+//! copy.
 //!
 //! Products accumulate in f32 (f64 when the node computes in f64, and in the generic fallback's
-//! plan, which runs these kernels with double accumulators). The GEMMs are one thread per
-//! output for now; the tiled GEMM engine and the persistent recurrence are the next steps.
+//! plan, which runs these kernels with double accumulators). The GEMMs are a tiled SIMT kernel
+//! (`gemm_tile.cuh`) whose operands each kernel reads through its own macros (layouts, lengths,
+//! dropout factors); tensor cores and the persistent recurrence are the next steps.
 //!
 //! Sizes, weight-space and reserve offsets are compiled in (`#define`s); the padding fill, the
 //! clip bounds and the dropout probability are kernel arguments. Sequence lengths are read on
@@ -33,8 +35,19 @@ const COMMON: &str = include_str!("common.cuh");
 /// fallback (the fallback imports this one).
 const PHILOX: &str = include_str!("../fallback/philox.cuh");
 
+/// The tiled GEMM the projections and weight gradients instantiate after their own operand
+/// macros.
+const GEMM_TILE: &str = include_str!("gemm_tile.cuh");
+
 /// Threads per block of the recurrence kernels.
 const RECUR_THREADS: u32 = 256;
+
+/// The grid of a [`GEMM_TILE`] kernel: enough blocks for the largest of its problems' 64 x 64
+/// tiles (capped: the blocks stride over the rest), one row of blocks per batch entry.
+fn gemm_grid(problems: &[(i64, i64)]) -> Grid {
+    let tiles = problems.iter().map(|&(m, n)| ((m + 63) / 64) * ((n + 63) / 64)).max().unwrap_or(1);
+    Grid::Exact(tiles.clamp(1, 1 << 16) as u32, problems.len() as u32, 1)
+}
 
 /// The RNN engine's unit for node `ni`, or None when it is not an RNN node.
 pub fn unit(graph: &Graph, ni: usize, _target: &Target) -> Result<Option<Unit>> {
@@ -263,8 +276,8 @@ impl Gen<'_> {
                 scr.push(("si", 3, false));
             }
             let sig = self.sig(&scr, &ports);
-            let src = self.source(a, &entry, &sig, Some(l), &[], include_str!("fwd_proj.cuh"));
-            launches.push(Launch::elementwise(src, &entry, (d * rows * gh) as u64, sig.into_args()));
+            let src = self.source(a, &entry, &sig, Some(l), &[], &[include_str!("fwd_proj.cuh"), GEMM_TILE].concat());
+            launches.push(Launch::new(src, &entry, gemm_grid(&vec![(rows, gh); d as usize]), 256, sig.into_args()));
 
             let entry = self.entry(&format!("rnn_fwd_recur_l{l}"));
             let mut ports = vec![("weights", false), ("hx", false), ("cx", false), ("hy", true), ("cy", true)];
@@ -333,8 +346,8 @@ impl Gen<'_> {
                 ports.push(("dx", true));
             }
             let sig = self.sig(&[("meta", 0, false), ("dgs", 1, false), ("dseq", 2, true)], &ports);
-            let src = self.source(a, &entry, &sig, Some(l), &[], include_str!("bwd_proj.cuh"));
-            launches.push(Launch::elementwise(src, &entry, (rows * a.layer_input(l)) as u64, sig.into_args()));
+            let src = self.source(a, &entry, &sig, Some(l), &[], &[include_str!("bwd_proj.cuh"), GEMM_TILE].concat());
+            launches.push(Launch::new(src, &entry, gemm_grid(&[(rows, a.layer_input(l))]), 256, sig.into_args()));
         }
         Ok(NodeKernels { launches, scratch })
     }
@@ -346,13 +359,19 @@ impl Gen<'_> {
         let sig = self.sig(&[], &[("dw_in", false), ("dw", true)]);
         let src = self.source(a, &entry, &sig, None, &[], include_str!("dw_init.cuh"));
         launches.push(Launch::elementwise(src, &entry, a.weight_space_elements().max(1) as u64, sig.into_args()));
-        let (g, h, p) = (a.cell_mode.gates(), a.hidden_size, a.proj());
+        let (gh, h, p) = (a.cell_mode.gates() * a.hidden_size, a.hidden_size, a.proj());
         for l in 0..a.num_layers {
             let entry = self.entry(&format!("rnn_wgrad_l{l}"));
             let sig = self.sig(&[("meta", 0, false)], &[("x", false), ("hx", false), ("reserve", false), ("dgates", false), ("dw", true)]);
-            let src = self.source(a, &entry, &sig, Some(l), &[], include_str!("wgrad.cuh"));
-            let per_dir = g * h * a.layer_input(l) + g * h * p + if a.has_proj() { p * h } else { 0 } + 2 * g * h;
-            launches.push(Launch::elementwise(src, &entry, (per_dir * a.dirs()) as u64, sig.into_args()));
+            let src = self.source(a, &entry, &sig, Some(l), &[], &[include_str!("wgrad.cuh"), GEMM_TILE].concat());
+            // Per direction: W [GH, input], R [GH, P], W_r [P, H] (empty without a projection).
+            let per_dir = [(gh, a.layer_input(l)), (gh, p), (if a.has_proj() { p } else { 0 }, h)];
+            let problems: Vec<(i64, i64)> = (0..a.dirs()).flat_map(|_| per_dir).collect();
+            launches.push(Launch::new(src, &entry, gemm_grid(&problems), 256, sig.into_args()));
+            let entry = self.entry(&format!("rnn_wgrad_bias_l{l}"));
+            let sig = self.sig(&[("meta", 0, false)], &[("dgates", false), ("dw", true)]);
+            let src = self.source(a, &entry, &sig, Some(l), &[], include_str!("wgrad_bias.cuh"));
+            launches.push(Launch::elementwise(src, &entry, (a.dirs() * 2 * gh) as u64, sig.into_args()));
         }
         Ok(NodeKernels { launches, scratch })
     }
