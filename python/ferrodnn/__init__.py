@@ -300,3 +300,4 @@ def graph_cache(key_fn, maxsize=256):
 
 
 from .wrapper import Graph  # noqa: E402  (it builds on pygraph, defined above)
+from . import rnn  # noqa: E402,F401  (its functions build pygraphs)

@@ -32,6 +32,7 @@ use ferrodnn::graph::ops::pointwise::PointwiseMode;
 use ferrodnn::graph::ops::reduction::ReductionMode;
 use ferrodnn::graph::ops::resample::{ResampleAttrs, ResampleMode};
 use ferrodnn::graph::ops::rng::Distribution;
+use ferrodnn::graph::ops::rnn::{RnnBackwardInputs, RnnInputs};
 use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
 use ferrodnn::graph::ops::Op;
 use ferrodnn::graph::{packed_strides, Port};
@@ -1944,6 +1945,101 @@ impl PyGraph {
         if given {
             self.user_set(&outs, true, false)?;
         }
+        self.one(py, outs)
+    }
+
+    /// A recurrent network's forward pass (cuDNN's cudnnRNNForward; ferrodnn's `rnn` op): `x`
+    /// and the packed weight space `weights` with the descriptor `desc` (a dict, as
+    /// `ferrodnn.rnn.rnn_desc` builds it) -> `[y, hy, cy, reserve]` (`cy` for LSTM, `reserve`
+    /// in training mode, else None). `seed` and `offset` are dropout's.
+    #[pyo3(signature = (x, weights, desc, hx = None, cx = None, seq_lengths = None, seed = None, offset = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn rnn(
+        &self,
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        weights: &Bound<'_, PyAny>,
+        desc: &Bound<'_, PyAny>,
+        hx: Option<&Bound<'_, PyAny>>,
+        cx: Option<&Bound<'_, PyAny>>,
+        seq_lengths: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+        offset: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let d = crate::rnn::desc_from_py(desc)?;
+        let (xt, wt) = (self.tid(x, "x")?, self.tid(weights, "weights")?);
+        let inputs = RnnInputs {
+            hx: self.opt_tid(hx, "hx")?,
+            cx: self.opt_tid(cx, "cx")?,
+            seq_lengths: self.opt_tid(seq_lengths, "seq_lengths")?,
+            seed: self.opt_tid(seed, "seed")?,
+            offset: self.opt_tid(offset, "offset")?,
+        };
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| {
+            let o = g.rnn(xt, wt, inputs, d);
+            Ok(vec![Some(o.y), Some(o.hy), o.cy, o.reserve])
+        })?;
+        self.outs(py, outs)
+    }
+
+    /// The backward data pass of `rnn` (cudnnRNNBackwardData_v8): -> `[dx, dhx, dcx, dgates]`
+    /// (`dcx` for LSTM; `dgates` is what `rnn_backward_weights` reads).
+    #[pyo3(signature = (dy, weights, reserve, desc, hx = None, cx = None, dhy = None, dcy = None, seq_lengths = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn rnn_backward_data(
+        &self,
+        py: Python<'_>,
+        dy: &Bound<'_, PyAny>,
+        weights: &Bound<'_, PyAny>,
+        reserve: &Bound<'_, PyAny>,
+        desc: &Bound<'_, PyAny>,
+        hx: Option<&Bound<'_, PyAny>>,
+        cx: Option<&Bound<'_, PyAny>>,
+        dhy: Option<&Bound<'_, PyAny>>,
+        dcy: Option<&Bound<'_, PyAny>>,
+        seq_lengths: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Vec<Option<Py<PyTensor>>>> {
+        let d = crate::rnn::desc_from_py(desc)?;
+        let (dyt, wt, rt) = (self.tid(dy, "dy")?, self.tid(weights, "weights")?, self.tid(reserve, "reserve")?);
+        let inputs = RnnBackwardInputs {
+            hx: self.opt_tid(hx, "hx")?,
+            cx: self.opt_tid(cx, "cx")?,
+            dhy: self.opt_tid(dhy, "dhy")?,
+            dcy: self.opt_tid(dcy, "dcy")?,
+            seq_lengths: self.opt_tid(seq_lengths, "seq_lengths")?,
+        };
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| {
+            let o = g.rnn_backward_data(dyt, wt, rt, inputs, d);
+            Ok(vec![Some(o.dx), Some(o.dhx), o.dcx, Some(o.dgates)])
+        })?;
+        self.outs(py, outs)
+    }
+
+    /// The backward weights pass of `rnn` (cudnnRNNBackwardWeights_v8): -> `dw`, the gradient
+    /// of the weight space added to `dw_in` when given (CUDNN_WGRAD_MODE_ADD).
+    #[pyo3(signature = (x, reserve, dgates, desc, hx = None, seq_lengths = None, dw_in = None, compute_data_type = None, name = String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn rnn_backward_weights(
+        &self,
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        reserve: &Bound<'_, PyAny>,
+        dgates: &Bound<'_, PyAny>,
+        desc: &Bound<'_, PyAny>,
+        hx: Option<&Bound<'_, PyAny>>,
+        seq_lengths: Option<&Bound<'_, PyAny>>,
+        dw_in: Option<&Bound<'_, PyAny>>,
+        compute_data_type: Option<&Bound<'_, PyAny>>,
+        name: String,
+    ) -> PyResult<Py<PyTensor>> {
+        let d = crate::rnn::desc_from_py(desc)?;
+        let (xt, rt, gt) = (self.tid(x, "x")?, self.tid(reserve, "reserve")?, self.tid(dgates, "dgates")?);
+        let (h, l, acc) = (self.opt_tid(hx, "hx")?, self.opt_tid(seq_lengths, "seq_lengths")?, self.opt_tid(dw_in, "dw_in")?);
+        let outs = self.add_op(&name, compute_data_type, vec![], |g| Ok(vec![Some(g.rnn_backward_weights(xt, rt, gt, h, l, acc, d))]))?;
         self.one(py, outs)
     }
 

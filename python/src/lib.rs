@@ -9,6 +9,7 @@
 mod array;
 mod frontend;
 mod graph;
+mod rnn;
 
 use ferrodnn::{DataType, Handle};
 use pyo3::create_exception;
@@ -480,6 +481,8 @@ fn _ferrodnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_strict_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(get_last_error_string, m)?)?;
     m.add_function(wrap_pyfunction!(get_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(rnn::rnn_weight_params, m)?)?;
+    m.add_function(wrap_pyfunction!(rnn::rnn_sizes, m)?)?;
     frontend::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -170,6 +170,11 @@ impl Shape<'_> {
         let (i, o) = (self.in_sum, self.out_sum);
         let x = self.max_input();
         match &self.node.op {
+            // Each layer's input and output sequences, the states and gradients it keeps.
+            Op::Rnn(a) | Op::RnnBackwardData(a) | Op::RnnBackwardWeights(a) => {
+                let keep = (a.reserve_elements().max(0) as u128).saturating_add(a.dgates_elements().max(0) as u128);
+                i.saturating_add(o.saturating_mul(2)).saturating_add(keep.saturating_mul(2))
+            }
             Op::Pointwise(_) | Op::Resample(_) | Op::ResampleBackward(_) | Op::Rng(_) | Op::Reshape(_) | Op::Transpose(_) | Op::Slice(_) | Op::Concatenate(_) => 0,
             Op::Copy(_) | Op::Reduction(_) => i,
             // Inputs rounded to the compute type, and where each batch starts.
@@ -242,6 +247,12 @@ impl Shape<'_> {
             Op::SdpaBackward(_) => {
                 let (rows, s_kv, d, d_v) = self.attention();
                 rows.saturating_mul(s_kv).saturating_mul(d.saturating_add(d_v).saturating_add(4).saturating_mul(2))
+            }
+            // Every weight meets every (step, sample) once per pass; the backward data pass
+            // makes two (the gates' and the states' gradients).
+            Op::Rnn(a) | Op::RnnBackwardData(a) | Op::RnnBackwardWeights(a) => {
+                let passes = if matches!(self.node.op, Op::RnnBackwardData(_)) { 2 } else { 1 };
+                (a.weight_space_elements().max(0) as u128).saturating_mul((a.max_seq_length.max(0) as u128).saturating_mul(a.batch.max(0) as u128)).saturating_mul(passes)
             }
             Op::Layernorm(_)
             | Op::Rmsnorm(_)

@@ -20,6 +20,7 @@ mod pointwise;
 mod reduction;
 mod resample;
 mod rng;
+mod rnn;
 mod sdpa;
 mod softmax;
 mod transform;
@@ -304,5 +305,8 @@ pub(crate) fn exec_node(io: &mut NodeIo) -> Result<()> {
         Op::Concatenate(a) => transform::concatenate(io, a),
         Op::Copy(a) => transform::copy(io, a),
         Op::Rng(a) => rng::rng(io, a),
+        Op::Rnn(a) => rnn::forward(io, a),
+        Op::RnnBackwardData(a) => rnn::backward_data(io, a),
+        Op::RnnBackwardWeights(a) => rnn::backward_weights(io, a),
     }
 }

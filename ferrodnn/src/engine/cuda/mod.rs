@@ -39,6 +39,7 @@ pub mod module;
 pub mod nvrtc;
 pub mod planner;
 pub mod pointwise;
+pub mod rnn;
 pub mod runtime;
 pub mod tma;
 

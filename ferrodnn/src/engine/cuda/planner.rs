@@ -6,7 +6,7 @@
 //! on the generic fallback.
 
 use super::kernel::{Options, Target, Unit};
-use super::{attention, conv, fallback, fused, gemm};
+use super::{attention, conv, fallback, fused, gemm, rnn};
 use crate::dtype::DataType;
 use crate::error::Result;
 use crate::graph::ops::Op;
@@ -35,6 +35,8 @@ pub enum Family {
     /// Batchnorm, genstats, bn_finalize, channels-last instance norm, group norm and pooling
     /// (`fused/`).
     Spatial,
+    /// Recurrent networks, forward and backward (`rnn/`).
+    Rnn,
     /// The generic fallback, one kernel (or a few) per node, in double (`fallback/`).
     Fallback,
 }
@@ -50,6 +52,7 @@ impl Family {
             Family::Pointwise => "pointwise fusion",
             Family::Rows => "rows",
             Family::Spatial => "spatial",
+            Family::Rnn => "rnn",
             Family::Fallback => "fallback",
         }
     }
@@ -171,10 +174,11 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
 fn single(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Planned> {
     let op = &graph.nodes[ni].op;
     let mut declined = Vec::new();
-    let tries: [(Family, bool); 5] = [
+    let tries: [(Family, bool); 6] = [
         (Family::Gemm, matches!(op, Op::Matmul(_))),
         (Family::Conv, conv::conv_op(op)),
         (Family::Attention, matches!(op, Op::Sdpa(_) | Op::SdpaBackward(_))),
+        (Family::Rnn, rnn::is_rnn(op)),
         (Family::Rows, rows_op(op)),
         (Family::Spatial, spatial_op(op)),
     ];
@@ -183,6 +187,7 @@ fn single(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Resul
             Family::Gemm => gemm::unit(graph, &[ni], target, options)?,
             Family::Conv => conv::unit(graph, ni, target, options)?,
             Family::Attention => attention::unit(graph, ni, target, options)?,
+            Family::Rnn => rnn::unit(graph, ni, target)?,
             Family::Rows => fused::rows::unit(graph, ni, target)?,
             _ => spatial_unit(graph, ni, target)?,
         };

@@ -10,6 +10,7 @@ pub mod pointwise;
 pub mod reduction;
 pub mod resample;
 pub mod rng;
+pub mod rnn;
 pub mod sdpa;
 pub mod softmax;
 pub mod transform;
@@ -56,6 +57,9 @@ pub enum Op {
     Concatenate(transform::ConcatenateAttrs),
     Copy(transform::CopyAttrs),
     Rng(rng::RngAttrs),
+    Rnn(rnn::RnnDesc),
+    RnnBackwardData(rnn::RnnDesc),
+    RnnBackwardWeights(rnn::RnnDesc),
 }
 
 impl Op {
@@ -128,6 +132,9 @@ impl Op {
             Op::Concatenate(_) => "concatenate",
             Op::Copy(_) => "copy",
             Op::Rng(_) => "rng",
+            Op::Rnn(_) => "rnn",
+            Op::RnnBackwardData(_) => "rnn_backward_data",
+            Op::RnnBackwardWeights(_) => "rnn_backward_weights",
         }
     }
 }
@@ -166,6 +173,9 @@ pub fn all_op_names() -> Vec<&'static str> {
         "concatenate",
         "copy",
         "rng",
+        "rnn",
+        "rnn_backward_data",
+        "rnn_backward_weights",
     ]);
     names
 }
@@ -249,5 +259,8 @@ pub(crate) fn infer(ctx: &mut InferCtx) -> Result<()> {
         Op::Concatenate(a) => transform::infer_concatenate(ctx, a),
         Op::Copy(a) => transform::infer_copy(ctx, a),
         Op::Rng(a) => rng::infer(ctx, a),
+        Op::Rnn(a) => rnn::infer(ctx, a),
+        Op::RnnBackwardData(a) => rnn::infer_backward_data(ctx, a),
+        Op::RnnBackwardWeights(a) => rnn::infer_backward_weights(ctx, a),
     }
 }

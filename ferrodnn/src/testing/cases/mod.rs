@@ -22,6 +22,7 @@ mod pointwise;
 mod reduction;
 mod resample;
 mod rng;
+mod rnn;
 mod sdpa;
 mod softmax;
 mod transform;
@@ -54,6 +55,7 @@ pub fn all() -> Vec<Case> {
     v.extend(norm::cases());
     v.extend(sdpa::cases());
     v.extend(rng::cases());
+    v.extend(rnn::cases());
     v.extend(transform::cases());
     v.extend(multi::cases());
     v.extend(fast_pw::cases());

@@ -84,6 +84,8 @@ pub fn generate(graph: &Graph, node_index: usize) -> Result<NodeKernels> {
         Op::Concatenate(a) => transform::concatenate(&ctx, a),
         Op::Copy(a) => transform::copy(&ctx, a),
         Op::Rng(a) => rng::rng(&ctx, a),
+        // The RNN engine's kernels with double accumulators: a recurrence is one algorithm.
+        Op::Rnn(_) | Op::RnnBackwardData(_) | Op::RnnBackwardWeights(_) => crate::engine::cuda::rnn::kernels(graph, node_index, true),
     }
 }
 

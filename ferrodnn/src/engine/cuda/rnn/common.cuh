@@ -1,0 +1,70 @@
+// Shared by every RNN kernel (rnn/mod.rs): the accumulator type, the activations, and where a
+// (step, sample) lives in a sequence tensor. After philox.cuh.
+//
+// The instantiation defines:
+//   ACC_DOUBLE         1: accumulate in double (f64 compute, and the generic fallback's plan);
+//                      0: in float
+//   RNN_T, RNN_B       max_seq_length, batch
+//   RNN_D, RNN_H, RNN_P, RNN_G   directions, hidden size, projected (state) size, gates
+//   RNN_MODE           0 relu, 1 tanh, 2 lstm, 3 gru
+//   RNN_PROJ           1: LSTM with a recurrent projection
+//   RNN_LAYOUT         0 seq_major_unpacked [T, B, f], 1 seq_major_packed [T * B, f],
+//                      2 batch_major_unpacked [B, T, f]
+//   RNN_F              D * P, the features of a layer's output
+//   RNN_GW             the dgates record of a (step, sample, direction)
+//   RNN_SW             the reserve's state record of a (step, sample, direction)
+
+#if ACC_DOUBLE
+typedef double acc_t;
+#define ACC_EXP(v) exp(v)
+#define ACC_TANH(v) tanh(v)
+#else
+typedef float acc_t;
+#define ACC_EXP(v) __expf(v)
+#define ACC_TANH(v) tanhf(v)
+#endif
+
+#define RNN_GH (RNN_G * RNN_H)
+
+__device__ __forceinline__ acc_t rnn_sigmoid(acc_t v) { return (acc_t)1 / ((acc_t)1 + ACC_EXP(-v)); }
+
+// The scratch `meta` (written by meta.cuh): lens[B] (each sample's length, clamped to [0, T]
+// and, packed, to the length before it: the CPU refuses other values, a kernel must not index
+// past), then rows[T + 1] (packed: where each step's rows start).
+__device__ __forceinline__ int rnn_len(const int* meta, int b) { return meta[b]; }
+
+// The row of (step t, sample b) in a sequence tensor, or -1 past the sample's length.
+__device__ __forceinline__ i64 rnn_row(const int* meta, int t, int b) {
+    if (t >= meta[b]) return -1;
+#if RNN_LAYOUT == 0
+    return (i64)t * RNN_B + b;
+#elif RNN_LAYOUT == 1
+    return (i64)meta[RNN_B + t] + b;
+#else
+    return (i64)b * RNN_T + t;
+#endif
+}
+
+// The offset of feature k of (step t, sample b, row `row`) in a sequence tensor `tr`.
+__device__ __forceinline__ i64 rnn_seq_off(const TRef& tr, int t, int b, i64 row, i64 k) {
+#if RNN_LAYOUT == 0
+    return (i64)t * tr.strides[0] + (i64)b * tr.strides[1] + k * tr.strides[2];
+#elif RNN_LAYOUT == 1
+    return row * tr.strides[0] + k * tr.strides[1];
+#else
+    return (i64)b * tr.strides[0] + (i64)t * tr.strides[1] + k * tr.strides[2];
+#endif
+}
+
+// The offset of element [pl, b, k] of a state tensor ([L * D, B, n]).
+__device__ __forceinline__ i64 rnn_state_off(const TRef& tr, int pl, int b, int k) {
+    return (i64)pl * tr.strides[0] + (i64)b * tr.strides[1] + (i64)k * tr.strides[2];
+}
+
+// Element i of a 1-D tensor.
+#define AT1(tr, i) ((i64)(i) * (tr).strides[0])
+
+// The step before t in direction d's order for a sample of length len, or -1 at its first.
+__device__ __forceinline__ int rnn_prev_step(int d, int t, int len) {
+    return d == 0 ? t - 1 : (t + 1 < len ? t + 1 : -1);
+}

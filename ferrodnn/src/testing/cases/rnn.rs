@@ -1,0 +1,240 @@
+//! RNN cases: every cell mode, one and two layers, both directions, the four bias modes, the
+//! three layouts, per-sample lengths (a zero among them), LSTM projection and clipping, dropout
+//! between layers, f32, f16, bf16 and f64; odd sizes (input 7, hidden 13, batch 5, T 9, and
+//! input 70, hidden 40, batch 7, T 20 past the GEMM kernels' tiles).
+//! Training cases chain the forward (y, hy, cy and the reserve), backward data (dx, dhx, dcx,
+//! the gate gradients) and backward weights (dw, some onto dw_in), so the backward passes read a
+//! reserve the forward wrote; inference cases check the forward alone. Weights are the random
+//! inputs scaled by 1/sqrt(hidden), as PyTorch initializes them.
+
+use super::Case;
+use crate::graph::ops::pointwise::PointwiseMode;
+use crate::graph::ops::rnn::{RnnBackwardInputs, RnnBiasMode, RnnDesc, RnnInputs, RnnLayout, RnnMode};
+use crate::{DataType, Graph, TensorDesc, TensorId};
+
+/// How the lengths are given.
+#[derive(Clone, Copy, PartialEq)]
+enum Lens {
+    /// No `seq_lengths`: every sample has T steps.
+    Full,
+    /// `max(T - |x|, 0)` for a random integer x in [-4, 4] (some shorter, 0 when T <= 4).
+    Random,
+    /// `max(T - 2 i, 0)` for sample i: non-increasing, as the packed layout needs.
+    Decreasing,
+}
+
+#[derive(Clone)]
+struct Spec {
+    name: String,
+    desc: RnnDesc,
+    dt: DataType,
+    lens: Lens,
+    /// x with a gap after each vector (non-packed strides).
+    strided_x: bool,
+    /// Backward weights onto a dw_in.
+    accumulate: bool,
+    /// Initial states given.
+    states: bool,
+}
+
+fn spec(name: &str, desc: RnnDesc) -> Spec {
+    Spec { name: name.into(), desc, dt: DataType::F32, lens: Lens::Random, strided_x: false, accumulate: false, states: true }
+}
+
+fn int_scalar(g: &mut Graph, name: &str, v: f64) -> TensorId {
+    g.tensor(TensorDesc::scalar(name, v, DataType::I32))
+}
+
+fn lengths(g: &mut Graph, s: &Spec) -> Option<TensorId> {
+    let (b, t) = (s.desc.batch, s.desc.max_seq_length);
+    let i32_ = |g: &mut Graph, id: TensorId| {
+        g.desc_mut(id).data_type = Some(DataType::I32);
+        id
+    };
+    let sub = match s.lens {
+        Lens::Full => return None,
+        Lens::Random => {
+            let x = g.tensor(TensorDesc::new("len_x", &[b], DataType::I32));
+            let a = g.pointwise(PointwiseMode::Abs, &[x]);
+            i32_(g, a)
+        }
+        Lens::Decreasing => {
+            let x = g.tensor(TensorDesc::new("len_x", &[b], DataType::I32));
+            let i = g.pointwise(PointwiseMode::GenIndex { axis: 0 }, &[x]);
+            let i = i32_(g, i);
+            let two = int_scalar(g, "len_two", 2.0);
+            let m = g.mul(i, two);
+            i32_(g, m)
+        }
+    };
+    let top = int_scalar(g, "len_t", t as f64);
+    let l = g.sub(top, sub);
+    let l = i32_(g, l);
+    let zero = int_scalar(g, "len_zero", 0.0);
+    let y = g.pointwise(PointwiseMode::Max, &[l, zero]);
+    Some(i32_(g, y))
+}
+
+/// The forward's inputs: x, the scaled weights, hx, cx, lengths, seed and offset.
+struct Inputs {
+    x: TensorId,
+    w: TensorId,
+    hx: Option<TensorId>,
+    cx: Option<TensorId>,
+    len: Option<TensorId>,
+}
+
+fn inputs(g: &mut Graph, s: &Spec) -> (Inputs, RnnInputs) {
+    let a = &s.desc;
+    let dt = s.dt;
+    let xd = a.seq_dims(a.input_size);
+    let mut xt = TensorDesc::new("x", &xd, dt);
+    if s.strided_x {
+        // Each vector padded to input_size + 3 elements.
+        let mut strides = vec![0i64; xd.len()];
+        let mut acc = 1;
+        for i in (0..xd.len()).rev() {
+            strides[i] = acc;
+            acc *= if i + 1 == xd.len() { xd[i] + 3 } else { xd[i] };
+        }
+        xt = xt.with_strides(&strides);
+    }
+    let x = g.tensor(xt);
+    let raw = g.tensor(TensorDesc::new("w_raw", &[a.weight_space_elements()], dt));
+    let k = g.tensor(TensorDesc::scalar("w_scale", 1.0 / (a.hidden_size as f64).sqrt(), DataType::F32));
+    let w = g.mul(raw, k);
+    g.desc_mut(w).data_type = Some(dt);
+    let lstm = a.cell_mode == RnnMode::Lstm;
+    let hx = s.states.then(|| g.tensor(TensorDesc::new("hx", &[a.pseudo_layers(), a.batch, a.proj()], dt)));
+    let cx = (s.states && lstm).then(|| g.tensor(TensorDesc::new("cx", &[a.pseudo_layers(), a.batch, a.hidden_size], dt)));
+    let len = lengths(g, s);
+    let (seed, offset) = if a.has_dropout() {
+        (Some(g.tensor(TensorDesc::scalar("seed", 1_099_511_627_813.0, DataType::I64))), Some(g.tensor(TensorDesc::scalar("offset", 3.0, DataType::I64))))
+    } else {
+        (None, None)
+    };
+    (Inputs { x, w, hx, cx, len }, RnnInputs { hx, cx, seq_lengths: len, seed, offset })
+}
+
+/// The forward alone (inference, or training with the reserve as an output).
+fn forward(s: &Spec) -> Case {
+    let mut g = Graph::new(format!("rnn_{}", s.name)).io_data_type(s.dt);
+    let (inp, ri) = inputs(&mut g, s);
+    let o = g.rnn(inp.x, inp.w, ri, s.desc.clone());
+    for t in [Some(o.y), Some(o.hy), o.cy, o.reserve].into_iter().flatten() {
+        g.set_output(t);
+    }
+    Case::new(g.name.clone(), g)
+}
+
+/// Forward, backward data and backward weights.
+fn training(s: &Spec) -> Case {
+    let a = &s.desc;
+    let dt = s.dt;
+    let mut g = Graph::new(format!("rnn_{}", s.name)).io_data_type(dt);
+    let (inp, ri) = inputs(&mut g, s);
+    let o = g.rnn(inp.x, inp.w, ri, a.clone());
+    let reserve = o.reserve.expect("training");
+    for t in [Some(o.y), Some(o.hy), o.cy, Some(reserve)].into_iter().flatten() {
+        g.set_output(t);
+    }
+    let lstm = a.cell_mode == RnnMode::Lstm;
+    let dy = g.tensor(TensorDesc::new("dy", &a.seq_dims(a.out_size()), dt));
+    let dhy = g.tensor(TensorDesc::new("dhy", &[a.pseudo_layers(), a.batch, a.proj()], dt));
+    let dcy = lstm.then(|| g.tensor(TensorDesc::new("dcy", &[a.pseudo_layers(), a.batch, a.hidden_size], dt)));
+    let gr = g.rnn_backward_data(dy, inp.w, reserve, RnnBackwardInputs { hx: inp.hx, cx: inp.cx, dhy: Some(dhy), dcy, seq_lengths: inp.len }, a.clone());
+    for t in [Some(gr.dx), Some(gr.dhx), gr.dcx, Some(gr.dgates)].into_iter().flatten() {
+        g.set_output(t);
+    }
+    let dw_in = s.accumulate.then(|| g.tensor(TensorDesc::new("dw_in", &[a.weight_space_elements()], dt)));
+    let dw = g.rnn_backward_weights(inp.x, reserve, gr.dgates, inp.hx, inp.len, dw_in, a.clone());
+    g.set_output(dw);
+    Case::new(g.name.clone(), g)
+}
+
+fn base(mode: RnnMode) -> RnnDesc {
+    RnnDesc::new(mode, 7, 13, 9, 5)
+}
+
+fn mode_name(m: RnnMode) -> &'static str {
+    m.name()
+}
+
+pub fn cases() -> Vec<Case> {
+    let modes = [RnnMode::Relu, RnnMode::Tanh, RnnMode::Lstm, RnnMode::Gru];
+    let mut v = Vec::new();
+    // Every mode, direction and depth: training chains, random lengths.
+    for m in modes {
+        for bi in [false, true] {
+            for layers in [1, 2] {
+                let mut d = base(m).layers(layers).training();
+                if bi {
+                    d = d.bidirectional();
+                }
+                let name = format!("{}_{}_{layers}l_train", mode_name(m), if bi { "bi" } else { "uni" });
+                v.push(training(&spec(&name, d)));
+            }
+        }
+    }
+    // Inference: no initial states, every sample full length, then short ones.
+    for m in modes {
+        let mut s = spec(&format!("{}_infer", mode_name(m)), base(m).layers(2).bidirectional());
+        s.states = false;
+        s.lens = Lens::Full;
+        v.push(forward(&s));
+        let s = spec(&format!("{}_infer_short", mode_name(m)), RnnDesc { max_seq_length: 4, ..base(m) });
+        v.push(forward(&s));
+    }
+    // Bias modes.
+    for m in [RnnMode::Lstm, RnnMode::Gru, RnnMode::Tanh] {
+        for (bias, bn) in [(RnnBiasMode::NoBias, "nobias"), (RnnBiasMode::SingleInp, "inpbias"), (RnnBiasMode::SingleRec, "recbias")] {
+            v.push(training(&spec(&format!("{}_{bn}_train", mode_name(m)), base(m).with_bias(bias).training())));
+        }
+    }
+    // Layouts: packed (decreasing lengths) and batch-major, and a strided x.
+    for m in [RnnMode::Lstm, RnnMode::Gru] {
+        let mut s = spec(&format!("{}_packed_train", mode_name(m)), base(m).layers(2).bidirectional().with_layout(RnnLayout::SeqMajorPacked).training());
+        s.lens = Lens::Decreasing;
+        v.push(training(&s));
+        let s = spec(&format!("{}_batch_major_train", mode_name(m)), base(m).layers(2).bidirectional().with_layout(RnnLayout::BatchMajorUnpacked).training());
+        v.push(training(&s));
+    }
+    let mut s = spec("tanh_packed_full_infer", base(RnnMode::Tanh).with_layout(RnnLayout::SeqMajorPacked));
+    s.lens = Lens::Full;
+    v.push(forward(&s));
+    let mut s = spec("gru_strided_x_train", base(RnnMode::Gru).layers(2).training());
+    s.strided_x = true;
+    v.push(training(&s));
+    // LSTM projection and clipping.
+    v.push(training(&spec("lstmp_uni_train", base(RnnMode::Lstm).with_proj(5).training())));
+    v.push(training(&spec("lstmp_bi_2l_clip_train", base(RnnMode::Lstm).layers(2).bidirectional().with_proj(6).with_clip(-0.4, 0.3, false).training())));
+    v.push(training(&spec("lstm_clip_nan_train", base(RnnMode::Lstm).with_clip(-0.5, 0.5, true).training())));
+    // Dropout between layers (masks from Philox, kept in the reserve).
+    v.push(training(&spec("lstm_bi_3l_dropout_train", RnnDesc { dropout: Some(0.3), ..base(RnnMode::Lstm).layers(3).bidirectional().training() })));
+    v.push(training(&spec("gru_2l_dropout_train", RnnDesc { dropout: Some(0.5), ..base(RnnMode::Gru).layers(2).training() })));
+    v.push(forward(&spec("lstm_2l_dropout_infer", RnnDesc { dropout: Some(0.3), ..base(RnnMode::Lstm).layers(2) })));
+    // Accumulation into dw_in, and a padding fill.
+    let mut s = spec("gru_bi_accumulate_train", RnnDesc { padding_fill: -2.5, ..base(RnnMode::Gru).bidirectional().training() });
+    s.accumulate = true;
+    v.push(training(&s));
+    // Sizes past one 64 x 64 GEMM tile and one 16-deep slice (the tiled kernels' edges).
+    v.push(training(&spec("lstmp_bi_2l_big_train", RnnDesc::new(RnnMode::Lstm, 70, 40, 20, 7).layers(2).bidirectional().with_proj(33).training())));
+    let mut s = spec("gru_2l_big_packed_train", RnnDesc::new(RnnMode::Gru, 70, 40, 20, 7).layers(2).with_layout(RnnLayout::SeqMajorPacked).training());
+    s.lens = Lens::Decreasing;
+    v.push(training(&s));
+    // Other types.
+    for (dt, tn) in [(DataType::F16, "f16"), (DataType::Bf16, "bf16")] {
+        for m in [RnnMode::Lstm, RnnMode::Gru] {
+            let mut s = spec(&format!("{}_bi_2l_{tn}_train", mode_name(m)), base(m).layers(2).bidirectional().training());
+            s.dt = dt;
+            v.push(training(&s));
+        }
+        let mut s = spec(&format!("lstmp_{tn}_infer"), base(RnnMode::Lstm).with_proj(5));
+        s.dt = dt;
+        v.push(forward(&s));
+    }
+    let mut s = spec("lstm_bi_2l_f64_train", base(RnnMode::Lstm).layers(2).bidirectional().training());
+    s.dt = DataType::F64;
+    v.push(training(&s));
+    v
+}
