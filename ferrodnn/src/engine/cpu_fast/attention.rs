@@ -17,9 +17,10 @@ use rayon::prelude::*;
 
 /// Query rows per block, and keys per block: whole blocks of 512 keys when every row sees every
 /// key, 256 under a causal mask or a window (finer blocks skip more of the masked keys). Measured
-/// on the 2-core build machine at b1 h8 s1024 d64 f32: 64 x 256 blocks ran at 0.86x PyTorch
-/// (plain) and 0.96x (causal), 128 x 512 at 1.02x / 0.93x, 128 x 1024 at 1.04x / 0.51x.
-const BQ: usize = 128;
+/// on the 2-core build machine at b1 h8 s1024 d64 f32 beside PyTorch's CPU attention: 256 x 512
+/// 1.08x (causal 1.02x); 128 x 512 0.80x (1.00x); 64 x 512 1.00x (0.94x); 128 x 1024 1.04x but
+/// 0.51x causal (too coarse to skip masked keys).
+const BQ: usize = 256;
 const BK_UNMASKED: usize = 512;
 const BK_MASKED: usize = 256;
 
