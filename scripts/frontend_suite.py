@@ -108,7 +108,12 @@ def _message(report):
     text = str(report.longrepr) if report.longrepr is not None else ""
     lines = [l for l in text.splitlines() if l.strip()]
     errs = [l for l in lines if l.startswith("E ")]
-    return (errs[0] if errs else (lines[-1] if lines else ""))[:400]
+    msg = (errs[0] if errs else (lines[-1] if lines else ""))[:400]
+    # The frontend's tests print which tensor mismatched ("%%%% Total N mismatches ... when
+    # validating 'dQ' results") before failing with a bare "disallowed mismatches": keep those.
+    out = getattr(report, "capstdout", "") or ""
+    why = [l.strip() for l in out.splitlines() if "mismatches" in l and "%%%%" in l][:4]
+    return (msg + (" | " + " | ".join(why) if why else ""))[:1000]
 
 
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
