@@ -97,6 +97,12 @@ impl TensorDesc {
         self
     }
 
+    /// The element stride of a tensor that holds a vector (one dim longer than 1, as ragged
+    /// offsets): that dim's stride, 1 when every dim is 1.
+    pub fn vector_stride(&self) -> i64 {
+        self.strides.iter().zip(&self.dims).find(|(_, &n)| n > 1).map_or(1, |(&s, _)| s)
+    }
+
     pub fn rank(&self) -> usize {
         self.dims.len()
     }

@@ -78,8 +78,8 @@ impl Op {
     /// sequence tensors.
     pub fn ragged_ports(&self) -> &'static [&'static str] {
         match self {
-            Op::Sdpa(_) => &["q", "k", "v", "o", "stats"],
-            Op::SdpaBackward(_) => &["q", "k", "v", "o", "do", "stats", "dq", "dk", "dv"],
+            Op::Sdpa(_) => &sdpa::RAGGED_PORTS[..5],
+            Op::SdpaBackward(_) => &sdpa::RAGGED_PORTS,
             _ => &[],
         }
     }

@@ -410,6 +410,10 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
     Ok(Dims { b, h_q, s_q, s_kv, d_v, q, k, v, bias })
 }
 
+/// The ports whose tensors may be ragged, the forward's five first (`Op::ragged_ports`); the
+/// engines number ragged tensors by their place here.
+pub const RAGGED_PORTS: [&str; 9] = ["q", "k", "v", "o", "stats", "do", "dq", "dk", "dv"];
+
 /// The lengths that say which rows of a ragged tensor on `port` exist: `seq_len_q` for the
 /// query-side tensors, `seq_len_kv` for the key-side ones.
 pub fn ragged_lengths_port(port: &str) -> &'static str {

@@ -199,7 +199,8 @@ struct FaIn {
     A.scale = fa_scale; A.scale_log2 = fa_scale_log2; A.keep_scale = 1.0f; A.drop_t = 0;            \
     FA_INIT_BIAS FA_INIT_LENS FA_INIT_PAGES FA_INIT_SEED FA_RAGGED(FA_RG_INIT)
 
-// Ragged (packed) tensors: FA_RAGGED(X) lists X(index, load, stride) for each, with its offsets
+// Ragged (packed) tensors (indices: their places in graph::ops::sdpa::RAGGED_PORTS):
+// FA_RAGGED(X) lists X(index, load, stride) for each, with its offsets
 // as the parameter rg<index>_p (empty when none is ragged). Batch bi of a ragged tensor starts at
 // element offsets[bi] and holds only its own length's rows.
 #define FA_RG_Q 0

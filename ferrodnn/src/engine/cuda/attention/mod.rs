@@ -32,7 +32,7 @@ use super::kernel::ctype::{c_float, ld, st};
 use super::kernel::{Attr, Options, Signature, Source, Target, Unit};
 use crate::dtype::DataType;
 use crate::error::Result;
-use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs};
+use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs, RAGGED_PORTS};
 use crate::graph::ops::Op;
 use crate::graph::{Graph, Node, TensorId};
 
@@ -154,9 +154,6 @@ pub(crate) struct Problem<'a> {
     /// The attention scale: the op's, or the tensor on its `attn_scale` port.
     pub scale: Attr,
 }
-
-/// The ports whose tensors may be ragged, in the order of `common.cuh`'s FA_RG_* indices.
-const RAGGED_PORTS: [&str; 9] = ["q", "k", "v", "o", "stats", "do", "dq", "dk", "dv"];
 
 /// A head dim these kernels take: a multiple of 8 (rows of whole 16-byte vectors) up to 256.
 fn head_dim_ok(d: i64) -> bool {
@@ -379,15 +376,7 @@ impl<'a> Problem<'a> {
         }
         // X(index, load, stride) of each ragged tensor's offsets (a vector: the stride of its
         // one dim longer than 1).
-        let ragged: String = self
-            .ragged
-            .iter()
-            .map(|&(i, t)| {
-                let d = g.desc(t);
-                let stride = d.strides.iter().zip(&d.dims).find(|(_, &n)| n > 1).map_or(1, |(&st, _)| st);
-                format!(" X({i}, {}, {stride}LL)", ld(g, t))
-            })
-            .collect();
+        let ragged: String = self.ragged.iter().map(|&(i, t)| format!(" X({i}, {}, {}LL)", ld(g, t), g.desc(t).vector_stride())).collect();
         s.define("FA_RAGGED(X)", ragged)
     }
 

@@ -31,7 +31,8 @@
 #define SD_KEY_GRAD 3
 #define SD_DBIAS 4
 
-// The tensors that may be ragged (packed sequences: batch bi starts at element offsets[bi]).
+// The tensors that may be ragged (packed sequences: batch bi starts at element offsets[bi]), by
+// their places in graph::ops::sdpa::RAGGED_PORTS.
 #define SD_RG_Q 0
 #define SD_RG_K 1
 #define SD_RG_V 2

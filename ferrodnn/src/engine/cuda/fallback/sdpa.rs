@@ -23,7 +23,7 @@ use super::rng::PHILOX;
 use super::{c_double, Arg, Ctx, Launch, NodeKernels};
 use crate::engine::cuda::kernel::{Attr, Signature, Source};
 use crate::error::Result;
-use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs};
+use crate::graph::ops::sdpa::{alibi_slopes, CausalAlignment, SdpaAttrs, RAGGED_PORTS};
 use crate::graph::TensorId;
 
 /// The sizes of a node, from its validated tensors.
@@ -136,10 +136,9 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
     // Ragged tensors: their offsets as `rg<i>_p` / `rg<i>_s` (the SD_RG_* index of sdpa.cuh),
     // listed in SD_RAGGED(X) as X(index, load).
     let mut ragged = String::new();
-    for (i, port) in ["q", "k", "v", "o", "stats", "do", "dq", "dk", "dv"].into_iter().enumerate() {
+    for (i, port) in RAGGED_PORTS.into_iter().enumerate() {
         if let Some(r) = ctx.node.input(&format!("{}{port}", crate::graph::RAGGED_PORT_PREFIX)) {
-            let stride = ctx.graph.desc(r).strides.iter().zip(&ctx.graph.desc(r).dims).find(|(_, &n)| n > 1).map_or(1, |(&s, _)| s);
-            params.extend([(format!("const void* rg{i}_p"), Arg::Ptr(r)), (format!("i64 rg{i}_s"), Arg::I64(stride))]);
+            params.extend([(format!("const void* rg{i}_p"), Arg::Ptr(r)), (format!("i64 rg{i}_s"), Arg::I64(ctx.graph.desc(r).vector_stride()))]);
             ragged.push_str(&format!(" X({i}, {})", ctx.ld(r)));
         }
     }
