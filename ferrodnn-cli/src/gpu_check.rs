@@ -3,7 +3,7 @@
 //! table and exits non-zero on any failure.
 
 use ferrodnn::engine::PlanPolicy;
-use ferrodnn::testing::{cases, execute_dense, execute_plan_dense, random_inputs, relative_error, tolerance};
+use ferrodnn::testing::{cases, execute_dense, execute_plan_dense, output_precision, random_inputs, relative_error, tolerance};
 use ferrodnn::{DataType, EngineKind, Handle};
 use serde_json::json;
 use std::time::Instant;
@@ -78,14 +78,15 @@ pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: 
                 let got = execute_plan_dense(&handle, plan, &inputs).map_err(|e| format!("[{knobs}] {e}"))?;
                 for (id, r) in &reference {
                     let dtype = g.resolved_data_type(*id).unwrap_or(DataType::F32);
+                    let b = bound(output_precision(&g, *id));
                     let o = got.get(id).ok_or_else(|| format!("[{knobs}] output {} missing", g.desc(*id).name))?;
                     let err = relative_error(&o.data, &r.data);
-                    if err > bound(dtype) {
-                        let first_bad = o.data.iter().zip(&r.data).position(|(a, b)| a.is_nan() != b.is_nan() || (a - b).abs() > bound(dtype).max(1e-6) * b.abs().max(1.0));
+                    if err > b {
+                        let first_bad = o.data.iter().zip(&r.data).position(|(a, x)| a.is_nan() != x.is_nan() || (a - x).abs() > b.max(1e-6) * x.abs().max(1.0));
                         let detail = first_bad.map_or(String::new(), |i| format!(" (first bad element {i}: got {} want {})", o.data[i], r.data[i]));
-                        return Err(format!("[{knobs}] output {} ({dtype}): relative error {err:.3e} > {:.1e}{detail}", g.desc(*id).name, bound(dtype)));
+                        return Err(format!("[{knobs}] output {} ({dtype}): relative error {err:.3e} > {b:.1e}{detail}", g.desc(*id).name));
                     }
-                    worst = worst.max(err / bound(dtype).max(1e-300));
+                    worst = worst.max(err / b.max(1e-300));
                     outs.push(json!({ "plan": knobs, "name": g.desc(*id).name, "dtype": dtype.name(), "rel_error": err }));
                 }
             }

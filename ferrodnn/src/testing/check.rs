@@ -4,7 +4,7 @@
 //! bound per type; a NaN where the reference has none (or the reverse), a missing output or a
 //! shape mismatch never passes.
 
-use super::{execute_dense, execute_plan_dense, random_inputs, relative_error, tolerance};
+use super::{execute_dense, execute_plan_dense, output_precision, random_inputs, relative_error, tolerance};
 use crate::dtype::DataType;
 use crate::engine::{Handle, PlanPolicy};
 use crate::graph::Graph;
@@ -46,7 +46,7 @@ pub fn check_against_reference(handle: &Handle, g: &Graph, policy: &PlanPolicy, 
             let dtype = g.resolved_data_type(id).unwrap_or(DataType::F32);
             let name = g.desc(id).name.clone();
             let o = got.get(&id).ok_or_else(|| format!("[{engine}] output {name} missing"))?;
-            let b = bound(dtype);
+            let b = bound(output_precision(g, id));
             let err = relative_error(&o.data, &r.data);
             if err.is_nan() || err > b {
                 let first_bad = o.data.iter().zip(&r.data).position(|(a, x)| a.is_nan() != x.is_nan() || (a - x).abs() > b.max(1e-6) * x.abs().max(1.0));

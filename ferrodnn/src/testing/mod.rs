@@ -338,6 +338,24 @@ pub fn max_abs_error(a: &[f64], b: &[f64]) -> f64 {
     })
 }
 
+/// The type whose precision output `id` of `graph` carries: its own, except for an f32 output of
+/// an RNN node whose sequence (`x`, or `dy` in backward data) is f16 or bf16. The fast forward
+/// rounds each step's state to the sequence's type before the next step's recurrent product, as
+/// cuDNN's RNN kernels do, so the f32 gates in the reserve, and the gradients computed from
+/// them, carry that type's error.
+pub fn output_precision(graph: &Graph, id: TensorId) -> DataType {
+    use crate::graph::ops::Op;
+    let own = graph.resolved_data_type(id).unwrap_or(DataType::F32);
+    let Some(node) = graph.nodes.iter().find(|n| n.outputs.iter().any(|p| p.tensor == id)) else { return own };
+    if !matches!(node.op, Op::Rnn(_) | Op::RnnBackwardData(_) | Op::RnnBackwardWeights(_)) || own != DataType::F32 {
+        return own;
+    }
+    match node.input("x").or_else(|| node.input("dy")).and_then(|x| graph.resolved_data_type(x)) {
+        Some(dt @ (DataType::F16 | DataType::Bf16)) => dt,
+        _ => own,
+    }
+}
+
 /// The relative-error tolerance for results stored in `dtype`.
 pub fn tolerance(dtype: DataType) -> f64 {
     match dtype {

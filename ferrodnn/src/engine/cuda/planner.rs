@@ -187,7 +187,7 @@ fn single(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Resul
             Family::Gemm => gemm::unit(graph, &[ni], target, options)?,
             Family::Conv => conv::unit(graph, ni, target, options)?,
             Family::Attention => attention::unit(graph, ni, target, options)?,
-            Family::Rnn => rnn::unit(graph, ni, target)?,
+            Family::Rnn => rnn::unit(graph, ni, target, options)?,
             Family::Rows => fused::rows::unit(graph, ni, target)?,
             _ => spatial_unit(graph, ni, target)?,
         };

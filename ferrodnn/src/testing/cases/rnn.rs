@@ -236,5 +236,40 @@ pub fn cases() -> Vec<Case> {
     let mut s = spec("lstm_bi_2l_f64_train", base(RnnMode::Lstm).layers(2).bidirectional().training());
     s.dt = DataType::F64;
     v.push(training(&s));
+    v.extend(persistent_cases());
+    v
+}
+
+/// f16 and bf16 problems, which the fast forward takes (the projection GEMMs and the persistent
+/// recurrence, rnn/persist.rs), chained to the standard backward where they train: batches of
+/// several 16-row tiles and more than 8 of them (a second pass of the warps), states split over
+/// several k steps a warp, a block's units past the hidden size, three layers (both sequence
+/// buffers), every layout, bias mode and clipping.
+fn persistent_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let with = |name: &str, desc: RnnDesc, dt: DataType| {
+        let mut s = spec(name, desc);
+        s.dt = dt;
+        s
+    };
+    for m in [RnnMode::Relu, RnnMode::Tanh, RnnMode::Lstm, RnnMode::Gru] {
+        v.push(training(&with(&format!("{}_persist_bi_2l_f16_train", mode_name(m)), RnnDesc::new(m, 24, 40, 11, 37).layers(2).bidirectional().training(), DataType::F16)));
+    }
+    let mut s = with("lstm_persist_3l_batch_major_bf16_infer", RnnDesc::new(RnnMode::Lstm, 33, 72, 7, 20).layers(3).with_layout(RnnLayout::BatchMajorUnpacked), DataType::Bf16);
+    s.states = false;
+    v.push(forward(&s));
+    let mut s = with("gru_persist_packed_bf16_train", RnnDesc::new(RnnMode::Gru, 16, 24, 9, 9).with_layout(RnnLayout::SeqMajorPacked).training(), DataType::Bf16);
+    s.lens = Lens::Decreasing;
+    v.push(training(&s));
+    let mut s = with("relu_persist_b130_f16_infer", RnnDesc::new(RnnMode::Relu, 8, 24, 5, 130), DataType::F16);
+    s.lens = Lens::Full;
+    v.push(forward(&s));
+    v.push(forward(&with("tanh_persist_h200_f16_infer", RnnDesc::new(RnnMode::Tanh, 40, 200, 6, 3), DataType::F16)));
+    v.push(training(&with("lstm_persist_clip_f16_train", RnnDesc::new(RnnMode::Lstm, 12, 30, 8, 6).with_clip(-0.4, 0.3, false).training(), DataType::F16)));
+    v.push(training(&with("lstm_persist_recbias_bf16_train", base(RnnMode::Lstm).with_bias(RnnBiasMode::SingleRec).training(), DataType::Bf16)));
+    v.push(training(&with("gru_persist_nobias_bi_f16_train", base(RnnMode::Gru).with_bias(RnnBiasMode::NoBias).bidirectional().training(), DataType::F16)));
+    let mut s = with("gru_persist_strided_x_f16_train", base(RnnMode::Gru).layers(2).training(), DataType::F16);
+    s.strided_x = true;
+    v.push(training(&s));
     v
 }

@@ -22,7 +22,10 @@
 //! the device and clamped to `[0, T]` (packed: also to the length before, keeping them
 //! non-increasing); the CPU engines refuse other values with an error.
 
+mod persist;
+
 use super::kernel::{ctype, entry_name, Grid, Launch, NodeKernels, Signature, Source, Target, Unit};
+use super::Options;
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::graph::ops::rnn::{RnnDesc, RnnLayout, RnnMode};
@@ -50,14 +53,21 @@ fn gemm_grid(problems: &[(i64, i64)]) -> Grid {
 }
 
 /// The RNN engine's unit for node `ni`, or None when it is not an RNN node.
-pub fn unit(graph: &Graph, ni: usize, _target: &Target) -> Result<Option<Unit>> {
+pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Option<Unit>> {
     let node = &graph.nodes[ni];
     if !is_rnn(&node.op) {
         return Ok(None);
     }
     let double = graph.compute_type(node) == DataType::F64;
+    let writes = node.outputs.iter().map(|p| p.tensor).collect();
+    if let Op::Rnn(a) = &node.op {
+        let g = Gen { graph, node, ni, double };
+        if let Some((kernels, unaligned)) = g.fast_forward(a, target, options)? {
+            return Ok(Some(Unit { nodes: vec![ni], kernels, writes, unaligned }));
+        }
+    }
     let kernels = kernels(graph, ni, double)?;
-    Ok(Some(Unit { nodes: vec![ni], kernels, writes: node.outputs.iter().map(|p| p.tensor).collect(), unaligned: None }))
+    Ok(Some(Unit { nodes: vec![ni], kernels, writes, unaligned: None }))
 }
 
 /// Whether `op` is one of the RNN ops.
@@ -404,8 +414,9 @@ mod tests {
 
     #[test]
     fn the_planner_gives_rnn_nodes_to_the_rnn_engine_with_float_accumulators() {
+        // (f32 data: f16 and bf16 forwards take the persistent kernel, persist.rs.)
         let d = RnnDesc::new(RnnMode::Lstm, 7, 13, 9, 5).layers(2).bidirectional().training();
-        let g = graph(&d, DataType::F16);
+        let g = graph(&d, DataType::F32);
         let planned = planner::plan(&g, &Target::sm90a(), &Options::default(), true).unwrap();
         assert_eq!(planned.len(), 1);
         assert_eq!(planned[0].family, Family::Rnn);

@@ -1,0 +1,123 @@
+"""The RNN suite: ferrodnn's rnn graph ops beside PyTorch's cuDNN-backed nn.LSTM / nn.GRU, in one
+process on one GPU, same shapes and dtype. Forward (inference), and forward + backward (training:
+rnn, rnn_backward_data, rnn_backward_weights as one ferrodnn graph; PyTorch's forward + backward).
+Times are CUDA events over back-to-back calls (host time included on both sides), median of rounds.
+Writes JSON rows {id, ours_ms, torch_ms, ratio}."""
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+import ferrodnn as cudnn
+from ferrodnn import rnn
+
+ROWS = [
+    # id, mode, seq, batch, input, hidden, layers, bidirectional, dtype
+    ("lstm_fp16_s256_b64_h1024", "lstm", 256, 64, 1024, 1024, 1, False, torch.float16),
+    ("lstm_fp16_s512_b1_h512", "lstm", 512, 1, 512, 512, 1, False, torch.float16),
+    ("lstm_fp16_s512_b8_h1024", "lstm", 512, 8, 1024, 1024, 1, False, torch.float16),
+    ("gru_fp16_s256_b64_h1024", "gru", 256, 64, 1024, 1024, 1, False, torch.float16),
+    ("lstm_fp16_s128_b32_h512_l2_bidir", "lstm", 128, 32, 512, 512, 2, True, torch.float16),
+]
+
+
+def time_fn(fn, iters, rounds=3):
+    fn()
+    torch.cuda.synchronize()
+    best = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        best.append(a.elapsed_time(b) / iters)
+    best.sort()
+    return best[len(best) // 2]
+
+
+def torch_module(mode, n_in, hsz, layers, bidir, dtype):
+    cls = torch.nn.LSTM if mode == "lstm" else torch.nn.GRU
+    return cls(n_in, hsz, num_layers=layers, bidirectional=bidir).to("cuda", dtype)
+
+
+def ours(handle, m, mode, seq, b, n_in, hsz, layers, bidir, dtype, train):
+    dirs = 2 if bidir else 1
+    desc = rnn.rnn_desc(mode, n_in, hsz, seq, b, num_layers=layers, bidirectional=bidir, training=train)
+    params = {k: v.detach().float().cpu().numpy() for k, v in m.named_parameters()}
+    w = torch.from_numpy(rnn.pack_torch_params(desc, params)).to("cuda", dtype)
+    x = torch.randn(seq, b, n_in, device="cuda", dtype=dtype)
+    h0 = torch.randn(layers * dirs, b, hsz, device="cuda", dtype=dtype)
+    c0 = torch.randn(layers * dirs, b, hsz, device="cuda", dtype=dtype)
+    lens = torch.full((b,), seq, dtype=torch.int32, device="cuda")
+    graph = cudnn.pygraph(handle=handle)
+    X, W, H0, L = (graph.tensor_like(v) for v in (x, w, h0, lens))
+    C0 = graph.tensor_like(c0) if mode == "lstm" else None
+    y, hy, cy, reserve = graph.rnn(X, W, desc, hx=H0, cx=C0, seq_lengths=L)
+    outs = [y, hy] + ([cy] if cy is not None else [])
+    pack = {X: x, W: w, H0: h0, L: lens}
+    if C0 is not None:
+        pack[C0] = c0
+    if train:
+        dy = torch.randn(seq, b, hsz * dirs, device="cuda", dtype=dtype)
+        DY = graph.tensor_like(dy)
+        pack[DY] = dy
+        dx, dhx, dcx, dgates = graph.rnn_backward_data(DY, W, reserve, desc, hx=H0, cx=C0, seq_lengths=L)
+        dw = graph.rnn_backward_weights(X, reserve, dgates, desc, hx=H0, seq_lengths=L)
+        outs += [o for o in (dx, dhx, dcx, dw) if o is not None]
+    for o in outs:
+        o.set_output(True)
+    graph.validate()
+    graph.build([cudnn.heur_mode.A])
+    for o in outs:
+        pack[o] = torch.empty(o.get_dim(), device="cuda", dtype=dtype)
+    ws = torch.empty(graph.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    return lambda: graph.execute(pack, ws), graph
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--fwd-only", action="store_true", help="forward rows only")
+    args = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    rows = []
+    for rid, mode, seq, b, n_in, hsz, layers, bidir, dtype in ROWS:
+        if args.filter not in rid:
+            continue
+        m = torch_module(mode, n_in, hsz, layers, bidir, dtype)
+        for train in (False,) if args.fwd_only else (False, True):
+            name = rid + ("_fwdbwd" if train else "_fwd")
+            try:
+                t0 = time.time()
+                fn, graph = ours(handle, m, mode, seq, b, n_in, hsz, layers, bidir, dtype, train)
+                build_s = time.time() - t0
+                iters = 3 if train else 5
+                ours_ms = time_fn(fn, iters)
+                x = torch.randn(seq, b, n_in, device="cuda", dtype=dtype, requires_grad=train)
+                if train:
+                    def tfn():
+                        out, _ = m(x)
+                        out.backward(torch.ones_like(out))
+                else:
+                    def tfn():
+                        with torch.no_grad():
+                            m(x)
+                torch_ms = time_fn(tfn, iters)
+                row = dict(id=name, ours_ms=ours_ms, torch_ms=torch_ms, ratio=torch_ms / ours_ms, build_s=build_s)
+            except Exception as e:  # noqa: BLE001 - a row's failure is reported, the suite goes on
+                row = dict(id=name, error=f"{type(e).__name__}: {e}"[:400])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    json.dump(dict(suite="rnn", gpu=torch.cuda.get_device_name(), torch=torch.__version__, cudnn=torch.backends.cudnn.version(), rows=rows), open(args.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

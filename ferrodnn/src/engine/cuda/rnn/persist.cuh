@@ -1,0 +1,330 @@
+// The persistent recurrence of one layer (rnn/persist.rs): the whole sequence in one launch.
+// Block (j, d) owns hidden units [j * PU, (j + 1) * PU) of direction d and keeps their rows of the
+// recurrent matrix R (every gate's) in shared memory for the whole sequence; each step it takes
+// the previous step's hidden state of every sample (the exchange buffer `hb`, written by all the
+// direction's blocks), multiplies it with its rows on the tensor cores (mma.sync m16n8k16, f32
+// accumulators), adds the input projection `gx` (the layer's GEMM, launched before) and the
+// biases, runs the gates and the cell of its units (c and h stay in shared memory, in f32), and
+// writes its units' new h into the exchange buffer, the layer's output and the reserve; then the
+// direction's blocks meet at a grid barrier (a counter in `sync`) before the next step. The grid
+// (NB blocks per direction) is at most the SM count, so every block is resident.
+//
+// The instantiation defines, besides common.cuh's and the layer's (R_OFF, BW_OFF, BR_OFF,
+// RES_STATES, RES_OUT, LAYER0, LAST, TRAINING, CLIP, CLIP_NAN, the ports' loads and stores):
+//   PU, PN        units per block, and its gate rows G * PU rounded up to 16
+//   NB            blocks per direction
+//   PP, BP        the state size P rounded up to 32 and the batch B to 16 (the exchange buffer's
+//                 shape)
+//   WM, WK        warps along the batch (a power of 2) and along P (WM * WK = 16)
+//   KPW           pairs of k steps (32 columns) per warp along P
+//   GX_LD         the row stride of gx (D * G * H)
+//   SEQ_T         the exchange and sequence buffers' element type (__half or __nv_bfloat16)
+//   MMA_T         its mma type name ("f16" or "bf16")
+//   FP            the row stride of the layer's output sequence buffer (not LAST)
+//   LAYER_HB, LAYER_BAR  the layer's exchange buffers and counters in `hb_all` and `bar_all`
+
+#define PR_THREADS 512
+// Pairs of k steps whose A fragments a warp loads before it multiplies (8 registers each).
+#define PR_KC 8
+#define RS (PP + 8)  // a row of R in shared memory, in elements (16 bytes of padding)
+
+__device__ __forceinline__ void pr_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." MMA_T "." MMA_T ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void pr_ldsm(unsigned* r, const SEQ_T* p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// A 32-bit word of the exchange buffer from L2 (other blocks wrote it this launch: L1 may hold a
+// stale copy).
+__device__ __forceinline__ unsigned pr_ldcg(const SEQ_T* p) { return __ldcg((const unsigned*)p); }
+
+__device__ __forceinline__ int pr_ld_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// The block's writes of this step made visible, then counted.
+__device__ __forceinline__ void pr_arrive(int* counter) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1);
+    }
+}
+
+// Until every block of the direction has arrived `n` times.
+__device__ __forceinline__ void pr_wait(const int* counter, int n) {
+    if (threadIdx.x == 0) {
+        while (pr_ld_acquire(counter) < n) {
+        }
+    }
+    __syncthreads();
+}
+
+// The column of R (and of the state) that shared-memory column q of R's rows holds: within each
+// 32 columns, k step s's fragment column lc (0..15) is column 8c + 4s + 2 [lc >= 8] + e for
+// c = (lc % 8) / 2, e = lc % 2 (the order in which a lane's 16-byte loads of the state deliver
+// them).
+__device__ __forceinline__ int rw_col(int q) {
+    const int base = q & ~31, s = (q >> 4) & 1, lc = q & 15;
+    return base + 8 * ((lc & 7) >> 1) + 4 * s + 2 * (lc >> 3) + (lc & 1);
+}
+
+__device__ __forceinline__ SEQ_T pr_seq(float v) {
+#if SEQ_BF16
+    return __float2bfloat16(v);
+#else
+    return __float2half(v);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_PARAMS) {
+    pdl_site();
+    extern __shared__ __align__(16) unsigned char pr_smem[];
+    SEQ_T* rw = (SEQ_T*)pr_smem;                                   // [PN][RS]: the block's rows of R
+    float* red = (float*)(pr_smem + (size_t)PN * RS * sizeof(SEQ_T));  // [WK][BP][PN]: products
+    float* gxs = red + (size_t)WK * BP * PN;                        // [RNN_B][PN]: this step's gx
+    float* hs = gxs + (size_t)RNN_B * PN;                           // [RNN_B][PU]: h, then c
+    float* cs = hs + (size_t)RNN_B * PU;
+    float* bias_x = cs + (size_t)RNN_B * PU;                        // [PN]: biases added to gx
+    float* bias_r = bias_x + PN;                                    // [PN]: GRU's b_hn (n gate)
+    int* lens = (int*)(bias_r + PN);                                // [RNN_B]
+    float* gs = (float*)(lens + RNN_B);                             // [RNN_B * PU][G + 1]: gates (TRAINING)
+
+    const int blk = blockIdx.x, d = blockIdx.y, pl = RNN_L * RNN_D + d;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    // The layer's and direction's two exchange buffers and barrier counter.
+    SEQ_T* hb0 = hb_all + LAYER_HB + (size_t)d * 2 * BP * PP;
+    int* counter = bar_all + LAYER_BAR + d;
+
+    // The block's gate rows: row n = g * PU + u is R's row g * H + blk * PU + u (zero past H).
+    for (int i = tid; i < PN * RS; i += PR_THREADS) {
+        const int n = i / RS, g = n / PU, u = n % PU, j = blk * PU + u;
+        const int k = i % RS < PP ? rw_col(i % RS) : PP;
+        float v = 0.0f;
+        if (g < RNN_G && j < RNN_H && k < RNN_P) v = (float)LD_W(weights, AT1(tweights, R_OFF(d) + (i64)(g * RNN_H + j) * RNN_P + k));
+        rw[i] = pr_seq(v);
+    }
+    for (int n = tid; n < PN; n += PR_THREADS) {
+        const int g = n / PU, u = n % PU, j = blk * PU + u;
+        float bx = 0.0f, br = 0.0f;
+        if (g < RNN_G && j < RNN_H) {
+            const int row = g * RNN_H + j;
+            if (BW_OFF(d) >= 0) bx += (float)LD_W(weights, AT1(tweights, BW_OFF(d) + row));
+            if (BR_OFF(d) >= 0) {
+                const float v = (float)LD_W(weights, AT1(tweights, BR_OFF(d) + row));
+                // GRU's recurrent bias of the n gate stays inside r * (R h + b_hn).
+                if (RNN_MODE == 3 && g == 2) br = v; else bx += v;
+            }
+        }
+        bias_x[n] = bx;
+        bias_r[n] = br;
+    }
+    int steps = 0;
+    for (int b = 0; b < RNN_B; ++b) {
+        const int l = rnn_len(meta, b);
+        if (tid == 0) lens[b] = l;
+        steps = l > steps ? l : steps;
+    }
+    // The initial state of the block's units, into shared memory and the exchange buffer 1 (the
+    // buffer step 0 reads).
+    for (int i = tid; i < RNN_B * PU; i += PR_THREADS) {
+        const int b = i / PU, u = i % PU, j = blk * PU + u;
+        float h0 = 0.0f, c0 = 0.0f;
+        if (j < RNN_H) {
+#if HAS_HX
+            h0 = (float)LD_HX(hx, rnn_state_off(thx, pl, b, j));
+#endif
+#if HAS_CX
+            c0 = (float)LD_CX(cx, rnn_state_off(tcx, pl, b, j));
+#endif
+            hb0[(size_t)BP * PP + (size_t)b * PP + j] = pr_seq(h0);
+        }
+        hs[i] = h0;
+        cs[i] = c0;
+    }
+    pr_arrive(counter);
+
+    const int wm = warp % WM, wk = warp / WM;
+    const int g8 = lane >> 2, c4 = lane & 3;
+    // ldmatrix rows: lanes 0-7 / 8-15 give n-tile 2jj's rows at k and k + 8, 16-31 tile 2jj + 1's.
+    const int lrow = (lane & 7) + ((lane >> 4) << 3), lcol = ((lane >> 3) & 1) << 3;
+    for (int i = 0; i < steps; ++i) {
+        // This step's input projection (independent of the other blocks): before the barrier.
+        for (int e = tid; e < RNN_B * PN; e += PR_THREADS) {
+            const int b = e / PN, n = e % PN, g = n / PU, u = n % PU, j = blk * PU + u;
+            float v = 0.0f;
+            if (i < lens[b] && g < RNN_G && j < RNN_H) {
+                const int t = d == 0 ? i : lens[b] - 1 - i;
+#if LAYER0
+                const i64 r = rnn_row(meta, t, b);
+#else
+                const i64 r = (i64)t * RNN_B + b;
+#endif
+                v = gx[r * GX_LD + (i64)d * RNN_GH + g * RNN_H + j] + bias_x[n];
+            }
+            gxs[e] = v;
+        }
+        pr_wait(counter, (i + 1) * NB);
+        const SEQ_T* hp = hb0 + (size_t)((i + 1) & 1) * BP * PP;  // h of the step before
+        // R h: warp (wm, wk) takes m-tiles wm, wm + WM, ... over its k steps.
+        for (int mt = wm; mt < BP / 16; mt += WM) {
+            float acc[PN / 8][4];
+#pragma unroll
+            for (int q = 0; q < PN / 8; ++q) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+            // Lane (g, c) loads 16 bytes of rows g and g + 8 for each pair of k steps: columns
+            // 8c .. 8c + 7 of the pair's 32, taken as k step 0's fragment columns {2c, 2c + 1} and
+            // {2c + 8, 2c + 9} (8c + {0, 1} and 8c + {2, 3}) and k step 1's (8c + {4, 5} and
+            // 8c + {6, 7}). R's rows sit in shared memory with their columns in that order
+            // (rw_col), so the products pair the same k.
+            const SEQ_T* arow = hp + (size_t)(mt * 16 + g8) * PP + 8 * c4;
+            // Every A fragment of a round of PR_KC pairs is loaded before the products, so the
+            // round's L2 latency is paid once.
+            for (int s0 = 0; s0 < KPW; s0 += PR_KC) {
+                uint4 lo[PR_KC], hi[PR_KC];
+#pragma unroll
+                for (int s = 0; s < PR_KC; ++s) {
+                    const int k0 = (wk * KPW + s0 + s) * 32;
+                    if (s0 + s < KPW && k0 < PP) {
+                        lo[s] = __ldcg((const uint4*)(arow + k0));
+                        hi[s] = __ldcg((const uint4*)(arow + 8 * PP + k0));
+                    }
+                }
+#pragma unroll
+                for (int s = 0; s < PR_KC; ++s) {
+                    const int k0 = (wk * KPW + s0 + s) * 32;
+                    if (s0 + s < KPW && k0 < PP) {
+                        const unsigned a0[4] = {lo[s].x, hi[s].x, lo[s].y, hi[s].y};
+                        const unsigned a1[4] = {lo[s].z, hi[s].z, lo[s].w, hi[s].w};
+#pragma unroll
+                        for (int jj = 0; jj < PN / 16; ++jj) {
+                            unsigned bm[4];
+                            pr_ldsm(bm, rw + (size_t)(jj * 16 + lrow) * RS + k0 + lcol);
+                            pr_mma(acc[2 * jj], a0, bm[0], bm[1]);
+                            pr_mma(acc[2 * jj + 1], a0, bm[2], bm[3]);
+                            pr_ldsm(bm, rw + (size_t)(jj * 16 + lrow) * RS + k0 + 16 + lcol);
+                            pr_mma(acc[2 * jj], a1, bm[0], bm[1]);
+                            pr_mma(acc[2 * jj + 1], a1, bm[2], bm[3]);
+                        }
+                    }
+                }
+            }
+            float* rr = red + ((size_t)wk * BP + mt * 16 + g8) * PN + 2 * c4;
+#pragma unroll
+            for (int q = 0; q < PN / 8; ++q) {
+                rr[q * 8] = acc[q][0];
+                rr[q * 8 + 1] = acc[q][1];
+                rr[8 * PN + q * 8] = acc[q][2];
+                rr[8 * PN + q * 8 + 1] = acc[q][3];
+            }
+        }
+        __syncthreads();
+        SEQ_T* hn = hb0 + (size_t)(i & 1) * BP * PP;
+        for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
+            const int b = e / PU, u = e % PU, j = blk * PU + u;
+            if (j >= RNN_H) continue;
+            if (i >= lens[b]) {
+                // Past the sample's length its state stays; the exchange buffer still needs it.
+                hn[(size_t)b * PP + j] = pr_seq(hs[e]);
+                continue;
+            }
+            float pre[RNN_G], rec[RNN_G];
+#pragma unroll
+            for (int g = 0; g < RNN_G; ++g) {
+                const int n = g * PU + u;
+                float v = 0.0f;
+#pragma unroll
+                for (int w = 0; w < WK; ++w) v += red[((size_t)w * BP + b) * PN + n];
+                rec[g] = v + bias_r[n];
+                pre[g] = gxs[b * PN + n];
+            }
+            float hv;
+            // The record the reserve keeps of this (step, sample, unit), written after the
+            // barrier's arrival (other blocks wait only for the exchange buffer).
+            float* rec_s = gs + (size_t)e * (RNN_G + 1);
+#if RNN_MODE == 0 || RNN_MODE == 1
+            hv = pre[0] + rec[0];
+#if RNN_MODE == 0
+            hv = hv > 0.0f ? hv : 0.0f;
+#else
+            hv = tanhf(hv);
+#endif
+            if (TRAINING) rec_s[0] = hv;
+#elif RNN_MODE == 2
+            const float gi = rnn_sigmoid(pre[0] + rec[0]);
+            const float gf = rnn_sigmoid(pre[1] + rec[1]);
+            const float gg = tanhf(pre[2] + rec[2]);
+            const float go = rnn_sigmoid(pre[3] + rec[3]);
+            float cn = gf * cs[e] + gi * gg;
+#if CLIP
+            if (isnan(cn)) {
+#if !CLIP_NAN
+                cn = (float)clip_lower;
+#endif
+            } else {
+                cn = cn < (float)clip_lower ? (float)clip_lower : (cn > (float)clip_upper ? (float)clip_upper : cn);
+            }
+#endif
+            cs[e] = cn;
+            hv = go * tanhf(cn);
+            if (TRAINING) {
+                rec_s[0] = gi;
+                rec_s[1] = gf;
+                rec_s[2] = gg;
+                rec_s[3] = go;
+                rec_s[4] = cn;
+            }
+#else
+            const float gr = rnn_sigmoid(pre[0] + rec[0]);
+            const float gz = rnn_sigmoid(pre[1] + rec[1]);
+            const float gn = tanhf(pre[2] + gr * rec[2]);
+            hv = (1.0f - gz) * gn + gz * hs[e];
+            if (TRAINING) {
+                rec_s[0] = gr;
+                rec_s[1] = gz;
+                rec_s[2] = gn;
+                rec_s[3] = rec[2];
+            }
+#endif
+            hs[e] = hv;
+            hn[(size_t)b * PP + j] = pr_seq(hv);
+        }
+        pr_arrive(counter);
+        // The step's outputs, while the other blocks finish it.
+        for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
+            const int b = e / PU, u = e % PU, j = blk * PU + u;
+            if (j >= RNN_H || i >= lens[b]) continue;
+            const int t = d == 0 ? i : lens[b] - 1 - i;
+            const i64 r = (i64)t * RNN_B + b;
+            const float hv = hs[e];
+#if LAST
+            ST_Y(y, rnn_seq_off(ty, t, b, rnn_row(meta, t, b), (i64)d * RNN_P + j), (double)hv);
+#else
+            so[r * FP + (i64)d * RNN_P + j] = pr_seq(hv);
+#endif
+#if TRAINING
+            const float* rec_s = gs + (size_t)e * (RNN_G + 1);
+            const i64 rec_at = RES_STATES + (r * RNN_D + d) * RNN_SW;
+            const int nrec = RNN_MODE == 2 ? 5 : (RNN_MODE == 3 ? 4 : 1);
+            for (int q = 0; q < nrec; ++q) ST_RES(reserve, AT1(treserve, rec_at + q * RNN_H + j), (double)rec_s[q]);
+            ST_RES(reserve, AT1(treserve, RES_OUT + r * RNN_F + d * RNN_P + j), (double)hv);
+#endif
+        }
+    }
+    for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
+        const int b = e / PU, u = e % PU, j = blk * PU + u;
+        if (j >= RNN_H) continue;
+#if HAS_HY
+        ST_HY(hy, rnn_state_off(thy, pl, b, j), (double)hs[e]);
+#endif
+#if HAS_CY
+        ST_CY(cy, rnn_state_off(tcy, pl, b, j), (double)cs[e]);
+#endif
+    }
+}
