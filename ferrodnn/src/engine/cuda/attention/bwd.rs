@@ -14,6 +14,9 @@
 //!    dS^T Q into dK.
 //! 5. With a dbias broadcast over batch or heads: the dS scratch summed over those dims, in the
 //!    CPU's order, a thread per dbias element.
+//! 6. With the sink's gradient: `dsink_h = -sum exp(t_h - lse) D` over the batches and rows, a
+//!    CTA per query head (its threads' partial sums added in a fixed order: deterministic). The
+//!    sink changes nothing else: the stats carry it.
 //!
 //! Head dims above 128 split the dQ (dK/dV) columns into two chunks, each CTA recomputing the
 //! scores for its half (the accumulators of a whole 256-wide row would not fit in registers).
@@ -68,6 +71,8 @@ pub(super) struct Ports {
     pub dk: TensorId,
     pub dv: TensorId,
     pub dbias: Option<TensorId>,
+    /// The sink's gradient (`dsink_token`), with the sink.
+    pub dsink: Option<TensorId>,
 }
 
 /// A launch of `source` with the arguments of `sig`: the exact `grid`, or with None a
@@ -129,6 +134,17 @@ pub(super) fn generate(p: &Problem, ports: &Ports, mode: Dbias, vec: bool) -> Op
     let scores = (p.b * p.h_q * p.s_q * p.s_kv) as u64;
     let mut launches = vec![d_launch(p, ports, vec)?];
     let suffix = if vec { "" } else { "_unaligned" };
+
+    // The sink's gradient, from D and the stats.
+    if let (Some(ds), Some(_)) = (ports.dsink, p.sink) {
+        let entry = p.entry(&format!("attn_bwd_dsink{suffix}"));
+        let mut sig = Signature::new();
+        sig.ptr("dsink_p", ds, true).scratch("void", "dbuf_p", 0, false).ptr("stats_p", ports.stats, false);
+        p.inputs(&mut sig);
+        let src = base(p, ports, &entry, &sig, Dbias::None, vec).define("ST_DSINK", st(g, ds)).define("DSINK_S1", format!("{}LL", g.desc(ds).strides[1]));
+        let source = src.template(COMMON).template(include_str!("bwd_dsink.cuh")).build();
+        launches.push(launch(entry, source, sig, Some((p.h_q, 1, 1)), 0, 256, 0)?);
+    }
 
     // 2. Zero the dS target.
     let ds_arg = match mode {
@@ -208,6 +224,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
         dk: node.output("dk")?,
         dv: node.output("dv")?,
         dbias: node.output("dbias"),
+        dsink: node.output("dsink_token"),
     };
     let (_, _, nch) = dkdv_tiles(p);
     if nch == 2 && (p.d % 32 != 0 || p.d_v % 32 != 0) {

@@ -168,11 +168,12 @@ pub(super) fn unit(p: &Problem, target: &Target, options: &Options) -> Option<Un
         dk: node.output("dk")?,
         dv: node.output("dv")?,
         dbias: node.output("dbias"),
+        dsink: node.output("dsink_token"),
     };
     // (q/k and v tiles of different widths run the general kernels: with a window, ptxas
     // serialized the dK/dV kernel's wgmmas for want of registers, C7512, at 128 against 64 and
     // at 64 against 128.)
-    if !target.hopper() || ports.dbias.is_some() || p.d.max(p.d_v) > 128 || p.d != p.d_v || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
+    if !target.hopper() || ports.dbias.is_some() || ports.dsink.is_some() || p.d.max(p.d_v) > 128 || p.d != p.d_v || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
         return None;
     }
     // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and
