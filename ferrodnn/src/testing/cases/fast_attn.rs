@@ -644,6 +644,38 @@ mod tests {
         assert_eq!(seen, (true, true), "both cases found");
     }
 
+    /// The sink token and the score statistics: the forward on the general kernel on both
+    /// targets (the Hopper and decode forwards leave them to it), told of the sink; the backward
+    /// on the Hopper kernels where they apply, the sink's gradient one launch after D.
+    #[test]
+    fn sink_cases_pick_their_kernels() {
+        let cases = super::cases();
+        for (name, hopper_bwd) in [
+            ("fast_attn_fwd_sink_long_d128", false),
+            ("fast_attn_fwd_sink_decode_gqa", false),
+            ("fast_attn_fwd_score_stats_alibi_dropout", false),
+            ("fast_attn_bwd_sink_long_gqa_d128", true),
+            ("fast_attn_bwd_sink_d40_padding", false),
+        ] {
+            let c = cases.iter().find(|c| c.name.starts_with(name)).unwrap_or_else(|| panic!("{name} found"));
+            for target in [Target::sm80(), Target::sm90a()] {
+                let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                let has = |entry: &str| sources.iter().any(|(e, _)| e.ends_with(entry));
+                let entries: Vec<_> = sources.iter().map(|x| &x.0).collect();
+                if name.contains("_fwd_") {
+                    assert!(has("attn_fwd"), "{name} ({}): {entries:?}", target.arch);
+                    assert!(!sources.iter().any(|(e, _)| e.contains("attn_fwd_sm90") || e.contains("attn_decode")), "{name} ({}): {entries:?}", target.arch);
+                    let (_, src) = sources.iter().find(|(e, _)| e.ends_with("attn_fwd")).unwrap();
+                    assert_eq!(src.contains("#define FA_HAS_SINK 1\n"), name.contains("sink"), "{name}");
+                    assert_eq!(src.contains("#define FA_HAS_SMAX 1\n"), name.contains("score_stats") || name.contains("decode") || name.contains("long"), "{name}");
+                } else {
+                    assert!(has("attn_bwd_dsink"), "{name} ({}): {entries:?}", target.arch);
+                    assert_eq!(has("attn_bwd_dkdv_sm90") || has("attn_bwd_dkdv_dq_sm90"), target.hopper() && hopper_bwd, "{name} ({}): {entries:?}", target.arch);
+                }
+            }
+        }
+    }
+
     /// The causal order's heads at a time: four for the check cases and b4h16s4096d128, one for
     /// b1h32s16384d128, whose Q, dO, K and V per head exceed the 16 MiB budget.
     #[test]

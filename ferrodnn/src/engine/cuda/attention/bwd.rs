@@ -16,7 +16,8 @@
 //!    CPU's order, a thread per dbias element.
 //! 6. With the sink's gradient: `dsink_h = -sum exp(t_h - lse) D` over the batches and rows, a
 //!    CTA per query head (its threads' partial sums added in a fixed order: deterministic). The
-//!    sink changes nothing else: the stats carry it.
+//!    sink changes nothing else: the stats carry it. (The Hopper backward adds the same launch
+//!    after its own `D`.)
 //!
 //! Head dims above 128 split the dQ (dK/dV) columns into two chunks, each CTA recomputing the
 //! scores for its half (the accumulators of a whole 256-wide row would not fit in registers).
@@ -128,23 +129,28 @@ pub(super) fn d_launch(p: &Problem, ports: &Ports, vec: bool) -> Option<Launch> 
     launch(entry, source, sig, None, rows * 32, 256, 0)
 }
 
+/// The launch of the sink's gradient from `D` (f32 scratch 0, `[b, h_q, s_q]`, which the general
+/// and the Hopper `D` kernels both write) and the stats, when the node has one: `Some(None)`
+/// without a sink, `None` when it cannot be launched.
+pub(super) fn dsink_launch(p: &Problem, ports: &Ports, vec: bool) -> Option<Option<Launch>> {
+    let (Some(ds), Some(_)) = (ports.dsink, p.sink) else { return Some(None) };
+    let g = p.graph;
+    let entry = p.entry(if vec { "attn_bwd_dsink" } else { "attn_bwd_dsink_unaligned" });
+    let mut sig = Signature::new();
+    sig.ptr("dsink_p", ds, true).scratch("void", "dbuf_p", 0, false).ptr("stats_p", ports.stats, false);
+    p.inputs(&mut sig);
+    let src = base(p, ports, &entry, &sig, Dbias::None, vec).define("ST_DSINK", st(g, ds)).define("DSINK_S1", format!("{}LL", g.desc(ds).strides[1]));
+    let source = src.template(COMMON).template(include_str!("bwd_dsink.cuh")).build();
+    Some(Some(launch(entry, source, sig, Some((p.h_q, 1, 1)), 0, 256, 0)?))
+}
+
 pub(super) fn generate(p: &Problem, ports: &Ports, mode: Dbias, vec: bool) -> Option<NodeKernels> {
     let g = p.graph;
     let rows = (p.b * p.h_q * p.s_q) as u64;
     let scores = (p.b * p.h_q * p.s_q * p.s_kv) as u64;
     let mut launches = vec![d_launch(p, ports, vec)?];
     let suffix = if vec { "" } else { "_unaligned" };
-
-    // The sink's gradient, from D and the stats.
-    if let (Some(ds), Some(_)) = (ports.dsink, p.sink) {
-        let entry = p.entry(&format!("attn_bwd_dsink{suffix}"));
-        let mut sig = Signature::new();
-        sig.ptr("dsink_p", ds, true).scratch("void", "dbuf_p", 0, false).ptr("stats_p", ports.stats, false);
-        p.inputs(&mut sig);
-        let src = base(p, ports, &entry, &sig, Dbias::None, vec).define("ST_DSINK", st(g, ds)).define("DSINK_S1", format!("{}LL", g.desc(ds).strides[1]));
-        let source = src.template(COMMON).template(include_str!("bwd_dsink.cuh")).build();
-        launches.push(launch(entry, source, sig, Some((p.h_q, 1, 1)), 0, 256, 0)?);
-    }
+    launches.extend(dsink_launch(p, ports, vec)?);
 
     // 2. Zero the dS target.
     let ds_arg = match mode {

@@ -20,10 +20,10 @@
 //! `do`) bf16 or f16; head dims (q/k and v apart) multiples of 8 up to 256; a node not computing
 //! in f64; every mask, bias shape, ALiBi, dropout, GQA/MQA, padding, stats,
 //! any strides; paged K/V in the forward pass only; the sink token (its logit starts each row's
-//! running max and sum), the score statistics (`score_max`, `score_sum_exp`: the rows' final
-//! max and sum) and the sink's gradient (a CTA per query head summing over the rows) on the
-//! general kernels, which the Hopper and decode kernels leave these to, as they do ragged
-//! tensors.
+//! running max and sum) and the score statistics (`score_max`, `score_sum_exp`: the rows' final
+//! max and sum) on the general forward, which the Hopper and decode forwards leave them to, as
+//! they do ragged tensors; the sink's gradient (a CTA per query head summing over the rows
+//! after the `D` pass) on both backwards.
 
 mod bwd;
 mod bwd90;
@@ -76,10 +76,10 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
     // Each kernel family computes on its own tile widths (`Problem::widths`).
     let Some(general) = p.widths(general_width) else { return Ok(None) };
     // Ragged (packed) sequences run on the general kernels: the Hopper ones load whole tiles by
-    // TMA over each tensor's own dims, and decode splits keys across CTAs per batch. So do the
-    // sink token, the score statistics and the sink's gradient, which only the general kernels
-    // have.
-    if !p.ragged.is_empty() || p.sink.is_some() || p.score_stats {
+    // TMA over each tensor's own dims, and decode splits keys across CTAs per batch. So does a
+    // forward with the sink token or the score statistics, which only the general forward has
+    // (the Hopper backward takes the sink: its gradient is one launch after D).
+    if !p.ragged.is_empty() || (!backward && (p.sink.is_some() || p.score_stats)) {
         return Ok(if backward { bwd::unit(&general, target) } else { fwd::unit(&general, target) });
     }
     let hopper = p.widths(hopper_width);
