@@ -1656,10 +1656,13 @@ impl PyGraph {
 
     /// Scaled dot-product attention. Returns [o, stats] (stats None unless generate_stats).
     /// `rng_dump`, a tensor made by the caller (`[b, h_q, s_q, s_kv]`), receives the dropout
-    /// mask (1 kept, 0 dropped). The frontend's arguments ferrodnn cannot honour (`block_mask`,
-    /// `score_mod`, `score_max`, `score_sum_exp`, `sink_token`) raise NotSupportedError when set;
-    /// `paged_attention_max_seq_len_kv`, `implementation` and `unfuse_fma` are accepted and
-    /// ignored (ferrodnn picks its own kernels).
+    /// mask (1 kept, 0 dropped); `score_max` and `score_sum_exp`, tensors made by the caller
+    /// (`[b, h_q, s_q, 1]`), receive each row's softmax max and sum of exp(s - max);
+    /// `sink_token` (`[1, h_q, 1, 1]` f32) is a logit per query head that joins every row's
+    /// softmax with no value. The frontend's arguments ferrodnn cannot honour (`block_mask`,
+    /// `score_mod`) raise NotSupportedError when set; `paged_attention_max_seq_len_kv`,
+    /// `implementation` and `unfuse_fma` are accepted and ignored (ferrodnn picks its own
+    /// kernels).
     #[pyo3(signature = (q, k, v, is_inference = None, attn_scale = None, bias = None, block_mask = None, use_alibi_mask = None, use_padding_mask = None, seq_len_q = None,
         seq_len_kv = None, use_causal_mask = None, use_causal_mask_bottom_right = None, sliding_window_length = None, diagonal_alignment = None,
         diagonal_band_left_bound = None, diagonal_band_right_bound = None, dropout = None, rng_dump = None, paged_attention_k_table = None, paged_attention_v_table = None,
@@ -1708,9 +1711,11 @@ impl PyGraph {
         let use_causal_mask_bottom_right = use_causal_mask_bottom_right.unwrap_or(false);
         let unfuse_fma = unfuse_fma.unwrap_or(false);
         let _ = (paged_attention_max_seq_len_kv, implementation, unfuse_fma);
-        refuse_set("sdpa", &[("block_mask", block_mask), ("score_mod", score_mod), ("score_max", score_max), ("score_sum_exp", score_sum_exp), ("sink_token", sink_token)])?;
+        refuse_set("sdpa", &[("block_mask", block_mask), ("score_mod", score_mod)])?;
         let (qt, kt, vt) = (self.tid(q, "q")?, self.tid(k, "k")?, self.tid(v, "v")?);
         let dump_user = self.opt_tid(rng_dump, "rng_dump")?;
+        let max_user = self.opt_tid(score_max, "score_max")?;
+        let sum_user = self.opt_tid(score_sum_exp, "score_sum_exp")?;
         let mut attrs = SdpaAttrs {
             generate_stats: match (generate_stats, is_inference) {
                 (Some(_), Some(_)) => return Err(PyValueError::new_err("set one of generate_stats and is_inference, not both")),
@@ -1729,6 +1734,7 @@ impl PyGraph {
             seq_len_kv: self.opt_tid(seq_len_kv, "seq_len_kv")?,
             page_table_k: self.opt_tid(paged_attention_k_table, "paged_attention_k_table")?,
             page_table_v: self.opt_tid(paged_attention_v_table, "paged_attention_v_table")?,
+            sink_token: self.opt_tid(sink_token, "sink_token")?,
             ..Default::default()
         };
         self.sdpa_dropout(dropout, &mut attrs, &mut inputs)?;
@@ -1736,26 +1742,37 @@ impl PyGraph {
             return Err(PyValueError::new_err("sdpa: rng_dump receives the dropout mask, so it needs dropout=(probability, seed, offset)"));
         }
         attrs.rng_dump = dump_user.is_some();
+        attrs.score_max = max_user.is_some();
+        attrs.score_sum_exp = sum_user.is_some();
         let scale = self.scalar(attn_scale, "attn_scale")?;
+        // The outputs the frontend's caller makes: rng_dump, score_max, score_sum_exp.
+        let made_by_user = [("rng_dump", dump_user, rng_dump), ("score_max", max_user, score_max), ("score_sum_exp", sum_user, score_sum_exp)];
         let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::AttnScale, scale)], |g| {
             let (o, stats) = g.sdpa(qt, kt, vt, inputs, attrs);
-            // The frontend's caller makes rng_dump; the node's output takes its place.
-            let made = g.sdpa_rng_dump(o);
-            if let (Some(user), Some(made)) = (dump_user, made) {
-                adopt_user_tensor(g, user, made);
+            let mut outs = vec![Some(o), stats];
+            // The node's output takes the place of the caller's tensor.
+            for (port, user, _) in made_by_user {
+                let made = g.sdpa_output(o, port);
+                if let (Some(user), Some(made)) = (user, made) {
+                    adopt_user_tensor(g, user, made);
+                }
+                outs.push(made);
             }
-            Ok(vec![Some(o), stats, made])
+            Ok(outs)
         })?;
-        if let (Some(user), Some(made)) = (dump_user, outs.get(2).copied().flatten()) {
-            self.point_at_output(rng_dump, user, made)?;
+        for (i, (_, user, obj)) in made_by_user.into_iter().enumerate() {
+            if let (Some(user), Some(made)) = (user, outs.get(2 + i).copied().flatten()) {
+                self.point_at_output(obj, user, made)?;
+            }
         }
         let outs = outs.into_iter().take(2).collect();
         self.outs(py, outs)
     }
 
     /// The backward pass of sdpa. Returns [dQ, dK, dV]; with a bias, the bias gradient goes to
-    /// `dBias` when given.
-    /// `rng_dump`, `score_mod`, `score_mod_bprop`, `sink_token` and `dSink_token` raise
+    /// `dBias` when given, and the sink's gradient to `dSink_token` (`[1, h_q, 1, 1]`, which
+    /// needs `sink_token`; without `dSink_token` the sink changes nothing here, the stats
+    /// carrying it, and is not read). `rng_dump`, `score_mod` and `score_mod_bprop` raise
     /// NotSupportedError when set; `max_total_seq_len_q` / `_kv` are accepted and ignored.
     #[pyo3(signature = (q, k, v, o, dO, stats, attn_scale = None, bias = None, dBias = None, use_alibi_mask = None, use_padding_mask = None, seq_len_q = None,
         seq_len_kv = None, max_total_seq_len_q = None, max_total_seq_len_kv = None, use_causal_mask = None, use_causal_mask_bottom_right = None,
@@ -1804,10 +1821,12 @@ impl PyGraph {
         let use_causal_mask_bottom_right = use_causal_mask_bottom_right.unwrap_or(false);
         let use_deterministic_algorithm = use_deterministic_algorithm.unwrap_or(false);
         let _ = (max_total_seq_len_q, max_total_seq_len_kv);
-        refuse_set(
-            "sdpa_backward",
-            &[("rng_dump", rng_dump), ("score_mod", score_mod), ("score_mod_bprop", score_mod_bprop), ("sink_token", sink_token), ("dSink_token", dSink_token)],
-        )?;
+        refuse_set("sdpa_backward", &[("rng_dump", rng_dump), ("score_mod", score_mod), ("score_mod_bprop", score_mod_bprop)])?;
+        let sink = self.opt_tid(sink_token, "sink_token")?;
+        let dsink_user = self.opt_tid(dSink_token, "dSink_token")?;
+        if dsink_user.is_some() && sink.is_none() {
+            return Err(PyValueError::new_err("sdpa_backward: dSink_token (the sink's gradient) needs sink_token"));
+        }
         if use_deterministic_algorithm {
             let mut st = lock(&self.state)?;
             st.meta.deterministic = true;
@@ -1822,6 +1841,8 @@ impl PyGraph {
             bias: self.opt_tid(bias, "bias")?,
             seq_len_q: self.opt_tid(seq_len_q, "seq_len_q")?,
             seq_len_kv: self.opt_tid(seq_len_kv, "seq_len_kv")?,
+            // Only for its gradient: dQ, dK and dV do not read it.
+            sink_token: dsink_user.and(sink),
             ..Default::default()
         };
         if dbias_user.is_some() && inputs.bias.is_none() {
@@ -1831,14 +1852,20 @@ impl PyGraph {
         let scale = self.scalar(attn_scale, "attn_scale")?;
         let outs = self.add_op(&name, compute_data_type, vec![(AttrKind::AttnScale, scale)], |g| {
             let grads = g.sdpa_backward(qt, kt, vt, ot, dot, st, inputs, attrs);
-            // The frontend's caller makes dBias; the node's dbias output takes its place.
-            if let (Some(user), Some(made)) = (dbias_user, grads.dbias) {
-                adopt_user_tensor(g, user, made);
+            // The frontend's caller makes dBias and dSink_token; the node's outputs take their
+            // places.
+            for (user, made) in [(dbias_user, grads.dbias), (dsink_user, grads.dsink_token)] {
+                if let (Some(user), Some(made)) = (user, made) {
+                    adopt_user_tensor(g, user, made);
+                }
             }
-            Ok(vec![Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias])
+            Ok(vec![Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias, grads.dsink_token])
         })?;
         if let (Some(user), Some(made)) = (dbias_user, outs.get(3).copied().flatten()) {
             self.point_at_output(dBias, user, made)?;
+        }
+        if let (Some(user), Some(made)) = (dsink_user, outs.get(4).copied().flatten()) {
+            self.point_at_output(dSink_token, user, made)?;
         }
         let outs = outs.into_iter().take(3).collect();
         self.outs(py, outs)
@@ -2530,9 +2557,10 @@ fn check_heur_modes(method: &str, modes: Option<&Bound<'_, PyAny>>) -> PyResult<
     Ok(())
 }
 
-/// An output the frontend's caller makes itself (sdpa's `rng_dump`, sdpa_backward's `dBias`):
-/// the node's output `made` takes the caller's tensor `user`'s uid, name, type, virtuality and
-/// (when given) dims and strides; `user` keeps no uid.
+/// An output the frontend's caller makes itself (sdpa's `rng_dump`, `score_max` and
+/// `score_sum_exp`, sdpa_backward's `dBias` and `dSink_token`): the node's output `made` takes
+/// the caller's tensor `user`'s uid, name, type, virtuality, ragged offsets and (when given) dims
+/// and strides; `user` keeps no uid.
 fn adopt_user_tensor(g: &mut Graph, user: TensorId, made: TensorId) {
     let u = g.tensors[user.0].clone();
     let t = &mut g.tensors[made.0];
@@ -2540,6 +2568,7 @@ fn adopt_user_tensor(g: &mut Graph, user: TensorId, made: TensorId) {
     t.name = u.name.clone();
     t.data_type = u.data_type;
     t.is_virtual = u.is_virtual;
+    t.ragged_offset = u.ragged_offset;
     if !u.dims.is_empty() {
         t.dims = u.dims.clone();
         t.strides = u.strides.clone();

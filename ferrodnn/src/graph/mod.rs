@@ -334,7 +334,7 @@ impl Graph {
                         node.op.kind(),
                         &node.name,
                         format!(
-                            "port `{}` (tensor \"{}\") has ragged offsets (tensor \"{}\"), but only the attention ops' sequence tensors (sdpa's q, k, v, o, stats and their gradients) may be ragged",
+                            "port `{}` (tensor \"{}\") has ragged offsets (tensor \"{}\"), but only the attention ops' sequence tensors (sdpa's q, k, v, o, stats, score_max, score_sum_exp and the gradients) may be ragged",
                             p.name, t.name, self.tensors[r.0].name
                         ),
                     ));

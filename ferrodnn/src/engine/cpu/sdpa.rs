@@ -1,6 +1,6 @@
 //! Scaled dot-product attention on the CPU, forward and backward, in f64, one query row at a
-//! time. The semantics (masks, ALiBi, dropout, paging, empty rows) are documented in
-//! `graph::ops::sdpa`; this file follows them literally.
+//! time. The semantics (masks, ALiBi, dropout, paging, empty rows, the sink token and the score
+//! statistics) are documented in `graph::ops::sdpa`; this file follows them literally.
 
 use super::rng::{philox_uniform, seed_value};
 use super::NodeIo;
@@ -38,6 +38,18 @@ struct Attention<'a> {
     /// For each batch, the pool block of each page of K and of V (paged K/V only; `None`
     /// for pages past the batch's length, which are never read).
     pages: Option<(PageBlocks, PageBlocks)>,
+    /// The sink logit of each query head (`sink_token`).
+    sink: Option<Vec<f64>>,
+}
+
+/// One query row's forward results.
+struct Row {
+    o: Vec<f64>,
+    /// The log-sum-exp (natural log), `-inf` for a row with nothing in its softmax.
+    lse: f64,
+    /// The softmax's maximum and its sum of `exp(s - max)`, the sink included.
+    max: f64,
+    sum_exp: f64,
 }
 
 /// Per-batch lengths from a `[b, 1, 1, 1]` input, each checked to be an integer in `0..=max`.
@@ -163,6 +175,7 @@ impl<'a> Attention<'a> {
             slopes: a.alibi.then(|| alibi_slopes(h_q)),
             dropout,
             pages,
+            sink: io.opt_input("sink_token").map(|t| t.data.clone()),
         })
     }
 
@@ -237,17 +250,24 @@ impl<'a> Attention<'a> {
         (0..self.s_kv as u64).map(|j| if philox_uniform(seed, offset, base + j) >= p { 1.0 / (1.0 - p) } else { 0.0 }).collect()
     }
 
-    /// Forward of one row: (o_i, stats_i).
-    fn forward_row(&self, bi: usize, h: usize, i: usize) -> (Vec<f64>, f64) {
-        let empty = (vec![0.0; self.d_v], f64::NEG_INFINITY);
+    /// The sink logit of query head `h`, if there is a sink.
+    fn sink(&self, h: usize) -> Option<f64> {
+        self.sink.as_ref().map(|s| s[h])
+    }
+
+    /// Forward of one row: o_i, stats_i and the softmax's max and sum (the sink a key of its
+    /// own with no value).
+    fn forward_row(&self, bi: usize, h: usize, i: usize) -> Row {
+        let empty = Row { o: vec![0.0; self.d_v], lse: f64::NEG_INFINITY, max: f64::NEG_INFINITY, sum_exp: 0.0 };
         let Some(s) = self.scores(bi, h, i) else { return empty };
-        let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let sink = self.sink(h);
+        let m = s.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
         if m == f64::NEG_INFINITY {
             return empty;
         }
         // Softmax with the row max subtracted, so exp never overflows.
         let e: Vec<f64> = s.iter().map(|&x| (x - m).exp()).collect();
-        let sum: f64 = e.iter().sum();
+        let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |t| (t - m).exp());
         let lse = m + sum.ln();
         let keep = self.keep(bi, h, i);
         let mut o = vec![0.0; self.d_v];
@@ -261,7 +281,7 @@ impl<'a> Attention<'a> {
                 *oc += w * vc;
             }
         }
-        (o, lse)
+        Row { o, lse, max: m, sum_exp: sum }
     }
 }
 
@@ -269,7 +289,7 @@ pub(crate) fn sdpa(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
     let outputs = {
         let at = Attention::new(io, a)?;
         let rows = at.b * at.h_q * at.s_q;
-        let results: Vec<(Vec<f64>, f64)> = (0..rows)
+        let results: Vec<Row> = (0..rows)
             .into_par_iter()
             .map(|r| {
                 let i = r % at.s_q;
@@ -279,10 +299,15 @@ pub(crate) fn sdpa(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
             .collect();
         let mut o = Vec::with_capacity(rows * at.d_v);
         let mut stats = Vec::with_capacity(rows);
-        for (orow, lse) in results {
-            o.extend(orow);
-            stats.push(lse);
+        let mut max = Vec::with_capacity(rows);
+        let mut sum_exp = Vec::with_capacity(rows);
+        for row in results {
+            o.extend(row.o);
+            stats.push(row.lse);
+            max.push(row.max);
+            sum_exp.push(row.sum_exp);
         }
+        let per_row = |x: Vec<f64>| Nd::new(vec![at.b, at.h_q, at.s_q, 1], x);
         // The dropout mask: 1 where kept, 0 where dropped, every element.
         let dump = a.rng_dump.then(|| {
             let mask: Vec<f64> = (0..rows)
@@ -291,15 +316,42 @@ pub(crate) fn sdpa(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
                 .collect();
             Nd::new(vec![at.b, at.h_q, at.s_q, at.s_kv], mask)
         });
-        (Nd::new(vec![at.b, at.h_q, at.s_q, at.d_v], o), Nd::new(vec![at.b, at.h_q, at.s_q, 1], stats), dump)
+        (Nd::new(vec![at.b, at.h_q, at.s_q, at.d_v], o), [per_row(stats), per_row(max), per_row(sum_exp)], dump)
     };
-    let (o, stats, dump) = outputs;
+    let (o, [stats, max, sum_exp], dump) = outputs;
     io.set("o", o);
     io.set("stats", stats);
+    io.set("score_max", max);
+    io.set("score_sum_exp", sum_exp);
     if let Some(d) = dump {
         io.set("rng_dump", d);
     }
     Ok(())
+}
+
+/// The sink's gradient, `[1, h_q, 1, 1]`: `dsink_h = -sum_(b, i) exp(t_h - stats_bhi) D_bhi`
+/// over the rows that exist (padded rows, and rows with nothing in their softmax, whose stats is
+/// `-inf`, add nothing), with `D_bhi = do_bhi . o_bhi`.
+fn dsink(at: &Attention, sink: &[f64], o: &Nd, d_o: &Nd, stats: &Nd) -> Nd {
+    let d_v = at.d_v;
+    let grads = (0..at.h_q)
+        .map(|h| {
+            let mut acc = 0.0;
+            for bi in 0..at.b {
+                for i in 0..at.len_q[bi] {
+                    let row = (bi * at.h_q + h) * at.s_q + i;
+                    let lse = stats.data[row];
+                    if lse == f64::NEG_INFINITY {
+                        continue;
+                    }
+                    let big_d: f64 = d_o.data[row * d_v..][..d_v].iter().zip(&o.data[row * d_v..][..d_v]).map(|(x, y)| x * y).sum();
+                    acc += (sink[h] - lse).exp() * big_d;
+                }
+            }
+            -acc
+        })
+        .collect();
+    Nd::new(vec![1, at.h_q, 1, 1], grads)
 }
 
 /// The gradients of one (batch, K head) group: dq of its query heads, dk of the K head (logical
@@ -456,14 +508,21 @@ pub(crate) fn sdpa_backward(io: &mut NodeIo, a: &SdpaAttrs) -> Result<()> {
             }
             _ => None,
         };
-        (dq, dk, dv, dbias)
+        let dsink = match &at.sink {
+            Some(sink) if io.has_output("dsink_token") => Some(dsink(&at, sink, o, d_o, stats)),
+            _ => None,
+        };
+        (dq, dk, dv, dbias, dsink)
     };
-    let (dq, dk, dv, dbias) = outputs;
+    let (dq, dk, dv, dbias, dsink) = outputs;
     io.set("dq", dq);
     io.set("dk", dk);
     io.set("dv", dv);
     if let Some(db) = dbias {
         io.set("dbias", db);
+    }
+    if let Some(ds) = dsink {
+        io.set("dsink_token", ds);
     }
     Ok(())
 }

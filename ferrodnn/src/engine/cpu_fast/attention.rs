@@ -3,8 +3,10 @@
 //! `S = Q K^T` and `O += P V` a GEMM on f32 tiles, the softmax online (running row maxima and
 //! sums in f32, so the score matrix is never whole in memory). Causal masks (both alignments)
 //! and sliding windows skip the blocks no row sees and mask the rest per element, as the
-//! reference does. Dropout, padding masks, bias, ALiBi, paged K/V and the dropout mask as an
-//! output run on the reference's code.
+//! reference does. The sink token starts each row's running max and sum (its logit, and 1 for
+//! its own term), and the rows' final max and sum are the `score_max` / `score_sum_exp`
+//! outputs. Dropout, padding masks, bias, ALiBi, paged K/V and the dropout mask as an output run
+//! on the reference's code.
 
 use super::gemm::{gemm_f32, Mat};
 use super::rows::{exp_f32, fold16};
@@ -31,6 +33,9 @@ pub(crate) struct AttentionStep {
     v: TensorId,
     o: TensorId,
     stats: Option<TensorId>,
+    score_max: Option<TensorId>,
+    score_sum_exp: Option<TensorId>,
+    sink: Option<TensorId>,
     /// The scale's tensor (`attn_scale` port), else its value.
     scale_port: Option<TensorId>,
     scale: f64,
@@ -66,10 +71,12 @@ impl AttentionStep {
         let (q, k, v) = (node.input("q").ok_or("port `q` is missing")?, node.input("k").ok_or("port `k` is missing")?, node.input("v").ok_or("port `v` is missing")?);
         let o = node.output("o").ok_or("port `o` is missing")?;
         let stats = node.output("stats");
-        for t in [q, k, v] {
+        let (score_max, score_sum_exp) = (node.output("score_max"), node.output("score_sum_exp"));
+        let sink = node.input("sink_token");
+        for t in [q, k, v].into_iter().chain(sink) {
             check_tensor(g, t, false)?;
         }
-        for t in std::iter::once(o).chain(stats) {
+        for t in [Some(o), stats, score_max, score_sum_exp].into_iter().flatten() {
             check_tensor(g, t, true)?;
         }
         let (qd, kd, vd) = (udims(g, q), udims(g, k), udims(g, v));
@@ -81,8 +88,11 @@ impl AttentionStep {
         if kd[0] != b || vd[0] != b || kd[3] != d || vd[2] != s_kv || h_k == 0 || h_v == 0 || h_q % h_k != 0 || h_q % h_v != 0 {
             return Err(format!("q {qd:?}, k {kd:?}, v {vd:?} are not a shape the fast kernels take"));
         }
-        if udims(g, o) != [b, h_q, s_q, d_v] || stats.is_some_and(|t| udims(g, t) != [b, h_q, s_q, 1]) {
-            return Err("o's or stats' dims are not [b, h, s_q, d_v] and [b, h, s_q, 1]".into());
+        if udims(g, o) != [b, h_q, s_q, d_v] || [stats, score_max, score_sum_exp].into_iter().flatten().any(|t| udims(g, t) != [b, h_q, s_q, 1]) {
+            return Err("o's or the row statistics' dims are not [b, h, s_q, d_v] and [b, h, s_q, 1]".into());
+        }
+        if sink.is_some_and(|t| udims(g, t) != [1, h_q, 1, 1]) {
+            return Err("the sink's dims are not [1, h, 1, 1]".into());
         }
         let scale_port = node.input("attn_scale");
         if let Some(t) = scale_port {
@@ -91,7 +101,7 @@ impl AttentionStep {
             }
         }
         let scale = a.attn_scale.unwrap_or(1.0 / (d as f64).sqrt());
-        Ok(AttentionStep { node: ni, q, k, v, o, stats, scale_port, scale, attrs: a.clone(), b, h_q, h_k, h_v, s_q, s_kv, d, d_v })
+        Ok(AttentionStep { node: ni, q, k, v, o, stats, score_max, score_sum_exp, sink, scale_port, scale, attrs: a.clone(), b, h_q, h_k, h_v, s_q, s_kv, d, d_v })
     }
 
     pub fn describe(&self) -> String {
@@ -145,15 +155,21 @@ impl AttentionStep {
             None => self.scale,
         } as f32;
         let (q, k, v) = (ex.src(self.q)?.to_dense()?, ex.src(self.k)?.to_dense()?, ex.src(self.v)?.to_dense()?);
+        let sink = match self.sink {
+            Some(t) => Some(ex.src(t)?.to_dense()?),
+            None => None,
+        };
         let (d, d_v, s_q, s_kv) = (self.d, self.d_v, self.s_q, self.s_kv);
         let qblocks = s_q.div_ceil(BQ);
         let bk = self.bk();
         let rows = self.b * self.h_q * s_q;
         let mut o = vec![0f32; rows * d_v];
         let mut lse = vec![0f32; rows];
+        let mut maxes = vec![0f32; rows];
+        let mut sums = vec![0f32; rows];
         // One task per (batch, query head, query block): its rows of o and lse.
         let tasks: Vec<(usize, usize, usize)> = (0..self.b).flat_map(|bi| (0..self.h_q).flat_map(move |h| (0..qblocks).map(move |qb| (bi, h, qb)))).collect();
-        let results: Vec<(Vec<f32>, Vec<f32>)> = tasks
+        let results: Vec<[Vec<f32>; 4]> = tasks
             .par_iter()
             .map(|&(bi, h, qb)| {
                 let (kh, vh) = (h / (self.h_q / self.h_k), h / (self.h_q / self.h_v));
@@ -162,7 +178,11 @@ impl AttentionStep {
                 let qp = q[((bi * self.h_q + h) * s_q + i0) * d..].as_ptr();
                 let kp = k[((bi * self.h_k + kh) * s_kv) * d..].as_ptr();
                 let vp = v[((bi * self.h_v + vh) * s_kv) * d_v..].as_ptr();
-                let (mut m, mut l) = (vec![f32::NEG_INFINITY; n], vec![0f32; n]);
+                // The sink (a key with no value) starts each row's max and sum.
+                let (mut m, mut l) = match &sink {
+                    Some(t) => (vec![t[h]; n], vec![1f32; n]),
+                    None => (vec![f32::NEG_INFINITY; n], vec![0f32; n]),
+                };
                 let mut acc = vec![0f32; n * d_v];
                 let mut s = vec![0f32; n * bk];
                 let ranges: Vec<(i64, i64)> = (i0..i0 + n).map(|i| self.keys(i)).collect();
@@ -220,7 +240,8 @@ impl AttentionStep {
                     }
                     j0 += bk;
                 }
-                // Normalize; rows that see no key give o = 0 and stats = -inf (the log of an empty sum).
+                // Normalize; rows that see no key (and no sink) give o = 0 and stats = -inf (the
+                // log of an empty sum).
                 let mut stats = vec![f32::NEG_INFINITY; n];
                 for r in 0..n {
                     let empty = m[r] == f32::NEG_INFINITY || !(l[r] > 0.0);
@@ -232,13 +253,15 @@ impl AttentionStep {
                         stats[r] = m[r] + l[r].ln();
                     }
                 }
-                (acc, stats)
+                [acc, stats, m, l]
             })
             .collect();
-        for (&(bi, h, qb), (acc, stats)) in tasks.iter().zip(results) {
+        for (&(bi, h, qb), [acc, stats, m, l]) in tasks.iter().zip(results) {
             let r0 = (bi * self.h_q + h) * s_q + qb * BQ;
             o[r0 * d_v..][..acc.len()].copy_from_slice(&acc);
             lse[r0..][..stats.len()].copy_from_slice(&stats);
+            maxes[r0..][..m.len()].copy_from_slice(&m);
+            sums[r0..][..l.len()].copy_from_slice(&l);
         }
         let hq = self.h_q;
         ex.with_dst(self.o, |dst, _| {
@@ -252,11 +275,12 @@ impl AttentionStep {
             });
             Ok(())
         })?;
-        if let Some(t) = self.stats {
+        for (t, values) in [(self.stats, &lse), (self.score_max, &maxes), (self.score_sum_exp, &sums)] {
+            let Some(t) = t else { continue };
             ex.with_dst(t, |dst, _| {
-                for (r, &x) in lse.iter().enumerate() {
+                for (r, &x) in values.iter().enumerate() {
                     let (bi, h, i) = (r / (hq * s_q), (r / s_q) % hq, r % s_q);
-                    // SAFETY: element (bi, h, i, 0) of stats, written once.
+                    // SAFETY: element (bi, h, i, 0) of a [b, h, s_q, 1] row statistic, written once.
                     unsafe { dst.store(bi as isize * dst.strides[0] + h as isize * dst.strides[1] + i as isize * dst.strides[2], x) };
                 }
                 Ok(())

@@ -78,7 +78,7 @@ impl Op {
     /// sequence tensors.
     pub fn ragged_ports(&self) -> &'static [&'static str] {
         match self {
-            Op::Sdpa(_) => &sdpa::RAGGED_PORTS[..5],
+            Op::Sdpa(_) => &sdpa::RAGGED_PORTS[..sdpa::FORWARD_RAGGED_PORTS],
             Op::SdpaBackward(_) => &sdpa::RAGGED_PORTS,
             _ => &[],
         }

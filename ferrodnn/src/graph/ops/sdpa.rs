@@ -6,8 +6,9 @@
 //! `h / (h_q / h_v)`; K and V may have different head counts, as in cuDNN).
 //!
 //! Ports: forward `q`, `k`, `v` and optional `bias`, `seq_len_q`, `seq_len_kv`, `seed`,
-//! `offset`, `page_table_k`, `page_table_v` -> `o`, optional `stats` and `rng_dump`; backward
-//! adds `o`, `do`, `stats` and gives `dq`, `dk`, `dv`, optional `dbias` (present when `bias` is).
+//! `offset`, `page_table_k`, `page_table_v`, `sink_token` -> `o`, optional `stats`, `rng_dump`,
+//! `score_max` and `score_sum_exp`; backward adds `o`, `do`, `stats` and gives `dq`, `dk`, `dv`,
+//! optional `dbias` (present when `bias` is) and `dsink_token` (present when `sink_token` is).
 //!
 //! # Semantics
 //! For batch `b`, query head `h`, query row `i` and key `j` the score is
@@ -51,17 +52,35 @@
 //!   `dk`/`dv` have the pools' dims and each block gathers the gradient of every key that reads
 //!   it.
 //! - **Ragged (packed, THD) tensors** (`TensorDesc::ragged_offset`, set with
-//!   [`Graph::set_ragged_offset`]): q, k, v, o, stats (and do, dq, dk, dv) may each be ragged,
+//!   [`Graph::set_ragged_offset`]): q, k, v, o, stats, score_max, score_sum_exp (and do, dq,
+//!   dk, dv) may each be ragged,
 //!   with the padding mask on. Batch `i` of a ragged tensor starts at element `offsets[i]` of its
 //!   buffer (instead of `i * strides[0]`; `offsets` has `b + 1` integer entries) and holds only
-//!   the rows of its own length (`seq_len_q[i]` for q, o, stats, do, dq; `seq_len_kv[i]` for k,
+//!   the rows of its own length (`seq_len_q[i]` for the query-side ones; `seq_len_kv[i]` for k,
 //!   v, dk, dv), so that sequences of different lengths pack back to back (`[t, h, d]` with
 //!   strides `[h*d, d, 1]` per token). Rows past a batch's length are neither read nor written.
 //!   Paged K/V cannot be ragged.
+//! - **Sink token** (`sink_token`, f32 `[1, h_q, 1, 1]`: one logit `t_h` per query head, as in
+//!   the learned per-head sinks of gpt-oss): a key with score `t_h` and no value joins every
+//!   row's softmax, so it takes a share of the probability mass and gives nothing to `o`:
+//!   `M_i = max(max_j s_ij, t_h)`, `Z_i = sum_j exp(s_ij - M_i) + exp(t_h - M_i)`,
+//!   `p_ij = exp(s_ij - M_i) / Z_i`, `stats_i = M_i + ln Z_i`. A row whose every key is masked
+//!   still sees the sink (`o = 0`, `stats = t_h`); padded rows (`i >= Lq`) have no softmax at
+//!   all (`o = 0`, `stats = -inf`), sink or not.
+//! - **Score statistics** (`score_max`, `score_sum_exp`, forward, f32 `[b, h_q, s_q, 1]` unless
+//!   the graph's io type or the user says otherwise): `M_i` and `Z_i` above (without a sink, the
+//!   row max of the unmasked scores and the sum of their `exp(s_ij - M_i)`), before dropout, as
+//!   the cudnn frontend's `set_score_max` / `set_score_sum_exp` give them (for QK-clip style
+//!   logit monitoring); so `stats = score_max + ln score_sum_exp`. Empty rows without a sink and
+//!   padded rows give `-inf` and `0`. They may be ragged, as `stats`.
 //! - **Backward**: `dq`, `dk`, `dv` (`dk` summed over the query heads sharing a K head, `dv` over
 //!   those sharing a V head),
 //!   from `p_ij = exp(s_ij - stats_i)` and `D_i = do_i . o_i` (the `o` input), as in
-//!   FlashAttention-2.
+//!   FlashAttention-2. The sink changes none of them beyond the stats, which carry it (its
+//!   probability `exp(t_h - stats_i)` has no value row, so `dS_ij = p_ij (dP_ij - D_i)` as
+//!   without it). With `sink_token` connected the backward gives `dsink_token` (`[1, h_q, 1, 1]`,
+//!   the sink's dims): `dsink_h = -sum_(b, i) exp(t_h - stats_bhi) D_bhi` over the rows that
+//!   exist (padded rows and rows whose stats is `-inf` add nothing).
 //!
 //! ```
 //! use ferrodnn::{DataType, Graph, TensorDesc};
@@ -125,6 +144,14 @@ pub struct SdpaAttrs {
     /// dropout): 1 where an element is kept, 0 where it is dropped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rng_dump: bool,
+    /// Emit each row's score maximum (with the sink) as the output `score_max`
+    /// `[b, h_q, s_q, 1]` (forward).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub score_max: bool,
+    /// Emit each row's sum of `exp(s - score_max)` (with the sink) as the output
+    /// `score_sum_exp` `[b, h_q, s_q, 1]` (forward).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub score_sum_exp: bool,
 }
 
 impl SdpaAttrs {
@@ -153,6 +180,9 @@ pub struct SdpaInputs {
     /// A by-value f32 scalar giving the scale of the scores when each execution's variant pack
     /// holds it (replacing `SdpaAttrs::attn_scale`).
     pub attn_scale: Option<TensorId>,
+    /// `[1, h_q, 1, 1]` f32: one sink logit per query head, joining every row's softmax without
+    /// a value (see the module docs). On the backward it gives the output `dsink_token`.
+    pub sink_token: Option<TensorId>,
 }
 
 impl SdpaInputs {
@@ -166,6 +196,7 @@ impl SdpaInputs {
             ("page_table_k", self.page_table_k),
             ("page_table_v", self.page_table_v),
             ("attn_scale", self.attn_scale),
+            ("sink_token", self.sink_token),
         ]
         .into_iter()
         .filter_map(|(p, t)| t.map(|t| (p, t)))
@@ -181,14 +212,16 @@ pub struct SdpaGrads {
     pub dv: TensorId,
     /// Present when the forward pass had a bias.
     pub dbias: Option<TensorId>,
+    /// The sink logits' gradient `[1, h_q, 1, 1]`: present when `sink_token` is connected.
+    pub dsink_token: Option<TensorId>,
 }
 
 impl Graph {
     /// Scaled dot-product attention. Ports `q`, `k`, `v` and the optional inputs of `inputs`
     /// -> `o` `[b, h_q, s_q, d_v]` (in q's stride order) and, with `attrs.generate_stats`,
     /// `stats` `[b, h_q, s_q, 1]`. See the module docs for the semantics. With
-    /// `attrs.rng_dump`, the node also has the output `rng_dump` (the dropout mask), found by
-    /// [`Graph::sdpa_rng_dump`].
+    /// `attrs.rng_dump`, `attrs.score_max` or `attrs.score_sum_exp`, the node also has the output
+    /// of that name, found by [`Graph::sdpa_output`] (or [`Graph::sdpa_rng_dump`]).
     pub fn sdpa(&mut self, q: TensorId, k: TensorId, v: TensorId, inputs: SdpaInputs, attrs: SdpaAttrs) -> (TensorId, Option<TensorId>) {
         let mut ins = vec![("q", q), ("k", k), ("v", v)];
         ins.extend(inputs.ports());
@@ -198,6 +231,12 @@ impl Graph {
         }
         if attrs.rng_dump {
             outs.push("rng_dump");
+        }
+        if attrs.score_max {
+            outs.push("score_max");
+        }
+        if attrs.score_sum_exp {
+            outs.push("score_sum_exp");
         }
         let ids = self.add_node(super::Op::Sdpa(attrs.clone()), None, ins, &outs);
         (ids[0], attrs.generate_stats.then(|| ids[1]))
@@ -216,19 +255,55 @@ impl Graph {
     /// The `rng_dump` output (the dropout mask) of the sdpa node that produces `o`, when it has
     /// one.
     pub fn sdpa_rng_dump(&self, o: TensorId) -> Option<TensorId> {
-        self.nodes.iter().find(|n| matches!(n.op, super::Op::Sdpa(_)) && n.output("o") == Some(o)).and_then(|n| n.output("rng_dump"))
+        self.sdpa_output(o, "rng_dump")
+    }
+
+    /// The output `port` (`stats`, `rng_dump`, `score_max`, `score_sum_exp`) of the sdpa node
+    /// that produces `o`, when it has one.
+    ///
+    /// ```
+    /// use ferrodnn::{DataType, Graph, TensorDesc};
+    /// use ferrodnn::graph::ops::sdpa::{SdpaAttrs, SdpaInputs};
+    /// let mut g = Graph::new("sink").io_data_type(DataType::F16);
+    /// let q = g.tensor(TensorDesc::new("q", &[1, 2, 3, 8], DataType::F16));
+    /// let k = g.tensor(TensorDesc::new("k", &[1, 2, 5, 8], DataType::F16));
+    /// let v = g.tensor(TensorDesc::new("v", &[1, 2, 5, 8], DataType::F16));
+    /// let sink = g.tensor(TensorDesc::new("sink", &[1, 2, 1, 1], DataType::F32));
+    /// let inputs = SdpaInputs { sink_token: Some(sink), ..Default::default() };
+    /// let (o, _) = g.sdpa(q, k, v, inputs, SdpaAttrs { score_max: true, score_sum_exp: true, ..Default::default() });
+    /// g.set_output(o);
+    /// for port in ["score_max", "score_sum_exp"] {
+    ///     let t = g.sdpa_output(o, port).unwrap();
+    ///     g.set_output(t);
+    ///     g.desc_mut(t).data_type = Some(DataType::F32);
+    /// }
+    /// g.validate().unwrap();
+    /// assert_eq!(g.desc(g.sdpa_output(o, "score_max").unwrap()).dims, vec![1, 2, 3, 1]);
+    /// ```
+    pub fn sdpa_output(&self, o: TensorId, port: &str) -> Option<TensorId> {
+        self.nodes.iter().find(|n| matches!(n.op, super::Op::Sdpa(_)) && n.output("o") == Some(o)).and_then(|n| n.output(port))
     }
 
     /// The backward pass of [`Graph::sdpa`], with the same optional inputs and attributes.
     /// Ports `q`, `k`, `v`, `o`, `do`, `stats` and the optional inputs -> `dq`, `dk`, `dv` (each
-    /// with its input's dims and stride order) and, when `inputs.bias` is set, `dbias`.
+    /// with its input's dims and stride order), when `inputs.bias` is set `dbias`, and when
+    /// `inputs.sink_token` is set `dsink_token` (the sink does not change the others: connect
+    /// it for its gradient).
     #[allow(clippy::too_many_arguments)]
     pub fn sdpa_backward(&mut self, q: TensorId, k: TensorId, v: TensorId, o: TensorId, d_o: TensorId, stats: TensorId, inputs: SdpaInputs, attrs: SdpaAttrs) -> SdpaGrads {
         let mut ins = vec![("q", q), ("k", k), ("v", v), ("o", o), ("do", d_o), ("stats", stats)];
         ins.extend(inputs.ports());
-        let outs: &[&str] = if inputs.bias.is_some() { &["dq", "dk", "dv", "dbias"] } else { &["dq", "dk", "dv"] };
-        let ids = self.add_node(super::Op::SdpaBackward(attrs), None, ins, outs);
-        SdpaGrads { dq: ids[0], dk: ids[1], dv: ids[2], dbias: ids.get(3).copied() }
+        let mut outs = vec!["dq", "dk", "dv"];
+        if inputs.bias.is_some() {
+            outs.push("dbias");
+        }
+        if inputs.sink_token.is_some() {
+            outs.push("dsink_token");
+        }
+        let ids = self.add_node(super::Op::SdpaBackward(attrs), None, ins, &outs);
+        let dbias = inputs.bias.map(|_| ids[3]);
+        let dsink_token = inputs.sink_token.map(|_| ids[ids.len() - 1]);
+        SdpaGrads { dq: ids[0], dk: ids[1], dv: ids[2], dbias, dsink_token }
     }
 }
 
@@ -401,6 +476,17 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
             }
         }
     }
+    if let Some(t) = ctx.opt_input("sink_token")? {
+        let dt = t.data_type.unwrap_or(DataType::F32);
+        if dt != DataType::F32 {
+            return Err(ctx.err(format!("input `sink_token` (tensor \"{}\") must be f32 (one sink logit per query head), got {dt}", t.name)));
+        }
+        if t.dims != [1, h_q, 1, 1] {
+            return Err(
+                ctx.err(format!("input `sink_token` (tensor \"{}\") must be [1, h_q, 1, 1] = [1, {h_q}, 1, 1] (one sink logit per query head), got dims {:?}", t.name, t.dims))
+            );
+        }
+    }
     check_ragged(ctx, a, b, paged)?;
     let check_scale = |s: f64| Node::attribute_rule("attn_scale", s).map_or(Ok(()), |m| Err(ctx.err(m)));
     if let Some(s) = a.attn_scale {
@@ -410,9 +496,13 @@ fn check_common(ctx: &InferCtx, a: &SdpaAttrs) -> Result<Dims> {
     Ok(Dims { b, h_q, s_q, s_kv, d_v, q, k, v, bias })
 }
 
-/// The ports whose tensors may be ragged, the forward's five first (`Op::ragged_ports`); the
-/// engines number ragged tensors by their place here.
-pub const RAGGED_PORTS: [&str; 9] = ["q", "k", "v", "o", "stats", "do", "dq", "dk", "dv"];
+/// The ports whose tensors may be ragged, the forward's seven first (`Op::ragged_ports`; the
+/// backward has no `score_max` or `score_sum_exp` port); the engines number ragged tensors by
+/// their place here.
+pub const RAGGED_PORTS: [&str; 11] = ["q", "k", "v", "o", "stats", "score_max", "score_sum_exp", "do", "dq", "dk", "dv"];
+
+/// How many of [`RAGGED_PORTS`] belong to the forward pass.
+pub const FORWARD_RAGGED_PORTS: usize = 7;
 
 /// The lengths that say which rows of a ragged tensor on `port` exist: `seq_len_q` for the
 /// query-side tensors, `seq_len_kv` for the key-side ones.
@@ -470,10 +560,19 @@ pub(crate) fn infer(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
     if a.rng_dump && a.dropout.is_none() {
         return Err(ctx.err("rng_dump (the dropout mask) needs dropout: set a dropout probability with `seed` and `offset`"));
     }
+    for (port, wanted) in [("score_max", a.score_max), ("score_sum_exp", a.score_sum_exp)] {
+        if ctx.has_output(port) != wanted {
+            return Err(ctx.err(format!("output `{port}` is {} but {port} is {wanted}", if ctx.has_output(port) { "connected" } else { "not connected" })));
+        }
+    }
     let Dims { b, h_q, s_q, s_kv, d_v, q, .. } = dims;
     let qt = q.data_type.unwrap_or(DataType::F32);
     ctx.set_output("o", &[b, h_q, s_q, d_v], Some(&q), qt)?;
     ctx.set_output("stats", &[b, h_q, s_q, 1], None, DataType::F32)?;
+    for port in ["score_max", "score_sum_exp"] {
+        ctx.set_output(port, &[b, h_q, s_q, 1], None, DataType::F32)?;
+        float_output(ctx, port)?;
+    }
     if a.rng_dump {
         ctx.set_output("rng_dump", &[b, h_q, s_q, s_kv], None, DataType::F32)?;
         if let Some(id) = ctx.node.output("rng_dump") {
@@ -486,9 +585,24 @@ pub(crate) fn infer(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
     Ok(())
 }
 
+/// An output of statistics (`score_max`, `score_sum_exp`, `dsink_token`), when connected, must
+/// be floating point.
+fn float_output(ctx: &InferCtx, port: &str) -> Result<()> {
+    if let Some(id) = ctx.node.output(port) {
+        let dt = ctx.graph.resolved_data_type(id).unwrap_or(DataType::F32);
+        if !dt.is_float() {
+            return Err(ctx.err(format!("output `{port}` (tensor \"{}\") must be floating point (f32 as the frontend makes it), got {dt}", ctx.graph.desc(id).name)));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn infer_backward(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
     if a.rng_dump {
         return Err(ctx.err("rng_dump (the dropout mask) is an output of the forward pass (sdpa); the backward pass recomputes the same mask"));
+    }
+    if a.score_max || a.score_sum_exp {
+        return Err(ctx.err("score_max and score_sum_exp are outputs of the forward pass (sdpa); the backward pass takes them from nowhere"));
     }
     let dims = check_common(ctx, a)?;
     let Dims { b, h_q, s_q, d_v, q, k, v, bias, .. } = dims;
@@ -508,6 +622,10 @@ pub(crate) fn infer_backward(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
     if ctx.has_output("dbias") && bias.is_none() {
         return Err(ctx.err("output `dbias` is connected but there is no `bias` input"));
     }
+    let sink = ctx.opt_input("sink_token")?;
+    if ctx.has_output("dsink_token") && sink.is_none() {
+        return Err(ctx.err("output `dsink_token` is connected but there is no `sink_token` input (the sink's gradient needs the sink)"));
+    }
     let qt = q.data_type.unwrap_or(DataType::F32);
     ctx.set_output("dq", &q.dims, Some(&q), qt)?;
     ctx.set_output("dk", &k.dims, Some(&k), qt)?;
@@ -515,6 +633,10 @@ pub(crate) fn infer_backward(ctx: &mut InferCtx, a: &SdpaAttrs) -> Result<()> {
     if let Some(bias) = bias {
         let bt = bias.data_type.unwrap_or(DataType::F32);
         ctx.set_output("dbias", &bias.dims, Some(&bias), bt)?;
+    }
+    if let Some(sink) = sink {
+        ctx.set_output("dsink_token", &sink.dims, Some(&sink), DataType::F32)?;
+        float_output(ctx, "dsink_token")?;
     }
     Ok(())
 }

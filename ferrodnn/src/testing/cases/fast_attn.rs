@@ -4,7 +4,8 @@
 //! tiles, one-row decode), BSHD and BHSD, strides with gaps (16-byte loads still possible) and
 //! odd strides (element-wise loads), every mask (causal top-left and bottom-right with empty
 //! rows, sliding windows, padding long enough to empty whole q and K/V tiles), bias shapes,
-//! ALiBi, dropout, GQA/MQA, paged K/V, stats in the io type and in f32; forward, and backward
+//! ALiBi, dropout, GQA/MQA, paged K/V, stats in the io type and in f32, the sink token and its
+//! gradient (`sink` in the names), the score statistics (`score_stats`); forward, and backward
 //! alone (o, do, stats as inputs) or chained after the forward.
 //!
 //! Lengths are computed in the graph from random integer inputs x in [-4, 4]:
@@ -56,8 +57,11 @@ struct Spec {
     seed_tensors: bool,
     /// K/V block size and pool blocks (s_kv a multiple of the block size).
     paged: Option<(i64, i64)>,
-    /// The forward's stats in f32 rather than the io type.
+    /// The forward's stats in f32 rather than the io type (and the score statistics, and dsink
+    /// of a backward alone, whose inputs both sides share).
     stats_f32: bool,
+    /// A sink token (`[1, h_q, 1, 1]` f32), and with a backward its gradient.
+    sink: bool,
     bwd: Bwd,
 }
 
@@ -80,8 +84,18 @@ impl Spec {
             seed_tensors: false,
             paged: None,
             stats_f32: false,
+            sink: false,
             bwd: Bwd::No,
         }
+    }
+    fn sink(mut self) -> Spec {
+        self.sink = true;
+        self
+    }
+    fn score_stats(mut self) -> Spec {
+        self.attrs.score_max = true;
+        self.attrs.score_sum_exp = true;
+        self
     }
     fn b(mut self, b: i64) -> Spec {
         self.b = b;
@@ -225,16 +239,23 @@ fn build(s: &Spec) -> Case {
         inputs.seed = Some(seed);
         inputs.offset = Some(offset);
     }
+    if s.sink {
+        inputs.sink_token = Some(g.tensor(TensorDesc::new("sink", &[1, s.h_q, 1, 1], DataType::F32)));
+    }
     let o_dims = [s.b, s.h_q, s.s_q, s.d_v];
+    // A per-row statistic or dsink as a buffer, in f32 when `f32` (else the io type).
+    let stat_out = |g: &mut Graph, t: TensorId, f32: bool| {
+        g.set_output(t);
+        if f32 {
+            g.desc_mut(t).data_type = Some(DataType::F32);
+        }
+    };
     match s.bwd {
         Bwd::No => {
             let (o, stats) = g.sdpa(q, k, v, inputs, s.attrs.clone());
             g.set_output(o);
-            if let Some(st) = stats {
-                g.set_output(st);
-                if s.stats_f32 {
-                    g.desc_mut(st).data_type = Some(DataType::F32);
-                }
+            for t in [stats, g.sdpa_output(o, "score_max"), g.sdpa_output(o, "score_sum_exp")].into_iter().flatten() {
+                stat_out(&mut g, t, s.stats_f32);
             }
         }
         Bwd::Alone => {
@@ -245,6 +266,9 @@ fn build(s: &Spec) -> Case {
             for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
                 g.set_output(t);
             }
+            if let Some(t) = grads.dsink_token {
+                stat_out(&mut g, t, s.stats_f32);
+            }
         }
         Bwd::Chained => {
             let attrs = SdpaAttrs { generate_stats: true, ..s.attrs.clone() };
@@ -254,10 +278,19 @@ fn build(s: &Spec) -> Case {
             if s.stats_f32 {
                 g.desc_mut(stats).data_type = Some(DataType::F32);
             }
+            for t in [g.sdpa_output(o, "score_max"), g.sdpa_output(o, "score_sum_exp")].into_iter().flatten() {
+                stat_out(&mut g, t, s.stats_f32);
+            }
             let d_o = g.tensor(bhsd("do", o_dims, dt, s.layout, false));
+            let attrs = SdpaAttrs { score_max: false, score_sum_exp: false, ..attrs };
             let grads = g.sdpa_backward(q, k, v, o, d_o, stats, inputs, attrs);
             for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
                 g.set_output(t);
+            }
+            // dsink in the io type: it reads the forward's o, which each engine rounds its own
+            // way.
+            if let Some(t) = grads.dsink_token {
+                stat_out(&mut g, t, false);
             }
         }
     }
@@ -408,6 +441,23 @@ fn forward() -> Vec<Spec> {
     v.push(Spec::new("fwd90_d160_bshd", Bf16).b(2).layout(Layout::Bshd).heads(3, 3).dims(160, 160).seq(130, 200));
     v.push(Spec::new("fwd90_d136_dv256_gaps", F16).b(1).layout(Layout::Gaps).heads(2, 1).dims(136, 256).seq(150, 190).attrs(|a| a.sliding_window_left = Some(60)));
     v.push(Spec::new("fwd90_whole_tiles_d64_one", Bf16).b(1).heads(4, 2).seq(256, 128));
+    // The sink token and the score statistics (the general kernels: Hopper and decode leave
+    // them), several q and K/V tiles, empty rows, padding, head dims on and off the tiles.
+    v.push(Spec::new("fwd_sink", Bf16).sink());
+    v.push(Spec::new("fwd_sink_score_stats_d128_causal_br_empty_rows", F16).dims(128, 128).seq(130, 33).sink().score_stats().stats_f32().attrs(|a| a.causal = Some(BottomRight)));
+    v.push(Spec::new("fwd_sink_score_stats_d40_padding", Bf16).b(3).dims(40, 40).seq(130, 77).padding(20).sink().score_stats().stats_f32());
+    v.push(Spec::new("fwd_sink_d256_gqa", F16).b(1).heads(4, 2).dims(256, 256).seq(65, 200).sink().score_stats());
+    v.push(Spec::new("fwd_sink_decode_gqa", Bf16).heads(8, 2).dims(128, 128).seq(1, 200).sink().score_stats().stats_f32().attrs(|a| a.causal = Some(BottomRight)));
+    v.push(Spec::new("fwd_score_stats_alibi_dropout", F16).heads(6, 3).seq(130, 200).score_stats().stats_f32().attrs(|a| {
+        a.alibi = true;
+        a.dropout = Some(0.2);
+    }));
+    v.push(Spec::new("fwd_sink_paged_score_stats", Bf16).heads(4, 2).seq(65, 192).paged(32, 6).sink().score_stats());
+    v.push(Spec::new("fwd_sink_window_bshd", Bf16).layout(Layout::Bshd).seq(130, 200).sink().attrs(|a| {
+        a.sliding_window_left = Some(40);
+        a.sliding_window_right = Some(9);
+    }));
+    v.push(Spec::new("fwd_sink_long_d128", F16).b(1).heads(2, 1).dims(128, 128).seq(300, 700).sink().score_stats().stats_f32());
     v
 }
 
@@ -493,6 +543,15 @@ fn backward() -> Vec<Spec> {
     };
     v.push(Spec::new("bwd_all", F16).heads(6, 2).seq(65, 200).padding(20).bias([1, 6, 65, 200]).attrs(all).bwd(Chained));
     v.push(Spec::new("bwd_all_bshd", Bf16).layout(Layout::Bshd).heads(4, 2).seq(130, 33).padding(3).bias([2, 1, 130, 33]).attrs(all).bwd(Alone));
+    // The sink's gradient (and dQ, dK, dV beside it) on the general kernels.
+    v.push(Spec::new("bwd_sink", Bf16).sink().stats_f32().bwd(Alone));
+    v.push(Spec::new("bwd_sink_d128_causal_tl", F16).seq(130, 200).dims(128, 128).sink().attrs(|a| a.causal = Some(TopLeft)).bwd(Chained));
+    v.push(Spec::new("bwd_sink_d40_padding", F16).b(3).dims(40, 40).seq(130, 77).padding(20).sink().bwd(Chained));
+    v.push(Spec::new("bwd_sink_gqa_dropout", Bf16).heads(8, 2).seq(65, 200).sink().stats_f32().attrs(|a| a.dropout = Some(0.2)).bwd(Alone));
+    v.push(Spec::new("bwd_sink_d256_causal_br_empty_rows", Bf16).b(1).dims(256, 256).seq(130, 33).sink().stats_f32().attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    v.push(Spec::new("bwd_sink_bias_full_score_stats", F16).seq(65, 200).bias([2, 2, 65, 200]).sink().score_stats().bwd(Chained));
+    v.push(Spec::new("bwd_sink_paged_fallback", Bf16).heads(4, 2).seq(65, 192).paged(32, 6).sink().stats_f32().bwd(Alone));
+    v.push(Spec::new("bwd_sink_long_gqa_d128", Bf16).b(1).heads(4, 2).dims(128, 128).seq(300, 700).sink().stats_f32().bwd(Alone));
     v
 }
 
@@ -583,6 +642,38 @@ mod tests {
             }
         }
         assert_eq!(seen, (true, true), "both cases found");
+    }
+
+    /// The sink token and the score statistics: the forward on the general kernel on both
+    /// targets (the Hopper and decode forwards leave them to it), told of the sink; the backward
+    /// on the Hopper kernels where they apply, the sink's gradient one launch after D.
+    #[test]
+    fn sink_cases_pick_their_kernels() {
+        let cases = super::cases();
+        for (name, hopper_bwd) in [
+            ("fast_attn_fwd_sink_long_d128", false),
+            ("fast_attn_fwd_sink_decode_gqa", false),
+            ("fast_attn_fwd_score_stats_alibi_dropout", false),
+            ("fast_attn_bwd_sink_long_gqa_d128", true),
+            ("fast_attn_bwd_sink_d40_padding", false),
+        ] {
+            let c = cases.iter().find(|c| c.name.starts_with(name)).unwrap_or_else(|| panic!("{name} found"));
+            for target in [Target::sm80(), Target::sm90a()] {
+                let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                let has = |entry: &str| sources.iter().any(|(e, _)| e.ends_with(entry));
+                let entries: Vec<_> = sources.iter().map(|x| &x.0).collect();
+                if name.contains("_fwd_") {
+                    assert!(has("attn_fwd"), "{name} ({}): {entries:?}", target.arch);
+                    assert!(!sources.iter().any(|(e, _)| e.contains("attn_fwd_sm90") || e.contains("attn_decode")), "{name} ({}): {entries:?}", target.arch);
+                    let (_, src) = sources.iter().find(|(e, _)| e.ends_with("attn_fwd")).unwrap();
+                    assert_eq!(src.contains("#define FA_HAS_SINK 1\n"), name.contains("sink"), "{name}");
+                    assert_eq!(src.contains("#define FA_HAS_SMAX 1\n"), name.contains("score_stats") || name.contains("decode") || name.contains("long"), "{name}");
+                } else {
+                    assert!(has("attn_bwd_dsink"), "{name} ({}): {entries:?}", target.arch);
+                    assert_eq!(has("attn_bwd_dkdv_sm90") || has("attn_bwd_dkdv_dq_sm90"), target.hopper() && hopper_bwd, "{name} ({}): {entries:?}", target.arch);
+                }
+            }
+        }
     }
 
     /// The causal order's heads at a time: four for the check cases and b4h16s4096d128, one for

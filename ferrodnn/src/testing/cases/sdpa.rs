@@ -1,7 +1,9 @@
 //! sdpa cases: forward and backward over every feature (scale, causal top-left/bottom-right,
 //! sliding windows and the band on the bottom-right diagonal, padding masks, bias shapes, ALiBi,
 //! dropout and its mask (`rng_dump`), GQA/MQA, K and V of different head counts, paged K/V,
-//! stats), BSHD, odd and overlapping strides, s_q != s_kv, decode, every float type.
+//! stats, the sink token and its gradient (`sink` in the names), the score statistics
+//! `score_max` / `score_sum_exp` (`score_stats`)), BSHD, odd and overlapping strides,
+//! s_q != s_kv, decode, every float type.
 //!
 //! Integer inputs the CPU checks (lengths, page tables) are computed in the graph from random
 //! integer inputs (which the check fills with values in [-4, 4]) so that they are always valid:
@@ -65,6 +67,12 @@ struct Spec {
     /// Ragged (packed) q, k, v, o, stats and their gradients, in the BSHD layout, with the
     /// lengths as inputs.
     ragged: bool,
+    /// A sink token (`[1, h_q, 1, 1]` f32), and with a backward its gradient.
+    sink: bool,
+    /// The score statistics outputs (`score_max`, `score_sum_exp`).
+    score_stats: bool,
+    /// The score statistics and dsink in f32 (as the frontend makes them) rather than the io type.
+    stats_f32: bool,
     bwd: Bwd,
 }
 
@@ -87,8 +95,25 @@ impl Spec {
             seeds: Seeds::ByValue,
             paged: None,
             ragged: false,
+            sink: false,
+            score_stats: false,
+            stats_f32: false,
             bwd: Bwd::No,
         }
+    }
+    fn sink(mut self) -> Spec {
+        self.sink = true;
+        self
+    }
+    fn score_stats(mut self) -> Spec {
+        self.score_stats = true;
+        self.attrs.score_max = true;
+        self.attrs.score_sum_exp = true;
+        self
+    }
+    fn stats_f32(mut self) -> Spec {
+        self.stats_f32 = true;
+        self
     }
     fn dt(mut self, dt: DataType) -> Spec {
         self.dt = dt;
@@ -216,7 +241,7 @@ fn ragged(g: &mut Graph, b: i64) {
             let name = format!("{}_offsets", g.desc(p.tensor).name.replace("::", "_"));
             let r = g.tensor(TensorDesc::new(name, &[b + 1, 1, 1, 1], DataType::I64));
             g.set_ragged_offset(p.tensor, r);
-            if p.name == "stats" {
+            if matches!(p.name.as_str(), "stats" | "score_max" | "score_sum_exp") {
                 let d = g.desc_mut(p.tensor);
                 d.strides = crate::graph::strides_for_order(&d.dims, &[0, 2, 1, 3]);
             }
@@ -266,6 +291,16 @@ fn build(s: &Spec) -> Case {
         inputs.seed = Some(seed);
         inputs.offset = Some(offset);
     }
+    if s.sink {
+        inputs.sink_token = Some(g.tensor(TensorDesc::new("sink", &[1, s.h_q, 1, 1], DataType::F32)));
+    }
+    // The statistics outputs and dsink as buffers, in f32 when asked.
+    let stat_out = |g: &mut Graph, t: TensorId| {
+        g.set_output(t);
+        if s.stats_f32 {
+            g.desc_mut(t).data_type = Some(DataType::F32);
+        }
+    };
     let o_dims = [s.b, s.h_q, s.s_q, s.d_v];
     match s.bwd {
         Bwd::No => {
@@ -273,6 +308,9 @@ fn build(s: &Spec) -> Case {
             g.set_output(o);
             for t in [stats, g.sdpa_rng_dump(o)].into_iter().flatten() {
                 g.set_output(t);
+            }
+            for t in [g.sdpa_output(o, "score_max"), g.sdpa_output(o, "score_sum_exp")].into_iter().flatten() {
+                stat_out(&mut g, t);
             }
         }
         Bwd::Alone => {
@@ -283,6 +321,9 @@ fn build(s: &Spec) -> Case {
             for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
                 g.set_output(t);
             }
+            if let Some(t) = grads.dsink_token {
+                stat_out(&mut g, t);
+            }
         }
         Bwd::Chained => {
             let attrs = SdpaAttrs { generate_stats: true, ..s.attrs.clone() };
@@ -291,12 +332,18 @@ fn build(s: &Spec) -> Case {
             if let Some(m) = g.sdpa_rng_dump(o) {
                 g.set_output(m);
             }
-            let attrs = SdpaAttrs { rng_dump: false, ..attrs };
+            for t in [g.sdpa_output(o, "score_max"), g.sdpa_output(o, "score_sum_exp")].into_iter().flatten() {
+                stat_out(&mut g, t);
+            }
+            let attrs = SdpaAttrs { rng_dump: false, score_max: false, score_sum_exp: false, ..attrs };
             let d_o = g.tensor(bhsd("do", o_dims, dt, s.layout, false));
             let stats = stats.expect("stats");
             let grads = g.sdpa_backward(q, k, v, o, d_o, stats, inputs, attrs);
             for t in [Some(grads.dq), Some(grads.dk), Some(grads.dv), grads.dbias].into_iter().flatten() {
                 g.set_output(t);
+            }
+            if let Some(t) = grads.dsink_token {
+                stat_out(&mut g, t);
             }
         }
     }
@@ -485,5 +532,57 @@ pub(super) fn cases() -> Vec<Case> {
             .bwd(Bwd::Chained),
     );
     specs.push(Spec::new("bwd_all_f64").dt(F64).heads(2, 1).seq(6, 10).layout(Layout::Bshd).bias([1, 1, 6, 10]).attrs(all).bwd(Bwd::Chained));
+    // The sink token (a logit per query head in every row's softmax, no value) and the score
+    // statistics (each row's softmax max and sum), forward; the sink's gradient, backward.
+    specs.push(Spec::new("fwd_sink").sink());
+    specs.push(Spec::new("fwd_sink_f64_score_stats").dt(F64).sink().score_stats());
+    specs.push(Spec::new("fwd_sink_f16_causal_bottom_right_empty_rows").dt(F16).seq(11, 6).head_dims(16, 16).sink().attrs(|a| a.causal = Some(BottomRight)));
+    specs.push(
+        Spec::new("fwd_sink_bf16_gqa_padding_score_stats").dt(Bf16).b(3).heads(6, 2).seq(9, 13).head_dims(16, 8).sink().score_stats().stats_f32().attrs(|a| a.padding_mask = true),
+    );
+    specs.push(Spec::new("fwd_sink_all_f16").dt(F16).heads(6, 2).seq(7, 9).head_dims(16, 16).bias([1, 6, 7, 9]).sink().score_stats().attrs(all));
+    specs.push(Spec::new("fwd_sink_paged_odd_strides").layout(Layout::Odd).heads(4, 2).seq(5, 12).paged(4, 6, 6).sink().score_stats());
+    specs.push(Spec::new("fwd_sink_decode_f16").dt(F16).heads(8, 2).seq(1, 17).head_dims(16, 16).sink().score_stats().stats_f32().attrs(|a| a.causal = Some(BottomRight)));
+    specs.push(Spec::new("fwd_score_stats").seq(7, 11).score_stats().attrs(|a| a.generate_stats = false));
+    specs.push(Spec::new("fwd_score_stats_f16_window_empty_rows").dt(F16).seq(13, 13).head_dims(16, 16).score_stats().stats_f32().attrs(|a| {
+        a.sliding_window_left = Some(2);
+        a.causal = Some(TopLeft);
+        a.dropout = Some(0.3);
+    }));
+    specs.push(Spec::new("fwd_sink_ragged_score_stats").b(3).heads(4, 2).seq(9, 13).head_dims(16, 16).ragged().sink().score_stats());
+    specs.push(
+        Spec::new("fwd_sink_ragged_bf16_score_stats")
+            .dt(Bf16)
+            .b(3)
+            .heads(4, 4)
+            .seq(17, 20)
+            .head_dims(32, 32)
+            .ragged()
+            .sink()
+            .score_stats()
+            .stats_f32()
+            .attrs(|a| a.causal = Some(BottomRight)),
+    );
+    specs.push(Spec::new("bwd_sink").sink().stats_f32().bwd(Bwd::Alone));
+    specs.push(Spec::new("bwd_sink_chained_f64").dt(F64).heads(4, 2).seq(6, 9).sink().score_stats().attrs(|a| a.causal = Some(BottomRight)).bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_sink_f16_alone_gqa").dt(F16).heads(6, 2).seq(9, 7).head_dims(16, 16).sink().stats_f32().attrs(|a| a.causal = Some(TopLeft)).bwd(Bwd::Alone));
+    specs.push(
+        Spec::new("bwd_sink_bf16_padding_chained")
+            .dt(Bf16)
+            .b(3)
+            .heads(4, 4)
+            .seq(9, 6)
+            .head_dims(16, 16)
+            .sink()
+            .attrs(|a| {
+                a.padding_mask = true;
+                a.causal = Some(BottomRight);
+            })
+            .bwd(Bwd::Chained),
+    );
+    specs.push(Spec::new("bwd_sink_all_chained").heads(6, 2).seq(7, 9).bias([2, 1, 7, 1]).sink().score_stats().attrs(all).bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_sink_paged").heads(4, 2).seq(5, 12).paged(4, 6, 6).sink().stats_f32().bwd(Bwd::Alone));
+    specs.push(Spec::new("bwd_sink_ragged_chained").b(3).heads(4, 4).seq(7, 11).ragged().sink().score_stats().bwd(Bwd::Chained));
+    specs.push(Spec::new("bwd_sink_ragged_f16_alone").dt(F16).b(3).heads(4, 2).seq(9, 9).head_dims(16, 16).ragged().sink().stats_f32().bwd(Bwd::Alone));
     specs.iter().map(build).collect()
 }

@@ -14,6 +14,10 @@
 //!    dS^T Q into dK.
 //! 5. With a dbias broadcast over batch or heads: the dS scratch summed over those dims, in the
 //!    CPU's order, a thread per dbias element.
+//! 6. With the sink's gradient: `dsink_h = -sum exp(t_h - lse) D` over the batches and rows, a
+//!    CTA per query head (its threads' partial sums added in a fixed order: deterministic). The
+//!    sink changes nothing else: the stats carry it. (The Hopper backward adds the same launch
+//!    after its own `D`.)
 //!
 //! Head dims above 128 split the dQ (dK/dV) columns into two chunks, each CTA recomputing the
 //! scores for its half (the accumulators of a whole 256-wide row would not fit in registers).
@@ -68,6 +72,8 @@ pub(super) struct Ports {
     pub dk: TensorId,
     pub dv: TensorId,
     pub dbias: Option<TensorId>,
+    /// The sink's gradient (`dsink_token`), with the sink.
+    pub dsink: Option<TensorId>,
 }
 
 /// A launch of `source` with the arguments of `sig`: the exact `grid`, or with None a
@@ -123,12 +129,28 @@ pub(super) fn d_launch(p: &Problem, ports: &Ports, vec: bool) -> Option<Launch> 
     launch(entry, source, sig, None, rows * 32, 256, 0)
 }
 
+/// The launch of the sink's gradient from `D` (f32 scratch 0, `[b, h_q, s_q]`, which the general
+/// and the Hopper `D` kernels both write) and the stats, when the node has one: `Some(None)`
+/// without a sink, `None` when it cannot be launched.
+pub(super) fn dsink_launch(p: &Problem, ports: &Ports, vec: bool) -> Option<Option<Launch>> {
+    let (Some(ds), Some(_)) = (ports.dsink, p.sink) else { return Some(None) };
+    let g = p.graph;
+    let entry = p.entry(if vec { "attn_bwd_dsink" } else { "attn_bwd_dsink_unaligned" });
+    let mut sig = Signature::new();
+    sig.ptr("dsink_p", ds, true).scratch("void", "dbuf_p", 0, false).ptr("stats_p", ports.stats, false);
+    p.inputs(&mut sig);
+    let src = base(p, ports, &entry, &sig, Dbias::None, vec).define("ST_DSINK", st(g, ds)).define("DSINK_S1", format!("{}LL", g.desc(ds).strides[1]));
+    let source = src.template(COMMON).template(include_str!("bwd_dsink.cuh")).build();
+    Some(Some(launch(entry, source, sig, Some((p.h_q, 1, 1)), 0, 256, 0)?))
+}
+
 pub(super) fn generate(p: &Problem, ports: &Ports, mode: Dbias, vec: bool) -> Option<NodeKernels> {
     let g = p.graph;
     let rows = (p.b * p.h_q * p.s_q) as u64;
     let scores = (p.b * p.h_q * p.s_q * p.s_kv) as u64;
     let mut launches = vec![d_launch(p, ports, vec)?];
     let suffix = if vec { "" } else { "_unaligned" };
+    launches.extend(dsink_launch(p, ports, vec)?);
 
     // 2. Zero the dS target.
     let ds_arg = match mode {
@@ -208,6 +230,7 @@ pub(super) fn unit(p: &Problem, target: &Target) -> Option<Unit> {
         dk: node.output("dk")?,
         dv: node.output("dv")?,
         dbias: node.output("dbias"),
+        dsink: node.output("dsink_token"),
     };
     let (_, _, nch) = dkdv_tiles(p);
     if nch == 2 && (p.d % 32 != 0 || p.d_v % 32 != 0) {

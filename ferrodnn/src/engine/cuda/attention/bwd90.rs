@@ -26,7 +26,8 @@
 //! Masks, bias, ALiBi and dropout as in the general kernels (the dropout mask is regenerated
 //! once per element and kept as bits between P and dS). Taken when [`super::hopper::takes`]
 //! holds (head dims up to 128 on 64-channel tiles, no paging or padding mask) and no dbias is
-//! asked for.
+//! asked for. The sink's gradient is the general backward's launch after `D` (the sink changes
+//! nothing else here: the stats carry it).
 
 use super::bwd::{self, Dbias, Ports};
 use super::hopper::{self, tma_of, SM90};
@@ -119,6 +120,8 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool) -> Option<NodeKernels> {
         }
         launches.push(bwd::d_launch(p, ports, true)?);
     }
+    // The sink's gradient, from D and the stats (the general backward's launch).
+    launches.extend(bwd::dsink_launch(p, ports, true)?);
 
     // dQ (deterministic).
     if !atomic {
@@ -168,6 +171,7 @@ pub(super) fn unit(p: &Problem, target: &Target, options: &Options) -> Option<Un
         dk: node.output("dk")?,
         dv: node.output("dv")?,
         dbias: node.output("dbias"),
+        dsink: node.output("dsink_token"),
     };
     // (q/k and v tiles of different widths run the general kernels: with a window, ptxas
     // serialized the dK/dV kernel's wgmmas for want of registers, C7512, at 128 against 64 and

@@ -10,6 +10,7 @@
 //   FA_CAUSAL, FA_BOTTOM_RIGHT, FA_HAS_SWL, FA_SWL, FA_HAS_SWR, FA_SWR, FA_PADDING   masks
 //   FA_HAS_BIAS, FA_ALIBI, FA_NSLOPES, FA_SLOPES   bias (LD_BIAS, BI_S0..3) and ALiBi slopes
 //   FA_DROPOUT, LD_SEED, LD_OFFSET   dropout
+//   FA_HAS_SINK, LD_SINK, SINK_S1   the sink token (one logit per query head)
 //   FA_PAGED                 paged K/V (LD_PTK, LD_PTV, PTK_S0/2, PTV_S0/2, FA_KNB, FA_KBS,
 //                            FA_VNB, FA_VBS)
 //   Q_S0..3, K_S0..3, V_S0..3, Q_VEC, K_VEC, V_VEC   strides, and whether rows take cp.async
@@ -156,15 +157,15 @@ __device__ __forceinline__ u32 fa_philox(u64 seed, u64 offset, u64 index) {
 // log2(e)), the dropout keep scale 1 / (1 - p) (1 without dropout) and the dropout threshold
 // (the smallest Philox word that keeps an element).
 struct FaIn {
-    const void* bias; const void* slq; const void* slkv; const void* ptk; const void* ptv;
+    const void* bias; const void* slq; const void* slkv; const void* ptk; const void* ptv; const void* sink;
     u64 seed; u64 offset;
     float scale; float scale_log2; float keep_scale; u64 drop_t;
     // The ragged tensors' offsets, by FA_RG_* index (see fa_start).
-    const void* rg[9];
+    const void* rg[11];  // one per graph::ops::sdpa::RAGGED_PORTS
 };
 
 // The kernel's parameters in `FaIn A` (FA_INIT, at the start of a kernel that takes them, in the
-// order of Problem::inputs): bias_p, slq_p / slkv_p, ptk_p / ptv_p as the features ask,
+// order of Problem::inputs): bias_p, slq_p / slkv_p, ptk_p / ptv_p, sink_p as the features ask,
 // fa_scale, fa_scale_log2, and with dropout seed_p / offset_p, fa_keep_scale, fa_drop_t.
 #if FA_HAS_BIAS
 #define FA_INIT_BIAS A.bias = bias_p;
@@ -181,6 +182,11 @@ struct FaIn {
 #else
 #define FA_INIT_PAGES
 #endif
+#if FA_HAS_SINK
+#define FA_INIT_SINK A.sink = sink_p;
+#else
+#define FA_INIT_SINK
+#endif
 #if FA_DROPOUT
 // By-value seeds live in the plan's constant buffer: read through the pointer too.
 #define FA_INIT_SEED                                                                                \
@@ -195,9 +201,9 @@ struct FaIn {
 #define FA_INIT                                                                                     \
     FaIn A;                                                                                         \
     A.bias = nullptr; A.slq = nullptr; A.slkv = nullptr; A.ptk = nullptr; A.ptv = nullptr;         \
-    A.seed = 0; A.offset = 0;                                                                       \
+    A.sink = nullptr; A.seed = 0; A.offset = 0;                                                     \
     A.scale = fa_scale; A.scale_log2 = fa_scale_log2; A.keep_scale = 1.0f; A.drop_t = 0;            \
-    FA_INIT_BIAS FA_INIT_LENS FA_INIT_PAGES FA_INIT_SEED FA_RAGGED(FA_RG_INIT)
+    FA_INIT_BIAS FA_INIT_LENS FA_INIT_PAGES FA_INIT_SINK FA_INIT_SEED FA_RAGGED(FA_RG_INIT)
 
 // Ragged (packed) tensors (indices: their places in graph::ops::sdpa::RAGGED_PORTS):
 // FA_RAGGED(X) lists X(index, load, stride) for each, with its offsets
@@ -208,10 +214,12 @@ struct FaIn {
 #define FA_RG_V 2
 #define FA_RG_O 3
 #define FA_RG_ST 4
-#define FA_RG_DO 5
-#define FA_RG_DQ 6
-#define FA_RG_DK 7
-#define FA_RG_DV 8
+#define FA_RG_SMAX 5
+#define FA_RG_SSUM 6
+#define FA_RG_DO 7
+#define FA_RG_DQ 8
+#define FA_RG_DK 9
+#define FA_RG_DV 10
 #define FA_RG_START(n, ld, s) \
     case n: return (i64)ld(A.rg[n], bi * (s));
 // Where batch bi of tensor `which` starts: its ragged offset, else bi * s0 (its batch stride).

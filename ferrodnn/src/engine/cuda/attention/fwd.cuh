@@ -7,6 +7,10 @@
 //   FA_QREG                              Q fragments kept in registers (head dims up to 128)
 //   O_S0..3, O_PAIR, ST_O                o's strides and store (pairs of 4 bytes, or st_<type>)
 //   FA_HAS_STATS, ST_STATS, ST_S0..2     the log-sum-exp stats output
+//   FA_HAS_SMAX, ST_SMAX, SMAX_S0..2     the score_max output (each row's softmax max)
+//   FA_HAS_SSUM, ST_SSUM, SSUM_S0..2     the score_sum_exp output (its sum of exp(s - max))
+// With FA_HAS_SINK (common.cuh) the sink's logit starts each row's running max, and its term,
+// exp(0) = 1, the running sum.
 
 FA_DEFINE_STORE(o, O_PAIR, ST_O, O_S3)
 
@@ -55,6 +59,14 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
     // part of the running sum, and the output accumulators.
     float m[2] = {FA_NINF, FA_NINF};
     float l[2] = {0.0f, 0.0f};
+#if FA_HAS_SINK
+    // The sink: a key of logit sink_h (log2 units here) and no value. Its term enters the sum of
+    // one thread of the quad that shares the row (the quad's parts are added at the end).
+    m[0] = (float)LD_SINK(A.sink, h * SINK_S1) * FA_LOG2E;
+    m[1] = m[0];
+    l[0] = tg == 0 ? 1.0f : 0.0f;
+    l[1] = l[0];
+#endif
     float oacc[FA_DV / 8][4];
     #pragma unroll
     for (int n = 0; n < FA_DV / 8; ++n) { oacc[n][0] = 0.0f; oacc[n][1] = 0.0f; oacc[n][2] = 0.0f; oacc[n][3] = 0.0f; }
@@ -193,7 +205,8 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
     }
     fa_wait<0>();
 
-    // Normalize and store; empty rows (padded, or every key masked) give o = 0, stats = +inf.
+    // Normalize and store; empty rows (padded, or every key masked without a sink) give o = 0,
+    // stats = -inf, score_max = -inf and score_sum_exp = 0.
     #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         float lsum = l[hh];
@@ -213,6 +226,16 @@ extern "C" __global__ void __launch_bounds__(FA_NT) KERNEL_NAME(KERNEL_PARAMS) {
 #if FA_HAS_STATS
         if (i < FA_SQ && tg == 0 && fa_has_row(FA_RG_ST, i, lq)) {
             ST_STATS(stats_p, fa_start(A, FA_RG_ST, bi, ST_S0) + h * ST_S1 + i * ST_S2, empty ? (double)FA_NINF : (double)(m[hh] * FA_LN2 + logf(lsum)));
+        }
+#endif
+#if FA_HAS_SMAX
+        if (i < FA_SQ && tg == 0 && fa_has_row(FA_RG_SMAX, i, lq)) {
+            ST_SMAX(smax_p, fa_start(A, FA_RG_SMAX, bi, SMAX_S0) + h * SMAX_S1 + i * SMAX_S2, empty ? (double)FA_NINF : (double)(m[hh] * FA_LN2));
+        }
+#endif
+#if FA_HAS_SSUM
+        if (i < FA_SQ && tg == 0 && fa_has_row(FA_RG_SSUM, i, lq)) {
+            ST_SSUM(ssum_p, fa_start(A, FA_RG_SSUM, bi, SSUM_S0) + h * SSUM_S1 + i * SSUM_S2, empty ? 0.0 : (double)lsum);
         }
 #endif
     }

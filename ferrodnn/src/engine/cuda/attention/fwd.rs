@@ -34,6 +34,13 @@ pub(super) fn generate(p: &Problem, vec: bool) -> Option<NodeKernels> {
     if let Some(s) = stats {
         sig.ptr("stats_p", s, true);
     }
+    let (smax, ssum) = (node.output("score_max"), node.output("score_sum_exp"));
+    if let Some(t) = smax {
+        sig.ptr("smax_p", t, true);
+    }
+    if let Some(t) = ssum {
+        sig.ptr("ssum_p", t, true);
+    }
     sig.ptr("q_p", p.q, false).ptr("k_p", p.k, false).ptr("v_p", p.v, false);
     p.inputs(&mut sig);
     let entry = p.entry(if vec { "attn_fwd" } else { "attn_fwd_unaligned" });
@@ -45,9 +52,17 @@ pub(super) fn generate(p: &Problem, vec: bool) -> Option<NodeKernels> {
         .define("FA_BN", bn)
         .define("FA_LDQ", p.d + 8)
         .flag("FA_QREG", p.d <= 128)
-        .flag("FA_HAS_STATS", stats.is_some());
+        .flag("FA_HAS_STATS", stats.is_some())
+        .flag("FA_HAS_SMAX", smax.is_some())
+        .flag("FA_HAS_SSUM", ssum.is_some());
     if let Some(s) = stats {
         src = p.stats_store(src, s);
+    }
+    if let Some(t) = smax {
+        src = p.row_store(src, "SMAX", t);
+    }
+    if let Some(t) = ssum {
+        src = p.row_store(src, "SSUM", t);
     }
     let source = p.output_store(src, "O", o, vec && p.pair_ok(o)).template(COMMON).template(include_str!("fwd.cuh")).build();
     let grid = ((p.s_q + bm - 1) / bm, p.h_q, p.b);

@@ -19,7 +19,11 @@
 //! What the engine takes (anything else returns `None` and runs on the fallback): q/k/v (and
 //! `do`) bf16 or f16; head dims (q/k and v apart) multiples of 8 up to 256; a node not computing
 //! in f64; every mask, bias shape, ALiBi, dropout, GQA/MQA, padding, stats,
-//! any strides; paged K/V in the forward pass only.
+//! any strides; paged K/V in the forward pass only; the sink token (its logit starts each row's
+//! running max and sum) and the score statistics (`score_max`, `score_sum_exp`: the rows' final
+//! max and sum) on the general forward, which the Hopper and decode forwards leave them to, as
+//! they do ragged tensors; the sink's gradient (a CTA per query head summing over the rows
+//! after the `D` pass) on both backwards.
 
 mod bwd;
 mod bwd90;
@@ -72,8 +76,10 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
     // Each kernel family computes on its own tile widths (`Problem::widths`).
     let Some(general) = p.widths(general_width) else { return Ok(None) };
     // Ragged (packed) sequences run on the general kernels: the Hopper ones load whole tiles by
-    // TMA over each tensor's own dims, and decode splits keys across CTAs per batch.
-    if !p.ragged.is_empty() {
+    // TMA over each tensor's own dims, and decode splits keys across CTAs per batch. So does a
+    // forward with the sink token or the score statistics, which only the general forward has
+    // (the Hopper backward takes the sink: its gradient is one launch after D).
+    if !p.ragged.is_empty() || (!backward && (p.sink.is_some() || p.score_stats)) {
         return Ok(if backward { bwd::unit(&general, target) } else { fwd::unit(&general, target) });
     }
     let hopper = p.widths(hopper_width);
@@ -151,6 +157,10 @@ pub(crate) struct Problem<'a> {
     pub ragged: Vec<(usize, TensorId)>,
     /// The dropout probability when dropout is on (p > 0).
     pub dropout: Option<f64>,
+    /// The sink token (`[1, h_q, 1, 1]`: one logit per query head).
+    pub sink: Option<TensorId>,
+    /// Whether the forward has a `score_max` or `score_sum_exp` output.
+    pub score_stats: bool,
     /// The attention scale: the op's, or the tensor on its `attn_scale` port.
     pub scale: Attr,
 }
@@ -225,6 +235,11 @@ impl<'a> Problem<'a> {
                 return None;
             }
         }
+        let sink = node.input("sink_token");
+        if sink.is_some_and(|t| graph.desc(t).dims != [1, h_q, 1, 1]) {
+            return None;
+        }
+        let score_stats = node.output("score_max").is_some() || node.output("score_sum_exp").is_some();
         if backward {
             let d_o = node.input("do")?;
             if graph.resolved_data_type(d_o)? != dt || graph.desc(d_o).dims != [b, h_q, s_q, d_v] {
@@ -257,6 +272,8 @@ impl<'a> Problem<'a> {
             paged,
             ragged,
             dropout,
+            sink,
+            score_stats,
             scale,
         })
     }
@@ -340,7 +357,8 @@ impl<'a> Problem<'a> {
             .flag("FA_SCALE_POS", self.scale.known(g).is_some_and(|s| s > 0.0))
             .define("FA_SOFTMAX_SCALE", self.scale.known(g).map_or("A.scale_log2".to_string(), |s| c_float(s * std::f64::consts::LOG2_E)))
             .flag("FA_DROPOUT", self.dropout.is_some())
-            .flag("FA_PAGED", self.paged.is_some());
+            .flag("FA_PAGED", self.paged.is_some())
+            .flag("FA_HAS_SINK", self.sink.is_some());
         s = self.strides(s, "Q", self.q, false);
         s = self.strides(s, "K", self.k, false);
         s = self.strides(s, "V", self.v, false);
@@ -370,6 +388,9 @@ impl<'a> Problem<'a> {
         if let (Some(_), Some(seed), Some(offset)) = (self.dropout, self.seed, self.offset) {
             s = s.define("LD_SEED", ld(g, seed)).define("LD_OFFSET", ld(g, offset));
         }
+        if let Some(t) = self.sink {
+            s = s.define("LD_SINK", ld(g, t)).define("SINK_S1", format!("{}LL", g.desc(t).strides[1]));
+        }
         if a.alibi {
             let slopes: Vec<String> = alibi_slopes(self.h_q as usize).iter().map(|&x| c_float(x)).collect();
             s = s.define("FA_NSLOPES", slopes.len()).define("FA_SLOPES", slopes.join(", "));
@@ -380,7 +401,7 @@ impl<'a> Problem<'a> {
         s.define("FA_RAGGED(X)", ragged)
     }
 
-    /// The parameters of the optional inputs (bias, padding lengths, page tables, ragged offsets) and of the
+    /// The parameters of the optional inputs (bias, padding lengths, page tables, the sink, ragged offsets) and of the
     /// runtime scalars (the attention scale, and times log2(e), in f32 as the kernels compute),
     /// then with dropout the seed and offset, the keep scale 1 / (1 - p) and the drop threshold:
     /// what `FA_INIT` (`common.cuh`) reads into `FaIn A`. Values, not literals, so that one
@@ -394,6 +415,9 @@ impl<'a> Problem<'a> {
         }
         if let Some((tk, tv)) = self.paged {
             sig.ptr("ptk_p", tk, false).ptr("ptv_p", tv, false);
+        }
+        if let Some(t) = self.sink {
+            sig.ptr("sink_p", t, false);
         }
         sig.attr("fa_scale", self.scale, false).attr("fa_scale_log2", self.scale.times(std::f64::consts::LOG2_E), false);
         if let (Some(p), Some(seed), Some(offset)) = (self.dropout, self.seed, self.offset) {
@@ -429,6 +453,13 @@ impl<'a> Problem<'a> {
             .define("ST_S0", format!("{}LL", d.strides[0]))
             .define("ST_S1", format!("{}LL", d.strides[1]))
             .define("ST_S2", format!("{}LL", d.strides[2]))
+    }
+
+    /// The defines of another per-row output `[b, h_q, s_q, 1]` (`score_max`, `score_sum_exp`):
+    /// `ST_{prefix}` (its store) and `{prefix}_S0..2`.
+    pub fn row_store(&self, s: Source, prefix: &str, t: TensorId) -> Source {
+        let d = self.graph.desc(t);
+        (0..3).fold(s.define(&format!("ST_{prefix}"), st(self.graph, t)), |s, a| s.define(&format!("{prefix}_S{a}"), format!("{}LL", d.strides[a])))
     }
 }
 

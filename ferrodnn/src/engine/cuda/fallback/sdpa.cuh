@@ -4,22 +4,25 @@
 //
 // Kernels (SD_KERNEL):
 // - SD_FORWARD: one thread per query row (b, h, i): a pass over the keys for the row max, one
-//   for the sum of exp(s - max), one accumulating o; writes o and stats (when SD_HAS_STATS:
-//   ST_O, ST_STATS), and the row's dropout mask, 1 kept and 0 dropped (when SD_HAS_DUMP:
-//   ST_DUMP).
+//   for the sum of exp(s - max), one accumulating o (the sink token, with SD_HAS_SINK, starts
+//   the max and the sum); writes o and stats (when SD_HAS_STATS: ST_O, ST_STATS), the max and
+//   the sum (when SD_HAS_SMAX / SD_HAS_SSUM: ST_SMAX, ST_SSUM), and the row's dropout mask, 1
+//   kept and 0 dropped (when SD_HAS_DUMP: ST_DUMP).
 // - SD_ROW_D: one thread per query row: D_i = do_i . o_i into `dbuf`.
 // - SD_DQ: one thread per query row: the dq row (ST_DQ).
 // - SD_KEY_GRAD: one thread per dk (SD_GRAD_K) or dv row of width SD_G (a logical key, or a pool
 //   row with paging: PT_PAGES pages per batch): loops over the SD_GROUP_G query heads that read
 //   its K (or V) head and their queries (ST_GRAD).
 // - SD_DBIAS: one thread per bias element, summing dS over the broadcast dims (ST_DB).
+// - SD_DSINK: one thread per query head: dsink_h = -sum over batches and rows of
+//   exp(sink_h - stats) D (ST_DSINK).
 //
 // The instantiation also defines the sizes SD_B, SD_HQ, SD_HK, SD_HV, SD_SQ, SD_SKV, SD_D,
 // SD_DV, SD_GROUP_K and SD_GROUP_V (query heads per K head and per V head); the attributes SD_CAUSAL, SD_BOTTOM_RIGHT,
 // SD_HAS_SWL / SD_SWL, SD_HAS_SWR / SD_SWR (sliding windows), SD_HAS_BIAS, SD_PADDING, SD_ALIBI
 // (with SD_SLOPES(X), a list of X(head, slope)), SD_DROPOUT, SD_PAGED,
-// SD_BACKWARD; and the loads LD_Q, LD_K, LD_V, LD_BIAS, LD_SLQ, LD_SLKV, LD_PTK, LD_PTV, LD_O,
-// LD_DO, LD_STATS, LD_SEED, LD_OFFSET of the tensors present; SD_RAGGED(X), the list
+// SD_BACKWARD, SD_HAS_SINK; and the loads LD_Q, LD_K, LD_V, LD_BIAS, LD_SLQ, LD_SLKV, LD_PTK,
+// LD_PTV, LD_SINK, LD_O, LD_DO, LD_STATS, LD_SEED, LD_OFFSET of the tensors present; SD_RAGGED(X), the list
 // X(index, load) of the ragged tensors (index SD_RG_Q ... SD_RG_DV, with `rg<index>_p` / `rg<index>_s`
 // parameters: their offsets and its stride), empty when none is. The attention scale and the
 // dropout's probability and keep scale 1/(1-p) are the kernel's double parameters `sd_scale`,
@@ -30,6 +33,7 @@
 #define SD_DQ 2
 #define SD_KEY_GRAD 3
 #define SD_DBIAS 4
+#define SD_DSINK 5
 
 // The tensors that may be ragged (packed sequences: batch bi starts at element offsets[bi]), by
 // their places in graph::ops::sdpa::RAGGED_PORTS.
@@ -38,10 +42,13 @@
 #define SD_RG_V 2
 #define SD_RG_O 3
 #define SD_RG_ST 4
-#define SD_RG_DO 5
-#define SD_RG_DQ 6
-#define SD_RG_DK 7
-#define SD_RG_DV 8
+#define SD_RG_SMAX 5
+#define SD_RG_SSUM 6
+#define SD_RG_DO 7
+#define SD_RG_DQ 8
+#define SD_RG_DK 9
+#define SD_RG_DV 10
+#define SD_RG_N 11
 
 #define SD_NEG_INF (-1.0/0.0)
 #define SD_DA (SD_D > 0 ? SD_D : 1)
@@ -63,8 +70,8 @@ struct Att {
 #endif
     double scale;
     // The ragged tensors' offsets and their strides, by SD_RG_* index.
-    const void* rg[9];
-    i64 rgs[9];
+    const void* rg[SD_RG_N];
+    i64 rgs[SD_RG_N];
 #if SD_DROPOUT
     u64 seed; u64 offset;
     double dropout_p; double dropout_keep;
@@ -72,6 +79,9 @@ struct Att {
 #if SD_PAGED
     const void* ptk; TRef tptk;
     const void* ptv; TRef tptv;
+#endif
+#if SD_HAS_SINK
+    const void* sink; TRef tsink;
 #endif
 #if SD_BACKWARD
     const void* o; TRef to;
@@ -105,6 +115,13 @@ struct Att {
     A.tptv = tptv_r;
 #else
 #define SD_INIT_PAGED
+#endif
+#if SD_HAS_SINK
+#define SD_INIT_SINK \
+    A.sink = sink_p; \
+    A.tsink = tsink_r;
+#else
+#define SD_INIT_SINK
 #endif
 #if SD_BACKWARD
 #define SD_INIT_BACKWARD \
@@ -142,6 +159,7 @@ struct Att {
     SD_INIT_BIAS        \
     SD_INIT_PADDING     \
     SD_INIT_PAGED       \
+    SD_INIT_SINK        \
     SD_INIT_BACKWARD    \
     SD_INIT_DROPOUT     \
     SD_RAGGED(SD_RG_INIT)
@@ -260,6 +278,17 @@ __device__ __forceinline__ double sd_score(const Att& A, i64 bi, i64 h, i64 i, i
     return s;
 }
 
+// The sink logit of query head h: a key with no value in every row's softmax (-inf without a
+// sink, which adds nothing).
+__device__ __forceinline__ double sd_sink(const Att& A, i64 h) {
+#if SD_HAS_SINK
+    return LD_SINK(A.sink, h * A.tsink.strides[1]);
+#else
+    (void)A; (void)h;
+    return SD_NEG_INF;
+#endif
+}
+
 // The dropout factor of score element (bi, h, i, j): 0 or 1/(1-p) (1 without dropout).
 __device__ __forceinline__ double sd_keep(const Att& A, i64 bi, i64 h, i64 i, i64 j) {
 #if SD_DROPOUT
@@ -296,12 +325,16 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         double acc[SD_DVA];
         for (int c = 0; c < SD_DV; ++c) acc[c] = 0.0;
         double lse = SD_NEG_INF;
+        // The softmax's max and sum of exp(s - max) (the sink included): -inf and 0 for a row
+        // with nothing in its softmax.
+        double smax = SD_NEG_INF;
+        double ssum = 0.0;
         if (i < lq) {
             double qv[SD_DA];
             i64 qo = sd_qrow(A, bi, h, i);
             for (int c = 0; c < SD_D; ++c) qv[c] = LD_Q(A.q, qo + c * A.tq.strides[3]);
-            // Pass 1: the row max.
-            double m = SD_NEG_INF;
+            // Pass 1: the row max (from the sink's logit, when there is one).
+            double m = sd_sink(A, h);
             for (i64 j = 0; j < SD_SKV; ++j) {
                 if (!sd_visible(i, j, lq, lkv)) continue;
                 i64 kr = sd_krow(A, bi, kh, j);
@@ -311,8 +344,9 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
                 m = fmax(m, s);
             }
             if (m != SD_NEG_INF) {
-                // Pass 2: the sum of exp(s - m) (masked keys add exp(-inf) = 0).
-                double sum = 0.0;
+                // Pass 2: the sum of exp(s - m) (masked keys add exp(-inf) = 0), from the sink's
+                // term.
+                double sum = exp(sd_sink(A, h) - m);
                 for (i64 j = 0; j < SD_SKV; ++j) {
                     double s = SD_NEG_INF;
                     if (sd_visible(i, j, lq, lkv)) {
@@ -324,6 +358,8 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
                     sum += exp(s - m);
                 }
                 lse = m + log(sum);
+                smax = m;
+                ssum = sum;
                 // Pass 3: o = sum_j (e_j / sum * keep_j) v_j.
                 for (i64 j = 0; j < SD_SKV; ++j) {
                     double s = SD_NEG_INF;
@@ -349,11 +385,21 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
             ST_STATS(stats_, sd_start(A, SD_RG_ST, bi, tstats_.strides[0]) + h * tstats_.strides[1] + i * tstats_.strides[2], lse);
         }
 #endif
+#if SD_HAS_SMAX
+        if (sd_has_row(SD_RG_SMAX, i, lq)) {
+            ST_SMAX(smax_, sd_start(A, SD_RG_SMAX, bi, tsmax_.strides[0]) + h * tsmax_.strides[1] + i * tsmax_.strides[2], smax);
+        }
+#endif
+#if SD_HAS_SSUM
+        if (sd_has_row(SD_RG_SSUM, i, lq)) {
+            ST_SSUM(ssum_, sd_start(A, SD_RG_SSUM, bi, tssum_.strides[0]) + h * tssum_.strides[1] + i * tssum_.strides[2], ssum);
+        }
+#endif
 #if SD_HAS_DUMP
         i64 mo = bi * tdump_.strides[0] + h * tdump_.strides[1] + i * tdump_.strides[2];
         for (i64 j = 0; j < SD_SKV; ++j) ST_DUMP(dump_, mo + j * tdump_.strides[3], sd_keep(A, bi, h, i, j) != 0.0 ? 1.0 : 0.0);
 #endif
-        (void)lse;
+        (void)lse; (void)smax; (void)ssum;
     }
 }
 
@@ -563,6 +609,30 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
                         sum += sd_ds(A, dbuf, bi, h, i, j, lq, lkv);
         }
         ST_DB(db_, offset_at(tg, idx), sum);
+    }
+}
+
+#elif SD_KERNEL == SD_DSINK
+
+// dsink_h = -sum over batches and rows of exp(sink_h - stats) D, in the CPU's order; padded rows
+// and rows whose stats is -inf (nothing in their softmax) add nothing.
+extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
+    pdl_site();
+    SD_INIT
+    const double* dbuf = (const double*)dbuf_;
+    GRID_STRIDE(h, (i64)SD_HQ) {
+        double t = sd_sink(A, h);
+        double sum = 0.0;
+        for (i64 bi = 0; bi < SD_B; ++bi) {
+            i64 lq, lkv;
+            sd_lens(A, bi, &lq, &lkv);
+            for (i64 i = 0; i < lq; ++i) {
+                double lse = sd_stats(A, bi, h, i);
+                if (lse == SD_NEG_INF) continue;
+                sum += exp(t - lse) * dbuf[(bi * SD_HQ + h) * SD_SQ + i];
+            }
+        }
+        ST_DSINK(dsink_, h * tdsink_.strides[1], -sum);
     }
 }
 

@@ -13,7 +13,12 @@
 //!    the query heads of the K head's group and their queries;
 //! 4. the same for `dv` (V heads, pages through `page_table_v`);
 //! 5. with `dbias`: one thread per bias element, summing dS over the broadcast dims in the CPU's
-//!    row-major order.
+//!    row-major order;
+//! 6. with `dsink_token`: one thread per query head, summing `exp(t_h - stats) D` over the
+//!    batches and rows in the CPU's order.
+//!
+//! The sink token (`sink_token`) starts each row's max and sum in the forward pass, whose
+//! `score_max` / `score_sum_exp` outputs are that max and sum.
 //!
 //! Sizes (dims) and attributes are compiled in; strides arrive in `TRef`s; the attention scale
 //! and the dropout probability (with its keep scale) are parameters, which a user may change
@@ -98,6 +103,7 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
         ("SD_DROPOUT", flag(dropout.is_some())),
         ("SD_PAGED", flag(paged.is_some())),
         ("SD_BACKWARD", flag(backward)),
+        ("SD_HAS_SINK", flag(ctx.node.input("sink_token").is_some())),
     ];
 
     // Tensor `id` as the parameters `<field>_p` and `<tref>_r` (sdpa.cuh's SD_INIT copies them
@@ -120,6 +126,9 @@ fn common(ctx: &Ctx, a: &SdpaAttrs, backward: bool) -> Result<Common> {
     if let Some((tk, tv)) = paged {
         tensor(&mut defines, "ptk", "tptk", "LD_PTK", tk);
         tensor(&mut defines, "ptv", "tptv", "LD_PTV", tv);
+    }
+    if let Some(t) = ctx.node.input("sink_token") {
+        tensor(&mut defines, "sink", "tsink", "LD_SINK", t);
     }
     if backward {
         tensor(&mut defines, "o", "to", "LD_O", ctx.input("o")?);
@@ -183,6 +192,15 @@ pub(super) fn sdpa(ctx: &Ctx, a: &SdpaAttrs) -> Result<NodeKernels> {
         own.tensor("stats_", st, true);
         extra.push(("ST_STATS", ctx.st(st)));
     }
+    // The score statistics: each a row value, as stats.
+    for (port, field, has, store) in [("score_max", "smax_", "SD_HAS_SMAX", "ST_SMAX"), ("score_sum_exp", "ssum_", "SD_HAS_SSUM", "ST_SSUM")] {
+        let t = ctx.node.output(port);
+        extra.push((has, (t.is_some() as u8).to_string()));
+        if let Some(t) = t {
+            own.tensor(field, t, true);
+            extra.push((store, ctx.st(t)));
+        }
+    }
     if let Some(m) = dump {
         own.tensor("dump_", m, true);
         extra.push(("ST_DUMP", ctx.st(m)));
@@ -224,6 +242,12 @@ pub(super) fn sdpa_backward(ctx: &Ctx, a: &SdpaAttrs) -> Result<NodeKernels> {
         let mut own = Signature::new();
         own.tensor("db_", db, true).scratch("void", "dbuf_", 0, false);
         launches.push(launch(ctx, &c, "SD_DBIAS", "sdpa_bwd_dbias", own, vec![("ST_DB", ctx.st(db))], ctx.numel(db)));
+    }
+    // 6. dsink.
+    if let Some(ds) = ctx.node.output("dsink_token") {
+        let mut own = Signature::new();
+        own.tensor("dsink_", ds, true).scratch("void", "dbuf_", 0, false);
+        launches.push(launch(ctx, &c, "SD_DSINK", "sdpa_bwd_dsink", own, vec![("ST_DSINK", ctx.st(ds))], s.h_q.max(0) as u64));
     }
     Ok(NodeKernels { launches, scratch: vec![(rows(s) as usize).max(1) * 8] })
 }
