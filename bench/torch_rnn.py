@@ -6,6 +6,7 @@ Writes JSON rows {id, ours_ms, torch_ms, ratio}."""
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -116,7 +117,22 @@ def main():
                 row = dict(id=name, error=f"{type(e).__name__}: {e}"[:400])
             rows.append(row)
             print(json.dumps(row), flush=True)
-    json.dump(dict(suite="rnn", gpu=torch.cuda.get_device_name(), torch=torch.__version__, cudnn=torch.backends.cudnn.version(), rows=rows), open(args.out, "w"), indent=1)
+    name = torch.cuda.get_device_name()
+    result = dict(
+        gpu="h200" if "H200" in name else "h100",
+        device=name,
+        date=time.strftime("%Y-%m-%d"),
+        commit=os.environ.get("FERRODNN_COMMIT", "unknown"),
+        software=f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}",
+        suite="rnn",
+        note=("bench/torch_rnn.py: ferrodnn's rnn graph ops (forward alone: inference; forward + backward: the rnn, "
+              "rnn_backward_data and rnn_backward_weights ops in one graph) beside PyTorch's nn.LSTM / nn.GRU on cuDNN "
+              "(forward under no_grad; forward + backward of the output's sum), same shapes, fp16, in one process; "
+              "CUDA events over back-to-back calls, host time included on both sides, median of 3 rounds."),
+        workloads=rows,
+    )
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":
