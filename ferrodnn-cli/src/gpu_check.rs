@@ -51,7 +51,7 @@ pub fn gpu_check(filter: Option<String>, out: Option<std::path::PathBuf>, seed: 
     let (shard_index, shards) = shard.unwrap_or((0, 1));
     let all: Vec<_> = cases::all()
         .into_iter()
-        .filter(|c| filter.as_deref().is_none_or(|f| c.name.contains(f)))
+        .filter(|c| filter.as_deref().is_none_or(|f| f.split(',').any(|f| c.name.contains(f))))
         .enumerate()
         .filter(|(i, _)| i % shards.max(1) == shard_index)
         .map(|(_, c)| c)

@@ -147,7 +147,7 @@ enum Command {
     /// Run every check case (every op, multi-op graphs) on the GPU against the CPU engine and
     /// print a pass/fail table; exits non-zero on any failure.
     GpuCheck {
-        /// Only cases whose name contains this.
+        /// Only cases whose name contains this (or any of several, comma-separated).
         #[arg(long)]
         filter: Option<String>,
         /// Also write the results as JSON here.
