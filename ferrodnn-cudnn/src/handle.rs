@@ -51,6 +51,18 @@ fn new_handle(force_cpu: bool) -> R<HandleState> {
     Ok(HandleState { fd, gpu: is_gpu, stream: Mutex::new(0), plans: PlanCache::default(), scratch: Mutex::new(None) })
 }
 
+/// The handle backend descriptors fall back on when a program gives them none (an operation
+/// graph without CUDNN_ATTR_OPERATIONGRAPH_HANDLE): one per process, of the kind cudnnCreate
+/// gives.
+pub fn default_handle() -> R<Arc<HandleState>> {
+    static DEFAULT: OnceLock<Arc<HandleState>> = OnceLock::new();
+    if let Some(h) = DEFAULT.get() {
+        return Ok(h.clone());
+    }
+    let h = Arc::new(new_handle(false)?);
+    Ok(DEFAULT.get_or_init(|| h).clone())
+}
+
 #[no_mangle]
 pub extern "C" fn cudnnCreate(out: *mut cudnnHandle_t) -> Status {
     guard("cudnnCreate", || {

@@ -23,6 +23,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod api;
+pub mod backend;
 pub mod batchnorm;
 pub mod conv;
 pub mod desc;

@@ -1,0 +1,656 @@
+//! The backend descriptor API on the CPU handle: graphs built from tensor and operation
+//! descriptors (conv + bias + relu, matmul + bias, layernorm, a pointwise chain, reductions),
+//! planned through engine heuristics, engine configurations and execution plans, and executed
+//! on host buffers, each against the same graph built with ferrodnn's graph API and run on its
+//! f64 reference engine; then the status codes and messages of bad calls.
+
+mod common;
+use common::*;
+use ferrodnn::graph::ops::conv::ConvAttrs;
+use ferrodnn::graph::ops::norm::NormAttrs;
+use ferrodnn::graph::ops::pointwise::PointwiseMode;
+use ferrodnn::graph::ops::reduction::ReductionMode;
+use ferrodnn::layout::Nd;
+use ferrodnn::{DataType, Graph, TensorDesc, TensorId};
+use ferrodnn_cudnn::backend::attrs::*;
+use ferrodnn_cudnn::backend::*;
+use ferrodnn_cudnn::types::*;
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+/// A backend descriptor, destroyed on drop.
+struct B(cudnnBackendDescriptor_t);
+
+impl B {
+    fn new(kind: i32) -> B {
+        let mut d = std::ptr::null_mut();
+        ok(cudnnBackendCreateDescriptor(kind, &mut d));
+        B(d)
+    }
+    fn set_raw<T>(&self, attr: i32, ty: i32, v: &[T]) -> Status {
+        cudnnBackendSetAttribute(self.0, attr, ty, v.len() as i64, v.as_ptr() as *const c_void)
+    }
+    fn i64s(self, attr: i32, v: &[i64]) -> B {
+        ok(self.set_raw(attr, T_INT64, v));
+        self
+    }
+    fn int(self, attr: i32, ty: i32, v: i32) -> B {
+        ok(self.set_raw(attr, ty, &[v]));
+        self
+    }
+    fn f64(self, attr: i32, v: f64) -> B {
+        ok(self.set_raw(attr, T_DOUBLE, &[v]));
+        self
+    }
+    fn boolean(self, attr: i32, v: bool) -> B {
+        ok(self.set_raw(attr, T_BOOLEAN, &[v]));
+        self
+    }
+    fn handle(self, attr: i32, h: cudnnHandle_t) -> B {
+        ok(self.set_raw(attr, T_HANDLE, &[h]));
+        self
+    }
+    fn descs(self, attr: i32, v: &[&B]) -> B {
+        let raw: Vec<cudnnBackendDescriptor_t> = v.iter().map(|d| d.0).collect();
+        ok(self.set_raw(attr, T_BACKEND_DESCRIPTOR, &raw));
+        self
+    }
+    fn fin(self) -> B {
+        ok(cudnnBackendFinalize(self.0));
+        self
+    }
+    fn get_i64(&self, attr: i32) -> i64 {
+        let (mut n, mut v) = (0i64, 0i64);
+        ok(cudnnBackendGetAttribute(self.0, attr, T_INT64, 1, &mut n, &mut v as *mut i64 as *mut c_void));
+        assert_eq!(n, 1);
+        v
+    }
+}
+
+impl Drop for B {
+    fn drop(&mut self) {
+        ok(cudnnBackendDestroyDescriptor(self.0));
+    }
+}
+
+fn packed(dims: &[i64]) -> Vec<i64> {
+    ferrodnn::graph::packed_strides(dims)
+}
+
+fn nhwc(dims: &[i64]) -> Vec<i64> {
+    let order: Vec<usize> = std::iter::once(0).chain(2..dims.len()).chain(std::iter::once(1)).collect();
+    ferrodnn::graph::strides_for_order(dims, &order)
+}
+
+/// A finalized f32 tensor descriptor.
+fn tensor(uid: i64, dims: &[i64], strides: &[i64], is_virtual: bool) -> B {
+    B::new(TENSOR)
+        .i64s(TENSOR_UNIQUE_ID, &[uid])
+        .int(TENSOR_DATA_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT)
+        .i64s(TENSOR_DIMENSIONS, dims)
+        .i64s(TENSOR_STRIDES, strides)
+        .i64s(TENSOR_BYTE_ALIGNMENT, &[16])
+        .boolean(TENSOR_IS_VIRTUAL, is_virtual)
+        .fin()
+}
+
+/// A by-value f32 scalar tensor.
+fn scalar(uid: i64) -> B {
+    B::new(TENSOR)
+        .i64s(TENSOR_UNIQUE_ID, &[uid])
+        .int(TENSOR_DATA_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT)
+        .i64s(TENSOR_DIMENSIONS, &[1, 1, 1, 1])
+        .i64s(TENSOR_STRIDES, &[1, 1, 1, 1])
+        .i64s(TENSOR_BYTE_ALIGNMENT, &[16])
+        .boolean(TENSOR_IS_BY_VALUE, true)
+        .fin()
+}
+
+fn pw_desc(mode: i32) -> B {
+    B::new(POINTWISE).int(POINTWISE_MODE, T_POINTWISE_MODE, mode).int(POINTWISE_MATH_PREC, T_DATA_TYPE, CUDNN_DATA_FLOAT).fin()
+}
+
+/// A pointwise operation: `y = mode(x[, b])`.
+fn pw_op(desc: &B, x: &B, b: Option<&B>, y: &B) -> B {
+    let mut op = B::new(OP_POINTWISE).descs(OP_PW_DESCRIPTOR, &[desc]).descs(OP_PW_XDESC, &[x]).descs(OP_PW_YDESC, &[y]);
+    if let Some(b) = b {
+        op = op.descs(OP_PW_BDESC, &[b]);
+    }
+    op.fin()
+}
+
+fn op_graph(h: cudnnHandle_t, ops: &[&B]) -> B {
+    B::new(OPERATIONGRAPH).handle(OPERATIONGRAPH_HANDLE, h).descs(OPERATIONGRAPH_OPS, ops).fin()
+}
+
+/// Heuristics in `mode`: their engine configurations, each finalized.
+fn heuristics(graph: &B, mode: i32) -> Vec<B> {
+    let heur = B::new(ENGINEHEUR).descs(ENGINEHEUR_OPERATION_GRAPH, &[graph]).int(ENGINEHEUR_MODE, T_HEUR_MODE, mode).fin();
+    let mut n = 0i64;
+    ok(cudnnBackendGetAttribute(heur.0, ENGINEHEUR_RESULTS, T_BACKEND_DESCRIPTOR, 0, &mut n, std::ptr::null_mut()));
+    assert!(n >= 1, "heuristics gave no engine configuration");
+    let cfgs: Vec<B> = (0..n).map(|_| B::new(ENGINECFG)).collect();
+    let mut raw: Vec<cudnnBackendDescriptor_t> = cfgs.iter().map(|c| c.0).collect();
+    let mut got = 0i64;
+    ok(cudnnBackendGetAttribute(heur.0, ENGINEHEUR_RESULTS, T_BACKEND_DESCRIPTOR, n, &mut got, raw.as_mut_ptr() as *mut c_void));
+    assert_eq!(got, n);
+    cfgs
+}
+
+fn plan(h: cudnnHandle_t, cfg: &B) -> B {
+    B::new(EXECUTION_PLAN).handle(EXECUTION_PLAN_HANDLE, h).descs(EXECUTION_PLAN_ENGINE_CONFIG, &[cfg]).fin()
+}
+
+/// Host buffers of one execution, by uid.
+struct Buffers {
+    data: HashMap<i64, Vec<f32>>,
+    scalars: HashMap<i64, f32>,
+}
+
+impl Buffers {
+    fn new() -> Buffers {
+        Buffers { data: HashMap::new(), scalars: HashMap::new() }
+    }
+    /// Dense values of logical dims scattered into a strided buffer (gaps poisoned).
+    fn input(&mut self, uid: i64, nd: &Nd, strides: &[i64]) {
+        let extent = 1 + nd.dims.iter().zip(strides).map(|(&d, &s)| (d as i64 - 1) * s).sum::<i64>();
+        let mut buf = vec![f32::NAN; extent as usize];
+        for (i, &v) in nd.data.iter().enumerate() {
+            buf[offset(i, &nd.dims, strides)] = v as f32;
+        }
+        self.data.insert(uid, buf);
+    }
+    fn output(&mut self, uid: i64, dims: &[i64], strides: &[i64]) {
+        let extent = 1 + dims.iter().zip(strides).map(|(&d, &s)| (d - 1) * s).sum::<i64>();
+        self.data.insert(uid, vec![f32::NAN; extent as usize]);
+    }
+    fn dense(&self, uid: i64, dims: &[i64], strides: &[i64]) -> Vec<f32> {
+        let n: i64 = dims.iter().product();
+        let d: Vec<usize> = dims.iter().map(|&x| x as usize).collect();
+        (0..n as usize).map(|i| self.data[&uid][offset(i, &d, strides)]).collect()
+    }
+    /// A variant pack of every buffer, with `workspace`.
+    fn pack(&mut self, workspace: &mut [u8]) -> B {
+        let mut uids = Vec::new();
+        let mut ptrs: Vec<*mut c_void> = Vec::new();
+        for (&u, v) in self.data.iter_mut() {
+            uids.push(u);
+            ptrs.push(v.as_mut_ptr() as *mut c_void);
+        }
+        for (&u, v) in self.scalars.iter_mut() {
+            uids.push(u);
+            ptrs.push(v as *mut f32 as *mut c_void);
+        }
+        let pack = B::new(VARIANT_PACK).i64s(VARIANT_PACK_UNIQUE_IDS, &uids);
+        ok(pack.set_raw(VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, &ptrs));
+        let ws = workspace.as_mut_ptr() as *mut c_void;
+        ok(pack.set_raw(VARIANT_PACK_WORKSPACE, T_VOID_PTR, &[ws]));
+        pack.fin()
+    }
+}
+
+fn offset(flat: usize, dims: &[usize], strides: &[i64]) -> usize {
+    let mut rem = flat;
+    let mut off = 0i64;
+    for a in (0..dims.len()).rev() {
+        off += (rem % dims[a]) as i64 * strides[a];
+        rem /= dims[a];
+    }
+    off as usize
+}
+
+/// Plans the graph (heuristics in `mode`, the first configuration), checks the workspace size
+/// queries agree, and executes it on `bufs`.
+fn run(h: cudnnHandle_t, graph: &B, mode: i32, bufs: &mut Buffers) {
+    let cfgs = heuristics(graph, mode);
+    let ws_cfg = cfgs[0].get_i64(ENGINECFG_WORKSPACE_SIZE);
+    let p = plan(h, &cfgs[0]);
+    let ws = p.get_i64(EXECUTION_PLAN_WORKSPACE_SIZE);
+    assert_eq!(ws, ws_cfg, "the plan's workspace and its engine configuration's differ");
+    let mut workspace = vec![0u8; ws as usize];
+    let pack = bufs.pack(&mut workspace);
+    ok(cudnnBackendExecute(h, p.0, pack.0));
+}
+
+/// The reference: `g` on ferrodnn's f64 engine with `inputs`, output `uid`'s dense values.
+fn reference(g: &Graph, inputs: &HashMap<TensorId, Nd>, uid: i64) -> Vec<f64> {
+    let out = ferrodnn::testing::run_cpu(g, inputs).expect("the reference graph runs");
+    let t = g.tensors.iter().position(|t| t.uid == Some(uid)).map(TensorId).expect("uid in the reference graph");
+    out[&t].data.clone()
+}
+
+fn rand_nd(dims: &[i64], seed: u64) -> Nd {
+    let d: Vec<usize> = dims.iter().map(|&x| x as usize).collect();
+    let n = d.iter().product();
+    Nd::new(d, rand(n, seed).into_iter().map(|v| v as f64).collect())
+}
+
+fn check(got: &[f32], want: &[f64], tol: f64, what: &str) {
+    close(got, want, tol, what);
+}
+
+#[test]
+fn conv_bias_relu_matches_the_reference_in_every_heuristic_mode() {
+    let h = Handle::cpu();
+    let (xd, wd, bd, yd) = ([2i64, 8, 9, 9], [16i64, 8, 3, 3], [1i64, 16, 1, 1], [2i64, 16, 9, 9]);
+    let x = tensor(1, &xd, &nhwc(&xd), false);
+    let w = tensor(2, &wd, &nhwc(&wd), false);
+    let b = tensor(3, &bd, &packed(&bd), false);
+    let conv_out = tensor(100, &yd, &nhwc(&yd), true);
+    let biased = tensor(101, &yd, &nhwc(&yd), true);
+    let y = tensor(4, &yd, &nhwc(&yd), false);
+    let conv = B::new(CONVOLUTION)
+        .int(CONVOLUTION_COMP_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT)
+        .int(CONVOLUTION_CONV_MODE, T_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
+        .i64s(CONVOLUTION_SPATIAL_DIMS, &[2])
+        .i64s(CONVOLUTION_PRE_PADDINGS, &[1, 1])
+        .i64s(CONVOLUTION_POST_PADDINGS, &[1, 1])
+        .i64s(CONVOLUTION_FILTER_STRIDES, &[1, 1])
+        .i64s(CONVOLUTION_DILATIONS, &[1, 1])
+        .fin();
+    let fprop = B::new(OP_CONV_FORWARD)
+        .descs(OP_CONV_FWD_X, &[&x])
+        .descs(OP_CONV_FWD_W, &[&w])
+        .descs(OP_CONV_FWD_Y, &[&conv_out])
+        .descs(OP_CONV_FWD_CONV_DESC, &[&conv])
+        .f64(OP_CONV_FWD_ALPHA, 1.0)
+        .f64(OP_CONV_FWD_BETA, 0.0)
+        .fin();
+    let add = pw_op(&pw_desc(pw::ADD), &conv_out, Some(&b), &biased);
+    let relu = pw_op(&pw_desc(pw::RELU_FWD), &biased, None, &y);
+    let graph = op_graph(h.0, &[&fprop, &add, &relu]);
+    assert!(graph.get_i64(OPERATIONGRAPH_ENGINE_GLOBAL_COUNT) >= 2, "the CPU handle has the fast engine and the reference");
+
+    // The same graph with ferrodnn's builder.
+    let mut g = Graph::new("conv_bias_relu");
+    let gx = g.tensor(TensorDesc::new("x", &xd, DataType::F32).with_strides(&nhwc(&xd)).with_uid(1));
+    let gw = g.tensor(TensorDesc::new("w", &wd, DataType::F32).with_strides(&nhwc(&wd)).with_uid(2));
+    let gb = g.tensor(TensorDesc::new("b", &bd, DataType::F32).with_uid(3));
+    let c = g.conv_fprop(gx, gw, ConvAttrs::new(2).with_padding(&[1, 1]));
+    let c = g.add(c, gb);
+    let gy = g.relu(c);
+    g.set_output(gy);
+    g.desc_mut(gy).uid = Some(4);
+    g.desc_mut(gy).data_type = Some(DataType::F32);
+    let inputs: HashMap<TensorId, Nd> = [(gx, rand_nd(&xd, 1)), (gw, rand_nd(&wd, 2)), (gb, rand_nd(&bd, 3))].into_iter().collect();
+    let want = reference(&g, &inputs, 4);
+
+    for mode in [HEUR_MODE_A, HEUR_MODE_INSTANT, HEUR_MODE_B, HEUR_MODE_FALLBACK] {
+        let mut bufs = Buffers::new();
+        bufs.input(1, &inputs[&gx], &nhwc(&xd));
+        bufs.input(2, &inputs[&gw], &nhwc(&wd));
+        bufs.input(3, &inputs[&gb], &packed(&bd));
+        bufs.output(4, &yd, &nhwc(&yd));
+        run(h.0, &graph, mode, &mut bufs);
+        check(&bufs.dense(4, &yd, &nhwc(&yd)), &want, 1e-5, &format!("conv+bias+relu (heuristics mode {mode})"));
+    }
+    // FALLBACK gives the most general engine only.
+    assert_eq!(heuristics(&graph, HEUR_MODE_FALLBACK).len(), 1);
+}
+
+#[test]
+fn matmul_with_bias_and_a_transposed_operand() {
+    let h = Handle::cpu();
+    let (ad, bd, biasd, cd) = ([2i64, 5, 7], [2i64, 7, 3], [1i64, 1, 3], [2i64, 5, 3]);
+    let b_strides = [21i64, 1, 7]; // b stored transposed per batch
+    let a = tensor(1, &ad, &packed(&ad), false);
+    let b = tensor(2, &bd, &b_strides, false);
+    let bias = tensor(3, &biasd, &packed(&biasd), false);
+    let prod = tensor(50, &cd, &packed(&cd), true);
+    let c = tensor(4, &cd, &packed(&cd), false);
+    let mm = B::new(MATMUL).int(MATMUL_COMP_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT).fin();
+    let op = B::new(OP_MATMUL).descs(OP_MATMUL_ADESC, &[&a]).descs(OP_MATMUL_BDESC, &[&b]).descs(OP_MATMUL_CDESC, &[&prod]).descs(OP_MATMUL_DESC, &[&mm]).fin();
+    let add = pw_op(&pw_desc(pw::ADD), &prod, Some(&bias), &c);
+    let graph = op_graph(h.0, &[&op, &add]);
+
+    let mut g = Graph::new("matmul_bias");
+    let ga = g.tensor(TensorDesc::new("a", &ad, DataType::F32).with_uid(1));
+    let gb = g.tensor(TensorDesc::new("b", &bd, DataType::F32).with_strides(&b_strides).with_uid(2));
+    let gbias = g.tensor(TensorDesc::new("bias", &biasd, DataType::F32).with_uid(3));
+    let m = g.matmul(ga, gb);
+    let gc = g.add(m, gbias);
+    g.set_output(gc);
+    g.desc_mut(gc).uid = Some(4);
+    g.desc_mut(gc).data_type = Some(DataType::F32);
+    let inputs: HashMap<TensorId, Nd> = [(ga, rand_nd(&ad, 4)), (gb, rand_nd(&bd, 5)), (gbias, rand_nd(&biasd, 6))].into_iter().collect();
+    let want = reference(&g, &inputs, 4);
+
+    let mut bufs = Buffers::new();
+    bufs.input(1, &inputs[&ga], &packed(&ad));
+    bufs.input(2, &inputs[&gb], &b_strides);
+    bufs.input(3, &inputs[&gbias], &packed(&biasd));
+    bufs.output(4, &cd, &packed(&cd));
+    run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+    check(&bufs.dense(4, &cd, &packed(&cd)), &want, 1e-5, "matmul + bias");
+}
+
+#[test]
+fn layernorm_training_with_a_by_value_epsilon() {
+    let h = Handle::cpu();
+    let (xd, sd, statd) = ([4i64, 16, 1, 1], [1i64, 16, 1, 1], [4i64, 1, 1, 1]);
+    let x = tensor(1, &xd, &packed(&xd), false);
+    let scale = tensor(2, &sd, &packed(&sd), false);
+    let bias = tensor(3, &sd, &packed(&sd), false);
+    let eps = scalar(4);
+    let y = tensor(5, &xd, &packed(&xd), false);
+    let mean = tensor(6, &statd, &packed(&statd), false);
+    let inv = tensor(7, &statd, &packed(&statd), false);
+    let op = B::new(OP_NORM_FORWARD)
+        .int(OP_NORM_FWD_MODE, T_NORM_MODE, LAYER_NORM)
+        .int(OP_NORM_FWD_PHASE, T_NORM_FWD_PHASE, NORM_FWD_TRAINING)
+        .descs(OP_NORM_FWD_XDESC, &[&x])
+        .descs(OP_NORM_FWD_SCALE_DESC, &[&scale])
+        .descs(OP_NORM_FWD_BIAS_DESC, &[&bias])
+        .descs(OP_NORM_FWD_EPSILON_DESC, &[&eps])
+        .descs(OP_NORM_FWD_YDESC, &[&y])
+        .descs(OP_NORM_FWD_MEAN_DESC, &[&mean])
+        .descs(OP_NORM_FWD_INV_VARIANCE_DESC, &[&inv])
+        .fin();
+    let graph = op_graph(h.0, &[&op]);
+
+    let eps_value = 1e-3f32;
+    let mut g = Graph::new("layernorm");
+    let gx = g.tensor(TensorDesc::new("x", &xd, DataType::F32).with_uid(1));
+    let gs = g.tensor(TensorDesc::new("s", &sd, DataType::F32).with_uid(2));
+    let gbias = g.tensor(TensorDesc::new("b", &sd, DataType::F32).with_uid(3));
+    let (gy, gm, gi) = g.layernorm(gx, gs, gbias, NormAttrs::default().with_epsilon(eps_value as f64));
+    for (t, uid) in [(gy, 5), (gm.unwrap(), 6), (gi.unwrap(), 7)] {
+        g.set_output(t);
+        g.desc_mut(t).uid = Some(uid);
+        g.desc_mut(t).data_type = Some(DataType::F32);
+    }
+    let inputs: HashMap<TensorId, Nd> = [(gx, rand_nd(&xd, 7)), (gs, rand_nd(&sd, 8)), (gbias, rand_nd(&sd, 9))].into_iter().collect();
+
+    let mut bufs = Buffers::new();
+    bufs.input(1, &inputs[&gx], &packed(&xd));
+    bufs.input(2, &inputs[&gs], &packed(&sd));
+    bufs.input(3, &inputs[&gbias], &packed(&sd));
+    bufs.scalars.insert(4, eps_value);
+    bufs.output(5, &xd, &packed(&xd));
+    bufs.output(6, &statd, &packed(&statd));
+    bufs.output(7, &statd, &packed(&statd));
+    run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+    for (uid, dims, what) in [(5, &xd, "y"), (6, &statd, "mean"), (7, &statd, "inv_variance")] {
+        check(&bufs.dense(uid, dims, &packed(dims)), &reference(&g, &inputs, uid), 1e-4, &format!("layernorm {what}"));
+    }
+}
+
+#[test]
+fn pointwise_chain_with_scalars_alpha_and_a_backward_mode() {
+    // t = tanh(2 x + s) (alpha1 = 2, s a by-value scalar); dx = relu_bwd(dy, t).
+    let h = Handle::cpu();
+    let d = [3i64, 4, 5];
+    let x = tensor(1, &d, &packed(&d), false);
+    let s = scalar(2);
+    let dy = tensor(3, &d, &packed(&d), false);
+    let sum = tensor(60, &d, &packed(&d), true);
+    let t = tensor(4, &d, &packed(&d), false);
+    let dx = tensor(5, &d, &packed(&d), false);
+    let add = B::new(OP_POINTWISE)
+        .descs(OP_PW_DESCRIPTOR, &[&pw_desc(pw::ADD)])
+        .descs(OP_PW_XDESC, &[&x])
+        .descs(OP_PW_BDESC, &[&s])
+        .descs(OP_PW_YDESC, &[&sum])
+        .f64(OP_PW_ALPHA1, 2.0)
+        .fin();
+    let tanh = pw_op(&pw_desc(pw::TANH_FWD), &sum, None, &t);
+    let relu_bwd = B::new(OP_POINTWISE).descs(OP_PW_DESCRIPTOR, &[&pw_desc(pw::RELU_BWD)]).descs(OP_PW_DYDESC, &[&dy]).descs(OP_PW_XDESC, &[&t]).descs(OP_PW_DXDESC, &[&dx]).fin();
+    let graph = op_graph(h.0, &[&relu_bwd, &tanh, &add]); // any order: the graph sorts them
+
+    let sv = 0.25f32;
+    let mut g = Graph::new("pointwise");
+    let gx = g.tensor(TensorDesc::new("x", &d, DataType::F32).with_uid(1));
+    let gdy = g.tensor(TensorDesc::new("dy", &d, DataType::F32).with_uid(3));
+    let two = g.scalar("two", 2.0);
+    let gs = g.scalar("s", sv as f64);
+    let x2 = g.mul(gx, two);
+    let sm = g.add(x2, gs);
+    let gt = g.pointwise(PointwiseMode::Tanh, &[sm]);
+    let gdx = g.pointwise(PointwiseMode::ReluBackward { lower_clip: None, upper_clip: None, negative_slope: None }, &[gdy, gt]);
+    for (t, uid) in [(gt, 4), (gdx, 5)] {
+        g.set_output(t);
+        g.desc_mut(t).uid = Some(uid);
+        g.desc_mut(t).data_type = Some(DataType::F32);
+    }
+    let inputs: HashMap<TensorId, Nd> = [(gx, rand_nd(&d, 10)), (gdy, rand_nd(&d, 11))].into_iter().collect();
+    let mut bufs = Buffers::new();
+    bufs.input(1, &inputs[&gx], &packed(&d));
+    bufs.input(3, &inputs[&gdy], &packed(&d));
+    bufs.scalars.insert(2, sv);
+    bufs.output(4, &d, &packed(&d));
+    bufs.output(5, &d, &packed(&d));
+    run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+    check(&bufs.dense(4, &d, &packed(&d)), &reference(&g, &inputs, 4), 1e-5, "tanh(2x + s)");
+    check(&bufs.dense(5, &d, &packed(&d)), &reference(&g, &inputs, 5), 1e-5, "relu backward");
+}
+
+#[test]
+fn reductions_over_the_axes_y_keeps_at_one() {
+    let h = Handle::cpu();
+    let xd = [3i64, 4, 5];
+    for (op, mode, yd) in [
+        (CUDNN_REDUCE_TENSOR_ADD, ReductionMode::Add, [3i64, 1, 1]),
+        (CUDNN_REDUCE_TENSOR_MAX, ReductionMode::Max, [1, 4, 1]),
+        (CUDNN_REDUCE_TENSOR_AVG, ReductionMode::Avg, [3, 4, 1]),
+    ] {
+        let x = tensor(1, &xd, &packed(&xd), false);
+        let y = tensor(2, &yd, &packed(&yd), false);
+        let r = B::new(REDUCTION).int(REDUCTION_OPERATOR, T_REDUCTION_OPERATOR_TYPE, op).int(REDUCTION_COMP_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT).fin();
+        let rop = B::new(OP_REDUCTION).descs(OP_REDUCTION_XDESC, &[&x]).descs(OP_REDUCTION_YDESC, &[&y]).descs(OP_REDUCTION_DESC, &[&r]).fin();
+        let graph = op_graph(h.0, &[&rop]);
+        let axes: Vec<usize> = (0..3).filter(|&i| yd[i] == 1).collect();
+        let mut g = Graph::new("reduce");
+        let gx = g.tensor(TensorDesc::new("x", &xd, DataType::F32).with_uid(1));
+        let gy = g.reduction(gx, mode, &axes);
+        g.set_output(gy);
+        g.desc_mut(gy).uid = Some(2);
+        let inputs: HashMap<TensorId, Nd> = [(gx, rand_nd(&xd, 12))].into_iter().collect();
+        let mut bufs = Buffers::new();
+        bufs.input(1, &inputs[&gx], &packed(&xd));
+        bufs.output(2, &yd, &packed(&yd));
+        run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+        check(&bufs.dense(2, &yd, &packed(&yd)), &reference(&g, &inputs, 2), 1e-5, &format!("reduction {mode:?}"));
+    }
+}
+
+/// A plan serialized to JSON and finalized again from the text runs the same.
+#[test]
+fn plan_json_round_trip() {
+    let h = Handle::cpu();
+    let d = [2i64, 3];
+    let x = tensor(1, &d, &packed(&d), false);
+    let y = tensor(2, &d, &packed(&d), false);
+    let graph = op_graph(h.0, &[&pw_op(&pw_desc(pw::EXP), &x, None, &y)]);
+    let cfgs = heuristics(&graph, HEUR_MODE_A);
+    let p = plan(h.0, &cfgs[0]);
+    let mut n = 0i64;
+    ok(cudnnBackendGetAttribute(p.0, EXECUTION_PLAN_JSON_REPRESENTATION, T_CHAR, 0, &mut n, std::ptr::null_mut()));
+    let mut json = vec![0u8; n as usize];
+    ok(cudnnBackendGetAttribute(p.0, EXECUTION_PLAN_JSON_REPRESENTATION, T_CHAR, n, &mut n, json.as_mut_ptr() as *mut c_void));
+    let text = String::from_utf8(json.clone()).unwrap();
+    assert!(text.contains("ferrodnn-cudnn-plan") && text.contains("\"exp\""), "{text}");
+    let p2 = B::new(EXECUTION_PLAN).handle(EXECUTION_PLAN_HANDLE, h.0);
+    ok(p2.set_raw(EXECUTION_PLAN_JSON_REPRESENTATION, T_CHAR, &json));
+    let p2 = p2.fin();
+    let xv = [0.0f32, 1.0, -1.0, 0.5, 2.0, -3.0];
+    let mut bufs = Buffers::new();
+    bufs.input(1, &Nd::new(vec![2, 3], xv.iter().map(|&v| v as f64).collect()), &packed(&d));
+    bufs.output(2, &d, &packed(&d));
+    let pack = bufs.pack(&mut []);
+    ok(cudnnBackendExecute(h.0, p2.0, pack.0));
+    let want: Vec<f64> = xv.iter().map(|&v| (v as f64).exp()).collect();
+    check(&bufs.dense(2, &d, &packed(&d)), &want, 1e-6, "exp from a deserialized plan");
+    // Its engine configuration is readable too.
+    let cfg = B::new(ENGINECFG);
+    let mut got = 0i64;
+    ok(cudnnBackendGetAttribute(p2.0, EXECUTION_PLAN_ENGINE_CONFIG, T_BACKEND_DESCRIPTOR, 1, &mut got, &cfg.0 as *const _ as *mut c_void));
+    assert_eq!(got, 1);
+    assert_eq!(cfg.get_i64(ENGINECFG_WORKSPACE_SIZE), 0);
+}
+
+#[test]
+fn engines_answer_their_notes_and_knobs() {
+    let h = Handle::cpu();
+    let d = [2i64, 3];
+    let x = tensor(1, &d, &packed(&d), false);
+    let y = tensor(2, &d, &packed(&d), false);
+    let graph = op_graph(h.0, &[&pw_op(&pw_desc(pw::NEG), &x, None, &y)]);
+    let count = graph.get_i64(OPERATIONGRAPH_ENGINE_GLOBAL_COUNT);
+    for i in 0..count {
+        let e = B::new(ENGINE).descs(ENGINE_OPERATION_GRAPH, &[&graph]).i64s(ENGINE_GLOBAL_INDEX, &[i]).fin();
+        assert_eq!(e.get_i64(ENGINE_GLOBAL_INDEX), i);
+        let mut n = -1i64;
+        ok(cudnnBackendGetAttribute(e.0, ENGINE_KNOB_INFO, T_BACKEND_DESCRIPTOR, 0, &mut n, std::ptr::null_mut()));
+        assert_eq!(n, 0, "ferrodnn's engines take no cuDNN knobs");
+        let mut notes = [0i32; 10];
+        ok(cudnnBackendGetAttribute(e.0, ENGINE_NUMERICAL_NOTE, T_NUMERICAL_NOTE, 10, &mut n, notes.as_mut_ptr() as *mut c_void));
+        assert!(notes[..n as usize].iter().all(|&v| v < NUMERICAL_NOTE_TYPE_COUNT));
+        let cfg = B::new(ENGINECFG).descs(ENGINECFG_ENGINE, &[&e]).descs(ENGINECFG_KNOB_CHOICES, &[]).fin();
+        let p = plan(h.0, &cfg);
+        assert!(p.get_i64(EXECUTION_PLAN_WORKSPACE_SIZE) >= 0);
+    }
+    // One past the last engine is refused by name.
+    let e = B::new(ENGINE).descs(ENGINE_OPERATION_GRAPH, &[&graph]).i64s(ENGINE_GLOBAL_INDEX, &[count]);
+    fails(cudnnBackendFinalize(e.0), CUDNN_STATUS_BAD_PARAM, &["engine global index", "ENGINE_GLOBAL_COUNT"]);
+    // A knob choice: ferrodnn's engines have none.
+    let k = B::new(KNOB_CHOICE).int(KNOB_CHOICE_KNOB_TYPE, T_KNOB_TYPE, 0).i64s(KNOB_CHOICE_KNOB_VALUE, &[1]).fin();
+    let e = B::new(ENGINE).descs(ENGINE_OPERATION_GRAPH, &[&graph]).i64s(ENGINE_GLOBAL_INDEX, &[0]).fin();
+    let cfg = B::new(ENGINECFG).descs(ENGINECFG_ENGINE, &[&e]).descs(ENGINECFG_KNOB_CHOICES, &[&k]);
+    fails(cudnnBackendFinalize(cfg.0), CUDNN_STATUS_NOT_SUPPORTED, &["no knob of type 0"]);
+}
+
+#[test]
+fn bad_attributes_are_refused_with_the_status_cudnn_gives() {
+    let t = B::new(TENSOR);
+    // Wrong type, wrong count, not an attribute of the type, read-only.
+    fails(t.set_raw(TENSOR_DIMENSIONS, T_INT32, &[2i32, 3]), CUDNN_STATUS_BAD_PARAM, &["CUDNN_ATTR_TENSOR_DIMENSIONS", "CUDNN_TYPE_INT64", "not CUDNN_TYPE_INT32"]);
+    fails(t.set_raw(TENSOR_UNIQUE_ID, T_INT64, &[1i64, 2]), CUDNN_STATUS_BAD_PARAM, &["CUDNN_ATTR_TENSOR_UNIQUE_ID", "takes 1 element", "elementCount 2"]);
+    fails(t.set_raw(TENSOR_DIMENSIONS, T_INT64, &[1i64; 9]), CUDNN_STATUS_BAD_PARAM, &["1 to 8", "elementCount 9"]);
+    fails(t.set_raw(POINTWISE_MODE, T_POINTWISE_MODE, &[0i32]), CUDNN_STATUS_BAD_PARAM, &["attributeName 0", "CUDNN_BACKEND_TENSOR_DESCRIPTOR"]);
+    fails(t.set_raw(TENSOR_DATA_TYPE, 99, &[0i32]), CUDNN_STATUS_BAD_PARAM, &["attribute type 99"]);
+    let e = B::new(ENGINE);
+    fails(e.set_raw(ENGINE_KNOB_INFO, T_BACKEND_DESCRIPTOR, &[t.0]), CUDNN_STATUS_BAD_PARAM, &["read-only"]);
+    // Null array with elements.
+    fails(cudnnBackendSetAttribute(t.0, TENSOR_UNIQUE_ID, T_INT64, 1, std::ptr::null()), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["arrayOfElements"]);
+    // Reading before finalization; finalizing without required attributes.
+    let mut n = 0i64;
+    let mut v = 0i64;
+    fails(cudnnBackendGetAttribute(t.0, TENSOR_UNIQUE_ID, T_INT64, 1, &mut n, &mut v as *mut i64 as *mut c_void), CUDNN_STATUS_NOT_INITIALIZED, &["not finalized"]);
+    fails(cudnnBackendFinalize(t.0), CUDNN_STATUS_BAD_PARAM, &["CUDNN_ATTR_TENSOR_UNIQUE_ID", "required"]);
+    // Dimensions and strides that disagree; a by-value tensor of many elements.
+    let t = B::new(TENSOR).i64s(TENSOR_UNIQUE_ID, &[1]).int(TENSOR_DATA_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT).i64s(TENSOR_DIMENSIONS, &[2, 3]).i64s(TENSOR_STRIDES, &[1]);
+    fails(cudnnBackendFinalize(t.0), CUDNN_STATUS_BAD_PARAM, &["tensor uid 1", "2 dimensions", "1 strides"]);
+    let t = B::new(TENSOR)
+        .i64s(TENSOR_UNIQUE_ID, &[1])
+        .int(TENSOR_DATA_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT)
+        .i64s(TENSOR_DIMENSIONS, &[2, 3])
+        .i64s(TENSOR_STRIDES, &[3, 1])
+        .boolean(TENSOR_IS_BY_VALUE, true);
+    fails(cudnnBackendFinalize(t.0), CUDNN_STATUS_BAD_PARAM, &["by value", "one element"]);
+    // Setting an attribute of a finalized descriptor.
+    let t = tensor(1, &[2, 3], &[3, 1], false);
+    fails(t.set_raw(TENSOR_UNIQUE_ID, T_INT64, &[5i64]), CUDNN_STATUS_NOT_INITIALIZED, &["already finalized"]);
+    fails(cudnnBackendFinalize(t.0), CUDNN_STATUS_BAD_PARAM, &["already finalized"]);
+    // Reading with the wrong type.
+    fails(
+        cudnnBackendGetAttribute(t.0, TENSOR_UNIQUE_ID, T_INT32, 1, &mut n, &mut v as *mut i64 as *mut c_void),
+        CUDNN_STATUS_BAD_PARAM,
+        &["CUDNN_ATTR_TENSOR_UNIQUE_ID", "not CUDNN_TYPE_INT32"],
+    );
+    // A descriptor that is not finalized, and one of the wrong type, as attributes.
+    let raw = B::new(TENSOR);
+    let op = B::new(OP_POINTWISE);
+    fails(op.set_raw(OP_PW_XDESC, T_BACKEND_DESCRIPTOR, &[raw.0]), CUDNN_STATUS_BAD_PARAM, &["CUDNN_ATTR_OPERATION_POINTWISE_XDESC", "not finalized"]);
+    let conv = B::new(CONVOLUTION)
+        .i64s(CONVOLUTION_SPATIAL_DIMS, &[1])
+        .i64s(CONVOLUTION_PRE_PADDINGS, &[0])
+        .i64s(CONVOLUTION_POST_PADDINGS, &[0])
+        .i64s(CONVOLUTION_FILTER_STRIDES, &[1])
+        .i64s(CONVOLUTION_DILATIONS, &[1])
+        .fin();
+    fails(op.set_raw(OP_PW_XDESC, T_BACKEND_DESCRIPTOR, &[conv.0]), CUDNN_STATUS_BAD_PARAM, &["CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR", "takes CUDNN_BACKEND_TENSOR_DESCRIPTOR"]);
+    // A stale pointer as a descriptor.
+    let dead = B::new(TENSOR);
+    let stale = dead.0;
+    drop(dead);
+    fails(op.set_raw(OP_PW_XDESC, T_BACKEND_DESCRIPTOR, &[stale]), CUDNN_STATUS_BAD_PARAM, &["not a live cudnnBackendDescriptor_t"]);
+    fails(cudnnBackendFinalize(stale), CUDNN_STATUS_BAD_PARAM, &["not a live"]);
+    // Convolution lists that disagree with the spatial dims.
+    let conv = B::new(CONVOLUTION)
+        .i64s(CONVOLUTION_SPATIAL_DIMS, &[2])
+        .i64s(CONVOLUTION_PRE_PADDINGS, &[0])
+        .i64s(CONVOLUTION_POST_PADDINGS, &[0, 0])
+        .i64s(CONVOLUTION_FILTER_STRIDES, &[1, 1])
+        .i64s(CONVOLUTION_DILATIONS, &[1, 1]);
+    fails(cudnnBackendFinalize(conv.0), CUDNN_STATUS_BAD_PARAM, &["CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS", "1 elements", "SPATIAL_DIMS is 2"]);
+    // Unknown descriptor types, and operations ferrodnn does not have.
+    let mut d = std::ptr::null_mut();
+    fails(cudnnBackendCreateDescriptor(DESCRIPTOR_TYPE_COUNT, &mut d), CUDNN_STATUS_NOT_SUPPORTED, &["not a cudnnBackendDescriptorType_t"]);
+    fails(cudnnBackendCreateDescriptor(TENSOR, std::ptr::null_mut()), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["descriptor"]);
+    let rope = B::new(OP_ROPE_FWD);
+    fails(cudnnBackendFinalize(rope.0), CUDNN_STATUS_NOT_SUPPORTED, &["OPERATION_ROPE_FWD"]);
+    // An unsupported pointwise mode.
+    let x = tensor(1, &[2], &[1], false);
+    let y = tensor(2, &[2], &[1], false);
+    let atan2 = pw_desc(pw::ATAN2);
+    let op = B::new(OP_POINTWISE).descs(OP_PW_DESCRIPTOR, &[&atan2]).descs(OP_PW_XDESC, &[&x]).descs(OP_PW_BDESC, &[&x]).descs(OP_PW_YDESC, &[&y]);
+    fails(cudnnBackendFinalize(op.0), CUDNN_STATUS_NOT_SUPPORTED, &["ATAN2"]);
+}
+
+#[test]
+fn bad_graphs_plans_and_packs_are_refused() {
+    let h = Handle::cpu();
+    // Shapes that disagree: the graph's validation names the op and the tensor.
+    let x = tensor(1, &[2, 3], &[3, 1], false);
+    let b = tensor(2, &[4, 3], &[3, 1], false);
+    let y = tensor(3, &[2, 3], &[3, 1], false);
+    let add = pw_op(&pw_desc(pw::ADD), &x, Some(&b), &y);
+    let g = B::new(OPERATIONGRAPH).handle(OPERATIONGRAPH_HANDLE, h.0).descs(OPERATIONGRAPH_OPS, &[&add]);
+    fails(cudnnBackendFinalize(g.0), CUDNN_STATUS_BAD_PARAM, &["add", "broadcast", "[4, 3]"]);
+    // One uid for two different tensors.
+    let x2 = tensor(1, &[2, 4], &[4, 1], false);
+    let y2 = tensor(4, &[2, 4], &[4, 1], false);
+    let neg1 = pw_op(&pw_desc(pw::NEG), &x, None, &y);
+    let neg2 = pw_op(&pw_desc(pw::NEG), &x2, None, &y2);
+    let g = B::new(OPERATIONGRAPH).descs(OPERATIONGRAPH_OPS, &[&neg1, &neg2]);
+    fails(cudnnBackendFinalize(g.0), CUDNN_STATUS_BAD_PARAM, &["uid 1 names two different tensors"]);
+    // An empty graph.
+    let g = B::new(OPERATIONGRAPH);
+    fails(cudnnBackendFinalize(g.0), CUDNN_STATUS_BAD_PARAM, &["CUDNN_ATTR_OPERATIONGRAPH_OPS", "required"]);
+    // A plan without a configuration; executing what is not finalized; a pack without a uid the
+    // plan needs; a pack whose uids and pointers disagree.
+    let p = B::new(EXECUTION_PLAN);
+    fails(cudnnBackendFinalize(p.0), CUDNN_STATUS_BAD_PARAM, &["CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG", "required"]);
+    let graph = op_graph(h.0, &[&neg1]);
+    let cfgs = heuristics(&graph, HEUR_MODE_A);
+    let plan = plan(h.0, &cfgs[0]);
+    let mut xs = vec![1.0f32; 6];
+    let mut ys = vec![0.0f32; 6];
+    let pack = B::new(VARIANT_PACK).i64s(VARIANT_PACK_UNIQUE_IDS, &[1]);
+    ok(pack.set_raw(VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, &[xs.as_mut_ptr() as *mut c_void]));
+    fails(cudnnBackendExecute(h.0, plan.0, pack.0), CUDNN_STATUS_BAD_PARAM, &["variantPack", "not finalized"]);
+    let pack = pack.fin();
+    fails(cudnnBackendExecute(h.0, p.0, pack.0), CUDNN_STATUS_BAD_PARAM, &["executionPlan", "not finalized"]);
+    fails(cudnnBackendExecute(h.0, plan.0, pack.0), CUDNN_STATUS_BAD_PARAM, &["no pointer for uid 3", "writes"]);
+    fails(cudnnBackendExecute(h.0, plan.0, std::ptr::null_mut()), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["variantPack"]);
+    fails(cudnnBackendExecute(std::ptr::null_mut(), plan.0, pack.0), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["cudnnHandle_t"]);
+    let bad_pack = B::new(VARIANT_PACK).i64s(VARIANT_PACK_UNIQUE_IDS, &[1, 3]);
+    ok(bad_pack.set_raw(VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, &[xs.as_mut_ptr() as *mut c_void]));
+    fails(cudnnBackendFinalize(bad_pack.0), CUDNN_STATUS_BAD_PARAM, &["2 unique ids but 1 data pointers"]);
+    // A null pointer for a tensor the plan reads.
+    let null_pack = B::new(VARIANT_PACK).i64s(VARIANT_PACK_UNIQUE_IDS, &[1, 3]);
+    ok(null_pack.set_raw(VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, &[std::ptr::null_mut::<c_void>(), ys.as_mut_ptr() as *mut c_void]));
+    let null_pack = null_pack.fin();
+    fails(cudnnBackendExecute(h.0, plan.0, null_pack.0), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["uid 1"]);
+    // And the good pack runs.
+    let good = B::new(VARIANT_PACK).i64s(VARIANT_PACK_UNIQUE_IDS, &[1, 3]);
+    ok(good.set_raw(VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, &[xs.as_mut_ptr() as *mut c_void, ys.as_mut_ptr() as *mut c_void]));
+    let good = good.fin();
+    ok(cudnnBackendExecute(h.0, plan.0, good.0));
+    assert_eq!(ys, vec![-1.0f32; 6]);
+    // CUDA graphs are not built by ferrodnn.
+    fails(cudnnBackendPopulateCudaGraph(h.0, plan.0, good.0, std::ptr::null_mut()), CUDNN_STATUS_NOT_SUPPORTED, &["capture"]);
+    let mut ws = 7usize;
+    ok(cudnnGetExecutionPlanWorkspaceSize(h.0, plan.0, good.0, &mut ws));
+    assert_eq!(ws as i64, plan.get_i64(EXECUTION_PLAN_WORKSPACE_SIZE));
+}
