@@ -31,6 +31,7 @@ pub mod exec;
 pub mod handle;
 pub mod ops;
 pub mod registry;
+pub mod stubs;
 pub mod types;
 
 pub use types::*;
