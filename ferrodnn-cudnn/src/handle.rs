@@ -162,9 +162,14 @@ pub extern "C" fn cudnnGetProperty(kind: i32, value: *mut i32) -> Status {
 }
 
 /// The CUDA version of the driver ferrodnn runs on (`major * 1000 + minor * 10`; ferrodnn loads
-/// the driver rather than linking a CUDA runtime), or 0 where there is no driver.
+/// the driver rather than linking a CUDA runtime), or 0 where there is no driver;
+/// `FERRODNN_CUDNN_CUDART_VERSION` reports another (for programs run on the CPU handle that
+/// check it, such as the cudnn frontend's samples).
 #[no_mangle]
 pub extern "C" fn cudnnGetCudartVersion() -> usize {
+    if let Some(v) = std::env::var("FERRODNN_CUDNN_CUDART_VERSION").ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+        return v;
+    }
     std::panic::catch_unwind(|| ferrodnn::engine::cuda::driver_version().map_or(0, |(major, minor)| (major * 1000 + minor * 10) as usize)).unwrap_or(0)
 }
 

@@ -71,10 +71,10 @@ pub extern "C" fn cudnnSetLRNDescriptor(p: cudnnLRNDescriptor_t, n: u32, alpha: 
         if !(LRN_MIN_N..=LRN_MAX_N).contains(&n) {
             return Err(bad(format!("lrnN {n} is outside [{LRN_MIN_N}, {LRN_MAX_N}]")));
         }
-        if !(k >= LRN_MIN_K) || !k.is_finite() {
+        if !k.is_finite() || k < LRN_MIN_K {
             return Err(bad(format!("lrnK {k} must be at least {LRN_MIN_K}")));
         }
-        if !(beta >= LRN_MIN_BETA) || !beta.is_finite() {
+        if !beta.is_finite() || beta < LRN_MIN_BETA {
             return Err(bad(format!("lrnBeta {beta} must be at least {LRN_MIN_BETA}")));
         }
         if !alpha.is_finite() {

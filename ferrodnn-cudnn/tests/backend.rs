@@ -654,3 +654,183 @@ fn bad_graphs_plans_and_packs_are_refused() {
     ok(cudnnGetExecutionPlanWorkspaceSize(h.0, plan.0, good.0, &mut ws));
     assert_eq!(ws as i64, plan.get_i64(EXECUTION_PLAN_WORKSPACE_SIZE));
 }
+
+/// A by-value scalar of type `dt` (an int or float `cudnnDataType_t`).
+fn scalar_of(uid: i64, dt: i32) -> B {
+    B::new(TENSOR)
+        .i64s(TENSOR_UNIQUE_ID, &[uid])
+        .int(TENSOR_DATA_TYPE, T_DATA_TYPE, dt)
+        .i64s(TENSOR_DIMENSIONS, &[1, 1, 1, 1])
+        .i64s(TENSOR_STRIDES, &[1, 1, 1, 1])
+        .boolean(TENSOR_IS_BY_VALUE, true)
+        .fin()
+}
+
+/// A diagonal band mask (as the frontend's causal and sliding-window masks are) in a plain
+/// graph: masked scores become `b`.
+#[test]
+fn diagonal_band_masks_keep_the_band() {
+    let h = Handle::cpu();
+    let d = [1i64, 2, 4, 6];
+    let n = 48;
+    let xv: Vec<f32> = (0..n).map(|i| i as f32 + 1.0).collect();
+    // (left bound, shift of the right bound, keep(row, col))
+    type Keep = fn(i64, i64) -> bool;
+    let cases: [(Option<f32>, Option<i32>, Keep); 3] = [(None, None, |r, c| r >= c), (None, Some(2), |r, c| r + 2 >= c), (Some(2.0), None, |r, c| c + 2 > r)];
+    for (left, shift, keep) in cases {
+        let x = tensor(1, &d, &packed(&d), false);
+        let fill = scalar(2);
+        let y = tensor(3, &d, &packed(&d), false);
+        let mut op = B::new(OP_DIAGONAL_BAND_MASK).descs(3000, &[&x]).descs(3005, &[&fill]).descs(3006, &[&y]);
+        let bound = left.map(|_| scalar(4)).or(shift.map(|_| scalar_of(4, CUDNN_DATA_INT32)));
+        if let Some(bd) = &bound {
+            op = op.descs(if left.is_some() { 3003 } else { 3004 }, &[bd]);
+        }
+        let op = op.int(3007, T_POINTWISE_MODE, if left.is_some() { pw::CMP_GT } else { pw::CMP_GE }).fin();
+        let graph = op_graph(h.0, &[&op]);
+        let mut bufs = Buffers::new();
+        bufs.input(1, &Nd::new(vec![1, 2, 4, 6], xv.iter().map(|&v| v as f64).collect()), &packed(&d));
+        bufs.scalars.insert(2, -100.0);
+        let mut shift_value = shift.unwrap_or(0);
+        let mut ptr_extra: Vec<(i64, *mut c_void)> = Vec::new();
+        let mut left_value = left.unwrap_or(0.0);
+        if left.is_some() {
+            ptr_extra.push((4, &mut left_value as *mut f32 as *mut c_void));
+        } else if shift.is_some() {
+            ptr_extra.push((4, &mut shift_value as *mut i32 as *mut c_void));
+        }
+        bufs.output(3, &d, &packed(&d));
+        let cfgs = heuristics(&graph, HEUR_MODE_A);
+        let p = plan(h.0, &cfgs[0]);
+        let mut uids: Vec<i64> = Vec::new();
+        let mut ptrs: Vec<*mut c_void> = Vec::new();
+        for (&u, v) in bufs.data.iter_mut() {
+            uids.push(u);
+            ptrs.push(v.as_mut_ptr() as *mut c_void);
+        }
+        for (&u, v) in bufs.scalars.iter_mut() {
+            uids.push(u);
+            ptrs.push(v as *mut f32 as *mut c_void);
+        }
+        for (u, ptr) in ptr_extra {
+            uids.push(u);
+            ptrs.push(ptr);
+        }
+        let pack = B::new(VARIANT_PACK).i64s(VARIANT_PACK_UNIQUE_IDS, &uids);
+        ok(pack.set_raw(VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, &ptrs));
+        let pack = pack.fin();
+        ok(cudnnBackendExecute(h.0, p.0, pack.0));
+        let got = bufs.dense(3, &d, &packed(&d));
+        let want: Vec<f64> = (0..n).map(|i| if keep((i as i64 / 6) % 4, i as i64 % 6) { xv[i] as f64 } else { -100.0 }).collect();
+        check(&got, &want, 0.0, &format!("band mask (left {left:?}, shift {shift:?})"));
+    }
+}
+
+/// The frontend's unified attention: one SDPA_FWD operation with a causal score-modifier
+/// subgraph (a diagonal band mask) and its softmax's statistics, on ferrodnn's fused attention,
+/// against the graph API's sdpa on the reference engine.
+#[test]
+fn sdpa_forward_with_a_causal_subgraph_and_statistics() {
+    use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
+    let h = Handle::cpu();
+    let (qd, kd, sd, scored) = ([1i64, 2, 5, 8], [1i64, 2, 7, 8], [1i64, 2, 5, 1], [1i64, 2, 5, 7]);
+    let (q, k, v, o) = (tensor(1, &qd, &packed(&qd), false), tensor(2, &kd, &packed(&kd), false), tensor(3, &kd, &packed(&kd), false), tensor(4, &qd, &packed(&qd), false));
+    let scale = scalar(5);
+    let stats = tensor(6, &sd, &packed(&sd), false);
+    // The subgraph: scores (virtual, 900) -> band mask -> 902.
+    let score = tensor(900, &scored, &packed(&scored), true);
+    let fill = scalar(901);
+    let masked = tensor(902, &scored, &packed(&scored), true);
+    let mask = B::new(OP_DIAGONAL_BAND_MASK).descs(3000, &[&score]).descs(3005, &[&fill]).descs(3006, &[&masked]).int(3007, T_POINTWISE_MODE, pw::CMP_GE).fin();
+    let sub = B::new(OPERATIONGRAPH).descs(OPERATIONGRAPH_OPS, &[&mask]).fin();
+    // The softmax whose statistics are the attention's.
+    let (p_t, s_t) = (tensor(910, &scored, &packed(&scored), true), tensor(911, &scored, &packed(&scored), true));
+    let softmax = B::new(OP_SOFTMAX).descs(3100, &[&p_t]).descs(3101, &[&s_t]).descs(3102, &[&stats]).fin();
+    let sdpa = B::new(OP_SDPA_FWD)
+        .descs(2800, &[&q])
+        .descs(2801, &[&k])
+        .descs(2802, &[&v])
+        .descs(2803, &[&o])
+        .descs(2805, &[&scale])
+        .descs(2811, &[&sub])
+        .i64s(2812, &[900])
+        .i64s(2813, &[902])
+        .descs(2814, &[&softmax])
+        .fin();
+    let graph = op_graph(h.0, &[&sdpa, &softmax]);
+    // The subgraph alone is not a runnable graph.
+    let heur = B::new(ENGINEHEUR).descs(ENGINEHEUR_OPERATION_GRAPH, &[&sub]).int(ENGINEHEUR_MODE, T_HEUR_MODE, HEUR_MODE_A);
+    fails(cudnnBackendFinalize(heur.0), CUDNN_STATUS_BAD_PARAM, &["score-modifier subgraph"]);
+
+    let sv = 0.3f32;
+    let mut g = Graph::new("sdpa");
+    let gq = g.tensor(TensorDesc::new("q", &qd, DataType::F32).with_uid(1));
+    let gk = g.tensor(TensorDesc::new("k", &kd, DataType::F32).with_uid(2));
+    let gv = g.tensor(TensorDesc::new("v", &kd, DataType::F32).with_uid(3));
+    let attrs = SdpaAttrs { causal: Some(CausalAlignment::TopLeft), generate_stats: true, attn_scale: Some(sv as f64), ..Default::default() };
+    let (go, gs) = g.sdpa(gq, gk, gv, SdpaInputs::default(), attrs);
+    for (t, uid) in [(go, 4), (gs.unwrap(), 6)] {
+        g.set_output(t);
+        g.desc_mut(t).uid = Some(uid);
+        g.desc_mut(t).data_type = Some(DataType::F32);
+    }
+    let inputs: HashMap<TensorId, Nd> = [(gq, rand_nd(&qd, 30)), (gk, rand_nd(&kd, 31)), (gv, rand_nd(&kd, 32))].into_iter().collect();
+    let mut bufs = Buffers::new();
+    bufs.input(1, &inputs[&gq], &packed(&qd));
+    bufs.input(2, &inputs[&gk], &packed(&kd));
+    bufs.input(3, &inputs[&gv], &packed(&kd));
+    bufs.scalars.insert(5, sv);
+    bufs.scalars.insert(901, f32::NEG_INFINITY);
+    bufs.output(4, &qd, &packed(&qd));
+    bufs.output(6, &sd, &packed(&sd));
+    run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+    check(&bufs.dense(4, &qd, &packed(&qd)), &reference(&g, &inputs, 4), 1e-5, "causal attention output");
+    check(&bufs.dense(6, &sd, &packed(&sd)), &reference(&g, &inputs, 6), 1e-5, "causal attention statistics");
+}
+
+/// Ragged GEMM sizes (the M, N, K override tensors the frontend's attention backward gives):
+/// what lies past the lengths never reaches the sums, even when it is NaN.
+#[test]
+fn matmul_size_overrides_mask_past_the_lengths() {
+    let h = Handle::cpu();
+    let (ad, bd, cd, md) = ([2i64, 4, 3], [2i64, 3, 5], [2i64, 4, 5], [2i64, 1, 1]);
+    let a = tensor(1, &ad, &packed(&ad), false);
+    let b = tensor(2, &bd, &packed(&bd), false);
+    let c = tensor(3, &cd, &packed(&cd), false);
+    let m = B::new(TENSOR).i64s(TENSOR_UNIQUE_ID, &[4]).int(TENSOR_DATA_TYPE, T_DATA_TYPE, CUDNN_DATA_INT32).i64s(TENSOR_DIMENSIONS, &md).i64s(TENSOR_STRIDES, &packed(&md)).fin();
+    let mm = B::new(MATMUL).int(MATMUL_COMP_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT).fin();
+    let op = B::new(OP_MATMUL)
+        .descs(OP_MATMUL_ADESC, &[&a])
+        .descs(OP_MATMUL_BDESC, &[&b])
+        .descs(OP_MATMUL_CDESC, &[&c])
+        .descs(OP_MATMUL_DESC, &[&mm])
+        .descs(OP_MATMUL_GEMM_M_OVERRIDE_DESC, &[&m])
+        .fin();
+    let graph = op_graph(h.0, &[&op]);
+    let an = rand_nd(&ad, 40);
+    let bn = rand_nd(&bd, 41);
+    let mut bufs = Buffers::new();
+    bufs.input(1, &an, &packed(&ad));
+    bufs.input(2, &bn, &packed(&bd));
+    // Batch 0 has 2 rows, batch 1 all 4; the rows past the length hold NaN.
+    for r in 2..4 {
+        for kk in 0..3 {
+            bufs.data.get_mut(&1).unwrap()[r * 3 + kk] = f32::NAN;
+        }
+    }
+    let lens: Vec<f32> = vec![f32::from_bits(2), f32::from_bits(4)]; // i32 bits in f32 slots
+    bufs.data.insert(4, lens);
+    bufs.output(3, &cd, &packed(&cd));
+    run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+    let got = bufs.dense(3, &cd, &packed(&cd));
+    let mut want = vec![0.0f64; 40];
+    for bt in 0..2 {
+        let rows = if bt == 0 { 2 } else { 4 };
+        for r in 0..rows {
+            for j in 0..5 {
+                want[bt * 20 + r * 5 + j] = (0..3).map(|kk| an.data[bt * 12 + r * 3 + kk] * bn.data[bt * 15 + kk * 5 + j]).sum();
+            }
+        }
+    }
+    check(&got, &want, 1e-5, "matmul with an M override");
+}

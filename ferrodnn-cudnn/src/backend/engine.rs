@@ -86,7 +86,10 @@ fn engine_snapshots(graph_snap: &Arc<Snapshot>, og: &Arc<OpGraph>, index: usize)
 
 fn graph_of(s: &Snapshot, attr: i32) -> R<(Arc<Snapshot>, Arc<OpGraph>)> {
     let g = s.need_desc(attr)?.clone();
-    let og = op_graph(&g).ok_or_else(|| bad(format!("{} is not an operation graph", s.what(attr))))?.clone();
+    let og = match &g.built {
+        Built::Subgraph(_) => return Err(bad(format!("{} is an attention operation's score-modifier subgraph, which runs only inside that operation", s.what(attr)))),
+        _ => op_graph(&g).ok_or_else(|| bad(format!("{} is not an operation graph", s.what(attr))))?.clone(),
+    };
     Ok((g, og))
 }
 

@@ -195,12 +195,26 @@ pub fn policy(h: &HandleState) -> ferrodnn::PlanPolicy {
     ferrodnn::PlanPolicy { engine: if h.gpu { Some(ferrodnn::EngineKind::Cuda) } else { None }, ..Default::default() }
 }
 
-/// Builds and validates an operation graph's ferrodnn graph and lists its candidate plans.
-pub fn finalize_graph(s: &Snapshot) -> R<Arc<OpGraph>> {
+/// Builds and validates an operation graph's ferrodnn graph and lists its candidate plans; a
+/// graph of diagonal band masks is an attention operation's score-modifier subgraph, kept as
+/// its operations.
+pub fn finalize_graph(s: &Snapshot) -> R<Built> {
     let ops = s.descs(OPERATIONGRAPH_OPS);
     if ops.is_empty() {
         return Err(bad("CUDNN_ATTR_OPERATIONGRAPH_OPS of the OPERATIONGRAPH descriptor is required (one operation or more) but was not set"));
     }
+    // A score-modifier subgraph reads the attention scores, a virtual tensor none of its
+    // operations produces.
+    let produced: Vec<i64> = ops.iter().flat_map(|o| output_uids(o)).collect();
+    let reads_scores =
+        ops.iter().any(|o| o.kind == OP_DIAGONAL_BAND_MASK && o.desc(OP_DBM_XDESC).and_then(|d| d.tensor()).is_some_and(|t| t.is_virtual && !produced.contains(&t.uid)));
+    if reads_scores {
+        return Ok(Built::Subgraph(ops.to_vec()));
+    }
+    build_graph(s, ops).map(Built::Graph)
+}
+
+fn build_graph(s: &Snapshot, ops: &[Arc<Snapshot>]) -> R<Arc<OpGraph>> {
     if s.bool_(OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED) == Some(true) || s.bool_(OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED) == Some(true) {
         return Err(unsupported("dynamic and overridden shapes are not supported: build a graph per shape (ferrodnn's plan cache keeps each)"));
     }
@@ -236,6 +250,13 @@ fn port(name: &str, t: TensorId) -> Port {
 /// The compute type an op's math precision attribute asks for (unset: the graph's default).
 fn compute_type(s: &Snapshot, attr: i32) -> R<Option<DataType>> {
     s.int(attr).map(data_type).transpose()
+}
+
+/// The compute type of an op that computes in floating point (pointwise, reduction, resample,
+/// statistics): a float math precision is kept, any other is left to the graph's default (the
+/// cudnn frontend leaves some unset, which reads as an integer type).
+fn float_compute(s: &Snapshot, attr: i32) -> R<Option<DataType>> {
+    Ok(s.int(attr).and_then(|raw| data_type(raw).ok()).filter(|dt| dt.is_float() && !dt.is_fp8()))
 }
 
 /// A convolution descriptor's attributes and compute type.
@@ -394,7 +415,17 @@ fn resample_attrs(r: &Snapshot) -> R<ResampleAttrs> {
             return Err(bad(format!("CUDNN_ATTR_RESAMPLE_SPATIAL_DIMS is {sd} but CUDNN_ATTR_RESAMPLE_WINDOW_DIMS has {n} elements")));
         }
     }
-    Ok(ResampleAttrs { mode, window, stride: list(RESAMPLE_STRIDES, 1, n)?, pre_padding: list(RESAMPLE_PRE_PADDINGS, 0, n)?, post_padding: list(RESAMPLE_POST_PADDINGS, 0, n)? })
+    let attrs =
+        ResampleAttrs { mode, window, stride: list(RESAMPLE_STRIDES, 1, n)?, pre_padding: list(RESAMPLE_PRE_PADDINGS, 0, n)?, post_padding: list(RESAMPLE_POST_PADDINGS, 0, n)? };
+    // Windows wholly in the padding (cuDNN gives them -inf or 0) are outside ferrodnn's pooling.
+    for (d, (&w, (&pre, &post))) in attrs.window.iter().zip(attrs.pre_padding.iter().zip(&attrs.post_padding)).enumerate() {
+        if pre >= w || post >= w {
+            return Err(unsupported(format!(
+                "pooling paddings {pre} and {post} along spatial dim {d} must be smaller than the window {w} in ferrodnn (no window lies wholly in the padding)"
+            )));
+        }
+    }
+    Ok(attrs)
 }
 
 impl Lower {
@@ -415,7 +446,15 @@ impl Lower {
             return Ok(*id);
         }
         // A by-value scalar broadcasts to any shape, whatever rank cuDNN describes it with.
-        let (dims, strides) = if info.by_value { (vec![1], vec![1]) } else { (info.dims.clone(), info.strides.clone()) };
+        // A virtual tensor has no memory: its strides only say an order, which is kept, packed
+        // (the frontend gives some virtual tensors strides whose elements would overlap).
+        let (dims, strides) = if info.by_value {
+            (vec![1], vec![1])
+        } else if info.is_virtual {
+            (info.dims.clone(), ferrodnn::graph::strides_for_order(&info.dims, &ferrodnn::graph::stride_order(&info.strides)))
+        } else {
+            (info.dims.clone(), info.strides.clone())
+        };
         let mut t = TensorDesc::new(format!("uid {}", info.uid), &dims, info.dt).with_strides(&strides).with_uid(info.uid);
         t.is_virtual = info.is_virtual;
         t.is_pass_by_value = info.by_value;
@@ -486,6 +525,20 @@ impl Lower {
         }
     }
 
+    /// `x` with the elements whose index along `axis` is at least `limit` (a tensor that
+    /// broadcasts to x, such as per-batch lengths `[b, 1, 1, 1]`) set to 0.
+    fn mask_past(&mut self, x: TensorId, axis: usize, limit: TensorId) -> TensorId {
+        let dt = self.g.desc(x).data_type.unwrap_or(DataType::F32);
+        let idx = self.scratch(x, DataType::I32);
+        self.pointwise(PointwiseMode::GenIndex { axis }, vec![("a", x)], idx, None);
+        let keep = self.scratch(x, DataType::Bool);
+        self.pointwise(PointwiseMode::CmpLt, vec![("a", idx), ("b", limit)], keep, None);
+        let zero = self.constant(0.0, DataType::F32);
+        let y = self.scratch(x, dt);
+        self.pointwise(PointwiseMode::BinarySelect, vec![("a", x), ("b", zero), ("c", keep)], y, None);
+        y
+    }
+
     /// Where an op with cuDNN's `y = alpha * op(...) + beta * y` writes: `y` itself when alpha
     /// is 1, else a virtual tensor that [`Lower::finish_alpha`] scales into `y`. A beta other
     /// than 0 (blending with `y`'s old value) is not supported.
@@ -519,10 +572,22 @@ impl Lower {
             OP_POINTWISE => self.pointwise_op(s),
             OP_MATMUL => {
                 let (a, b, c) = (self.req(s, OP_MATMUL_ADESC)?, self.req(s, OP_MATMUL_BDESC)?, self.req(s, OP_MATMUL_CDESC)?);
-                for o in [OP_MATMUL_GEMM_M_OVERRIDE_DESC, OP_MATMUL_GEMM_N_OVERRIDE_DESC, OP_MATMUL_GEMM_K_OVERRIDE_DESC] {
-                    if s.value(o).is_some() {
-                        return Err(unsupported(format!("{} (ragged GEMM sizes) is not supported", s.what(o))));
-                    }
+                // Ragged GEMM sizes (the frontend's attention backward with padding): the rows of
+                // a beyond M, the columns of b beyond N and the products along k beyond K are
+                // zeroed first, so that what lies past the lengths (padding, maybe NaN) never
+                // reaches the sums; c's rows and columns past the lengths come out 0.
+                let (ra, rb) = (self.g.desc(a).dims.len(), self.g.desc(b).dims.len());
+                let mut a = a;
+                let mut b = b;
+                if let Some(m) = self.opt(s, OP_MATMUL_GEMM_M_OVERRIDE_DESC)? {
+                    a = self.mask_past(a, ra - 2, m);
+                }
+                if let Some(k) = self.opt(s, OP_MATMUL_GEMM_K_OVERRIDE_DESC)? {
+                    a = self.mask_past(a, ra - 1, k);
+                    b = self.mask_past(b, rb - 2, k);
+                }
+                if let Some(n) = self.opt(s, OP_MATMUL_GEMM_N_OVERRIDE_DESC)? {
+                    b = self.mask_past(b, rb - 1, n);
                 }
                 if s.i64_(OP_MATMUL_IRREGULARLY_STRIDED_BATCH_COUNT).is_some_and(|n| n != 0) {
                     return Err(unsupported("irregularly strided batches are not supported"));
@@ -540,7 +605,7 @@ impl Lower {
                     return Err(bad(format!("the reduction's x has dims {xd:?} and y {yd:?}: they must have the same rank (reduced dims 1 in y)")));
                 }
                 let axes: Vec<usize> = (0..xd.len()).filter(|&i| yd[i] == 1 && xd[i] != 1).collect();
-                self.node(Op::Reduction(ReductionAttrs { mode, axes }), vec![("x", x)], vec![("y", y)], compute_type(r, REDUCTION_COMP_TYPE)?);
+                self.node(Op::Reduction(ReductionAttrs { mode, axes }), vec![("x", x)], vec![("y", y)], float_compute(r, REDUCTION_COMP_TYPE)?);
                 Ok(())
             }
             OP_NORM_FORWARD => self.norm_forward(s),
@@ -587,10 +652,11 @@ impl Lower {
             OP_GEN_STATS => {
                 let x = self.req(s, OP_GENSTATS_XDESC)?;
                 let (sum, sq) = (self.req(s, OP_GENSTATS_SUMDESC)?, self.req(s, OP_GENSTATS_SQSUMDESC)?);
-                self.node(Op::Genstats(NormAttrs::default()), vec![("x", x)], vec![("sum", sum), ("sq_sum", sq)], compute_type(s, OP_GENSTATS_MATH_PREC)?);
+                self.node(Op::Genstats(NormAttrs::default()), vec![("x", x)], vec![("sum", sum), ("sq_sum", sq)], float_compute(s, OP_GENSTATS_MATH_PREC)?);
                 Ok(())
             }
             OP_SDPA_FWD => self.sdpa(s),
+            OP_DIAGONAL_BAND_MASK => self.band_mask(s),
             OP_SOFTMAX => {
                 Err(unsupported("a standalone OPERATION_SOFTMAX is not supported: ferrodnn runs it as CUDNN_ATTR_OPERATION_SDPA_FWD_SOFTMAX_DESC of an attention operation"))
             }
@@ -633,7 +699,7 @@ impl Lower {
     fn pointwise_op(&mut self, s: &Snapshot) -> R<()> {
         let p = s.need_desc(OP_PW_DESCRIPTOR)?;
         let (mode, backward) = pointwise_mode(p)?;
-        let compute = compute_type(p, POINTWISE_MATH_PREC)?;
+        let compute = float_compute(p, POINTWISE_MATH_PREC)?;
         if backward {
             let dy = self.req(s, OP_PW_DYDESC)?;
             let x = self.req(s, OP_PW_XDESC)?;
@@ -710,15 +776,20 @@ impl Lower {
                 if let Some(m) = self.opt(s, OP_NORM_FWD_EXP_AVG_FACTOR_DESC)? {
                     ins.push(("momentum", m));
                 }
-                let peers: Vec<TensorId> = s
-                    .descs(OP_NORM_FWD_PEER_STAT_DESCS)
-                    .to_vec()
-                    .iter()
-                    .map(|d| d.tensor().cloned().ok_or_else(|| bad("a peer statistics descriptor is not a tensor")))
-                    .collect::<R<Vec<_>>>()?
-                    .iter()
-                    .map(|t| self.tensor_of(t))
-                    .collect::<R<_>>()?;
+                let mut peers = Vec::new();
+                let channels = self.g.desc(x).dims.get(1).copied().unwrap_or(0);
+                for d in s.descs(OP_NORM_FWD_PEER_STAT_DESCS).to_vec() {
+                    let t = d.tensor().cloned().ok_or_else(|| bad("a peer statistics descriptor is not a tensor"))?;
+                    // ferrodnn's peer statistics are [2, C, 1, ...] (sums and sums of squares);
+                    // cuDNN's own exchange layout is another.
+                    if t.dims.first() != Some(&2) || t.dims.get(1) != Some(&channels) {
+                        return Err(unsupported(format!(
+                            "peer statistics tensor uid {} has dims {:?}: ferrodnn takes [2, C, 1, ...] per peer (row 0 the sums, row 1 the sums of squares, C = {channels}), not cuDNN's exchange layout",
+                            t.uid, t.dims
+                        )));
+                    }
+                    peers.push(self.tensor_of(&t)?);
+                }
                 let names: Vec<String> = (0..peers.len()).map(|i| format!("{}{i}", ferrodnn::graph::ops::norm::PEER_STATS_PREFIX)).collect();
                 for (n, &t) in names.iter().zip(&peers) {
                     ins.push((n.as_str(), t));
@@ -820,7 +891,7 @@ impl Lower {
         if s.value(idx).is_some() {
             return Err(unsupported(format!("{} (the max pooling index tensor) is not supported: ferrodnn's pooling backward recomputes the maxima from x", s.what(idx))));
         }
-        let compute = compute_type(r, RESAMPLE_COMP_TYPE)?;
+        let compute = float_compute(r, RESAMPLE_COMP_TYPE)?;
         if fwd {
             let (x, y) = (self.req(s, OP_RESAMPLE_FWD_XDESC)?, self.req(s, OP_RESAMPLE_FWD_YDESC)?);
             let (target, alpha) = self.alpha_target(s, y, alpha, beta)?;
@@ -862,12 +933,77 @@ impl Lower {
         Ok(())
     }
 
+    /// A diagonal band mask, as the frontend composes one from pointwise ops: with a left bound,
+    /// keep where `col + left (- s_kv + s_q) > row` (the comparison's mode), else keep where
+    /// `row (+ s_kv - s_q) (+ shift) >= col`; masked elements become `b`.
+    fn band_mask(&mut self, s: &Snapshot) -> R<()> {
+        if s.value(OP_DBM_CU_SEQ_LEN_QDESC).is_some() || s.value(OP_DBM_CU_SEQ_LEN_KVDESC).is_some() {
+            return Err(unsupported("a diagonal band mask with cumulative sequence lengths is not supported"));
+        }
+        let (x, b, y) = (self.req(s, OP_DBM_XDESC)?, self.req(s, OP_DBM_BDESC)?, self.req(s, OP_DBM_YDESC)?);
+        let cmp = match s.int(OP_DBM_COMPARISON_MODE).unwrap_or(pw::CMP_GE) {
+            pw::CMP_GE => PointwiseMode::CmpGe,
+            pw::CMP_GT => PointwiseMode::CmpGt,
+            pw::CMP_LE => PointwiseMode::CmpLe,
+            pw::CMP_LT => PointwiseMode::CmpLt,
+            pw::CMP_EQ => PointwiseMode::CmpEq,
+            pw::CMP_NEQ => PointwiseMode::CmpNeq,
+            m => return Err(bad(format!("CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE {m} is not a comparison mode"))),
+        };
+        let rank = self.g.desc(x).dims.len();
+        if rank < 2 {
+            return Err(bad(format!("a diagonal band mask needs rows and columns (rank 2 or more), got dims {:?}", self.g.desc(x).dims)));
+        }
+        let f = DataType::F32;
+        let index = |l: &mut Lower, axis: usize| {
+            let t = l.scratch(x, f);
+            l.pointwise(PointwiseMode::GenIndex { axis }, vec![("a", x)], t, None);
+            t
+        };
+        let row = index(self, rank - 2);
+        let col = index(self, rank - 1);
+        let arith = |l: &mut Lower, mode: PointwiseMode, a: TensorId, t: TensorId| {
+            let out = l.scratch(x, f);
+            l.pointwise(mode, vec![("a", a), ("b", t)], out, None);
+            out
+        };
+        let (skv, sq) = (self.opt(s, OP_DBM_SEQ_LEN_KVDESC)?, self.opt(s, OP_DBM_SEQ_LEN_QDESC)?);
+        let (lhs, rhs) = match self.opt(s, OP_DBM_LEFT_BOUND_DESC)? {
+            Some(left) => {
+                let mut c = arith(self, PointwiseMode::Add, col, left);
+                if let Some(t) = skv {
+                    c = arith(self, PointwiseMode::Sub, c, t);
+                }
+                if let Some(t) = sq {
+                    c = arith(self, PointwiseMode::Add, c, t);
+                }
+                (c, row)
+            }
+            None => {
+                let mut r = row;
+                if let Some(t) = skv {
+                    r = arith(self, PointwiseMode::Add, r, t);
+                }
+                if let Some(t) = sq {
+                    r = arith(self, PointwiseMode::Sub, r, t);
+                }
+                if let Some(t) = self.opt(s, OP_DBM_SHIFT_RIGHT_BOUND_DESC)? {
+                    r = arith(self, PointwiseMode::Add, r, t);
+                }
+                (r, col)
+            }
+        };
+        let keep = self.scratch(x, DataType::Bool);
+        self.pointwise(cmp, vec![("a", lhs), ("b", rhs)], keep, None);
+        self.pointwise(PointwiseMode::BinarySelect, vec![("a", x), ("b", b), ("c", keep)], y, None);
+        Ok(())
+    }
+
     fn sdpa(&mut self, s: &Snapshot) -> R<()> {
         for (attr, what) in [
             (OP_SDPA_FWD_BLOCK_MASK_DESC, "block masks"),
             (OP_SDPA_FWD_CU_SEQ_LEN_QDESC, "cumulative sequence lengths"),
             (OP_SDPA_FWD_CU_SEQ_LEN_QDESC + 1, "cumulative sequence lengths"),
-            (OP_SDPA_FWD_SUBGRAPH, "score-modifier subgraphs (masks, biases as a graph)"),
         ] {
             if s.value(attr).is_some() {
                 return Err(unsupported(format!("attention with {what} ({}) is not supported by ferrodnn's backend API", s.what(attr))));
@@ -882,6 +1018,9 @@ impl Lower {
         let mut ins = vec![("q", q), ("k", k), ("v", v)];
         let mut outs = vec![("o", o)];
         let mut attrs = SdpaAttrs::default();
+        if let Some(sub) = s.desc(OP_SDPA_FWD_SUBGRAPH) {
+            attrs.causal = Some(causal_subgraph(s, sub)?);
+        }
         if let Some(scale) = self.opt(s, OP_SDPA_FWD_SCALEDESC)? {
             ins.push(("attn_scale", scale));
         }
@@ -923,6 +1062,57 @@ impl Lower {
         self.node(Op::Sdpa(attrs), ins, outs, None);
         Ok(())
     }
+}
+
+/// The causal mask an attention operation's score-modifier subgraph stands for: the cudnn
+/// frontend's causal mask is one diagonal band mask keeping the scores on and below the diagonal
+/// (comparison CMP_GE, no left bound, no shift of the right bound), aligned top-left, or
+/// bottom-right when it is given the sequence lengths. Other score modifiers (sliding windows,
+/// whose bounds are tensors known only when the graph runs, biases, ALiBi, soft-capping) are not
+/// supported.
+fn causal_subgraph(s: &Snapshot, sub: &Snapshot) -> R<ferrodnn::graph::ops::sdpa::CausalAlignment> {
+    use ferrodnn::graph::ops::sdpa::CausalAlignment;
+    let no = |why: &str| unsupported(format!("attention's score-modifier subgraph: {why}; ferrodnn takes the frontend's causal masks (top-left or bottom-right) only"));
+    let ops = match &sub.built {
+        Built::Subgraph(ops) => ops,
+        _ => return Err(no("it holds operations other than a diagonal band mask (a bias, ALiBi, soft-capping or another modifier)")),
+    };
+    let [op] = ops.as_slice() else { return Err(no(&format!("it has {} operations (a bias, ALiBi or another modifier besides the mask)", ops.len()))) };
+    let uid = |o: &Snapshot, a: i32| o.desc(a).and_then(|d| d.tensor()).map(|t| t.uid);
+    let (input, output) = (s.i64_(OP_SDPA_FWD_SUBGRAPH_INPUT_UID), s.i64_(OP_SDPA_FWD_SUBGRAPH_OUTPUT_UID));
+    if input.is_some() && input != uid(op, OP_DBM_XDESC) || output.is_some() && output != uid(op, OP_DBM_YDESC) {
+        return Err(no("its mask does not read the scores and write the subgraph's output"));
+    }
+    if op.int(OP_DBM_COMPARISON_MODE) != Some(pw::CMP_GE) {
+        return Err(no("its diagonal band mask is not a right bound (CMP_GE)"));
+    }
+    if op.value(OP_DBM_LEFT_BOUND_DESC).is_some() || op.value(OP_DBM_SHIFT_RIGHT_BOUND_DESC).is_some() {
+        return Err(no("it has a left bound or a shifted right bound (a sliding window)"));
+    }
+    if op.value(OP_DBM_CU_SEQ_LEN_QDESC).is_some() || op.value(OP_DBM_CU_SEQ_LEN_KVDESC).is_some() {
+        return Err(no("it has cumulative sequence lengths"));
+    }
+    Ok(if op.value(OP_DBM_SEQ_LEN_QDESC).is_some() || op.value(OP_DBM_SEQ_LEN_KVDESC).is_some() { CausalAlignment::BottomRight } else { CausalAlignment::TopLeft })
+}
+
+/// The uids of the tensors an operation writes.
+fn output_uids(o: &Snapshot) -> Vec<i64> {
+    let attrs: &[i32] = match o.kind {
+        OP_CONV_FORWARD => &[OP_CONV_FWD_Y],
+        OP_CONV_BWD_DATA => &[OP_CONV_BWD_DATA_DX],
+        OP_CONV_BWD_FILTER => &[OP_CONV_BWD_FILTER_DW],
+        OP_POINTWISE => &[OP_PW_YDESC, OP_PW_DXDESC],
+        OP_MATMUL => &[OP_MATMUL_CDESC],
+        OP_REDUCTION => &[OP_REDUCTION_YDESC],
+        OP_DIAGONAL_BAND_MASK => &[OP_DBM_YDESC],
+        OP_RESHAPE => &[OP_RESHAPE_YDESC],
+        OP_TRANSPOSE => &[OP_TRANSPOSE_YDESC],
+        OP_SLICE => &[OP_SLICE_YDESC],
+        OP_RNG => &[OP_RNG_YDESC],
+        OP_CONCAT => &[OP_CONCAT_OUTPUT_DESC],
+        _ => &[],
+    };
+    attrs.iter().filter_map(|&a| o.desc(a).and_then(|d| d.tensor()).map(|t| t.uid)).collect()
 }
 
 /// Whether attribute `attr` of `a` and `b` is the same tensor (by uid).

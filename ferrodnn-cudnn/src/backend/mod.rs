@@ -111,6 +111,9 @@ pub enum Built {
     None,
     Tensor(graph::TensorInfo),
     Graph(Arc<graph::OpGraph>),
+    /// A score-modifier subgraph of an attention operation (diagonal band masks): read by the
+    /// attention operation that names it, not run alone.
+    Subgraph(Vec<Arc<Snapshot>>),
     Heuristics(Vec<Arc<Snapshot>>),
     Engine(Arc<engine::EngineInfo>),
     Plan(Arc<engine::PlanState>),
@@ -315,7 +318,7 @@ pub extern "C" fn cudnnBackendFinalize(p: cudnnBackendDescriptor_t) -> Status {
 fn finalize(s: &mut Snapshot) -> R<Built> {
     match s.kind {
         TENSOR => graph::finalize_tensor(s).map(Built::Tensor),
-        OPERATIONGRAPH => graph::finalize_graph(s).map(Built::Graph),
+        OPERATIONGRAPH => graph::finalize_graph(s),
         ENGINEHEUR => engine::finalize_heuristics(s).map(Built::Heuristics),
         ENGINE => engine::finalize_engine(s).map(Built::Engine),
         ENGINECFG => engine::finalize_engine_config(s).map(Built::Engine),
