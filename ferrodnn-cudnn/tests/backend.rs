@@ -67,6 +67,13 @@ impl B {
     }
 }
 
+impl B {
+    /// The descriptor's type, as the registry knows it.
+    fn kind_of(d: &B) -> i32 {
+        BACKEND.with(d.0, |x| Ok(x.kind)).unwrap_or(-1)
+    }
+}
+
 impl Drop for B {
     fn drop(&mut self) {
         ok(cudnnBackendDestroyDescriptor(self.0));
@@ -833,4 +840,102 @@ fn matmul_size_overrides_mask_past_the_lengths() {
         }
     }
     check(&got, &want, 1e-5, "matmul with an M override");
+}
+
+/// A seeded fuzz of the backend API: random descriptor types, attributes, attribute types,
+/// element counts and values (pointer-typed values are null or live descriptors, so nothing
+/// points at garbage), finalizations, reads into arrays of live descriptors, and executions of
+/// whatever finalized. Every call must give a status code, never an internal error or a crash.
+/// `FERRODNN_CUDNN_FUZZ_ITERS` and `FERRODNN_CUDNN_FUZZ_SEED` as for the legacy fuzz.
+#[test]
+fn fuzzed_backend_calls_give_status_codes() {
+    let iters: usize = std::env::var("FERRODNN_CUDNN_FUZZ_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let mut s: u64 = std::env::var("FERRODNN_CUDNN_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(11);
+    let mut next = move || {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s >> 33
+    };
+    let h = Handle::cpu();
+    // Descriptors to draw from: a few of each kind the tests use, some finalized.
+    let mut pool: Vec<B> = Vec::new();
+    for kind in 0..DESCRIPTOR_TYPE_COUNT {
+        pool.push(B::new(kind));
+    }
+    pool.push(tensor(1, &[2, 3], &[3, 1], false));
+    pool.push(tensor(2, &[2, 3], &[3, 1], true));
+    pool.push(scalar(3));
+    pool.push(pw_desc(pw::ADD));
+    let attrs: Vec<i32> = (0..60)
+        .map(|i| {
+            [
+                0, 100, 200, 300, 400, 500, 600, 700, 750, 770, 800, 900, 1000, 1100, 1200, 1300, 1500, 1520, 1600, 1610, 1700, 1710, 1720, 1800, 2000, 2100, 2200, 2300, 2310,
+                2800, 3000, 3100, 3200, 3300,
+            ][i % 34]
+                + (i as i32 / 34) * 3
+        })
+        .collect();
+    let (mut successes, mut finalized) = (0usize, 0usize);
+    for _ in 0..iters {
+        let d = &pool[next() as usize % pool.len()];
+        // Half the time an attribute the descriptor's type has, mostly with its own type.
+        let kind = (0..DESCRIPTOR_TYPE_COUNT).find(|&k| B::kind_of(d) == k).unwrap_or(0);
+        let valid: Vec<i32> = (0..3400).filter(|&a| spec(kind, a).is_some_and(|sp| !sp.types.is_empty())).collect();
+        let (attr, ty) = if next() % 2 == 0 && !valid.is_empty() {
+            let a = valid[next() as usize % valid.len()];
+            let types = spec(kind, a).unwrap().types;
+            let ty = if next() % 4 != 0 { types[next() as usize % types.len()] } else { (next() % ATTRIBUTE_TYPE_COUNT as u64) as i32 };
+            (a, ty)
+        } else {
+            (attrs[next() as usize % attrs.len()] + (next() % 12) as i32, (next() % (ATTRIBUTE_TYPE_COUNT as u64 + 1)) as i32)
+        };
+        let count = (next() % 4) as i64 - (next() % 8 == 0) as i64;
+        let size = 16 * 8;
+        let mut buf = vec![0u8; size];
+        match ty {
+            T_BACKEND_DESCRIPTOR => {
+                for i in 0..4 {
+                    let p = if next() % 4 == 0 { std::ptr::null_mut() } else { pool[next() as usize % pool.len()].0 };
+                    buf[i * 8..i * 8 + 8].copy_from_slice(&(p as usize).to_ne_bytes());
+                }
+            }
+            T_HANDLE | T_VOID_PTR => {}
+            _ => {
+                for b in buf.iter_mut().take(64) {
+                    *b = [0u8, 1, 2, 3, 0xff][next() as usize % 5];
+                }
+            }
+        }
+        let st = cudnnBackendSetAttribute(d.0, attr, ty, count, buf.as_ptr() as *const c_void);
+        assert_ne!(st, CUDNN_STATUS_INTERNAL_ERROR, "{}", ferrodnn_cudnn::api::last_error());
+        successes += (st == CUDNN_STATUS_SUCCESS) as usize;
+        if next() % 5 == 0 {
+            let st = cudnnBackendFinalize(d.0);
+            assert_ne!(st, CUDNN_STATUS_INTERNAL_ERROR, "{}", ferrodnn_cudnn::api::last_error());
+            finalized += (st == CUDNN_STATUS_SUCCESS) as usize;
+        }
+        if next() % 3 == 0 {
+            // Read into an array of live descriptors (for BACKEND_DESCRIPTOR) or plain bytes.
+            let mut out = vec![0u8; size];
+            let gty = if next() % 2 == 0 { ty } else { (next() % ATTRIBUTE_TYPE_COUNT as u64) as i32 };
+            if gty == T_BACKEND_DESCRIPTOR {
+                for i in 0..4 {
+                    let p = pool[next() as usize % pool.len()].0;
+                    out[i * 8..i * 8 + 8].copy_from_slice(&(p as usize).to_ne_bytes());
+                }
+            }
+            let mut n = 0i64;
+            let st = cudnnBackendGetAttribute(d.0, attr, gty, 4.min(size as i64 / 16), &mut n, out.as_mut_ptr() as *mut c_void);
+            assert_ne!(st, CUDNN_STATUS_INTERNAL_ERROR, "{}", ferrodnn_cudnn::api::last_error());
+        }
+        if next() % 50 == 0 {
+            let (p, v) = (&pool[next() as usize % pool.len()], &pool[next() as usize % pool.len()]);
+            let st = cudnnBackendExecute(h.0, p.0, v.0);
+            assert_ne!(st, CUDNN_STATUS_INTERNAL_ERROR, "{}", ferrodnn_cudnn::api::last_error());
+        }
+        if next() % 40 == 0 {
+            ok(cudnnBackendInitialize(d.0));
+        }
+    }
+    eprintln!("backend fuzz: {successes} attributes set, {finalized} descriptors finalized in {iters} rounds");
+    assert!(successes > 0, "the fuzz never set an attribute: it tests nothing");
 }
