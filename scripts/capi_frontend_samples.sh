@@ -15,13 +15,16 @@
 #                                                  (CUDNN_LIB, default the pip wheel's python3
 #                                                  finds), side by side.
 #
-# Environment: FRONTEND (a folder with the frontend's include/ and samples/cpp/; default
+# Environment: FRONTEND (a folder with the frontend's include/, samples/cpp/ and
+# samples/legacy_samples/; default
 # .gpu/capi/frontend as scripts/capi_stage.sh leaves it, else extracted from FRONTEND_REPO, the
 # mirror's bare repository), OURS (a folder with our libcudnn.so.9; default built now, or
 # .gpu/capi), CUDNN_INCLUDE (NVIDIA's headers), CUDA_INCLUDE (CPU mode: CUDA runtime headers;
 # default the pip wheels of /work/benchenv), SAMPLES (the sample files, relative to
 # samples/cpp), FILTER (test selection passed to each binary, default `~[dynamic_shape]`:
-# ferrodnn plans per shape), OUT (default target/capi_frontend).
+# ferrodnn plans per shape), LEGACY (1, the default: also the legacy samples' binary), OUT
+# (default target/capi_frontend). Exits 1 when a sample fails on ours (some do by design:
+# docs/c_api.md lists them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gpu=0
@@ -41,7 +44,7 @@ if [[ -z "${FRONTEND:-}" ]]; then
     elif [[ -d "$FRONTEND_REPO" ]]; then
         FRONTEND=$OUT/frontend
         rm -rf "$FRONTEND" && mkdir -p "$FRONTEND"
-        git -C "$FRONTEND_REPO" archive "$FRONTEND_COMMIT" include samples/cpp | tar -x -C "$FRONTEND"
+        git -C "$FRONTEND_REPO" archive "$FRONTEND_COMMIT" include samples/cpp samples/legacy_samples | tar -x -C "$FRONTEND"
     else
         echo "capi_frontend_samples: no frontend sources: set FRONTEND or FRONTEND_REPO" >&2
         exit 1
@@ -110,4 +113,28 @@ for s in $SAMPLES; do
         [[ $side == ours && $status != ok ]] && failed=1
     done
 done
+# The legacy samples (the frontend's v0.x builder API, as PyTorch's convolutions use it:
+# heuristics, global engine indices, fallback lists, cudnnFindPlan autotuning, plan caches,
+# several with CPU references): one binary of the files its CMakeLists names.
+if [[ "${LEGACY:-1}" == 1 && -d "$FRONTEND/samples/legacy_samples" ]]; then
+    L=$FRONTEND/samples/legacy_samples
+    objs=()
+    ok_build=1
+    for f in conv_sample test_list fp16_emu helpers fusion_sample fp8_sample norm_samples fused_mha_sample f16_flash_mha_sample fp8_flash_mha_sample; do
+        if ! "$cxx" "${cflags[@]}" -I"$L" -c "$L/$f.cpp" -o "$OUT/legacy_$f.o" 2> "$OUT/legacy_$f.build.err"; then
+            echo "BUILD FAILED legacy_samples/$f.cpp (see $OUT/legacy_$f.build.err)"; ok_build=0; failed=1
+        fi
+        objs+=("$OUT/legacy_$f.o")
+    done
+    if [[ $ok_build == 1 ]]; then
+        for side in "${sides[@]}"; do
+            lib=$ours
+            [[ $side == nvidia ]] && lib=$CUDNN_LIB
+            "$cxx" "${objs[@]}" "$OUT/catch_main.o" "${runtime[@]}" -L"$lib" -l:libcudnn.so.9 -Wl,-rpath,"$lib" -lpthread -ldl -o "$OUT/legacy_samples.$side"
+            "$OUT/legacy_samples.$side" > "$OUT/legacy_samples.$side.txt" 2> "$OUT/legacy_samples.$side.err" || true
+            echo "== legacy_samples ($side): $(tail -1 "$OUT/legacy_samples.$side.txt")"
+            grep -E "^(FAIL|SKIP)" "$OUT/legacy_samples.$side.txt" | sed 's/^/   /' | cut -c1-300 || true
+        done
+    fi
+fi
 exit $failed

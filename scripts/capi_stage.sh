@@ -22,6 +22,6 @@ fi
 repo=${FRONTEND_REPO:-/work/.mirror/NVIDIA+cudnn-frontend/repo}
 if [[ -d "$repo" ]]; then
     rm -rf .gpu/capi/frontend && mkdir -p .gpu/capi/frontend
-    git -C "$repo" archive "${FRONTEND_COMMIT:-3929da2}" include samples/cpp | tar -x -C .gpu/capi/frontend
+    git -C "$repo" archive "${FRONTEND_COMMIT:-3929da2}" include samples/cpp samples/legacy_samples | tar -x -C .gpu/capi/frontend
 fi
 ls -la .gpu/capi

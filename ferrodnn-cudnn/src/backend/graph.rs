@@ -69,12 +69,14 @@ pub fn finalize_tensor(s: &Snapshot) -> R<TensorInfo> {
             return Err(unsupported(format!("{name}: vectorized tensors (CUDNN_ATTR_TENSOR_VECTOR_COUNT {n}) are not supported; use 1")));
         }
     }
+    let is_virtual = s.bool_(TENSOR_IS_VIRTUAL).unwrap_or(false);
+    // A reordering is a memory layout: meaningless for a virtual tensor (ferrodnn lays those out
+    // itself), not supported for a buffer.
     if let Some(m) = s.int(TENSOR_REORDERING_MODE) {
-        if m != TENSOR_REORDERING_NONE {
+        if m != TENSOR_REORDERING_NONE && !is_virtual {
             return Err(unsupported(format!("{name}: tensor reordering mode {m} is not supported; use CUDNN_TENSOR_REORDERING_NONE")));
         }
     }
-    let is_virtual = s.bool_(TENSOR_IS_VIRTUAL).unwrap_or(false);
     let by_value = s.bool_(TENSOR_IS_BY_VALUE).unwrap_or(false);
     if is_virtual && by_value {
         return Err(bad(format!("{name} is both virtual and by value; a by-value scalar is an input")));

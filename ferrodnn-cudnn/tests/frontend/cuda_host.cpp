@@ -29,7 +29,12 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
     if (n) std::memset(p, v, n);
     return cudaSuccess;
 }
+cudaError_t cudaMemset(void* p, int v, size_t n) {
+    if (n) std::memset(p, v, n);
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 cudaError_t cudaGetDevice(int* d) {
     if (d) *d = 0;
     return cudaSuccess;
