@@ -234,6 +234,9 @@ fn build_graph(s: &Snapshot, ops: &[Arc<Snapshot>]) -> R<Arc<OpGraph>> {
         l.operation(op).map_err(|e| ApiError::new(e.status, format!("operation {i} ({}): {}", kind_name(op.kind), e.msg)))?;
     }
     let mut graph = l.g;
+    // Named for its ops, so that log lines and errors say which graph ran.
+    let kinds: Vec<&str> = graph.nodes.iter().map(|n| n.op.kind()).collect();
+    graph.name = if kinds.len() > 8 { format!("backend graph {}+... ({} ops)", kinds[..8].join("+"), kinds.len()) } else { format!("backend graph {}", kinds.join("+")) };
     graph.validate().map_err(ApiError::from)?;
     let candidates = handle.fd.candidates(&graph, &policy(&handle)).map_err(ApiError::from);
     Ok(Arc::new(OpGraph { graph, handle, candidates }))
