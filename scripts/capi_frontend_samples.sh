@@ -21,10 +21,10 @@
 # mirror's bare repository), OURS (a folder with our libcudnn.so.9; default built now, or
 # .gpu/capi), CUDNN_INCLUDE (NVIDIA's headers), CUDA_INCLUDE (CPU mode: CUDA runtime headers;
 # default the pip wheels of /work/benchenv), SAMPLES (the sample files, relative to
-# samples/cpp), FILTER (test selection passed to each binary, default `~[dynamic_shape]`:
-# ferrodnn plans per shape), LEGACY (1, the default: also the legacy samples' binary), OUT
-# (default target/capi_frontend). Exits 1 when a sample fails on ours (some do by design:
-# docs/c_api.md lists them).
+# samples/cpp), JOBS (parallel compilations, default nproc), FILTER (test selection passed to
+# each binary, default `~[dynamic_shape]`: ferrodnn plans per shape), LEGACY (1, the default:
+# also the legacy samples' binary), OUT (default target/capi_frontend). Exits 1 when a sample
+# fails on ours (some do by design: docs/c_api.md lists them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gpu=0
@@ -94,12 +94,35 @@ else
 fi
 "$cxx" -std=c++17 -O1 -c -I"$tests" "$tests/catch_main.cpp" -o "$OUT/catch_main.o"
 
+# Every object first, JOBS at a time (each file compiles the whole frontend: tens of seconds).
+JOBS=${JOBS:-$(nproc)}
+legacy_files="conv_sample test_list fp16_emu helpers fusion_sample fp8_sample norm_samples fused_mha_sample f16_flash_mha_sample fp8_flash_mha_sample"
+L=$FRONTEND/samples/legacy_samples
+compile() { # source object
+    "$cxx" "${cflags[@]}" -I"$L" -c "$1" -o "$2" 2> "${2%.o}.build.err" || rm -f "$2"
+}
+running=0
+sources=()
+for s in $SAMPLES; do sources+=("$FRONTEND/samples/cpp/$s:$OUT/$(echo "${s%.cpp}" | tr / _).o"); done
+if [[ "${LEGACY:-1}" == 1 && -d "$L" ]]; then
+    for f in $legacy_files; do sources+=("$L/$f.cpp:$OUT/legacy_$f.o"); done
+fi
+for pair in "${sources[@]}"; do
+    src=${pair%%:*} obj=${pair#*:}
+    [[ -f "$src" ]] || continue
+    rm -f "$obj"
+    compile "$src" "$obj" &
+    running=$((running + 1))
+    if [[ $running -ge $JOBS ]]; then wait -n || true; running=$((running - 1)); fi
+done
+wait
+
 failed=0
 for s in $SAMPLES; do
     name=$(echo "${s%.cpp}" | tr / _)
     src="$FRONTEND/samples/cpp/$s"
     [[ -f "$src" ]] || { echo "MISSING $s"; failed=1; continue; }
-    if ! "$cxx" "${cflags[@]}" -c "$src" -o "$OUT/$name.o" 2> "$OUT/$name.build.err"; then
+    if [[ ! -f "$OUT/$name.o" ]]; then
         echo "BUILD FAILED $s (see $OUT/$name.build.err)"; failed=1; continue
     fi
     for side in "${sides[@]}"; do
@@ -117,11 +140,10 @@ done
 # heuristics, global engine indices, fallback lists, cudnnFindPlan autotuning, plan caches,
 # several with CPU references): one binary of the files its CMakeLists names.
 if [[ "${LEGACY:-1}" == 1 && -d "$FRONTEND/samples/legacy_samples" ]]; then
-    L=$FRONTEND/samples/legacy_samples
     objs=()
     ok_build=1
-    for f in conv_sample test_list fp16_emu helpers fusion_sample fp8_sample norm_samples fused_mha_sample f16_flash_mha_sample fp8_flash_mha_sample; do
-        if ! "$cxx" "${cflags[@]}" -I"$L" -c "$L/$f.cpp" -o "$OUT/legacy_$f.o" 2> "$OUT/legacy_$f.build.err"; then
+    for f in $legacy_files; do
+        if [[ ! -f "$OUT/legacy_$f.o" ]]; then
             echo "BUILD FAILED legacy_samples/$f.cpp (see $OUT/legacy_$f.build.err)"; ok_build=0; failed=1
         fi
         objs+=("$OUT/legacy_$f.o")
