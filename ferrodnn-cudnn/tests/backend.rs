@@ -799,3 +799,98 @@ fn fuzzed_backend_calls_give_status_codes() {
     eprintln!("backend fuzz: {successes} attributes set, {finalized} descriptors finalized in {iters} rounds");
     assert!(successes > 0, "the fuzz never set an attribute: it tests nothing");
 }
+
+/// Our backend constants against NVIDIA's header, where it is installed: every descriptor type,
+/// attribute type and attribute name the spec table names, and the enum values the lowering
+/// reads, as C static assertions compiled against cudnn.h.
+#[test]
+fn backend_values_match_nvidia_header() {
+    let include =
+        std::env::var("FERRODNN_CUDNN_INCLUDE").map(std::path::PathBuf::from).unwrap_or_else(|_| "/work/benchenv/venv/lib/python3.11/site-packages/nvidia/cudnn/include".into());
+    if !include.join("cudnn.h").exists() {
+        eprintln!("skipped: NVIDIA's cudnn.h not found (set FERRODNN_CUDNN_INCLUDE to its folder)");
+        return;
+    }
+    let mut consts: Vec<(String, i32)> = Vec::new();
+    for k in 0..DESCRIPTOR_TYPE_COUNT {
+        consts.push((kind_name(k), k));
+    }
+    for t in 0..ATTRIBUTE_TYPE_COUNT {
+        consts.push((type_name(t), t));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for k in 0..DESCRIPTOR_TYPE_COUNT {
+        for a in 0..3500 {
+            if let Some(sp) = spec(k, a) {
+                if sp.name.starts_with("CUDNN_ATTR_") && !sp.name.contains('*') && seen.insert(sp.name) {
+                    consts.push((sp.name.to_string(), a));
+                }
+            }
+        }
+    }
+    let enums: &[(&str, i32)] = &[
+        ("CUDNN_POINTWISE_ADD", pw::ADD),
+        ("CUDNN_POINTWISE_SUB", pw::SUB),
+        ("CUDNN_POINTWISE_RECIPROCAL", pw::RECIPROCAL),
+        ("CUDNN_POINTWISE_ATAN2", pw::ATAN2),
+        ("CUDNN_POINTWISE_RELU_FWD", pw::RELU_FWD),
+        ("CUDNN_POINTWISE_GELU_APPROX_TANH_FWD", pw::GELU_APPROX_TANH_FWD),
+        ("CUDNN_POINTWISE_RELU_BWD", pw::RELU_BWD),
+        ("CUDNN_POINTWISE_GELU_APPROX_TANH_BWD", pw::GELU_APPROX_TANH_BWD),
+        ("CUDNN_POINTWISE_CMP_LE", pw::CMP_LE),
+        ("CUDNN_POINTWISE_LOGICAL_NOT", pw::LOGICAL_NOT),
+        ("CUDNN_POINTWISE_GEN_INDEX", pw::GEN_INDEX),
+        ("CUDNN_POINTWISE_BINARY_SELECT", pw::BINARY_SELECT),
+        ("CUDNN_RESAMPLE_MAXPOOL", RESAMPLE_MAXPOOL),
+        ("CUDNN_RESAMPLE_AVGPOOL_INCLUDE_PADDING", RESAMPLE_AVGPOOL_INCLUDE_PADDING),
+        ("CUDNN_RESAMPLE_AVGPOOL_EXCLUDE_PADDING", RESAMPLE_AVGPOOL_EXCLUDE_PADDING),
+        ("CUDNN_LAYER_NORM", LAYER_NORM),
+        ("CUDNN_INSTANCE_NORM", INSTANCE_NORM),
+        ("CUDNN_BATCH_NORM", BATCH_NORM),
+        ("CUDNN_GROUP_NORM", GROUP_NORM),
+        ("CUDNN_RMS_NORM", RMS_NORM),
+        ("CUDNN_ADA_LAYER_NORM", ADA_LAYER_NORM),
+        ("CUDNN_NORM_FWD_INFERENCE", NORM_FWD_INFERENCE),
+        ("CUDNN_NORM_FWD_TRAINING", NORM_FWD_TRAINING),
+        ("CUDNN_RNG_DISTRIBUTION_BERNOULLI", RNG_DISTRIBUTION_BERNOULLI),
+        ("CUDNN_RNG_DISTRIBUTION_UNIFORM", RNG_DISTRIBUTION_UNIFORM),
+        ("CUDNN_RNG_DISTRIBUTION_NORMAL", RNG_DISTRIBUTION_NORMAL),
+        ("CUDNN_HEUR_MODE_INSTANT", HEUR_MODE_INSTANT),
+        ("CUDNN_HEUR_MODE_B", HEUR_MODE_B),
+        ("CUDNN_HEUR_MODE_FALLBACK", HEUR_MODE_FALLBACK),
+        ("CUDNN_HEUR_MODE_A", HEUR_MODE_A),
+        ("CUDNN_NUMERICAL_NOTE_TENSOR_CORE", NUMERICAL_NOTE_TENSOR_CORE),
+        ("CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS", NUMERICAL_NOTE_DOWN_CONVERT_INPUTS),
+        ("CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC", NUMERICAL_NOTE_NONDETERMINISTIC),
+        ("CUDNN_NUMERICAL_NOTE_TYPE_COUNT", NUMERICAL_NOTE_TYPE_COUNT),
+        ("CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION", BEHAVIOR_NOTE_RUNTIME_COMPILATION),
+        ("CUDNN_BEHAVIOR_NOTE_TYPE_COUNT", BEHAVIOR_NOTE_TYPE_COUNT),
+        ("CUDNN_KNOB_TYPE_COUNTS", KNOB_TYPE_COUNTS),
+        ("CUDNN_TENSOR_REORDERING_NONE", TENSOR_REORDERING_NONE),
+        ("CUDNN_GENSTATS_SUM_SQSUM", GENSTATS_SUM_SQSUM),
+        ("CUDNN_LRN_CROSS_CHANNEL_DIM1", ferrodnn_cudnn::lrn::CUDNN_LRN_CROSS_CHANNEL_DIM1),
+        ("CUDNN_LRN_MAX_N", ferrodnn_cudnn::lrn::LRN_MAX_N as i32),
+    ];
+    consts.extend(enums.iter().map(|&(n, v)| (n.to_string(), v)));
+    let mut src = String::from("#include <stddef.h>\n#include <cudnn.h>\n");
+    for (name, v) in &consts {
+        src.push_str(&format!("_Static_assert((int){name} == {v}, \"{name} is {v} in ferrodnn-cudnn\");\n"));
+    }
+    src.push_str(&format!("_Static_assert(sizeof(cudnnFraction_t) == {}, \"cudnnFraction_t size\");\n", element_size(T_FRACTION)));
+    src.push_str(&format!("_Static_assert(sizeof(bool) == {}, \"CUDNN_TYPE_BOOLEAN size\");\n", element_size(T_BOOLEAN)));
+    let dir = std::env::temp_dir().join(format!("ferrodnn_cudnn_backend_abi_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("backend_abi.c");
+    std::fs::write(&file, src).unwrap();
+    let stub = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cuda_stub");
+    let out = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-fsyntax-only", "-std=c11", "-Wno-deprecated-declarations", "-include", "stdbool.h"])
+        .arg(format!("-I{}", include.display()))
+        .arg(format!("-I{}", stub.display()))
+        .arg(&file)
+        .output()
+        .expect("a C compiler (cc) to check the header");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "our backend values differ from NVIDIA's header:\n{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("{} backend constants match NVIDIA's header", consts.len());
+}
