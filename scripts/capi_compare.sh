@@ -45,7 +45,7 @@ tests=ferrodnn-cudnn/tests/c
 # cudnn.h includes cuda_runtime_api.h for a few types: tests/c/cuda_stub declares them, so no
 # CUDA toolkit is needed; device memory comes from the driver (libcuda) in -DGPU builds.
 cflags=(-O1 -std=c11 -Wall -Wno-deprecated-declarations -I"$CUDNN_INCLUDE" -I"$tests/cuda_stub")
-programs=(conv conv_half conv_bias_act activation softmax pooling tensor_ops batchnorm errors)
+programs=(conv conv_half conv_bias_act activation softmax pooling tensor_ops batchnorm dropout lrn backend_conv errors)
 
 if [[ $gpu == 0 ]]; then
     for p in "${programs[@]}"; do
@@ -61,6 +61,8 @@ for d in "${CUDNN_LIB:-}" "$wheel/lib" /usr/lib/x86_64-linux-gnu; do
 done
 [[ -f "${CUDNN_LIB:-}/libcudnn.so.9" ]] || { echo "capi_compare: NVIDIA's libcudnn.so.9 not found; set CUDNN_LIB" >&2; exit 1; }
 echo "NVIDIA's libcudnn.so.9 from $CUDNN_LIB; ours from $ours"
+# f32 stays f32 in NVIDIA's library too (no TF32 behind an engine that notes tensor cores).
+export NVIDIA_TF32_OVERRIDE=0
 failed=0
 for p in "${programs[@]}"; do
     for side in nvidia ours; do

@@ -4,6 +4,7 @@
 # them, NVIDIA's cudnn*.h. There:
 #   .gpu/capi/test_gpu
 #   OURS=.gpu/capi CUDNN_INCLUDE=.gpu/capi/include bash scripts/capi_compare.sh --gpu
+#   OURS=.gpu/capi CUDNN_INCLUDE=.gpu/capi/include bash scripts/capi_frontend_samples.sh --gpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/capi_build.sh >/dev/null
@@ -15,5 +16,12 @@ cp "$bin" .gpu/capi/test_gpu
 inc=${CUDNN_INCLUDE:-/work/benchenv/venv/lib/python3.11/site-packages/nvidia/cudnn/include}
 if [[ -f "$inc/cudnn.h" ]]; then
     rm -rf .gpu/capi/include && mkdir -p .gpu/capi/include && cp "$inc"/cudnn*.h .gpu/capi/include/
+fi
+# The cudnn frontend's headers and C++ samples, for scripts/capi_frontend_samples.sh --gpu
+# (the GPU machine has no network), from the mirror of its repository at the pinned commit.
+repo=${FRONTEND_REPO:-/work/.mirror/NVIDIA+cudnn-frontend/repo}
+if [[ -d "$repo" ]]; then
+    rm -rf .gpu/capi/frontend && mkdir -p .gpu/capi/frontend
+    git -C "$repo" archive "${FRONTEND_COMMIT:-3929da2}" include samples/cpp samples/legacy_samples | tar -x -C .gpu/capi/frontend
 fi
 ls -la .gpu/capi

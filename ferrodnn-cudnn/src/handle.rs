@@ -51,6 +51,18 @@ fn new_handle(force_cpu: bool) -> R<HandleState> {
     Ok(HandleState { fd, gpu: is_gpu, stream: Mutex::new(0), plans: PlanCache::default(), scratch: Mutex::new(None) })
 }
 
+/// The handle backend descriptors fall back on when a program gives them none (an operation
+/// graph without CUDNN_ATTR_OPERATIONGRAPH_HANDLE): one per process, of the kind cudnnCreate
+/// gives.
+pub fn default_handle() -> R<Arc<HandleState>> {
+    static DEFAULT: OnceLock<Arc<HandleState>> = OnceLock::new();
+    if let Some(h) = DEFAULT.get() {
+        return Ok(h.clone());
+    }
+    let h = Arc::new(new_handle(false)?);
+    Ok(DEFAULT.get_or_init(|| h).clone())
+}
+
 #[no_mangle]
 pub extern "C" fn cudnnCreate(out: *mut cudnnHandle_t) -> Status {
     guard("cudnnCreate", || {
@@ -150,9 +162,14 @@ pub extern "C" fn cudnnGetProperty(kind: i32, value: *mut i32) -> Status {
 }
 
 /// The CUDA version of the driver ferrodnn runs on (`major * 1000 + minor * 10`; ferrodnn loads
-/// the driver rather than linking a CUDA runtime), or 0 where there is no driver.
+/// the driver rather than linking a CUDA runtime), or 0 where there is no driver;
+/// `FERRODNN_CUDNN_CUDART_VERSION` reports another (for programs run on the CPU handle that
+/// check it, such as the cudnn frontend's samples).
 #[no_mangle]
 pub extern "C" fn cudnnGetCudartVersion() -> usize {
+    if let Some(v) = std::env::var("FERRODNN_CUDNN_CUDART_VERSION").ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+        return v;
+    }
     std::panic::catch_unwind(|| ferrodnn::engine::cuda::driver_version().map_or(0, |(major, minor)| (major * 1000 + minor * 10) as usize)).unwrap_or(0)
 }
 

@@ -23,13 +23,17 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod api;
+pub mod backend;
 pub mod batchnorm;
 pub mod conv;
 pub mod desc;
+pub mod dropout;
 pub mod exec;
 pub mod handle;
+pub mod lrn;
 pub mod ops;
 pub mod registry;
+pub mod stubs;
 pub mod types;
 
 pub use types::*;

@@ -170,6 +170,9 @@ pub type cudnnPoolingDescriptor_t = *mut c_void;
 pub type cudnnOpTensorDescriptor_t = *mut c_void;
 pub type cudnnReduceTensorDescriptor_t = *mut c_void;
 pub type cudaStream_t = *mut c_void;
+pub type cudnnBackendDescriptor_t = *mut c_void;
+pub type cudnnDropoutDescriptor_t = *mut c_void;
+pub type cudnnLRNDescriptor_t = *mut c_void;
 
 /// The name of a status code, as `cudnnGetErrorString` gives it.
 pub fn status_name(s: Status) -> &'static str {

@@ -376,3 +376,106 @@ fn batchnorm_on_the_gpu() {
         )
     });
 }
+
+/// A backend graph of `ops` on handle `h`: heuristics mode A, the first full-precision
+/// configuration, its plan, executed on `ptrs` by `uids` (no workspace: the handle's own).
+fn run_backend(h: cudnnHandle_t, ops: &[&common::backend::B], uids: &[i64], ptrs: &[*mut c_void]) -> Status {
+    use common::backend::*;
+    let graph = op_graph(h, ops);
+    let cfgs = heuristics(&graph, ferrodnn_cudnn::backend::attrs::HEUR_MODE_A);
+    let plan = plan(h, full_precision(&cfgs));
+    let pack = pack(uids, ptrs, null_mut());
+    ferrodnn_cudnn::backend::cudnnBackendExecute(h, plan.0, pack.0)
+}
+
+#[test]
+fn backend_graphs_and_lrn_on_the_gpu() {
+    use common::backend::*;
+    use ferrodnn_cudnn::backend::attrs::*;
+    let _ = start("backend_graphs_and_lrn_on_the_gpu");
+    // Conv + bias + relu, channels-last.
+    let (xd, wd, bd, yd) = ([2i64, 8, 9, 9], [16i64, 8, 3, 3], [1i64, 16, 1, 1], [2i64, 16, 9, 9]);
+    let n = |d: &[i64]| d.iter().product::<i64>() as usize;
+    let inputs = vec![bytes(&rand(n(&xd), 1)), bytes(&rand(n(&wd), 2)), bytes(&rand(n(&bd), 3)), bytes(&rand(n(&yd), 4))];
+    same_on_both("backend conv + bias + relu", &inputs, &[3], 1e-4, None, |h, p| {
+        let (x, w, b) = (tensor(1, &xd, &nhwc(&xd), false), tensor(2, &wd, &nhwc(&wd), false), tensor(3, &bd, &packed(&bd), false));
+        let (c, z, y) = (tensor(100, &yd, &nhwc(&yd), true), tensor(101, &yd, &nhwc(&yd), true), tensor(4, &yd, &nhwc(&yd), false));
+        let conv = B::new(CONVOLUTION)
+            .int(CONVOLUTION_COMP_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT)
+            .int(CONVOLUTION_CONV_MODE, T_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
+            .i64s(CONVOLUTION_SPATIAL_DIMS, &[2])
+            .i64s(CONVOLUTION_PRE_PADDINGS, &[1, 1])
+            .i64s(CONVOLUTION_POST_PADDINGS, &[1, 1])
+            .i64s(CONVOLUTION_FILTER_STRIDES, &[1, 1])
+            .i64s(CONVOLUTION_DILATIONS, &[1, 1])
+            .fin();
+        let fprop = B::new(OP_CONV_FORWARD).descs(OP_CONV_FWD_X, &[&x]).descs(OP_CONV_FWD_W, &[&w]).descs(OP_CONV_FWD_Y, &[&c]).descs(OP_CONV_FWD_CONV_DESC, &[&conv]).fin();
+        let add = pw_op(&pw_desc(pw::ADD), &c, Some(&b), &z);
+        let relu = pw_op(&pw_desc(pw::RELU_FWD), &z, None, &y);
+        run_backend(h, &[&fprop, &add, &relu], &[1, 2, 3, 4], &p[..4])
+    });
+    // Layernorm training with a by-value epsilon.
+    let (xd, sd, md) = ([8i64, 64, 1, 1], [1i64, 64, 1, 1], [8i64, 1, 1, 1]);
+    let inputs = vec![bytes(&rand(n(&xd), 5)), bytes(&rand(n(&sd), 6)), bytes(&rand(n(&sd), 7)), bytes(&rand(n(&xd), 8)), bytes(&rand(n(&md), 9)), bytes(&rand(n(&md), 10))];
+    same_on_both("backend layernorm", &inputs, &[3, 4, 5], 1e-4, None, |h, p| {
+        let eps_value = 1e-3f32;
+        let (x, s, b, e) = (tensor(1, &xd, &packed(&xd), false), tensor(2, &sd, &packed(&sd), false), tensor(3, &sd, &packed(&sd), false), scalar(9));
+        let (y, m, v) = (tensor(4, &xd, &packed(&xd), false), tensor(5, &md, &packed(&md), false), tensor(6, &md, &packed(&md), false));
+        let op = B::new(OP_NORM_FORWARD)
+            .int(OP_NORM_FWD_MODE, T_NORM_MODE, LAYER_NORM)
+            .int(OP_NORM_FWD_PHASE, T_NORM_FWD_PHASE, NORM_FWD_TRAINING)
+            .descs(OP_NORM_FWD_XDESC, &[&x])
+            .descs(OP_NORM_FWD_SCALE_DESC, &[&s])
+            .descs(OP_NORM_FWD_BIAS_DESC, &[&b])
+            .descs(OP_NORM_FWD_EPSILON_DESC, &[&e])
+            .descs(OP_NORM_FWD_YDESC, &[&y])
+            .descs(OP_NORM_FWD_MEAN_DESC, &[&m])
+            .descs(OP_NORM_FWD_INV_VARIANCE_DESC, &[&v])
+            .fin();
+        let eps_ptr = &eps_value as *const f32 as *mut c_void;
+        run_backend(h, &[&op], &[1, 2, 3, 4, 5, 6, 9], &[p[0], p[1], p[2], p[3], p[4], p[5], eps_ptr])
+    });
+    // Causal attention with statistics (the frontend's unified SDPA_FWD with its subgraph).
+    let (qd, kd, sd) = ([2i64, 2, 16, 32], [2i64, 2, 24, 32], [2i64, 2, 16, 1]);
+    let sc_d = [2i64, 2, 16, 24];
+    let inputs = vec![bytes(&rand(n(&qd), 11)), bytes(&rand(n(&kd), 12)), bytes(&rand(n(&kd), 13)), bytes(&rand(n(&qd), 14)), bytes(&rand(n(&sd), 15))];
+    same_on_both("backend causal attention", &inputs, &[3, 4], 2e-3, None, |h, p| {
+        let (q, k, v, o, st) = (
+            tensor(1, &qd, &packed(&qd), false),
+            tensor(2, &kd, &packed(&kd), false),
+            tensor(3, &kd, &packed(&kd), false),
+            tensor(4, &qd, &packed(&qd), false),
+            tensor(5, &sd, &packed(&sd), false),
+        );
+        let (score, fill, masked) = (tensor(900, &sc_d, &packed(&sc_d), true), scalar(901), tensor(902, &sc_d, &packed(&sc_d), true));
+        let mask = B::new(OP_DIAGONAL_BAND_MASK).descs(3000, &[&score]).descs(3005, &[&fill]).descs(3006, &[&masked]).int(3007, T_POINTWISE_MODE, pw::CMP_GE).fin();
+        let sub = B::new(OPERATIONGRAPH).descs(OPERATIONGRAPH_OPS, &[&mask]).fin();
+        let (pt, stt) = (tensor(910, &sc_d, &packed(&sc_d), true), tensor(911, &sc_d, &packed(&sc_d), true));
+        let softmax = B::new(OP_SOFTMAX).descs(3100, &[&pt]).descs(3101, &[&stt]).descs(3102, &[&st]).fin();
+        let sdpa = B::new(OP_SDPA_FWD)
+            .descs(2800, &[&q])
+            .descs(2801, &[&k])
+            .descs(2802, &[&v])
+            .descs(2803, &[&o])
+            .descs(2811, &[&sub])
+            .i64s(2812, &[900])
+            .i64s(2813, &[902])
+            .descs(2814, &[&softmax])
+            .fin();
+        run_backend(h, &[&sdpa, &softmax], &[1, 2, 3, 4, 5], &p[..5])
+    });
+    // Cross-channel LRN forward and backward (legacy calls), channels-last.
+    let dims = [2, 7, 5, 6];
+    let t = f32_tensor(&dims, true);
+    let mut d = null_mut();
+    ok(ferrodnn_cudnn::lrn::cudnnCreateLRNDescriptor(&mut d));
+    ok(ferrodnn_cudnn::lrn::cudnnSetLRNDescriptor(d, 5, 0.8, 0.75, 1.5));
+    let total = count(&dims);
+    let inputs = vec![bytes(&rand(total, 16)), bytes(&rand(total, 17)), bytes(&rand(total, 18)), bytes(&rand(total, 19))];
+    let (one, zero) = (1.0f32, 0.0f32);
+    same_on_both("lrn forward", &inputs, &[1], 1e-4, None, |h, p| ferrodnn_cudnn::lrn::cudnnLRNCrossChannelForward(h, d, 0, sc(&one), t, p[0], sc(&zero), t, p[1]));
+    same_on_both("lrn backward", &inputs, &[3], 1e-4, None, |h, p| {
+        ferrodnn_cudnn::lrn::cudnnLRNCrossChannelBackward(h, d, 0, sc(&one), t, p[1], t, p[2], t, p[0], sc(&zero), t, p[3])
+    });
+    ok(ferrodnn_cudnn::lrn::cudnnDestroyLRNDescriptor(d));
+}

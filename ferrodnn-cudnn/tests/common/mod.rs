@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod backend;
+
 use ferrodnn_cudnn::desc::*;
 use ferrodnn_cudnn::handle::*;
 use ferrodnn_cudnn::types::*;

@@ -1,0 +1,945 @@
+//! The backend API's vocabulary, written from cuDNN 9's documented API: descriptor types,
+//! attribute names, attribute types, the enums attributes carry, and the table of which
+//! attribute each descriptor type takes, of which type and how many elements.
+
+#![allow(non_upper_case_globals, dead_code)]
+
+// ------------------------------------------------------------------------------------------
+// cudnnBackendDescriptorType_t
+// ------------------------------------------------------------------------------------------
+
+pub const POINTWISE: i32 = 0;
+pub const CONVOLUTION: i32 = 1;
+pub const ENGINE: i32 = 2;
+pub const ENGINECFG: i32 = 3;
+pub const ENGINEHEUR: i32 = 4;
+pub const EXECUTION_PLAN: i32 = 5;
+pub const INTERMEDIATE_INFO: i32 = 6;
+pub const KNOB_CHOICE: i32 = 7;
+pub const KNOB_INFO: i32 = 8;
+pub const LAYOUT_INFO: i32 = 9;
+pub const OP_CONV_FORWARD: i32 = 10;
+pub const OP_CONV_BWD_FILTER: i32 = 11;
+pub const OP_CONV_BWD_DATA: i32 = 12;
+pub const OP_POINTWISE: i32 = 13;
+pub const OP_GEN_STATS: i32 = 14;
+pub const OPERATIONGRAPH: i32 = 15;
+pub const VARIANT_PACK: i32 = 16;
+pub const TENSOR: i32 = 17;
+pub const MATMUL: i32 = 18;
+pub const OP_MATMUL: i32 = 19;
+pub const OP_BN_FINALIZE: i32 = 20;
+pub const REDUCTION: i32 = 21;
+pub const OP_REDUCTION: i32 = 22;
+pub const OP_BN_BWD_WEIGHTS: i32 = 23;
+pub const RESAMPLE: i32 = 24;
+pub const OP_RESAMPLE_FWD: i32 = 25;
+pub const OP_RESAMPLE_BWD: i32 = 26;
+pub const OP_CONCAT: i32 = 27;
+pub const OP_SIGNAL: i32 = 28;
+pub const OP_NORM_FORWARD: i32 = 29;
+pub const OP_NORM_BACKWARD: i32 = 30;
+pub const OP_RESHAPE: i32 = 31;
+pub const RNG: i32 = 32;
+pub const OP_RNG: i32 = 33;
+pub const KERNEL_CACHE: i32 = 34;
+pub const OP_PAGED_CACHE_LOAD: i32 = 35;
+pub const OP_BLOCK_SCALE_QUANTIZE: i32 = 36;
+pub const OP_BLOCK_SCALE_DEQUANTIZE: i32 = 37;
+pub const DEVICEPROP: i32 = 38;
+pub const OP_EXPAND_BAND_MATRIX: i32 = 39;
+pub const OP_CONTRACT_BAND_MATRIX: i32 = 40;
+pub const OP_SDPA_FWD: i32 = 41;
+pub const OP_MOE_GROUPED_MATMUL: i32 = 42;
+pub const OP_SDPA_BWD: i32 = 43;
+pub const OP_DIAGONAL_BAND_MASK: i32 = 44;
+pub const OP_SOFTMAX: i32 = 45;
+pub const OP_TRANSPOSE: i32 = 46;
+pub const OP_SLICE: i32 = 47;
+pub const OP_MOE_GROUPED_MATMUL_BWD: i32 = 48;
+pub const OP_ROPE_FWD: i32 = 49;
+pub const OP_ROPE_BWD: i32 = 50;
+/// One past the largest descriptor type.
+pub const DESCRIPTOR_TYPE_COUNT: i32 = 51;
+
+/// The descriptor type's name as cuDNN spells it, for messages.
+pub fn kind_name(kind: i32) -> String {
+    let n = match kind {
+        POINTWISE => "POINTWISE",
+        CONVOLUTION => "CONVOLUTION",
+        ENGINE => "ENGINE",
+        ENGINECFG => "ENGINECFG",
+        ENGINEHEUR => "ENGINEHEUR",
+        EXECUTION_PLAN => "EXECUTION_PLAN",
+        INTERMEDIATE_INFO => "INTERMEDIATE_INFO",
+        KNOB_CHOICE => "KNOB_CHOICE",
+        KNOB_INFO => "KNOB_INFO",
+        LAYOUT_INFO => "LAYOUT_INFO",
+        OP_CONV_FORWARD => "OPERATION_CONVOLUTION_FORWARD",
+        OP_CONV_BWD_FILTER => "OPERATION_CONVOLUTION_BACKWARD_FILTER",
+        OP_CONV_BWD_DATA => "OPERATION_CONVOLUTION_BACKWARD_DATA",
+        OP_POINTWISE => "OPERATION_POINTWISE",
+        OP_GEN_STATS => "OPERATION_GEN_STATS",
+        OPERATIONGRAPH => "OPERATIONGRAPH",
+        VARIANT_PACK => "VARIANT_PACK",
+        TENSOR => "TENSOR",
+        MATMUL => "MATMUL",
+        OP_MATMUL => "OPERATION_MATMUL",
+        OP_BN_FINALIZE => "OPERATION_BN_FINALIZE_STATISTICS",
+        REDUCTION => "REDUCTION",
+        OP_REDUCTION => "OPERATION_REDUCTION",
+        OP_BN_BWD_WEIGHTS => "OPERATION_BN_BWD_WEIGHTS",
+        RESAMPLE => "RESAMPLE",
+        OP_RESAMPLE_FWD => "OPERATION_RESAMPLE_FWD",
+        OP_RESAMPLE_BWD => "OPERATION_RESAMPLE_BWD",
+        OP_CONCAT => "OPERATION_CONCAT",
+        OP_SIGNAL => "OPERATION_SIGNAL",
+        OP_NORM_FORWARD => "OPERATION_NORM_FORWARD",
+        OP_NORM_BACKWARD => "OPERATION_NORM_BACKWARD",
+        OP_RESHAPE => "OPERATION_RESHAPE",
+        RNG => "RNG",
+        OP_RNG => "OPERATION_RNG",
+        KERNEL_CACHE => "KERNEL_CACHE",
+        OP_PAGED_CACHE_LOAD => "OPERATION_PAGED_CACHE_LOAD",
+        OP_BLOCK_SCALE_QUANTIZE => "OPERATION_BLOCK_SCALE_QUANTIZE",
+        OP_BLOCK_SCALE_DEQUANTIZE => "OPERATION_BLOCK_SCALE_DEQUANTIZE",
+        DEVICEPROP => "DEVICEPROP",
+        OP_EXPAND_BAND_MATRIX => "OPERATION_EXPAND_BAND_MATRIX",
+        OP_CONTRACT_BAND_MATRIX => "OPERATION_CONTRACT_BAND_MATRIX",
+        OP_SDPA_FWD => "OPERATION_SDPA_FWD",
+        OP_MOE_GROUPED_MATMUL => "OPERATION_MOE_GROUPED_MATMUL",
+        OP_SDPA_BWD => "OPERATION_SDPA_BWD",
+        OP_DIAGONAL_BAND_MASK => "OPERATION_DIAGONAL_BAND_MASK",
+        OP_SOFTMAX => "OPERATION_SOFTMAX",
+        OP_TRANSPOSE => "OPERATION_TRANSPOSE",
+        OP_SLICE => "OPERATION_SLICE",
+        OP_MOE_GROUPED_MATMUL_BWD => "OPERATION_MOE_GROUPED_MATMUL_BWD",
+        OP_ROPE_FWD => "OPERATION_ROPE_FWD",
+        OP_ROPE_BWD => "OPERATION_ROPE_BWD",
+        _ => return format!("descriptor type {kind}"),
+    };
+    format!("CUDNN_BACKEND_{n}_DESCRIPTOR")
+}
+
+/// Whether descriptors of `kind` are operations (what an operation graph's OPS take).
+pub fn is_operation(kind: i32) -> bool {
+    matches!(kind, OP_CONV_FORWARD..=OP_GEN_STATS | OP_MATMUL | OP_BN_FINALIZE | OP_REDUCTION | OP_BN_BWD_WEIGHTS | OP_RESAMPLE_FWD..=OP_RESHAPE | OP_RNG)
+        || matches!(kind, OP_PAGED_CACHE_LOAD..=OP_BLOCK_SCALE_DEQUANTIZE | OP_EXPAND_BAND_MATRIX..=OP_ROPE_BWD)
+}
+
+/// Operation types ferrodnn has no op for: they can be created and given attributes, and
+/// their finalization says CUDNN_STATUS_NOT_SUPPORTED.
+pub fn is_unsupported_operation(kind: i32) -> bool {
+    matches!(
+        kind,
+        OP_BN_FINALIZE
+            | OP_BN_BWD_WEIGHTS
+            | OP_SIGNAL
+            | OP_PAGED_CACHE_LOAD
+            | OP_BLOCK_SCALE_QUANTIZE
+            | OP_BLOCK_SCALE_DEQUANTIZE
+            | OP_EXPAND_BAND_MATRIX
+            | OP_CONTRACT_BAND_MATRIX
+            | OP_MOE_GROUPED_MATMUL
+            | OP_SDPA_BWD
+            | OP_MOE_GROUPED_MATMUL_BWD
+            | OP_ROPE_FWD
+            | OP_ROPE_BWD
+    )
+}
+
+// ------------------------------------------------------------------------------------------
+// cudnnBackendAttributeType_t
+// ------------------------------------------------------------------------------------------
+
+pub const T_HANDLE: i32 = 0;
+pub const T_DATA_TYPE: i32 = 1;
+pub const T_BOOLEAN: i32 = 2;
+pub const T_INT64: i32 = 3;
+pub const T_FLOAT: i32 = 4;
+pub const T_DOUBLE: i32 = 5;
+pub const T_VOID_PTR: i32 = 6;
+pub const T_CONVOLUTION_MODE: i32 = 7;
+pub const T_HEUR_MODE: i32 = 8;
+pub const T_KNOB_TYPE: i32 = 9;
+pub const T_NAN_PROPOGATION: i32 = 10;
+pub const T_NUMERICAL_NOTE: i32 = 11;
+pub const T_LAYOUT_TYPE: i32 = 12;
+pub const T_ATTRIB_NAME: i32 = 13;
+pub const T_POINTWISE_MODE: i32 = 14;
+pub const T_BACKEND_DESCRIPTOR: i32 = 15;
+pub const T_GENSTATS_MODE: i32 = 16;
+pub const T_BN_FINALIZE_STATS_MODE: i32 = 17;
+pub const T_REDUCTION_OPERATOR_TYPE: i32 = 18;
+pub const T_BEHAVIOR_NOTE: i32 = 19;
+pub const T_TENSOR_REORDERING_MODE: i32 = 20;
+pub const T_RESAMPLE_MODE: i32 = 21;
+pub const T_PADDING_MODE: i32 = 22;
+pub const T_INT32: i32 = 23;
+pub const T_CHAR: i32 = 24;
+pub const T_SIGNAL_MODE: i32 = 25;
+pub const T_FRACTION: i32 = 26;
+pub const T_NORM_MODE: i32 = 27;
+pub const T_NORM_FWD_PHASE: i32 = 28;
+pub const T_RNG_DISTRIBUTION: i32 = 29;
+pub const T_MOE_GROUPED_MATMUL_MODE: i32 = 30;
+pub const T_RESHAPE_MODE: i32 = 31;
+pub const T_OPERATIONGRAPH_MODE: i32 = 32;
+pub const ATTRIBUTE_TYPE_COUNT: i32 = 33;
+
+/// The size in bytes of one element of an attribute type (C's `bool` for BOOLEAN, a
+/// `{int64 numerator, int64 denominator}` pair for FRACTION, an `int` for every enum).
+pub fn element_size(ty: i32) -> usize {
+    match ty {
+        T_HANDLE | T_VOID_PTR | T_BACKEND_DESCRIPTOR => std::mem::size_of::<usize>(),
+        T_BOOLEAN | T_CHAR => 1,
+        T_INT64 | T_DOUBLE => 8,
+        T_FRACTION => 16,
+        _ => 4,
+    }
+}
+
+/// The attribute type's name as cuDNN spells it, for messages.
+pub fn type_name(ty: i32) -> String {
+    let n = match ty {
+        T_HANDLE => "HANDLE",
+        T_DATA_TYPE => "DATA_TYPE",
+        T_BOOLEAN => "BOOLEAN",
+        T_INT64 => "INT64",
+        T_FLOAT => "FLOAT",
+        T_DOUBLE => "DOUBLE",
+        T_VOID_PTR => "VOID_PTR",
+        T_CONVOLUTION_MODE => "CONVOLUTION_MODE",
+        T_HEUR_MODE => "HEUR_MODE",
+        T_KNOB_TYPE => "KNOB_TYPE",
+        T_NAN_PROPOGATION => "NAN_PROPOGATION",
+        T_NUMERICAL_NOTE => "NUMERICAL_NOTE",
+        T_LAYOUT_TYPE => "LAYOUT_TYPE",
+        T_ATTRIB_NAME => "ATTRIB_NAME",
+        T_POINTWISE_MODE => "POINTWISE_MODE",
+        T_BACKEND_DESCRIPTOR => "BACKEND_DESCRIPTOR",
+        T_GENSTATS_MODE => "GENSTATS_MODE",
+        T_BN_FINALIZE_STATS_MODE => "BN_FINALIZE_STATS_MODE",
+        T_REDUCTION_OPERATOR_TYPE => "REDUCTION_OPERATOR_TYPE",
+        T_BEHAVIOR_NOTE => "BEHAVIOR_NOTE",
+        T_TENSOR_REORDERING_MODE => "TENSOR_REORDERING_MODE",
+        T_RESAMPLE_MODE => "RESAMPLE_MODE",
+        T_PADDING_MODE => "PADDING_MODE",
+        T_INT32 => "INT32",
+        T_CHAR => "CHAR",
+        T_SIGNAL_MODE => "SIGNAL_MODE",
+        T_FRACTION => "FRACTION",
+        T_NORM_MODE => "NORM_MODE",
+        T_NORM_FWD_PHASE => "NORM_FWD_PHASE",
+        T_RNG_DISTRIBUTION => "RNG_DISTRIBUTION",
+        T_MOE_GROUPED_MATMUL_MODE => "MOE_GROUPED_MATMUL_MODE",
+        T_RESHAPE_MODE => "RESHAPE_MODE",
+        T_OPERATIONGRAPH_MODE => "OPERATIONGRAPH_MODE",
+        _ => return format!("attribute type {ty}"),
+    };
+    format!("CUDNN_TYPE_{n}")
+}
+
+// ------------------------------------------------------------------------------------------
+// cudnnBackendAttributeName_t (the ones ferrodnn reads or answers)
+// ------------------------------------------------------------------------------------------
+
+pub const POINTWISE_MODE: i32 = 0;
+pub const POINTWISE_MATH_PREC: i32 = 1;
+pub const POINTWISE_NAN_PROPAGATION: i32 = 2;
+pub const POINTWISE_RELU_LOWER_CLIP: i32 = 3;
+pub const POINTWISE_RELU_UPPER_CLIP: i32 = 4;
+pub const POINTWISE_RELU_LOWER_CLIP_SLOPE: i32 = 5;
+pub const POINTWISE_ELU_ALPHA: i32 = 6;
+pub const POINTWISE_SOFTPLUS_BETA: i32 = 7;
+pub const POINTWISE_SWISH_BETA: i32 = 8;
+pub const POINTWISE_AXIS: i32 = 9;
+
+pub const CONVOLUTION_COMP_TYPE: i32 = 100;
+pub const CONVOLUTION_CONV_MODE: i32 = 101;
+pub const CONVOLUTION_DILATIONS: i32 = 102;
+pub const CONVOLUTION_FILTER_STRIDES: i32 = 103;
+pub const CONVOLUTION_POST_PADDINGS: i32 = 104;
+pub const CONVOLUTION_PRE_PADDINGS: i32 = 105;
+pub const CONVOLUTION_SPATIAL_DIMS: i32 = 106;
+
+pub const ENGINEHEUR_MODE: i32 = 200;
+pub const ENGINEHEUR_OPERATION_GRAPH: i32 = 201;
+pub const ENGINEHEUR_RESULTS: i32 = 202;
+pub const ENGINEHEUR_SM_COUNT_TARGET: i32 = 203;
+pub const ENGINEHEUR_DEVICEPROP: i32 = 204;
+
+pub const ENGINECFG_ENGINE: i32 = 300;
+pub const ENGINECFG_INTERMEDIATE_INFO: i32 = 301;
+pub const ENGINECFG_KNOB_CHOICES: i32 = 302;
+pub const ENGINECFG_WORKSPACE_SIZE: i32 = 303;
+pub const ENGINECFG_SHARED_MEMORY_USED: i32 = 304;
+
+pub const EXECUTION_PLAN_HANDLE: i32 = 400;
+pub const EXECUTION_PLAN_ENGINE_CONFIG: i32 = 401;
+pub const EXECUTION_PLAN_WORKSPACE_SIZE: i32 = 402;
+pub const EXECUTION_PLAN_COMPUTED_INTERMEDIATE_UIDS: i32 = 403;
+pub const EXECUTION_PLAN_RUN_ONLY_INTERMEDIATE_UIDS: i32 = 404;
+pub const EXECUTION_PLAN_JSON_REPRESENTATION: i32 = 405;
+pub const EXECUTION_PLAN_KERNEL_CACHE: i32 = 406;
+pub const EXECUTION_PLAN_DEVICEPROP: i32 = 407;
+
+pub const INTERMEDIATE_INFO_UNIQUE_ID: i32 = 500;
+pub const INTERMEDIATE_INFO_SIZE: i32 = 501;
+pub const INTERMEDIATE_INFO_DEPENDENT_DATA_UIDS: i32 = 502;
+pub const INTERMEDIATE_INFO_DEPENDENT_ATTRIBUTES: i32 = 503;
+
+pub const KNOB_CHOICE_KNOB_TYPE: i32 = 600;
+pub const KNOB_CHOICE_KNOB_VALUE: i32 = 601;
+
+pub const OP_CONV_FWD_ALPHA: i32 = 700;
+pub const OP_CONV_FWD_BETA: i32 = 701;
+pub const OP_CONV_FWD_CONV_DESC: i32 = 702;
+pub const OP_CONV_FWD_W: i32 = 703;
+pub const OP_CONV_FWD_X: i32 = 704;
+pub const OP_CONV_FWD_Y: i32 = 705;
+pub const OP_CONV_BWD_DATA_ALPHA: i32 = 706;
+pub const OP_CONV_BWD_DATA_BETA: i32 = 707;
+pub const OP_CONV_BWD_DATA_CONV_DESC: i32 = 708;
+pub const OP_CONV_BWD_DATA_W: i32 = 709;
+pub const OP_CONV_BWD_DATA_DX: i32 = 710;
+pub const OP_CONV_BWD_DATA_DY: i32 = 711;
+pub const OP_CONV_BWD_FILTER_ALPHA: i32 = 712;
+pub const OP_CONV_BWD_FILTER_BETA: i32 = 713;
+pub const OP_CONV_BWD_FILTER_CONV_DESC: i32 = 714;
+pub const OP_CONV_BWD_FILTER_DW: i32 = 715;
+pub const OP_CONV_BWD_FILTER_X: i32 = 716;
+pub const OP_CONV_BWD_FILTER_DY: i32 = 717;
+
+pub const OP_PW_DESCRIPTOR: i32 = 750;
+pub const OP_PW_XDESC: i32 = 751;
+pub const OP_PW_BDESC: i32 = 752;
+pub const OP_PW_YDESC: i32 = 753;
+pub const OP_PW_ALPHA1: i32 = 754;
+pub const OP_PW_ALPHA2: i32 = 755;
+pub const OP_PW_DXDESC: i32 = 756;
+pub const OP_PW_DYDESC: i32 = 757;
+pub const OP_PW_TDESC: i32 = 758;
+
+pub const OP_GENSTATS_MODE: i32 = 770;
+pub const OP_GENSTATS_MATH_PREC: i32 = 771;
+pub const OP_GENSTATS_XDESC: i32 = 772;
+pub const OP_GENSTATS_SUMDESC: i32 = 773;
+pub const OP_GENSTATS_SQSUMDESC: i32 = 774;
+
+pub const OPERATIONGRAPH_HANDLE: i32 = 800;
+pub const OPERATIONGRAPH_OPS: i32 = 801;
+pub const OPERATIONGRAPH_ENGINE_GLOBAL_COUNT: i32 = 802;
+pub const OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED: i32 = 803;
+pub const OPERATIONGRAPH_IS_SAME_TOPOLOGY: i32 = 804;
+pub const OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED: i32 = 805;
+pub const OPERATIONGRAPH_MODE: i32 = 806;
+
+pub const TENSOR_BYTE_ALIGNMENT: i32 = 900;
+pub const TENSOR_DATA_TYPE: i32 = 901;
+pub const TENSOR_DIMENSIONS: i32 = 902;
+pub const TENSOR_STRIDES: i32 = 903;
+pub const TENSOR_VECTOR_COUNT: i32 = 904;
+pub const TENSOR_VECTORIZED_DIMENSION: i32 = 905;
+pub const TENSOR_UNIQUE_ID: i32 = 906;
+pub const TENSOR_IS_VIRTUAL: i32 = 907;
+pub const TENSOR_IS_BY_VALUE: i32 = 908;
+pub const TENSOR_REORDERING_MODE: i32 = 909;
+pub const TENSOR_CONSTANT_VALUE: i32 = 910;
+pub const TENSOR_RAGGED_OFFSET_DESC: i32 = 913;
+pub const TENSOR_RAGGED_OFFSET_MULTIPLIER: i32 = 914;
+
+pub const VARIANT_PACK_UNIQUE_IDS: i32 = 1000;
+pub const VARIANT_PACK_DATA_POINTERS: i32 = 1001;
+pub const VARIANT_PACK_INTERMEDIATES: i32 = 1002;
+pub const VARIANT_PACK_WORKSPACE: i32 = 1003;
+pub const VARIANT_PACK_OVERRIDE_UNIQUE_IDS: i32 = 1010;
+pub const VARIANT_PACK_OVERRIDE_SHAPES: i32 = 1011;
+pub const VARIANT_PACK_OVERRIDE_STRIDES: i32 = 1012;
+
+pub const LAYOUT_INFO_TENSOR_UID: i32 = 1100;
+pub const LAYOUT_INFO_TYPES: i32 = 1101;
+
+pub const KNOB_INFO_TYPE: i32 = 1200;
+pub const KNOB_INFO_MAXIMUM_VALUE: i32 = 1201;
+pub const KNOB_INFO_MINIMUM_VALUE: i32 = 1202;
+pub const KNOB_INFO_STRIDE: i32 = 1203;
+
+pub const ENGINE_OPERATION_GRAPH: i32 = 1300;
+pub const ENGINE_GLOBAL_INDEX: i32 = 1301;
+pub const ENGINE_KNOB_INFO: i32 = 1302;
+pub const ENGINE_NUMERICAL_NOTE: i32 = 1303;
+pub const ENGINE_LAYOUT_INFO: i32 = 1304;
+pub const ENGINE_BEHAVIOR_NOTE: i32 = 1305;
+pub const ENGINE_SM_COUNT_TARGET: i32 = 1306;
+pub const ENGINE_DEVICEPROP: i32 = 1307;
+pub const ENGINE_DISABLE_CLUSTER_COOPERATIVE: i32 = 1308;
+
+pub const MATMUL_COMP_TYPE: i32 = 1500;
+pub const MATMUL_PADDING_VALUE: i32 = 1503;
+pub const OP_MATMUL_ADESC: i32 = 1520;
+pub const OP_MATMUL_BDESC: i32 = 1521;
+pub const OP_MATMUL_CDESC: i32 = 1522;
+pub const OP_MATMUL_DESC: i32 = 1523;
+pub const OP_MATMUL_IRREGULARLY_STRIDED_BATCH_COUNT: i32 = 1524;
+pub const OP_MATMUL_GEMM_M_OVERRIDE_DESC: i32 = 1525;
+pub const OP_MATMUL_GEMM_N_OVERRIDE_DESC: i32 = 1526;
+pub const OP_MATMUL_GEMM_K_OVERRIDE_DESC: i32 = 1527;
+
+pub const REDUCTION_OPERATOR: i32 = 1600;
+pub const REDUCTION_COMP_TYPE: i32 = 1601;
+pub const REDUCTION_IS_DETERMINISTIC: i32 = 1602;
+pub const OP_REDUCTION_XDESC: i32 = 1610;
+pub const OP_REDUCTION_YDESC: i32 = 1611;
+pub const OP_REDUCTION_DESC: i32 = 1612;
+
+pub const RESAMPLE_MODE: i32 = 1700;
+pub const RESAMPLE_COMP_TYPE: i32 = 1701;
+pub const RESAMPLE_SPATIAL_DIMS: i32 = 1702;
+pub const RESAMPLE_POST_PADDINGS: i32 = 1703;
+pub const RESAMPLE_PRE_PADDINGS: i32 = 1704;
+pub const RESAMPLE_STRIDES: i32 = 1705;
+pub const RESAMPLE_WINDOW_DIMS: i32 = 1706;
+pub const RESAMPLE_NAN_PROPAGATION: i32 = 1707;
+pub const RESAMPLE_PADDING_MODE: i32 = 1708;
+pub const OP_RESAMPLE_FWD_XDESC: i32 = 1710;
+pub const OP_RESAMPLE_FWD_YDESC: i32 = 1711;
+pub const OP_RESAMPLE_FWD_IDXDESC: i32 = 1712;
+pub const OP_RESAMPLE_FWD_ALPHA: i32 = 1713;
+pub const OP_RESAMPLE_FWD_BETA: i32 = 1714;
+pub const OP_RESAMPLE_FWD_DESC: i32 = 1716;
+pub const OP_RESAMPLE_BWD_DXDESC: i32 = 1720;
+pub const OP_RESAMPLE_BWD_DYDESC: i32 = 1721;
+pub const OP_RESAMPLE_BWD_IDXDESC: i32 = 1722;
+pub const OP_RESAMPLE_BWD_ALPHA: i32 = 1723;
+pub const OP_RESAMPLE_BWD_BETA: i32 = 1724;
+pub const OP_RESAMPLE_BWD_DESC: i32 = 1725;
+pub const OP_RESAMPLE_BWD_XDESC: i32 = 1726;
+pub const OP_RESAMPLE_BWD_YDESC: i32 = 1727;
+
+pub const OP_CONCAT_AXIS: i32 = 1800;
+pub const OP_CONCAT_INPUT_DESCS: i32 = 1801;
+pub const OP_CONCAT_INPLACE_INDEX: i32 = 1802;
+pub const OP_CONCAT_OUTPUT_DESC: i32 = 1803;
+
+pub const OP_NORM_FWD_MODE: i32 = 2000;
+pub const OP_NORM_FWD_PHASE: i32 = 2001;
+pub const OP_NORM_FWD_XDESC: i32 = 2002;
+pub const OP_NORM_FWD_MEAN_DESC: i32 = 2003;
+pub const OP_NORM_FWD_INV_VARIANCE_DESC: i32 = 2004;
+pub const OP_NORM_FWD_SCALE_DESC: i32 = 2005;
+pub const OP_NORM_FWD_BIAS_DESC: i32 = 2006;
+pub const OP_NORM_FWD_EPSILON_DESC: i32 = 2007;
+pub const OP_NORM_FWD_EXP_AVG_FACTOR_DESC: i32 = 2008;
+pub const OP_NORM_FWD_INPUT_RUNNING_MEAN_DESC: i32 = 2009;
+pub const OP_NORM_FWD_INPUT_RUNNING_VAR_DESC: i32 = 2010;
+pub const OP_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC: i32 = 2011;
+pub const OP_NORM_FWD_OUTPUT_RUNNING_VAR_DESC: i32 = 2012;
+pub const OP_NORM_FWD_YDESC: i32 = 2013;
+pub const OP_NORM_FWD_PEER_STAT_DESCS: i32 = 2014;
+pub const OP_NORM_BWD_MODE: i32 = 2100;
+pub const OP_NORM_BWD_XDESC: i32 = 2101;
+pub const OP_NORM_BWD_MEAN_DESC: i32 = 2102;
+pub const OP_NORM_BWD_INV_VARIANCE_DESC: i32 = 2103;
+pub const OP_NORM_BWD_DYDESC: i32 = 2104;
+pub const OP_NORM_BWD_SCALE_DESC: i32 = 2105;
+pub const OP_NORM_BWD_EPSILON_DESC: i32 = 2106;
+pub const OP_NORM_BWD_DSCALE_DESC: i32 = 2107;
+pub const OP_NORM_BWD_DBIAS_DESC: i32 = 2108;
+pub const OP_NORM_BWD_DXDESC: i32 = 2109;
+pub const OP_NORM_BWD_PEER_STAT_DESCS: i32 = 2110;
+
+pub const OP_RESHAPE_XDESC: i32 = 2200;
+pub const OP_RESHAPE_YDESC: i32 = 2201;
+pub const OP_RESHAPE_MODE: i32 = 2202;
+
+pub const RNG_DISTRIBUTION: i32 = 2300;
+pub const RNG_NORMAL_DIST_MEAN: i32 = 2301;
+pub const RNG_NORMAL_DIST_STANDARD_DEVIATION: i32 = 2302;
+pub const RNG_UNIFORM_DIST_MAXIMUM: i32 = 2303;
+pub const RNG_UNIFORM_DIST_MINIMUM: i32 = 2304;
+pub const RNG_BERNOULLI_DIST_PROBABILITY: i32 = 2305;
+pub const OP_RNG_YDESC: i32 = 2310;
+pub const OP_RNG_SEED: i32 = 2311;
+pub const OP_RNG_DESC: i32 = 2312;
+pub const OP_RNG_OFFSET_DESC: i32 = 2313;
+
+pub const KERNEL_CACHE_OPERATION_GRAPH: i32 = 2400;
+pub const KERNEL_CACHE_IS_ENGINECFG_KERNEL_CACHED: i32 = 2401;
+pub const KERNEL_CACHE_JSON_REPRESENTATION: i32 = 2402;
+
+pub const DEVICEPROP_DEVICE_ID: i32 = 2700;
+pub const DEVICEPROP_HANDLE: i32 = 2701;
+pub const DEVICEPROP_JSON_REPRESENTATION: i32 = 2702;
+
+pub const OP_SDPA_FWD_QDESC: i32 = 2800;
+pub const OP_SDPA_FWD_KDESC: i32 = 2801;
+pub const OP_SDPA_FWD_VDESC: i32 = 2802;
+pub const OP_SDPA_FWD_ODESC: i32 = 2803;
+pub const OP_SDPA_FWD_STATSDESC: i32 = 2804;
+pub const OP_SDPA_FWD_SCALEDESC: i32 = 2805;
+pub const OP_SDPA_FWD_BLOCK_MASK_DESC: i32 = 2806;
+pub const OP_SDPA_FWD_PAGE_TABLE_KDESC: i32 = 2807;
+pub const OP_SDPA_FWD_PAGE_TABLE_VDESC: i32 = 2808;
+pub const OP_SDPA_FWD_SEQ_LEN_QDESC: i32 = 2809;
+pub const OP_SDPA_FWD_SEQ_LEN_KVDESC: i32 = 2810;
+pub const OP_SDPA_FWD_SUBGRAPH: i32 = 2811;
+pub const OP_SDPA_FWD_SUBGRAPH_INPUT_UID: i32 = 2812;
+pub const OP_SDPA_FWD_SUBGRAPH_OUTPUT_UID: i32 = 2813;
+pub const OP_SDPA_FWD_SOFTMAX_DESC: i32 = 2814;
+pub const OP_SDPA_FWD_DROPOUT_SEED_DESC: i32 = 2815;
+pub const OP_SDPA_FWD_DROPOUT_OFFSET_DESC: i32 = 2816;
+pub const OP_SDPA_FWD_DROPOUT_RNG_DUMP_DESC: i32 = 2817;
+pub const OP_SDPA_FWD_DROPOUT_PROBABILITY: i32 = 2818;
+pub const OP_SDPA_FWD_UNFUSE_FMA: i32 = 2819;
+pub const OP_SDPA_FWD_CU_SEQ_LEN_QDESC: i32 = 2820;
+pub const OP_SDPA_FWD_AMAX_ODESC: i32 = 2829;
+
+pub const OP_DBM_XDESC: i32 = 3000;
+pub const OP_DBM_SEQ_LEN_KVDESC: i32 = 3001;
+pub const OP_DBM_SEQ_LEN_QDESC: i32 = 3002;
+pub const OP_DBM_LEFT_BOUND_DESC: i32 = 3003;
+pub const OP_DBM_SHIFT_RIGHT_BOUND_DESC: i32 = 3004;
+pub const OP_DBM_BDESC: i32 = 3005;
+pub const OP_DBM_YDESC: i32 = 3006;
+pub const OP_DBM_COMPARISON_MODE: i32 = 3007;
+pub const OP_DBM_CU_SEQ_LEN_KVDESC: i32 = 3008;
+pub const OP_DBM_CU_SEQ_LEN_QDESC: i32 = 3009;
+
+pub const OP_SOFTMAX_XDESC: i32 = 3100;
+pub const OP_SOFTMAX_YDESC: i32 = 3101;
+pub const OP_SOFTMAX_STATS_DESC: i32 = 3102;
+pub const OP_SOFTMAX_MAX_DESC: i32 = 3103;
+pub const OP_SOFTMAX_SUM_EXP_DESC: i32 = 3104;
+pub const OP_SOFTMAX_SINK_DESC: i32 = 3105;
+
+pub const OP_TRANSPOSE_XDESC: i32 = 3200;
+pub const OP_TRANSPOSE_YDESC: i32 = 3201;
+pub const OP_TRANSPOSE_PERMUTATION: i32 = 3202;
+
+pub const OP_SLICE_XDESC: i32 = 3300;
+pub const OP_SLICE_YDESC: i32 = 3301;
+pub const OP_SLICE_START_INDICES: i32 = 3302;
+pub const OP_SLICE_LIMIT_INDICES: i32 = 3303;
+pub const OP_SLICE_STRIDES: i32 = 3304;
+
+// ------------------------------------------------------------------------------------------
+// Enum values attributes carry
+// ------------------------------------------------------------------------------------------
+
+/// `cudnnPointwiseMode_t`.
+pub mod pw {
+    pub const ADD: i32 = 0;
+    pub const MUL: i32 = 1;
+    pub const MIN: i32 = 2;
+    pub const MAX: i32 = 3;
+    pub const SQRT: i32 = 4;
+    pub const ADD_SQUARE: i32 = 5;
+    pub const DIV: i32 = 6;
+    pub const MOD: i32 = 7;
+    pub const POW: i32 = 8;
+    pub const SUB: i32 = 9;
+    pub const ABS: i32 = 10;
+    pub const CEIL: i32 = 11;
+    pub const COS: i32 = 12;
+    pub const EXP: i32 = 13;
+    pub const FLOOR: i32 = 14;
+    pub const LOG: i32 = 15;
+    pub const NEG: i32 = 16;
+    pub const RSQRT: i32 = 17;
+    pub const SIN: i32 = 18;
+    pub const TAN: i32 = 19;
+    pub const ERF: i32 = 20;
+    pub const IDENTITY: i32 = 21;
+    pub const RECIPROCAL: i32 = 22;
+    pub const ATAN2: i32 = 23;
+    pub const RELU_FWD: i32 = 100;
+    pub const TANH_FWD: i32 = 101;
+    pub const SIGMOID_FWD: i32 = 102;
+    pub const ELU_FWD: i32 = 103;
+    pub const GELU_FWD: i32 = 104;
+    pub const SOFTPLUS_FWD: i32 = 105;
+    pub const SWISH_FWD: i32 = 106;
+    pub const GELU_APPROX_TANH_FWD: i32 = 107;
+    pub const RELU_BWD: i32 = 200;
+    pub const TANH_BWD: i32 = 201;
+    pub const SIGMOID_BWD: i32 = 202;
+    pub const ELU_BWD: i32 = 203;
+    pub const GELU_BWD: i32 = 204;
+    pub const SOFTPLUS_BWD: i32 = 205;
+    pub const SWISH_BWD: i32 = 206;
+    pub const GELU_APPROX_TANH_BWD: i32 = 207;
+    pub const CMP_EQ: i32 = 300;
+    pub const CMP_NEQ: i32 = 301;
+    pub const CMP_GT: i32 = 302;
+    pub const CMP_GE: i32 = 303;
+    pub const CMP_LT: i32 = 304;
+    pub const CMP_LE: i32 = 305;
+    pub const LOGICAL_AND: i32 = 400;
+    pub const LOGICAL_OR: i32 = 401;
+    pub const LOGICAL_NOT: i32 = 402;
+    pub const GEN_INDEX: i32 = 501;
+    pub const BINARY_SELECT: i32 = 601;
+}
+
+/// `cudnnResampleMode_t`.
+pub const RESAMPLE_NEAREST: i32 = 0;
+pub const RESAMPLE_BILINEAR: i32 = 1;
+pub const RESAMPLE_AVGPOOL_INCLUDE_PADDING: i32 = 2;
+pub const RESAMPLE_MAXPOOL: i32 = 3;
+pub const RESAMPLE_AVGPOOL_EXCLUDE_PADDING: i32 = 4;
+
+/// `cudnnPaddingMode_t`.
+pub const ZERO_PAD: i32 = 0;
+pub const NEG_INF_PAD: i32 = 1;
+pub const EDGE_VAL_PAD: i32 = 2;
+
+/// `cudnnBackendNormMode_t` and `cudnnBackendNormFwdPhase_t`.
+pub const LAYER_NORM: i32 = 0;
+pub const INSTANCE_NORM: i32 = 1;
+pub const BATCH_NORM: i32 = 2;
+pub const GROUP_NORM: i32 = 3;
+pub const RMS_NORM: i32 = 4;
+pub const ADA_LAYER_NORM: i32 = 5;
+pub const NORM_FWD_INFERENCE: i32 = 0;
+pub const NORM_FWD_TRAINING: i32 = 1;
+
+/// `cudnnRngDistribution_t`.
+pub const RNG_DISTRIBUTION_BERNOULLI: i32 = 0;
+pub const RNG_DISTRIBUTION_UNIFORM: i32 = 1;
+pub const RNG_DISTRIBUTION_NORMAL: i32 = 2;
+
+/// `cudnnGenStatsMode_t`.
+pub const GENSTATS_SUM_SQSUM: i32 = 0;
+
+/// `cudnnBackendHeurMode_t`.
+pub const HEUR_MODE_INSTANT: i32 = 0;
+pub const HEUR_MODE_B: i32 = 1;
+pub const HEUR_MODE_FALLBACK: i32 = 2;
+pub const HEUR_MODE_A: i32 = 3;
+
+/// `cudnnBackendNumericalNote_t` and `cudnnBackendBehaviorNote_t` (the ones ferrodnn reports).
+pub const NUMERICAL_NOTE_TENSOR_CORE: i32 = 0;
+pub const NUMERICAL_NOTE_DOWN_CONVERT_INPUTS: i32 = 1;
+pub const NUMERICAL_NOTE_NONDETERMINISTIC: i32 = 4;
+pub const NUMERICAL_NOTE_TYPE_COUNT: i32 = 10;
+pub const BEHAVIOR_NOTE_RUNTIME_COMPILATION: i32 = 0;
+pub const BEHAVIOR_NOTE_TYPE_COUNT: i32 = 5;
+
+/// `cudnnBackendKnobType_t`'s count (valid knob types are below it).
+pub const KNOB_TYPE_COUNTS: i32 = 46;
+
+/// `cudnnBackendTensorReordering_t`: NONE is the only one ferrodnn takes.
+pub const TENSOR_REORDERING_NONE: i32 = 0;
+
+/// `cudnnBackendReshapeMode_t`.
+pub const RESHAPE_VIEW_ONLY: i32 = 0;
+pub const RESHAPE_LOGICAL: i32 = 1;
+
+// ------------------------------------------------------------------------------------------
+// Which attributes each descriptor type takes
+// ------------------------------------------------------------------------------------------
+
+/// What an attribute of a descriptor type takes: its types, element counts, for a
+/// BACKEND_DESCRIPTOR attribute the descriptor types its elements may be (empty: any), and
+/// whether a program may set it (some are only answered by cudnnBackendGetAttribute).
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    pub name: &'static str,
+    pub types: &'static [i32],
+    pub min: i64,
+    pub max: i64,
+    pub kinds: &'static [i32],
+    pub settable: bool,
+}
+
+const MANY: i64 = i64::MAX;
+const SCALAR: &[i32] = &[T_FLOAT, T_DOUBLE];
+const DESC: &[i32] = &[T_BACKEND_DESCRIPTOR];
+const I64: &[i32] = &[T_INT64];
+const TENSORS: &[i32] = &[TENSOR];
+
+const fn s(name: &'static str, types: &'static [i32], min: i64, max: i64) -> Spec {
+    Spec { name, types, min, max, kinds: &[], settable: true }
+}
+const fn d(name: &'static str, kinds: &'static [i32], min: i64, max: i64) -> Spec {
+    Spec { name, types: DESC, min, max, kinds, settable: true }
+}
+const fn t(name: &'static str) -> Spec {
+    d(name, TENSORS, 1, 1)
+}
+/// An attribute only cudnnBackendGetAttribute answers.
+const fn r(name: &'static str, types: &'static [i32]) -> Spec {
+    Spec { name, types, min: 0, max: MANY, kinds: &[], settable: false }
+}
+
+const OPERATION_KINDS: &[i32] = &[
+    OP_CONV_FORWARD,
+    OP_CONV_BWD_FILTER,
+    OP_CONV_BWD_DATA,
+    OP_POINTWISE,
+    OP_GEN_STATS,
+    OP_MATMUL,
+    OP_BN_FINALIZE,
+    OP_REDUCTION,
+    OP_BN_BWD_WEIGHTS,
+    OP_RESAMPLE_FWD,
+    OP_RESAMPLE_BWD,
+    OP_CONCAT,
+    OP_SIGNAL,
+    OP_NORM_FORWARD,
+    OP_NORM_BACKWARD,
+    OP_RESHAPE,
+    OP_RNG,
+    OP_PAGED_CACHE_LOAD,
+    OP_BLOCK_SCALE_QUANTIZE,
+    OP_BLOCK_SCALE_DEQUANTIZE,
+    OP_EXPAND_BAND_MATRIX,
+    OP_CONTRACT_BAND_MATRIX,
+    OP_SDPA_FWD,
+    OP_MOE_GROUPED_MATMUL,
+    OP_SDPA_BWD,
+    OP_DIAGONAL_BAND_MASK,
+    OP_SOFTMAX,
+    OP_TRANSPOSE,
+    OP_SLICE,
+    OP_MOE_GROUPED_MATMUL_BWD,
+    OP_ROPE_FWD,
+    OP_ROPE_BWD,
+];
+
+/// The spec of attribute `attr` of descriptor type `kind`; `None` when the type has no such
+/// attribute. Operation types ferrodnn does not run take any attribute (their finalization
+/// refuses them); so does nothing else.
+pub fn spec(kind: i32, attr: i32) -> Option<Spec> {
+    let sp = match (kind, attr) {
+        (POINTWISE, POINTWISE_MODE) => s("CUDNN_ATTR_POINTWISE_MODE", &[T_POINTWISE_MODE], 1, 1),
+        (POINTWISE, POINTWISE_MATH_PREC) => s("CUDNN_ATTR_POINTWISE_MATH_PREC", &[T_DATA_TYPE], 1, 1),
+        (POINTWISE, POINTWISE_NAN_PROPAGATION) => s("CUDNN_ATTR_POINTWISE_NAN_PROPAGATION", &[T_NAN_PROPOGATION], 1, 1),
+        (POINTWISE, POINTWISE_RELU_LOWER_CLIP) => s("CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP", SCALAR, 1, 1),
+        (POINTWISE, POINTWISE_RELU_UPPER_CLIP) => s("CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP", SCALAR, 1, 1),
+        (POINTWISE, POINTWISE_RELU_LOWER_CLIP_SLOPE) => s("CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE", SCALAR, 1, 1),
+        (POINTWISE, POINTWISE_ELU_ALPHA) => s("CUDNN_ATTR_POINTWISE_ELU_ALPHA", SCALAR, 1, 1),
+        (POINTWISE, POINTWISE_SOFTPLUS_BETA) => s("CUDNN_ATTR_POINTWISE_SOFTPLUS_BETA", SCALAR, 1, 1),
+        (POINTWISE, POINTWISE_SWISH_BETA) => s("CUDNN_ATTR_POINTWISE_SWISH_BETA", SCALAR, 1, 1),
+        (POINTWISE, POINTWISE_AXIS) => s("CUDNN_ATTR_POINTWISE_AXIS", I64, 1, 1),
+
+        (CONVOLUTION, CONVOLUTION_COMP_TYPE) => s("CUDNN_ATTR_CONVOLUTION_COMP_TYPE", &[T_DATA_TYPE], 1, 1),
+        (CONVOLUTION, CONVOLUTION_CONV_MODE) => s("CUDNN_ATTR_CONVOLUTION_CONV_MODE", &[T_CONVOLUTION_MODE], 1, 1),
+        (CONVOLUTION, CONVOLUTION_DILATIONS) => s("CUDNN_ATTR_CONVOLUTION_DILATIONS", I64, 1, 8),
+        (CONVOLUTION, CONVOLUTION_FILTER_STRIDES) => s("CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES", I64, 1, 8),
+        (CONVOLUTION, CONVOLUTION_POST_PADDINGS) => s("CUDNN_ATTR_CONVOLUTION_POST_PADDINGS", I64, 1, 8),
+        (CONVOLUTION, CONVOLUTION_PRE_PADDINGS) => s("CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS", I64, 1, 8),
+        (CONVOLUTION, CONVOLUTION_SPATIAL_DIMS) => s("CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS", I64, 1, 1),
+
+        (ENGINE, ENGINE_OPERATION_GRAPH) => d("CUDNN_ATTR_ENGINE_OPERATION_GRAPH", &[OPERATIONGRAPH], 1, 1),
+        (ENGINE, ENGINE_GLOBAL_INDEX) => s("CUDNN_ATTR_ENGINE_GLOBAL_INDEX", I64, 1, 1),
+        (ENGINE, ENGINE_KNOB_INFO) => r("CUDNN_ATTR_ENGINE_KNOB_INFO", DESC),
+        (ENGINE, ENGINE_NUMERICAL_NOTE) => r("CUDNN_ATTR_ENGINE_NUMERICAL_NOTE", &[T_NUMERICAL_NOTE]),
+        (ENGINE, ENGINE_LAYOUT_INFO) => r("CUDNN_ATTR_ENGINE_LAYOUT_INFO", DESC),
+        (ENGINE, ENGINE_BEHAVIOR_NOTE) => r("CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE", &[T_BEHAVIOR_NOTE]),
+        (ENGINE, ENGINE_SM_COUNT_TARGET) => s("CUDNN_ATTR_ENGINE_SM_COUNT_TARGET", &[T_INT32], 1, 1),
+        (ENGINE, ENGINE_DEVICEPROP) => d("CUDNN_ATTR_ENGINE_DEVICEPROP", &[DEVICEPROP], 1, 1),
+        (ENGINE, ENGINE_DISABLE_CLUSTER_COOPERATIVE) => s("CUDNN_ATTR_ENGINE_DISABLE_CLUSTER_COOPERATIVE", &[T_BOOLEAN, T_INT32, T_INT64], 1, 1),
+
+        (ENGINECFG, ENGINECFG_ENGINE) => d("CUDNN_ATTR_ENGINECFG_ENGINE", &[ENGINE], 1, 1),
+        (ENGINECFG, ENGINECFG_INTERMEDIATE_INFO) => r("CUDNN_ATTR_ENGINECFG_INTERMEDIATE_INFO", DESC),
+        (ENGINECFG, ENGINECFG_KNOB_CHOICES) => d("CUDNN_ATTR_ENGINECFG_KNOB_CHOICES", &[KNOB_CHOICE], 0, MANY),
+        (ENGINECFG, ENGINECFG_WORKSPACE_SIZE) => r("CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE", I64),
+        (ENGINECFG, ENGINECFG_SHARED_MEMORY_USED) => r("CUDNN_ATTR_ENGINECFG_SHARED_MEMORY_USED", &[T_INT32]),
+
+        (ENGINEHEUR, ENGINEHEUR_MODE) => s("CUDNN_ATTR_ENGINEHEUR_MODE", &[T_HEUR_MODE], 1, 1),
+        (ENGINEHEUR, ENGINEHEUR_OPERATION_GRAPH) => d("CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH", &[OPERATIONGRAPH], 1, 1),
+        (ENGINEHEUR, ENGINEHEUR_RESULTS) => r("CUDNN_ATTR_ENGINEHEUR_RESULTS", DESC),
+        (ENGINEHEUR, ENGINEHEUR_SM_COUNT_TARGET) => s("CUDNN_ATTR_ENGINEHEUR_SM_COUNT_TARGET", &[T_INT32], 1, 1),
+        (ENGINEHEUR, ENGINEHEUR_DEVICEPROP) => d("CUDNN_ATTR_ENGINEHEUR_DEVICEPROP", &[DEVICEPROP], 1, 1),
+
+        (EXECUTION_PLAN, EXECUTION_PLAN_HANDLE) => s("CUDNN_ATTR_EXECUTION_PLAN_HANDLE", &[T_HANDLE], 1, 1),
+        (EXECUTION_PLAN, EXECUTION_PLAN_ENGINE_CONFIG) => d("CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG", &[ENGINECFG], 1, 1),
+        (EXECUTION_PLAN, EXECUTION_PLAN_WORKSPACE_SIZE) => r("CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE", I64),
+        (EXECUTION_PLAN, EXECUTION_PLAN_COMPUTED_INTERMEDIATE_UIDS) => r("CUDNN_ATTR_EXECUTION_PLAN_COMPUTED_INTERMEDIATE_UIDS", I64),
+        (EXECUTION_PLAN, EXECUTION_PLAN_RUN_ONLY_INTERMEDIATE_UIDS) => s("CUDNN_ATTR_EXECUTION_PLAN_RUN_ONLY_INTERMEDIATE_UIDS", I64, 0, MANY),
+        (EXECUTION_PLAN, EXECUTION_PLAN_JSON_REPRESENTATION) => s("CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION", &[T_CHAR], 0, MANY),
+        (EXECUTION_PLAN, EXECUTION_PLAN_KERNEL_CACHE) => d("CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE", &[KERNEL_CACHE], 1, 1),
+        (EXECUTION_PLAN, EXECUTION_PLAN_DEVICEPROP) => d("CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP", &[DEVICEPROP], 1, 1),
+
+        (INTERMEDIATE_INFO, INTERMEDIATE_INFO_UNIQUE_ID) => r("CUDNN_ATTR_INTERMEDIATE_INFO_UNIQUE_ID", I64),
+        (INTERMEDIATE_INFO, INTERMEDIATE_INFO_SIZE) => r("CUDNN_ATTR_INTERMEDIATE_INFO_SIZE", I64),
+        (INTERMEDIATE_INFO, INTERMEDIATE_INFO_DEPENDENT_DATA_UIDS) => r("CUDNN_ATTR_INTERMEDIATE_INFO_DEPENDENT_DATA_UIDS", I64),
+        (INTERMEDIATE_INFO, INTERMEDIATE_INFO_DEPENDENT_ATTRIBUTES) => r("CUDNN_ATTR_INTERMEDIATE_INFO_DEPENDENT_ATTRIBUTES", &[T_ATTRIB_NAME]),
+
+        (KNOB_CHOICE, KNOB_CHOICE_KNOB_TYPE) => s("CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE", &[T_KNOB_TYPE], 1, 1),
+        (KNOB_CHOICE, KNOB_CHOICE_KNOB_VALUE) => s("CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE", I64, 1, 1),
+
+        (KNOB_INFO, KNOB_INFO_TYPE) => r("CUDNN_ATTR_KNOB_INFO_TYPE", &[T_KNOB_TYPE]),
+        (KNOB_INFO, KNOB_INFO_MAXIMUM_VALUE) => r("CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE", I64),
+        (KNOB_INFO, KNOB_INFO_MINIMUM_VALUE) => r("CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE", I64),
+        (KNOB_INFO, KNOB_INFO_STRIDE) => r("CUDNN_ATTR_KNOB_INFO_STRIDE", I64),
+
+        (LAYOUT_INFO, LAYOUT_INFO_TENSOR_UID) => r("CUDNN_ATTR_LAYOUT_INFO_TENSOR_UID", I64),
+        (LAYOUT_INFO, LAYOUT_INFO_TYPES) => r("CUDNN_ATTR_LAYOUT_INFO_TYPES", &[T_LAYOUT_TYPE]),
+
+        (OP_CONV_FORWARD, OP_CONV_FWD_ALPHA) => s("CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA", SCALAR, 1, 2),
+        (OP_CONV_FORWARD, OP_CONV_FWD_BETA) => s("CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA", SCALAR, 1, 2),
+        (OP_CONV_FORWARD, OP_CONV_FWD_CONV_DESC) => d("CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC", &[CONVOLUTION], 1, 1),
+        (OP_CONV_FORWARD, OP_CONV_FWD_W) => t("CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W"),
+        (OP_CONV_FORWARD, OP_CONV_FWD_X) => t("CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X"),
+        (OP_CONV_FORWARD, OP_CONV_FWD_Y) => t("CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y"),
+        (OP_CONV_BWD_DATA, OP_CONV_BWD_DATA_ALPHA) => s("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA", SCALAR, 1, 2),
+        (OP_CONV_BWD_DATA, OP_CONV_BWD_DATA_BETA) => s("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA", SCALAR, 1, 2),
+        (OP_CONV_BWD_DATA, OP_CONV_BWD_DATA_CONV_DESC) => d("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC", &[CONVOLUTION], 1, 1),
+        (OP_CONV_BWD_DATA, OP_CONV_BWD_DATA_W) => t("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W"),
+        (OP_CONV_BWD_DATA, OP_CONV_BWD_DATA_DX) => t("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX"),
+        (OP_CONV_BWD_DATA, OP_CONV_BWD_DATA_DY) => t("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY"),
+        (OP_CONV_BWD_FILTER, OP_CONV_BWD_FILTER_ALPHA) => s("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA", SCALAR, 1, 2),
+        (OP_CONV_BWD_FILTER, OP_CONV_BWD_FILTER_BETA) => s("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA", SCALAR, 1, 2),
+        (OP_CONV_BWD_FILTER, OP_CONV_BWD_FILTER_CONV_DESC) => d("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC", &[CONVOLUTION], 1, 1),
+        (OP_CONV_BWD_FILTER, OP_CONV_BWD_FILTER_DW) => t("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW"),
+        (OP_CONV_BWD_FILTER, OP_CONV_BWD_FILTER_X) => t("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X"),
+        (OP_CONV_BWD_FILTER, OP_CONV_BWD_FILTER_DY) => t("CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY"),
+
+        (OP_POINTWISE, OP_PW_DESCRIPTOR) => d("CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR", &[POINTWISE], 1, 1),
+        (OP_POINTWISE, OP_PW_XDESC) => t("CUDNN_ATTR_OPERATION_POINTWISE_XDESC"),
+        (OP_POINTWISE, OP_PW_BDESC) => t("CUDNN_ATTR_OPERATION_POINTWISE_BDESC"),
+        (OP_POINTWISE, OP_PW_YDESC) => t("CUDNN_ATTR_OPERATION_POINTWISE_YDESC"),
+        (OP_POINTWISE, OP_PW_ALPHA1) => s("CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1", SCALAR, 1, 1),
+        (OP_POINTWISE, OP_PW_ALPHA2) => s("CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2", SCALAR, 1, 1),
+        (OP_POINTWISE, OP_PW_DXDESC) => t("CUDNN_ATTR_OPERATION_POINTWISE_DXDESC"),
+        (OP_POINTWISE, OP_PW_DYDESC) => t("CUDNN_ATTR_OPERATION_POINTWISE_DYDESC"),
+        (OP_POINTWISE, OP_PW_TDESC) => t("CUDNN_ATTR_OPERATION_POINTWISE_TDESC"),
+
+        (OP_GEN_STATS, OP_GENSTATS_MODE) => s("CUDNN_ATTR_OPERATION_GENSTATS_MODE", &[T_GENSTATS_MODE], 1, 1),
+        (OP_GEN_STATS, OP_GENSTATS_MATH_PREC) => s("CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC", &[T_DATA_TYPE], 1, 1),
+        (OP_GEN_STATS, OP_GENSTATS_XDESC) => t("CUDNN_ATTR_OPERATION_GENSTATS_XDESC"),
+        (OP_GEN_STATS, OP_GENSTATS_SUMDESC) => t("CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC"),
+        (OP_GEN_STATS, OP_GENSTATS_SQSUMDESC) => t("CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC"),
+
+        (OPERATIONGRAPH, OPERATIONGRAPH_HANDLE) => s("CUDNN_ATTR_OPERATIONGRAPH_HANDLE", &[T_HANDLE], 1, 1),
+        (OPERATIONGRAPH, OPERATIONGRAPH_OPS) => d("CUDNN_ATTR_OPERATIONGRAPH_OPS", OPERATION_KINDS, 1, MANY),
+        (OPERATIONGRAPH, OPERATIONGRAPH_ENGINE_GLOBAL_COUNT) => r("CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT", I64),
+        (OPERATIONGRAPH, OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED) => s("CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED", &[T_BOOLEAN], 1, 1),
+        (OPERATIONGRAPH, OPERATIONGRAPH_IS_SAME_TOPOLOGY) => s("CUDNN_ATTR_OPERATIONGRAPH_IS_SAME_TOPOLOGY", &[T_BOOLEAN], 1, 1),
+        (OPERATIONGRAPH, OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED) => s("CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED", &[T_BOOLEAN], 1, 1),
+        (OPERATIONGRAPH, OPERATIONGRAPH_MODE) => s("CUDNN_ATTR_OPERATIONGRAPH_MODE", &[T_OPERATIONGRAPH_MODE], 1, 1),
+
+        (VARIANT_PACK, VARIANT_PACK_UNIQUE_IDS) => s("CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS", I64, 0, MANY),
+        (VARIANT_PACK, VARIANT_PACK_DATA_POINTERS) => s("CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS", &[T_VOID_PTR], 0, MANY),
+        (VARIANT_PACK, VARIANT_PACK_INTERMEDIATES) => s("CUDNN_ATTR_VARIANT_PACK_INTERMEDIATES", &[T_VOID_PTR], 0, MANY),
+        (VARIANT_PACK, VARIANT_PACK_WORKSPACE) => s("CUDNN_ATTR_VARIANT_PACK_WORKSPACE", &[T_VOID_PTR], 1, 1),
+        (VARIANT_PACK, VARIANT_PACK_OVERRIDE_UNIQUE_IDS) => s("CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS", I64, 0, MANY),
+        (VARIANT_PACK, VARIANT_PACK_OVERRIDE_SHAPES) => s("CUDNN_ATTR_VARIANT_PACK_OVERRIDE_SHAPES", &[T_VOID_PTR], 1, 1),
+        (VARIANT_PACK, VARIANT_PACK_OVERRIDE_STRIDES) => s("CUDNN_ATTR_VARIANT_PACK_OVERRIDE_STRIDES", &[T_VOID_PTR], 1, 1),
+
+        (TENSOR, TENSOR_BYTE_ALIGNMENT) => s("CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT", I64, 1, 1),
+        (TENSOR, TENSOR_DATA_TYPE) => s("CUDNN_ATTR_TENSOR_DATA_TYPE", &[T_DATA_TYPE], 1, 1),
+        (TENSOR, TENSOR_DIMENSIONS) => s("CUDNN_ATTR_TENSOR_DIMENSIONS", I64, 1, 8),
+        (TENSOR, TENSOR_STRIDES) => s("CUDNN_ATTR_TENSOR_STRIDES", I64, 1, 8),
+        (TENSOR, TENSOR_VECTOR_COUNT) => s("CUDNN_ATTR_TENSOR_VECTOR_COUNT", I64, 1, 1),
+        (TENSOR, TENSOR_VECTORIZED_DIMENSION) => s("CUDNN_ATTR_TENSOR_VECTORIZED_DIMENSION", I64, 1, 1),
+        (TENSOR, TENSOR_UNIQUE_ID) => s("CUDNN_ATTR_TENSOR_UNIQUE_ID", I64, 1, 1),
+        (TENSOR, TENSOR_IS_VIRTUAL) => s("CUDNN_ATTR_TENSOR_IS_VIRTUAL", &[T_BOOLEAN], 1, 1),
+        (TENSOR, TENSOR_IS_BY_VALUE) => s("CUDNN_ATTR_TENSOR_IS_BY_VALUE", &[T_BOOLEAN], 1, 1),
+        (TENSOR, TENSOR_REORDERING_MODE) => s("CUDNN_ATTR_TENSOR_REORDERING_MODE", &[T_TENSOR_REORDERING_MODE], 1, 1),
+        (TENSOR, TENSOR_CONSTANT_VALUE) => s("CUDNN_ATTR_TENSOR_CONSTANT_VALUE", &[T_VOID_PTR], 1, 1),
+        (TENSOR, TENSOR_RAGGED_OFFSET_DESC) => t("CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC"),
+        (TENSOR, TENSOR_RAGGED_OFFSET_MULTIPLIER) => s("CUDNN_ATTR_TENSOR_RAGGED_OFFSET_MULTIPLIER", I64, 1, 1),
+
+        (MATMUL, MATMUL_COMP_TYPE) => s("CUDNN_ATTR_MATMUL_COMP_TYPE", &[T_DATA_TYPE], 1, 1),
+        (MATMUL, MATMUL_PADDING_VALUE) => s("CUDNN_ATTR_MATMUL_PADDING_VALUE", SCALAR, 1, 1),
+        (OP_MATMUL, OP_MATMUL_ADESC) => t("CUDNN_ATTR_OPERATION_MATMUL_ADESC"),
+        (OP_MATMUL, OP_MATMUL_BDESC) => t("CUDNN_ATTR_OPERATION_MATMUL_BDESC"),
+        (OP_MATMUL, OP_MATMUL_CDESC) => t("CUDNN_ATTR_OPERATION_MATMUL_CDESC"),
+        (OP_MATMUL, OP_MATMUL_DESC) => d("CUDNN_ATTR_OPERATION_MATMUL_DESC", &[MATMUL], 1, 1),
+        (OP_MATMUL, OP_MATMUL_IRREGULARLY_STRIDED_BATCH_COUNT) => s("CUDNN_ATTR_OPERATION_MATMUL_IRREGULARLY_STRIDED_BATCH_COUNT", I64, 1, 1),
+        (OP_MATMUL, OP_MATMUL_GEMM_M_OVERRIDE_DESC) => t("CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC"),
+        (OP_MATMUL, OP_MATMUL_GEMM_N_OVERRIDE_DESC) => t("CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC"),
+        (OP_MATMUL, OP_MATMUL_GEMM_K_OVERRIDE_DESC) => t("CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC"),
+
+        (REDUCTION, REDUCTION_OPERATOR) => s("CUDNN_ATTR_REDUCTION_OPERATOR", &[T_REDUCTION_OPERATOR_TYPE], 1, 1),
+        (REDUCTION, REDUCTION_COMP_TYPE) => s("CUDNN_ATTR_REDUCTION_COMP_TYPE", &[T_DATA_TYPE], 1, 1),
+        (REDUCTION, REDUCTION_IS_DETERMINISTIC) => s("CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC", &[T_BOOLEAN], 1, 1),
+        (OP_REDUCTION, OP_REDUCTION_XDESC) => t("CUDNN_ATTR_OPERATION_REDUCTION_XDESC"),
+        (OP_REDUCTION, OP_REDUCTION_YDESC) => t("CUDNN_ATTR_OPERATION_REDUCTION_YDESC"),
+        (OP_REDUCTION, OP_REDUCTION_DESC) => d("CUDNN_ATTR_OPERATION_REDUCTION_DESC", &[REDUCTION], 1, 1),
+
+        (RESAMPLE, RESAMPLE_MODE) => s("CUDNN_ATTR_RESAMPLE_MODE", &[T_RESAMPLE_MODE], 1, 1),
+        (RESAMPLE, RESAMPLE_COMP_TYPE) => s("CUDNN_ATTR_RESAMPLE_COMP_TYPE", &[T_DATA_TYPE], 1, 1),
+        (RESAMPLE, RESAMPLE_SPATIAL_DIMS) => s("CUDNN_ATTR_RESAMPLE_SPATIAL_DIMS", I64, 1, 1),
+        (RESAMPLE, RESAMPLE_POST_PADDINGS) => s("CUDNN_ATTR_RESAMPLE_POST_PADDINGS", &[T_INT64, T_FRACTION], 1, 6),
+        (RESAMPLE, RESAMPLE_PRE_PADDINGS) => s("CUDNN_ATTR_RESAMPLE_PRE_PADDINGS", &[T_INT64, T_FRACTION], 1, 6),
+        (RESAMPLE, RESAMPLE_STRIDES) => s("CUDNN_ATTR_RESAMPLE_STRIDES", &[T_INT64, T_FRACTION], 1, 6),
+        (RESAMPLE, RESAMPLE_WINDOW_DIMS) => s("CUDNN_ATTR_RESAMPLE_WINDOW_DIMS", &[T_INT64, T_FRACTION], 1, 6),
+        (RESAMPLE, RESAMPLE_NAN_PROPAGATION) => s("CUDNN_ATTR_RESAMPLE_NAN_PROPAGATION", &[T_NAN_PROPOGATION], 1, 1),
+        (RESAMPLE, RESAMPLE_PADDING_MODE) => s("CUDNN_ATTR_RESAMPLE_PADDING_MODE", &[T_PADDING_MODE], 1, 1),
+        (OP_RESAMPLE_FWD, OP_RESAMPLE_FWD_XDESC) => t("CUDNN_ATTR_OPERATION_RESAMPLE_FWD_XDESC"),
+        (OP_RESAMPLE_FWD, OP_RESAMPLE_FWD_YDESC) => t("CUDNN_ATTR_OPERATION_RESAMPLE_FWD_YDESC"),
+        (OP_RESAMPLE_FWD, OP_RESAMPLE_FWD_IDXDESC) => t("CUDNN_ATTR_OPERATION_RESAMPLE_FWD_IDXDESC"),
+        (OP_RESAMPLE_FWD, OP_RESAMPLE_FWD_ALPHA) => s("CUDNN_ATTR_OPERATION_RESAMPLE_FWD_ALPHA", SCALAR, 1, 1),
+        (OP_RESAMPLE_FWD, OP_RESAMPLE_FWD_BETA) => s("CUDNN_ATTR_OPERATION_RESAMPLE_FWD_BETA", SCALAR, 1, 1),
+        (OP_RESAMPLE_FWD, OP_RESAMPLE_FWD_DESC) => d("CUDNN_ATTR_OPERATION_RESAMPLE_FWD_DESC", &[RESAMPLE], 1, 1),
+        (OP_RESAMPLE_BWD, OP_RESAMPLE_BWD_DXDESC) => t("CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DXDESC"),
+        (OP_RESAMPLE_BWD, OP_RESAMPLE_BWD_DYDESC) => t("CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DYDESC"),
+        (OP_RESAMPLE_BWD, OP_RESAMPLE_BWD_IDXDESC) => t("CUDNN_ATTR_OPERATION_RESAMPLE_BWD_IDXDESC"),
+        (OP_RESAMPLE_BWD, OP_RESAMPLE_BWD_ALPHA) => s("CUDNN_ATTR_OPERATION_RESAMPLE_BWD_ALPHA", SCALAR, 1, 1),
+        (OP_RESAMPLE_BWD, OP_RESAMPLE_BWD_BETA) => s("CUDNN_ATTR_OPERATION_RESAMPLE_BWD_BETA", SCALAR, 1, 1),
+        (OP_RESAMPLE_BWD, OP_RESAMPLE_BWD_DESC) => d("CUDNN_ATTR_OPERATION_RESAMPLE_BWD_DESC", &[RESAMPLE], 1, 1),
+        (OP_RESAMPLE_BWD, OP_RESAMPLE_BWD_XDESC) => t("CUDNN_ATTR_OPERATION_RESAMPLE_BWD_XDESC"),
+        (OP_RESAMPLE_BWD, OP_RESAMPLE_BWD_YDESC) => t("CUDNN_ATTR_OPERATION_RESAMPLE_BWD_YDESC"),
+
+        (OP_CONCAT, OP_CONCAT_AXIS) => s("CUDNN_ATTR_OPERATION_CONCAT_AXIS", I64, 1, 1),
+        (OP_CONCAT, OP_CONCAT_INPUT_DESCS) => d("CUDNN_ATTR_OPERATION_CONCAT_INPUT_DESCS", TENSORS, 1, MANY),
+        (OP_CONCAT, OP_CONCAT_INPLACE_INDEX) => s("CUDNN_ATTR_OPERATION_CONCAT_INPLACE_INDEX", I64, 1, 1),
+        (OP_CONCAT, OP_CONCAT_OUTPUT_DESC) => t("CUDNN_ATTR_OPERATION_CONCAT_OUTPUT_DESC"),
+
+        (OP_NORM_FORWARD, OP_NORM_FWD_MODE) => s("CUDNN_ATTR_OPERATION_NORM_FWD_MODE", &[T_NORM_MODE], 1, 1),
+        (OP_NORM_FORWARD, OP_NORM_FWD_PHASE) => s("CUDNN_ATTR_OPERATION_NORM_FWD_PHASE", &[T_NORM_FWD_PHASE], 1, 1),
+        (OP_NORM_FORWARD, OP_NORM_FWD_PEER_STAT_DESCS) => d("CUDNN_ATTR_OPERATION_NORM_FWD_PEER_STAT_DESCS", TENSORS, 0, MANY),
+        (OP_NORM_FORWARD, OP_NORM_FWD_XDESC..=OP_NORM_FWD_YDESC) => t("CUDNN_ATTR_OPERATION_NORM_FWD_*_DESC"),
+        (OP_NORM_BACKWARD, OP_NORM_BWD_MODE) => s("CUDNN_ATTR_OPERATION_NORM_BWD_MODE", &[T_NORM_MODE], 1, 1),
+        (OP_NORM_BACKWARD, OP_NORM_BWD_PEER_STAT_DESCS) => d("CUDNN_ATTR_OPERATION_NORM_BWD_PEER_STAT_DESCS", TENSORS, 0, MANY),
+        (OP_NORM_BACKWARD, OP_NORM_BWD_XDESC..=OP_NORM_BWD_DXDESC) => t("CUDNN_ATTR_OPERATION_NORM_BWD_*_DESC"),
+
+        (OP_RESHAPE, OP_RESHAPE_XDESC) => t("CUDNN_ATTR_OPERATION_RESHAPE_XDESC"),
+        (OP_RESHAPE, OP_RESHAPE_YDESC) => t("CUDNN_ATTR_OPERATION_RESHAPE_YDESC"),
+        (OP_RESHAPE, OP_RESHAPE_MODE) => s("CUDNN_ATTR_OPERATION_RESHAPE_MODE", &[T_RESHAPE_MODE], 1, 1),
+
+        (RNG, RNG_DISTRIBUTION) => s("CUDNN_ATTR_RNG_DISTRIBUTION", &[T_RNG_DISTRIBUTION], 1, 1),
+        (RNG, RNG_NORMAL_DIST_MEAN..=RNG_BERNOULLI_DIST_PROBABILITY) => s("CUDNN_ATTR_RNG_*", SCALAR, 1, 1),
+        (OP_RNG, OP_RNG_YDESC) => t("CUDNN_ATTR_OPERATION_RNG_YDESC"),
+        (OP_RNG, OP_RNG_SEED) => Spec { kinds: TENSORS, ..s("CUDNN_ATTR_OPERATION_RNG_SEED", &[T_INT64, T_BACKEND_DESCRIPTOR], 1, 1) },
+        (OP_RNG, OP_RNG_DESC) => d("CUDNN_ATTR_OPERATION_RNG_DESC", &[RNG], 1, 1),
+        (OP_RNG, OP_RNG_OFFSET_DESC) => t("CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC"),
+
+        (KERNEL_CACHE, KERNEL_CACHE_OPERATION_GRAPH) => d("CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH", &[OPERATIONGRAPH], 1, 1),
+        (KERNEL_CACHE, KERNEL_CACHE_IS_ENGINECFG_KERNEL_CACHED) => Spec { kinds: &[ENGINECFG], ..r("CUDNN_ATTR_KERNEL_CACHE_IS_ENGINECFG_KERNEL_CACHED", DESC) },
+        (KERNEL_CACHE, KERNEL_CACHE_JSON_REPRESENTATION) => s("CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION", &[T_CHAR], 0, MANY),
+
+        (DEVICEPROP, DEVICEPROP_DEVICE_ID) => s("CUDNN_ATTR_DEVICEPROP_DEVICE_ID", &[T_INT32], 1, 1),
+        (DEVICEPROP, DEVICEPROP_HANDLE) => s("CUDNN_ATTR_DEVICEPROP_HANDLE", &[T_HANDLE], 1, 1),
+        (DEVICEPROP, DEVICEPROP_JSON_REPRESENTATION) => s("CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION", &[T_CHAR], 0, MANY),
+
+        (OP_SDPA_FWD, OP_SDPA_FWD_SUBGRAPH) => d("CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH", &[OPERATIONGRAPH], 1, 1),
+        (OP_SDPA_FWD, OP_SDPA_FWD_SUBGRAPH_INPUT_UID | OP_SDPA_FWD_SUBGRAPH_OUTPUT_UID) => s("CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH_*_UID", I64, 0, MANY),
+        (OP_SDPA_FWD, OP_SDPA_FWD_SOFTMAX_DESC) => d("CUDNN_ATTR_OPERATION_SDPA_FWD_SOFTMAX_DESC", &[OP_SOFTMAX], 1, 1),
+        (OP_SDPA_FWD, OP_SDPA_FWD_DROPOUT_PROBABILITY) => s("CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_PROBABILITY", SCALAR, 1, 1),
+        (OP_SDPA_FWD, OP_SDPA_FWD_UNFUSE_FMA) => s("CUDNN_ATTR_OPERATION_SDPA_FWD_UNFUSE_FMA", &[T_BOOLEAN], 1, 1),
+        (OP_SDPA_FWD, OP_SDPA_FWD_QDESC..=OP_SDPA_FWD_AMAX_ODESC) => t("CUDNN_ATTR_OPERATION_SDPA_FWD_*DESC"),
+
+        (OP_SOFTMAX, OP_SOFTMAX_XDESC..=OP_SOFTMAX_SINK_DESC) => t("CUDNN_ATTR_OPERATION_SOFTMAX_*DESC"),
+
+        (OP_DIAGONAL_BAND_MASK, OP_DBM_COMPARISON_MODE) => s("CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE", &[T_POINTWISE_MODE], 1, 1),
+        (OP_DIAGONAL_BAND_MASK, OP_DBM_XDESC..=OP_DBM_CU_SEQ_LEN_QDESC) => t("CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_*DESC"),
+
+        (OP_TRANSPOSE, OP_TRANSPOSE_XDESC) => t("CUDNN_ATTR_OPERATION_TRANSPOSE_XDESC"),
+        (OP_TRANSPOSE, OP_TRANSPOSE_YDESC) => t("CUDNN_ATTR_OPERATION_TRANSPOSE_YDESC"),
+        (OP_TRANSPOSE, OP_TRANSPOSE_PERMUTATION) => s("CUDNN_ATTR_OPERATION_TRANSPOSE_PERMUTATION", I64, 1, 8),
+
+        (OP_SLICE, OP_SLICE_XDESC) => t("CUDNN_ATTR_OPERATION_SLICE_XDESC"),
+        (OP_SLICE, OP_SLICE_YDESC) => t("CUDNN_ATTR_OPERATION_SLICE_YDESC"),
+        (OP_SLICE, OP_SLICE_START_INDICES | OP_SLICE_LIMIT_INDICES | OP_SLICE_STRIDES) => s("CUDNN_ATTR_OPERATION_SLICE_*", I64, 1, 8),
+
+        (k, _) if is_unsupported_operation(k) => Spec { name: "attribute", types: &[], min: 0, max: MANY, kinds: &[], settable: true },
+        _ => return None,
+    };
+    Some(sp)
+}
