@@ -171,9 +171,8 @@ pub fn conv_workloads() -> Vec<Workload> {
     }
     // RegNet's grouped 3x3 layers (stride 1, inside a stage): RegNetY-400MF's second stage (104
     // channels at 28x28, 13 groups of 8) and RegNetY-800MF's (144 at 28x28, 9 groups of 16); and
-    // a depthwise 3x3 with a channel multiplier of 2 (72 -> 144 channels at 56x56). Forward and
-    // weight gradient on the small-group kernels, data gradient on the implicit GEMM (the
-    // multiplier's on the depthwise kernels).
+    // a depthwise 3x3 with a channel multiplier of 2 (72 -> 144 channels at 56x56). All three on
+    // the small-group kernels.
     let small = [
         Layer { c: 104, k: 104, hw: 28, r: 3, s: 1, dw: false, groups: 13 },
         Layer { c: 144, k: 144, hw: 28, r: 3, s: 1, dw: false, groups: 9 },

@@ -1,7 +1,8 @@
 // Grouped convolutions of few channels a group (conv/smallgroup.rs): G_ groups of CG image
 // channels and KG output channels (filter [K_, CG, taps...], output channel k of group k / KG
 // reads image channels (k / KG) * CG ...), direct SIMT kernels with f32 sums. The forward
-// (SG_FPROP, with the GEMM epilogue's chain when SG_EPI) and the weight gradient's two launches
+// (SG_FPROP, with the GEMM epilogue's chain when SG_EPI; a data gradient of unit stride runs as
+// the forward convolution of dy, see smallgroup.rs) and the weight gradient's two launches
 // (SG_WGRAD: per-block partial sums into scratch; SG_WGRAD_SUM: the partials summed in a fixed
 // order). Spatial dims are padded to three (D, H, W; leading dims of extent 1).
 //
@@ -20,7 +21,7 @@
 //   FLIP              1: convolution mode (tap t reads the weight stored at T - 1 - t)
 //   XSN XSC XS0 XS1 XS2   strides of x in elements
 //   YSN YSK YS0 YS1 YS2   strides of the stored output (forward) or of dy (weight gradient)
-//   WSK WSC WS0 WS1 WS2   strides of w (forward) or dw
+//   WSK WSC WS0 WS1 WS2   strides of w (forward) or dw; WSG: w's from one group to the next
 //   NT, GS, NGS, KS, KV, NR, NCT, PX, FR   threads; groups a block and group slices (blocks
 //                     along the groups); parts of KG and output channels a part; threads along H
 //                     and W; outputs a thread along W; filter rows (T0 * T1 in the weight
@@ -290,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
     const int g0 = gsl * GS;
     for (int i = threadIdx.x; i < GS * T_ * CG * KG; i += NT) {
         const int kk = i % KG, c = (i / KG) % CG, t = (i / (KG * CG)) % T_, g = g0 + i / (KG * CG * T_);
-        sw[i] = g < G_ ? sg_f(w[(IT)(g * KG + kk) * WSK + (IT)c * WSC + tap_offset(t)]) : 0.f;
+        sw[i] = g < G_ ? sg_f(w[(IT)g * WSG + (IT)kk * WSK + (IT)c * WSC + tap_offset(t)]) : 0.f;
     }
     x_stage(sx, x + n * XSN, g0, o0 * S0 - PRE0, th * TH * S1 - PRE1, tw * TW * S2 - PRE2);
     __syncthreads();

@@ -1,11 +1,11 @@
 //! Grouped convolutions of few channels a group (ResNeXt's 4, RegNet's 8 or 16, a depthwise
 //! convolution's channel multiplier): direct SIMT kernels with f32 sums (`smallgroup.cuh`),
 //! forward (with the pointwise epilogue a GEMM view of the convolution takes: bias, activation,
-//! residual) and weight gradient; 1D/2D/3D (spatial dims padded to three), any stride, dilation,
-//! padding and mode, f16/bf16/f32 inputs, any non-negative strides of the tensors (channels-last
-//! fast: 16-byte vectors along channels). The data gradient stays on the implicit GEMM, which
-//! already runs it at 1.9x cuDNN (its filter per group is the forward's transposed, and its
-//! tensor-core tiles fill with the output channels of several groups at once).
+//! residual), data gradient of unit stride (the forward convolution of dy by the filter with
+//! each group's channels and filters exchanged and its taps mirrored) and weight gradient;
+//! 1D/2D/3D (spatial dims padded to three), any stride (the data gradient: 1), dilation, padding
+//! and mode, f16/bf16/f32 inputs, any non-negative strides of the tensors (channels-last fast:
+//! 16-byte vectors along channels). Strided data gradients stay on the implicit GEMM.
 //!
 //! Why direct: with `Cg` image channels a group, an output element takes `Cg * taps` MACs over
 //! `2 + 2 * Cg / Kg` bytes (f16, stride 1): at ResNeXt's 4 a group, 36 MACs over 4 bytes. On the
@@ -95,6 +95,8 @@ fn gcd(a: i64, b: i64) -> i64 {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Pass {
     Fprop,
+    /// A data gradient of unit stride, as the forward convolution of dy (see [`geometry`]).
+    Dgrad,
     Wgrad,
 }
 
@@ -119,12 +121,14 @@ struct Geo {
     dil: [i64; 3],
     pre: [i64; 3],
     flip: bool,
-    /// Strides of x (n, c, spatial), of y or dy (n, k, spatial; fprop: the stored output's), of w
-    /// or dw (k, c, spatial).
+    /// Strides of the image x (n, c, spatial), of the output y or dy (n, k, spatial; fprop: the
+    /// stored output's), of w or dw (k, c, spatial), and w's from one group to the next.
     xs: [i64; 5],
     ys: [i64; 5],
     ws: [i64; 5],
-    /// x, y or dy (fprop: the stored output), w or dw.
+    wsg: i64,
+    /// The image x, the output y or dy (fprop: the stored output), w or dw. (For a data
+    /// gradient, the forward convolution it is: dy, dx, w.)
     x: TensorId,
     y: TensorId,
     w: TensorId,
@@ -151,7 +155,8 @@ fn strides5(d: &TensorDesc) -> [i64; 5] {
 }
 
 /// Whether node `ni` is a grouped convolution of few channels a group: more than one group, at
-/// most [`MAX_CG`] image channels a group (depthwise convolutions included: one channel a group).
+/// most [`MAX_CG`] channels a group summed for each output (the image's; for a data gradient,
+/// the output gradient's), depthwise convolutions included.
 pub fn is_small_group(graph: &Graph, ni: usize) -> bool {
     let node = &graph.nodes[ni];
     let (x, w) = match &node.op {
@@ -162,7 +167,11 @@ pub fn is_small_group(graph: &Graph, ni: usize) -> bool {
     };
     let dims = |t: Option<TensorId>| t.map(|t| graph.desc(t).dims.clone()).unwrap_or_default();
     let (xd, wd) = (dims(x), dims(w));
-    xd.len() >= 3 && wd.len() >= 3 && wd[1] > 0 && wd[1] <= MAX_CG && xd[1] > wd[1] && xd[1] % wd[1] == 0
+    if xd.len() < 3 || wd.len() < 3 || wd[1] <= 0 || xd[1] <= wd[1] || xd[1] % wd[1] != 0 {
+        return false;
+    }
+    let red = if matches!(node.op, Op::ConvDgrad(_)) { wd[0] / (xd[1] / wd[1]) } else { wd[1] };
+    red <= MAX_CG
 }
 
 /// Output channels a group of node `ni` when it is a depthwise convolution (its channel
@@ -184,14 +193,18 @@ pub fn multiplier(graph: &Graph, ni: usize) -> i64 {
 }
 
 /// The geometry of convolution node `ni` (stored to `out` in the forward pass), or why these
-/// kernels do not take it.
+/// kernels do not take it. A data gradient of unit stride is the forward convolution of dy (its
+/// `Kg` channels a group the image's) by the filter with each group's channels and filters
+/// exchanged and its taps mirrored, padded `(T - 1) * dil - pre` before:
+/// `dx[i] = sum_t dy[i + pre - t * dil] w[t] = sum_t' dy[i - pre' + t' * dil] w[T - 1 - t']`.
 fn geometry(graph: &Graph, ni: usize, out: Option<TensorId>) -> Result<Geo, String> {
     let node = &graph.nodes[ni];
     let missing = || "a port is missing".to_string();
+    // The forward convolution's image, filter and output (dgrad: dx, w, dy).
     let (attrs, pass, x, w, y): (&ConvAttrs, Pass, _, _, _) = match &node.op {
         Op::ConvFprop(a) => (a, Pass::Fprop, node.input("x").ok_or_else(missing)?, node.input("w").ok_or_else(missing)?, node.output("y").ok_or_else(missing)?),
+        Op::ConvDgrad(a) => (a, Pass::Dgrad, node.output("dx").ok_or_else(missing)?, node.input("w").ok_or_else(missing)?, node.input("dy").ok_or_else(missing)?),
         Op::ConvWgrad(a) => (a, Pass::Wgrad, node.input("x").ok_or_else(missing)?, node.output("dw").ok_or_else(missing)?, node.input("dy").ok_or_else(missing)?),
-        Op::ConvDgrad(_) => return Err("forward and weight-gradient convolutions (data gradients run on the implicit GEMM)".into()),
         _ => return Err("convolutions".into()),
     };
     let (xd, wd, yd) = (graph.desc(x), graph.desc(w), graph.desc(y));
@@ -210,57 +223,92 @@ fn geometry(graph: &Graph, ni: usize, out: Option<TensorId>) -> Result<Geo, Stri
     }
     let kg = k / groups;
     let taps: i64 = wd.dims[2..].iter().product();
-    if cg > MAX_CG || cg * taps > MAX_MACS {
-        return Err(format!("at most {MAX_CG} image channels a group and {MAX_MACS} MACs an output (image channels a group x taps); this one has {cg} x {taps}"));
+    // The channels a group each output sums over: the image's, or dy's for the data gradient.
+    let red = if pass == Pass::Dgrad { kg } else { cg };
+    if red > MAX_CG || red * taps > MAX_MACS {
+        let what = if pass == Pass::Dgrad { "output-gradient" } else { "image" };
+        return Err(format!("at most {MAX_CG} {what} channels a group and {MAX_MACS} MACs an output ({what} channels a group x taps); this one has {red} x {taps}"));
+    }
+    if pass == Pass::Dgrad && attrs.stride.iter().any(|&s| s != 1) {
+        return Err("data gradients of unit stride (strided ones run on the implicit GEMM)".into());
     }
     let dt = |t: TensorId| graph.resolved_data_type(t).unwrap_or(DataType::F32);
-    let et = dt(x);
-    let stored = match pass {
-        Pass::Fprop => out.unwrap_or(y),
-        Pass::Wgrad => w,
+    // What the kernels read as the image, and what they store.
+    let (image, stored) = match pass {
+        Pass::Fprop => (x, out.unwrap_or(y)),
+        Pass::Dgrad => (y, x),
+        Pass::Wgrad => (x, w),
     };
+    let et = dt(image);
     let ot = dt(stored);
     let floats = |t: DataType| matches!(t, DataType::F32 | DataType::F16 | DataType::Bf16);
-    let inputs = if pass == Pass::Fprop { [w] } else { [y] };
-    if !floats(et) || inputs.iter().any(|&t| dt(t) != et) || !floats(ot) {
+    let other = if pass == Pass::Wgrad { y } else { w };
+    if !floats(et) || dt(other) != et || !floats(ot) {
         return Err("inputs of one type, f32, f16 or bf16, and an output of one of them".into());
     }
     if graph.compute_type(node) != DataType::F32 {
         return Err("f32 compute".into());
     }
     let sd = graph.desc(stored);
-    let (y, ys) = match pass {
-        Pass::Fprop => {
-            if sd.dims != yd.dims || sd.strides.len() != rank || sd.strides.iter().any(|&s| s < 0) {
-                return Err("an output of the convolution's dims".into());
-            }
-            (stored, strides5(sd))
-        }
-        Pass::Wgrad => (y, strides5(yd)),
+    if pass == Pass::Fprop && (sd.dims != yd.dims || sd.strides.len() != rank || sd.strides.iter().any(|&s| s < 0)) {
+        return Err("an output of the convolution's dims".into());
+    }
+    let ws = strides5(wd);
+    let flip = attrs.mode == ConvMode::Convolution;
+    let t3 = pad3(&wd.dims[2..], 1);
+    let dil = pad3(&attrs.dilation, 1);
+    let pre = pad3(&attrs.pre_padding, 0);
+    let g = match pass {
+        Pass::Dgrad => Geo {
+            pass,
+            et,
+            ot,
+            n,
+            groups,
+            cg: kg,
+            kg: cg,
+            id: pad3(&yd.dims[2..], 1),
+            od: pad3(&xd.dims[2..], 1),
+            t: t3,
+            stride: [1; 3],
+            dil,
+            pre: [0, 1, 2].map(|a| (t3[a] - 1) * dil[a] - pre[a]),
+            flip: !flip,
+            xs: strides5(yd),
+            ys: strides5(xd),
+            // Filter kk of the group (an image channel) reads input channel c (an output
+            // channel of the forward convolution) at w[g * kg + c, kk].
+            ws: [ws[1], ws[0], ws[2], ws[3], ws[4]],
+            wsg: kg * ws[0],
+            x: y,
+            y: x,
+            w,
+        },
+        _ => Geo {
+            pass,
+            et,
+            ot,
+            n,
+            groups,
+            cg,
+            kg,
+            id: pad3(&xd.dims[2..], 1),
+            od: pad3(&yd.dims[2..], 1),
+            t: t3,
+            stride: pad3(&attrs.stride, 1),
+            dil,
+            pre,
+            flip,
+            xs: strides5(xd),
+            ys: strides5(if pass == Pass::Fprop { sd } else { yd }),
+            ws,
+            wsg: kg * ws[0],
+            x,
+            y: if pass == Pass::Fprop { stored } else { y },
+            w,
+        },
     };
-    let g = Geo {
-        pass,
-        et,
-        ot,
-        n,
-        groups,
-        cg,
-        kg,
-        id: pad3(&xd.dims[2..], 1),
-        od: pad3(&yd.dims[2..], 1),
-        t: pad3(&wd.dims[2..], 1),
-        stride: pad3(&attrs.stride, 1),
-        dil: pad3(&attrs.dilation, 1),
-        pre: pad3(&attrs.pre_padding, 0),
-        flip: attrs.mode == ConvMode::Convolution,
-        xs: strides5(xd),
-        ys,
-        ws: strides5(wd),
-        x,
-        y,
-        w,
-    };
-    let dims_ok = [g.n, c, k].iter().chain(&g.id).chain(&g.od).all(|&d| d < 1 << 30) && g.pre.iter().chain(&g.stride).chain(&g.dil).all(|&v| v < 1 << 16);
+    let dims_ok = [g.n, c, k].iter().chain(&g.id).chain(&g.od).all(|&d| d < 1 << 30) && g.pre.iter().chain(&g.stride).chain(&g.dil).all(|&v| v.abs() < 1 << 16);
     if !dims_ok {
         return Err("dims below 2^30, strides, dilations and padding below 2^16".into());
     }
@@ -418,7 +466,7 @@ fn chunk(c: i64) -> i64 {
 /// in items of `yv`, or None when no tile fits.
 fn choose(g: &Geo, xv: i64, yv: i64) -> Option<Cfg> {
     let (s2, d2, t2) = (g.stride[2], g.dil[2], g.t[2]);
-    let fprop = g.pass == Pass::Fprop;
+    let fprop = g.pass != Pass::Wgrad;
     // Output channels a thread: the most dividing Kg whose row of weights (fprop) or sums
     // (wgrad) fits the registers.
     let kv = (1..=g.kg.min(MAX_KV)).rev().find(|&v| g.kg % v == 0 && t2 * g.cg * v <= ROW_REGS)?;
@@ -533,7 +581,7 @@ fn layout(g: &Geo, px: i64, nct: i64, nr: i64, fr: i64, gs: i64, ks: i64, kv: i6
     };
     let xs = gs * gpitch;
     match g.pass {
-        Pass::Fprop => {
+        Pass::Fprop | Pass::Dgrad => {
             // The output tile [pixel][GS * KG] floats, pitch 4 (mod 8) for KV-float stores of
             // lanes PX pixels apart; odd for single floats.
             let oc = gs * g.kg;
@@ -567,7 +615,7 @@ fn kernels_of(ni: usize, g: &Geo, epi: Option<&Epilogue>, target: &Target, vecto
     let full = |dt: DataType| 16 / dt.size() as i64;
     let xv = if vector && vectorizes(&g.xs, xdims, full(g.et)) { full(g.et) } else { 1 };
     // fprop: the stored output's items; wgrad: dy's.
-    let yt = if g.pass == Pass::Fprop { g.ot } else { g.et };
+    let yt = if g.pass == Pass::Wgrad { g.et } else { g.ot };
     let yv = if vector && vectorizes(&g.ys, ydims, full(yt)) { full(yt) } else { 1 };
     if vector && xv == 1 && yv == 1 {
         return None;
@@ -614,6 +662,7 @@ fn kernels_of(ni: usize, g: &Geo, epi: Option<&Epilogue>, target: &Target, vecto
                 src = src.define(name, num(v));
             }
         }
+        src = src.define("WSG", num(g.wsg));
         for (name, v) in [
             ("NT", nt),
             ("GS", cfg.gs),
@@ -652,12 +701,12 @@ fn kernels_of(ni: usize, g: &Geo, epi: Option<&Epilogue>, target: &Target, vecto
     let passes = |src: Source, which: &str| ["SG_FPROP", "SG_WGRAD", "SG_WGRAD_SUM"].iter().fold(src, |s, f| s.flag(f, *f == which));
     let tag = if vector { "" } else { "_u" };
     match g.pass {
-        Pass::Fprop => {
+        Pass::Fprop | Pass::Dgrad => {
             let blocks = ngs * tiles;
             if blocks >= 1 << 31 {
                 return None;
             }
-            let entry = entry_name(ni, &format!("sg_conv_fprop{tag}"));
+            let entry = entry_name(ni, &format!("sg_conv_{}{tag}", if g.pass == Pass::Dgrad { "dgrad" } else { "fprop" }));
             let mut sig = Signature::new();
             sig.param("const ET* __restrict__ x", Arg::Ptr(g.x)).param("const ET* __restrict__ w", Arg::Ptr(g.w)).param("OT* __restrict__ y", Arg::Ptr(g.y));
             if let Some(e) = epi {
@@ -684,10 +733,11 @@ fn kernels_of(ni: usize, g: &Geo, epi: Option<&Epilogue>, target: &Target, vecto
             Some((NodeKernels::one(launch), needs))
         }
         Pass::Wgrad => {
-            // Reduction slices: one wave of blocks, as many as fit an SM at once.
+            // Reduction slices: at most one wave of blocks (those that fit an SM at once, at
+            // 128 registers a thread), so that no block waits for a second.
             let sms = target.sm_count.max(1) as i64;
             let per_sm = (65536 / (nt * 128)).min(227 * 1024 / cfg.smem.max(1)).min(2048 / nt).clamp(1, 8);
-            let ns = ceil_div(sms * per_sm, ngs).clamp(1, tiles);
+            let ns = (sms * per_sm / ngs).clamp(1, tiles);
             let blocks = ngs * ns;
             let scratch = ns * k * g.cg * taps;
             if blocks >= 1 << 31 || scratch >= 1 << 31 {
@@ -767,7 +817,7 @@ mod tests {
     }
 
     #[test]
-    fn large_groups_and_data_gradients_are_declined() {
+    fn large_groups_and_strided_data_gradients_are_declined() {
         let f = DataType::F16;
         let mut g = Graph::new("g32").io_data_type(f);
         let x = g.tensor(nhwc("x", &[2, 1024, 7, 7], f));
@@ -776,14 +826,24 @@ mod tests {
         g.set_output(y);
         g.validate().unwrap();
         assert!(decline(&g, 0).unwrap().contains("16 image channels"));
-        let mut g = Graph::new("dgrad").io_data_type(f);
-        let dy = g.tensor(nhwc("dy", &[2, 128, 9, 9], f));
-        let w = g.tensor(nhwc("w", &[128, 4, 3, 3], f));
-        let dx = g.conv_dgrad(dy, w, &[2, 128, 9, 9], ConvAttrs::new(2).with_padding(&[1, 1]));
-        g.set_output(dx);
-        g.validate().unwrap();
+        // A data gradient of unit stride: the forward convolution of dy by the filter with its
+        // groups' channels and filters exchanged and mirrored, padded (3 - 1) * 1 - 1 = 1.
+        let dgrad = |stride: i64| {
+            let mut g = Graph::new("dgrad").io_data_type(f);
+            let dy = g.tensor(nhwc("dy", &[2, 128, 9, 9], f));
+            let w = g.tensor(nhwc("w", &[128, 4, 3, 3], f));
+            let dx = g.conv_dgrad(dy, w, &[2, 128, 9 * stride - stride + 1, 9 * stride - stride + 1], ConvAttrs::new(2).with_padding(&[1, 1]).with_stride(&[stride, stride]));
+            g.set_output(dx);
+            g.validate().unwrap();
+            g
+        };
+        let g = dgrad(1);
         assert!(is_small_group(&g, 0));
-        assert!(decline(&g, 0).unwrap().contains("data gradients"));
+        let geo = geometry(&g, 0, None).unwrap();
+        assert_eq!((geo.cg, geo.kg, geo.pre, geo.flip), (4, 4, [0, 1, 1], true));
+        assert_eq!((geo.ws[0], geo.ws[1], geo.wsg), (1, 36, 4 * 36));
+        assert!(unit(&g, 0, &Target::sm90a()).unwrap().kernels.launches[0].entry.contains("sg_conv_dgrad"));
+        assert!(decline(&dgrad(2), 0).unwrap().contains("unit stride"));
     }
 
     /// The forward convolution with bias + relu plans as one unit on these kernels, the
