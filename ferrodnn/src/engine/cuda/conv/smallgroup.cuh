@@ -45,9 +45,10 @@
 // Forward: OP (the output tile's floats a pixel), W_VEC4 and O_VEC4 (weights read and outputs
 // written as 4 floats), SG_EPI and EPI_NAMES (the GEMM epilogue's arguments after the value).
 // Weight gradient: CHY, KQ, RPY, DPITCH (the dy tile: chunks of CHY of a part's KV channels, KQ
-// of them, row pitch in slots, floats a (group, part)), NS (reduction slices), XI, YI (items a
-// thread stages of x and dy), PREFETCH (the next tile's items held in registers while the
-// current one is summed), Y_PUT4.
+// of them, row pitch in slots, floats a (group, part)), NS (reduction slices), MIN_BLOCKS
+// (blocks an SM holds at once: the grid is one wave of them), XI, YI (items a thread stages of
+// x and dy), PREFETCH (the next tile's items held in registers while the current one is
+// summed), Y_PUT4.
 
 #define SG_F32 1
 #define SG_F16 2
@@ -483,8 +484,9 @@ __device__ __forceinline__ SgTile sg_tile(IT t) {
 // of each tile, for filter row fr = (t0, t1), the T2 taps of that row, the CG channels and KV
 // output channels (ks * KV ...) of its group, reading each input position its outputs' taps
 // cover once. The block then adds its threads' sums (the NR x NCT threads of each filter row,
-// part and group, in order) and writes them to part[sb][k][c][tap] (floats).
-extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
+// part and group, in order) and writes them to part[sb][k][c][tap] (floats). The grid is one
+// wave of MIN_BLOCKS blocks an SM.
+extern "C" __global__ void __launch_bounds__(NT, MIN_BLOCKS) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
     extern __shared__ float4 sg_smem[];
     float* sx = (float*)sg_smem;

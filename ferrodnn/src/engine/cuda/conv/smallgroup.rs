@@ -469,7 +469,9 @@ fn choose(g: &Geo, xv: i64, yv: i64) -> Option<Cfg> {
     let fprop = g.pass != Pass::Wgrad;
     // Output channels a thread: the most dividing Kg whose row of weights (fprop) or sums
     // (wgrad) fits the registers.
-    let kv = (1..=g.kg.min(MAX_KV)).rev().find(|&v| g.kg % v == 0 && t2 * g.cg * v <= ROW_REGS)?;
+    // (The weight gradient's thread also holds its dy values and the next tile's loads: at most
+    // 128 registers, two blocks of 256 threads an SM.)
+    let kv = (1..=g.kg.min(MAX_KV)).rev().find(|&v| g.kg % v == 0 && t2 * g.cg * v <= ROW_REGS && (fprop || regs_of(g, 7, v) <= 128))?;
     let ks = g.kg / kv;
     let chx = chunk(g.cg);
     let cq = ceil_div(g.cg, chx);
@@ -495,23 +497,28 @@ fn choose(g: &Geo, xv: i64, yv: i64) -> Option<Cfg> {
     let fw = fw_of(px);
     let nct = ceil_div(g.od[2], px).min(32);
     let fr = if fprop { 1 } else { g.t[0] * g.t[1] };
-    // Rows: a warp's worth of threads (lanes) along W and H a group part.
-    let mut nr = ceil_div(g.od[1], ceil_div(g.od[1], (32 / nct).max(1)));
+    // Rows: two warps' worth of threads along W and H a group part in the forward pass (the x
+    // tile's halo rows, read again by the next tile from L2, then 1.25 times the rows at 3x3:
+    // 10 for 8), one in the weight gradient (whose threads are FR times as many a row).
+    let lanes = if fprop { 64 } else { 32 };
+    let mut nr = ceil_div(g.od[1], ceil_div(g.od[1], (lanes / nct).max(1)));
     // Groups a block: whole items of x and of the output (or dy).
     let (ux, uy) = (xv / gcd(g.cg, xv), yv / gcd(g.kg, yv));
     let unit = ux * uy / gcd(ux, uy);
+    let regs = regs_of(g, px, kv);
     loop {
         let per_group = ks * fr * nr * nct;
-        // The fewest group slots (groups past the last are wasted work), blocks of fewer than
-        // a warp a group part penalized; at most the target threads (the smallest block may
+        // The most threads an SM holds doing useful work (groups past the last are wasted),
+        // then the smaller block; at most the target threads a block (the smallest block may
         // take more).
-        let mut found: Option<(i64, Cfg)> = None;
+        let mut found: Option<((i64, i64), Cfg)> = None;
         let mut gs = unit;
         while gs * per_group <= MAX_THREADS && (gs == unit || gs * per_group <= TARGET_THREADS) {
             let cfg = layout(g, px, nct, nr, fr, gs, ks, kv, xv, yv, fw);
             let nt = cfg.threads();
-            let score = ceil_div(g.groups, gs) * gs * (nt + 32) * 1024 / nt;
-            if cfg.smem <= MAX_SMEM && found.as_ref().is_none_or(|(s, _)| score < *s) {
+            let blocks = (65536 / (warps(nt) * regs)).min(227 * 1024 / cfg.smem.max(1)).min(2048 / nt).min(32);
+            let score = (blocks * nt * g.groups * 1024 / (ceil_div(g.groups, gs) * gs), -nt);
+            if cfg.smem <= MAX_SMEM && blocks > 0 && found.as_ref().is_none_or(|(s, _)| score > *s) {
                 found = Some((score, cfg));
             }
             if gs >= g.groups {
@@ -527,6 +534,18 @@ fn choose(g: &Geo, xv: i64, yv: i64) -> Option<Cfg> {
         }
         nr = ceil_div(nr, 2);
     }
+}
+
+/// A thread's registers, roughly: its filter row or sums, its outputs or dy values, a chunk of x,
+/// addressing, and in the weight gradient the next tile's loads.
+fn regs_of(g: &Geo, px: i64, kv: i64) -> i64 {
+    let prefetch = if g.pass == Pass::Wgrad { 16 } else { 0 };
+    ceil_div(32 + g.t[2] * g.cg * kv + px * kv + g.cg + prefetch, 8) * 8
+}
+
+/// Threads a block takes registers for: whole warps.
+fn warps(nt: i64) -> i64 {
+    ceil_div(nt, 32) * 32
 }
 
 /// The shared-memory layout of a tiling (see `choose`).
@@ -733,10 +752,11 @@ fn kernels_of(ni: usize, g: &Geo, epi: Option<&Epilogue>, target: &Target, vecto
             Some((NodeKernels::one(launch), needs))
         }
         Pass::Wgrad => {
-            // Reduction slices: at most one wave of blocks (those that fit an SM at once, at
-            // 128 registers a thread), so that no block waits for a second.
+            // Reduction slices: one wave of blocks (those that fit an SM at once, the kernel's
+            // registers capped for that many, with a margin over the estimate), so that no block
+            // waits for a second.
             let sms = target.sm_count.max(1) as i64;
-            let per_sm = (65536 / (nt * 128)).min(227 * 1024 / cfg.smem.max(1)).min(2048 / nt).clamp(1, 8);
+            let per_sm = (65536 / (warps(nt) * (regs_of(g, cfg.px, cfg.kv) + 16))).min(227 * 1024 / cfg.smem.max(1)).min(2048 / nt).clamp(1, 8);
             let ns = (sms * per_sm / ngs).clamp(1, tiles);
             let blocks = ngs * ns;
             let scratch = ns * k * g.cg * taps;
@@ -754,6 +774,7 @@ fn kernels_of(ni: usize, g: &Geo, epi: Option<&Epilogue>, target: &Target, vecto
                 .define("RPY", cfg.rpy)
                 .define("DPITCH", cfg.dpitch)
                 .define("NS", ns)
+                .define("MIN_BLOCKS", per_sm)
                 .define("XI", xi)
                 .define("YI", yi)
                 .flag("PREFETCH", prefetch)
@@ -791,16 +812,17 @@ mod tests {
         g
     }
 
-    /// ResNeXt's 56x56 layer: rows of 56 outputs as 8 threads of 7, 4 rows a block, 4 groups (16
-    /// image channels: two 16-byte vectors a pixel), the 9-column halo of each 7-column run read
-    /// for 3 taps; the x tile's rows padded to 64 slots (56 mod 8 = 0 as a row's lanes need).
+    /// ResNeXt's 56x56 layer: rows of 56 outputs as 8 threads of 7, 8 rows a block, groups in
+    /// pairs at least (8 image channels: a 16-byte vector a pixel), the 9-column halo of each
+    /// 7-column run read for 3 taps; the x tile's rows padded to 64 slots (56 mod 8 = 0 as a
+    /// row's lanes need).
     #[test]
     fn resnext_tiles_rows_of_seven() {
         let g = resnext(DataType::F16);
         let geo = geometry(&g, 0, None).unwrap();
         let cfg = choose(&geo, 8, 8).unwrap();
-        assert_eq!((cfg.px, cfg.nct, cfg.nr, cfg.kv, cfg.ks, cfg.fw), (7, 8, 4, 4, 1, 9));
-        assert_eq!((cfg.ht, cfg.wt, cfg.rp, cfg.chx, cfg.cq), (6, 58, 64, 4, 1));
+        assert_eq!((cfg.px, cfg.nct, cfg.nr, cfg.kv, cfg.ks, cfg.fw), (7, 8, 8, 4, 1, 9));
+        assert_eq!((cfg.ht, cfg.wt, cfg.rp, cfg.chx, cfg.cq), (10, 58, 64, 4, 1));
         assert!(cfg.gs % 2 == 0 && 32 % cfg.gs == 0, "{cfg:?}");
         assert!(cfg.smem <= MAX_SMEM && cfg.threads() <= TARGET_THREADS, "{cfg:?}");
         // The weight gradient: a thread per filter row (3), the same runs.
