@@ -9,7 +9,8 @@
 //! runs its plan's kernels, then the element-wise alternative its unit keeps for unaligned
 //! buffers. Cases whose plan has other kernels (tensor-core GEMMs) are skipped.
 //!
-//! `cargo run --release -- [case name filter]` (needs g++ with C++20); files go under
+//! `cargo run --release -- [case name filter]` (needs g++ with C++20; `bench`: the benchmark
+//! suite's small-group layers at batch 1, on the same kernel configurations); files go under
 //! `$TMPDIR/sg_emu/`.
 
 use ferrodnn::engine::cuda::kernel::{Arg, Grid, Launch};
@@ -155,10 +156,50 @@ fn emulate(g: &Graph, inputs: &HashMap<TensorId, Nd>, launches: &[(Launch, Vec<u
     outs
 }
 
+/// The benchmark suite's small-group layers (`ferrodnn-cli/src/bench_conv.rs`) at batch 1, forward,
+/// data and weight gradients: ResNeXt-50's 56x56 (32 groups of 4), RegNetY-400MF's and 800MF's
+/// 28x28 (13 of 8, 9 of 16), a depthwise channel multiplier of 2 at 56x56.
+fn bench_cases() -> Vec<ferrodnn::testing::cases::Case> {
+    use ferrodnn::graph::ops::conv::ConvAttrs;
+    use ferrodnn::TensorDesc;
+    let f = DataType::F16;
+    let nhwc = |name: &str, dims: &[i64]| TensorDesc::new(name, dims, f).with_layout(&[0, 2, 3, 1]);
+    let mut v = Vec::new();
+    for (c, k, hw, groups) in [(128, 128, 56, 32), (104, 104, 28, 13), (144, 144, 28, 9), (72, 144, 56, 72)] {
+        let a = ConvAttrs::new(2).with_padding(&[1, 1]);
+        let wd = [k, c / groups, 3, 3];
+        for kind in ["fprop", "dgrad", "wgrad"] {
+            let name = format!("bench_{kind}_1x{c}x{hw}x{hw}_k{k}_g{groups}");
+            let mut g = Graph::new(name.clone()).io_data_type(f);
+            let out = match kind {
+                "fprop" => {
+                    let x = g.tensor(nhwc("x", &[1, c, hw, hw]));
+                    let w = g.tensor(nhwc("w", &wd));
+                    g.conv_fprop(x, w, a.clone())
+                }
+                "dgrad" => {
+                    let dy = g.tensor(nhwc("dy", &[1, k, hw, hw]));
+                    let w = g.tensor(nhwc("w", &wd));
+                    g.conv_dgrad(dy, w, &[1, c, hw, hw], a.clone())
+                }
+                _ => {
+                    let dy = g.tensor(nhwc("dy", &[1, k, hw, hw]));
+                    let x = g.tensor(nhwc("x", &[1, c, hw, hw]));
+                    g.conv_wgrad(dy, x, &wd, a.clone())
+                }
+            };
+            g.set_output(out);
+            v.push(ferrodnn::testing::cases::Case::new(name, g));
+        }
+    }
+    v
+}
+
 fn main() {
     let filter = std::env::args().nth(1).unwrap_or_else(|| "smallgroup".into());
     let mut failed = 0;
-    for case in ferrodnn::testing::cases::all().into_iter().filter(|c| c.name.contains(&filter)) {
+    let cases = if filter == "bench" { bench_cases() } else { ferrodnn::testing::cases::all().into_iter().filter(|c| c.name.contains(&filter)).collect() };
+    for case in cases {
         let mut graph = case.graph.clone();
         graph.validate().unwrap();
         let g = &graph;

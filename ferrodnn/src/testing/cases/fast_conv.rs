@@ -408,6 +408,24 @@ fn smallgroup_cases() -> Vec<Case> {
             v.push(implicit(kind, &what, &x, &w, attrs.clone(), dt, last, bias_relu && kind == Fprop));
         }
     }
+    // A residual epilogue (y = conv(x) + res), bf16, and an f32 output of f16 inputs.
+    let name = "fast_conv_fprop_smallgroup_g8_c4_k4_3x3_nhwc_bf16_residual";
+    let mut g = Graph::new(name).io_data_type(bf16);
+    let xt = g.tensor(image("x", &[2, 32, 9, 11], bf16, true));
+    let wt = g.tensor(image("w", &[32, 4, 3, 3], bf16, true));
+    let res = g.tensor(image("res", &[2, 32, 9, 11], bf16, true));
+    let y = g.conv_fprop(xt, wt, p2([1, 1]));
+    let z = g.add(y, res);
+    out(&mut g, z, "y");
+    v.push(Case::new(name, g));
+    let name = "fast_conv_fprop_smallgroup_g4_c4_k4_3x3_nhwc_f16_out_f32";
+    let mut g = Graph::new(name).io_data_type(f16);
+    let xt = g.tensor(image("x", &[2, 16, 7, 9], f16, true));
+    let wt = g.tensor(image("w", &[16, 4, 3, 3], f16, true));
+    let y = g.conv_fprop(xt, wt, p2([1, 1]));
+    out(&mut g, y, "y");
+    g.desc_mut(y).data_type = Some(f32);
+    v.push(Case::new(name, g));
     v
 }
 
