@@ -1,8 +1,10 @@
 //! The convolution suite: ResNet-50 layers (fp16, channels-last, batch 32) forward (plain and
 //! with bias + relu), data and weight gradients, on the GEMM kernels (1x1 layers as a GEMM over
 //! views of the tensors, the others as an implicit GEMM); then depthwise layers (MobileNet-v2's
-//! 3x3, ConvNeXt-T's 7x7) on the depthwise kernels, and ResNeXt-50 32x4d's grouped 3x3 layers
-//! (the implicit GEMM with the groups as its batch).
+//! 3x3, ConvNeXt-T's 7x7) on the depthwise kernels, ResNeXt-50 32x4d's grouped 3x3 layers (4
+//! channels a group on the small-group kernels, 32 on the implicit GEMM with the groups as its
+//! batch), RegNetY's grouped 3x3 (8 and 16 channels a group) and a depthwise 3x3 with a channel
+//! multiplier of 2.
 
 use crate::bench::Workload;
 use ferrodnn::graph::ops::conv::ConvAttrs;
@@ -165,6 +167,18 @@ pub fn conv_workloads() -> Vec<Workload> {
     // 56x56) and its last (32 groups of 32 channels at 7x7); forward, data and weight gradients.
     let grouped = [Layer { c: 128, k: 128, hw: 56, r: 3, s: 1, dw: false, groups: 32 }, Layer { c: 1024, k: 1024, hw: 7, r: 3, s: 1, dw: false, groups: 32 }];
     for l in &grouped {
+        v.extend([fprop(n, l, false), dgrad(n, l), wgrad(n, l)]);
+    }
+    // RegNet's grouped 3x3 layers (stride 1, inside a stage): RegNetY-400MF's second stage (104
+    // channels at 28x28, 13 groups of 8) and RegNetY-800MF's (144 at 28x28, 9 groups of 16); and
+    // a depthwise 3x3 with a channel multiplier of 2 (72 -> 144 channels at 56x56). All three on
+    // the small-group kernels.
+    let small = [
+        Layer { c: 104, k: 104, hw: 28, r: 3, s: 1, dw: false, groups: 13 },
+        Layer { c: 144, k: 144, hw: 28, r: 3, s: 1, dw: false, groups: 9 },
+        Layer { c: 72, k: 144, hw: 56, r: 3, s: 1, dw: true, groups: 1 },
+    ];
+    for l in &small {
         v.extend([fprop(n, l, false), dgrad(n, l), wgrad(n, l)]);
     }
     v

@@ -54,16 +54,18 @@ fn a_graph_the_fast_engines_decline_falls_back_and_says_why() {
     let w = g.tensor(TensorDesc::new("w", &[16, 4, 3, 3], f).with_layout(&[0, 2, 3, 1]));
     let y = g.conv_fprop(x, w, ConvAttrs::new(2).with_padding(&[1, 1]));
     g.set_output(y);
-    // A grouped convolution (2 groups) runs on the conv engine's implicit GEMM.
+    // A grouped convolution (2 groups of 4 channels) runs on the conv engine's small-group
+    // kernels.
     let e = explain(&g, &Target::sm90a(), &[]).unwrap();
     assert_eq!(e.units.len(), 1);
     assert_eq!(e.units[0].engine, "conv");
-    // Its weight gradient in convolution mode (the filter mirrored) does not: the conv engine
-    // declines it and says why.
+    assert!(e.units[0].kernels[0].entry.contains("sg_conv_fprop"), "{}", e.units[0].kernels[0].entry);
+    // A weight gradient in convolution mode (the filter mirrored) of groups past those kernels (2
+    // of 32 channels) does not run on the conv engine: it declines it and says why.
     let mut g = Graph::new("wgrad_mirrored").io_data_type(f);
     let dy = g.tensor(TensorDesc::new("dy", &[2, 16, 9, 9], f).with_layout(&[0, 2, 3, 1]));
-    let x = g.tensor(TensorDesc::new("x", &[2, 8, 9, 9], f).with_layout(&[0, 2, 3, 1]));
-    let dw = g.conv_wgrad(dy, x, &[16, 4, 3, 3], ConvAttrs::new(2).with_padding(&[1, 1]).with_mode(ConvMode::Convolution));
+    let x = g.tensor(TensorDesc::new("x", &[2, 64, 9, 9], f).with_layout(&[0, 2, 3, 1]));
+    let dw = g.conv_wgrad(dy, x, &[16, 32, 3, 3], ConvAttrs::new(2).with_padding(&[1, 1]).with_mode(ConvMode::Convolution));
     g.set_output(dw);
     let e = explain(&g, &Target::sm90a(), &[]).unwrap();
     assert_eq!(e.units.len(), 1);

@@ -143,7 +143,7 @@ fn fused_units(graph: &Graph, target: &Target, options: &Options) -> Result<Vec<
             if ni == last {
                 let (unit, family) = match kind {
                     Group::Gemm => (gemm::unit(graph, grp, target, options)?, Family::Gemm),
-                    Group::Conv(v) => (views[*v].finish(gemm::unit_gathered(&views[*v].graph, grp, target, options, views[*v].gathers.as_ref())?), Family::Conv),
+                    Group::Conv(v) => (conv::group_unit(graph, &views[*v], grp, target, options)?, Family::Conv),
                     Group::NormPrologue => (fused::norm::prologue_unit(graph, grp, target)?, Family::NormPrologue),
                     Group::NormEpilogue => (fused::groupnorm::epilogue_unit(graph, grp, target)?, Family::NormEpilogue),
                     Group::Pointwise => (fused::pointwise::unit(graph, grp)?, Family::Pointwise),

@@ -275,11 +275,12 @@ fn implicit_cases() -> Vec<Case> {
 }
 
 /// The grouped cases: the implicit GEMM with the groups as its batch (`engine/cuda/conv/
-/// implicit.rs`), ResNeXt-like groups of 4 to 32 channels (32 groups), a few large groups (2 or
-/// 4: on Hopper groups of 64 channels read by im2col TMA loads), 3-channel groups; 3x3 with
-/// stride 1 and 2, 1x1, dilation, asymmetric padding, both modes; 1D, 2D, 3D; channels-last and
-/// NCHW; f16, bf16, f32. Each name says `grouped_g{groups}_c{image channels a group}_k{output
-/// channels a group}`.
+/// implicit.rs`; those of at most 16 channels a group and 144 MACs an output, strided data
+/// gradients apart, on the small-group kernels), ResNeXt-like groups of 4 to 32 channels (32
+/// groups), a few large groups (2 or 4: on Hopper groups of 64 channels read by im2col TMA
+/// loads), 3-channel groups; 3x3 with stride 1 and 2, 1x1, dilation, asymmetric padding, both
+/// modes; 1D, 2D, 3D; channels-last and NCHW; f16, bf16, f32. Each name says
+/// `grouped_g{groups}_c{image channels a group}_k{output channels a group}`.
 fn grouped_cases() -> Vec<Case> {
     use Kind::*;
     let (f16, bf16, f32) = (DataType::F16, DataType::Bf16, DataType::F32);
@@ -310,6 +311,9 @@ fn grouped_cases() -> Vec<Case> {
         (Fprop, "3x3", vec![2, 128, 6, 7], 32, 128, vec![3, 3], p2([1, 1]), f32, true, false),
         (Fprop, "1d_k5_stride2", vec![2, 32, 37], 4, 32, vec![5], ConvAttrs::new(1).with_padding(&[2]).with_stride(&[2]), f16, true, false),
         (Fprop, "3d_3x3x3", vec![2, 16, 4, 5, 6], 2, 32, vec![3, 3, 3], video(), bf16, true, true),
+        // (Groups of few channels past the small-group kernels' 144 MACs an output: the GEMM
+        // packing 4 groups of 4 channels.)
+        (Fprop, "7x7", vec![2, 32, 11, 9], 8, 32, vec![7, 7], p2([3, 3]), f16, true, true),
         // Data gradient.
         (Dgrad, "3x3", vec![2, 128, 9, 11], 32, 128, vec![3, 3], p2([1, 1]), f16, true, false),
         (Dgrad, "3x3", vec![2, 256, 7, 8], 32, 256, vec![3, 3], p2([1, 1]), bf16, true, false),
@@ -317,6 +321,8 @@ fn grouped_cases() -> Vec<Case> {
         (Dgrad, "3x3_28x28", vec![4, 128, 28, 28], 32, 128, vec![3, 3], p2([1, 1]), f16, true, false),
         (Dgrad, "3x3_28x28", vec![3, 192, 28, 28], 8, 128, vec![3, 3], p2([1, 1]), bf16, false, false),
         (Dgrad, "3x3_stride2", vec![2, 128, 13, 10], 2, 128, vec![3, 3], strided([2, 2], [1, 1]), bf16, true, false),
+        // (Strided: on the GEMM, 4 groups of 4 filters packed.)
+        (Dgrad, "3x3_stride2", vec![2, 128, 13, 10], 32, 128, vec![3, 3], strided([2, 2], [1, 1]), f16, true, false),
         (Dgrad, "3x5_asym_convolution_mode", vec![2, 32, 9, 10], 4, 32, vec![3, 5], asym().with_mode(ConvMode::Convolution), f16, true, false),
         (Dgrad, "3x3_dilation2", vec![2, 6, 9, 10], 2, 8, vec![3, 3], dil2(), f32, false, false),
         (Dgrad, "3x3", vec![2, 12, 7, 9], 6, 12, vec![3, 3], p2([1, 1]), f32, true, false),
@@ -343,6 +349,84 @@ fn grouped_cases() -> Vec<Case> {
             implicit(kind, &what, &x, &w, attrs, dt, last, bias_relu)
         })
         .collect()
+}
+
+/// The small-group cases: grouped convolutions of 1 to 16 channels a group on the direct
+/// kernels (`engine/cuda/conv/smallgroup.rs`), forward (with bias + relu fused), data gradient
+/// of unit stride and weight gradient: odd output channels a group, odd sizes, stride 2, dilation, asymmetric padding,
+/// convolution mode, 1D/2D/3D, channels-last (16-byte vectors where the channels allow, else
+/// element-wise) and NCHW, f16, bf16, f32; rows wider than one tile (250 columns), and enough
+/// tiles that the weight gradient's blocks take several each. Each name says
+/// `smallgroup_g{groups}_c{image channels a group}_k{output channels a group}`.
+fn smallgroup_cases() -> Vec<Case> {
+    use Kind::*;
+    let (f16, bf16, f32) = (DataType::F16, DataType::Bf16, DataType::F32);
+    let p2 = |p: [i64; 2]| ConvAttrs::new(2).with_padding(&p);
+    let strided = |s: [i64; 2], p: [i64; 2]| ConvAttrs::new(2).with_padding(&p).with_stride(&s);
+    let asym_dil = || ConvAttrs::new(2).with_pre_padding(&[2, 1]).with_post_padding(&[1, 3]).with_dilation(&[2, 2]);
+    let mirrored = || ConvAttrs::new(2).with_padding(&[2, 1]).with_mode(ConvMode::Convolution);
+    let video = || ConvAttrs::new(3).with_padding(&[1, 1, 1]);
+    let video_strided = || ConvAttrs::new(3).with_padding(&[1, 0, 1]).with_stride(&[1, 2, 1]);
+    let audio = || ConvAttrs::new(1).with_padding(&[2]).with_stride(&[2]);
+    // (kinds, shape tag, x dims, groups, filters, filter taps, attrs, type, channels-last, bias + relu)
+    type Shape = (&'static [Kind], &'static str, Vec<i64>, i64, i64, Vec<i64>, ConvAttrs, DataType, bool, bool);
+    let both: &'static [Kind] = &[Fprop, Wgrad];
+    let all: &'static [Kind] = &[Fprop, Dgrad, Wgrad];
+    let shapes: Vec<Shape> = vec![
+        // One channel a group (a depthwise convolution with multiplier 3).
+        (all, "3x3", vec![2, 8, 9, 11], 8, 24, vec![3, 3], p2([1, 1]), f16, true, false),
+        (both, "3x3_stride2", vec![2, 10, 13, 12], 5, 15, vec![3, 3], strided([2, 2], [1, 1]), f16, true, false),
+        (all, "3x3_dilation2_asym_pad", vec![2, 12, 11, 13], 4, 20, vec![3, 3], asym_dil(), bf16, true, false),
+        (&[Fprop], "3x3", vec![2, 32, 9, 11], 8, 32, vec![3, 3], p2([1, 1]), f16, true, true),
+        (&[Wgrad], "3x3", vec![2, 32, 9, 11], 8, 32, vec![3, 3], p2([1, 1]), f16, true, false),
+        (all, "3x3", vec![2, 30, 7, 9], 6, 42, vec![3, 3], p2([1, 1]), f32, false, false),
+        (all, "5x3_convolution_mode", vec![2, 24, 9, 8], 4, 12, vec![5, 3], mirrored(), f16, true, false),
+        (all, "3x3", vec![2, 21, 7, 10], 3, 15, vec![3, 3], p2([1, 0]), bf16, true, false),
+        (&[Fprop], "3x3", vec![2, 104, 14, 14], 13, 104, vec![3, 3], p2([1, 1]), f16, true, true),
+        (&[Wgrad], "3x3", vec![2, 104, 14, 14], 13, 104, vec![3, 3], p2([1, 1]), bf16, true, false),
+        (both, "3x3_stride2x1", vec![2, 18, 11, 10], 2, 22, vec![3, 3], strided([2, 1], [1, 1]), f32, true, false),
+        (both, "1d_k5_stride2", vec![2, 40, 37], 4, 20, vec![5], audio(), bf16, true, false),
+        (&[Fprop], "3x3", vec![2, 144, 7, 9], 9, 144, vec![3, 3], p2([1, 1]), f16, true, true),
+        (&[Wgrad], "3x3", vec![2, 144, 7, 9], 9, 144, vec![3, 3], p2([1, 1]), f16, true, false),
+        (all, "3x3", vec![1, 30, 5, 7], 2, 6, vec![3, 3], p2([1, 1]), f16, false, false),
+        (&[Fprop], "3d_3x3x3", vec![2, 16, 4, 5, 6], 4, 12, vec![3, 3, 3], video(), f16, true, true),
+        (&[Wgrad], "3d_3x3x3", vec![2, 16, 4, 5, 6], 4, 12, vec![3, 3, 3], video(), f32, true, false),
+        (&[Dgrad], "3d_3x3x3", vec![2, 16, 4, 5, 6], 4, 12, vec![3, 3, 3], video(), bf16, true, false),
+        (&[Dgrad], "3x3", vec![2, 104, 14, 14], 13, 104, vec![3, 3], p2([1, 1]), f16, true, false),
+        (&[Dgrad], "1d_k5_dilation2", vec![2, 40, 37], 4, 20, vec![5], ConvAttrs::new(1).with_padding(&[3]).with_dilation(&[2]), f32, true, false),
+        (both, "3d_3x3x3_stride2", vec![2, 16, 5, 6, 7], 8, 40, vec![3, 3, 3], video_strided(), bf16, true, false),
+        (all, "3x3_250_wide", vec![1, 64, 3, 250], 16, 64, vec![3, 3], p2([1, 1]), f16, true, false),
+        (all, "3x3_24x20", vec![4, 64, 24, 20], 16, 64, vec![3, 3], p2([1, 1]), f16, true, false),
+        (both, "3x3_stride2", vec![2, 96, 15, 14], 8, 88, vec![3, 3], strided([2, 2], [1, 1]), bf16, true, false),
+    ];
+    let mut v = Vec::new();
+    for (kinds, tag, x, groups, k, taps, attrs, dt, last, bias_relu) in shapes {
+        let mut w = vec![k, x[1] / groups];
+        w.extend(&taps);
+        let what = format!("smallgroup_g{groups}_c{}_k{}_{tag}", x[1] / groups, k / groups);
+        for &kind in kinds {
+            v.push(implicit(kind, &what, &x, &w, attrs.clone(), dt, last, bias_relu && kind == Fprop));
+        }
+    }
+    // A residual epilogue (y = conv(x) + res), bf16, and an f32 output of f16 inputs.
+    let name = "fast_conv_fprop_smallgroup_g8_c4_k4_3x3_nhwc_bf16_residual";
+    let mut g = Graph::new(name).io_data_type(bf16);
+    let xt = g.tensor(image("x", &[2, 32, 9, 11], bf16, true));
+    let wt = g.tensor(image("w", &[32, 4, 3, 3], bf16, true));
+    let res = g.tensor(image("res", &[2, 32, 9, 11], bf16, true));
+    let y = g.conv_fprop(xt, wt, p2([1, 1]));
+    let z = g.add(y, res);
+    out(&mut g, z, "y");
+    v.push(Case::new(name, g));
+    let name = "fast_conv_fprop_smallgroup_g4_c4_k4_3x3_nhwc_f16_out_f32";
+    let mut g = Graph::new(name).io_data_type(f16);
+    let xt = g.tensor(image("x", &[2, 16, 7, 9], f16, true));
+    let wt = g.tensor(image("w", &[16, 4, 3, 3], f16, true));
+    let y = g.conv_fprop(xt, wt, p2([1, 1]));
+    out(&mut g, y, "y");
+    g.desc_mut(y).data_type = Some(f32);
+    v.push(Case::new(name, g));
+    v
 }
 
 /// The depthwise cases (`engine/cuda/conv/depthwise.rs`): filter `[C * M, 1, taps...]`, each
@@ -405,6 +489,7 @@ pub(super) fn cases() -> Vec<Case> {
     ];
     v.extend(implicit_cases());
     v.extend(grouped_cases());
+    v.extend(smallgroup_cases());
     v.extend(depthwise_cases());
     v
 }
@@ -413,22 +498,45 @@ pub(super) fn cases() -> Vec<Case> {
 mod tests {
     use crate::engine::cuda::kernel::{Options, Target};
     use crate::engine::cuda::planner::{plan, Family};
+    use crate::graph::ops::Op;
     use crate::testing::{random_inputs, run_cpu};
 
     /// Every case validates and runs on the CPU, and on sm_90a and sm_80 the convolution (with
-    /// its epilogue) plans as one conv-family unit: on the GEMM kernels, or for the depthwise
-    /// cases on the depthwise kernels.
+    /// its epilogue) plans as one conv-family unit: on the GEMM kernels; for the depthwise cases
+    /// on the depthwise kernels; and for grouped convolutions of at most 16 channels a group and
+    /// 144 MACs an output (depthwise ones with a channel multiplier among them), forward and
+    /// weight gradients and data gradients of unit stride, on the small-group kernels.
     #[test]
     fn convolutions_plan_on_the_gemm_kernels() {
         for c in super::cases() {
             let mut g = c.graph.clone();
             g.validate().unwrap_or_else(|e| panic!("{}: {e}", c.name));
             run_cpu(&g, &random_inputs(&g, 5)).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            let conv = g.nodes.iter().position(|n| crate::engine::cuda::conv::conv_op(&n.op)).unwrap();
+            let node = &g.nodes[conv];
+            let w = node.input("w").or(node.output("dw")).unwrap();
+            let wd = &g.desc(w).dims;
+            let groups = g.desc(node.input("x").or(node.output("dx")).unwrap()).dims[1] / wd[1];
+            let (Op::ConvFprop(a) | Op::ConvDgrad(a) | Op::ConvWgrad(a)) = &node.op else { unreachable!() };
+            let dgrad = matches!(node.op, Op::ConvDgrad(_));
+            // The channels a group each output sums over (dy's for the data gradient), and taps.
+            let (red, taps) = (if dgrad { wd[0] / groups } else { wd[1] }, wd[2..].iter().product::<i64>());
+            let grouped = c.name.contains("grouped") || c.name.contains("smallgroup") || (c.name.contains("depthwise") && wd[0] / groups >= 2);
+            let small = grouped && red <= 16 && red * taps <= 144 && (!dgrad || a.stride.iter().all(|&s| s == 1));
+            if c.name.contains("smallgroup") {
+                assert!(small, "{}: not a small-group convolution", c.name);
+            }
             for target in [Target::sm90a(), Target::sm80()] {
                 let planned = plan(&g, &target, &Options::default(), true).unwrap();
                 assert_eq!(planned.len(), 1, "{} ({}): {} units", c.name, target.arch, planned.len());
                 assert_eq!(planned[0].family, Family::Conv, "{} ({})", c.name, target.arch);
-                let kernel = if c.name.contains("depthwise") { "dw_conv" } else { "gemm" };
+                let kernel = if small {
+                    "sg_conv"
+                } else if c.name.contains("depthwise") {
+                    "dw_conv"
+                } else {
+                    "gemm"
+                };
                 assert!(planned[0].unit.kernels.launches.iter().any(|l| l.entry.contains(kernel)), "{} ({}): {:?}", c.name, target.arch, planned[0].declined);
             }
         }

@@ -20,10 +20,13 @@
 //! one run of rows), each reading its group's channels and filters. One-group convolutions whose
 //! image channels do not fill 16-byte vectors, and data gradients of few image channels, run
 //! with a staged copy around the GEMM ([`stage`]). Depthwise convolutions (one channel a group)
-//! run on their own kernels ([`depthwise`]).
+//! run on their own kernels ([`depthwise`]); forward and weight-gradient convolutions of few
+//! channels a group (at most 16, 144 MACs an output) on direct SIMT kernels ([`smallgroup`]),
+//! the forward one with the epilogue its GEMM view groups with it ([`group_unit`]).
 
 pub mod depthwise;
 pub mod implicit;
+pub mod smallgroup;
 pub mod stage;
 
 use super::gemm;
@@ -41,10 +44,25 @@ pub fn conv_op(op: &Op) -> bool {
 }
 
 /// The unit of convolution node `ni` alone: a depthwise convolution on the depthwise kernels
-/// ([`depthwise`]), else on the GEMM engine when it is a matrix product the GEMM kernels take.
+/// ([`depthwise`]; with a channel multiplier of 2 or more, forward and weight gradient, on the
+/// small-group kernels first), a grouped one of few channels a group on the small-group kernels
+/// ([`smallgroup`]), else on the GEMM engine when it is a matrix product the GEMM kernels take.
 pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Option<Unit>> {
+    let small = smallgroup::is_small_group(graph, ni);
+    // Depthwise convolutions with a channel multiplier take the small-group kernels first.
+    let small_first = small && (!depthwise::is_depthwise(graph, ni) || smallgroup::multiplier(graph, ni) >= 2);
+    if small_first {
+        if let Some(u) = smallgroup::unit(graph, ni, target) {
+            return Ok(Some(u));
+        }
+    }
     if depthwise::is_depthwise(graph, ni) {
         if let Some(u) = depthwise::unit(graph, ni, target) {
+            return Ok(Some(u));
+        }
+    }
+    if small && !small_first {
+        if let Some(u) = smallgroup::unit(graph, ni, target) {
             return Ok(Some(u));
         }
     }
@@ -52,6 +70,19 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
         Some(view) => Ok(view.finish(gemm::unit_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref())?)),
         None => Ok(None),
     }
+}
+
+/// The unit of a convolution group the planner formed over `view` (the convolution, then the
+/// epilogue nodes the GEMM engine groups with it): on the small-group kernels when the
+/// convolution is a forward one of few channels a group they take with that epilogue, else the
+/// GEMM over the view.
+pub fn group_unit(graph: &Graph, view: &View, nodes: &[usize], target: &Target, options: &Options) -> Result<Option<Unit>> {
+    if nodes.first().is_some_and(|&ni| smallgroup::is_small_group(graph, ni) && !depthwise::is_depthwise(graph, ni)) {
+        if let Some(u) = smallgroup::group_unit(graph, nodes, target) {
+            return Ok(Some(u));
+        }
+    }
+    Ok(view.finish(gemm::unit_gathered(&view.graph, nodes, target, options, view.gathers.as_ref())?))
 }
 
 /// A convolution seen as a GEMM: a copy of the graph in which the convolution node is a matmul
@@ -95,9 +126,15 @@ impl View {
 pub fn decline_reason(graph: &Graph, ni: usize) -> String {
     let node = &graph.nodes[ni];
     let (Op::ConvFprop(a) | Op::ConvDgrad(a) | Op::ConvWgrad(a)) = &node.op else { return CONDITIONS.into() };
+    // A grouped convolution of few channels a group that the small-group kernels declined: why,
+    // before the other engines' reasons.
+    let small = match smallgroup::is_small_group(graph, ni).then(|| smallgroup::decline(graph, ni)).flatten() {
+        Some(why) => format!("a grouped convolution of few channels a group that the small-group kernels do not take (they take {why}); "),
+        None => String::new(),
+    };
     if depthwise::is_depthwise(graph, ni) {
         if let Some(why) = depthwise::decline(graph, ni) {
-            return format!("a depthwise convolution the depthwise kernels do not take: they take {why}; it runs on the fallback");
+            return format!("{small}a depthwise convolution the depthwise kernels do not take: they take {why}; it runs on the fallback");
         }
     }
     let (image, filter) = match &node.op {
@@ -108,24 +145,24 @@ pub fn decline_reason(graph: &Graph, ni: usize) -> String {
     let channels = |t: Option<TensorId>| t.and_then(|t| graph.desc(t).dims.get(1).copied()).unwrap_or(1);
     let (c, cf) = (channels(image), channels(filter));
     if matches!(node.op, Op::ConvWgrad(_)) && a.mode == crate::graph::ops::conv::ConvMode::Convolution {
-        return "a weight gradient in convolution mode (mirrored filter) runs on the fallback".into();
+        return format!("{small}a weight gradient in convolution mode (mirrored filter) runs on the fallback");
     }
     if cf > 0 && c != cf {
         let groups = c / cf;
         if cf == 1 {
-            return format!("groups = {groups} with one channel a group: a depthwise convolution, which the depthwise kernels take (not the implicit GEMM)");
+            return format!("{small}groups = {groups} with one channel a group: a depthwise convolution, which the depthwise kernels take (not the implicit GEMM)");
         }
         if as_gemm(graph, ni).is_none() {
             return format!(
-                "groups = {groups} (image channels {c} / filter channels {cf}): a grouped convolution runs on the implicit GEMM as a batch of images x groups, which needs its output (and the tensors of its epilogue) one batch stride apart from group to group and image to image (channels-last images flattened with their pixels, or packed NCHW); this one's are not"
+                "{small}groups = {groups} (image channels {c} / filter channels {cf}): a grouped convolution runs on the implicit GEMM as a batch of images x groups, which needs its output (and the tensors of its epilogue) one batch stride apart from group to group and image to image (channels-last images flattened with their pixels, or packed NCHW); this one's are not"
             );
         }
     }
-    format!("it takes {CONDITIONS}")
+    format!("{small}it takes {CONDITIONS}")
 }
 
 /// What this engine takes.
-pub const CONDITIONS: &str = "any number of groups of more than one channel (depthwise convolutions run on their own kernels); inputs of f16, bf16, f32 (tf32 or 3xTF32) or fp8 with f32 compute; any filter size, stride, dilation and padding in 1-3 spatial dims; extents within 2^31 (other convolutions run on the fallback). f16/bf16 convolutions whose channels come in 16-byte runs run on the Hopper wgmma kernel, the rest on the mma.sync kernel";
+pub const CONDITIONS: &str = "any number of groups of more than one channel (depthwise convolutions run on their own kernels; forward and weight-gradient convolutions of at most 16 channels a group and 144 MACs an output on direct small-group kernels); inputs of f16, bf16, f32 (tf32 or 3xTF32) or fp8 with f32 compute; any filter size, stride, dilation and padding in 1-3 spatial dims; extents within 2^31 (other convolutions run on the fallback). f16/bf16 convolutions whose channels come in 16-byte runs run on the Hopper wgmma kernel, the rest on the mma.sync kernel";
 
 /// A copy of `graph` in which convolution node `ni` is a matmul over matrix views of its
 /// tensors, and the tensors of the pointwise nodes after it are viewed alike; None when the
