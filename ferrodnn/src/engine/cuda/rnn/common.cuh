@@ -68,3 +68,19 @@ __device__ __forceinline__ i64 rnn_state_off(const TRef& tr, int pl, int b, int 
 __device__ __forceinline__ int rnn_prev_step(int d, int t, int len) {
     return d == 0 ? t - 1 : (t + 1 < len ? t + 1 : -1);
 }
+
+// LSTM's cell clipping: a NaN cell stays NaN under CLIP_NAN (else it becomes the lower bound);
+// any other is clamped to [lower, upper]. The identity without CLIP.
+template <typename T>
+__device__ __forceinline__ T rnn_clip_cell(T cn, T lower, T upper) {
+#if CLIP
+    if (isnan(cn)) {
+#if !CLIP_NAN
+        cn = lower;
+#endif
+    } else {
+        cn = cn < lower ? lower : (cn > upper ? upper : cn);
+    }
+#endif
+    return cn;
+}

@@ -62,15 +62,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
             acc_t gg = ACC_TANH(g[2 * RNN_H + j] + rh[2 * RNN_H + j]);
             acc_t go = rnn_sigmoid(g[3 * RNN_H + j] + rh[3 * RNN_H + j]);
             acc_t cn = gf * c[j] + gi * gg;
-#if CLIP
-            if (isnan(cn)) {
-#if !CLIP_NAN
-                cn = (acc_t)clip_lower;
-#endif
-            } else {
-                cn = cn < (acc_t)clip_lower ? (acc_t)clip_lower : (cn > (acc_t)clip_upper ? (acc_t)clip_upper : cn);
-            }
-#endif
+            cn = rnn_clip_cell(cn, (acc_t)clip_lower, (acc_t)clip_upper);
             c[j] = cn;
             hh[j] = go * ACC_TANH(cn);
 #if TRAINING

@@ -399,7 +399,8 @@ mod tests {
     use crate::graph::ops::rnn::RnnInputs;
     use crate::TensorDesc;
 
-    fn graph(desc: &RnnDesc, dt: DataType) -> Graph {
+    /// A graph of the forward alone: y (and the reserve when training) as outputs.
+    pub(super) fn graph(desc: &RnnDesc, dt: DataType) -> Graph {
         let mut g = Graph::new("rnn").io_data_type(dt);
         let x = g.tensor(TensorDesc::new("x", &desc.seq_dims(desc.input_size), dt));
         let w = g.tensor(TensorDesc::new("w", &[desc.weight_space_elements()], dt));

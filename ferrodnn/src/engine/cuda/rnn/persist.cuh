@@ -262,15 +262,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
             const float gg = tanhf(pre[2] + rec[2]);
             const float go = rnn_sigmoid(pre[3] + rec[3]);
             float cn = gf * cs[e] + gi * gg;
-#if CLIP
-            if (isnan(cn)) {
-#if !CLIP_NAN
-                cn = (float)clip_lower;
-#endif
-            } else {
-                cn = cn < (float)clip_lower ? (float)clip_lower : (cn > (float)clip_upper ? (float)clip_upper : cn);
-            }
-#endif
+            cn = rnn_clip_cell(cn, (float)clip_lower, (float)clip_upper);
             cs[e] = cn;
             hv = go * tanhf(cn);
             if (TRAINING) {

@@ -314,6 +314,7 @@ impl Gen<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::graph;
     use super::*;
     use crate::graph::ops::rnn::RnnMode;
 
@@ -337,17 +338,6 @@ mod tests {
         assert_eq!((s.pu, s.pn, s.nb), (32, 32, 64));
         // More blocks than SMs: declined.
         assert!(shape(&RnnDesc::new(RnnMode::Lstm, 8, 4096, 8, 8).bidirectional(), &t, 2).is_none());
-    }
-
-    fn graph(desc: &RnnDesc, dt: DataType) -> Graph {
-        use crate::graph::ops::rnn::RnnInputs;
-        let mut g = Graph::new("rnn").io_data_type(dt);
-        let x = g.tensor(TensorDesc::new("x", &desc.seq_dims(desc.input_size), dt));
-        let w = g.tensor(TensorDesc::new("w", &[desc.weight_space_elements()], dt));
-        let o = g.rnn(x, w, RnnInputs::default(), desc.clone());
-        g.set_output(o.y);
-        g.validate().unwrap();
-        g
     }
 
     #[test]
