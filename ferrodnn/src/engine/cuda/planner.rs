@@ -91,7 +91,11 @@ pub fn fallback_units(graph: &Graph) -> Result<Vec<Unit>> {
 
 fn fallback_unit(graph: &Graph, ni: usize, declined: Vec<(Family, String)>) -> Result<Planned> {
     let writes = graph.nodes[ni].outputs.iter().map(|p| p.tensor).collect();
-    Ok(Planned { unit: Unit { nodes: vec![ni], kernels: fallback::generate(graph, ni)?, writes, unaligned: None }, family: Family::Fallback, declined })
+    // An RNN node's fallback is the RNN engine's standard kernels with double accumulators (a
+    // recurrence is one algorithm); asked here so that the fallback module does not import the
+    // RNN engine, which imports the GEMM engine, which imports the fallback.
+    let kernels = if rnn::is_rnn(&graph.nodes[ni].op) { rnn::kernels(graph, ni, true)? } else { fallback::generate(graph, ni)? };
+    Ok(Planned { unit: Unit { nodes: vec![ni], kernels, writes, unaligned: None }, family: Family::Fallback, declined })
 }
 
 /// The kinds of multi-node groups.

@@ -84,8 +84,10 @@ pub fn generate(graph: &Graph, node_index: usize) -> Result<NodeKernels> {
         Op::Concatenate(a) => transform::concatenate(&ctx, a),
         Op::Copy(a) => transform::copy(&ctx, a),
         Op::Rng(a) => rng::rng(&ctx, a),
-        // The RNN engine's kernels with double accumulators: a recurrence is one algorithm.
-        Op::Rnn(_) | Op::RnnBackwardData(_) | Op::RnnBackwardWeights(_) => crate::engine::cuda::rnn::kernels(graph, node_index, true),
+        // The planner gives RNN nodes the RNN engine's standard kernels with double accumulators.
+        Op::Rnn(_) | Op::RnnBackwardData(_) | Op::RnnBackwardWeights(_) => {
+            Err(Error::op(node.op.kind(), &node.name, "internal: RNN nodes are planned by the RNN engine, not the fallback's generators"))
+        }
     }
 }
 

@@ -35,7 +35,7 @@ use crate::graph::{Graph, Node, TensorId};
 const COMMON: &str = include_str!("common.cuh");
 /// The device Philox 4x32-10 the generic fallback's rng and dropout use (bit-exact with the CPU
 /// engine's), for dropout between layers. Included as text: this module does not import the
-/// fallback (the fallback imports this one).
+/// fallback (it imports the GEMM engine, which imports the fallback).
 const PHILOX: &str = include_str!("../fallback/philox.cuh");
 
 /// The tiled GEMM the projections and weight gradients instantiate after their own operand
