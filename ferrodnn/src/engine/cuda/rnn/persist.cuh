@@ -1,12 +1,12 @@
 // The persistent recurrence of one layer (rnn/persist.rs): the whole sequence in one launch.
 // Block (j, d) owns hidden units [j * PU, (j + 1) * PU) of direction d and keeps their rows of the
 // recurrent matrix R (every gate's) in shared memory for the whole sequence; each step it takes
-// the previous step's hidden state of every sample (the exchange buffer `hb`, written by all the
-// direction's blocks), multiplies it with its rows on the tensor cores (mma.sync m16n8k16, f32
+// the previous step's hidden state of every sample (its exchange buffer in `hb_all`, written by
+// all the direction's blocks), multiplies it with its rows on the tensor cores (mma.sync m16n8k16, f32
 // accumulators), adds the input projection `gx` (the layer's GEMM, launched before) and the
 // biases, runs the gates and the cell of its units (c and h stay in shared memory, in f32), and
 // writes its units' new h into the exchange buffer, the layer's output and the reserve; then the
-// direction's blocks meet at a grid barrier (a counter in `sync`) before the next step. The grid
+// direction's blocks meet at a grid barrier (a counter in `bar_all`) before the next step. The grid
 // (NB blocks per direction) is at most the SM count, so every block is resident.
 //
 // The instantiation defines, besides common.cuh's and the layer's (R_OFF, BW_OFF, BR_OFF,
