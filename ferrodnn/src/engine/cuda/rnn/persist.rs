@@ -28,7 +28,7 @@ use crate::TensorDesc;
 const THREADS: u32 = 512;
 const WARPS: i64 = 16;
 
-fn round_up(v: i64, m: i64) -> i64 {
+pub(super) fn round_up(v: i64, m: i64) -> i64 {
     (v + m - 1) / m * m
 }
 
@@ -47,7 +47,7 @@ pub(super) struct Shape {
 }
 
 /// The most dynamic shared memory a block may have on `target`.
-fn smem_limit(target: &Target) -> i64 {
+pub(super) fn smem_limit(target: &Target) -> i64 {
     match target.cc() {
         90.. => 227 * 1024,
         80 | 87 => 163 * 1024,
@@ -98,7 +98,7 @@ fn x_matrix(a: &RnnDesc, xd: &TensorDesc) -> Option<(i64, i64, i64)> {
 
 /// Where a tensor of a layer's GEMM view lives in the node's plan.
 #[derive(Clone, Copy)]
-enum Home {
+pub(super) enum Home {
     Tensor(TensorId),
     Scratch(usize),
 }
@@ -107,7 +107,7 @@ enum Home {
 /// pointed at the node's buffers: the view's tensors 0 (in), 1 (W) and 2 (gx) at `homes`, its own
 /// scratch after the node's first `base` buffers. None when the GEMM engine declines or a launch
 /// reads a view tensor's dims from the plan.
-fn gemm_launches(
+pub(super) fn gemm_launches(
     io: DataType,
     (m, k, a_rs, a_cs): (i64, i64, i64, i64),
     (n, kp): (i64, i64),
