@@ -41,6 +41,22 @@ def time_fn(fn, iters, rounds=3):
     return best[len(best) // 2]
 
 
+def kernel_times(fn):
+    """CUDA milliseconds per kernel name over one call of `fn` (warm), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    totals = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            totals[e.name] = totals.get(e.name, 0.0) + e.device_time_total / 1000.0
+    return dict(sorted(((k[:80], round(v, 4)) for k, v in totals.items()), key=lambda kv: -kv[1])[:16])
+
+
 def torch_module(mode, n_in, hsz, layers, bidir, dtype):
     cls = torch.nn.LSTM if mode == "lstm" else torch.nn.GRU
     return cls(n_in, hsz, num_layers=layers, bidirectional=bidir).to("cuda", dtype)
@@ -85,6 +101,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--filter", default="")
     ap.add_argument("--fwd-only", action="store_true", help="forward rows only")
+    ap.add_argument("--profile", action="store_true", help="also each row's kernels: CUDA time per kernel name over one call (torch.profiler), in the row as `kernels`")
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     handle = cudnn.create_handle()
@@ -113,6 +130,11 @@ def main():
                             m(x)
                 torch_ms = time_fn(tfn, iters)
                 row = dict(id=name, ours_ms=ours_ms, torch_ms=torch_ms, ratio=torch_ms / ours_ms, build_s=build_s)
+                if args.profile:
+                    try:
+                        row["kernels"] = kernel_times(fn)
+                    except Exception as e:  # noqa: BLE001 - the timing stands without the profile
+                        row["kernels"] = {"error": f"{type(e).__name__}: {e}"[:200]}
             except Exception as e:  # noqa: BLE001 - a row's failure is reported, the suite goes on
                 row = dict(id=name, error=f"{type(e).__name__}: {e}"[:400])
             rows.append(row)

@@ -241,10 +241,11 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// f16 and bf16 problems, which the fast forward takes (the projection GEMMs and the persistent
-/// recurrence, rnn/persist.rs), chained to the standard backward where they train: batches of
+/// recurrence, rnn/persist.rs), chained to the backward where they train: batches of
 /// several 16-row tiles and more than 8 of them (a second pass of the warps), states split over
 /// several k steps a warp, a block's units past the hidden size, three layers (both sequence
-/// buffers), every layout, bias mode and clipping.
+/// buffers), every layout, bias mode and clipping. Their training chains take the persistent
+/// backward data too (rnn/persist_bwd.rs).
 fn persistent_cases() -> Vec<Case> {
     let mut v = Vec::new();
     let with = |name: &str, desc: RnnDesc, dt: DataType| {
@@ -271,5 +272,17 @@ fn persistent_cases() -> Vec<Case> {
     let mut s = with("gru_persist_strided_x_f16_train", base(RnnMode::Gru).layers(2).training(), DataType::F16);
     s.strided_x = true;
     v.push(training(&s));
+    // The persistent backward data (rnn/persist_bwd.rs): a batch of 9 16-row tiles (every warp
+    // along the batch), gate gradients over several k steps a warp (GRU 200: 600 of them),
+    // three layers batch-major without initial states, samples of length 0 (T 3), full lengths.
+    let mut s = with("lstm_persist_b130_f16_train", RnnDesc::new(RnnMode::Lstm, 8, 24, 5, 130).training(), DataType::F16);
+    s.lens = Lens::Full;
+    v.push(training(&s));
+    v.push(training(&with("gru_persist_h200_bf16_train", RnnDesc::new(RnnMode::Gru, 40, 200, 6, 3).training(), DataType::Bf16)));
+    let mut s =
+        with("tanh_persist_3l_batch_major_f16_train", RnnDesc::new(RnnMode::Tanh, 33, 72, 7, 20).layers(3).with_layout(RnnLayout::BatchMajorUnpacked).training(), DataType::F16);
+    s.states = false;
+    v.push(training(&s));
+    v.push(training(&with("lstm_persist_short_bi_bf16_train", RnnDesc::new(RnnMode::Lstm, 9, 40, 3, 11).bidirectional().training(), DataType::Bf16)));
     v
 }

@@ -23,6 +23,7 @@
 //! non-increasing); the CPU engines refuse other values with an error.
 
 mod persist;
+mod persist_bwd;
 
 use super::kernel::{ctype, entry_name, Grid, Launch, NodeKernels, Signature, Source, Target, Unit};
 use super::Options;
@@ -60,11 +61,14 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
     }
     let double = graph.compute_type(node) == DataType::F64;
     let writes = node.outputs.iter().map(|p| p.tensor).collect();
-    if let Op::Rnn(a) = &node.op {
-        let g = Gen { graph, node, ni, double };
-        if let Some((kernels, unaligned)) = g.fast_forward(a, target, options)? {
-            return Ok(Some(Unit { nodes: vec![ni], kernels, writes, unaligned }));
-        }
+    let g = Gen { graph, node, ni, double };
+    let fast = match &node.op {
+        Op::Rnn(a) => g.fast_forward(a, target, options)?,
+        Op::RnnBackwardData(a) => g.fast_backward_data(a, target, options)?,
+        _ => None,
+    };
+    if let Some((kernels, unaligned)) = fast {
+        return Ok(Some(Unit { nodes: vec![ni], kernels, writes, unaligned }));
     }
     let kernels = kernels(graph, ni, double)?;
     Ok(Some(Unit { nodes: vec![ni], kernels, writes, unaligned: None }))

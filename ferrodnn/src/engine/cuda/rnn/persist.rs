@@ -24,8 +24,11 @@ use crate::graph::ops::rnn::{RnnDesc, RnnLayout};
 use crate::graph::{Graph, TensorId};
 use crate::TensorDesc;
 
+/// The helpers and the tensor-core product the persistent kernels share.
+pub(super) const PERSIST_COMMON: &str = include_str!("persist_common.cuh");
+
 /// Threads per block of the persistent kernel (`PR_THREADS` in persist.cuh): 16 warps.
-const THREADS: u32 = 512;
+pub(super) const THREADS: u32 = 512;
 const WARPS: i64 = 16;
 
 pub(super) fn round_up(v: i64, m: i64) -> i64 {
@@ -55,6 +58,14 @@ pub(super) fn smem_limit(target: &Target) -> i64 {
     }
 }
 
+/// The block's 16 warps along the batch's 16-row tiles (a power of 2, at most one a tile) and
+/// along the exchanged vector: `(WM, WK)`.
+pub(super) fn warp_split(batch: i64) -> (i64, i64) {
+    let mt = round_up(batch, 16) / 16;
+    let wm = (mt as u64).next_power_of_two().min(WARPS as u64) as i64;
+    (wm, WARPS / wm)
+}
+
 /// The block shape for `a` on `target`, or None when no block shape lets every block of the grid
 /// be resident at once (at most one block an SM, its rows of R in shared memory).
 ///
@@ -66,9 +77,7 @@ pub(super) fn smem_limit(target: &Target) -> i64 {
 pub(super) fn shape(a: &RnnDesc, target: &Target, elem: i64) -> Option<Shape> {
     let (b, d, h, p, g) = (a.batch, a.dirs(), a.hidden_size, a.proj(), a.cell_mode.gates());
     let (bp, pp) = (round_up(b, 16), round_up(p, 32));
-    let mt = bp / 16;
-    let wm = (mt as u64).next_power_of_two().min(WARPS as u64) as i64;
-    let wk = WARPS / wm;
+    let (wm, wk) = warp_split(b);
     for pn in [32, 48, 64, 16] {
         let pu = (pn / g).min(h);
         let nb = (h + pu.max(1) - 1) / pu.max(1);
@@ -96,6 +105,18 @@ fn x_matrix(a: &RnnDesc, xd: &TensorDesc) -> Option<(i64, i64, i64)> {
     }
 }
 
+/// A GEMM's own scratch buffers `ks` placed at `base` in the node's list `scratch`, each slot as
+/// large as any GEMM planned there needs (the layers' GEMMs run one after the other and share
+/// them).
+pub(super) fn share_scratch(scratch: &mut Vec<usize>, base: usize, ks: &[usize]) {
+    for (i, &bytes) in ks.iter().enumerate() {
+        match scratch.get_mut(base + i) {
+            Some(s) => *s = (*s).max(bytes),
+            None => scratch.push(bytes),
+        }
+    }
+}
+
 /// Where a tensor of a layer's GEMM view lives in the node's plan.
 #[derive(Clone, Copy)]
 pub(super) enum Home {
@@ -103,14 +124,16 @@ pub(super) enum Home {
     Scratch(usize),
 }
 
-/// The GEMM `gx = in x W^T` of one layer planned on a graph of the matmul alone, its launches
-/// pointed at the node's buffers: the view's tensors 0 (in), 1 (W) and 2 (gx) at `homes`, its own
-/// scratch after the node's first `base` buffers. None when the GEMM engine declines or a launch
-/// reads a view tensor's dims from the plan.
+/// The GEMM `c [m, n] (f32, dense) = a [m, k] x b [k, n]` of one layer (the forward's `gx = in x
+/// W^T`, the backward's input gradient) planned on a graph of the matmul alone, `a` and `b` in the
+/// sequence type with the strides given, its launches pointed at the node's buffers: the view's
+/// tensors 0 (a), 1 (b) and 2 (c) at `homes`, its own scratch after the node's first `base`
+/// buffers. None when the GEMM engine declines or a launch reads a view tensor's dims from the
+/// plan.
 pub(super) fn gemm_launches(
     io: DataType,
     (m, k, a_rs, a_cs): (i64, i64, i64, i64),
-    (n, kp): (i64, i64),
+    (n, b_rs, b_cs): (i64, i64, i64),
     homes: [Home; 3],
     base: usize,
     target: &Target,
@@ -118,7 +141,7 @@ pub(super) fn gemm_launches(
 ) -> Result<Option<(NodeKernels, Option<NodeKernels>)>> {
     let mut v = Graph::new("rnn_projection").io_data_type(io).compute_data_type(DataType::F32);
     let a = v.tensor(TensorDesc::new("in", &[m, k], io).with_strides(&[a_rs, a_cs]));
-    let w = v.tensor(TensorDesc::new("w", &[k, n], io).with_strides(&[1, kp]));
+    let w = v.tensor(TensorDesc::new("w", &[k, n], io).with_strides(&[b_rs, b_cs]));
     let c = v.matmul(a, w);
     *v.desc_mut(c) = TensorDesc::new("gx", &[m, n], DataType::F32);
     v.set_output(c);
@@ -168,18 +191,66 @@ pub(super) fn gemm_launches(
     Ok(Some((primary, alt)))
 }
 
+/// The defines of persist_common.cuh for block shape `sh`, the exchanged vector's padded length
+/// `pp` and the padded batch `bp`, and of the sequence type `io`.
+pub(super) fn mma_defines(sh: &Shape, pp: i64, bp: i64, io: DataType) -> Vec<(&'static str, String)> {
+    let pairs = pp / 32;
+    vec![
+        ("PU", sh.pu.to_string()),
+        ("PN", sh.pn.to_string()),
+        ("NB", sh.nb.to_string()),
+        ("PP", pp.to_string()),
+        ("BP", bp.to_string()),
+        ("WM", sh.wm.to_string()),
+        ("WK", sh.wk.to_string()),
+        ("KPW", ((pairs + sh.wk - 1) / sh.wk).to_string()),
+        ("SEQ_T", ctype::c_type(io).to_string()),
+        ("SEQ_BF16", u8::from(io == DataType::Bf16).to_string()),
+        ("MMA_T", if io == DataType::Bf16 { "\"bf16\"" } else { "\"f16\"" }.to_string()),
+    ]
+}
+
 impl Gen<'_> {
+    /// The sequence type when the fast kernels take the node (its data port `data` and the
+    /// weights in f16 or bf16, f32 compute, no LSTM projection, no dropout in training, sm_80 or
+    /// newer), else None.
+    pub(super) fn fast_io(&self, a: &RnnDesc, target: &Target, data: &str) -> Option<DataType> {
+        if self.double || a.has_proj() || (a.training && a.has_dropout()) || target.cc() < 80 {
+            return None;
+        }
+        let io = self.graph.resolved_data_type(self.port(data)?)?;
+        (matches!(io, DataType::F16 | DataType::Bf16) && self.graph.resolved_data_type(self.port("weights")?) == Some(io)).then_some(io)
+    }
+
+    /// The kernel that zeroes the exchange buffers (scratch `hb`, `words` 32-bit words) and resets
+    /// every layer's and direction's barrier counter (scratch `bar`).
+    pub(super) fn pr_zero_launch(&self, a: &RnnDesc, (hb, words): (usize, i64), bar: usize) -> Launch {
+        let counters = a.num_layers * a.dirs();
+        let entry = self.entry("rnn_pr_zero");
+        let mut sig = self.sig(&[], &[]);
+        sig.scratch("unsigned", "hb", hb, true).scratch("int", "bar", bar, true);
+        let src = self.source(a, &entry, &sig, None, &[("HB_WORDS", format!("{words}LL")), ("BAR_COUNT", format!("{counters}LL"))], include_str!("persist_zero.cuh"));
+        Launch::elementwise(src, &entry, words.max(counters) as u64, sig.into_args())
+    }
+
+    /// The kernel that copies every direction's input matrix W of layer `l` into scratch `wc` as
+    /// `[D * G * H][round_up(input, 8)]` (rows padded with zeros) in the sequence type `io`.
+    pub(super) fn pr_wcopy_launch(&self, a: &RnnDesc, l: i64, io: DataType, wc: usize) -> Launch {
+        let kp = round_up(a.layer_input(l), 8);
+        let seq_t = ctype::c_type(io);
+        let entry = self.entry(&format!("rnn_pr_wcopy_l{l}"));
+        let mut sig = self.sig(&[], &[("weights", false)]);
+        sig.scratch(seq_t, "wc", wc, true);
+        let extra = [("SEQ_T", seq_t.to_string()), ("KP", kp.to_string())];
+        let src = self.source(a, &entry, &sig, Some(l), &extra, include_str!("persist_wcopy.cuh"));
+        Launch::elementwise(src, &entry, (a.dirs() * a.cell_mode.gates() * a.hidden_size * kp) as u64, sig.into_args())
+    }
+
     /// The fast forward's kernels (and, when layer 0's GEMM needs 16-byte aligned rows of `x`,
     /// the kernels for an `x` that is not), or None when it does not take the problem.
     pub(super) fn fast_forward(&self, a: &RnnDesc, target: &Target, options: &Options) -> Result<Option<(NodeKernels, Option<Box<Unaligned>>)>> {
-        if self.double || a.has_proj() || (a.training && a.has_dropout()) || target.cc() < 80 {
-            return Ok(None);
-        }
-        let (Some(x), Some(w)) = (self.port("x"), self.port("weights")) else { return Ok(None) };
-        let io = self.graph.resolved_data_type(x).unwrap_or(DataType::F32);
-        if !matches!(io, DataType::F16 | DataType::Bf16) || self.graph.resolved_data_type(w) != Some(io) {
-            return Ok(None);
-        }
+        let Some(io) = self.fast_io(a, target, "x") else { return Ok(None) };
+        let Some(x) = self.port("x") else { return Ok(None) };
         let elem = io.size() as i64;
         let Some(sh) = shape(a, target, elem) else { return Ok(None) };
         let Some((rows0, x_rs, x_cs)) = x_matrix(a, self.graph.desc(x)) else { return Ok(None) };
@@ -208,12 +279,7 @@ impl Gen<'_> {
         if a.training {
             launches.extend(self.fill_launch(a, "reserve", 0.0));
         }
-        let entry = self.entry("rnn_pr_zero");
-        let mut sig = self.sig(&[], &[]);
-        sig.scratch("unsigned", "hb", s_hb, true).scratch("int", "bar", s_bar, true);
-        let hb_words = layers * d * 2 * bp * pp * elem / 4;
-        let src = self.source(a, &entry, &sig, None, &[("HB_WORDS", format!("{hb_words}LL")), ("BAR_COUNT", format!("{}LL", layers * d))], include_str!("persist_zero.cuh"));
-        launches.push(Launch::elementwise(src, &entry, hb_words.max(layers * d) as u64, sig.into_args()));
+        launches.push(self.pr_zero_launch(a, (s_hb, layers * d * 2 * bp * pp * elem / 4), s_bar));
         let seq_t = ctype::c_type(io);
         // The kernels for an `x` whose rows break 16-byte alignment, when layer 0's GEMM has
         // other ones for it: the same list with those in its place.
@@ -227,27 +293,16 @@ impl Gen<'_> {
         for l in 0..layers {
             let k = a.layer_input(l);
             let kp = round_up(k, 8);
-            // Every direction's input matrix into scratch, rows padded.
-            let entry = self.entry(&format!("rnn_pr_wcopy_l{l}"));
-            let mut sig = self.sig(&[], &[("weights", false)]);
-            sig.scratch(seq_t, "wc", s_w, true);
-            let extra = [("SEQ_T", seq_t.to_string()), ("KP", kp.to_string())];
-            let src = self.source(a, &entry, &sig, Some(l), &extra, include_str!("persist_wcopy.cuh"));
-            push(&mut launches, &mut alt, Launch::elementwise(src, &entry, (n_all * kp) as u64, sig.into_args()));
+            push(&mut launches, &mut alt, self.pr_wcopy_launch(a, l, io, s_w));
 
             let (src_in, geom) = if l == 0 { (Home::Tensor(x), (rows0, k, x_rs, x_cs)) } else { (Home::Scratch(s_seq[((l - 1) % 2) as usize]), (t * b, k, fp, 1)) };
             let base = scratch.len();
-            let Some((gk, gk_alt)) = gemm_launches(io, geom, (n_all, kp), [src_in, Home::Scratch(s_w), Home::Scratch(s_gx)], base, target, options)? else {
+            let Some((gk, gk_alt)) = gemm_launches(io, geom, (n_all, 1, kp), [src_in, Home::Scratch(s_w), Home::Scratch(s_gx)], base, target, options)? else {
                 return Ok(None);
             };
-            // Both GEMMs' own buffers start at `base`: each slot as large as either needs.
+            // Both GEMMs' own buffers start at `base`.
             for ks in [Some(&gk.scratch), gk_alt.as_ref().map(|k| &k.scratch)].into_iter().flatten() {
-                for (i, &bytes) in ks.iter().enumerate() {
-                    match scratch.get_mut(base + i) {
-                        Some(s) => *s = (*s).max(bytes),
-                        None => scratch.push(bytes),
-                    }
-                }
+                share_scratch(&mut scratch, base, ks);
             }
             match (gk_alt, alt.as_mut()) {
                 (Some(ka), None) => {
@@ -284,26 +339,15 @@ impl Gen<'_> {
             }
             let clip = a.cell_clip.map_or((0.0, 0.0), |c| (c.lower, c.upper));
             sig.f32("clip_lower", clip.0).f32("clip_upper", clip.1);
-            let pairs = pp / 32;
-            let extra = [
+            let mut extra = mma_defines(&sh, pp, bp, io);
+            extra.extend([
                 ("TRAINING", u8::from(a.training).to_string()),
-                ("PU", sh.pu.to_string()),
-                ("PN", sh.pn.to_string()),
-                ("NB", sh.nb.to_string()),
-                ("PP", pp.to_string()),
-                ("BP", bp.to_string()),
-                ("WM", sh.wm.to_string()),
-                ("WK", sh.wk.to_string()),
-                ("KPW", ((pairs + sh.wk - 1) / sh.wk).to_string()),
                 ("GX_LD", format!("{n_all}LL")),
                 ("FP", format!("{fp}LL")),
-                ("SEQ_T", seq_t.to_string()),
-                ("SEQ_BF16", u8::from(io == DataType::Bf16).to_string()),
-                ("MMA_T", if io == DataType::Bf16 { "\"bf16\"" } else { "\"f16\"" }.to_string()),
                 ("LAYER_HB", format!("{}LL", l * d * 2 * bp * pp)),
                 ("LAYER_BAR", (l * d).to_string()),
-            ];
-            let src = self.source(a, &entry, &sig, Some(l), &extra, include_str!("persist.cuh"));
+            ]);
+            let src = self.source(a, &entry, &sig, Some(l), &extra, &[PERSIST_COMMON, include_str!("persist.cuh")].concat());
             let launch = Launch::new(src, &entry, Grid::Exact(sh.nb as u32, d as u32, 1), THREADS, sig.into_args()).with_shared(sh.smem as u32);
             push(&mut launches, &mut alt, launch);
         }
