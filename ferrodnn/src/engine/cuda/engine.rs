@@ -721,7 +721,19 @@ impl CudaPlan {
 
 #[cfg(test)]
 mod tests {
-    use super::{kernel_sources, plan_launches, Target};
+    use super::{inject_launch_failure, kernel_sources, plan_launches, take_injected_fault, Target};
+
+    /// An armed fault fires on exactly the nth launch, once; disarmed, never.
+    #[test]
+    fn injected_fault_fires_once_on_the_nth_launch() {
+        assert!(!take_injected_fault());
+        inject_launch_failure(3);
+        let fired: Vec<bool> = (0..6).map(|_| take_injected_fault()).collect();
+        assert_eq!(fired, [false, false, true, false, false, false]);
+        inject_launch_failure(1);
+        inject_launch_failure(0);
+        assert!(!take_injected_fault());
+    }
     use crate::engine::cuda::kernel::{kernel_text, Pdl};
 
     /// Every kernel of every check case is launched as a programmatic dependent on sm_90a unless

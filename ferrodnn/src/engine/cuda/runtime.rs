@@ -765,3 +765,17 @@ impl Drop for DeviceBuffer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PointerLocation;
+
+    /// Each location says what the pointer is, naming both devices for another device's memory.
+    #[test]
+    fn pointer_locations_say_what_they_are() {
+        assert!(PointerLocation::OtherDevice(1).describe(0).contains("device memory of device 1, not of device 0"));
+        assert!(PointerLocation::Unknown.describe(0).contains("not device memory"));
+        assert!(PointerLocation::PinnedHost.describe(0).contains("host memory"));
+        assert!(PointerLocation::ThisDevice.describe(2).contains("device 2"));
+    }
+}
