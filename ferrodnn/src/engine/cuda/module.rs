@@ -173,7 +173,12 @@ impl Module {
         // (checked above: its headers lie inside it) and outlives the call, which copies it.
         let r = check(unsafe { sys::cuModuleLoadData(&mut raw, aligned.as_ptr() as *const c_void) }, "cuModuleLoadData");
         if let Err(Error::Device(msg)) = r {
-            let hint = load_hint(&msg, device);
+            let mut hint = load_hint(&msg, device);
+            if msg.contains("OUT_OF_MEMORY") {
+                if let Ok((free, total)) = device.memory_info() {
+                    hint = format!("; the device has {} free of {}", crate::layout::format_bytes(free as u128), crate::layout::format_bytes(total as u128));
+                }
+            }
             return Err(Error::Device(format!("loading a {}-byte cubin on device {} ({}): {msg}{hint}", cubin.len(), device.ordinal(), device.arch())));
         }
         r?;
