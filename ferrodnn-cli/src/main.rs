@@ -25,6 +25,7 @@ mod bench_gemm;
 mod bench_memory;
 mod demo;
 mod gpu_check;
+mod gpu_reliability;
 mod gpu_smoke;
 mod ptx_manifest;
 
@@ -159,6 +160,27 @@ enum Command {
         #[arg(long, value_parser = parse_shard)]
         shard: Option<(usize, usize)>,
     },
+    /// Issue 29's GPU reliability checks: device faults (memory exhausted, a short workspace,
+    /// host and foreign pointers, a stream of another context, refused launches) each an error
+    /// that leaves the handle usable; 8 threads on their own and on one shared stream; CUDA-graph
+    /// capture and replay; two processes sharing one kernel cache folder; with --big, tensors
+    /// past 2^31 elements. Writes one JSON record a check; exits non-zero on any failure.
+    GpuReliability {
+        /// The JSON report to write.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Also the tensors past 2^31 elements (about 30 GB of device memory, 60 GB of host).
+        #[arg(long)]
+        big: bool,
+        /// (Internal: the child side of the two-process kernel cache check.)
+        #[arg(long, hide = true)]
+        cache_child: bool,
+        /// No GPU: generate and compile (NVRTC) every kernel the checks' plans use, for sm_90a
+        /// with 132 SMs, into the kernel cache ($FERRODNN_CACHE_DIR), and check that every
+        /// graph (the big ones with --big) plans. --out is not written.
+        #[arg(long)]
+        compile_only: bool,
+    },
     /// Compile every kernel the check cases need for one target into the kernel cache
     /// ($FERRODNN_CACHE_DIR): NVRTC needs no GPU, so a build machine can fill the cache that a
     /// GPU machine with the same NVRTC then reads (kernels are keyed by source, arch and NVRTC
@@ -241,6 +263,7 @@ fn main() -> ExitCode {
         Command::ExampleGraphs { dir } => demo::write_examples(&dir),
         Command::Bench { suite, out, filter, runs, autotune } => bench::bench(&suite, out, filter, runs, autotune),
         Command::GpuCheck { filter, out, seed, shard } => gpu_check::gpu_check(filter, out, seed, shard),
+        Command::GpuReliability { out, big, cache_child, compile_only } => gpu_reliability::gpu_reliability(&out, big, cache_child, compile_only),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -403,11 +403,18 @@ impl Handle {
     /// handle's device (PyTorch's `torch.cuda.current_stream().cuda_stream`, for one), so that it
     /// is ordered with the caller's work.
     ///
+    /// A stream the driver says belongs to another context (or does not know) is refused with
+    /// an error, and the handle keeps its stream.
+    ///
     /// # Safety
     /// `raw` must be null (the legacy default stream) or a live stream of this device's primary
     /// context, and must outlive every execution enqueued on it.
     pub unsafe fn set_stream(&self, raw: u64) -> Result<()> {
         let (device, shared) = self.cuda.as_ref().ok_or_else(|| Error::InvalidArgument("set_stream: this handle has no GPU engine".into()))?;
+        device.check_stream(raw).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("set_stream: {m}")),
+            e => e,
+        })?;
         // SAFETY: the caller guarantees `raw` is a live stream of this device's context.
         let stream = unsafe { device.wrap_stream(raw as cudarc::driver::sys::CUstream) };
         *shared.write().map_err(|_| Error::Device("the handle's stream lock is poisoned".into()))? = Arc::new(stream);

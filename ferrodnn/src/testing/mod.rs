@@ -258,10 +258,17 @@ fn run_on_device(handle: &Handle, plan: &Plan, ins: &[(i64, Vec<u8>)], host_scal
     let device = handle.cuda_device().ok_or_else(|| Error::InvalidArgument("a CUDA plan needs a handle with a GPU".into()))?;
     let stream = handle.stream().ok_or_else(|| Error::InvalidArgument("a CUDA plan needs a handle with a GPU".into()))?;
     // Zero-length tensors cannot exist (dims are positive), but keep every allocation non-empty.
-    let upload = |b: &[u8]| if b.is_empty() { device.alloc(1) } else { device.upload(b) };
-    let d_ins = ins.iter().map(|(uid, b)| Ok((*uid, upload(b)?))).collect::<Result<Vec<_>>>()?;
-    let d_outs = outs.iter().map(|(_, uid, b)| Ok((*uid, upload(b)?))).collect::<Result<Vec<_>>>()?;
-    let ws = device.alloc(plan.workspace_size().max(1))?;
+    let g = plan.graph();
+    let upload = |uid: i64, b: &[u8]| -> Result<crate::engine::cuda::DeviceBuffer> {
+        let mut d = device.alloc_for(b.len().max(1), &format!("graph \"{}\": the device buffer of uid {uid}", g.name))?;
+        if !b.is_empty() {
+            d.copy_from_host(b)?;
+        }
+        Ok(d)
+    };
+    let d_ins = ins.iter().map(|(uid, b)| Ok((*uid, upload(*uid, b)?))).collect::<Result<Vec<_>>>()?;
+    let d_outs = outs.iter().map(|(_, uid, b)| Ok((*uid, upload(*uid, b)?))).collect::<Result<Vec<_>>>()?;
+    let ws = device.alloc_for(plan.workspace_size().max(1), &format!("graph \"{}\": the workspace", g.name))?;
     // Uploads go through the legacy default stream; make sure they landed before our stream runs.
     device.synchronize()?;
     {

@@ -410,6 +410,27 @@ impl Engine for CudaEngine {
     }
 }
 
+/// Launches still to go before the injected fault ([`inject_launch_failure`]); 0: none armed.
+static INJECTED_FAULT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Fault injection, for reliability checks: the `nth` CUDA-plan launch from now on (1 = the next
+/// one, in any plan of the process) is made so that the driver rejects it (see
+/// `Function::launch_rejected`): that `execute` fails as it would on a real launch failure.
+/// 0 disarms. Not for production use.
+#[doc(hidden)]
+pub fn inject_launch_failure(nth: u64) {
+    INJECTED_FAULT.store(nth, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether this launch is the injected fault (counting one launch down when armed).
+fn take_injected_fault() -> bool {
+    use std::sync::atomic::Ordering;
+    if INJECTED_FAULT.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    INJECTED_FAULT.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok_and(|n| n == 1)
+}
+
 /// A unit's launches, and the ones to run instead when a tensor that needs 16-byte alignment
 /// does not have it.
 struct UnitSteps {
@@ -457,18 +478,32 @@ impl CompiledPlan for CudaPlan {
         let g = &*self.graph;
         let ws_ptr = match (&workspace, self.workspace) {
             (_, 0) => 0,
+            (Some(Buffer::Device { bytes, .. }), need) if *bytes < need => {
+                return Err(Error::InvalidArgument(format!("graph \"{}\": the plan needs a workspace of {need} bytes but the device workspace given has {bytes}", g.name)))
+            }
             (Some(Buffer::Device { ptr, .. }), _) if *ptr != 0 => *ptr,
+            (Some(Buffer::Device { .. }), _) => return Err(Error::InvalidArgument(format!("graph \"{}\": the workspace's device pointer is null", g.name))),
             (Some(_), _) => return Err(Error::InvalidArgument(format!("graph \"{}\": the CUDA plan's workspace must be device memory", g.name))),
             (None, _) => return Err(Error::InvalidArgument(format!("graph \"{}\": the plan needs a workspace of {} bytes", g.name, self.workspace))),
         };
-        if ws_ptr != 0 && !self.is_device_pointer(ws_ptr) {
-            return Err(Error::InvalidArgument(format!("graph \"{}\": the workspace pointer {ws_ptr:#x} is not device memory of {}", g.name, self.device.name())));
+        if ws_ptr != 0 {
+            if let Some(what) = self.not_device_memory(ws_ptr) {
+                return Err(Error::InvalidArgument(format!("graph \"{}\": the workspace pointer {ws_ptr:#x} is {what}", g.name)));
+            }
         }
         let ptrs = self.resolve_pointers(pack, ws_ptr)?;
         let scalars = self.scalar_values(pack)?;
         let stream = self.stream.read().map_err(|_| Error::Device("the handle's stream lock is poisoned".into()))?.clone();
+        // A launch the driver refuses ends the execute with its error, naming the graph and the
+        // kernel; the launches before it stay enqueued (their outputs are then undefined, as
+        // after any failed execute), nothing was allocated, and the plan and handle stay usable.
+        let failed = |e: Error| match e {
+            Error::Device(m) => Error::Device(format!("graph \"{}\": {m}", g.name)),
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("graph \"{}\": {m}", g.name)),
+            e => e,
+        };
         for step in &self.scalar_steps {
-            self.launch(step, &ptrs, &scalars, ws_ptr, &stream)?;
+            self.launch(step, &ptrs, &scalars, ws_ptr, &stream).map_err(failed)?;
         }
         for unit in &self.units {
             let steps = match &unit.unaligned {
@@ -476,7 +511,7 @@ impl CompiledPlan for CudaPlan {
                 _ => &unit.primary,
             };
             for step in steps {
-                self.launch(step, &ptrs, &scalars, ws_ptr, &stream)?;
+                self.launch(step, &ptrs, &scalars, ws_ptr, &stream).map_err(failed)?;
             }
         }
         Ok(())
@@ -561,6 +596,11 @@ impl CudaPlan {
         // reallocate: their capacity was reserved). Every pointer argument is device memory
         // checked in resolve_pointers to hold the tensor's whole extent, or a slice of a
         // workspace checked to be large enough; a tensor map spans only its tensor's extent (or its scratch buffer's).
+        if take_injected_fault() {
+            // SAFETY: as below; the driver rejects the launch (see launch_rejected), so the
+            // kernel never runs.
+            return unsafe { step.function.launch_rejected(stream, step.grid, step.block, &mut params) };
+        }
         unsafe {
             if step.cluster.is_some() || step.dependent {
                 step.function.launch_ex(stream, step.grid, step.block, step.cluster, step.dependent, step.shared_bytes, &mut params)
@@ -570,20 +610,24 @@ impl CudaPlan {
         }
     }
 
-    fn is_device_pointer(&self, ptr: u64) -> bool {
+    /// None when `ptr` is memory this plan's kernels may use (device memory of the plan's
+    /// device, or managed memory); else what it is, for the error.
+    fn not_device_memory(&self, ptr: u64) -> Option<String> {
         if self.device_pointers.lock().is_ok_and(|set| set.contains(&ptr)) {
-            return true;
+            return None;
         }
-        let ok = self.device.is_device_pointer(ptr);
-        if ok {
-            if let Ok(mut set) = self.device_pointers.lock() {
-                if set.len() >= 4096 {
-                    set.clear();
-                }
-                set.insert(ptr);
+        let at = self.device.pointer_location(ptr);
+        let ok = matches!(at, super::PointerLocation::ThisDevice | super::PointerLocation::Managed);
+        if !ok {
+            return Some(format!("{} ({})", at.describe(self.device.ordinal()), self.device.name()));
+        }
+        if let Ok(mut set) = self.device_pointers.lock() {
+            if set.len() >= 4096 {
+                set.clear();
             }
+            set.insert(ptr);
         }
-        ok
+        None
     }
 
     /// The value of every by-value scalar the variant pack gives (by tensor index; None for the
@@ -653,8 +697,8 @@ impl CudaPlan {
                     d.name, d.dims, d.strides
                 )));
             }
-            if !self.is_device_pointer(ptr) {
-                return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): {ptr:#x} is not device memory of {} (a host pointer?)", d.name, self.device.name())));
+            if let Some(what) = self.not_device_memory(ptr) {
+                return Err(Error::InvalidArgument(format!("tensor \"{}\" (uid {uid}): {ptr:#x} is {what}", d.name)));
             }
             ptrs[id.0] = ptr;
         }
@@ -677,7 +721,19 @@ impl CudaPlan {
 
 #[cfg(test)]
 mod tests {
-    use super::{kernel_sources, plan_launches, Target};
+    use super::{inject_launch_failure, kernel_sources, plan_launches, take_injected_fault, Target};
+
+    /// An armed fault fires on exactly the nth launch, once; disarmed, never.
+    #[test]
+    fn injected_fault_fires_once_on_the_nth_launch() {
+        assert!(!take_injected_fault());
+        inject_launch_failure(3);
+        let fired: Vec<bool> = (0..6).map(|_| take_injected_fault()).collect();
+        assert_eq!(fired, [false, false, true, false, false, false]);
+        inject_launch_failure(1);
+        inject_launch_failure(0);
+        assert!(!take_injected_fault());
+    }
     use crate::engine::cuda::kernel::{kernel_text, Pdl};
 
     /// Every kernel of every check case is launched as a programmatic dependent on sm_90a unless

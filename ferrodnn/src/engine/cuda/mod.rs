@@ -44,15 +44,15 @@ pub mod runtime;
 pub mod tma;
 
 pub use cache::{CacheStats, KernelCache, KernelKey};
-pub use engine::{candidate_knobs, kernel_sources, plan_launches, CudaEngine, SharedStream};
+pub use engine::{candidate_knobs, inject_launch_failure, kernel_sources, plan_launches, CudaEngine, SharedStream};
 pub use explain::{explain, Explanation};
 pub use kernel::{Options, Target};
-pub use module::{synchronize_timeout, Event, Function, FunctionAttributes, Module};
+pub use module::{graph_capture_available, synchronize_timeout, CapturedGraph, Event, Function, FunctionAttributes, Module};
 pub use nvrtc::{
     compile_cached, compile_cubin, compile_cubin_logged, compile_ptx, compile_with_ptx, cuda_include_dir, nvrtc, nvrtc_available, nvrtc_version, ptxas_perf_notes, CompileOptions,
     HeaderSearch, NvrtcInfo, WGMMA_SERIALIZED,
 };
-pub use runtime::{device_count, driver_version, CudaDevice, DeviceBuffer, DeviceInfo, Stream, MIN_COMPUTE_CAPABILITY};
+pub use runtime::{device_count, driver_version, CudaDevice, DeviceBuffer, DeviceInfo, ForeignContextStream, PointerLocation, Stream, MIN_COMPUTE_CAPABILITY};
 
 /// True when a CUDA driver is installed and sees at least one GPU ferrodnn supports (sm_80 or
 /// newer). Never panics; [`CudaDevice::open`] says why when this is false.

@@ -173,7 +173,12 @@ impl Module {
         // (checked above: its headers lie inside it) and outlives the call, which copies it.
         let r = check(unsafe { sys::cuModuleLoadData(&mut raw, aligned.as_ptr() as *const c_void) }, "cuModuleLoadData");
         if let Err(Error::Device(msg)) = r {
-            let hint = load_hint(&msg, device);
+            let mut hint = load_hint(&msg, device);
+            if msg.contains("OUT_OF_MEMORY") {
+                if let Ok((free, total)) = device.memory_info() {
+                    hint = format!("; the device has {} free of {}", crate::layout::format_bytes(free as u128), crate::layout::format_bytes(total as u128));
+                }
+            }
             return Err(Error::Device(format!("loading a {}-byte cubin on device {} ({}): {msg}{hint}", cubin.len(), device.ordinal(), device.arch())));
         }
         r?;
@@ -365,6 +370,29 @@ impl Function {
         check(r, &format!("cuLaunchKernel(`{}`, grid {grid:?}, block {block:?}, {shared_bytes} B shared)", self.name))
     }
 
+    /// A launch the driver itself rejects, for fault-injection checks: `cuLaunchKernel` with the
+    /// given arguments but more dynamic shared memory than the device has per block, past the
+    /// checks [`launch`](Self::launch) makes, so that the error comes from the driver as a real
+    /// launch failure would. Nothing is enqueued (the driver refuses the configuration before
+    /// anything runs) and the error is not sticky: the context stays usable.
+    ///
+    /// # Safety
+    /// As for [`launch`](Self::launch) (the arguments are those the kernel takes), though the
+    /// kernel never runs.
+    #[doc(hidden)]
+    pub unsafe fn launch_rejected(&self, stream: &Stream, grid: (u32, u32, u32), block: (u32, u32, u32), params: &mut [*mut c_void]) -> Result<()> {
+        self.module.device.bind()?;
+        let too_much = (self.module.device.info().max_shared_memory_per_block_optin as u32).saturating_add(64 * 1024);
+        let params_ptr = if params.is_empty() { std::ptr::null_mut() } else { params.as_mut_ptr() };
+        // SAFETY: as in `launch`, but for the shared memory size, which the driver validates
+        // (and rejects) before it reads the parameters or enqueues anything.
+        let r = unsafe { sys::cuLaunchKernel(self.raw, grid.0, grid.1, grid.2, block.0, block.1, block.2, too_much, stream.raw(), params_ptr, std::ptr::null_mut()) };
+        if r == sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Device(format!("kernel `{}`: a launch with {too_much} B of shared memory was accepted; the fault injection did not fault", self.name)));
+        }
+        check(r, &format!("cuLaunchKernel(`{}`, grid {grid:?}, block {block:?}, {too_much} B shared; injected fault)", self.name))
+    }
+
     /// How many clusters of `cluster` blocks of this kernel can run at once on the device
     /// (`cuOccupancyMaxActiveClusters`): the grid of a persistent cluster kernel. `None` when
     /// the driver cannot say (no `cuLaunchKernelEx`-era API, or an error).
@@ -493,6 +521,104 @@ impl Function {
             return Ok(());
         }
         check(r, &format!("cuLaunchKernelEx(`{}`, grid {grid:?}, block {block:?}, cluster {cluster:?}, dependent {dependent}, {shared_bytes} B shared)", self.name))
+    }
+}
+
+/// The driver calls stream capture and CUDA graphs need (CUDA 11.4+ drivers have them all).
+const GRAPH_SYMBOLS: &[&str] = &["cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags", "cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy"];
+
+/// Whether the driver has what [`CapturedGraph`] calls.
+pub fn graph_capture_available() -> bool {
+    GRAPH_SYMBOLS.iter().all(|s| super::runtime::has_symbol(s))
+}
+
+/// A CUDA graph recorded by stream capture (`cuStreamBeginCapture` in global mode, the work
+/// enqueued on the stream, `cuStreamEndCapture`) and instantiated (`cuGraphInstantiateWithFlags`),
+/// to be replayed with [`launch`](Self::launch). The graph and its executable are destroyed on
+/// drop. A plan's `execute` enqueues only launches (no allocation, no synchronization), so it
+/// can be captured: the replay runs the same kernels on the same buffers, with the by-value
+/// scalars' values of the capture.
+pub struct CapturedGraph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    device: Arc<CudaDevice>,
+}
+
+// SAFETY: CUgraph and CUgraphExec are handles the driver lets any thread use; both are destroyed
+// exactly once, in Drop, and launches are serialized by the driver.
+unsafe impl Send for CapturedGraph {}
+// SAFETY: as above; &self methods only call thread-safe driver functions.
+unsafe impl Sync for CapturedGraph {}
+
+impl std::fmt::Debug for CapturedGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CapturedGraph").field("graph", &self.graph).field("exec", &self.exec).field("device", &self.device.ordinal()).finish()
+    }
+}
+
+impl CapturedGraph {
+    /// Capture the work `record` enqueues on `stream` into a graph and instantiate it. The
+    /// stream's capture always ends, whether `record` succeeds or not, so the stream is usable
+    /// afterwards; an error of `record` is returned first (it is what broke the capture).
+    pub fn capture(stream: &Stream, record: impl FnOnce() -> Result<()>) -> Result<CapturedGraph> {
+        api()?;
+        if !graph_capture_available() {
+            return Err(Error::Device(format!("stream capture: the CUDA driver lacks one of {}; update the driver", GRAPH_SYMBOLS.join(", "))));
+        }
+        let device = stream.device().clone();
+        device.bind()?;
+        // SAFETY: the symbols are present (checked); the stream is live (a Stream keeps that
+        // promise) and of the current context.
+        check(unsafe { sys::cuStreamBeginCapture_v2(stream.raw(), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL) }, "cuStreamBeginCapture")?;
+        let recorded = record();
+        let _ = device.bind();
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (begun above); `graph` is a valid out pointer.
+        let ended = check(unsafe { sys::cuStreamEndCapture(stream.raw(), &mut graph) }, "cuStreamEndCapture");
+        let destroy = |g: sys::CUgraph| {
+            if !g.is_null() {
+                // SAFETY: a graph cuStreamEndCapture returned, destroyed once, here.
+                unsafe { sys::cuGraphDestroy(g) };
+            }
+        };
+        if let Err(e) = recorded.and(ended) {
+            destroy(graph);
+            return Err(Error::Device(format!("stream capture: {e}")));
+        }
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: `graph` is the captured graph; `exec` is a valid out pointer.
+        if let Err(e) = check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiateWithFlags") {
+            destroy(graph);
+            return Err(e);
+        }
+        Ok(CapturedGraph { graph, exec, device })
+    }
+
+    /// Enqueue one replay of the graph on `stream` (of the same device).
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        if stream.device().ordinal() != self.device.ordinal() {
+            return Err(Error::InvalidArgument(format!(
+                "CapturedGraph::launch: the graph belongs to device {}, the stream to device {}",
+                self.device.ordinal(),
+                stream.device().ordinal()
+            )));
+        }
+        self.device.bind()?;
+        // SAFETY: a live executable graph of this context and a live stream of it; the buffers
+        // it touches are the caller's to keep alive (as for every launch).
+        check(unsafe { sys::cuGraphLaunch(self.exec, stream.raw()) }, "cuGraphLaunch")
+    }
+}
+
+impl Drop for CapturedGraph {
+    fn drop(&mut self) {
+        // SAFETY: created in `capture` and destroyed exactly once; the driver defers freeing an
+        // executable graph whose launches are still pending.
+        unsafe {
+            let _ = self.device.bind();
+            sys::cuGraphExecDestroy(self.exec);
+            sys::cuGraphDestroy(self.graph);
+        }
     }
 }
 

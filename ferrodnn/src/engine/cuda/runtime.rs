@@ -327,11 +327,19 @@ impl CudaDevice {
     }
 
     /// Whether `ptr` is memory this device's kernels can read and write: device memory of this
-    /// context, or managed memory. Host memory (pageable or pinned) and unknown addresses give
-    /// false, so that a host pointer handed to the GPU engine is an error, not a crash.
+    /// device, or managed memory. Host memory (pageable or pinned), another device's memory and
+    /// unknown addresses give false, so that such a pointer handed to the GPU engine is an
+    /// error, not a crash ([`pointer_location`](Self::pointer_location) says which).
     pub fn is_device_pointer(&self, ptr: u64) -> bool {
+        matches!(self.pointer_location(ptr), PointerLocation::ThisDevice | PointerLocation::Managed)
+    }
+
+    /// Where `ptr` points, as the driver knows it (`cuPointerGetAttribute`): this device's
+    /// memory, another device's, managed memory, page-locked host memory, or an address the
+    /// driver does not know (pageable host memory, or nothing at all).
+    pub fn pointer_location(&self, ptr: u64) -> PointerLocation {
         if self.bind().is_err() {
-            return false;
+            return PointerLocation::Unknown;
         }
         let mut kind: u32 = 0;
         // SAFETY: cuPointerGetAttribute only inspects the address (it never dereferences it) and
@@ -339,7 +347,59 @@ impl CudaDevice {
         let r = unsafe {
             sys::cuPointerGetAttribute(&mut kind as *mut u32 as *mut std::ffi::c_void, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr as sys::CUdeviceptr)
         };
-        r == sys::CUresult::CUDA_SUCCESS && (kind == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || kind == sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32)
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return PointerLocation::Unknown;
+        }
+        if kind == sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32 {
+            return PointerLocation::Managed;
+        }
+        if kind == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
+            return PointerLocation::PinnedHost;
+        }
+        if kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+            return PointerLocation::Unknown;
+        }
+        let mut ordinal: i32 = -1;
+        // SAFETY: as above; CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL writes an int into `ordinal`.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(&mut ordinal as *mut i32 as *mut std::ffi::c_void, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr as sys::CUdeviceptr)
+        };
+        match r {
+            sys::CUresult::CUDA_SUCCESS if ordinal >= 0 && ordinal as usize != self.ordinal() => PointerLocation::OtherDevice(ordinal as usize),
+            // (A driver without the ordinal attribute: device memory, taken to be ours as before.)
+            _ => PointerLocation::ThisDevice,
+        }
+    }
+
+    /// Check that `raw` is a stream ferrodnn may enqueue this device's work on: null (the legacy
+    /// default stream), the per-thread or legacy stream handles (1, 2), or a live stream of this
+    /// device's primary context (`cuStreamGetCtx`). A stream of another context (one the caller
+    /// created with `cuCtxCreate`, or another device's) is refused: kernels loaded here cannot
+    /// run there. The driver cannot vouch for a handle already destroyed; a stale handle the
+    /// driver still recognizes is refused, any other is undefined, as in every CUDA API.
+    pub fn check_stream(&self, raw: u64) -> Result<()> {
+        if raw <= 2 {
+            return Ok(());
+        }
+        self.bind()?;
+        if !has_symbol("cuStreamGetCtx") {
+            return Ok(());
+        }
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the symbol is present (checked above); cuStreamGetCtx reads the handle's
+        // context and writes it into `ctx`, a valid out pointer. The caller promises `raw` is a
+        // stream handle (see set_stream's contract); the driver rejects ones it does not know.
+        let r = unsafe { sys::cuStreamGetCtx(raw as sys::CUstream, &mut ctx) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::InvalidArgument(format!("stream {raw:#x} is not a live CUDA stream: cuStreamGetCtx failed with {}", describe(r))));
+        }
+        if ctx != self.ctx {
+            return Err(Error::InvalidArgument(format!(
+                "stream {raw:#x} belongs to another CUDA context, not device {}'s primary context (the one ferrodnn, PyTorch and the CUDA runtime use); create the stream in the primary context",
+                self.ordinal()
+            )));
+        }
+        Ok(())
     }
 
     /// (free, total) device memory in bytes.
@@ -384,10 +444,25 @@ impl CudaDevice {
         if bytes > 0 {
             // SAFETY: the context is current and `ptr` is a valid out pointer; a zero-byte request
             // is skipped because the driver rejects it.
-            check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")
-                .map_err(|e| Error::Device(format!("allocating {bytes} bytes on device {}: {e}", self.ordinal())))?;
+            let r = check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc");
+            if let Err(e) = r {
+                let free = match self.memory_info() {
+                    Ok((free, total)) => format!("; the device has {} free of {}", crate::layout::format_bytes(free as u128), crate::layout::format_bytes(total as u128)),
+                    Err(_) => String::new(),
+                };
+                return Err(Error::Device(format!("allocating {bytes} bytes ({}) on device {}: {e}{free}", crate::layout::format_bytes(bytes as u128), self.ordinal())));
+            }
         }
         Ok(DeviceBuffer { ptr, bytes, device: self.clone() })
+    }
+
+    /// [`alloc`](Self::alloc) for a named purpose ("the workspace of graph \"g\""): its error
+    /// starts with `what`, then says how many bytes were asked and how many are free.
+    pub fn alloc_for(self: &Arc<Self>, bytes: usize, what: &str) -> Result<DeviceBuffer> {
+        self.alloc(bytes).map_err(|e| match e {
+            Error::Device(m) => Error::Device(format!("{what}: {m}")),
+            e => e,
+        })
     }
 
     /// Allocate and fill with zeros.
@@ -415,6 +490,101 @@ impl Drop for CudaDevice {
         unsafe {
             sys::cuDevicePrimaryCtxRelease_v2(self.dev);
         }
+    }
+}
+
+/// Where a pointer points ([`CudaDevice::pointer_location`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointerLocation {
+    /// Device memory of this device.
+    ThisDevice,
+    /// Device memory of the device with this ordinal.
+    OtherDevice(usize),
+    /// Managed (unified) memory: any device may use it.
+    Managed,
+    /// Page-locked host memory (cuMemHostAlloc, cudaHostAlloc, pinned tensors).
+    PinnedHost,
+    /// An address the driver does not know: pageable host memory, or none at all.
+    Unknown,
+}
+
+impl PointerLocation {
+    /// What the pointer is, for an error message about a pointer that is not device memory of
+    /// device `ordinal`.
+    pub fn describe(&self, ordinal: usize) -> String {
+        match self {
+            PointerLocation::ThisDevice => format!("device memory of device {ordinal}"),
+            PointerLocation::OtherDevice(o) => format!("device memory of device {o}, not of device {ordinal} (the handle's)"),
+            PointerLocation::Managed => "managed memory".into(),
+            PointerLocation::PinnedHost => "page-locked host memory, not device memory".into(),
+            PointerLocation::Unknown => "not device memory (a host pointer, or an address the CUDA driver does not know)".into(),
+        }
+    }
+}
+
+/// Whether the driver library exports `name` (for calls newer drivers added). False when there
+/// is no driver.
+pub(super) fn has_symbol(name: &str) -> bool {
+    if driver().is_err() {
+        return false;
+    }
+    // SAFETY: driver() succeeded, so culib() returns the loaded library (kept in a static); the
+    // lookup (dlsym) does not call the symbol.
+    unsafe { sys::culib().get::<*const c_void>(name.as_bytes()) }.is_ok()
+}
+
+/// A CUDA context of its own (not the primary one) with one stream in it, for checks that need a
+/// stream ferrodnn must refuse ([`CudaDevice::check_stream`]). Destroyed on drop.
+pub struct ForeignContextStream {
+    ctx: sys::CUcontext,
+    stream: sys::CUstream,
+    device: Arc<CudaDevice>,
+}
+
+impl ForeignContextStream {
+    /// Create a context on `device` (`cuCtxCreate_v4`) and a stream in it; the device's primary
+    /// context is made current again before returning. An error when the driver lacks
+    /// `cuCtxCreate_v4` (CUDA 12.5+) or cannot create one.
+    pub fn new(device: &Arc<CudaDevice>) -> Result<ForeignContextStream> {
+        device.bind()?;
+        if !has_symbol("cuCtxDestroy_v2") {
+            return Err(Error::Device("the CUDA driver lacks cuCtxDestroy_v2".into()));
+        }
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        if !has_symbol("cuCtxCreate_v4") {
+            return Err(Error::Device("the CUDA driver lacks cuCtxCreate_v4 (CUDA 12.5+)".into()));
+        }
+        // SAFETY: the symbol is present (checked); `ctx` is a valid out pointer, `dev` a device
+        // from cuDeviceGet, and null creation parameters ask for a plain context. The new
+        // context is pushed onto this thread's stack.
+        check(unsafe { sys::cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), 0, device.dev) }, "cuCtxCreate_v4")?;
+        let mut stream: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: the new context is current; `stream` is a valid out pointer.
+        let r = check(unsafe { sys::cuStreamCreate(&mut stream, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate");
+        let out = ForeignContextStream { ctx, stream: if r.is_ok() { stream } else { std::ptr::null_mut() }, device: device.clone() };
+        device.bind()?;
+        r.map(|()| out)
+    }
+
+    /// The stream's raw handle.
+    pub fn raw(&self) -> u64 {
+        self.stream as u64
+    }
+}
+
+impl Drop for ForeignContextStream {
+    fn drop(&mut self) {
+        // SAFETY: the stream and context were created in `new` and are destroyed once; the
+        // stream has no work (nothing is enqueued on it: ferrodnn refuses it). Destroying the
+        // context pops it if current; the primary context is bound again afterwards.
+        unsafe {
+            if !self.stream.is_null() {
+                sys::cuCtxSetCurrent(self.ctx);
+                sys::cuStreamDestroy_v2(self.stream);
+            }
+            sys::cuCtxDestroy_v2(self.ctx);
+        }
+        let _ = self.device.bind();
     }
 }
 
@@ -593,5 +763,19 @@ impl Drop for DeviceBuffer {
                 sys::cuMemFree_v2(self.ptr);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PointerLocation;
+
+    /// Each location says what the pointer is, naming both devices for another device's memory.
+    #[test]
+    fn pointer_locations_say_what_they_are() {
+        assert!(PointerLocation::OtherDevice(1).describe(0).contains("device memory of device 1, not of device 0"));
+        assert!(PointerLocation::Unknown.describe(0).contains("not device memory"));
+        assert!(PointerLocation::PinnedHost.describe(0).contains("host memory"));
+        assert!(PointerLocation::ThisDevice.describe(2).contains("device 2"));
     }
 }
