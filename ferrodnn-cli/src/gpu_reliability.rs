@@ -438,6 +438,7 @@ fn workspace_too_small(handle: &Handle, dev: &Arc<CudaDevice>) -> Res<Value> {
     let inputs = input_bytes(&g, 3);
     let io = DeviceIo::new(dev, &plan, &inputs)?;
     let small = dev.alloc(need - 1).map_err(s)?;
+    let big = dev.alloc(need + 16).map_err(s)?;
     let free0 = free_bytes(dev)?;
     let m1 = expect_err(
         plan.execute(&mut io.pack(), Some(Buffer::Device { ptr: small.device_ptr(), bytes: small.len() })),
@@ -446,6 +447,7 @@ fn workspace_too_small(handle: &Handle, dev: &Arc<CudaDevice>) -> Res<Value> {
     )?;
     let m2 = expect_err(plan.execute(&mut io.pack(), None), "no workspace", &[&need.to_string()])?;
     let m3 = expect_err(plan.execute(&mut io.pack(), Some(Buffer::Device { ptr: 0, bytes: need })), "null workspace", &["workspace"])?;
+    let m4 = expect_err(plan.execute(&mut io.pack(), Some(Buffer::Device { ptr: big.device_ptr() + 4, bytes: need })), "unaligned workspace", &["16-byte aligned"])?;
     let free1 = free_bytes(dev)?;
     if free0 != free1 {
         return Err(format!("device memory changed across the failed executes: {free0} -> {free1} free"));
@@ -453,7 +455,7 @@ fn workspace_too_small(handle: &Handle, dev: &Arc<CudaDevice>) -> Res<Value> {
     plan.execute(&mut io.pack(), io.workspace()).map_err(s)?;
     handle.stream().ok_or("no stream")?.synchronize().map_err(s)?;
     let worst = check_against(&g, &io.outputs()?, &reference(&g, 3)?)?;
-    Ok(json!({ "workspace_bytes": need, "errors": [m1, m2, m3], "rel_error_after": worst }))
+    Ok(json!({ "workspace_bytes": need, "errors": [m1, m2, m3, m4], "rel_error_after": worst }))
 }
 
 fn host_pointer(handle: &Handle, dev: &Arc<CudaDevice>) -> Res<Value> {

@@ -486,6 +486,11 @@ impl CompiledPlan for CudaPlan {
             (Some(_), _) => return Err(Error::InvalidArgument(format!("graph \"{}\": the CUDA plan's workspace must be device memory", g.name))),
             (None, _) => return Err(Error::InvalidArgument(format!("graph \"{}\": the plan needs a workspace of {} bytes", g.name, self.workspace))),
         };
+        // Scratch buffers sit at 256-byte multiples from the workspace's start, and kernels read
+        // some of them through 16-byte loads and TMA tensor maps.
+        if ws_ptr % 16 != 0 {
+            return Err(Error::InvalidArgument(format!("graph \"{}\": the workspace pointer {ws_ptr:#x} must be 16-byte aligned (its address mod 16 is {})", g.name, ws_ptr % 16)));
+        }
         if ws_ptr != 0 {
             if let Some(what) = self.not_device_memory(ws_ptr) {
                 return Err(Error::InvalidArgument(format!("graph \"{}\": the workspace pointer {ws_ptr:#x} is {what}", g.name)));
