@@ -7,15 +7,16 @@
 // biases, runs the gates and the cell of its units (c and h stay in shared memory, in f32), and
 // writes its units' new h into the exchange buffer, the layer's output and the reserve; then the
 // direction's blocks meet at a grid barrier (a counter in `bar_all`) before the next step. The grid
-// (NB blocks per direction) is at most the SM count, so every block is resident.
+// (NB x NBB blocks per direction: block (j, d, z) takes samples [z * BP, (z + 1) * BP)) is at most
+// the SM count, so every block is resident.
 //
 // After persist_common.cuh. The instantiation defines, besides common.cuh's, persist_common.cuh's
 // and the layer's (R_OFF, BW_OFF, BR_OFF,
 // RES_STATES, RES_OUT, LAYER0, LAST, TRAINING, CLIP, CLIP_NAN, the ports' loads and stores):
 //   PU, PN        units per block, and its gate rows G * PU rounded up to 16
-//   NB            blocks per direction
-//   PP, BP        the state size P rounded up to 32 and the batch B to 16 (the exchange buffer's
-//                 shape)
+//   NB, NBB       blocks along the units and along the batch per direction
+//   PP, BP        the state size P rounded up to 32, the block's samples rounded up to 16
+//   XB            the exchange buffer's rows (NBB * BP; its shape [XB][PP])
 //   WM, WK        warps along the batch (a power of 2) and along P (WM * WK = 16)
 //   KPW           pairs of k steps (32 columns) per warp along P
 //   GX_LD         the row stride of gx (D * G * H)
@@ -29,18 +30,20 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
     extern __shared__ __align__(16) unsigned char pr_smem[];
     SEQ_T* rw = (SEQ_T*)pr_smem;                                   // [PN][RS]: the block's rows of R
     float* red = (float*)(pr_smem + (size_t)PN * RS * sizeof(SEQ_T));  // [WK][BP][PN]: products
-    float* gxs = red + (size_t)WK * BP * PN;                        // [RNN_B][PN]: this step's gx
-    float* hs = gxs + (size_t)RNN_B * PN;                           // [RNN_B][PU]: h, then c
-    float* cs = hs + (size_t)RNN_B * PU;
-    float* bias_x = cs + (size_t)RNN_B * PU;                        // [PN]: biases added to gx
+    float* gxs = red + (size_t)WK * BP * PN;                        // [BP][PN]: this step's gx
+    float* hs = gxs + (size_t)BP * PN;                              // [BP][PU]: h, then c
+    float* cs = hs + (size_t)BP * PU;
+    float* bias_x = cs + (size_t)BP * PU;                           // [PN]: biases added to gx
     float* bias_r = bias_x + PN;                                    // [PN]: GRU's b_hn (n gate)
     int* lens = (int*)(bias_r + PN);                                // [RNN_B]
-    float* gs = (float*)(lens + RNN_B);                             // [RNN_B * PU][G + 1]: gates (TRAINING)
+    float* gs = (float*)(lens + RNN_B);                             // [BP * PU][G + 1]: gates (TRAINING)
 
     const int blk = blockIdx.x, d = blockIdx.y, pl = RNN_L * RNN_D + d;
+    // The block's samples: b0 + e / PU for its (sample, unit) pairs e < nbu.
+    const int b0 = blockIdx.z * BP, nbl = RNN_B - b0 < BP ? RNN_B - b0 : BP, nbu = nbl * PU;
     const int tid = threadIdx.x;
     // The layer's and direction's two exchange buffers and barrier counter.
-    SEQ_T* hb0 = hb_all + LAYER_HB + (size_t)d * 2 * BP * PP;
+    SEQ_T* hb0 = hb_all + LAYER_HB + (size_t)d * 2 * XB * PP;
     int* counter = bar_all + LAYER_BAR + d;
 
     // The block's gate rows: row n = g * PU + u is R's row g * H + blk * PU + u (zero past H).
@@ -74,8 +77,8 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
     }
     // The initial state of the block's units, into shared memory and the exchange buffer 1 (the
     // buffer step 0 reads).
-    for (int i = tid; i < RNN_B * PU; i += PR_THREADS) {
-        const int b = i / PU, u = i % PU, j = blk * PU + u;
+    for (int i = tid; i < nbu; i += PR_THREADS) {
+        const int b = b0 + i / PU, u = i % PU, j = blk * PU + u;
         float h0 = 0.0f, c0 = 0.0f;
         if (j < RNN_H) {
 #if HAS_HX
@@ -84,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
 #if HAS_CX
             c0 = (float)LD_CX(cx, rnn_state_off(tcx, pl, b, j));
 #endif
-            hb0[(size_t)BP * PP + (size_t)b * PP + j] = pr_seq(h0);
+            hb0[(size_t)XB * PP + (size_t)b * PP + j] = pr_seq(h0);
         }
         hs[i] = h0;
         cs[i] = c0;
@@ -93,8 +96,8 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
 
     for (int i = 0; i < steps; ++i) {
         // This step's input projection (independent of the other blocks): before the barrier.
-        for (int e = tid; e < RNN_B * PN; e += PR_THREADS) {
-            const int b = e / PN, n = e % PN, g = n / PU, u = n % PU, j = blk * PU + u;
+        for (int e = tid; e < nbl * PN; e += PR_THREADS) {
+            const int b = b0 + e / PN, n = e % PN, g = n / PU, u = n % PU, j = blk * PU + u;
             float v = 0.0f;
             if (i < lens[b] && g < RNN_G && j < RNN_H) {
                 const int t = d == 0 ? i : lens[b] - 1 - i;
@@ -107,13 +110,13 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
             }
             gxs[e] = v;
         }
-        pr_wait(counter, (i + 1) * NB);
-        const SEQ_T* hp = hb0 + (size_t)((i + 1) & 1) * BP * PP;  // h of the step before
-        pr_products(hp, rw, red);  // R h
+        pr_wait(counter, (i + 1) * NB * NBB);
+        // R h of the step before, for the block's samples.
+        pr_products(hb0 + ((size_t)((i + 1) & 1) * XB + b0) * PP, rw, red);
         __syncthreads();
-        SEQ_T* hn = hb0 + (size_t)(i & 1) * BP * PP;
-        for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
-            const int b = e / PU, u = e % PU, j = blk * PU + u;
+        SEQ_T* hn = hb0 + (size_t)(i & 1) * XB * PP;
+        for (int e = tid; e < nbu; e += PR_THREADS) {
+            const int bl = e / PU, b = b0 + bl, u = e % PU, j = blk * PU + u;
             if (j >= RNN_H) continue;
             if (i >= lens[b]) {
                 // Past the sample's length its state stays; the exchange buffer still needs it.
@@ -126,9 +129,9 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
                 const int n = g * PU + u;
                 float v = 0.0f;
 #pragma unroll
-                for (int w = 0; w < WK; ++w) v += red[((size_t)w * BP + b) * PN + n];
+                for (int w = 0; w < WK; ++w) v += red[((size_t)w * BP + bl) * PN + n];
                 rec[g] = v + bias_r[n];
-                pre[g] = gxs[b * PN + n];
+                pre[g] = gxs[bl * PN + n];
             }
             float hv;
             // The record the reserve keeps of this (step, sample, unit), written after the
@@ -175,8 +178,8 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
         }
         pr_arrive(counter);
         // The step's outputs, while the other blocks finish it.
-        for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
-            const int b = e / PU, u = e % PU, j = blk * PU + u;
+        for (int e = tid; e < nbu; e += PR_THREADS) {
+            const int b = b0 + e / PU, u = e % PU, j = blk * PU + u;
             if (j >= RNN_H || i >= lens[b]) continue;
             const int t = d == 0 ? i : lens[b] - 1 - i;
             const i64 r = (i64)t * RNN_B + b;
@@ -195,8 +198,8 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
 #endif
         }
     }
-    for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
-        const int b = e / PU, u = e % PU, j = blk * PU + u;
+    for (int e = tid; e < nbu; e += PR_THREADS) {
+        const int b = b0 + e / PU, u = e % PU, j = blk * PU + u;
         if (j >= RNN_H) continue;
 #if HAS_HY
         ST_HY(hy, rnn_state_off(thy, pl, b, j), (double)hs[e]);

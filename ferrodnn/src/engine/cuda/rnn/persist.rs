@@ -38,11 +38,15 @@ pub(super) fn round_up(v: i64, m: i64) -> i64 {
 /// The persistent kernel's shape for a problem.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Shape {
-    /// Hidden units a block owns, its gate rows (`G * pu` rounded up to 16), blocks per direction.
+    /// Hidden units a block owns, its gate rows (`G * pu` rounded up to 16), blocks per direction
+    /// along the units.
     pub pu: i64,
     pub pn: i64,
     pub nb: i64,
-    /// Warps along the batch and along the state.
+    /// Blocks per direction along the batch, and each one's samples rounded up to 16.
+    pub nbb: i64,
+    pub bp: i64,
+    /// Warps along the block's samples and along the exchanged vector.
     pub wm: i64,
     pub wk: i64,
     /// Dynamic shared memory in bytes.
@@ -58,12 +62,20 @@ pub(super) fn smem_limit(target: &Target) -> i64 {
     }
 }
 
-/// The block's 16 warps along the batch's 16-row tiles (a power of 2, at most one a tile) and
+/// The block's 16 warps along its samples' 16-row tiles (a power of 2, at most one a tile) and
 /// along the exchanged vector: `(WM, WK)`.
-pub(super) fn warp_split(batch: i64) -> (i64, i64) {
-    let mt = round_up(batch, 16) / 16;
+pub(super) fn warp_split(samples: i64) -> (i64, i64) {
+    let mt = round_up(samples, 16) / 16;
     let wm = (mt as u64).next_power_of_two().min(WARPS as u64) as i64;
     (wm, WARPS / wm)
+}
+
+/// The batch of `b` samples in groups of a multiple of 16 (none empty), as many as `want` and
+/// the 16-row tiles allow where `blocks` blocks take each group: `(groups, samples a group)`.
+pub(super) fn batch_groups(b: i64, blocks: i64, target: &Target, want: i64) -> (i64, i64) {
+    let n = want.min(i64::from(target.sm_count) / blocks.max(1)).min((b + 15) / 16).max(1);
+    let bp = round_up((b + n - 1) / n, 16);
+    ((b + bp - 1) / bp, bp)
 }
 
 /// The block shape for `a` on `target`, or None when no block shape lets every block of the grid
@@ -76,18 +88,24 @@ pub(super) fn warp_split(batch: i64) -> (i64, i64) {
 /// then 48, 64 and 16, the first whose grid fits the SMs and whose shared memory fits.
 pub(super) fn shape(a: &RnnDesc, target: &Target, elem: i64) -> Option<Shape> {
     let (b, d, h, p, g) = (a.batch, a.dirs(), a.hidden_size, a.proj(), a.cell_mode.gates());
-    let (bp, pp) = (round_up(b, 16), round_up(p, 32));
-    let (wm, wk) = warp_split(b);
-    for pn in [32, 48, 64, 16] {
+    let pp = round_up(p, 32);
+    let want = std::env::var("FERRODNN_RNN_FWD_NBB").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let order: &[i64] = match std::env::var("FERRODNN_RNN_FWD_PN").ok().and_then(|v| v.parse().ok()) {
+        Some(64) => &[64, 48, 32, 16],
+        _ => &[32, 48, 64, 16],
+    };
+    for &pn in order {
         let pu = (pn / g).min(h);
         let nb = (h + pu.max(1) - 1) / pu.max(1);
         if pu < 1 || d * nb > i64::from(target.sm_count) {
             continue;
         }
-        let stash = if a.training { b * pu * (g + 1) } else { 0 };
-        let smem = pn * (pp + 8) * elem + (wk * bp * pn + b * pn + 2 * b * pu + 2 * pn + b + stash) * 4;
+        let (nbb, bp) = batch_groups(b, d * nb, target, want);
+        let (wm, wk) = warp_split(bp);
+        let stash = if a.training { bp * pu * (g + 1) } else { 0 };
+        let smem = pn * (pp + 8) * elem + (wk * bp * pn + bp * pn + 2 * bp * pu + 2 * pn + b + stash) * 4;
         if smem <= smem_limit(target) {
-            return Some(Shape { pu, pn, nb, wm, wk, smem });
+            return Some(Shape { pu, pn, nb, nbb, bp, wm, wk, smem });
         }
     }
     None
@@ -191,16 +209,18 @@ pub(super) fn gemm_launches(
     Ok(Some((primary, alt)))
 }
 
-/// The defines of persist_common.cuh for block shape `sh`, the exchanged vector's padded length
-/// `pp` and the padded batch `bp`, and of the sequence type `io`.
-pub(super) fn mma_defines(sh: &Shape, pp: i64, bp: i64, io: DataType) -> Vec<(&'static str, String)> {
+/// The defines of persist_common.cuh for block shape `sh` and the exchanged vector's padded
+/// length `pp`, and of the sequence type `io`.
+pub(super) fn mma_defines(sh: &Shape, pp: i64, io: DataType) -> Vec<(&'static str, String)> {
     let pairs = pp / 32;
     vec![
         ("PU", sh.pu.to_string()),
         ("PN", sh.pn.to_string()),
         ("NB", sh.nb.to_string()),
+        ("NBB", sh.nbb.to_string()),
         ("PP", pp.to_string()),
-        ("BP", bp.to_string()),
+        ("BP", sh.bp.to_string()),
+        ("XB", (sh.nbb * sh.bp).to_string()),
         ("WM", sh.wm.to_string()),
         ("WK", sh.wk.to_string()),
         ("KPW", ((pairs + sh.wk - 1) / sh.wk).to_string()),
@@ -255,7 +275,7 @@ impl Gen<'_> {
         let Some(sh) = shape(a, target, elem) else { return Ok(None) };
         let Some((rows0, x_rs, x_cs)) = x_matrix(a, self.graph.desc(x)) else { return Ok(None) };
         let (t, b, d, h, p, g) = (a.max_seq_length, a.batch, a.dirs(), a.hidden_size, a.proj(), a.cell_mode.gates());
-        let (bp, pp) = (round_up(b, 16), round_up(p, 32));
+        let (xb, pp) = (sh.nbb * sh.bp, round_up(p, 32));
         let n_all = d * g * h;
         let fp = round_up(d * p, 8);
         let layers = a.num_layers;
@@ -269,7 +289,7 @@ impl Gen<'_> {
             bytes(rows0.max(t * b) * n_all * 4),
             bytes(if layers > 1 { t * b * fp * elem } else { 0 }),
             bytes(if layers > 2 { t * b * fp * elem } else { 0 }),
-            bytes(layers * d * 2 * bp * pp * elem),
+            bytes(layers * d * 2 * xb * pp * elem),
             bytes(layers * d * 4),
         ];
         let mut launches = vec![self.meta_launch(a)];
@@ -279,7 +299,7 @@ impl Gen<'_> {
         if a.training {
             launches.extend(self.fill_launch(a, "reserve", 0.0));
         }
-        launches.push(self.pr_zero_launch(a, (s_hb, layers * d * 2 * bp * pp * elem / 4), s_bar));
+        launches.push(self.pr_zero_launch(a, (s_hb, layers * d * 2 * xb * pp * elem / 4), s_bar));
         let seq_t = ctype::c_type(io);
         // The kernels for an `x` whose rows break 16-byte alignment, when layer 0's GEMM has
         // other ones for it: the same list with those in its place.
@@ -339,16 +359,16 @@ impl Gen<'_> {
             }
             let clip = a.cell_clip.map_or((0.0, 0.0), |c| (c.lower, c.upper));
             sig.f32("clip_lower", clip.0).f32("clip_upper", clip.1);
-            let mut extra = mma_defines(&sh, pp, bp, io);
+            let mut extra = mma_defines(&sh, pp, io);
             extra.extend([
                 ("TRAINING", u8::from(a.training).to_string()),
                 ("GX_LD", format!("{n_all}LL")),
                 ("FP", format!("{fp}LL")),
-                ("LAYER_HB", format!("{}LL", l * d * 2 * bp * pp)),
+                ("LAYER_HB", format!("{}LL", l * d * 2 * xb * pp)),
                 ("LAYER_BAR", (l * d).to_string()),
             ]);
             let src = self.source(a, &entry, &sig, Some(l), &extra, &[PERSIST_COMMON, include_str!("persist.cuh")].concat());
-            let launch = Launch::new(src, &entry, Grid::Exact(sh.nb as u32, d as u32, 1), THREADS, sig.into_args()).with_shared(sh.smem as u32);
+            let launch = Launch::new(src, &entry, Grid::Exact(sh.nb as u32, d as u32, sh.nbb as u32), THREADS, sig.into_args()).with_shared(sh.smem as u32);
             push(&mut launches, &mut alt, launch);
         }
         let unaligned = alt.map(|launches| Box::new(Unaligned { tensors: vec![x], kernels: NodeKernels { launches, scratch: scratch.clone() } }));

@@ -1,6 +1,6 @@
 // The persistent backward recurrence of one layer (rnn/persist_bwd.rs): every step of the
-// sequence, against the direction's order, in one launch. Block (j, d) owns hidden units
-// [j * PU, (j + 1) * PU) of direction d and keeps their columns of the recurrent matrix R (every
+// sequence, against the direction's order, in one launch. Block (j, d, z) owns hidden units
+// [j * PU, (j + 1) * PU) of direction d for samples [z * BP, (z + 1) * BP) and keeps their columns of the recurrent matrix R (every
 // gate's rows, as rows of R^T) in shared memory for the whole sequence. Each step it takes the
 // gate gradients of the step after (`dgr`, every unit's, through the exchange buffer in `gb_all`
 // that all the direction's blocks write), multiplies them with its columns of R on the tensor
@@ -12,16 +12,18 @@
 // gradients to the `dgates` tensor and the input-side ones, in the sequence type, to `dgx`
 // ([T * B][DGP], every direction's gates side by side: the A operand of the input gradient's
 // GEMM). Each sample's own steps run in its order; one more product after its last gives dhx.
-// The grid (NB blocks per direction) is at most the SM count, so every block is resident.
+// The grid (NB x NBB blocks per direction) is at most the SM count, so every block is resident.
 //
 // The exchanged vector of a sample is R's row space: entry g * H + j is the gradient of gate g's
 // recurrent product for unit j (GRU's n gate: of R_n h + bR_n, i.e. dn * r).
 //
-// After persist_common.cuh (its PP is GK here, PN the units rounded up to 16). The instantiation
+// After persist_common.cuh (its PP is GK here, PN the units rounded up to 16, BP the block's
+// samples rounded up to 16). The instantiation
 // defines, besides common.cuh's, persist_common.cuh's and the layer's (R_OFF, RES_STATES,
 // RES_OUT, CLIP, HAS_HX, HAS_CX, HAS_DHY, HAS_DCY, HAS_DHX, HAS_DCX, HAS_LEN, the ports' loads
 // and stores):
-//   PU, NB        units per block, blocks per direction
+//   PU, NB, NBB   units per block, blocks along the units and along the batch per direction
+//   XB            the exchange buffer's rows (NBB * BP)
 //   DGP           the row stride of `dgx` (D * G * H rounded up to 8)
 //   LAYER_HB, LAYER_BAR  the layer's exchange buffers and counters in `gb_all` and `bar_all`
 
@@ -41,16 +43,18 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
     extern __shared__ __align__(16) unsigned char pr_smem[];
     SEQ_T* rw = (SEQ_T*)pr_smem;                                       // [PN][RS]: R's columns
     float* red = (float*)(pr_smem + (size_t)PN * RS * sizeof(SEQ_T));  // [WK][BP][PN]: products
-    float* pre = red + (size_t)WK * BP * PN;                            // [B * PU][PB_NPRE]
-    float* dgs = pre + (size_t)RNN_B * PU * PB_NPRE;                    // [B * PU][4]: this step's
-    float* dh0 = dgs + (size_t)RNN_B * PU * 4;                          // [B * PU]: dhy
-    float* cs = dh0 + (size_t)RNN_B * PU;                               // [B * PU]: LSTM's dc
-    float* gzs = cs + (size_t)RNN_B * PU;                               // [B * PU]: GRU's z * dh
-    int* lens = (int*)(gzs + (size_t)RNN_B * PU);                       // [RNN_B]
+    float* pre = red + (size_t)WK * BP * PN;                            // [BP * PU][PB_NPRE]
+    float* dgs = pre + (size_t)BP * PU * PB_NPRE;                       // [BP * PU][4]: this step's
+    float* dh0 = dgs + (size_t)BP * PU * 4;                             // [BP * PU]: dhy
+    float* cs = dh0 + (size_t)BP * PU;                                  // [BP * PU]: LSTM's dc
+    float* gzs = cs + (size_t)BP * PU;                                  // [BP * PU]: GRU's z * dh
+    int* lens = (int*)(gzs + (size_t)BP * PU);                          // [RNN_B]
 
     const int blk = blockIdx.x, d = blockIdx.y, pl = RNN_L * RNN_D + d;
+    // The block's samples: b0 + e / PU for its (sample, unit) pairs e < nbu.
+    const int b0 = blockIdx.z * BP, nbu = (RNN_B - b0 < BP ? RNN_B - b0 : BP) * PU;
     const int tid = threadIdx.x;
-    SEQ_T* gb0 = gb_all + LAYER_HB + (size_t)d * 2 * BP * PP;
+    SEQ_T* gb0 = gb_all + LAYER_HB + (size_t)d * 2 * XB * PP;
     int* counter = bar_all + LAYER_BAR + d;
 
     // rw[u][q] = R[rw_col(q)][blk * PU + u]: the block's units' columns, zero past H and GH.
@@ -67,8 +71,8 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
         if (tid == 0) lens[b] = l;
         steps = l > steps ? l : steps;
     }
-    for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
-        const int b = e / PU, j = blk * PU + e % PU;
+    for (int e = tid; e < nbu; e += PR_THREADS) {
+        const int b = b0 + e / PU, j = blk * PU + e % PU;
         float h0 = 0.0f, c0 = 0.0f;
         if (j < RNN_H) {
 #if HAS_DHY
@@ -84,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
     }
 #if HAS_LEN
     // Steps past a sample's length: zero gate gradients (the GEMM's rows and the dgates tensor).
-    for (int b = 0; b < RNN_B; ++b) {
+    for (int b = b0; b < b0 + nbu / PU; ++b) {
         const int len = rnn_len(meta, b);
         for (int e = tid; e < (RNN_T - len) * PU; e += PR_THREADS) {
             const int t = len + e / PU, j = blk * PU + e % PU;
@@ -102,8 +106,8 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
 
     for (int i = 0; i <= steps; ++i) {
         // What the cell's backward reads of this step, independent of the other blocks.
-        for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
-            const int b = e / PU, j = blk * PU + e % PU;
+        for (int e = tid; e < nbu; e += PR_THREADS) {
+            const int b = b0 + e / PU, j = blk * PU + e % PU;
             if (j >= RNN_H || i >= lens[b]) continue;
             const int t = d == 0 ? lens[b] - 1 - i : i;
             const int tp = rnn_prev_step(d, t, lens[b]);
@@ -138,20 +142,21 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
             p[PB_NPRE - 1] = dseq[r * RNN_F + d * RNN_P + j];
         }
         if (i > 0) {
-            pr_wait(counter, i * NB);
-            pr_products(gb0 + (size_t)((i + 1) & 1) * BP * PP, rw, red);  // R^T dgr of the step after
+            pr_wait(counter, i * NB * NBB);
+            // R^T dgr of the step after, for the block's samples.
+            pr_products(gb0 + ((size_t)((i + 1) & 1) * XB + b0) * PP, rw, red);
         }
         __syncthreads();
-        SEQ_T* gn = gb0 + (size_t)(i & 1) * BP * PP;
-        for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
-            const int b = e / PU, u = e % PU, j = blk * PU + u;
+        SEQ_T* gn = gb0 + (size_t)(i & 1) * XB * PP;
+        for (int e = tid; e < nbu; e += PR_THREADS) {
+            const int bl = e / PU, b = b0 + bl, u = e % PU, j = blk * PU + u;
             if (j >= RNN_H || i > lens[b]) continue;
             // The gradient of the state this step produced, through the steps after.
             float dh = dh0[e];
             if (i > 0) {
                 dh = gzs[e];
 #pragma unroll
-                for (int w = 0; w < WK; ++w) dh += red[((size_t)w * BP + b) * PN + u];
+                for (int w = 0; w < WK; ++w) dh += red[((size_t)w * BP + bl) * PN + u];
             }
             if (i == lens[b]) {
                 // The sample's steps are done: dh and dc are the initial state's.
@@ -205,8 +210,8 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
         if (i == steps) break;
         pr_arrive(counter);
         // The step's gate gradients, while the other blocks finish it.
-        for (int e = tid; e < RNN_B * PU; e += PR_THREADS) {
-            const int b = e / PU, j = blk * PU + e % PU;
+        for (int e = tid; e < nbu; e += PR_THREADS) {
+            const int b = b0 + e / PU, j = blk * PU + e % PU;
             if (j >= RNN_H || i >= lens[b]) continue;
             const int t = d == 0 ? lens[b] - 1 - i : i;
             const i64 r = (i64)t * RNN_B + b;

@@ -15,7 +15,7 @@
 //! are rounded to the sequence type for the products (the recurrent one and the input GEMM), as
 //! the forward rounds the state; `dgates` keeps them in its own type.
 
-use super::persist::{gemm_launches, mma_defines, round_up, share_scratch, smem_limit, warp_split, Home, Shape, PERSIST_COMMON, THREADS};
+use super::persist::{batch_groups, gemm_launches, mma_defines, round_up, share_scratch, smem_limit, warp_split, Home, Shape, PERSIST_COMMON, THREADS};
 use super::Gen;
 use crate::engine::cuda::kernel::{ctype, Grid, Launch, NodeKernels, Target, Unaligned};
 use crate::engine::cuda::Options;
@@ -37,18 +37,20 @@ fn per_unit_floats(mode: RnnMode) -> i64 {
 /// The backward kernel's block shape for `a` on `target`, or None when no shape lets every block
 /// of the grid be resident at once.
 ///
-/// Every block reads every sample's whole gate-gradient vector each step (B x G x H elements,
-/// whatever its share of the units), and its products take at least 16 units (an mma tile's
-/// rows): so the fewest blocks that hold 16 units each, then 32, 48 and 64 units a block where 16
-/// would need more blocks than SMs.
+/// Every block reads its samples' whole gate-gradient vectors each step (G x H elements a
+/// sample, whatever its share of the units), and its products take at least 16 units (an mma
+/// tile's rows): so the fewest blocks along the units that hold 16 units each (then 32, 48 and 64
+/// where 16 would need more blocks than SMs), and the batch split over as many blocks as the SMs
+/// then allow (each block's loads a fraction of the batch's; the L2 traffic stays the same).
 pub(super) fn bwd_shape(a: &RnnDesc, target: &Target, elem: i64) -> Option<Shape> {
     let (b, d, h) = (a.batch, a.dirs(), a.hidden_size);
-    let (bp, gk) = (round_up(b, 16), round_up(a.cell_mode.gates() * h, 32));
-    let (wm, wk) = warp_split(b);
+    let gk = round_up(a.cell_mode.gates() * h, 32);
     let pu = [16, 32, 48, 64].into_iter().find(|pu| d * ((h + pu - 1) / pu) <= i64::from(target.sm_count))?;
     let (pn, nb) = (pu, (h + pu - 1) / pu);
-    let smem = pn * (gk + 8) * elem + (wk * bp * pn + b * pu * per_unit_floats(a.cell_mode) + b) * 4;
-    (smem <= smem_limit(target)).then_some(Shape { pu, pn, nb, wm, wk, smem })
+    let (nbb, bp) = batch_groups(b, d * nb, target, i64::MAX);
+    let (wm, wk) = warp_split(bp);
+    let smem = pn * (gk + 8) * elem + (wk * bp * pn + bp * pu * per_unit_floats(a.cell_mode) + b) * 4;
+    (smem <= smem_limit(target)).then_some(Shape { pu, pn, nb, nbb, bp, wm, wk, smem })
 }
 
 impl Gen<'_> {
@@ -60,7 +62,7 @@ impl Gen<'_> {
         let (t, b, d, h, g) = (a.max_seq_length, a.batch, a.dirs(), a.hidden_size, a.cell_mode.gates());
         let rows = t * b;
         let gh = g * h;
-        let (bp, gk, dgp) = (round_up(b, 16), round_up(gh, 32), round_up(d * gh, 8));
+        let (xb, gk, dgp) = (sh.nbb * sh.bp, round_up(gh, 32), round_up(d * gh, 8));
         let layers = a.num_layers;
         let kp_max = (0..layers).map(|l| round_up(a.layer_input(l), 8)).max().unwrap_or(8);
         let bytes = |n: i64| usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1);
@@ -71,14 +73,14 @@ impl Gen<'_> {
             bytes(d * gh * kp_max * elem),
             bytes(rows * dgp * elem),
             bytes(rows * a.out_size().max(a.input_size) * 4),
-            bytes(layers * d * 2 * bp * gk * elem),
+            bytes(layers * d * 2 * xb * gk * elem),
             bytes(layers * d * 4),
         ];
         let mut launches = vec![self.meta_launch(a)];
         if self.port("seq_lengths").is_some() {
             launches.extend(self.fill_launch(a, "dx", a.padding_fill));
         }
-        launches.push(self.pr_zero_launch(a, (s_gb, layers * d * 2 * bp * gk * elem / 4), s_bar));
+        launches.push(self.pr_zero_launch(a, (s_gb, layers * d * 2 * xb * gk * elem / 4), s_bar));
         let entry = self.entry("rnn_bwd_load");
         let sig = self.sig(&[("meta", s_meta, false), ("dseq", s_dseq, true)], &[("dy", false)]);
         let src = self.source(a, &entry, &sig, None, &[], include_str!("bwd_load.cuh"));
@@ -100,10 +102,10 @@ impl Gen<'_> {
             }
             let clip = a.cell_clip.map_or((0.0, 0.0), |c| (c.lower, c.upper));
             sig.f32("clip_lower", clip.0).f32("clip_upper", clip.1);
-            let mut extra = mma_defines(&sh, gk, bp, io);
-            extra.extend([("DGP", format!("{dgp}LL")), ("LAYER_HB", format!("{}LL", l * d * 2 * bp * gk)), ("LAYER_BAR", (l * d).to_string())]);
+            let mut extra = mma_defines(&sh, gk, io);
+            extra.extend([("DGP", format!("{dgp}LL")), ("LAYER_HB", format!("{}LL", l * d * 2 * xb * gk)), ("LAYER_BAR", (l * d).to_string())]);
             let src = self.source(a, &entry, &sig, Some(l), &extra, &[PERSIST_COMMON, include_str!("persist_bwd.cuh")].concat());
-            launches.push(Launch::new(src, &entry, Grid::Exact(sh.nb as u32, d as u32, 1), THREADS, sig.into_args()).with_shared(sh.smem as u32));
+            launches.push(Launch::new(src, &entry, Grid::Exact(sh.nb as u32, d as u32, sh.nbb as u32), THREADS, sig.into_args()).with_shared(sh.smem as u32));
 
             // The layer input's gradient: dgx x W, W copied as [D * G * H][K'].
             launches.push(self.pr_wcopy_launch(a, l, io, s_w));
@@ -151,12 +153,19 @@ mod tests {
     #[test]
     fn blocks_take_16_units_and_fill_the_sms_at_most_once() {
         let t = Target::new("sm_90a", 132);
-        // LSTM 1024: 64 blocks of 16 units, R's 4096 rows of them in 128 KiB.
+        // LSTM 1024: 64 blocks of 16 units, R's 4096 rows of them in 128 KiB; the batch of 64 in
+        // two halves, 128 blocks.
         let a = RnnDesc::new(RnnMode::Lstm, 1024, 1024, 256, 64).training();
         let s = bwd_shape(&a, &t, 2).unwrap();
-        assert_eq!((s.pu, s.pn, s.nb, s.wm, s.wk), (16, 16, 64, 4, 4));
-        // Both directions: 128 blocks.
-        assert_eq!(bwd_shape(&a.clone().bidirectional(), &t, 2).unwrap().nb, 64);
+        assert_eq!((s.pu, s.pn, s.nb, s.nbb, s.bp, s.wm, s.wk), (16, 16, 64, 2, 32, 2, 8));
+        // Both directions: 128 blocks along the units, the batch whole.
+        let s = bwd_shape(&a.clone().bidirectional(), &t, 2).unwrap();
+        assert_eq!((s.nb, s.nbb, s.bp), (64, 1, 64));
+        // A batch of 17 in two groups of 16 and 1; of 8, one group.
+        assert_eq!(batch_groups(17, 64, &t, i64::MAX), (2, 16));
+        assert_eq!(batch_groups(8, 16, &t, i64::MAX), (1, 16));
+        assert_eq!(batch_groups(64, 16, &t, i64::MAX), (4, 16));
+        assert_eq!(batch_groups(40, 40, &t, i64::MAX), (3, 16));
         // A hidden size of 4096 in both directions needs 2 x 256 blocks of 16 units, or 2 x 128 of
         // 32, or 2 x 86 of 48, or 2 x 64 of 64 units: each too much shared memory.
         assert!(bwd_shape(&RnnDesc::new(RnnMode::Gru, 8, 4096, 8, 8).bidirectional().training(), &t, 2).is_none());
