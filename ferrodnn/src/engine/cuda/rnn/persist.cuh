@@ -25,6 +25,10 @@
 //   FP            the row stride of the layer's output sequence buffer (not LAST)
 //   LAYER_HB, LAYER_BAR  the layer's exchange buffers and counters in `hb_all` and `bar_all`
 
+// The reserve's records of a (step, sample, unit): the activation; LSTM's gates and cell; GRU's
+// gates and R_n h + bR_n.
+#define PR_NREC (RNN_MODE == 2 ? 5 : (RNN_MODE == 3 ? 4 : 1))
+
 extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
     extern __shared__ __align__(16) unsigned char pr_smem[];
@@ -92,6 +96,19 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
         hs[i] = h0;
         cs[i] = c0;
     }
+#if TRAINING && HAS_LEN
+    // Steps past a sample's length: zero records in the reserve, as the backward reads them.
+    for (int b = b0; b < b0 + nbl; ++b) {
+        const int len = rnn_len(meta, b);
+        for (int e = tid; e < (RNN_T - len) * PU; e += PR_THREADS) {
+            const int t = len + e / PU, j = blk * PU + e % PU;
+            if (j >= RNN_H) continue;
+            const i64 r = (i64)t * RNN_B + b, rec_at = RES_STATES + (r * RNN_D + d) * RNN_SW;
+            for (int q = 0; q < PR_NREC; ++q) ST_RES(reserve, AT1(treserve, rec_at + q * RNN_H + j), 0.0);
+            ST_RES(reserve, AT1(treserve, RES_OUT + r * RNN_F + d * RNN_P + j), 0.0);
+        }
+    }
+#endif
     pr_arrive(counter);
 
     for (int i = 0; i < steps; ++i) {
@@ -192,8 +209,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
 #if TRAINING
             const float* rec_s = gs + (size_t)e * (RNN_G + 1);
             const i64 rec_at = RES_STATES + (r * RNN_D + d) * RNN_SW;
-            const int nrec = RNN_MODE == 2 ? 5 : (RNN_MODE == 3 ? 4 : 1);
-            for (int q = 0; q < nrec; ++q) ST_RES(reserve, AT1(treserve, rec_at + q * RNN_H + j), (double)rec_s[q]);
+            for (int q = 0; q < PR_NREC; ++q) ST_RES(reserve, AT1(treserve, rec_at + q * RNN_H + j), (double)rec_s[q]);
             ST_RES(reserve, AT1(treserve, RES_OUT + r * RNN_F + d * RNN_P + j), (double)hv);
 #endif
         }

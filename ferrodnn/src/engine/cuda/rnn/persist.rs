@@ -296,9 +296,7 @@ impl Gen<'_> {
         if self.port("seq_lengths").is_some() {
             launches.extend(self.fill_launch(a, "y", a.padding_fill));
         }
-        if a.training {
-            launches.extend(self.fill_launch(a, "reserve", 0.0));
-        }
+        // (The recurrence zeroes the reserve's records past each sample's length.)
         launches.push(self.pr_zero_launch(a, (s_hb, layers * d * 2 * xb * pp * elem / 4), s_bar));
         let seq_t = ctype::c_type(io);
         // The kernels for an `x` whose rows break 16-byte alignment, when layer 0's GEMM has

@@ -20,7 +20,7 @@ use super::Gen;
 use crate::engine::cuda::kernel::{ctype, Grid, Launch, NodeKernels, Target, Unaligned};
 use crate::engine::cuda::Options;
 use crate::error::Result;
-use crate::graph::ops::rnn::{RnnDesc, RnnMode};
+use crate::graph::ops::rnn::{RnnDesc, RnnLayout, RnnMode};
 
 /// Floats a block keeps per (sample, unit) besides the products: the prefetched reserve values
 /// and gradient from above (persist_bwd.cuh's PB_NPRE, at most 7), the step's gate gradients (4),
@@ -77,7 +77,9 @@ impl Gen<'_> {
             bytes(layers * d * 4),
         ];
         let mut launches = vec![self.meta_launch(a)];
-        if self.port("seq_lengths").is_some() {
+        // A packed dx's padding rows (past the lengths' sum); the last kernel fills the padding of
+        // the other layouts.
+        if self.port("seq_lengths").is_some() && a.layout == RnnLayout::SeqMajorPacked {
             launches.extend(self.fill_launch(a, "dx", a.padding_fill));
         }
         launches.push(self.pr_zero_launch(a, (s_gb, layers * d * 2 * xb * gk * elem / 4), s_bar));
@@ -122,7 +124,7 @@ impl Gen<'_> {
         }
         let entry = self.entry("rnn_pb_dx");
         let mut sig = self.sig(&[("meta", s_meta, false)], &[("dx", true)]);
-        sig.scratch("float", "dseq", s_dseq, false);
+        sig.scratch("float", "dseq", s_dseq, false).f64("pad", a.padding_fill);
         let src = self.source(a, &entry, &sig, Some(0), &[], include_str!("persist_dx.cuh"));
         launches.push(Launch::elementwise(src, &entry, (rows * a.input_size) as u64, sig.into_args()));
         Ok(Some((NodeKernels { launches, scratch }, None)))
