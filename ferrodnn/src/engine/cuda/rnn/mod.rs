@@ -10,7 +10,11 @@
 //! tensor, the state gradients through the recurrent matrices' transposes), then the input
 //! gradient of every step at once (`bwd_proj.cuh`). Backward weights: every matrix of a layer in
 //! one GEMM launch (`wgrad.cuh`), its biases in another (`wgrad_bias.cuh`), added to `dw_in`'s
-//! copy.
+//! copy. For f16 and bf16 sequences (sm_80+, no LSTM projection, no dropout between layers) the
+//! backward weights run instead on the tensor cores (`persist_wgrad.rs`): per layer, the gate
+//! gradients and the GEMM's other operand converted into scratch, one GEMM on the GEMM engine
+//! for every matrix of both directions, and one pass adding it and the biases' column sums into
+//! `dw`.
 //!
 //! Products accumulate in f32 (f64 when the node computes in f64, and in the generic fallback's
 //! plan, which runs these kernels with double accumulators). The GEMMs are a tiled SIMT kernel
@@ -23,6 +27,7 @@
 //! non-increasing); the CPU engines refuse other values with an error.
 
 mod persist;
+mod persist_wgrad;
 
 use super::kernel::{ctype, entry_name, Grid, Launch, NodeKernels, Signature, Source, Target, Unit};
 use super::Options;
@@ -64,6 +69,12 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
         let g = Gen { graph, node, ni, double };
         if let Some((kernels, unaligned)) = g.fast_forward(a, target, options)? {
             return Ok(Some(Unit { nodes: vec![ni], kernels, writes, unaligned }));
+        }
+    }
+    if let Op::RnnBackwardWeights(a) = &node.op {
+        let g = Gen { graph, node, ni, double };
+        if let Some(kernels) = g.fast_wgrad(a, target, options)? {
+            return Ok(Some(Unit { nodes: vec![ni], kernels, writes, unaligned: None }));
         }
     }
     let kernels = kernels(graph, ni, double)?;
