@@ -12,7 +12,7 @@
 //                    dg_d the columns from d * GWP and xin_d the WG_N = PPD + KP columns from
 //                    d * PPD: [h_prev_0 | input] for direction 0, [input | h_prev_1] for 1;
 //   part [CHUNKS, D * GWP] (f32): each dg column summed over CH rows a chunk (from dgates as
-//                    stored, before the rounding to SEQ_T), for the biases.
+//                    stored, before the rounding to SEQ_T; at most 64 chunks), for the biases.
 //
 // The instantiation defines WG_KERNEL, SEQ_T, GWP, PPD, KP, IN_LD, WG_N, CH, CHUNKS, WG_BIAS,
 // and for WG_KERNEL 2 WG_PL (elements of one pseudo-layer), LAYER_OFF (the layer's first
@@ -22,28 +22,38 @@
 #define WG_R ((i64)RNN_T * RNN_B)
 
 #if WG_KERNEL == 0
-// One thread per column of dg, one block row per chunk of CH rows: the conversion and the
-// chunk's column sum. Consecutive threads read consecutive entries of a dgates record and
-// write consecutive columns of dg.
+// A block per 32 columns of dg and chunk of CH rows: lane l of warp y converts column l's rows
+// y, y + 8, ... of the chunk (a warp reads 32 consecutive entries of a dgates record and writes
+// 32 consecutive columns of dg), then the block sums each column's 8 partials in warp order.
 extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
+    __shared__ float red[8][33];
     const int cols = RNN_D * GWP;
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
+    const int lane = threadIdx.x & 31, y = threadIdx.x >> 5;
+    const int c = blockIdx.x * 32 + lane;
     const int d = c / GWP, w = c % GWP;
     const i64 r0 = (i64)blockIdx.y * CH;
     const i64 r1 = r0 + CH < WG_R ? r0 + CH : WG_R;
     float acc = 0.f;
+    if (c < cols) {
 #pragma unroll 4
-    for (i64 r = r0; r < r1; ++r) {
-        const int t = (int)(r / RNN_B), b = (int)(r % RNN_B);
-        float v = 0.f;
-        if (w < RNN_GW && t < rnn_len(meta, b)) v = (float)LD_DG(dgates, AT1(tdgates, (((i64)RNN_L * WG_R + r) * RNN_D + d) * RNN_GW + w));
-        dg[r * cols + c] = (SEQ_T)v;
-        acc += v;
+        for (i64 r = r0 + y; r < r1; r += 8) {
+            const int t = (int)(r / RNN_B), b = (int)(r % RNN_B);
+            float v = 0.f;
+            if (w < RNN_GW && t < rnn_len(meta, b)) v = (float)LD_DG(dgates, AT1(tdgates, (((i64)RNN_L * WG_R + r) * RNN_D + d) * RNN_GW + w));
+            dg[r * cols + c] = (SEQ_T)v;
+            acc += v;
+        }
     }
 #if WG_BIAS
-    part[(i64)blockIdx.y * cols + c] = acc;
+    red[y][lane] = acc;
+    __syncthreads();
+    if (y == 0 && c < cols) {
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s += red[k][lane];
+        part[(i64)blockIdx.y * cols + c] = s;
+    }
 #endif
 }
 
@@ -117,6 +127,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
             const i64 w = (rec && RNN_MODE == 3 && j >= 2 * RNN_H) ? RNN_H + j : j;
             float s = 0.f;
 #if WG_BIAS
+#pragma unroll 8
             for (int ch = 0; ch < CHUNKS; ++ch) s += part[(i64)ch * RNN_D * GWP + (i64)d * GWP + w];
 #endif
             g = s;

@@ -39,13 +39,14 @@ use crate::graph::ops::rnn::{RnnDesc, RnnMode};
 
 const TEMPLATE: &str = include_str!("persist_wgrad.cuh");
 
-/// Threads per block of the dgates conversion (one column each).
+/// Threads per block of the dgates conversion: 8 warps over 32 columns.
 const DG_THREADS: u32 = 256;
 
-/// Rows of a bias partial-sum chunk: 32, more where that would give more than 65535 chunks
-/// (the grid's y limit).
+/// Rows of a bias partial-sum chunk (a block of the dgates conversion): 32 or more, a multiple
+/// of 8 (the block's warps), for at most 64 chunks, which each bias element of the output
+/// kernel adds up.
 fn chunk_rows(rows: i64) -> i64 {
-    32.max((rows + 65534) / 65535)
+    round_up(32.max((rows + 63) / 64), 8)
 }
 
 impl Gen<'_> {
@@ -115,7 +116,7 @@ impl Gen<'_> {
             let mut sig = self.sig(&[("meta", s_meta, false)], &[("dgates", false)]);
             sig.scratch(seq_t, "dg", s_dg, true).scratch("float", "part", s_part, true);
             let src = self.source(a, &entry, &sig, Some(l), &with(0), TEMPLATE);
-            let grid = Grid::Exact(((d * gwp + DG_THREADS as i64 - 1) / DG_THREADS as i64) as u32, chunks as u32, 1);
+            let grid = Grid::Exact(((d * gwp + 31) / 32) as u32, chunks as u32, 1);
             launches.push(Launch::new(src, &entry, grid, DG_THREADS, sig.into_args()));
 
             let entry = self.entry(&format!("rnn_wg_in_l{l}"));
@@ -274,9 +275,12 @@ mod tests {
     }
 
     #[test]
-    fn chunks_stay_within_the_grid() {
+    fn bias_chunks_are_few_and_whole_warps() {
         assert_eq!(chunk_rows(35), 32);
-        let rows = i32::MAX as i64;
-        assert!((rows + chunk_rows(rows) - 1) / chunk_rows(rows) <= 65535);
+        assert_eq!(chunk_rows(256 * 64), 256);
+        for rows in [1, 7, 2049, 1 << 20, i32::MAX as i64] {
+            let ch = chunk_rows(rows);
+            assert!(ch % 8 == 0 && (rows + ch - 1) / ch <= 64, "{rows}: {ch}");
+        }
     }
 }
