@@ -2,29 +2,29 @@
 // per layer, WG_KERNEL 0 and 1 make the two operands of one tensor-core GEMM (the GEMM engine's
 // launches), WG_KERNEL 2 adds its f32 result and the biases into dw. With R = T * B rows
 // (r = t * B + b, as dgates and the reserve order them) and direction d:
-//   dg [R, D * GWP]  (SEQ_T): dgates of layer RNN_L, entry w of direction d at column
-//                    d * GWP + w (the whole record: GRU's 4H, the recurrent n gate's gradient
-//                    last), 0 past a sample's length and in the padding w >= RNN_GW;
-//   xin [R, IN_LD]   (SEQ_T): columns [0, PPD) h_prev of direction 0, [PPD, PPD + KP) the
-//                    layer's input, then (bidirectional) [PPD + KP, IN_LD) h_prev of
-//                    direction 1; 0 past a sample's length and in the padding;
-//   GEMM, batch d:   cm[d] [RNN_GW, WG_N] (f32) = dg_d^T [RNN_GW, R] x xin_d [R, WG_N], with
-//                    dg_d the columns from d * GWP and xin_d the WG_N = PPD + KP columns from
-//                    d * PPD: [h_prev_0 | input] for direction 0, [input | h_prev_1] for 1;
-//   part [CHUNKS, D * GWP] (f32): each dg column summed over CH rows a chunk (from dgates as
-//                    stored, before the rounding to SEQ_T; at most 64 chunks), for the biases.
+//   dg [D, R, GWP]   (SEQ_T): dgates of layer RNN_L, entry w of direction d (the whole record:
+//                    GRU's 4H, the recurrent n gate's gradient last), 0 past a sample's length
+//                    and in the padding w >= RNN_GW;
+//   xin [D, R, WG_N] (SEQ_T): columns [0, KP) the layer's input, [KP, KP + PPD) h_prev of
+//                    direction d; 0 past a sample's length and in the padding;
+//   GEMM, batch d:   cm[d] [RNN_GW, WG_N] (f32) = dg[d]^T [RNN_GW, R] x xin[d] [R, WG_N]: its
+//                    columns [0, KP) are dW's rows, [KP, WG_N) dR's;
+//   part [CHUNKS, D * GWP] (f32): column d * GWP + w of dg summed over CH rows a chunk (from
+//                    dgates as stored, before the rounding to SEQ_T; at most 64 chunks), for the
+//                    biases.
 //
-// The instantiation defines WG_KERNEL, SEQ_T, GWP, PPD, KP, IN_LD, WG_N, CH, CHUNKS, WG_BIAS,
-// and for WG_KERNEL 2 WG_PL (elements of one pseudo-layer), LAYER_OFF (the layer's first
-// element in the weight space) and HAS_BW (input biases present); with common.cuh's sizes,
-// the layer's RNN_L, RNN_IN, LAYER0, RES_OUT, RES_OUT_PREV, the ports' loads and stores.
+// The instantiation defines WG_KERNEL, SEQ_T, GWP, KP, WG_N (= KP + PPD), CH, CHUNKS,
+// WG_BIAS, and for WG_KERNEL 2 WG_PL (elements of one pseudo-layer), LAYER_OFF (the layer's
+// first element in the weight space) and HAS_BW (input biases present); with common.cuh's
+// sizes, the layer's RNN_L, RNN_IN, LAYER0, RES_OUT, RES_OUT_PREV, the ports' loads and stores.
 
 #define WG_R ((i64)RNN_T * RNN_B)
 
 #if WG_KERNEL == 0
-// A block per 32 columns of dg and chunk of CH rows: lane l of warp y converts column l's rows
-// y, y + 8, ... of the chunk (a warp reads 32 consecutive entries of a dgates record and writes
-// 32 consecutive columns of dg), then the block sums each column's 8 partials in warp order.
+// A block per 32 columns (d, w) of dgates and chunk of CH rows: lane l of warp y converts
+// column l's rows y, y + 8, ... of the chunk (a warp reads 32 consecutive entries of a dgates
+// record and writes them consecutively to dg), then the block sums each column's 8 partials in
+// warp order.
 extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
     __shared__ float red[8][33];
@@ -41,7 +41,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
             const int t = (int)(r / RNN_B), b = (int)(r % RNN_B);
             float v = 0.f;
             if (w < RNN_GW && t < rnn_len(meta, b)) v = (float)LD_DG(dgates, AT1(tdgates, (((i64)RNN_L * WG_R + r) * RNN_D + d) * RNN_GW + w));
-            dg[r * cols + c] = (SEQ_T)v;
+            dg[((i64)d * WG_R + r) * GWP + w] = (SEQ_T)v;
             acc += v;
         }
     }
@@ -61,35 +61,32 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
 // One thread per element of `xin`.
 extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
-    GRID_STRIDE(i, WG_R * IN_LD) {
-        const i64 r = i / IN_LD;
-        const int c = (int)(i % IN_LD);
+    GRID_STRIDE(i, (i64)RNN_D * WG_R * WG_N) {
+        const int d = (int)(i / (WG_R * WG_N));
+        const i64 r = (i / WG_N) % WG_R;
+        const int c = (int)(i % WG_N);
         const int t = (int)(r / RNN_B), b = (int)(r % RNN_B);
         const int len = rnn_len(meta, b);
         float v = 0.f;
         if (t < len) {
-            if (c >= PPD && c < PPD + KP) {
-                const int k = c - PPD;
-                if (k < RNN_IN) {
+            if (c < KP) {
+                if (c < RNN_IN) {
 #if LAYER0
-                    v = (float)LD_X(x, rnn_seq_off(tx, t, b, rnn_row(meta, t, b), k));
+                    v = (float)LD_X(x, rnn_seq_off(tx, t, b, rnn_row(meta, t, b), c));
 #else
-                    v = (float)LD_RES(reserve, AT1(treserve, RES_OUT_PREV + r * RNN_F + k));
+                    v = (float)LD_RES(reserve, AT1(treserve, RES_OUT_PREV + r * RNN_F + c));
 #endif
                 }
-            } else {
+            } else if (c - KP < RNN_P) {
                 // h_prev: the direction's previous step's output (in its own order), or hx.
-                const int d = c < PPD ? 0 : 1;
-                const int n = c < PPD ? c : c - PPD - KP;
-                if (n < RNN_P) {
-                    const int tp = rnn_prev_step(d, t, len);
-                    if (tp >= 0) {
-                        v = (float)LD_RES(reserve, AT1(treserve, RES_OUT + ((i64)tp * RNN_B + b) * RNN_F + (i64)d * RNN_P + n));
-                    } else {
+                const int n = c - KP;
+                const int tp = rnn_prev_step(d, t, len);
+                if (tp >= 0) {
+                    v = (float)LD_RES(reserve, AT1(treserve, RES_OUT + ((i64)tp * RNN_B + b) * RNN_F + (i64)d * RNN_P + n));
+                } else {
 #if HAS_HX
-                        v = (float)LD_HX(hx, rnn_state_off(thx, RNN_L * RNN_D + d, b, n));
+                    v = (float)LD_HX(hx, rnn_state_off(thx, RNN_L * RNN_D + d, b, n));
 #endif
-                    }
                 }
             }
         }
@@ -109,16 +106,14 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         const int d = (int)(i / WG_PL);
         const i64 e = i % WG_PL;
         const float* cd = cm + (i64)d * RNN_GW * WG_N;
-        // Where direction d's input and h_prev columns start in its batch of the GEMM.
-        const int xcol = d == 0 ? PPD : 0, hcol = d == 0 ? 0 : KP;
         float g;
         if (e < (i64)RNN_GH * RNN_IN) {
-            g = cd[(e / RNN_IN) * WG_N + xcol + e % RNN_IN];
+            g = cd[(e / RNN_IN) * WG_N + e % RNN_IN];
         } else if (e < (i64)RNN_GH * (RNN_IN + RNN_P)) {
             const i64 e2 = e - (i64)RNN_GH * RNN_IN;
             i64 m = e2 / RNN_P;
             if (RNN_MODE == 3 && m >= 2 * RNN_H) m += RNN_H;
-            g = cd[m * WG_N + hcol + e2 % RNN_P];
+            g = cd[m * WG_N + KP + e2 % RNN_P];
         } else {
             i64 j = e - (i64)RNN_GH * (RNN_IN + RNN_P);
             bool rec = true;

@@ -11,19 +11,18 @@
 //! Per layer `l`, with `R = T * B` rows (`r = t * B + b`, the order of `dgates` and the
 //! reserve), `K` its input size, `P = H` the state and `GW` the dgates record (`G * H`, GRU
 //! `4H`), sizes padded to 8 elements (`GWP`, `KP`, `PPD`), as `persist_wgrad.cuh` says:
-//! 1. `rnn_wg_dg_l{l}`: `dg [R, D * GWP]`, the layer's dgates in the data type, rows past a
+//! 1. `rnn_wg_dg_l{l}`: `dg [D, R, GWP]`, the layer's dgates in the data type, rows past a
 //!    sample's length zero; and each column's sum over chunks of rows (from dgates as stored)
 //!    into `part`, for the biases.
-//! 2. `rnn_wg_in_l{l}`: `xin [R, PPD + KP (+ PPD)]` = `[h_prev of direction 0 | the layer's input
-//!    | h_prev of direction 1]` in the data type (the input: `x` at layer 0, else the layer
-//!    below's output from the reserve; `h_prev`: the direction's previous step's output for each
-//!    sample's own order, or `hx`, or 0), rows past a sample's length zero.
-//! 3. The GEMM, batch `d`: `cm[d] [GW, PPD + KP] (f32) = dg_d^T x xin_d`, `dg_d` read
-//!    column-major from `dg`'s columns `d * GWP ..`, `xin_d` the `PPD + KP` columns from
-//!    `d * PPD`: `[h_prev_0 | input]` for direction 0, `[input | h_prev_1]` for direction 1,
-//!    so that the input is stored once. One product gives `dW` and `dR` of every gate (GRU: its
-//!    `4H` rows make `W`'s from the first three gates' entries and `R`'s with the recurrent n
-//!    gate's, a third more work than two products, in one launch).
+//! 2. `rnn_wg_in_l{l}`: `xin [D, R, KP + PPD]` = `[the layer's input | h_prev]` of each direction
+//!    in the data type (the input: `x` at layer 0, else the layer below's output from the
+//!    reserve; `h_prev`: the direction's previous step's output for each sample's own order, or
+//!    `hx`, or 0), rows past a sample's length zero.
+//! 3. The GEMM, a batch of one per direction: `cm[d] [GW, KP + PPD] (f32) = dg[d]^T x xin[d]`
+//!    (`dg[d]` read column-major), every operand a plain batched matrix. One product gives `dW`
+//!    and `dR` of every gate (GRU: its `4H` rows make `W`'s from the first three gates' entries
+//!    and `R`'s with the recurrent n gate's, a third more work than two products, in one
+//!    launch).
 //! 4. `rnn_wg_out_l{l}`: the layer's part of `dw` = `dw_in` (0 without) + `cm`'s matrices + the
 //!    biases (the chunk sums added in chunk order: deterministic, no atomics), one thread per
 //!    element (so `dw_in` and `dw` may alias); every element of the weight space is written by
@@ -68,7 +67,6 @@ impl Gen<'_> {
         let gw = a.dgates_states();
         let (gwp, ppd) = (round_up(gw, 8), round_up(p, 8));
         let kp_max = (0..a.num_layers).map(|l| round_up(a.layer_input(l), 8)).max().unwrap_or(8);
-        let in_ld_max = kp_max + d * ppd;
         let ch = chunk_rows(rows);
         let chunks = (rows + ch - 1) / ch;
         let bias = !matches!(a.bias_mode, crate::graph::ops::rnn::RnnBiasMode::NoBias);
@@ -76,7 +74,7 @@ impl Gen<'_> {
         let bytes = |n: Option<i64>| n.and_then(|n| usize::try_from(n).ok()).map(|n| n.max(1));
         let sizes = [
             rows.checked_mul(d * gwp).and_then(|n| n.checked_mul(elem)),
-            rows.checked_mul(in_ld_max).and_then(|n| n.checked_mul(elem)),
+            rows.checked_mul(d * (kp_max + ppd)).and_then(|n| n.checked_mul(elem)),
             Some(d * gw * (kp_max + ppd) * 4),
             chunks.checked_mul(d * gwp * 4),
         ];
@@ -90,14 +88,12 @@ impl Gen<'_> {
         for l in 0..a.num_layers {
             let k = a.layer_input(l);
             let kp = round_up(k, 8);
-            let (in_ld, n) = (kp + d * ppd, kp + ppd);
+            let n = kp + ppd;
             let Some((layer_off, pl, has_bw)) = layer_layout(a, l) else { return Ok(None) };
             let common = [
                 ("SEQ_T", seq_t.to_string()),
                 ("GWP", gwp.to_string()),
-                ("PPD", ppd.to_string()),
                 ("KP", kp.to_string()),
-                ("IN_LD", format!("{in_ld}LL")),
                 ("WG_N", format!("{n}LL")),
                 ("CH", format!("{ch}LL")),
                 ("CHUNKS", chunks.to_string()),
@@ -127,9 +123,9 @@ impl Gen<'_> {
             let mut sig = self.sig(&[("meta", s_meta, false)], &ports);
             sig.scratch(seq_t, "xin", s_in, true);
             let src = self.source(a, &entry, &sig, Some(l), &with(1), TEMPLATE);
-            launches.push(Launch::elementwise(src, &entry, (rows * in_ld) as u64, sig.into_args()));
+            launches.push(Launch::elementwise(src, &entry, (d * rows * n) as u64, sig.into_args()));
 
-            let [a_view, b_view] = gemm_views(d, gw, gwp, rows, (n, in_ld, ppd));
+            let [a_view, b_view] = gemm_views(d, gw, gwp, rows, n);
             let base = scratch.len();
             let homes = [Home::Scratch(s_dg), Home::Scratch(s_in), Home::Scratch(s_c)];
             // Every operand is a scratch buffer (aligned): the GEMM's unaligned alternative is
@@ -156,14 +152,13 @@ impl Gen<'_> {
 }
 
 /// The layer's GEMM operands `(dims, strides)` in elements, for `cm [D, GW, N] = dg^T x xin` a
-/// batch of one per direction (no batch dim when unidirectional): A = `dg_d^T [GW, R]`,
-/// column-major from `dg`'s column `d * GWP`; B = `xin_d [R, N]`, row-major from `xin`'s column
-/// `d * PPD` (rows `in_ld` apart).
-fn gemm_views(d: i64, gw: i64, gwp: i64, rows: i64, (n, in_ld, ppd): (i64, i64, i64)) -> [(Vec<i64>, Vec<i64>); 2] {
+/// batch of one per direction (no batch dim when unidirectional): A = `dg[d]^T [GW, R]`,
+/// column-major (`dg [D, R, GWP]`); B = `xin[d] [R, N]`, row-major (`xin [D, R, N]`).
+fn gemm_views(d: i64, gw: i64, gwp: i64, rows: i64, n: i64) -> [(Vec<i64>, Vec<i64>); 2] {
     if d == 1 {
-        [(vec![gw, rows], vec![1, gwp]), (vec![rows, n], vec![in_ld, 1])]
+        [(vec![gw, rows], vec![1, gwp]), (vec![rows, n], vec![n, 1])]
     } else {
-        [(vec![d, gw, rows], vec![gwp, 1, d * gwp]), (vec![d, rows, n], vec![ppd, in_ld, 1])]
+        [(vec![d, gw, rows], vec![rows * gwp, 1, gwp]), (vec![d, rows, n], vec![rows * n, n, 1])]
     }
 }
 
