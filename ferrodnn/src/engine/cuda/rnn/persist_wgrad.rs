@@ -34,7 +34,7 @@ use crate::dtype::DataType;
 use crate::engine::cuda::kernel::{ctype, Grid, Launch, NodeKernels, Target};
 use crate::engine::cuda::Options;
 use crate::error::Result;
-use crate::graph::ops::rnn::{RnnDesc, RnnMode};
+use crate::graph::ops::rnn::{RnnBiasMode, RnnDesc, RnnMode};
 
 const TEMPLATE: &str = include_str!("persist_wgrad.cuh");
 
@@ -69,13 +69,13 @@ impl Gen<'_> {
         let kp_max = (0..a.num_layers).map(|l| round_up(a.layer_input(l), 8)).max().unwrap_or(8);
         let ch = chunk_rows(rows);
         let chunks = (rows + ch - 1) / ch;
-        let bias = !matches!(a.bias_mode, crate::graph::ops::rnn::RnnBiasMode::NoBias);
+        let bias = a.bias_mode != RnnBiasMode::NoBias;
         let elem = io.size() as i64;
         let bytes = |n: Option<i64>| n.and_then(|n| usize::try_from(n).ok()).map(|n| n.max(1));
         let sizes = [
             rows.checked_mul(d * gwp).and_then(|n| n.checked_mul(elem)),
             rows.checked_mul(d * (kp_max + ppd)).and_then(|n| n.checked_mul(elem)),
-            Some(d * gw * (kp_max + ppd) * 4),
+            (d * gw).checked_mul((kp_max + ppd) * 4),
             chunks.checked_mul(d * gwp * 4),
         ];
         let Some(sizes) = sizes.into_iter().map(bytes).collect::<Option<Vec<usize>>>() else { return Ok(None) };
@@ -197,7 +197,7 @@ fn layer_layout(a: &RnnDesc, l: i64) -> Option<(i64, i64, bool)> {
 mod tests {
     use super::*;
     use crate::engine::cuda::planner;
-    use crate::graph::ops::rnn::{RnnBiasMode, RnnLayout};
+    use crate::graph::ops::rnn::RnnLayout;
     use crate::{Graph, TensorDesc};
 
     /// A graph of the backward weights alone: x, the reserve and dgates (f32) as inputs, with
