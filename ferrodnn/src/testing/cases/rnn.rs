@@ -4,7 +4,9 @@
 //! input 70, hidden 40, batch 7, T 20 past the GEMM kernels' tiles).
 //! Training cases chain the forward (y, hy, cy and the reserve), backward data (dx, dhx, dcx,
 //! the gate gradients) and backward weights (dw, some onto dw_in), so the backward passes read a
-//! reserve the forward wrote; inference cases check the forward alone. Weights are the random
+//! reserve the forward wrote; inference cases check the forward alone. The `wgrad_fast` cases
+//! (f16, bf16: the tensor-core weight gradient) also run the backward weights alone on random
+//! reserves and gate gradients. Weights are the random
 //! inputs scaled by 1/sqrt(hidden), as PyTorch initializes them.
 
 use super::Case;
@@ -84,11 +86,11 @@ struct Inputs {
     len: Option<TensorId>,
 }
 
-fn inputs(g: &mut Graph, s: &Spec) -> (Inputs, RnnInputs) {
+/// The input sequence `x` (with a gap after each vector when `strided_x`).
+fn x_tensor(g: &mut Graph, s: &Spec) -> TensorId {
     let a = &s.desc;
-    let dt = s.dt;
     let xd = a.seq_dims(a.input_size);
-    let mut xt = TensorDesc::new("x", &xd, dt);
+    let mut xt = TensorDesc::new("x", &xd, s.dt);
     if s.strided_x {
         // Each vector padded to input_size + 3 elements.
         let mut strides = vec![0i64; xd.len()];
@@ -99,7 +101,13 @@ fn inputs(g: &mut Graph, s: &Spec) -> (Inputs, RnnInputs) {
         }
         xt = xt.with_strides(&strides);
     }
-    let x = g.tensor(xt);
+    g.tensor(xt)
+}
+
+fn inputs(g: &mut Graph, s: &Spec) -> (Inputs, RnnInputs) {
+    let a = &s.desc;
+    let dt = s.dt;
+    let x = x_tensor(g, s);
     let raw = g.tensor(TensorDesc::new("w_raw", &[a.weight_space_elements()], dt));
     let k = g.tensor(TensorDesc::scalar("w_scale", 1.0 / (a.hidden_size as f64).sqrt(), DataType::F32));
     let w = g.mul(raw, k);
@@ -237,6 +245,75 @@ pub fn cases() -> Vec<Case> {
     s.dt = DataType::F64;
     v.push(training(&s));
     v.extend(persistent_cases());
+    v.extend(wgrad_fast_cases());
+    v
+}
+
+/// The backward weights alone, on random `reserve` and `dgates` (of type `scratch`; random past
+/// each sample's length too, which it must skip) and optional `hx`, lengths and `dw_in`, with
+/// `dw` of type `dw` (None: `dw_in`'s, else the data's).
+fn wgrad_alone(s: &Spec, scratch: DataType, dw: Option<DataType>) -> Case {
+    let a = &s.desc;
+    let mut g = Graph::new(format!("rnn_{}", s.name)).io_data_type(s.dt);
+    let x = x_tensor(&mut g, s);
+    let reserve = g.tensor(TensorDesc::new("reserve", &[a.reserve_elements()], scratch));
+    let dgates = g.tensor(TensorDesc::new("dgates", &[a.dgates_elements()], scratch));
+    let hx = s.states.then(|| g.tensor(TensorDesc::new("hx", &[a.pseudo_layers(), a.batch, a.proj()], s.dt)));
+    let len = lengths(&mut g, s);
+    let dw_in = s.accumulate.then(|| g.tensor(TensorDesc::new("dw_in", &[a.weight_space_elements()], dw.unwrap_or(s.dt))));
+    let out = g.rnn_backward_weights(x, reserve, dgates, hx, len, dw_in, a.clone());
+    if let Some(dt) = dw {
+        g.desc_mut(out).data_type = Some(dt);
+    }
+    g.set_output(out);
+    Case::new(g.name.clone(), g)
+}
+
+/// f16 and bf16 weight gradients, which the tensor-core path takes (rnn/persist_wgrad.rs): LSTM,
+/// GRU, tanh and relu; one and two layers, both directions; every layout with variable lengths;
+/// hx given and absent; dw_in given; reserve and dgates in f32 and in 16 bits, dw of another type
+/// than the data; every bias mode; odd sizes (input 13, hidden 40, batch 5, T 7) and a larger
+/// problem (hidden 256, batch 32, T 33). Mostly the backward weights alone on random inputs,
+/// then two training chains (the forward's reserve and the backward data's dgates).
+fn wgrad_fast_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let odd = |m: RnnMode| RnnDesc::new(m, 13, 40, 7, 5).training();
+    let with = |name: &str, desc: RnnDesc, dt: DataType, lens: Lens, states: bool, accumulate: bool| {
+        let mut s = spec(name, desc);
+        s.dt = dt;
+        s.lens = lens;
+        s.states = states;
+        s.accumulate = accumulate;
+        s
+    };
+    let (f16, bf16, f32) = (DataType::F16, DataType::Bf16, DataType::F32);
+    let s = with("wgrad_fast_lstm_bi_2l_f16", odd(RnnMode::Lstm).layers(2).bidirectional(), f16, Lens::Random, true, false);
+    v.push(wgrad_alone(&s, f32, None));
+    let s = with("wgrad_fast_gru_bi_2l_packed_nohx_bf16", odd(RnnMode::Gru).layers(2).bidirectional().with_layout(RnnLayout::SeqMajorPacked), bf16, Lens::Decreasing, false, false);
+    v.push(wgrad_alone(&s, f32, None));
+    let s = with("wgrad_fast_tanh_2l_batch_major_accumulate_f16", odd(RnnMode::Tanh).layers(2).with_layout(RnnLayout::BatchMajorUnpacked), f16, Lens::Random, true, true);
+    v.push(wgrad_alone(&s, f32, None));
+    let s = with("wgrad_fast_lstm_f16_scratch_f32_dw_accumulate", odd(RnnMode::Lstm), f16, Lens::Full, true, true);
+    v.push(wgrad_alone(&s, f16, Some(f32)));
+    let s = with("wgrad_fast_gru_recbias_bi_bf16_scratch", odd(RnnMode::Gru).with_bias(RnnBiasMode::SingleRec).bidirectional(), bf16, Lens::Random, true, false);
+    v.push(wgrad_alone(&s, bf16, Some(f32)));
+    let mut s = with("wgrad_fast_lstm_inpbias_strided_x_bf16", odd(RnnMode::Lstm).with_bias(RnnBiasMode::SingleInp).layers(2), bf16, Lens::Random, false, true);
+    s.strided_x = true;
+    v.push(wgrad_alone(&s, f32, None));
+    let s = with(
+        "wgrad_fast_relu_nobias_bi_batch_major_f16",
+        odd(RnnMode::Relu).with_bias(RnnBiasMode::NoBias).bidirectional().with_layout(RnnLayout::BatchMajorUnpacked),
+        f16,
+        Lens::Random,
+        false,
+        false,
+    );
+    v.push(wgrad_alone(&s, f32, None));
+    let s = with("wgrad_fast_lstm_bi_2l_h256_f16", RnnDesc::new(RnnMode::Lstm, 64, 256, 33, 32).layers(2).bidirectional().training(), f16, Lens::Random, true, true);
+    v.push(wgrad_alone(&s, f32, None));
+    // Training chains: forward, backward data, backward weights (onto dw_in for the LSTM).
+    v.push(training(&with("wgrad_fast_lstm_bi_2l_train_f16", odd(RnnMode::Lstm).layers(2).bidirectional(), f16, Lens::Random, true, true)));
+    v.push(training(&with("wgrad_fast_gru_bi_packed_train_bf16", odd(RnnMode::Gru).bidirectional().with_layout(RnnLayout::SeqMajorPacked), bf16, Lens::Decreasing, false, false)));
     v
 }
 

@@ -10,7 +10,11 @@
 //! tensor, the state gradients through the recurrent matrices' transposes), then the input
 //! gradient of every step at once (`bwd_proj.cuh`). Backward weights: every matrix of a layer in
 //! one GEMM launch (`wgrad.cuh`), its biases in another (`wgrad_bias.cuh`), added to `dw_in`'s
-//! copy.
+//! copy. For f16 and bf16 sequences (sm_80+, no LSTM projection, no dropout between layers) the
+//! backward weights run instead on the tensor cores (`persist_wgrad.rs`): per layer, the gate
+//! gradients and the GEMM's other operand converted into scratch, one GEMM on the GEMM engine
+//! for every matrix of both directions, and one pass adding it and the biases' column sums into
+//! `dw`.
 //!
 //! Products accumulate in f32 (f64 when the node computes in f64, and in the generic fallback's
 //! plan, which runs these kernels with double accumulators). The GEMMs are a tiled SIMT kernel
@@ -24,6 +28,7 @@
 
 mod persist;
 mod persist_bwd;
+mod persist_wgrad;
 
 use super::kernel::{ctype, entry_name, Grid, Launch, NodeKernels, Signature, Source, Target, Unit};
 use super::Options;
@@ -65,6 +70,7 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
     let fast = match &node.op {
         Op::Rnn(a) => g.fast_forward(a, target, options)?,
         Op::RnnBackwardData(a) => g.fast_backward_data(a, target, options)?,
+        Op::RnnBackwardWeights(a) => g.fast_wgrad(a, target, options)?.map(|k| (k, None)),
         _ => None,
     };
     if let Some((kernels, unaligned)) = fast {

@@ -157,11 +157,33 @@ pub(super) fn gemm_launches(
     target: &Target,
     options: &Options,
 ) -> Result<Option<(NodeKernels, Option<NodeKernels>)>> {
+    gemm_view_launches(io, (&[m, k], &[a_rs, a_cs]), (&[k, n], &[b_rs, b_cs]), homes, base, target, options)
+}
+
+/// [`gemm_launches`] for any strided operands: `C = A x B` with A and B in `io`, each given as
+/// `(dims, strides)` in elements (batch dims first, as a matmul takes them), and C in f32,
+/// contiguous, of the matmul's dims (the weight gradient, `persist_wgrad.rs`, multiplies a
+/// column-major A by a row-major B, a batch of one per direction).
+pub(super) fn gemm_view_launches(
+    io: DataType,
+    (a_dims, a_strides): (&[i64], &[i64]),
+    (b_dims, b_strides): (&[i64], &[i64]),
+    homes: [Home; 3],
+    base: usize,
+    target: &Target,
+    options: &Options,
+) -> Result<Option<(NodeKernels, Option<NodeKernels>)>> {
+    let r = a_dims.len();
+    if r < 2 || b_dims.len() != r {
+        return Ok(None);
+    }
+    let mut c_dims = a_dims[..r - 1].to_vec();
+    c_dims.push(b_dims[r - 1]);
     let mut v = Graph::new("rnn_projection").io_data_type(io).compute_data_type(DataType::F32);
-    let a = v.tensor(TensorDesc::new("in", &[m, k], io).with_strides(&[a_rs, a_cs]));
-    let w = v.tensor(TensorDesc::new("w", &[k, n], io).with_strides(&[b_rs, b_cs]));
+    let a = v.tensor(TensorDesc::new("in", a_dims, io).with_strides(a_strides));
+    let w = v.tensor(TensorDesc::new("w", b_dims, io).with_strides(b_strides));
     let c = v.matmul(a, w);
-    *v.desc_mut(c) = TensorDesc::new("gx", &[m, n], DataType::F32);
+    *v.desc_mut(c) = TensorDesc::new("gx", &c_dims, DataType::F32);
     v.set_output(c);
     if v.validate().is_err() {
         return Ok(None);
