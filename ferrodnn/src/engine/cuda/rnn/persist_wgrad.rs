@@ -28,7 +28,7 @@
 //!    element (so `dw_in` and `dw` may alias); every element of the weight space is written by
 //!    its layer's launch, so no initializing pass.
 
-use super::persist::{gemm_view_launches, round_up, Home};
+use super::persist::{gemm_view_launches, round_up, share_scratch, Home};
 use super::Gen;
 use crate::dtype::DataType;
 use crate::engine::cuda::kernel::{ctype, Grid, Launch, NodeKernels, Target};
@@ -133,12 +133,7 @@ impl Gen<'_> {
             let Some((gk, _)) = gemm_view_launches(io, (&a_view.0, &a_view.1), (&b_view.0, &b_view.1), homes, base, target, options)? else {
                 return Ok(None);
             };
-            for (i, &bytes) in gk.scratch.iter().enumerate() {
-                match scratch.get_mut(base + i) {
-                    Some(s) => *s = (*s).max(bytes),
-                    None => scratch.push(bytes),
-                }
-            }
+            share_scratch(&mut scratch, base, &gk.scratch);
             launches.extend(gk.launches);
 
             let entry = self.entry(&format!("rnn_wg_out_l{l}"));
