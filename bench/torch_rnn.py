@@ -22,7 +22,16 @@ ROWS = [
     ("lstm_fp16_s512_b8_h1024", "lstm", 512, 8, 1024, 1024, 1, False, torch.float16),
     ("gru_fp16_s256_b64_h1024", "gru", 256, 64, 1024, 1024, 1, False, torch.float16),
     ("lstm_fp16_s128_b32_h512_l2_bidir", "lstm", 128, 32, 512, 512, 2, True, torch.float16),
+    # A packed batch of unequal lengths (256 down to 130, sorted, as pack_padded_sequence needs).
+    ("lstm_fp16_s256_b64_h1024_packed", "lstm", 256, 64, 1024, 1024, 1, False, torch.float16),
 ]
+
+
+def lengths_of(rid, seq, b):
+    """Each sample's length: all `seq`, or for a packed row `seq - 2 i` (at least 1)."""
+    if rid.endswith("_packed"):
+        return [max(seq - 2 * i, 1) for i in range(b)]
+    return [seq] * b
 
 
 def time_fn(fn, iters, rounds=3):
@@ -62,15 +71,18 @@ def torch_module(mode, n_in, hsz, layers, bidir, dtype):
     return cls(n_in, hsz, num_layers=layers, bidirectional=bidir).to("cuda", dtype)
 
 
-def ours(handle, m, mode, seq, b, n_in, hsz, layers, bidir, dtype, train):
+def ours(handle, m, mode, seq, b, n_in, hsz, layers, bidir, dtype, train, lens_list):
     dirs = 2 if bidir else 1
-    desc = rnn.rnn_desc(mode, n_in, hsz, seq, b, num_layers=layers, bidirectional=bidir, training=train)
+    packed = min(lens_list) < seq
+    layout = "seq_major_packed" if packed else "seq_major_unpacked"
+    desc = rnn.rnn_desc(mode, n_in, hsz, seq, b, num_layers=layers, bidirectional=bidir, training=train, layout=layout)
     params = {k: v.detach().float().cpu().numpy() for k, v in m.named_parameters()}
     w = torch.from_numpy(rnn.pack_torch_params(desc, params)).to("cuda", dtype)
-    x = torch.randn(seq, b, n_in, device="cuda", dtype=dtype)
+    seq_shape = lambda f: (seq * b, f) if packed else (seq, b, f)  # noqa: E731 - the layout's dims
+    x = torch.randn(*seq_shape(n_in), device="cuda", dtype=dtype)
     h0 = torch.randn(layers * dirs, b, hsz, device="cuda", dtype=dtype)
     c0 = torch.randn(layers * dirs, b, hsz, device="cuda", dtype=dtype)
-    lens = torch.full((b,), seq, dtype=torch.int32, device="cuda")
+    lens = torch.tensor(lens_list, dtype=torch.int32, device="cuda")
     graph = cudnn.pygraph(handle=handle)
     X, W, H0, L = (graph.tensor_like(v) for v in (x, w, h0, lens))
     C0 = graph.tensor_like(c0) if mode == "lstm" else None
@@ -80,7 +92,7 @@ def ours(handle, m, mode, seq, b, n_in, hsz, layers, bidir, dtype, train):
     if C0 is not None:
         pack[C0] = c0
     if train:
-        dy = torch.randn(seq, b, hsz * dirs, device="cuda", dtype=dtype)
+        dy = torch.randn(*seq_shape(hsz * dirs), device="cuda", dtype=dtype)
         DY = graph.tensor_like(dy)
         pack[DY] = dy
         dx, dhx, dcx, dgates = graph.rnn_backward_data(DY, W, reserve, desc, hx=H0, cx=C0, seq_lengths=L)
@@ -115,19 +127,28 @@ def main():
             name = rid + ("_fwdbwd" if train else "_fwd")
             try:
                 t0 = time.time()
-                fn, graph = ours(handle, m, mode, seq, b, n_in, hsz, layers, bidir, dtype, train)
+                lens_list = lengths_of(rid, seq, b)
+                fn, graph = ours(handle, m, mode, seq, b, n_in, hsz, layers, bidir, dtype, train, lens_list)
                 build_s = time.time() - t0
                 iters = 3 if train else 5
                 ours_ms = time_fn(fn, iters)
                 x = torch.randn(seq, b, n_in, device="cuda", dtype=dtype, requires_grad=train)
+                pack = torch.nn.utils.rnn.pack_padded_sequence
+
+                def run_torch():
+                    if min(lens_list) < seq:
+                        out, _ = m(pack(x, torch.tensor(lens_list), enforce_sorted=True))
+                        return out.data
+                    return m(x)[0]
+
                 if train:
                     def tfn():
-                        out, _ = m(x)
+                        out = run_torch()
                         out.backward(torch.ones_like(out))
                 else:
                     def tfn():
                         with torch.no_grad():
-                            m(x)
+                            run_torch()
                 torch_ms = time_fn(tfn, iters)
                 row = dict(id=name, ours_ms=ours_ms, torch_ms=torch_ms, ratio=torch_ms / ours_ms, build_s=build_s)
                 if args.profile:

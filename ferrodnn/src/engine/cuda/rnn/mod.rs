@@ -1,25 +1,30 @@
 //! The RNN ops on the GPU (`rnn`, `rnn_backward_data`, `rnn_backward_weights`), every mode the
-//! graph layer allows: the standard algorithm, layer by layer.
+//! graph layer allows.
 //!
-//! Forward, per layer: the input projection of every step at once (`fwd_proj.cuh`, a GEMM over
-//! the `T * B` rows into the scratch `gx`), then the recurrence (`fwd_recur.cuh`: one block per
-//! sample and direction walks the sample's own steps, each step the recurrent product, the gates
-//! and cell fused, the projection), then `fwd_finish.cuh` (dropout into the next layer's input,
-//! or the last layer's output into `y`). Backward data, from the top layer down: the backward
-//! recurrence (`bwd_recur.cuh`, the gates' gradients into the scratch `dgs` and the `dgates`
-//! tensor, the state gradients through the recurrent matrices' transposes), then the input
-//! gradient of every step at once (`bwd_proj.cuh`). Backward weights: every matrix of a layer in
-//! one GEMM launch (`wgrad.cuh`), its biases in another (`wgrad_bias.cuh`), added to `dw_in`'s
-//! copy. For f16 and bf16 sequences (sm_80+, no LSTM projection, no dropout between layers) the
-//! backward weights run instead on the tensor cores (`persist_wgrad.rs`): per layer, the gate
-//! gradients and the GEMM's other operand converted into scratch, one GEMM on the GEMM engine
-//! for every matrix of both directions, and one pass adding it and the biases' column sums into
-//! `dw`.
+//! The fast kernels take f16 and bf16 sequences on sm_80 or newer without an LSTM projection or
+//! dropout between layers in training, each op where its blocks fit:
+//! - forward (`persist.rs`): per layer the input projection as one GEMM on the GEMM engine, then
+//!   the recurrence as one persistent kernel (`persist.cuh`);
+//! - backward data (`persist_bwd.rs`): per layer, from the top down, the backward recurrence as
+//!   one persistent kernel (`persist_bwd.cuh`), then the input gradient as one GEMM;
+//! - backward weights (`persist_wgrad.rs`): per layer the gate gradients and the GEMM's other
+//!   operand converted into scratch, one GEMM on the GEMM engine for every matrix of both
+//!   directions, and one pass adding it and the biases' column sums into `dw`.
 //!
-//! Products accumulate in f32 (f64 when the node computes in f64, and in the generic fallback's
-//! plan, which runs these kernels with double accumulators). The GEMMs are a tiled SIMT kernel
+//! Everything else runs the standard algorithm, layer by layer (this file). Forward: the input
+//! projection of every step at once (`fwd_proj.cuh`, a GEMM over the `T * B` rows into the
+//! scratch `gx`), then the recurrence (`fwd_recur.cuh`: one block per sample and direction walks
+//! the sample's own steps, each step the recurrent product, the gates and cell fused, the
+//! projection), then `fwd_finish.cuh` (dropout into the next layer's input, or the last layer's
+//! output into `y`). Backward data, from the top layer down: the backward recurrence
+//! (`bwd_recur.cuh`, the gates' gradients into the scratch `dgs` and the `dgates` tensor, the
+//! state gradients through the recurrent matrices' transposes), then the input gradient of every
+//! step at once (`bwd_proj.cuh`). Backward weights: every matrix of a layer in one GEMM launch
+//! (`wgrad.cuh`), its biases in another (`wgrad_bias.cuh`), added to `dw_in`'s copy. Products
+//! accumulate in f32 (f64 when the node computes in f64, and in the generic fallback's plan,
+//! which runs these kernels with double accumulators); the GEMMs are a tiled SIMT kernel
 //! (`gemm_tile.cuh`) whose operands each kernel reads through its own macros (layouts, lengths,
-//! dropout factors); tensor cores and the persistent recurrence are the next steps.
+//! dropout factors).
 //!
 //! Sizes, weight-space and reserve offsets are compiled in (`#define`s); the padding fill, the
 //! clip bounds and the dropout probability are kernel arguments. Sequence lengths are read on
