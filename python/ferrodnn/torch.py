@@ -361,11 +361,11 @@ class _FerroRnnMixin:
             raise ValueError(f"{name}: input must have input_size = {self.input_size} features, got shape {tuple(x.shape)}")
         if t_len == 0 or batch == 0:
             raise ValueError(f"{name}: input must have at least one step and one sample, got shape {tuple(x.shape)}")
+        if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            raise ValueError(f"{name}: input must be float16, bfloat16, float32 or float64, got {x.dtype}")
         params = list(self.parameters())
         if params and (params[0].dtype != x.dtype or params[0].device != x.device):
             raise ValueError(f"{name}: input is {x.dtype} on {x.device} but the parameters are {params[0].dtype} on {params[0].device} (move the module or the input)")
-        if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-            raise ValueError(f"{name}: input must be float16, bfloat16, float32 or float64, got {x.dtype}")
 
         dirs = 2 if self.bidirectional else 1
         out = self.proj_size or self.hidden_size
