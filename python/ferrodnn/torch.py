@@ -299,6 +299,10 @@ class _FerroRnnMixin:
 
         if grad:
             return cat()
+        if any(p.is_inference() for p, _, _ in params):
+            # Inference tensors (a module made under torch.inference_mode) have no versions.
+            with torch.no_grad():
+                return cat()
         key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p, _, _ in params)
         cached = self.__dict__.get("_fd_weights")
         if cached is not None and cached[0] == key:

@@ -236,8 +236,23 @@ def test_module_behaviour():
     torch.testing.assert_close(m(x)[0], y, msg=lambda s: f"output after a call of another shape: {s}")
 
 
-def test_lazy_import():
+def test_inference_mode():
+    torch.manual_seed(12)
+    with torch.inference_mode():
+        ref, ours = make("tanh", 2, True)
+        x = torch.randn(T_LEN, BATCH, N_IN)
+        for _ in range(2):
+            torch.testing.assert_close(ours(x)[0], ref(x)[0], rtol=2e-5, atol=2e-5, msg=lambda m: f"RNN under inference_mode: {m}")
+
+
+def test_lazy_import_and_docstring_example():
     assert ferrodnn.torch is ftorch
+    import re
+
+    (block,) = re.findall(r"```python\n(.*?)```", ftorch.__doc__, flags=re.S)
+    scope = {}
+    exec(compile(block, "ferrodnn/torch.py docstring", "exec"), scope)
+    assert scope["y"].shape == (9, 5, 26) and scope["x"].grad is not None, "the docstring example's results"
 
 
 def test_errors():
@@ -265,6 +280,8 @@ def test_errors():
         ftorch.RNN(N_IN, HID)(torch.randn(0, BATCH, N_IN))
     with pytest.raises(TypeError, match=r"GRU.from_torch: expected a torch.nn.GRU, got LSTM"):
         ftorch.GRU.from_torch(nn.LSTM(N_IN, HID))
+    with pytest.raises(ValueError, match=r"ferrodnn.torch: tensors on meta are not supported \(CPU and cuda:0 are\)"):
+        ftorch.GRU(N_IN, HID, device="meta")(torch.empty(T_LEN, BATCH, N_IN, device="meta"))
     with pytest.raises(ValueError, match=r"RNN: input must be float16, bfloat16, float32 or float64, got torch.int64"):
         ftorch.RNN(N_IN, HID, dtype=torch.float32)(torch.ones(T_LEN, BATCH, N_IN, dtype=torch.int64))
 
