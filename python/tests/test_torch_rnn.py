@@ -136,6 +136,27 @@ def test_without_bias_and_unbatched_input():
         torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5, msg=lambda m, what=what: f"unbatched bias=False LSTM {what}: {m}")
 
 
+def test_sorted_packed_sequence_and_strided_input():
+    """A PackedSequence with enforce_sorted=True (no permutation), and a non-contiguous input and
+    states (views with other strides), both with grad."""
+    torch.manual_seed(13)
+    ref, ours = make("lstm", 2, True)
+    base = torch.randn(BATCH, T_LEN, N_IN)
+    h_base, c_base = torch.randn(BATCH, 4, HID), torch.randn(BATCH, 4, HID)
+    results = []
+    for m in (ours, ref):
+        xb = base.clone().requires_grad_()
+        x = xb.transpose(0, 1)  # [T, B, input], not contiguous
+        hx = (h_base.transpose(0, 1), c_base.transpose(0, 1))
+        seq = pack_padded_sequence(x, torch.tensor([7, 6, 4, 2]))
+        y, (h, c) = m(seq, hx)
+        assert y.sorted_indices is None
+        (y.data.square().sum() + h.sum() + 2 * c.sum()).backward()
+        results.append((y.data.detach(), h.detach(), c.detach(), xb.grad) + tuple(p.grad for p in m.parameters()))
+    for i, (a, b) in enumerate(zip(*results)):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5, msg=lambda m, i=i: f"sorted packed LSTM with strided input, result {i} (y, h_n, c_n, x.grad, then parameters' grads): {m}")
+
+
 def test_inference_path_and_weight_cache():
     """Without grad the inference forward runs on a packed weight space cached by the
     parameters' versions: an in-place update (an optimizer step) must be seen by the next call."""
