@@ -343,7 +343,8 @@ def test_against_torch_on_cuda(mode, layers, bidirectional, batch_first, proj, p
     with torch.no_grad():
         for p in ref64.parameters():
             p.copy_(p.to(dtype).double())
-    ours = type(make(mode)[1]).from_torch(ref64).to("cuda", dtype)
+    cls = {"lstm": ftorch.LSTM, "gru": ftorch.GRU}.get(mode, ftorch.RNN)
+    ours = cls.from_torch(ref64).to("cuda", dtype)
     case = Case(mode, layers, bidirectional, batch_first, proj, packed, with_hx, dtype=dtype, device="cuda")
     got = case.run(ours)
     torch.cuda.synchronize()
@@ -355,7 +356,7 @@ def test_against_torch_on_cuda(mode, layers, bidirectional, batch_first, proj, p
     assert_same(case, got, want, rtol, atol)
     if dtype == torch.float16:
         ref16 = copy.deepcopy(ref64).to("cuda", dtype)
-        y, h, c, grads = ref_case_cuda = case.run(ref16)  # noqa: F841
+        y, h, c, grads = case.run(ref16)
         gy, gh, gc, ggrads = got
         pairs = [("output", gy, y), ("h_n", gh, h)] + ([("c_n", gc, c)] if c is not None else [])
         pairs += [(f"grad of {k}", ggrads[k], grads[k]) for k in grads]
