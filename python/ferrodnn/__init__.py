@@ -301,3 +301,13 @@ def graph_cache(key_fn, maxsize=256):
 
 from .wrapper import Graph  # noqa: E402  (it builds on pygraph, defined above)
 from . import rnn  # noqa: E402,F401  (its functions build pygraphs)
+
+
+def __getattr__(name):
+    # `ferrodnn.torch` (the PyTorch modules) is imported on first use, so that the package
+    # works without PyTorch installed.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
