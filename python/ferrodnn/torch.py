@@ -113,6 +113,15 @@ def _compute(dtype):
     return _fd.data_type.DOUBLE if dtype == torch.float64 else None
 
 
+def _build(graph, outs):
+    """Marks `outs` as the graph's outputs, validates and builds it: their (dims, torch dtype)."""
+    for o in outs:
+        o.set_output(True)
+    graph.validate()
+    graph.build([_fd.heur_mode.A])
+    return [(o.get_dim(), _torch_dtype(o.get_data_type())) for o in outs]
+
+
 class _Plan:
     """One built forward graph and, for training, its backward graphs (built on first use)."""
 
@@ -122,6 +131,14 @@ class _Plan:
         self.lstm = desc["cell_mode"] == "lstm"
         self.fwd = None
         self.bwd = {}
+
+    def _run(self, graph, pack, outs, shapes):
+        """Executes `graph` on `pack` with fresh output buffers: an iterator over them, in `outs`'s
+        order."""
+        bufs = [torch.empty(dims, dtype=dt, device=self.device) for dims, dt in shapes]
+        pack.update(zip(outs, bufs))
+        graph.execute(pack, _workspace(graph, self.device))
+        return iter(bufs)
 
     def forward(self, x, w, hx, cx, lengths, seed):
         """Runs the forward: -> (y, hy, cy or None, reserve or None)."""
@@ -137,12 +154,7 @@ class _Plan:
                 S, O = graph.tensor_like(seed[0:1]), graph.tensor_like(seed[1:2])
             y, hy, cy, reserve = graph.rnn(X, W, self.desc, hx=H, cx=C, seq_lengths=L, seed=S, offset=O, compute_data_type=_compute(self.dtype))
             outs = [o for o in (y, hy, cy, reserve) if o is not None]
-            for o in outs:
-                o.set_output(True)
-            graph.validate()
-            graph.build([_fd.heur_mode.A])
-            shapes = [(o.get_dim(), _torch_dtype(o.get_data_type())) for o in outs]
-            self.fwd = (graph, (X, W, H, C, L, S, O), outs, shapes, (cy is not None, reserve is not None))
+            self.fwd = (graph, (X, W, H, C, L, S, O), outs, _build(graph, outs), (cy is not None, reserve is not None))
         graph, (X, W, H, C, L, S, O), outs, shapes, (has_cy, has_reserve) = self.fwd
         pack = {X: x, W: w}
         for t, v in ((H, hx), (C, cx), (L, lengths)):
@@ -150,10 +162,7 @@ class _Plan:
                 pack[t] = v
         if S is not None:
             pack[S], pack[O] = seed[0:1], seed[1:2]
-        bufs = [torch.empty(dims, dtype=dt, device=self.device) for dims, dt in shapes]
-        pack.update(zip(outs, bufs))
-        graph.execute(pack, _workspace(graph, self.device))
-        it = iter(bufs)
+        it = self._run(graph, pack, outs, shapes)
         y, hy = next(it), next(it)
         cy = next(it) if has_cy else None
         reserve = next(it) if has_reserve else None
@@ -174,19 +183,11 @@ class _Plan:
             dx, dhx, dcx, dgates = graph.rnn_backward_data(DY, W, R, self.desc, hx=H, cx=C, dhy=DH, dcy=DC, seq_lengths=L, compute_data_type=ct)
             dw = graph.rnn_backward_weights(X, R, dgates, self.desc, hx=H, seq_lengths=L, compute_data_type=ct) if need_dw else None
             outs = [o for o in (dx, dhx, dcx, dw) if o is not None]
-            for o in outs:
-                o.set_output(True)
-            graph.validate()
-            graph.build([_fd.heur_mode.A])
-            shapes = [(o.get_dim(), _torch_dtype(o.get_data_type())) for o in outs]
-            entry = self.bwd[need_dw] = (graph, (X, W, R, DY, DH, H, C, L, DC), outs, shapes, dcx is not None)
+            entry = self.bwd[need_dw] = (graph, (X, W, R, DY, DH, H, C, L, DC), outs, _build(graph, outs), dcx is not None)
         graph, ins, outs, shapes, has_dcx = entry
         vals = (x, w, reserve, dy, dhy, hx, cx, lengths, dcy)
         pack = {t: v for t, v in zip(ins, vals) if t is not None}
-        bufs = [torch.empty(dims, dtype=dt, device=self.device) for dims, dt in shapes]
-        pack.update(zip(outs, bufs))
-        graph.execute(pack, _workspace(graph, self.device))
-        it = iter(bufs)
+        it = self._run(graph, pack, outs, shapes)
         dx, dhx = next(it), next(it)
         dcx = next(it) if has_dcx else None
         dw = next(it) if need_dw else None
