@@ -6,7 +6,7 @@
 // accumulators), adds the input projection `gx` (the layer's GEMM, launched before) and the
 // biases, runs the gates and the cell of its units (c and h stay in shared memory, in f32), and
 // writes its units' new h into the exchange buffer, the layer's output and the reserve; then the
-// direction's blocks meet at a grid barrier (a flag per block in `bar_all`) before the next step. The grid
+// direction's blocks meet at a grid barrier (a counter in `bar_all`) before the next step. The grid
 // (NB x NBB blocks per direction: block (j, d, z) takes samples [z * BP, (z + 1) * BP)) is at most
 // the SM count, so every block is resident.
 //
@@ -23,7 +23,7 @@
 //   SEQ_T         the exchange and sequence buffers' element type (__half or __nv_bfloat16)
 //   MMA_T         its mma type name ("f16" or "bf16")
 //   FP            the row stride of the layer's output sequence buffer (not LAST)
-//   LAYER_HB, LAYER_BAR  the layer's exchange buffers and barrier flags in `hb_all` and `bar_all`
+//   LAYER_HB, LAYER_BAR  the layer's exchange buffers and counters in `hb_all` and `bar_all`
 
 // The reserve's records of a (step, sample, unit): the activation; LSTM's gates and cell; GRU's
 // gates and R_n h + bR_n.
@@ -46,10 +46,9 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
     // The block's samples: b0 + e / PU for its (sample, unit) pairs e < nbu.
     const int b0 = blockIdx.z * BP, nbl = RNN_B - b0 < BP ? RNN_B - b0 : BP, nbu = nbl * PU;
     const int tid = threadIdx.x;
-    // The layer's and direction's two exchange buffers and barrier flags, and this block's flag.
+    // The layer's and direction's two exchange buffers and barrier counter.
     SEQ_T* hb0 = hb_all + LAYER_HB + (size_t)d * 2 * XB * PP;
-    int* flags = bar_all + LAYER_BAR + (size_t)d * NB * NBB * PR_FLAG_STRIDE;
-    const int me = blockIdx.z * NB + blockIdx.x;
+    int* counter = bar_all + LAYER_BAR + d;
 
     // The block's gate rows: row n = g * PU + u is R's row g * H + blk * PU + u (zero past H).
     for (int i = tid; i < PN * RS; i += PR_THREADS) {
@@ -110,7 +109,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
         }
     }
 #endif
-    pr_arrive(flags, me, 1);
+    pr_arrive(counter);
 
     for (int i = 0; i < steps; ++i) {
         // This step's input projection (independent of the other blocks): before the barrier.
@@ -128,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
             }
             gxs[e] = v;
         }
-        pr_wait(flags, NB * NBB, i + 1);
+        pr_wait(counter, (i + 1) * NB * NBB);
         // R h of the step before, for the block's samples.
         pr_products(hb0 + ((size_t)((i + 1) & 1) * XB + b0) * PP, rw, red);
         __syncthreads();
@@ -194,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
             hs[e] = hv;
             hn[(size_t)b * PP + j] = pr_seq(hv);
         }
-        pr_arrive(flags, me, i + 2);
+        pr_arrive(counter);
         // The step's outputs, while the other blocks finish it.
         for (int e = tid; e < nbu; e += PR_THREADS) {
             const int b = b0 + e / PU, u = e % PU, j = blk * PU + u;

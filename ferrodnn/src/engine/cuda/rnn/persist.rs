@@ -229,17 +229,6 @@ pub(super) fn gemm_view_launches(
     Ok(Some((primary, alt)))
 }
 
-/// The barrier flags of every layer and direction of a persistent kernel of shape `sh`: one a
-/// block, 8 ints apart (persist_common.cuh's PR_FLAG_STRIDE).
-pub(super) fn flag_ints(a: &RnnDesc, sh: &Shape) -> i64 {
-    a.num_layers * a.dirs() * sh.nb * sh.nbb * 8
-}
-
-/// Layer `l`'s first barrier flag (persist.cuh's and persist_bwd.cuh's LAYER_BAR).
-pub(super) fn layer_flags(a: &RnnDesc, sh: &Shape, l: i64) -> String {
-    (l * a.dirs() * sh.nb * sh.nbb * 8).to_string()
-}
-
 /// The defines of persist_common.cuh for block shape `sh` and the exchanged vector's padded
 /// length `pp`, and of the sequence type `io`.
 pub(super) fn mma_defines(sh: &Shape, pp: i64, io: DataType) -> Vec<(&'static str, String)> {
@@ -274,9 +263,9 @@ impl Gen<'_> {
     }
 
     /// The kernel that zeroes the exchange buffers (scratch `hb`, `words` 32-bit words) and resets
-    /// every layer's and direction's barrier flags (scratch `bar`, [`flag_ints`] of them).
-    pub(super) fn pr_zero_launch(&self, a: &RnnDesc, (hb, words): (usize, i64), bar: usize, sh: &Shape) -> Launch {
-        let counters = flag_ints(a, sh);
+    /// every layer's and direction's barrier counter (scratch `bar`).
+    pub(super) fn pr_zero_launch(&self, a: &RnnDesc, (hb, words): (usize, i64), bar: usize) -> Launch {
+        let counters = a.num_layers * a.dirs();
         let entry = self.entry("rnn_pr_zero");
         let mut sig = self.sig(&[], &[]);
         sig.scratch("unsigned", "hb", hb, true).scratch("int", "bar", bar, true);
@@ -312,7 +301,7 @@ impl Gen<'_> {
         let layers = a.num_layers;
         let kp_max = (0..layers).map(|l| round_up(a.layer_input(l), 8)).max().unwrap_or(8);
         let bytes = |n: i64| usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1);
-        // meta, W's copy, gx, two sequence buffers, the exchange buffers, the barrier flags.
+        // meta, W's copy, gx, two sequence buffers, the exchange buffers, the barrier counters.
         let (s_meta, s_w, s_gx, s_seq, s_hb, s_bar) = (0usize, 1usize, 2usize, [3usize, 4usize], 5usize, 6usize);
         let mut scratch = vec![
             self.meta_bytes(a),
@@ -321,14 +310,14 @@ impl Gen<'_> {
             bytes(if layers > 1 { t * b * fp * elem } else { 0 }),
             bytes(if layers > 2 { t * b * fp * elem } else { 0 }),
             bytes(layers * d * 2 * xb * pp * elem),
-            bytes(flag_ints(a, &sh) * 4),
+            bytes(layers * d * 4),
         ];
         let mut launches = vec![self.meta_launch(a)];
         if self.port("seq_lengths").is_some() {
             launches.extend(self.fill_launch(a, "y", a.padding_fill));
         }
         // (The recurrence zeroes the reserve's records past each sample's length.)
-        launches.push(self.pr_zero_launch(a, (s_hb, layers * d * 2 * xb * pp * elem / 4), s_bar, &sh));
+        launches.push(self.pr_zero_launch(a, (s_hb, layers * d * 2 * xb * pp * elem / 4), s_bar));
         let seq_t = ctype::c_type(io);
         // The kernels for an `x` whose rows break 16-byte alignment, when layer 0's GEMM has
         // other ones for it: the same list with those in its place.
@@ -376,7 +365,7 @@ impl Gen<'_> {
             }
             let mut sig = self.sig(&[("meta", s_meta, false)], &[]);
             sig.scratch("float", "gx", s_gx, false);
-            // Every layer's exchange buffers and barrier flags (the kernel offsets to its own).
+            // Every layer's exchange buffers and counters (the kernel offsets to its own).
             sig.scratch(seq_t, "hb_all", s_hb, true).scratch("int", "bar_all", s_bar, true);
             if !last {
                 sig.scratch(seq_t, "so", s_seq[(l % 2) as usize], true);
@@ -394,7 +383,7 @@ impl Gen<'_> {
                 ("GX_LD", format!("{n_all}LL")),
                 ("FP", format!("{fp}LL")),
                 ("LAYER_HB", format!("{}LL", l * d * 2 * xb * pp)),
-                ("LAYER_BAR", layer_flags(a, &sh, l)),
+                ("LAYER_BAR", (l * d).to_string()),
             ]);
             let src = self.source(a, &entry, &sig, Some(l), &extra, &[PERSIST_COMMON, include_str!("persist.cuh")].concat());
             let launch = Launch::new(src, &entry, Grid::Exact(sh.nb as u32, d as u32, sh.nbb as u32), THREADS, sig.into_args()).with_shared(sh.smem as u32);

@@ -7,8 +7,8 @@
 // cores (persist_common.cuh's product) into the gradient of its units' h, adds the gradient from
 // above (`dseq`: dy, or the layer above's input gradient), runs the cell's backward for its units
 // (LSTM's dc and GRU's z * dh stay in shared memory, in f32) and writes its units' gate gradients
-// into the exchange buffer; then the direction's blocks meet at a grid barrier (a flag per block
-// in `bar_all`). After the barrier's arrival, off the other blocks' path, it writes the gate
+// into the exchange buffer; then the direction's blocks meet at a grid barrier (a counter in
+// `bar_all`). After the barrier's arrival, off the other blocks' path, it writes the gate
 // gradients to the `dgates` tensor and the input-side ones, in the sequence type, to `dgx`
 // ([T * B][DGP], every direction's gates side by side: the A operand of the input gradient's
 // GEMM). Each sample's own steps run in its order; one more product after its last gives dhx.
@@ -25,7 +25,7 @@
 //   PU, NB, NBB   units per block, blocks along the units and along the batch per direction
 //   XB            the exchange buffer's rows (NBB * BP)
 //   DGP           the row stride of `dgx` (D * G * H rounded up to 8)
-//   LAYER_HB, LAYER_BAR  the layer's exchange buffers and barrier flags in `gb_all` and `bar_all`
+//   LAYER_HB, LAYER_BAR  the layer's exchange buffers and counters in `gb_all` and `bar_all`
 
 // Values the cell's backward reads of a (step, sample, unit), prefetched before the barrier.
 #if RNN_MODE == 2
@@ -55,8 +55,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
     const int b0 = blockIdx.z * BP, nbu = (RNN_B - b0 < BP ? RNN_B - b0 : BP) * PU;
     const int tid = threadIdx.x;
     SEQ_T* gb0 = gb_all + LAYER_HB + (size_t)d * 2 * XB * PP;
-    int* flags = bar_all + LAYER_BAR + (size_t)d * NB * NBB * PR_FLAG_STRIDE;
-    const int me = blockIdx.z * NB + blockIdx.x;
+    int* counter = bar_all + LAYER_BAR + d;
 
     // rw[u][q] = R[rw_col(q)][blk * PU + u]: the block's units' columns, zero past H and GH.
     for (int i = tid; i < PN * RS; i += PR_THREADS) {
@@ -143,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
             p[PB_NPRE - 1] = dseq[r * RNN_F + d * RNN_P + j];
         }
         if (i > 0) {
-            pr_wait(flags, NB * NBB, i);
+            pr_wait(counter, i * NB * NBB);
             // R^T dgr of the step after, for the block's samples.
             pr_products(gb0 + ((size_t)((i + 1) & 1) * XB + b0) * PP, rw, red);
         }
@@ -209,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
 #endif
         }
         if (i == steps) break;
-        pr_arrive(flags, me, i + 1);
+        pr_arrive(counter);
         // The step's gate gradients, while the other blocks finish it.
         for (int e = tid; e < nbu; e += PR_THREADS) {
             const int b = b0 + e / PU, j = blk * PU + e % PU;

@@ -15,7 +15,7 @@
 //! are rounded to the sequence type for the products (the recurrent one and the input GEMM), as
 //! the forward rounds the state; `dgates` keeps them in its own type.
 
-use super::persist::{batch_groups, flag_ints, gemm_launches, layer_flags, mma_defines, round_up, share_scratch, smem_limit, warp_split, Home, Shape, PERSIST_COMMON, THREADS};
+use super::persist::{batch_groups, gemm_launches, mma_defines, round_up, share_scratch, smem_limit, warp_split, Home, Shape, PERSIST_COMMON, THREADS};
 use super::Gen;
 use crate::engine::cuda::kernel::{ctype, Grid, Launch, NodeKernels, Target, Unaligned};
 use crate::engine::cuda::Options;
@@ -66,7 +66,7 @@ impl Gen<'_> {
         let layers = a.num_layers;
         let kp_max = (0..layers).map(|l| round_up(a.layer_input(l), 8)).max().unwrap_or(8);
         let bytes = |n: i64| usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1);
-        // meta, W's copy, dgx, dseq, the exchange buffers, the barrier flags.
+        // meta, W's copy, dgx, dseq, the exchange buffers, the barrier counters.
         let (s_meta, s_w, s_dgx, s_dseq, s_gb, s_bar) = (0usize, 1usize, 2usize, 3usize, 4usize, 5usize);
         let mut scratch = vec![
             self.meta_bytes(a),
@@ -74,7 +74,7 @@ impl Gen<'_> {
             bytes(rows * dgp * elem),
             bytes(rows * a.out_size().max(a.input_size) * 4),
             bytes(layers * d * 2 * xb * gk * elem),
-            bytes(flag_ints(a, &sh) * 4),
+            bytes(layers * d * 4),
         ];
         let mut launches = vec![self.meta_launch(a)];
         // A packed dx's padding rows (past the lengths' sum); the last kernel fills the padding of
@@ -82,7 +82,7 @@ impl Gen<'_> {
         if self.port("seq_lengths").is_some() && a.layout == RnnLayout::SeqMajorPacked {
             launches.extend(self.fill_launch(a, "dx", a.padding_fill));
         }
-        launches.push(self.pr_zero_launch(a, (s_gb, layers * d * 2 * xb * gk * elem / 4), s_bar, &sh));
+        launches.push(self.pr_zero_launch(a, (s_gb, layers * d * 2 * xb * gk * elem / 4), s_bar));
         let entry = self.entry("rnn_bwd_load");
         let sig = self.sig(&[("meta", s_meta, false), ("dseq", s_dseq, true)], &[("dy", false)]);
         let src = self.source(a, &entry, &sig, None, &[], include_str!("bwd_load.cuh"));
@@ -93,7 +93,7 @@ impl Gen<'_> {
             let mut sig = self.sig(&[("meta", s_meta, false)], &[]);
             sig.scratch("float", "dseq", s_dseq, false);
             sig.scratch(seq_t, "dgx", s_dgx, true);
-            // Every layer's exchange buffers and barrier flags (the kernel offsets to its own).
+            // Every layer's exchange buffers and counters (the kernel offsets to its own).
             sig.scratch(seq_t, "gb_all", s_gb, true).scratch("int", "bar_all", s_bar, true);
             for (port, write) in
                 [("weights", false), ("reserve", false), ("hx", false), ("cx", false), ("dhy", false), ("dcy", false), ("dhx", true), ("dcx", true), ("dgates", true)]
@@ -105,7 +105,7 @@ impl Gen<'_> {
             let clip = a.cell_clip.map_or((0.0, 0.0), |c| (c.lower, c.upper));
             sig.f32("clip_lower", clip.0).f32("clip_upper", clip.1);
             let mut extra = mma_defines(&sh, gk, io);
-            extra.extend([("DGP", format!("{dgp}LL")), ("LAYER_HB", format!("{}LL", l * d * 2 * xb * gk)), ("LAYER_BAR", layer_flags(a, &sh, l))]);
+            extra.extend([("DGP", format!("{dgp}LL")), ("LAYER_HB", format!("{}LL", l * d * 2 * xb * gk)), ("LAYER_BAR", (l * d).to_string())]);
             let src = self.source(a, &entry, &sig, Some(l), &extra, &[PERSIST_COMMON, include_str!("persist_bwd.cuh")].concat());
             launches.push(Launch::new(src, &entry, Grid::Exact(sh.nb as u32, d as u32, sh.nbb as u32), THREADS, sig.into_args()).with_shared(sh.smem as u32));
 

@@ -34,30 +34,19 @@ __device__ __forceinline__ int pr_ld_acquire(const int* p) {
     return v;
 }
 
-// A direction's blocks meet through a flag each, PR_FLAG_STRIDE ints apart (a 32-byte sector of
-// its own), holding how many times the block has arrived: an arrival is one store, and a waiting
-// block's threads poll one flag each, instead of every block adding to one counter.
-#define PR_FLAG_STRIDE 8
-
-__device__ __forceinline__ void pr_st_release(int* p, int v) {
-    asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-
-// The block's writes of this step made visible (the barrier, then thread 0's fence, cumulative
-// over what the block's threads wrote), then its flag `me` set to its arrival count `n`.
-__device__ __forceinline__ void pr_arrive(int* flags, int me, int n) {
+// The block's writes of this step made visible, then counted.
+__device__ __forceinline__ void pr_arrive(int* counter) {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
-        pr_st_release(flags + me * PR_FLAG_STRIDE, n);
+        atomicAdd(counter, 1);
     }
 }
 
-// Until each of the direction's `blocks` blocks (at most the block's threads) has arrived `n`
-// times.
-__device__ __forceinline__ void pr_wait(const int* flags, int blocks, int n) {
-    if ((int)threadIdx.x < blocks) {
-        while (pr_ld_acquire(flags + threadIdx.x * PR_FLAG_STRIDE) < n) {
+// Until every block of the direction has arrived `n` times.
+__device__ __forceinline__ void pr_wait(const int* counter, int n) {
+    if (threadIdx.x == 0) {
+        while (pr_ld_acquire(counter) < n) {
         }
     }
     __syncthreads();
