@@ -129,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
         }
         pr_wait(counter, (i + 1) * NB * NBB);
         // R h of the step before, for the block's samples.
-        pr_products(hb0 + ((size_t)((i + 1) & 1) * XB + b0) * PP, rw, red);
+        pr_products(hb0 + ((size_t)((i + 1) & 1) * XB + b0) * PP, nbl, rw, red);
         __syncthreads();
         SEQ_T* hn = hb0 + (size_t)(i & 1) * XB * PP;
         for (int e = tid; e < nbu; e += PR_THREADS) {

@@ -144,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
         if (i > 0) {
             pr_wait(counter, i * NB * NBB);
             // R^T dgr of the step after, for the block's samples.
-            pr_products(gb0 + ((size_t)((i + 1) & 1) * XB + b0) * PP, rw, red);
+            pr_products(gb0 + ((size_t)((i + 1) & 1) * XB + b0) * PP, nbu / PU, rw, red);
         }
         __syncthreads();
         SEQ_T* gn = gb0 + (size_t)(i & 1) * XB * PP;

@@ -69,17 +69,17 @@ __device__ __forceinline__ SEQ_T pr_seq(float v) {
 #endif
 }
 
-// red[wk][b][n] = sum over warp column wk's k of x[b][k] * rw[n][k], for every row b of the
-// exchange buffer `xp` ([BP][PP], read from L2) and every row n of `rw` ([PN][RS] in shared
+// red[wk][b][n] = sum over warp column wk's k of x[b][k] * rw[n][k], for the first `rows` rows b
+// of the exchange buffer `xp` ([BP][PP], read from L2) and every row n of `rw` ([PN][RS] in shared
 // memory, its columns in rw_col's order): the partial products the caller sums over wk.
 // Warp (wm, wk) takes m-tiles wm, wm + WM, ... over its k steps.
-__device__ __forceinline__ void pr_products(const SEQ_T* xp, const SEQ_T* rw, float* red) {
+__device__ __forceinline__ void pr_products(const SEQ_T* xp, int rows, const SEQ_T* rw, float* red) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wm = warp % WM, wk = warp / WM;
     const int g8 = lane >> 2, c4 = lane & 3;
     // ldmatrix rows: lanes 0-7 / 8-15 give n-tile 2jj's rows at k and k + 8, 16-31 tile 2jj + 1's.
     const int lrow = (lane & 7) + ((lane >> 4) << 3), lcol = ((lane >> 3) & 1) << 3;
-    for (int mt = wm; mt < BP / 16; mt += WM) {
+    for (int mt = wm; mt < (rows + 15) / 16; mt += WM) {
         float acc[PN / 8][4];
 #pragma unroll
         for (int q = 0; q < PN / 8; ++q) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
@@ -91,6 +91,8 @@ __device__ __forceinline__ void pr_products(const SEQ_T* xp, const SEQ_T* rw, fl
         // The exchange buffer is read through L2 (__ldcg): other blocks wrote it this launch, so
         // L1 may hold a stale copy.
         const SEQ_T* arow = xp + (size_t)(mt * 16 + g8) * PP + 8 * c4;
+        // Rows past the block's samples (zeros in the buffer) are not loaded.
+        const bool lo_ok = mt * 16 + g8 < rows, hi_ok = mt * 16 + g8 + 8 < rows;
         // Every A fragment of a round of PR_KC pairs is loaded before the products, so the
         // round's L2 latency is paid once.
         for (int s0 = 0; s0 < KPW; s0 += PR_KC) {
@@ -99,8 +101,8 @@ __device__ __forceinline__ void pr_products(const SEQ_T* xp, const SEQ_T* rw, fl
             for (int s = 0; s < PR_KC; ++s) {
                 const int k0 = (wk * KPW + s0 + s) * 32;
                 if (s0 + s < KPW && k0 < PP) {
-                    lo[s] = __ldcg((const uint4*)(arow + k0));
-                    hi[s] = __ldcg((const uint4*)(arow + 8 * PP + k0));
+                    lo[s] = lo_ok ? __ldcg((const uint4*)(arow + k0)) : make_uint4(0u, 0u, 0u, 0u);
+                    hi[s] = hi_ok ? __ldcg((const uint4*)(arow + 8 * PP + k0)) : make_uint4(0u, 0u, 0u, 0u);
                 }
             }
 #pragma unroll
