@@ -21,6 +21,7 @@ use crate::engine::cuda::kernel::{ctype, Arg, Grid, Launch, NodeKernels, Target,
 use crate::engine::cuda::Options;
 use crate::error::Result;
 use crate::graph::ops::rnn::{RnnDesc, RnnLayout};
+use crate::graph::ops::Op;
 use crate::graph::{Graph, TensorId};
 use crate::TensorDesc;
 
@@ -251,15 +252,18 @@ pub(super) fn mma_defines(sh: &Shape, pp: i64, io: DataType) -> Vec<(&'static st
 }
 
 impl Gen<'_> {
-    /// The sequence type when the fast kernels take the node (its data port `data` and the
-    /// weights in f16 or bf16, f32 compute, no LSTM projection, no dropout in training, sm_80 or
-    /// newer), else None.
+    /// The sequence type when the fast kernels take the node (its data port `data`, and the
+    /// weights where the op has them, in f16 or bf16; f32 compute; no LSTM projection; no dropout
+    /// masks between layers, which a training forward writes into the reserve and the backward
+    /// ops read; sm_80 or newer), else None.
     pub(super) fn fast_io(&self, a: &RnnDesc, target: &Target, data: &str) -> Option<DataType> {
-        if self.double || a.has_proj() || (a.training && a.has_dropout()) || target.cc() < 80 {
+        let masks = a.has_dropout() && a.num_layers > 1 && (a.training || !matches!(self.node.op, Op::Rnn(_)));
+        if self.double || a.has_proj() || masks || target.cc() < 80 {
             return None;
         }
         let io = self.graph.resolved_data_type(self.port(data)?)?;
-        (matches!(io, DataType::F16 | DataType::Bf16) && self.graph.resolved_data_type(self.port("weights")?) == Some(io)).then_some(io)
+        let weights = self.port("weights").is_none_or(|w| self.graph.resolved_data_type(w) == Some(io));
+        (matches!(io, DataType::F16 | DataType::Bf16) && weights).then_some(io)
     }
 
     /// The kernel that zeroes the exchange buffers (scratch `hb`, `words` 32-bit words) and resets

@@ -186,9 +186,11 @@ mod tests {
             assert!(entries.iter().filter(|e| e.contains("gemm")).count() >= 2, "{entries:?}");
             assert!(!entries.iter().any(|e| e.contains("bwd_recur") || e.contains("bwd_proj")), "{entries:?}");
         }
-        // f32 data and f16 with an LSTM projection stay on the standard kernels.
+        // f32 data, f16 with an LSTM projection, and a reserve holding dropout masks between
+        // layers (whatever the backward's own training flag says) stay on the standard kernels.
         let lstmp = RnnDesc::new(RnnMode::Lstm, 24, 40, 11, 37).with_proj(5).training();
-        for (d, dt) in [(d.clone(), DataType::F32), (lstmp, DataType::F16)] {
+        let masks = RnnDesc { dropout: Some(0.3), ..RnnDesc::new(RnnMode::Lstm, 24, 40, 11, 37).layers(2) };
+        for (d, dt) in [(d.clone(), DataType::F32), (lstmp, DataType::F16), (masks, DataType::F16)] {
             let planned = planner::plan(&graph(&d, dt), &Target::sm90a(), &Options::default(), true).unwrap();
             assert!(planned[0].unit.kernels.launches.iter().any(|l| l.entry.contains("bwd_recur")));
         }

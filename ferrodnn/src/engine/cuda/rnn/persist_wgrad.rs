@@ -30,7 +30,6 @@
 
 use super::persist::{gemm_view_launches, round_up, share_scratch, Home};
 use super::Gen;
-use crate::dtype::DataType;
 use crate::engine::cuda::kernel::{ctype, Grid, Launch, NodeKernels, Target};
 use crate::engine::cuda::Options;
 use crate::error::Result;
@@ -51,14 +50,7 @@ fn chunk_rows(rows: i64) -> i64 {
 impl Gen<'_> {
     /// The fast weight gradient's kernels, or None when it does not take the problem.
     pub(super) fn fast_wgrad(&self, a: &RnnDesc, target: &Target, options: &Options) -> Result<Option<NodeKernels>> {
-        if self.double || a.has_proj() || (a.has_dropout() && a.num_layers > 1) || target.cc() < 80 {
-            return Ok(None);
-        }
-        let Some(x) = self.port("x") else { return Ok(None) };
-        let io = self.graph.resolved_data_type(x).unwrap_or(DataType::F32);
-        if !matches!(io, DataType::F16 | DataType::Bf16) {
-            return Ok(None);
-        }
+        let Some(io) = self.fast_io(a, target, "x") else { return Ok(None) };
         let (t, b, d, p) = (a.max_seq_length, a.batch, a.dirs(), a.proj());
         let rows = match t.checked_mul(b) {
             Some(r) if r <= i32::MAX as i64 => r,
@@ -191,6 +183,7 @@ fn layer_layout(a: &RnnDesc, l: i64) -> Option<(i64, i64, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::DataType;
     use crate::engine::cuda::planner;
     use crate::graph::ops::rnn::RnnLayout;
     use crate::{Graph, TensorDesc};
