@@ -319,9 +319,7 @@ impl Function {
     /// opted-in limit, the argument count (when known) and no null argument pointer.
     fn check_launch(&self, stream: &Stream, grid: (u32, u32, u32), block: (u32, u32, u32), shared_bytes: u32, params: &[*mut c_void]) -> Result<()> {
         let err = |why: String| Err(Error::InvalidArgument(format!("launching kernel `{}`: {why}", self.name)));
-        if stream.device().ordinal() != self.module.device.ordinal() {
-            return err(format!("the stream belongs to device {}, the kernel to device {}", stream.device().ordinal(), self.module.device.ordinal()));
-        }
+        same_device(&format!("launching kernel `{}`: the kernel", self.name), &self.module.device, stream)?;
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 || block.0 == 0 || block.1 == 0 || block.2 == 0 {
             return err(format!("grid {grid:?} and block {block:?} must have no zero dimension"));
         }
@@ -532,6 +530,15 @@ pub fn graph_capture_available() -> bool {
     GRAPH_SYMBOLS.iter().all(|s| super::runtime::has_symbol(s))
 }
 
+/// Ok when `stream` is of `device`, else an error naming `what` (e.g. "the event") and both
+/// devices.
+fn same_device(what: &str, device: &CudaDevice, stream: &Stream) -> Result<()> {
+    if stream.device().ordinal() == device.ordinal() {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!("{what} belongs to device {}, the stream to device {}", device.ordinal(), stream.device().ordinal())))
+}
+
 /// A CUDA graph recorded by stream capture (`cuStreamBeginCapture` in global mode, the work
 /// enqueued on the stream, `cuStreamEndCapture`) and instantiated (`cuGraphInstantiateWithFlags`),
 /// to be replayed with [`launch`](Self::launch). The graph and its executable are destroyed on
@@ -596,13 +603,7 @@ impl CapturedGraph {
 
     /// Enqueue one replay of the graph on `stream` (of the same device).
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        if stream.device().ordinal() != self.device.ordinal() {
-            return Err(Error::InvalidArgument(format!(
-                "CapturedGraph::launch: the graph belongs to device {}, the stream to device {}",
-                self.device.ordinal(),
-                stream.device().ordinal()
-            )));
-        }
+        same_device("CapturedGraph::launch: the graph", &self.device, stream)?;
         self.device.bind()?;
         // SAFETY: a live executable graph of this context and a live stream of it; the buffers
         // it touches are the caller's to keep alive (as for every launch).
@@ -668,13 +669,7 @@ impl Event {
 
     /// Mark the current end of `stream`'s work.
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        if stream.device().ordinal() != self.device.ordinal() {
-            return Err(Error::InvalidArgument(format!(
-                "Event::record: the event belongs to device {}, the stream to device {}",
-                self.device.ordinal(),
-                stream.device().ordinal()
-            )));
-        }
+        same_device("Event::record: the event", &self.device, stream)?;
         self.device.bind()?;
         // SAFETY: a live event and a stream of the same (current) context.
         check(unsafe { sys::cuEventRecord(self.raw, stream.raw()) }, "cuEventRecord")
