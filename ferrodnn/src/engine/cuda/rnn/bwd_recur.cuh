@@ -64,56 +64,32 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
 #endif
 #define DHH(j) dhv[j]
         for (int j = threadIdx.x; j < RNN_H; j += blockDim.x) {
-#if RNN_MODE == 0 || RNN_MODE == 1
-            acc_t y = REC(t, j);
-#if RNN_MODE == 0
-            acc_t der = y > 0 ? (acc_t)1 : (acc_t)0;
-#else
-            acc_t der = (acc_t)1 - y * y;
-#endif
-            dg[j] = DHH(j) * der;
-#elif RNN_MODE == 2
-            acc_t gi = REC(t, j), gf = REC(t, RNN_H + j), gg = REC(t, 2 * RNN_H + j), go = REC(t, 3 * RNN_H + j), cn = REC(t, 4 * RNN_H + j);
-            acc_t cp;
+            // The forward's saved values and the state before the step (LSTM: its cell; GRU: h).
+            acc_t v[5], prev = 0, g[4];
+            for (int q = 0; q < RNN_NSAVED; ++q) v[q] = REC(t, q * RNN_H + j);
+#if RNN_MODE == 2
             if (tp >= 0) {
-                cp = REC(tp, 4 * RNN_H + j);
+                prev = REC(tp, 4 * RNN_H + j);
             } else {
 #if HAS_CX
-                cp = (acc_t)LD_CX(cx, rnn_state_off(tcx, pl, b, j));
-#else
-                cp = 0;
+                prev = (acc_t)LD_CX(cx, rnn_state_off(tcx, pl, b, j));
 #endif
             }
-            acc_t tc = ACC_TANH(cn);
-            acc_t dct = dc[j] + DHH(j) * go * ((acc_t)1 - tc * tc);
-#if CLIP
-            acc_t pre = gf * cp + gi * gg;
-            if (!(pre >= (acc_t)clip_lower && pre <= (acc_t)clip_upper)) dct = 0;
-#endif
-            dg[j] = dct * gg * gi * ((acc_t)1 - gi);
-            dg[RNN_H + j] = dct * cp * gf * ((acc_t)1 - gf);
-            dg[2 * RNN_H + j] = dct * gi * ((acc_t)1 - gg * gg);
-            dg[3 * RNN_H + j] = DHH(j) * tc * go * ((acc_t)1 - go);
-            dc[j] = dct * gf;
-#else
-            acc_t gr = REC(t, j), zz = REC(t, RNN_H + j), gn = REC(t, 2 * RNN_H + j), hn = REC(t, 3 * RNN_H + j);
-            acc_t hp;
+            acc_t& carry = dc[j];
+#elif RNN_MODE == 3
             if (tp >= 0) {
-                hp = (acc_t)LD_RES(reserve, AT1(treserve, RES_OUT + ((i64)tp * RNN_B + b) * RNN_F + d * RNN_P + j));
+                prev = (acc_t)LD_RES(reserve, AT1(treserve, RES_OUT + ((i64)tp * RNN_B + b) * RNN_F + d * RNN_P + j));
             } else {
 #if HAS_HX
-                hp = (acc_t)LD_HX(hx, rnn_state_off(thx, pl, b, j));
-#else
-                hp = 0;
+                prev = (acc_t)LD_HX(hx, rnn_state_off(thx, pl, b, j));
 #endif
             }
-            acc_t dn = DHH(j) * ((acc_t)1 - zz) * ((acc_t)1 - gn * gn);
-            dg[j] = dn * hn * gr * ((acc_t)1 - gr);
-            dg[RNN_H + j] = DHH(j) * (hp - gn) * zz * ((acc_t)1 - zz);
-            dg[2 * RNN_H + j] = dn;
-            dg[3 * RNN_H + j] = dn * gr;
-            gz[j] = DHH(j) * zz;
+            acc_t& carry = gz[j];
+#else
+            acc_t carry = 0;
 #endif
+            rnn_cell_backward(v, prev, DHH(j), carry, g, (acc_t)clip_lower, (acc_t)clip_upper);
+            for (int q = 0; q < (RNN_MODE >= 2 ? 4 : 1); ++q) dg[q * RNN_H + j] = g[q];
         }
 #undef DHH
         __syncthreads();

@@ -25,6 +25,8 @@ typedef float acc_t;
 #endif
 
 #define RNN_GH (RNN_G * RNN_H)
+// Values the forward saves of a unit for the backward (rnn_cell_backward's `v`).
+#define RNN_NSAVED (RNN_MODE == 2 ? 5 : (RNN_MODE == 3 ? 4 : 1))
 
 __device__ __forceinline__ acc_t rnn_sigmoid(acc_t v) { return (acc_t)1 / ((acc_t)1 + ACC_EXP(-v)); }
 
@@ -83,4 +85,39 @@ __device__ __forceinline__ T rnn_clip_cell(T cn, T lower, T upper) {
     }
 #endif
     return cn;
+}
+
+// The cell's backward for one unit (RNN_MODE), shared by the standard and the persistent
+// backward. `v`: what the forward saved for the unit (relu/tanh: y; LSTM: i, f, g, o, c; GRU: r,
+// z, n, R_n h + bR_n); `prev`: the state before the step (LSTM: its cell, GRU: h; else unused);
+// `dh`: the gradient of the unit's output. LSTM: `carry` holds the cell's gradient from the step
+// after on entry and the step before's on return; GRU: the direct path z * dh on return; else
+// unused. `dg`: the gates' gradients (GRU: r, z, n, then n's through R_n h + bR_n).
+template <typename T>
+__device__ __forceinline__ void rnn_cell_backward(const T* v, T prev, T dh, T& carry, T* dg, T clip_lower, T clip_upper) {
+#if RNN_MODE == 0
+    dg[0] = dh * (v[0] > (T)0 ? (T)1 : (T)0);
+#elif RNN_MODE == 1
+    dg[0] = dh * ((T)1 - v[0] * v[0]);
+#elif RNN_MODE == 2
+    const T gi = v[0], gf = v[1], gg = v[2], go = v[3], tc = ACC_TANH(v[4]);
+    T dct = carry + dh * go * ((T)1 - tc * tc);
+#if CLIP
+    const T pre = gf * prev + gi * gg;
+    if (!(pre >= clip_lower && pre <= clip_upper)) dct = (T)0;
+#endif
+    dg[0] = dct * gg * gi * ((T)1 - gi);
+    dg[1] = dct * prev * gf * ((T)1 - gf);
+    dg[2] = dct * gi * ((T)1 - gg * gg);
+    dg[3] = dh * tc * go * ((T)1 - go);
+    carry = dct * gf;
+#else
+    const T gr = v[0], zz = v[1], gn = v[2], hn = v[3];
+    const T dn = dh * ((T)1 - zz) * ((T)1 - gn * gn);
+    dg[0] = dn * hn * gr * ((T)1 - gr);
+    dg[1] = dh * (prev - gn) * zz * ((T)1 - zz);
+    dg[2] = dn;
+    dg[3] = dn * gr;
+    carry = dh * zz;
+#endif
 }

@@ -171,40 +171,22 @@ extern "C" __global__ void __launch_bounds__(PR_THREADS, 1) KERNEL_NAME(KERNEL_P
             const float* p = pre + (size_t)e * PB_NPRE;
             dh += p[PB_NPRE - 1];
             float* dg = dgs + (size_t)e * 4;
-#if RNN_MODE == 0 || RNN_MODE == 1
-            const float y = p[0];
-#if RNN_MODE == 0
-            dg[0] = dh * (y > 0.0f ? 1.0f : 0.0f);
+#if RNN_MODE == 2
+            float& carry = cs[e];
+#elif RNN_MODE == 3
+            float& carry = gzs[e];
 #else
-            dg[0] = dh * (1.0f - y * y);
+            float carry = 0.0f;
 #endif
-            gn[(size_t)b * PP + j] = pr_seq(dg[0]);
-#elif RNN_MODE == 2
-            const float gi = p[0], gf = p[1], gg = p[2], go = p[3], cn = p[4], cp = p[5];
-            const float tc = tanhf(cn);
-            float dct = cs[e] + dh * go * (1.0f - tc * tc);
-#if CLIP
-            const float pc = gf * cp + gi * gg;
-            if (!(pc >= (float)clip_lower && pc <= (float)clip_upper)) dct = 0.0f;
-#endif
-            dg[0] = dct * gg * gi * (1.0f - gi);
-            dg[1] = dct * cp * gf * (1.0f - gf);
-            dg[2] = dct * gi * (1.0f - gg * gg);
-            dg[3] = dh * tc * go * (1.0f - go);
-            cs[e] = dct * gf;
-#pragma unroll
-            for (int g = 0; g < 4; ++g) gn[(size_t)b * PP + g * RNN_H + j] = pr_seq(dg[g]);
-#else
-            const float gr = p[0], zz = p[1], gnv = p[2], hn = p[3], hp = p[4];
-            const float dn = dh * (1.0f - zz) * (1.0f - gnv * gnv);
-            dg[0] = dn * hn * gr * (1.0f - gr);
-            dg[1] = dh * (hp - gnv) * zz * (1.0f - zz);
-            dg[2] = dn;
-            dg[3] = dn * gr;
-            gzs[e] = dh * zz;
+            rnn_cell_backward(p, p[RNN_NSAVED], dh, carry, dg, (float)clip_lower, (float)clip_upper);
+#if RNN_MODE == 3
+            // The exchanged gradients: r, z and n's through R_n h + bR_n.
             gn[(size_t)b * PP + j] = pr_seq(dg[0]);
             gn[(size_t)b * PP + RNN_H + j] = pr_seq(dg[1]);
             gn[(size_t)b * PP + 2 * RNN_H + j] = pr_seq(dg[3]);
+#else
+#pragma unroll
+            for (int g = 0; g < RNN_G; ++g) gn[(size_t)b * PP + g * RNN_H + j] = pr_seq(dg[g]);
 #endif
         }
         if (i == steps) break;
