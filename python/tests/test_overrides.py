@@ -296,3 +296,12 @@ def test_shapes_the_op_cannot_take():
     with pytest.raises(cudnn.InvalidArgumentError) as e:
         g.execute(mm_pack(1), None, override_uids=[3], override_shapes=[[1, 16, 8]], override_strides=[[128, 8, 1]])
     assert "[1, 16, 8]" in str(e.value) and "[1, 16, 16]" in str(e.value)
+
+
+def test_the_flag_survives_serialization():
+    g = matmul_graph(1, 16, 16, 16)
+    g2 = cudnn.pygraph(handle=cudnn.create_cpu_handle())
+    g2.deserialize(g.serialize())
+    pack = mm_pack(3, 5, 7, 9)
+    g2.execute(pack, None, **overrides(pack))
+    np.testing.assert_allclose(pack[3], pack[1] @ pack[2], rtol=1e-4, atol=1e-4)

@@ -122,10 +122,7 @@ impl Graph {
             let Some(&i) = by_uid.get(&uid) else {
                 let mut known: Vec<String> = g.io_tensors().iter().map(|&t| format!("{} \"{}\"", g.tensors[t.0].uid.unwrap_or(-1), g.tensors[t.0].name)).collect();
                 known.truncate(16);
-                return Err(Error::InvalidArgument(format!(
-                    "{gname} with shape overrides: no tensor has uid {uid} (its tensors with buffers, by uid: {})",
-                    known.join(", ")
-                )));
+                return Err(Error::InvalidArgument(format!("{gname} with shape overrides: no tensor has uid {uid} (its tensors with buffers, by uid: {})", known.join(", "))));
             };
             let t = &mut g.tensors[i];
             if dims.len() != t.dims.len() {
