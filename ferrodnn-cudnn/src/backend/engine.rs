@@ -249,12 +249,12 @@ fn read_cxx_lists(attr: &str, ptr: usize, n: usize) -> R<Vec<Vec<i64>>> {
     if ptr == 0 {
         return Err(bad(format!("{attr} is a null pointer but CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS has {n} uids")));
     }
-    if ptr % std::mem::align_of::<CxxVector<i64>>() != 0 {
+    if !ptr.is_multiple_of(std::mem::align_of::<CxxVector<i64>>()) {
         return Err(bad(format!("{attr} ({ptr:#x}) is not an aligned pointer to a std::vector<std::vector<int64_t>>")));
     }
     let span = |v: &CxxVector<i64>| -> Option<usize> {
         let (b, e) = (v.begin as usize, v.end as usize);
-        (e >= b && (e - b) % 8 == 0 && (v.cap as usize) >= e && (b % 8 == 0)).then_some((e - b) / 8)
+        (e >= b && (e - b).is_multiple_of(8) && (v.cap as usize) >= e && b.is_multiple_of(8)).then_some((e - b) / 8)
     };
     // SAFETY: cuDNN's contract for this attribute: the pointer is to a live
     // std::vector<std::vector<int64_t>> (the frontend passes its own, alive until the execution
@@ -262,7 +262,7 @@ fn read_cxx_lists(attr: &str, ptr: usize, n: usize) -> R<Vec<Vec<i64>>> {
     let outer = unsafe { &*(ptr as *const CxxVector<CxxVector<i64>>) };
     let (b, e) = (outer.begin as usize, outer.end as usize);
     let size = std::mem::size_of::<CxxVector<i64>>();
-    if e < b || (e - b) % size != 0 || (b != e && b % std::mem::align_of::<CxxVector<i64>>() != 0) {
+    if e < b || !(e - b).is_multiple_of(size) || (b != e && !b.is_multiple_of(std::mem::align_of::<CxxVector<i64>>())) {
         return Err(bad(format!("{attr} does not point to a std::vector<std::vector<int64_t>> (its begin {b:#x} and end {e:#x} are not a span of vectors)")));
     }
     if (e - b) / size != n {
