@@ -305,7 +305,9 @@ impl Plan {
     /// for the graph with `overrides` applied ([`Graph::with_overrides`]) is taken from `handle`'s
     /// plan cache or built there ([`Handle::plan_with_overrides`]), and runs on `pack`. The
     /// workspace must hold what that plan needs, which may be more than this plan's; no overrides
-    /// runs this plan.
+    /// runs this plan. Each call applies the overrides to a copy of the graph (a validation and a
+    /// key, before the cached plan is found): to run one shape many times, keep the plan
+    /// [`Handle::plan_with_overrides`] gives and execute that.
     ///
     /// ```
     /// use ferrodnn::{DataType, Graph, Handle, ShapeOverrides, TensorDesc, VariantPack};
