@@ -702,6 +702,85 @@ fn matmul_size_overrides_mask_past_the_lengths() {
     check(&got, &want, 1e-5, "matmul with an M override");
 }
 
+/// A `std::vector<T>` as the frontend lays it out: first element, one past the last, one past
+/// the storage.
+#[repr(C)]
+struct CxxVector<T> {
+    begin: *const T,
+    end: *const T,
+    cap: *const T,
+}
+
+fn cxx_vector<T>(v: &[T]) -> CxxVector<T> {
+    let r = v.as_ptr_range();
+    CxxVector { begin: r.start, end: r.end, cap: r.end }
+}
+
+/// Shape overrides in the variant pack (CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS, _SHAPES and
+/// _STRIDES, the last two pointers to `std::vector<std::vector<int64_t>>` as the frontend passes
+/// them): a matmul graph built at one shape runs at a larger one and at a smaller one; lists that
+/// do not pair up are refused when the pack is finalized.
+#[test]
+fn variant_pack_shape_overrides_run_the_plan_at_other_shapes() {
+    let h = Handle::cpu();
+    let (ad, bd, cd) = ([1i64, 4, 3], [1i64, 3, 5], [1i64, 4, 5]);
+    let a = tensor(1, &ad, &packed(&ad), false);
+    let b = tensor(2, &bd, &packed(&bd), false);
+    let c = tensor(3, &cd, &packed(&cd), false);
+    let mm = B::new(MATMUL).int(MATMUL_COMP_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT).fin();
+    let op = B::new(OP_MATMUL).descs(OP_MATMUL_ADESC, &[&a]).descs(OP_MATMUL_BDESC, &[&b]).descs(OP_MATMUL_CDESC, &[&c]).descs(OP_MATMUL_DESC, &[&mm]).fin();
+    let graph = B::new(OPERATIONGRAPH).handle(OPERATIONGRAPH_HANDLE, h.0).descs(OPERATIONGRAPH_OPS, &[&op]).boolean(OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED, true).fin();
+    let cfgs = heuristics(&graph, HEUR_MODE_A);
+    let p = plan(h.0, &cfgs[0]);
+    let mut workspace = vec![0u8; p.get_i64(EXECUTION_PLAN_WORKSPACE_SIZE) as usize];
+    for (bt, m, n, k) in [(2i64, 6i64, 7i64, 3i64), (1, 2, 2, 9)] {
+        let (ad, bd, cd) = ([bt, m, k], [bt, k, n], [bt, m, n]);
+        let (an, bn) = (rand_nd(&ad, 50 + m as u64), rand_nd(&bd, 60 + n as u64));
+        let mut bufs = Buffers::new();
+        bufs.input(1, &an, &packed(&ad));
+        bufs.input(2, &bn, &packed(&bd));
+        bufs.output(3, &cd, &packed(&cd));
+        let shapes = [ad.to_vec(), bd.to_vec(), cd.to_vec()];
+        let strides = [packed(&ad), packed(&bd), packed(&cd)];
+        let shape_vecs: Vec<CxxVector<i64>> = shapes.iter().map(|v| cxx_vector(v)).collect();
+        let stride_vecs: Vec<CxxVector<i64>> = strides.iter().map(|v| cxx_vector(v)).collect();
+        let (outer_shapes, outer_strides) = (cxx_vector(&shape_vecs), cxx_vector(&stride_vecs));
+        let pk = {
+            let mut uids = Vec::new();
+            let mut ptrs: Vec<*mut c_void> = Vec::new();
+            for (&u, v) in bufs.data.iter_mut() {
+                uids.push(u);
+                ptrs.push(v.as_mut_ptr() as *mut c_void);
+            }
+            let pk = B::new(VARIANT_PACK).i64s(VARIANT_PACK_UNIQUE_IDS, &uids).i64s(VARIANT_PACK_OVERRIDE_UNIQUE_IDS, &[1, 2, 3]);
+            ok(pk.set_raw(VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, &ptrs));
+            ok(pk.set_raw(VARIANT_PACK_WORKSPACE, T_VOID_PTR, &[workspace.as_mut_ptr() as *mut c_void]));
+            ok(pk.set_raw(VARIANT_PACK_OVERRIDE_SHAPES, T_VOID_PTR, &[&outer_shapes as *const CxxVector<CxxVector<i64>> as *mut c_void]));
+            ok(pk.set_raw(VARIANT_PACK_OVERRIDE_STRIDES, T_VOID_PTR, &[&outer_strides as *const CxxVector<CxxVector<i64>> as *mut c_void]));
+            pk.fin()
+        };
+        ok(cudnnBackendExecute(h.0, p.0, pk.0));
+        let mut g = Graph::new("mm").io_data_type(DataType::F32);
+        let ga = g.tensor(TensorDesc::new("a", &ad, DataType::F32).with_uid(1));
+        let gb = g.tensor(TensorDesc::new("b", &bd, DataType::F32).with_uid(2));
+        let gc = g.matmul(ga, gb);
+        g.set_output(gc);
+        g.desc_mut(gc).uid = Some(3);
+        let inputs = HashMap::from([(ga, an), (gb, bn)]);
+        check(&bufs.dense(3, &cd, &packed(&cd)), &reference(&g, &inputs, 3), 1e-5, &format!("matmul overridden to {cd:?}"));
+    }
+    // Two uids, three shapes.
+    let shapes = vec![vec![1i64, 4, 3]; 3];
+    let shape_vecs: Vec<CxxVector<i64>> = shapes.iter().map(|v| cxx_vector(v)).collect();
+    let outer = cxx_vector(&shape_vecs);
+    let pk = B::new(VARIANT_PACK).i64s(VARIANT_PACK_UNIQUE_IDS, &[1]).i64s(VARIANT_PACK_OVERRIDE_UNIQUE_IDS, &[1, 2]);
+    ok(pk.set_raw(VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, &[workspace.as_mut_ptr() as *mut c_void]));
+    let outer_ptr = &outer as *const CxxVector<CxxVector<i64>> as *mut c_void;
+    ok(pk.set_raw(VARIANT_PACK_OVERRIDE_SHAPES, T_VOID_PTR, &[outer_ptr]));
+    ok(pk.set_raw(VARIANT_PACK_OVERRIDE_STRIDES, T_VOID_PTR, &[outer_ptr]));
+    fails(cudnnBackendFinalize(pk.0), CUDNN_STATUS_BAD_PARAM, &["OVERRIDE_SHAPES", "3 entries", "2 uids"]);
+}
+
 /// A seeded fuzz of the backend API: random descriptor types, attributes, attribute types,
 /// element counts and values (pointer-typed values are null or live descriptors, so nothing
 /// points at garbage), finalizations, reads into arrays of live descriptors, and executions of

@@ -20,7 +20,7 @@ pub mod testing;
 pub use dtype::DataType;
 pub use engine::{BehaviorNotes, Buffer, EngineKind, Handle, Plan, PlanDesc, PlanPolicy, VariantPack};
 pub use error::{Error, Result};
-pub use graph::{Graph, TensorDesc, TensorId};
+pub use graph::{Graph, ShapeOverrides, TensorDesc, TensorId};
 pub use layout::Nd;
 
 /// The README's Rust example, compiled and run as a doc test so it stays true.

@@ -36,7 +36,7 @@ use ferrodnn::graph::ops::rnn::{RnnBackwardInputs, RnnInputs};
 use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
 use ferrodnn::graph::ops::Op;
 use ferrodnn::graph::{packed_strides, Port};
-use ferrodnn::{DataType, Graph, Handle, TensorDesc, TensorId};
+use ferrodnn::{DataType, Graph, Handle, ShapeOverrides, TensorDesc, TensorId};
 use plans::{Entry, Filters, KnobKey};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -94,6 +94,9 @@ struct Meta {
     /// `set_vector_count_and_dimension`'s dimension (the count is always 1).
     #[serde(default)]
     vector_dims: BTreeMap<usize, i64>,
+    /// `pygraph(is_override_shape_enabled=True)`: `execute` takes shape overrides.
+    #[serde(default)]
+    override_shape_enabled: bool,
 }
 
 /// The lowered graph and its plans.
@@ -107,8 +110,9 @@ struct Built {
     entries: Vec<Entry>,
     /// The plan `execute` runs: the first one built (as the frontend's candidate).
     candidate: Option<usize>,
-    /// Plans by (engine, knobs, the attribute values written into the graph at execution).
-    exec: HashMap<(EngineKind, String, Vec<u64>), ferrodnn::engine::Plan>,
+    /// Plans by (engine, knobs, the attribute values written into the graph at execution, the
+    /// shape overrides of the execution).
+    exec: HashMap<(EngineKind, String, Vec<u64>, ShapeOverrides), ferrodnn::engine::Plan>,
 }
 
 struct State {
@@ -918,11 +922,11 @@ fn compatible(a: &ArrayDesc, want: DataType) -> bool {
 
 #[pymethods]
 impl PyGraph {
-    /// `pygraph(name=, io_data_type=, intermediate_data_type=, compute_data_type=, handle=)`.
-    /// The frontend's `sm_count`, `sm_version`, `kernel_cache`, `device_property`,
-    /// `is_dynamic_shape_enabled` and `is_override_shape_enabled` are accepted and ignored (ferrodnn
-    /// targets the handle's device with its own kernel cache; shape overrides at execution are
-    /// refused). Any other keyword raises TypeError.
+    /// `pygraph(name=, io_data_type=, intermediate_data_type=, compute_data_type=, handle=,
+    /// is_override_shape_enabled=)`; the last lets `execute` take shape overrides, as in the
+    /// frontend. The frontend's `sm_count`, `sm_version`, `kernel_cache`, `device_property` and
+    /// `is_dynamic_shape_enabled` are accepted and ignored (ferrodnn targets the handle's device
+    /// with its own kernel cache). Any other keyword raises TypeError.
     #[new]
     #[pyo3(signature = (name = "test_graph".to_string(), io_data_type = None, intermediate_data_type = None, compute_data_type = None, handle = None, sm_count = None,
         sm_version = None, kernel_cache = None, device_property = None, is_dynamic_shape_enabled = false, is_override_shape_enabled = false, **kwargs))]
@@ -943,7 +947,7 @@ impl PyGraph {
     ) -> PyResult<Self> {
         // `**kwargs` only so that the TypeError names `pygraph` rather than the base class.
         reject_kwargs("pygraph()", kwargs)?;
-        let _ = (sm_count, sm_version, kernel_cache, device_property, is_dynamic_shape_enabled, is_override_shape_enabled);
+        let _ = (sm_count, sm_version, kernel_cache, device_property, is_dynamic_shape_enabled);
         let mut g = Graph::new(name);
         g.io_data_type = parse_dtype(io_data_type)?;
         g.intermediate_data_type = parse_dtype(intermediate_data_type)?;
@@ -952,7 +956,8 @@ impl PyGraph {
             Some(h) => h.downcast::<PyHandle>().map_err(|_| PyTypeError::new_err("handle must come from create_handle()"))?.get().inner.clone(),
             None => default_handle(),
         };
-        Ok(PyGraph { state: Arc::new(Mutex::new(State { graph: g, meta: Meta::default(), handle, built: None, generation: 0, filters: Filters::default() })) })
+        let meta = Meta { override_shape_enabled: is_override_shape_enabled, ..Meta::default() };
+        Ok(PyGraph { state: Arc::new(Mutex::new(State { graph: g, meta, handle, built: None, generation: 0, filters: Filters::default() })) })
     }
 
     /// A tensor of the graph (an input, or a by-value scalar with is_pass_by_value).
@@ -2327,7 +2332,14 @@ impl PyGraph {
     /// or Python numbers. Every array is checked: its type, where it lives, a non-null pointer,
     /// and that the tensor's dims and strides reach no further than the array's memory; with
     /// `strict=True` (or `set_strict_buffers(True)`) its dims and strides must also equal the
-    /// tensor's. The frontend's shape overrides are refused (NotSupportedError).
+    /// tensor's.
+    ///
+    /// Shape overrides (a graph made with `is_override_shape_enabled=True`): `override_uids`,
+    /// `override_shapes` and `override_strides`, one entry per tensor, run the graph on tensors of
+    /// other dims and strides (same rank; larger or smaller); the tensors the ops write that are
+    /// not named are inferred again, keeping their layout. The plan for those shapes is built on
+    /// first use and cached; a device workspace must hold what that plan needs, which the error
+    /// says when it is more than `get_workspace_size()`.
     #[pyo3(signature = (variant_pack = None, workspace = None, handle = None, override_uids = None, override_shapes = None, override_strides = None, *, strict = None,
         tensor_to_device_buffer = None))]
     #[allow(clippy::too_many_arguments)]
@@ -2343,8 +2355,8 @@ impl PyGraph {
         tensor_to_device_buffer: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
         let pack = one_pack("execute", variant_pack, tensor_to_device_buffer)?;
-        refuse_overrides("execute", [override_uids, override_shapes, override_strides])?;
-        self.execute_inner(pack, workspace, handle, None, strict.unwrap_or_else(crate::strict_buffers_default))
+        let overrides = shape_overrides("execute", [override_uids, override_shapes, override_strides])?;
+        self.execute_inner(pack, workspace, handle, None, overrides, strict.unwrap_or_else(crate::strict_buffers_default))
     }
 
     /// `execute` with the plan at `index` (see `execute`).
@@ -2365,8 +2377,8 @@ impl PyGraph {
     ) -> PyResult<()> {
         let pack = one_pack("execute_plan_at_index", variant_pack, tensor_to_device_buffer)?;
         let index = index.ok_or_else(|| PyTypeError::new_err("execute_plan_at_index() missing required argument 'index'"))?;
-        refuse_overrides("execute_plan_at_index", [override_uids, override_shapes, override_strides])?;
-        self.execute_inner(pack, workspace, handle, Some(index), strict.unwrap_or_else(crate::strict_buffers_default))
+        let overrides = shape_overrides("execute_plan_at_index", [override_uids, override_shapes, override_strides])?;
+        self.execute_inner(pack, workspace, handle, Some(index), overrides, strict.unwrap_or_else(crate::strict_buffers_default))
     }
 
     /// The graph and what the binding keeps beside it, as JSON bytes, with the engine and knobs
@@ -2576,15 +2588,27 @@ fn adopt_user_tensor(g: &mut Graph, user: TensorId, made: TensorId) {
     g.tensors[user.0].uid = None;
 }
 
-/// The frontend's dynamic-shape overrides at execution: ferrodnn builds a graph per shape.
-fn refuse_overrides(method: &str, overrides: [Option<&Bound<'_, PyAny>>; 3]) -> PyResult<()> {
-    for (name, v) in ["override_uids", "override_shapes", "override_strides"].iter().zip(overrides) {
-        let Some(v) = v.filter(|v| !v.is_none()) else { continue };
-        if v.len().map_or(true, |n| n > 0) {
-            return Err(NotSupportedError::new_err(format!("{method}: argument `{name}` (dynamic shapes) is not supported by ferrodnn; build a graph for each shape")));
+/// The frontend's shape overrides at execution (`override_uids`, `override_shapes`,
+/// `override_strides`; None is an empty list) as ferrodnn's, checked for their types and lengths;
+/// `None` when there are none.
+fn shape_overrides(method: &str, lists: [Option<&Bound<'_, PyAny>>; 3]) -> PyResult<Option<ShapeOverrides>> {
+    let [uids, shapes, strides] = lists.map(|v| v.filter(|v| !v.is_none()));
+    let bad = |name: &str, what: &str, v: &Bound<'_, PyAny>| PyTypeError::new_err(format!("{method}: `{name}` must be {what}, got {}", type_name(v)));
+    let uids: Vec<i64> = match uids {
+        Some(v) => v.extract().map_err(|_| bad("override_uids", "a list of uids (ints)", v))?,
+        None => Vec::new(),
+    };
+    let lists = |name: &str, v: Option<&Bound<'_, PyAny>>| -> PyResult<Vec<Vec<i64>>> {
+        match v {
+            Some(v) => v.extract().map_err(|_| bad(name, "a list with a list of ints for each uid", v)),
+            None => Ok(Vec::new()),
         }
+    };
+    let (shapes, strides) = (lists("override_shapes", shapes)?, lists("override_strides", strides)?);
+    if uids.is_empty() && shapes.is_empty() && strides.is_empty() {
+        return Ok(None);
     }
-    Ok(())
+    ShapeOverrides::from_lists(&uids, &shapes, &strides).map(Some).map_err(|e| InvalidArgumentError::new_err(format!("{method}: {e}")))
 }
 
 /// The frontend's causal / band masks as ferrodnn's: causal (right bound 0) with its diagonal
@@ -2757,6 +2781,7 @@ impl PyGraph {
         workspace: Option<&Bound<'_, PyAny>>,
         handle: Option<&Bound<'_, PyAny>>,
         plan_index: Option<i64>,
+        overrides: Option<ShapeOverrides>,
         strict: bool,
     ) -> PyResult<()> {
         let handle_override = match handle.filter(|h| !h.is_none()) {
@@ -2812,6 +2837,26 @@ impl PyGraph {
             }
         }
         let graph_name = st.graph.name.clone();
+        let method = if plan_index.is_some() { "execute_plan_at_index" } else { "execute" };
+        // Overrides of tensors left out of the graph that runs (no op uses them) change nothing.
+        let overrides = match overrides {
+            Some(_) if !st.meta.override_shape_enabled => {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "{method}: graph \"{graph_name}\" was not made to take shape overrides; make it with pygraph(is_override_shape_enabled=True), as the frontend requires"
+                )))
+            }
+            Some(o) => {
+                let b = st.built()?;
+                let mut kept = ShapeOverrides::new();
+                for (uid, dims, strides) in o.iter() {
+                    if st.find_uid(uid).is_none_or(|old| b.old_to_new.contains_key(&old)) {
+                        kept.set(uid, dims, strides);
+                    }
+                }
+                kept
+            }
+            None => ShapeOverrides::new(),
+        };
         let attr_refs = st.meta.attr_refs.clone();
         let runtime_values = st.meta.runtime_values.clone();
         let tensor_names: Vec<String> = st.graph.tensors.iter().map(|t| t.name.clone()).collect();
@@ -2941,22 +2986,29 @@ impl PyGraph {
         let values_key: Vec<u64> = values.iter().flat_map(|(&t, v)| [t as u64, v.to_bits()]).collect();
         let mut chosen = None;
         let mut failures = Vec::new();
+        // The graph the plan is built for: the attribute values written in, the overrides applied.
+        let mut run_graph: Option<Graph> = None;
         for knobs in tries {
-            let key = (engine, serde_json::to_string(&knobs).unwrap_or_default(), values_key.clone());
+            let key = (engine, serde_json::to_string(&knobs).unwrap_or_default(), values_key.clone(), overrides.clone());
             if exec.contains_key(&key) {
                 chosen = Some(key);
                 break;
             }
-            let mut g = lowered.clone();
-            for &(ni, kind, t) in &attr_refs {
-                if let (Some(v), Some(node)) = (values.get(&t), g.nodes.get_mut(ni)) {
-                    apply_attr(&mut node.op, kind, *v);
+            if run_graph.is_none() {
+                let mut g = lowered.clone();
+                for &(ni, kind, t) in &attr_refs {
+                    if let (Some(v), Some(node)) = (values.get(&t), g.nodes.get_mut(ni)) {
+                        apply_attr(&mut node.op, kind, *v);
+                    }
                 }
+                run_graph = Some(g.with_overrides(&overrides).map_err(|e| match e {
+                    ferrodnn::Error::InvalidGraph(m) | ferrodnn::Error::InvalidArgument(m) => InvalidArgumentError::new_err(format!("{method}: {m}")),
+                    e => to_py_err(e),
+                })?);
             }
-            let mut vg = g.clone();
-            vg.validate().map_err(to_py_err)?;
-            let desc = PlanDesc { engine, knobs, graph_key: vg.key() };
-            match handle.plan_from_desc(&g, &desc) {
+            let g = run_graph.as_ref().expect("made above");
+            let desc = PlanDesc { engine, knobs, graph_key: g.key() };
+            match handle.plan_from_desc(g, &desc) {
                 Ok(plan) => {
                     if exec.len() >= 64 {
                         exec.clear();
@@ -3128,8 +3180,9 @@ impl PyGraph {
         if let Some(w) = &ws_desc {
             w.check_memory("the workspace")?;
             if engine == EngineKind::Cuda && w.bytes < need {
+                let which = if overrides.is_empty() { "(get_workspace_size())" } else { "for the overridden shapes (more than get_workspace_size() may say)" };
                 return Err(InvalidArgumentError::new_err(format!(
-                    "graph \"{graph_name}\": the workspace spans {} bytes but the plan needs {need} bytes (get_workspace_size()); the array: {}",
+                    "graph \"{graph_name}\": the workspace spans {} bytes but the plan needs {need} bytes {which}; the array: {}",
                     w.bytes,
                     w.summary()
                 )));

@@ -573,14 +573,6 @@ def test_frontend_graph_keywords_accepted_and_ignored():
         g.execute(workspace=None)
 
 
-@pytest.mark.parametrize("arg", ["override_uids", "override_shapes", "override_strides"])
-def test_shape_overrides_not_supported(arg):
-    g, X, W, Y = matmul_graph()
-    with pytest.raises(cudnn.NotSupportedError) as e:
-        g.execute({X: rand(8, 64), W: rand(64, 32), Y: np.empty((8, 32), np.float32)}, None, **{arg: [[4, 64]]})
-    assert arg in str(e.value) and "execute" in str(e.value)
-
-
 @pytest.mark.parametrize("arg", ["block_mask", "score_mod"])
 def test_sdpa_arguments_ferrodnn_cannot_honour(arg):
     g, X = _tensors()

@@ -19,7 +19,7 @@ use crate::exec::Call;
 use crate::handle::{handle, HandleState};
 use crate::types::*;
 use ferrodnn::engine::{BehaviorNotes, PlanDesc};
-use ferrodnn::{Graph, Plan};
+use ferrodnn::{Graph, Plan, ShapeOverrides};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -225,12 +225,60 @@ pub fn finalize_plan(s: &mut Snapshot) -> R<Arc<PlanState>> {
     Ok(Arc::new(PlanState { engine, handle: h, plan, others: Mutex::new(Vec::new()) }))
 }
 
-/// A finalized variant pack: pointers by uid, and the workspace.
+/// A finalized variant pack: pointers by uid, the workspace, and the shape overrides.
 #[derive(Debug, Clone)]
 pub struct PackInfo {
     pub uids: Vec<i64>,
     pub ptrs: Vec<usize>,
     pub workspace: usize,
+    pub overrides: ShapeOverrides,
+}
+
+/// The layout of a C++ `std::vector` (libstdc++, libc++ and MSVC alike): the first element, one
+/// past the last, one past the storage.
+#[repr(C)]
+struct CxxVector<T> {
+    begin: *const T,
+    end: *const T,
+    cap: *const T,
+}
+
+/// Reads the `std::vector<std::vector<int64_t>>` the frontend gives CUDNN_ATTR_VARIANT_PACK_OVERRIDE_SHAPES
+/// and _STRIDES (a pointer to it, as a VOID_PTR), expecting `n` entries of at most MAX_RANK each.
+fn read_cxx_lists(attr: &str, ptr: usize, n: usize) -> R<Vec<Vec<i64>>> {
+    if ptr == 0 {
+        return Err(bad(format!("{attr} is a null pointer but CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS has {n} uids")));
+    }
+    if !ptr.is_multiple_of(std::mem::align_of::<CxxVector<i64>>()) {
+        return Err(bad(format!("{attr} ({ptr:#x}) is not an aligned pointer to a std::vector<std::vector<int64_t>>")));
+    }
+    let span = |v: &CxxVector<i64>| -> Option<usize> {
+        let (b, e) = (v.begin as usize, v.end as usize);
+        (e >= b && (e - b).is_multiple_of(8) && (v.cap as usize) >= e && b.is_multiple_of(8)).then_some((e - b) / 8)
+    };
+    // SAFETY: cuDNN's contract for this attribute: the pointer is to a live
+    // std::vector<std::vector<int64_t>> (the frontend passes its own, alive until the execution
+    // that finalizes this pack), whose layout is three pointers; checked aligned and non-null.
+    let outer = unsafe { &*(ptr as *const CxxVector<CxxVector<i64>>) };
+    let (b, e) = (outer.begin as usize, outer.end as usize);
+    let size = std::mem::size_of::<CxxVector<i64>>();
+    if e < b || !(e - b).is_multiple_of(size) || (b != e && !b.is_multiple_of(std::mem::align_of::<CxxVector<i64>>())) {
+        return Err(bad(format!("{attr} does not point to a std::vector<std::vector<int64_t>> (its begin {b:#x} and end {e:#x} are not a span of vectors)")));
+    }
+    if (e - b) / size != n {
+        return Err(bad(format!("{attr} has {} entries but CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS has {n} uids; give one per uid", (e - b) / size)));
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: `i < n` entries of the outer vector's live, aligned storage (checked above).
+        let inner = unsafe { &*outer.begin.add(i) };
+        let len = span(inner)
+            .filter(|&l| l <= ferrodnn::graph::MAX_RANK)
+            .ok_or_else(|| bad(format!("{attr}: entry {i} is not a std::vector<int64_t> of at most {} values", ferrodnn::graph::MAX_RANK)))?;
+        // SAFETY: `len` int64 values of the inner vector's live, aligned storage (checked by `span`).
+        out.push(if len == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(inner.begin, len) }.to_vec() });
+    }
+    Ok(out)
 }
 
 pub fn finalize_pack(s: &Snapshot) -> R<PackInfo> {
@@ -243,11 +291,18 @@ pub fn finalize_pack(s: &Snapshot) -> R<PackInfo> {
     if let Some(u) = uids.iter().find(|u| !seen.insert(**u)) {
         return Err(bad(format!("uid {u} appears twice in the variant pack")));
     }
-    if s.i64s(VARIANT_PACK_OVERRIDE_UNIQUE_IDS).is_some_and(|v| !v.is_empty()) {
-        return Err(unsupported("overridden shapes in the variant pack are not supported (ferrodnn builds a plan per shape)"));
-    }
+    let override_uids = s.i64s(VARIANT_PACK_OVERRIDE_UNIQUE_IDS).unwrap_or_default();
+    let overrides = if override_uids.is_empty() {
+        ShapeOverrides::new()
+    } else {
+        let n = override_uids.len();
+        let list = |attr: i32, name: &str| read_cxx_lists(name, s.value(attr).and_then(|v| v.ptrs().first().copied()).unwrap_or(0), n);
+        let shapes = list(VARIANT_PACK_OVERRIDE_SHAPES, "CUDNN_ATTR_VARIANT_PACK_OVERRIDE_SHAPES")?;
+        let strides = list(VARIANT_PACK_OVERRIDE_STRIDES, "CUDNN_ATTR_VARIANT_PACK_OVERRIDE_STRIDES")?;
+        ShapeOverrides::from_lists(&override_uids, &shapes, &strides).map_err(ApiError::from)?
+    };
     let workspace = s.value(VARIANT_PACK_WORKSPACE).and_then(|v| v.ptrs().first().copied()).unwrap_or(0);
-    Ok(PackInfo { uids, ptrs, workspace })
+    Ok(PackInfo { uids, ptrs, workspace, overrides })
 }
 
 fn plan_state(s: &Snapshot) -> R<&Arc<PlanState>> {
@@ -325,6 +380,10 @@ pub fn execute(h: cudnnHandle_t, plan: *mut std::ffi::c_void, pack: *mut std::ff
     non_null(pack as *const u8, "variantPack")?;
     let (h, plan, pk) = plan_and_pack(h, plan, pack)?;
     let pk = pk.ok_or_else(|| ApiError::new(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "`variantPack` is a null pointer"))?;
+    // The caller's workspace is as large as the finalized plan asked; a plan for overridden
+    // shapes that needs more runs on the handle's own.
+    let workspace_given = plan.workspace_size();
+    let plan = if pk.overrides.is_empty() { plan } else { Arc::new(h.fd.plan_with_overrides(&plan, &pk.overrides).map_err(ApiError::from)?) };
     let g = plan.graph();
     let produced: HashSet<usize> = g.output_tensors().into_iter().map(|t| t.0).collect();
     let mut call = Call::default();
@@ -355,6 +414,6 @@ pub fn execute(h: cudnnHandle_t, plan: *mut std::ffi::c_void, pack: *mut std::ff
             }
         }
     }
-    call.workspace = (pk.workspace, plan.workspace_size());
+    call.workspace = (pk.workspace, workspace_given);
     crate::exec::execute(&h, &plan, &call)
 }

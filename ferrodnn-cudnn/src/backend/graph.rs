@@ -217,8 +217,12 @@ pub fn finalize_graph(s: &Snapshot) -> R<Built> {
 }
 
 fn build_graph(s: &Snapshot, ops: &[Arc<Snapshot>]) -> R<Arc<OpGraph>> {
-    if s.bool_(OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED) == Some(true) || s.bool_(OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED) == Some(true) {
-        return Err(unsupported("dynamic and overridden shapes are not supported: build a graph per shape (ferrodnn's plan cache keeps each)"));
+    // Overridden shapes (CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED) need nothing at
+    // build time: the variant pack's overrides get a plan of their own when they are executed.
+    if s.bool_(OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED) == Some(true) {
+        return Err(unsupported(
+            "dynamic shapes are not supported: build a graph per shape (ferrodnn's plan cache keeps each), or give the shapes of each execution as the variant pack's overrides",
+        ));
     }
     let handle = match s.value(OPERATIONGRAPH_HANDLE).and_then(|v| v.ptrs().first().copied()) {
         Some(p) => handle(p as cudnnHandle_t).map_err(|e| bad(format!("CUDNN_ATTR_OPERATIONGRAPH_HANDLE: {}", e.msg)))?,

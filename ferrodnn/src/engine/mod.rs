@@ -26,7 +26,7 @@ pub mod cpu_fast;
 pub mod cuda;
 
 use crate::error::{Error, Result};
-use crate::graph::{Graph, TensorId};
+use crate::graph::{Graph, ShapeOverrides, TensorId};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -300,6 +300,52 @@ impl Plan {
         self.inner.execute_cancellable(pack, workspace, cancel)
     }
 
+    /// Run this plan's engine on tensors whose dims and strides differ from the graph's (the cudnn
+    /// frontend's execute with `override_uids`, `override_shapes`, `override_strides`): the plan
+    /// for the graph with `overrides` applied ([`Graph::with_overrides`]) is taken from `handle`'s
+    /// plan cache or built there ([`Handle::plan_with_overrides`]), and runs on `pack`. The
+    /// workspace must hold what that plan needs, which may be more than this plan's; no overrides
+    /// runs this plan. Each call applies the overrides to a copy of the graph (a validation and a
+    /// key, before the cached plan is found): to run one shape many times, keep the plan
+    /// [`Handle::plan_with_overrides`] gives and execute that.
+    ///
+    /// ```
+    /// use ferrodnn::{DataType, Graph, Handle, ShapeOverrides, TensorDesc, VariantPack};
+    /// let f = DataType::F32;
+    /// let mut g = Graph::new("relu").io_data_type(f);
+    /// let x = g.tensor(TensorDesc::new("x", &[4], f).with_uid(1));
+    /// let y = g.relu(x);
+    /// g.set_output(y);
+    /// g.desc_mut(y).uid = Some(2);
+    /// let handle = Handle::cpu();
+    /// let plan = handle.build_plans(&g, &Default::default()).unwrap().remove(0);
+    ///
+    /// // Six elements on the plan built for four.
+    /// let mut o = ShapeOverrides::new();
+    /// o.set(1, &[6], &[1]).set(2, &[6], &[1]);
+    /// let xs = f.encode(&[-1.0, 2.0, -3.0, 4.0, -5.0, 6.0]);
+    /// let mut ys = vec![0u8; 24];
+    /// let mut pack = VariantPack::new();
+    /// pack.input(1, &xs).output(2, &mut ys);
+    /// plan.execute_with_overrides(&handle, &o, &mut pack, None).unwrap();
+    /// assert_eq!(f.decode(&ys), vec![0.0, 2.0, 0.0, 4.0, 0.0, 6.0]);
+    /// ```
+    pub fn execute_with_overrides(&self, handle: &Handle, overrides: &ShapeOverrides, pack: &mut VariantPack, workspace: Option<Buffer>) -> Result<()> {
+        if overrides.is_empty() {
+            return self.execute(pack, workspace);
+        }
+        let plan = handle.plan_with_overrides(self, overrides)?;
+        let (need, have) = (plan.workspace_size(), workspace.as_ref().map_or(0, |w| w.len()));
+        if have < need {
+            return Err(Error::InvalidArgument(format!(
+                "graph \"{}\" with shape overrides: the plan for the overridden shapes needs a workspace of {need} bytes but {have} were given (the plan for the built shapes needs {}; Handle::plan_with_overrides(..).workspace_size() tells the size)",
+                self.graph.name,
+                self.workspace_size()
+            )));
+        }
+        plan.execute(pack, workspace)
+    }
+
     /// The checks of [`Plan::execute`] before the engine runs: workspace size, attribute values.
     fn check_execute(&self, pack: &VariantPack, workspace: Option<&Buffer>) -> Result<()> {
         let need = self.workspace_size();
@@ -522,6 +568,36 @@ impl Handle {
         let notes = engine.behavior(&g, &desc.knobs);
         let (graph, inner) = self.compiled(engine.as_ref(), &g, key, &desc.knobs)?;
         Ok(Plan { desc: desc.clone(), notes, graph, inner })
+    }
+
+    /// The plan of `plan`'s engine for its graph with `overrides` applied
+    /// ([`Graph::with_overrides`], which says which shapes are refused): with `plan`'s knobs, or,
+    /// when those do not build for the new shapes, the engine's first candidate that does. Taken
+    /// from this handle's plan cache when the overridden graph (by key) was built before.
+    pub fn plan_with_overrides(&self, plan: &Plan, overrides: &ShapeOverrides) -> Result<Plan> {
+        let g = plan.graph.with_overrides(overrides)?;
+        let key = g.key();
+        let kind = plan.engine();
+        let engine = self
+            .engines
+            .iter()
+            .find(|e| e.kind() == kind)
+            .ok_or_else(|| Error::NotSupported(format!("graph \"{}\": the plan runs on engine {}, which this handle lacks", g.name, kind.name())))?;
+        engine.supports(&g).map_err(|e| Error::NotSupported(format!("graph \"{}\" with shape overrides: engine {} cannot run the overridden shapes: {e}", g.name, kind.name())))?;
+        let g = Arc::new(g);
+        let mut tries = vec![plan.desc.knobs.clone()];
+        tries.extend(engine.candidates(&g).into_iter().filter(|k| *k != plan.desc.knobs));
+        let mut failures = Vec::new();
+        for knobs in tries {
+            match self.compiled(engine.as_ref(), &g, key, &knobs) {
+                Ok((graph, inner)) => {
+                    let notes = engine.behavior(&graph, &knobs);
+                    return Ok(Plan { desc: PlanDesc { engine: kind, knobs, graph_key: key }, notes, graph, inner });
+                }
+                Err(e) => failures.push(format!("knobs {knobs:?}: {e}")),
+            }
+        }
+        Err(Error::NotSupported(format!("graph \"{}\" with shape overrides: no plan of engine {} builds for the overridden shapes: {}", g.name, kind.name(), failures.join("; "))))
     }
 
     /// The compiled plan of `engine` for a validated graph, from this handle's plan cache when

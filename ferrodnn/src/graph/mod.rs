@@ -15,12 +15,14 @@
 //! ```
 
 pub mod ops;
+pub mod overrides;
 pub mod serialize;
 pub mod tensor;
 
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use ops::Op;
+pub use overrides::ShapeOverrides;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 pub use tensor::{packed_strides, stride_order, strides_for_order, TensorDesc, TensorId, MAX_RANK};
