@@ -26,6 +26,33 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
 ID = re.compile(r"conv_(fprop|dgrad|wgrad)(_bias_relu)?(_depthwise|_grouped\d+)?_(fp16|bf16|tf32)_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
 
 
+# The 1D and 3D rows (bench_conv.rs's conv_nd): channels-last fp16, one stride and padding.
+ID_ND = re.compile(r"conv_(fprop|dgrad|wgrad)_fp16_(nwc|ndhwc)_(\d+)x(\d+)x([\dx]+)_k(\d+)_([\dx]+)s(\d+)p(\d+)")
+
+
+def torch_nd_ms(wid, timed):
+    """PyTorch on a conv_nd row: 3D in channels_last_3d; 1D in PyTorch's own layout (N, C, W),
+    which for the one-channel image is the same memory as ours (the output's layout differs)."""
+    m = ID_ND.fullmatch(wid)
+    if not m:
+        return None
+    kind, layout, n, c, spatial, k, taps, s, p = m.groups()
+    n, c, k, s, p = map(int, (n, c, k, s, p))
+    spatial, taps = [int(v) for v in spatial.split("x")], [int(v) for v in taps.split("x")]
+    F, grad = (torch.nn.functional.conv3d, torch.nn.grad) if layout == "ndhwc" else (torch.nn.functional.conv1d, torch.nn.grad)
+    fmt = torch.channels_last_3d if layout == "ndhwc" else torch.contiguous_format
+    x = torch.randn(n, c, *spatial, device="cuda", dtype=torch.float16).to(memory_format=fmt)
+    wt = torch.randn(k, c, *taps, device="cuda", dtype=torch.float16).to(memory_format=fmt)
+    y = F(x, wt, stride=s, padding=p)
+    dy = torch.randn_like(y).to(memory_format=fmt)
+    gi, gw = (grad.conv3d_input, grad.conv3d_weight) if layout == "ndhwc" else (grad.conv1d_input, grad.conv1d_weight)
+    if kind == "fprop":
+        return timed(lambda: F(x, wt, stride=s, padding=p))
+    if kind == "dgrad":
+        return timed(lambda: gi(x.shape, wt, dy, stride=s, padding=p))
+    return timed(lambda: gw(x, wt.shape, dy, stride=s, padding=p))
+
+
 def groups_of(part, c):
     """The groups an id's `_depthwise` / `_grouped<g>` part (or None) says, for c image channels."""
     if part == "_depthwise":
@@ -65,7 +92,7 @@ def graphed(fn, batch=20, rounds=5):
 def torch_ms(wid, timed=timed):
     m = ID.fullmatch(wid)
     if not m:
-        return None
+        return torch_nd_ms(wid, timed)
     kind, bias_relu, grouping, dtn, n, c, h, w, k, r, s = m.groups()
     n, c, h, w, k, r, s = map(int, (n, c, h, w, k, r, s))
     groups = groups_of(grouping, c)

@@ -4,7 +4,7 @@
 //! 3x3, ConvNeXt-T's 7x7) on the depthwise kernels, ResNeXt-50 32x4d's grouped 3x3 layers (4
 //! channels a group on the small-group kernels, 32 on the implicit GEMM with the groups as its
 //! batch), RegNetY's grouped 3x3 (8 and 16 channels a group) and a depthwise 3x3 with a channel
-//! multiplier of 2.
+//! multiplier of 2; a 3D 3x3x3 video layer and a 1D speech front end (kernel 10, stride 5).
 
 use crate::bench::Workload;
 use ferrodnn::graph::ops::conv::ConvAttrs;
@@ -120,6 +120,41 @@ fn wgrad_as(n: i64, l: &Layer, dt: DataType) -> Workload {
     Workload { id, graph: g, flops: Some(l.flops(n)) }
 }
 
+/// A convolution of 1 or 3 spatial dims, channels-last, fp16: image `[n, c, spatial...]`, `k`
+/// filters of `taps`, one stride and padding `(s, p)` for every dim; forward, data or weight gradient.
+/// Its id: `conv_<op>_fp16_<nwc|ndhwc>_<n>x<c>x<spatial>_k<k>_<taps>s<s>p<p>`.
+fn conv_nd(op: &str, n: i64, c: i64, k: i64, spatial: &[i64], taps: &[i64], (s, p): (i64, i64)) -> Workload {
+    let dt = DataType::F16;
+    let rank = spatial.len();
+    let join = |v: &[i64]| v.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+    let layout_name = if rank == 1 { "nwc" } else { "ndhwc" };
+    let id = format!("conv_{op}_fp16_{layout_name}_{n}x{c}x{}_k{k}_{}s{s}p{p}", join(spatial), join(taps));
+    let layout: Vec<usize> = std::iter::once(0).chain(2..rank + 2).chain(std::iter::once(1)).collect();
+    let nd = |name: &str, dims: Vec<i64>| TensorDesc::new(name, &dims, dt).with_layout(&layout);
+    let attrs = ConvAttrs::new(rank).with_padding(&vec![p; rank]).with_stride(&vec![s; rank]);
+    let out: Vec<i64> = spatial.iter().zip(taps).map(|(&d, &t)| (d + 2 * p - t) / s + 1).collect();
+    let cat = |a: i64, b: i64, rest: &[i64]| [a, b].iter().chain(rest).copied().collect::<Vec<i64>>();
+    let (xd, wd, yd) = (cat(n, c, spatial), cat(k, c, taps), cat(n, k, &out));
+    let mut g = Graph::new(id.clone()).io_data_type(dt);
+    let result = match op {
+        "fprop" => {
+            let (x, w) = (g.tensor(nd("x", xd)), g.tensor(nd("w", wd)));
+            g.conv_fprop(x, w, attrs)
+        }
+        "dgrad" => {
+            let (dy, w) = (g.tensor(nd("dy", yd)), g.tensor(nd("w", wd)));
+            g.conv_dgrad(dy, w, &xd, attrs)
+        }
+        _ => {
+            let (dy, x) = (g.tensor(nd("dy", yd)), g.tensor(nd("x", xd)));
+            g.conv_wgrad(dy, x, &wd, attrs)
+        }
+    };
+    g.set_output(result);
+    let flops = 2 * (n * k * out.iter().product::<i64>() * c * taps.iter().product::<i64>()) as u64;
+    Workload { id, graph: g, flops: Some(flops) }
+}
+
 pub fn conv_workloads() -> Vec<Workload> {
     let n = 32;
     // The layers of issue 26's table: the 7x7/2 stem, a 3x3 and a 1x1 of stage 1, a 3x3 of
@@ -180,6 +215,15 @@ pub fn conv_workloads() -> Vec<Workload> {
     ];
     for l in &small {
         v.extend([fprop(n, l, false), dgrad(n, l), wgrad(n, l)]);
+    }
+    // A video network's 3x3x3 layer (64 channels, 8 frames of 56x56, batch 2) and a speech
+    // model's 1D front end (wav2vec 2.0's first layer: one channel of 10 s of 16 kHz audio to
+    // 512 channels, kernel 10, stride 5, no padding; batch 4); forward and both gradients.
+    for op in ["fprop", "dgrad", "wgrad"] {
+        v.push(conv_nd(op, 2, 64, 64, &[8, 56, 56], &[3, 3, 3], (1, 1)));
+    }
+    for op in ["fprop", "dgrad", "wgrad"] {
+        v.push(conv_nd(op, 4, 1, 512, &[160000], &[10], (5, 0)));
     }
     v
 }

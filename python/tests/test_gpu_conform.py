@@ -142,3 +142,27 @@ def test_sdpa_kv_heads_differ_bottom_right_band_and_rng_dump(handle):
     gq, gk, gv = torch.autograd.grad(o_ref, (q_ref, k_ref, v_ref), dO.float())
     for got, want in ((dq, gq), (dk, gk), (dv_, gv)):
         torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=1e-2)
+
+
+def test_matmul_shape_overrides_on_the_gpu(handle):
+    """The frontend's dynamic shapes on the CUDA engine: one graph built at 1 x 64 x 64 x 64
+    (is_override_shape_enabled), executed at larger and smaller shapes through override_uids /
+    override_shapes / override_strides, each against torch.matmul."""
+    torch.manual_seed(2)
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    g = cudnn.pygraph(io_data_type=HALF, intermediate_data_type=FLOAT, compute_data_type=FLOAT, handle=handle, is_override_shape_enabled=True)
+    A = g.tensor(name="A", dim=[1, 64, 64], stride=[64 * 64, 64, 1], data_type=HALF)
+    B = g.tensor(name="B", dim=[1, 64, 64], stride=[64 * 64, 64, 1], data_type=HALF)
+    C = g.matmul(A=A, B=B)
+    C.set_output(True).set_data_type(HALF)
+    build(g)
+    for b, m, n, k in [(2, 256, 192, 320), (3, 33, 40, 24), (1, 64, 64, 64)]:
+        a = torch.randn(b, m, k, device="cuda", dtype=torch.float16)
+        bb = torch.randn(b, k, n, device="cuda", dtype=torch.float16)
+        c = torch.full((b, m, n), float("nan"), device="cuda", dtype=torch.float16)
+        ws = torch.empty(64 << 20, device="cuda", dtype=torch.uint8)
+        uids = [A.get_uid(), B.get_uid(), C.get_uid()]
+        g.execute({A: a, B: bb, C: c}, ws, override_uids=uids, override_shapes=[list(t.shape) for t in (a, bb, c)],
+                  override_strides=[list(t.stride()) for t in (a, bb, c)])
+        torch.cuda.synchronize()
+        torch.testing.assert_close(c.float(), torch.matmul(a.float(), bb.float()), atol=0.05, rtol=0.01)

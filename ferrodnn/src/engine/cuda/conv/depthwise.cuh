@@ -173,7 +173,7 @@ __device__ __forceinline__ void lane_tile(int& gl, int& ty) {
 #endif
 }
 
-#if DW_FPROP || DW_FPROP_STAGED || DW_DGRAD
+#if DW_FPROP || DW_DGRAD
 // The block's lanes' filter (lane slice `ls`) staged in shared memory as floats,
 // [tap][m][lane][VEC] for MS multiplier values a lane: the forward's lane g = cv * M_ + m has
 // one (MS 1), the data gradient's lane g = cv sums over all M_ (MS M_). Output channel
@@ -275,12 +275,17 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
 // Forward, staged (sm_80+, 16-byte channel vectors, M_ == 1, y written as vectors): block
 // (n, o0, row piece rb, column piece cw, lane slice ls) first copies, with 16-byte cp.async,
 // the input footprint of its RH output rows x OWB output columns x GB channel vectors into
-// shared memory ([T0][SR][SWID][GB] vectors after the filter; zeros outside the image), so that
-// every input vector is read from global memory once per block and all of the block's reads
-// are in flight together. Then each thread computes PX consecutive outputs along W (tile tw of
-// TWB) of one channel vector, for rows rg, rg + RG, ... of the block's RH, from shared memory.
-// (Persistent blocks with two footprint buffers, the next one's copies in flight during the
-// compute, measured 15-27% slower on the H200: fewer blocks an SM.)
+// shared memory (zeros outside the image), so that every input vector is read from global
+// memory once per block and all of the block's reads are in flight together. Then each thread
+// computes PX consecutive outputs along W (tile tw of TWB) of one channel vector, for rows rg,
+// rg + RG, ... of the block's RH, from shared memory. (Persistent blocks with two footprint
+// buffers, the next one's copies in flight during the compute, measured 15-27% slower on the
+// H200: fewer blocks an SM.)
+// Shared memory: the filter slice as float4s, [tap][VEC / 4][GB] (a quarter-warp's lanes read
+// 128 contiguous bytes), then the footprint, [T0][SR][SWID][DW_CSTRIDE] vectors. Copied by the
+// threads (cp.async): a column's GB <= 8 lanes in 8 slots rotated by GB per PX * S2 columns,
+// so that the 8 threads of a quarter-warp (consecutive lanes, then tiles) read 8 different
+// slots (no bank conflicts). By TMA (DW_TMA, Hopper): GB vectors a column, as the box lands.
 //   RH, RB, OWB, CW     output rows a block and row pieces; output columns a block and pieces
 //   SR, SWID            footprint rows ((RH - 1) * S1 + (T1 - 1) * D1 + 1) and columns
 //   TWB, RG             tiles of PX along the block's columns; thread groups over its rows
@@ -289,10 +294,37 @@ __device__ __forceinline__ void dw_cp16(void* s, const void* g, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g), "r"(bytes) : "memory");
 }
 
+#if DW_TMA
+// Hopper: the footprint comes as T0 TMA tile copies (one a filter slab along D) of the box
+// [GB * VEC channels, SWID, SR] of map `xmap` over x ([C, W, H, (D,) N], innermost first; zeros
+// outside the image and past the channels), dense: GB vectors a column.
+#define DW_CSTRIDE GB
+__device__ __forceinline__ int dw_slot(int c, int gl) { return gl; }
+
+__device__ __forceinline__ void dw_tma(unsigned dst, const TmaMap* map, unsigned bar, int ch, int iw, int ih, int id, int n) {
+#if DW_TMA_RANK == 5
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+        :: "r"(dst), "l"(map), "r"(ch), "r"(iw), "r"(ih), "r"(id), "r"(n), "r"(bar) : "memory");
+#elif DW_TMA_RANK == 4
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+        :: "r"(dst), "l"(map), "r"(ch), "r"(iw), "r"(ih), "r"(n), "r"(bar) : "memory");
+#else
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+        :: "r"(dst), "l"(map), "r"(ch), "r"(iw), "r"(n), "r"(bar) : "memory");
+#endif
+}
+#else
+// The slot of lane gl in footprint column c.
+#define DW_CSTRIDE 8
+__device__ __forceinline__ int dw_slot(int c, int gl) { return (gl + GB * (c / (PX * S2))) & 7; }
+#endif
+
 extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
     pdl_site();
-    extern __shared__ float sw[];
-    uint4* sx = (uint4*)(sw + T_ * GB * VEC);
+    extern __shared__ float4 sw4[];
+    // The footprint after the filter, at the next 128-byte boundary (TMA's destination).
+    uint4* sx = (uint4*)(sw4 + T_ * (VEC / 4) * GB);
+    sx += ((128u - ((unsigned)__cvta_generic_to_shared(sx) & 127u)) & 127u) / 16;
     IT bi = blockIdx.x;
     const int ls = (int)(bi % LS);
     bi /= LS;
@@ -304,6 +336,21 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
     const IT n = bi / OD0;
     const int oh0 = rb * RH, ow0 = cw * OWB;
     const int ih0 = oh0 * S1 - PRE1, iw0 = ow0 * S2 - PRE2;
+#if DW_TMA
+    __shared__ __align__(8) unsigned long long bar_mem;
+    const unsigned bar = smem_u32(&bar_mem);
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1u);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_expect_tx(bar, (unsigned)(T0 * SR * SWID * GB * 16));
+        for (int t0 = 0; t0 < T0; ++t0) {
+            dw_tma(smem_u32(sx + t0 * SR * SWID * GB), &xmap, bar, ls * GB * VEC, iw0, ih0, o0 * S0 - PRE0 + t0 * D0, (int)n);
+        }
+    }
+#else
     const ET* xn = x + n * XSN;
     for (int i = threadIdx.x; i < T0 * SR * SWID * GB; i += NT) {
         const int gl = i % GB;
@@ -315,12 +362,26 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
         const bool in = g < G_ && i0 >= 0 && i0 < ID0 && i1 >= 0 && i1 < ID1 && i2 >= 0 && i2 < ID2;
         // Outside the image: no bytes read (the base stands in as the address), 16 zeros written.
         const ET* src = in ? xn + (IT)i0 * XS0 + (IT)i1 * XS1 + (IT)i2 * XS2 + (IT)(g * VEC) * XSC : x;
-        dw_cp16(sx + i, src, in ? 16 : 0);
+        dw_cp16(sx + ((t0 * SR + r) * SWID + c) * DW_CSTRIDE + dw_slot(c, gl), src, in ? 16 : 0);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    dw_stage<1>(sw, w, ls);
+#endif
+    // The filter slice as floats while the copies fly: element (tap t, channel j) of lane gl.
+    {
+        float* sw = (float*)sw4;
+        for (int i = threadIdx.x; i < T_ * GB * VEC; i += NT) {
+            const int q = i % 4, gl = (i / 4) % GB, h = (i / (4 * GB)) % (VEC / 4), t = i / (VEC * GB);
+            const int g = ls * GB + gl;
+            sw[i] = g < G_ ? e2f(w[(IT)(g * VEC + h * 4 + q) * WSK + tap_offset(t)]) : 0.f;
+        }
+    }
+#if DW_TMA
+    __syncthreads();
+    mbar_wait(bar, 0);
+#else
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();
+#endif
     const int gl = threadIdx.x % GB, tw = (threadIdx.x / GB) % TWB, rg = threadIdx.x / (GB * TWB);
     const int g = ls * GB + gl;
     if (g >= G_) return;
@@ -341,18 +402,24 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
             for (int t1 = 0; t1 < T1; ++t1) {
                 const int r = rr * S1 + t1 * D1;
                 if (ih0 + r < 0 || ih0 + r >= ID1) continue;
-                const uint4* row = sx + ((t0 * SR + r) * SWID + tw * PX * S2) * GB + gl;
+                const uint4* row = sx + ((t0 * SR + r) * SWID + tw * PX * S2) * DW_CSTRIDE;
                 float wr[T2][VEC];
 #pragma unroll
                 for (int t2 = 0; t2 < T2; ++t2) {
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) wr[t2][j] = sw[((t0 * T1 + t1) * T2 + t2) * GB * VEC + gl * VEC + j];
+                    for (int h = 0; h < VEC / 4; ++h) {
+                        const float4 v = sw4[(((t0 * T1 + t1) * T2 + t2) * (VEC / 4) + h) * GB + gl];
+                        wr[t2][h * 4] = v.x;
+                        wr[t2][h * 4 + 1] = v.y;
+                        wr[t2][h * 4 + 2] = v.z;
+                        wr[t2][h * 4 + 3] = v.w;
+                    }
                 }
 #pragma unroll
                 for (int u = 0; u < FW; ++u) {
                     if (!position_used(u)) continue;
                     float f[VEC];
-                    ld_vec((const ET*)(row + u * GB), f);
+                    ld_vec((const ET*)(row + u * DW_CSTRIDE + dw_slot(tw * PX * S2 + u, gl)), f);
 #pragma unroll
                     for (int px = 0; px < PX; ++px) {
                         const int t2 = tap_of(u, px);
