@@ -400,6 +400,47 @@ fn view_epilogue(graph: &Graph, view: &mut Graph, out: TensorId, out_dims: &[i64
 mod tests {
     use super::*;
 
+    /// The Hopper implicit GEMM's tile width for a fp16 channels-last 3x3 layer (padding 1): the
+    /// first launch's GEMM_BN.
+    fn tile_width(op: &str, n: i64, c: i64, hw: i64, s: i64) -> usize {
+        use crate::graph::ops::conv::ConvAttrs;
+        let f = crate::DataType::F16;
+        let nhwc = |name: &str, dims: &[i64]| TensorDesc::new(name, dims, f).with_layout(&[0, 2, 3, 1]);
+        let attrs = ConvAttrs::new(2).with_padding(&[1, 1]).with_stride(&[s, s]);
+        let o = (hw + 2 - 3) / s + 1;
+        let mut g = Graph::new("c").io_data_type(f);
+        let out = match op {
+            "fprop" => {
+                let (x, w) = (g.tensor(nhwc("x", &[n, c, hw, hw])), g.tensor(nhwc("w", &[c, c, 3, 3])));
+                g.conv_fprop(x, w, attrs)
+            }
+            _ => {
+                let (dy, x) = (g.tensor(nhwc("dy", &[n, c, o, o])), g.tensor(nhwc("x", &[n, c, hw, hw])));
+                g.conv_wgrad(dy, x, &[c, c, 3, 3], attrs)
+            }
+        };
+        g.set_output(out);
+        g.validate().unwrap();
+        let u = unit(&g, 0, &Target::sm90a(), &Options::default()).unwrap().expect("a GEMM unit");
+        let src = &u.kernels.launches[0].source;
+        let at = src.find("#define GEMM_BN ").expect("GEMM_BN") + "#define GEMM_BN ".len();
+        src[at..].split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    /// 64-wide tiles where they fill more SMs (UNet's 320 channels at 64x64, forward and weight
+    /// gradient; ResNet's stride-2 3x3), 128-wide where the wider tiles' splits of k keep more
+    /// CTAs busy (1280 channels at 16x16, ResNet's 256 at 14x14 weight gradient) or fill the
+    /// SMs already (256 at 14x14 forward).
+    #[test]
+    fn implicit_gemm_tile_width_follows_the_ctas_it_keeps_busy() {
+        assert_eq!(tile_width("fprop", 2, 320, 64, 1), 64);
+        assert_eq!(tile_width("wgrad", 2, 320, 64, 1), 64);
+        assert_eq!(tile_width("fprop", 32, 128, 56, 2), 64);
+        assert_eq!(tile_width("fprop", 2, 1280, 16, 1), 128);
+        assert_eq!(tile_width("wgrad", 32, 256, 14, 1), 128);
+        assert_eq!(tile_width("fprop", 32, 256, 14, 1), 128);
+    }
+
     #[test]
     fn spatial_dims_flatten_when_laid_out_one_after_another() {
         // NHWC [2, 8, 5, 7]: strides [280, 1, 56, 8].
