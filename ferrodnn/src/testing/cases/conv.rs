@@ -100,6 +100,12 @@ pub(super) fn cases() -> Vec<Case> {
 
     // fprop
     v.push(case(Fprop, "1d", &[3, 5, 13], &[7, 5, 3], a1(1), F32, F32, First, None));
+    // One-channel audio (a speech front end: kernel 10, stride 5), on the implicit GEMM with the
+    // image staged in 8 channels; its filter [K, 1, 10] only looks depthwise.
+    let audio = || ConvAttrs::new(1).with_padding(&[0]).with_stride(&[5]);
+    v.push(case(Fprop, "1d_nwc_one_channel", &[3, 1, 203], &[24, 1, 10], audio(), F16, F16, Last, None));
+    v.push(case(Dgrad, "1d_nwc_one_channel", &[3, 1, 203], &[24, 1, 10], audio(), F16, F16, Last, None));
+    v.push(case(Wgrad, "1d_nwc_one_channel", &[3, 1, 203], &[24, 1, 10], audio(), Bf16, Bf16, Last, None));
     v.push(case(Fprop, "1d_stride_dilation", &[2, 4, 17], &[6, 2, 3], ConvAttrs::new(1).with_padding(&[2]).with_stride(&[3]).with_dilation(&[2]), F16, F16, First, None));
     for dt in [F32, F16, Bf16, F64] {
         v.push(case(Fprop, "2d", &[2, 6, 9, 11], &[5, 6, 3, 3], a2([1, 1]), dt, dt, First, None));

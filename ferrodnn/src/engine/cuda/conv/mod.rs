@@ -48,6 +48,15 @@ pub fn conv_op(op: &Op) -> bool {
 /// small-group kernels first), a grouped one of few channels a group on the small-group kernels
 /// ([`smallgroup`]), else on the GEMM engine when it is a matrix product the GEMM kernels take.
 pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Result<Option<Unit>> {
+    // An image of one channel (a speech model's raw audio): one group, a plain convolution whose
+    // filter only looks depthwise; the implicit GEMM (the image staged in 8 channels) first.
+    if one_channel_image(graph, ni) {
+        if let Some(view) = as_gemm(graph, ni) {
+            if let Some(u) = view.finish(gemm::unit_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref())?) {
+                return Ok(Some(u));
+            }
+        }
+    }
     let small = smallgroup::is_small_group(graph, ni);
     // Depthwise convolutions with a channel multiplier take the small-group kernels first.
     let small_first = small && (!depthwise::is_depthwise(graph, ni) || smallgroup::multiplier(graph, ni) >= 2);
@@ -70,6 +79,16 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
         Some(view) => Ok(view.finish(gemm::unit_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref())?)),
         None => Ok(None),
     }
+}
+
+/// Whether convolution node `ni`'s image (x, or dgrad's dx) has one channel.
+fn one_channel_image(graph: &Graph, ni: usize) -> bool {
+    let node = &graph.nodes[ni];
+    let image = match &node.op {
+        Op::ConvDgrad(_) => node.output("dx"),
+        _ => node.input("x"),
+    };
+    image.is_some_and(|x| graph.desc(x).dims.get(1) == Some(&1))
 }
 
 /// The unit of a convolution group the planner formed over `view` (the convolution, then the
