@@ -351,8 +351,8 @@ fn grouped_cases() -> Vec<Case> {
         .collect()
 }
 
-/// The small-group cases: grouped convolutions of 1 to 16 channels a group on the direct
-/// kernels (`engine/cuda/conv/smallgroup.rs`), forward (with bias + relu fused), data gradient
+/// The small-group cases: grouped convolutions of 1 to 16 channels a group, up to 8 on the direct
+/// kernels (`engine/cuda/conv/smallgroup.rs`, more on the implicit GEMM), forward (with bias + relu fused), data gradient
 /// of unit stride and weight gradient: odd output channels a group, odd sizes, stride 2, dilation, asymmetric padding,
 /// convolution mode, 1D/2D/3D, channels-last (16-byte vectors where the channels allow, else
 /// element-wise) and NCHW, f16, bf16, f32; rows wider than one tile (250 columns), and enough
@@ -503,9 +503,10 @@ mod tests {
 
     /// Every case validates and runs on the CPU, and on sm_90a and sm_80 the convolution (with
     /// its epilogue) plans as one conv-family unit: on the GEMM kernels; for the depthwise cases
-    /// on the depthwise kernels; and for grouped convolutions of at most 16 channels a group and
+    /// on the depthwise kernels; and for grouped convolutions of few channels a group and
     /// 144 MACs an output (depthwise ones with a channel multiplier among them), forward and
-    /// weight gradients and data gradients of unit stride, on the small-group kernels.
+    /// weight gradients and data gradients of unit stride, on the small-group kernels (at most
+    /// `MAX_CG` channels a group).
     #[test]
     fn convolutions_plan_on_the_gemm_kernels() {
         for c in super::cases() {
@@ -522,8 +523,9 @@ mod tests {
             // The channels a group each output sums over (dy's for the data gradient), and taps.
             let (red, taps) = (if dgrad { wd[0] / groups } else { wd[1] }, wd[2..].iter().product::<i64>());
             let grouped = c.name.contains("grouped") || c.name.contains("smallgroup") || (c.name.contains("depthwise") && wd[0] / groups >= 2);
-            let small = grouped && red <= 16 && red * taps <= 144 && (!dgrad || a.stride.iter().all(|&s| s == 1));
-            if c.name.contains("smallgroup") {
+            let max_cg = crate::engine::cuda::conv::smallgroup::MAX_CG;
+            let small = grouped && red <= max_cg && red * taps <= 144 && (!dgrad || a.stride.iter().all(|&s| s == 1));
+            if c.name.contains("smallgroup") && red <= max_cg {
                 assert!(small, "{}: not a small-group convolution", c.name);
             }
             for target in [Target::sm90a(), Target::sm80()] {

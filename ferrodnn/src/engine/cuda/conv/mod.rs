@@ -21,7 +21,7 @@
 //! image channels do not fill 16-byte vectors, and data gradients of few image channels, run
 //! with a staged copy around the GEMM ([`stage`]). Depthwise convolutions (one channel a group)
 //! run on their own kernels ([`depthwise`]); forward and weight-gradient convolutions of few
-//! channels a group (at most 16, 144 MACs an output) on direct SIMT kernels ([`smallgroup`]),
+//! channels a group (at most 8, 144 MACs an output) on direct SIMT kernels ([`smallgroup`]),
 //! the forward one with the epilogue its GEMM view groups with it ([`group_unit`]).
 
 pub mod depthwise;
@@ -181,7 +181,7 @@ pub fn decline_reason(graph: &Graph, ni: usize) -> String {
 }
 
 /// What this engine takes.
-pub const CONDITIONS: &str = "any number of groups of more than one channel (depthwise convolutions run on their own kernels; forward and weight-gradient convolutions of at most 16 channels a group and 144 MACs an output on direct small-group kernels); inputs of f16, bf16, f32 (tf32 or 3xTF32) or fp8 with f32 compute; any filter size, stride, dilation and padding in 1-3 spatial dims; extents within 2^31 (other convolutions run on the fallback). f16/bf16 convolutions whose channels come in 16-byte runs run on the Hopper wgmma kernel, the rest on the mma.sync kernel";
+pub const CONDITIONS: &str = "any number of groups of more than one channel (depthwise convolutions run on their own kernels; forward and weight-gradient convolutions of at most 8 channels a group and 144 MACs an output on direct small-group kernels); inputs of f16, bf16, f32 (tf32 or 3xTF32) or fp8 with f32 compute; any filter size, stride, dilation and padding in 1-3 spatial dims; extents within 2^31 (other convolutions run on the fallback). f16/bf16 convolutions whose channels come in 16-byte runs run on the Hopper wgmma kernel, the rest on the mma.sync kernel";
 
 /// A copy of `graph` in which convolution node `ni` is a matmul over matrix views of its
 /// tensors, and the tensors of the pointwise nodes after it are viewed alike; None when the
