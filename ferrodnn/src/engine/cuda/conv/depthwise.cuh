@@ -193,6 +193,36 @@ template <int MS> __device__ __forceinline__ void dw_stage(float* sw, const ET* 
 }
 #endif
 
+#if DW_FPROP || DW_FPROP_STAGED
+// The forwards' sums over one filter row: the FW input positions the PX outputs' taps cover
+// (those no tap uses skipped), each loaded by `load(u, f)` (false: a position outside the
+// image, skipped) and multiplied by the row's weights `wr` into the outputs it feeds.
+template <typename Load>
+__device__ __forceinline__ void dw_fprop_row(float (&acc)[PX][VEC], const float (&wr)[T2][VEC], Load load) {
+#pragma unroll
+    for (int u = 0; u < FW; ++u) {
+        if (!position_used(u)) continue;
+        float f[VEC];
+        if (!load(u, f)) continue;
+#pragma unroll
+        for (int px = 0; px < PX; ++px) {
+            const int t2 = tap_of(u, px);
+            if (t2 < 0) continue;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) acc[px][j] = fmaf(f[j], wr[t2][j], acc[px][j]);
+        }
+    }
+}
+
+__device__ __forceinline__ void dw_zero(float (&acc)[PX][VEC]) {
+#pragma unroll
+    for (int px = 0; px < PX; ++px) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) acc[px][j] = 0.f;
+    }
+}
+#endif
+
 #if DW_FPROP
 // Forward: a thread computes PX consecutive outputs along W of VEC output channels
 // k_j = (cv * VEC + j) * M_ + m (lane g = cv * M_ + m): it reads each input position its
@@ -218,11 +248,7 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
     const IT n = rest / OD0;
 
     float acc[PX][VEC];
-#pragma unroll
-    for (int px = 0; px < PX; ++px) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) acc[px][j] = 0.f;
-    }
+    dw_zero(acc);
     const ET* xb = x + n * XSN + (IT)(cv * VEC) * XSC;
     const int iw0 = tw * PX * S2 - PRE2;
     DW_ROWS_UNROLL
@@ -240,21 +266,12 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) wr[t2][j] = sw[((t0 * T1 + t1) * T2 + t2) * GB * VEC + gl * VEC + j];
             }
-#pragma unroll
-            for (int u = 0; u < FW; ++u) {
-                if (!position_used(u)) continue;
+            dw_fprop_row(acc, wr, [&](int u, float* f) {
                 const int iw = iw0 + u;
-                if (iw < 0 || iw >= ID2) continue;
-                float f[VEC];
+                if (iw < 0 || iw >= ID2) return false;
                 ld_vec(xr + (IT)iw * XS2, f);
-#pragma unroll
-                for (int px = 0; px < PX; ++px) {
-                    const int t2 = tap_of(u, px);
-                    if (t2 < 0) continue;
-#pragma unroll
-                    for (int j = 0; j < VEC; ++j) acc[px][j] = fmaf(f[j], wr[t2][j], acc[px][j]);
-                }
-            }
+                return true;
+            });
         }
     }
     ET* yb = y + n * YSN + (IT)o0 * YS0 + (IT)o1 * YS1;
@@ -389,11 +406,7 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
         const int o1 = oh0 + rr;
         if (o1 >= OD1) break;
         float acc[PX][VEC];
-#pragma unroll
-        for (int px = 0; px < PX; ++px) {
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) acc[px][j] = 0.f;
-        }
+        dw_zero(acc);
         DW_ROWS_UNROLL
         for (int t0 = 0; t0 < T0; ++t0) {
             const int i0 = o0 * S0 - PRE0 + t0 * D0;
@@ -415,19 +428,10 @@ extern "C" __global__ void __launch_bounds__(NT) KERNEL_NAME(KERNEL_PARAMS) {
                         wr[t2][h * 4 + 3] = v.w;
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < FW; ++u) {
-                    if (!position_used(u)) continue;
-                    float f[VEC];
+                dw_fprop_row(acc, wr, [&](int u, float* f) {
                     ld_vec((const ET*)(row + u * DW_CSTRIDE + dw_slot(tw * PX * S2 + u, gl)), f);
-#pragma unroll
-                    for (int px = 0; px < PX; ++px) {
-                        const int t2 = tap_of(u, px);
-                        if (t2 < 0) continue;
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) acc[px][j] = fmaf(f[j], wr[t2][j], acc[px][j]);
-                    }
-                }
+                    return true;
+                });
             }
         }
         ET* yb = y + n * YSN + (IT)o0 * YS0 + (IT)o1 * YS1 + (IT)(g * VEC) * YSK;
