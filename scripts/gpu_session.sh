@@ -32,7 +32,7 @@ fi
 if [[ ",$STEPS," == *",python,"* ]]; then
   echo "== Python package on the GPU (PyTorch references)"
   rm -rf /tmp/fdnn && pip install -q --no-index --target /tmp/fdnn .gpu/wheels/ferrodnn-*.whl 2>&1 | tail -2
-  python3 -c "import pytest" 2>/dev/null || pip install -q --no-index --target /tmp/fdnn .gpu/wheels/deps/*.whl 2>&1 | tail -2
+  python3 -c "import pytest, looseversion" 2>/dev/null || pip install -q --no-index --target /tmp/fdnn .gpu/wheels/deps/*.whl 2>&1 | tail -2
   (cd python/tests && PYTHONPATH=/tmp/fdnn timeout 300 python3 -m pytest -q -rs -p no:cacheprovider . > "$OUT/pytest.log" 2>&1; tail -15 "$OUT/pytest.log")
 fi
 if [[ ",$STEPS," == *",memcheck,"* ]]; then
