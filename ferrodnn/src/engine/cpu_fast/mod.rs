@@ -21,6 +21,7 @@
 
 mod attention;
 mod conv;
+mod conv_direct;
 mod epilogue;
 mod gemm;
 mod pointwise;
@@ -190,7 +191,7 @@ impl FastPlan {
             let line = match s {
                 Step::Reference { node, why } => format!("step {i}: {} -> reference (f64): {why}", name(*node)),
                 Step::Matmul(m) => format!("step {i}: {}{} -> gemm f32 ({})", name(m.node), chain(&m.chain), m.describe()),
-                Step::Conv(c) => format!("step {i}: {}{} -> conv as im2col + gemm f32 ({})", name(c.node), chain(&c.chain), c.describe()),
+                Step::Conv(c) => format!("step {i}: {}{} -> conv ({})", name(c.node), chain(&c.chain), c.describe()),
                 Step::Rows(r) => format!("step {i}: {} -> rows ({})", name(r.node), r.describe()),
                 Step::Pointwise(p) => format!("step {i}: {}{} -> pointwise ({})", name(p.node), chain(&p.chain), p.describe()),
                 Step::Attention(a) => format!("step {i}: {} -> attention ({})", name(a.node), a.describe()),

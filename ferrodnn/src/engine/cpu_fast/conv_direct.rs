@@ -1,0 +1,448 @@
+//! Convolution forward as a direct AVX-512 kernel on channels-last images (no im2col matrix):
+//! 2-D, one group, any stride, padding and dilation, f32 compute.
+//!
+//! The filter is packed per run as `wp[g][tap][c][64]`: blocks `g` of 64 output channels (the
+//! last one padded with zeros), 64 consecutive values per (tap, input channel). The image is read
+//! where it lies when it is f32 with its channels one apart; otherwise (NCHW, f16, bf16) it is
+//! first copied into the workspace as dense NHWC f32. Output pixels of all images are numbered
+//! `q = (n * OH + oh) * OW + ow` and cut into blocks of [`BLOCK`]; a work item is one block of
+//! pixels for one block of 64 output channels, and the items run in parallel.
+//!
+//! Within an item, the input channels go in chunks whose packed filter stays in L2; per chunk,
+//! the kernel takes [`P`] pixels at a time and keeps their `P x 64` sums in 24 registers, adding
+//! per tap and channel one broadcast image value times four vectors of filter values. A tap that
+//! falls in the padding reads a row of zeros. The sums go straight into an f32 channels-last
+//! output without an epilogue, else into an f32 tile in the workspace that the epilogue then
+//! writes out (any layout and type) while it is in cache.
+
+use super::epilogue::BoundEpilogue;
+use super::tensor::{store_rows, Dst, Load, LoadBf16, LoadF16, LoadF32, Src};
+use crate::dtype::DataType;
+use rayon::prelude::*;
+
+/// Pixels a kernel call takes (its sums: `P x 4` vectors of 16).
+const P: usize = 6;
+/// The fewest and the most output pixels of a work item (within them, as many as give each
+/// thread about four items: the fewer items, the more pixels share each chunk of the filter).
+const BLOCK_MIN: usize = 48;
+const BLOCK_MAX: usize = 480;
+/// The most taps the kernel takes (their pointers are on the stack).
+pub(crate) const MAX_TAPS: usize = 64;
+/// Filter values of one input-channel chunk (256 KiB of f32: a share of L2).
+const CHUNK_VALUES: usize = 1 << 17;
+
+/// The sizes the direct kernel needs (2-D).
+#[derive(Clone, Debug)]
+pub(crate) struct DirectConv {
+    pub n: usize,
+    pub c: usize,
+    pub k: usize,
+    pub h: usize,
+    pub w: usize,
+    pub oh: usize,
+    pub ow: usize,
+    /// Per tap: (row, column) offset of the image value it reads from the output pixel's
+    /// origin, in units of the dilation already applied.
+    pub taps: Vec<(isize, isize)>,
+    /// Per tap: the filter's stored (row, column).
+    pub stored: Vec<(usize, usize)>,
+    pub stride: (isize, isize),
+    pub pre: (isize, isize),
+    /// Whether the image is read where it lies (f32, channels one apart).
+    pub in_place: bool,
+    /// Whether the plan writes the sums straight into the output (f32 channels-last, no
+    /// epilogue); else through the tile.
+    pub direct_out: bool,
+}
+
+impl DirectConv {
+    fn groups64(&self) -> usize {
+        self.k.div_ceil(64)
+    }
+
+    fn chunk(&self) -> usize {
+        (CHUNK_VALUES / (self.taps.len() * 64)).clamp(1, self.c)
+    }
+
+    /// Workspace in f32 values: the packed filter, a row of zeros, the converted image, the tile.
+    pub fn workspace_f32(&self) -> usize {
+        let filter = self.groups64() * 64 * self.taps.len() * self.c;
+        let image = if self.in_place { 0 } else { self.n * self.h * self.w * self.c };
+        let tile = if self.direct_out { 0 } else { self.n * self.oh * self.ow * self.k };
+        filter + self.c + image + tile
+    }
+
+    pub fn run(&self, x: &Src, wt: &Src, dst: &Dst, epi: &BoundEpilogue, ws: &mut [f32]) {
+        let (taps, c, k) = (self.taps.len(), self.c, self.k);
+        let g64 = self.groups64();
+        let (wp, rest) = ws.split_at_mut(g64 * 64 * taps * c);
+        let (zeros, rest) = rest.split_at_mut(c);
+        zeros.fill(0.0);
+        let (img, rest) = rest.split_at_mut(if self.in_place { 0 } else { self.n * self.h * self.w * c });
+        self.pack_filter(wt, wp);
+        // The image as (pointer, strides n, h, w) with channels one apart.
+        let (xp, xs) = if self.in_place {
+            let p = x.f32_ptr().expect("the plan checked the image is f32");
+            (p, (x.strides[0], x.strides[2], x.strides[3]))
+        } else {
+            self.pack_image(x, img);
+            let (h, w) = (self.h as isize, self.w as isize);
+            (img.as_ptr() as *const f32, (h * w * c as isize, w * c as isize, c as isize))
+        };
+        // Where the sums go: the output itself, or the tile (pixel-major, k values a pixel).
+        // An output that turns out not to be 4-byte aligned gets a tile of its own.
+        let q_total = self.n * self.oh * self.ow;
+        let direct = if self.direct_out { dst.f32_ptr() } else { None };
+        let mut own_tile = Vec::new();
+        let (out, ldo, tile_addr) = match direct {
+            Some(p) => (p, dst.strides[3] as usize, None),
+            None => {
+                let t = if self.direct_out {
+                    own_tile.resize(q_total * k, 0f32);
+                    own_tile.as_mut_slice()
+                } else {
+                    &mut rest[..q_total * k]
+                };
+                (t.as_mut_ptr(), k, Some(t.as_mut_ptr() as usize))
+            }
+        };
+        let per_item = (q_total * g64).div_ceil(4 * rayon::current_num_threads()).clamp(BLOCK_MIN, BLOCK_MAX).div_ceil(P) * P;
+        let blocks = q_total.div_ceil(per_item);
+        let (xa, oa, wa, za) = (xp as usize, out as usize, wp.as_ptr() as usize, zeros.as_ptr() as usize);
+        (0..g64 * blocks).into_par_iter().for_each(|item| {
+            let (g, b) = (item / blocks, item % blocks);
+            let (q0, q1) = (b * per_item, ((b + 1) * per_item).min(q_total));
+            // SAFETY: the item writes output channels g*64.. of pixels q0..q1 only (items are
+            // disjoint); the pointers cover the image, the packed filter and the zero row.
+            unsafe { self.item(xa as *const f32, xs, wa as *const f32, za as *const f32, oa as *mut f32, ldo, g, q0, q1) };
+            if let Some(t) = tile_addr {
+                // SAFETY: the tile holds q_total * k values, written above by this item for these
+                // pixels and channels and read here by it alone.
+                let tile = unsafe { std::slice::from_raw_parts(t as *const f32, q_total * k) };
+                self.store(tile, g, q0, q1, dst, epi);
+            }
+        });
+    }
+
+    /// Output channels `g*64..` of pixels `q0..q1` from the tile to the output: a channel at a
+    /// time along the pixels for an f32 output whose pixels are one apart (NCHW) and no
+    /// epilogue, else a pixel at a time through the epilogue.
+    fn store(&self, tile: &[f32], g: usize, q0: usize, q1: usize, dst: &Dst, epi: &BoundEpilogue) {
+        let k = self.k;
+        let ncols = 64.min(k - g * 64);
+        let (ohw, ow) = (self.oh * self.ow, self.ow);
+        let s = &dst.strides;
+        if let (Some(p), 1, true) = (dst.f32_ptr(), s[3], epi.is_empty()) {
+            // Runs of pixels along an output row: (first pixel, its offset in the output, length).
+            let mut q = q0;
+            while q < q1 {
+                let (n, oh, w) = (q / ohw, q % ohw / ow, q % ow);
+                let len = (ow - w).min(q1 - q);
+                let at = n as isize * s[0] + oh as isize * s[2] + w as isize;
+                let mut k0 = g * 64;
+                let mut i0 = 0;
+                // Whole 16 x 16 blocks (16 pixels x 16 channels) as vector transposes.
+                while k0 + 16 <= g * 64 + ncols && len >= 16 {
+                    while i0 + 16 <= len {
+                        // SAFETY: pixels q + i0.. (16) of the tile's channels k0.. (16), and the
+                        // same outputs (n, k0.., oh, w + i0..), which this item alone writes.
+                        unsafe { transpose16(tile.as_ptr().add((q + i0) * k + k0), k as isize, p.offset(at + k0 as isize * s[1] + i0 as isize), s[1]) };
+                        i0 += 16;
+                    }
+                    for kk in k0..k0 + 16 {
+                        for i in i0..len {
+                            // SAFETY: as below.
+                            unsafe { *p.offset(at + kk as isize * s[1] + i as isize) = tile[(q + i) * k + kk] };
+                        }
+                    }
+                    (k0, i0) = (k0 + 16, 0);
+                }
+                for kk in k0..g * 64 + ncols {
+                    let o = at + kk as isize * s[1];
+                    for (i, src) in tile[q * k + kk..].iter().step_by(k).take(len).enumerate() {
+                        // SAFETY: (n, kk, oh, w + i) is an element of the output, written only
+                        // by the item that owns pixel q + i and channel kk.
+                        unsafe { *p.offset(o + i as isize) = *src };
+                    }
+                }
+                q += len;
+            }
+            return;
+        }
+        store_rows(
+            tile,
+            q1 - q0,
+            ncols,
+            1,
+            |i, idx: &mut [usize]| {
+                let q = q0 + i;
+                idx[0] = q / ohw;
+                idx[1] = g * 64;
+                idx[2] = q % ohw / ow;
+                idx[3] = q % ow;
+                q * k + g * 64
+            },
+            dst,
+            epi,
+        );
+    }
+
+    /// `wp[g][t][c][j] = w[g * 64 + j, c, stored(t)]`, zero past the last output channel.
+    fn pack_filter(&self, w: &Src, wp: &mut [f32]) {
+        let (taps, c, k) = (self.taps.len(), self.c, self.k);
+        wp.par_chunks_mut(c * 64).enumerate().for_each(|(gt, part)| {
+            let (g, t) = (gt / taps, gt % taps);
+            let (r, s) = self.stored[t];
+            let sp = r as isize * w.strides[2] + s as isize * w.strides[3];
+            for (ci, row) in part.chunks_mut(64).enumerate() {
+                for (j, v) in row.iter_mut().enumerate() {
+                    let kk = g * 64 + j;
+                    // SAFETY: (kk, ci, r, s) is an element of the filter.
+                    *v = if kk < k { unsafe { w.load(kk as isize * w.strides[0] + ci as isize * w.strides[1] + sp) } } else { 0.0 };
+                }
+            }
+        });
+    }
+
+    /// The image as dense NHWC f32 (`img[((n * H + h) * W + w) * C + c]`), an image row at a
+    /// time.
+    fn pack_image(&self, x: &Src, img: &mut [f32]) {
+        match x.dtype {
+            DataType::F32 => self.pack_image_typed::<LoadF32>(x, img),
+            DataType::F16 => self.pack_image_typed::<LoadF16>(x, img),
+            _ => self.pack_image_typed::<LoadBf16>(x, img),
+        }
+    }
+
+    fn pack_image_typed<L: Load>(&self, x: &Src, img: &mut [f32]) {
+        let (h, w, c) = (self.h, self.w, self.c);
+        let s = &x.strides;
+        let ptr = x.raw() as usize;
+        img.par_chunks_mut(w * c).enumerate().for_each(|(nh, row)| {
+            let base = (nh / h) as isize * s[0] + (nh % h) as isize * s[2];
+            if s[1] == 1 {
+                // Channels one apart already (f16, bf16): a pixel at a time.
+                for (wi, px) in row.chunks_exact_mut(c).enumerate() {
+                    let at = base + wi as isize * s[3];
+                    for (ci, v) in px.iter_mut().enumerate() {
+                        // SAFETY: (n, ci, h, wi) is an element of the image.
+                        *v = unsafe { L::load(ptr as *const u8, at + ci as isize) };
+                    }
+                }
+                return;
+            }
+            // 16 channels at a time: each pixel's 16 values are stored together (one cache
+            // line), read from 16 runs along the image row (NCHW); whole 16 x 16 blocks of f32
+            // as vector transposes.
+            for c0 in (0..c).step_by(16) {
+                let cn = 16.min(c - c0);
+                let mut w0 = 0;
+                if L::F32 && cn == 16 && s[3] == 1 {
+                    while w0 + 16 <= w {
+                        // SAFETY: channels c0..c0 + 16 of pixels w0..w0 + 16 of this image row are
+                        // elements of the image (f32, pixels one apart) and of `row`.
+                        unsafe { transpose16((ptr as *const f32).offset(base + c0 as isize * s[1] + w0 as isize), s[1], row.as_mut_ptr().add(w0 * c + c0), c as isize) };
+                        w0 += 16;
+                    }
+                }
+                for (wi, px) in row.chunks_exact_mut(c).enumerate().skip(w0) {
+                    let at = base + wi as isize * s[3] + c0 as isize * s[1];
+                    for (ci, v) in px[c0..c0 + cn].iter_mut().enumerate() {
+                        // SAFETY: (n, c0 + ci, h, wi) is an element of the image.
+                        *v = unsafe { L::load(ptr as *const u8, at + ci as isize * s[1]) };
+                    }
+                }
+            }
+        });
+    }
+
+    /// One work item: output channels `g*64..` of pixels `q0..q1`.
+    ///
+    /// # Safety
+    /// `x` with strides `xs` covers the image (channels one apart), `wp` the packed filter,
+    /// `zeros` `C` zeros, and `out` (pixel `q` at `q * ldo`) the output channels of these pixels,
+    /// which no other thread writes.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn item(&self, x: *const f32, xs: (isize, isize, isize), wp: *const f32, zeros: *const f32, out: *mut f32, ldo: usize, g: usize, q0: usize, q1: usize) {
+        let (taps, c) = (self.taps.len(), self.c);
+        let kb = (self.k - g * 64).min(64).div_ceil(16);
+        let last = self.k - g * 64 - (kb - 1) * 16;
+        let last = last.min(16);
+        let cb = self.chunk();
+        let wg = unsafe { wp.add(g * 64 * taps * c) };
+        let ohw = self.oh * self.ow;
+        let mut ptrs = [std::ptr::null::<f32>(); P * MAX_TAPS];
+        let mut c0 = 0;
+        while c0 < c {
+            let cn = cb.min(c - c0);
+            let mut q = q0;
+            while q < q1 {
+                let np = P.min(q1 - q);
+                for p in 0..np {
+                    let qq = q + p;
+                    let (n, oh, ow) = (qq / ohw, qq % ohw / self.ow, qq % self.ow);
+                    let (ih0, iw0) = (oh as isize * self.stride.0 - self.pre.0, ow as isize * self.stride.1 - self.pre.1);
+                    for (t, &(dr, ds)) in self.taps.iter().enumerate() {
+                        let (ih, iw) = (ih0 + dr, iw0 + ds);
+                        ptrs[t * P + p] = if ih < 0 || iw < 0 || ih >= self.h as isize || iw >= self.w as isize {
+                            zeros
+                        } else {
+                            // SAFETY: (n, ih, iw, c0) is an element of the image.
+                            unsafe { x.offset(n as isize * xs.0 + ih * xs.1 + iw * xs.2 + c0 as isize) }
+                        };
+                    }
+                }
+                let o = unsafe { out.add(q * ldo + g * 64) };
+                let w0 = unsafe { wg.add(c0 * 64) };
+                // SAFETY: the pointers and extents above; the kernel reads cn channels from each
+                // pointer, the filter values of these channels, and writes np pixels x kb
+                // vectors (the last masked to `last` lanes).
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    kernel_dispatch(np, kb, &ptrs, taps, cn, w0, c * 64, o, ldo, last, c0 == 0)
+                };
+                #[cfg(not(target_arch = "x86_64"))]
+                unreachable!("the direct kernel runs only where `available` says so ({o:?} {w0:?} {kb} {last})");
+                q += np;
+            }
+            c0 += cn;
+        }
+    }
+}
+
+/// The kernel for `np` pixels and `kb` vectors of output channels.
+#[cfg(target_arch = "x86_64")]
+///
+/// # Safety
+/// As for [`kernel`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel_dispatch(np: usize, kb: usize, ptrs: &[*const f32], taps: usize, cn: usize, w: *const f32, wts: usize, out: *mut f32, ldo: usize, last: usize, first: bool) {
+    macro_rules! go {
+        ($($p:literal),*) => {
+            match (np, kb) {
+                $(
+                    ($p, 4) => unsafe { kernel::<$p, 4>(ptrs, taps, cn, w, wts, out, ldo, last, first) },
+                    ($p, 3) => unsafe { kernel::<$p, 3>(ptrs, taps, cn, w, wts, out, ldo, last, first) },
+                    ($p, 2) => unsafe { kernel::<$p, 2>(ptrs, taps, cn, w, wts, out, ldo, last, first) },
+                    ($p, 1) => unsafe { kernel::<$p, 1>(ptrs, taps, cn, w, wts, out, ldo, last, first) },
+                )*
+                _ => unreachable!("np {np} kb {kb}"),
+            }
+        };
+    }
+    go!(1, 2, 3, 4, 5, 6)
+}
+
+/// `out[p][0..16 KB] (+)= sum over taps t and channels c < cn of x_p,t[c] * w[t][c][0..16 KB]`,
+/// where `x_p,t = ptrs[t * P + p]` and `w[t][c]` is at `w + t * wts + c * 64`. The first chunk
+/// (`first`) starts from zero; later ones add to what `out` holds. The last vector of a pixel
+/// is masked to `last` lanes.
+///
+/// # Safety
+/// Each pointer reads `cn` values, `w` covers `taps` taps of `cn` rows of 64 values at stride
+/// `wts`, and `out` holds `NP` pixels at stride `ldo` of `(KB - 1) * 16 + last` values.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f")]
+unsafe fn kernel<const NP: usize, const KB: usize>(ptrs: &[*const f32], taps: usize, cn: usize, w: *const f32, wts: usize, out: *mut f32, ldo: usize, last: usize, first: bool) {
+    use std::arch::x86_64::*;
+    let lm = ((1u32 << last) - 1) as __mmask16;
+    let mask = |j: usize| if j + 1 == KB { lm } else { 0xffff };
+    let mut acc = [[_mm512_setzero_ps(); KB]; NP];
+    if !first {
+        for (p, a) in acc.iter_mut().enumerate() {
+            for (j, v) in a.iter_mut().enumerate() {
+                // SAFETY: pixel p's values of this channel block (masked to the valid ones).
+                *v = unsafe { _mm512_maskz_loadu_ps(mask(j), out.add(p * ldo + j * 16)) };
+            }
+        }
+    }
+    for t in 0..taps {
+        let wt = unsafe { w.add(t * wts) };
+        let mut px = [std::ptr::null::<f32>(); NP];
+        px.copy_from_slice(&ptrs[t * P..t * P + NP]);
+        for ci in 0..cn {
+            let mut wv = [_mm512_setzero_ps(); KB];
+            for (j, v) in wv.iter_mut().enumerate() {
+                // SAFETY: row ci of tap t's packed filter has 64 values.
+                *v = unsafe { _mm512_loadu_ps(wt.add(ci * 64 + j * 16)) };
+            }
+            for p in 0..NP {
+                // SAFETY: channel ci of pixel p's tap t (or of the zero row).
+                let xv = _mm512_set1_ps(unsafe { *px[p].add(ci) });
+                for j in 0..KB {
+                    acc[p][j] = _mm512_fmadd_ps(xv, wv[j], acc[p][j]);
+                }
+            }
+        }
+    }
+    for (p, a) in acc.iter().enumerate() {
+        for (j, v) in a.iter().enumerate() {
+            // SAFETY: as for the loads.
+            unsafe { _mm512_mask_storeu_ps(out.add(p * ldo + j * 16), mask(j), *v) };
+        }
+    }
+}
+
+/// `dst[j * ds + i] = src[i * ss + j]` for i, j < 16: a 16 x 16 block of f32 transposed, in
+/// three rounds of shuffles (pairs of rows, then 4-value groups, then 128-bit lanes).
+///
+/// # Safety
+/// Both blocks must be valid f32 memory (rows 16 values long at the given strides), and the
+/// CPU must have AVX-512F (`available`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose16(src: *const f32, ss: isize, dst: *mut f32, ds: isize) {
+    use std::arch::x86_64::*;
+    // SAFETY: row i of the source block.
+    let r: [__m512; 16] = std::array::from_fn(|i| unsafe { _mm512_loadu_ps(src.offset(i as isize * ss)) });
+    // t[2i] / t[2i + 1]: rows 2i and 2i + 1 interleaved (low / high pairs of each 128-bit lane).
+    let t: [__m512; 16] = std::array::from_fn(|i| if i % 2 == 0 { _mm512_unpacklo_ps(r[i], r[i + 1]) } else { _mm512_unpackhi_ps(r[i - 1], r[i]) });
+    // u[4b + j]: column 4l + j of rows 4b..4b + 4, in 128-bit lane l.
+    let u: [__m512; 16] = std::array::from_fn(|i| {
+        let (b, j) = (i / 4, i % 4);
+        let (a, c) = (t[4 * b + j / 2], t[4 * b + 2 + j / 2]);
+        if j % 2 == 0 {
+            _mm512_shuffle_ps::<0x44>(a, c)
+        } else {
+            _mm512_shuffle_ps::<0xEE>(a, c)
+        }
+    });
+    // v[j] (j < 4): columns j and 8 + j of rows 0..8; v[4 + j]: columns 4 + j and 12 + j; v[8..]
+    // the same for rows 8..16.
+    let v: [__m512; 16] = std::array::from_fn(|i| {
+        let (half, hi, j) = (i / 8, (i / 4) % 2, i % 4);
+        let (a, c) = (u[8 * half + j], u[8 * half + 4 + j]);
+        if hi == 0 {
+            _mm512_shuffle_f32x4::<0x88>(a, c)
+        } else {
+            _mm512_shuffle_f32x4::<0xDD>(a, c)
+        }
+    });
+    for j in 0..8 {
+        // SAFETY: rows j and 8 + j of the destination block.
+        unsafe {
+            _mm512_storeu_ps(dst.offset(j as isize * ds), _mm512_shuffle_f32x4::<0x88>(v[j], v[8 + j]));
+            _mm512_storeu_ps(dst.offset((8 + j) as isize * ds), _mm512_shuffle_f32x4::<0xDD>(v[j], v[8 + j]));
+        }
+    }
+}
+
+/// Whether this machine runs the direct kernel.
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| is_x86_feature_detected!("avx512f"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether a tensor of `dtype` with `strides` (dims `[n, c, h, w]`) is read in place: f32 with
+/// its channels one apart.
+pub(crate) fn channels_last_f32(dtype: DataType, strides: &[isize]) -> bool {
+    dtype == DataType::F32 && strides.len() == 4 && strides[1] == 1
+}
