@@ -387,6 +387,20 @@ fn direct_plan(g: &Graph, geo: &Geometry, x: TensorId, out: TensorId, no_epilogu
         && os[2] == os[3] * ow as isize
         && os[0] == os[2] * oh as isize;
     let d = |v: &[usize], i: usize| v[i] as isize;
+    // NCHW with each image's pixels one apart (h, w flattened).
+    let pixels_packed = |s: &[isize], w: usize| s[3] == 1 && s[2] == w as isize;
+    let nchw_1x1 = geo.taps == 1
+        && geo.stride.iter().all(|&s| s == 1)
+        && geo.pre.iter().all(|&p| p == 0)
+        && geo.in_sp == geo.out_sp
+        && geo.k % 8 == 0
+        && x_type == DataType::F32
+        && !g.desc(x).is_virtual
+        && pixels_packed(&strides(x), geo.in_sp[1])
+        && no_epilogue
+        && out_type == DataType::F32
+        && !g.desc(out).is_virtual
+        && pixels_packed(&os, ow);
     Some(DirectConv {
         n: geo.n,
         c: geo.cg,
@@ -401,6 +415,7 @@ fn direct_plan(g: &Graph, geo: &Geometry, x: TensorId, out: TensorId, no_epilogu
         pre: (geo.pre[0], geo.pre[1]),
         in_place,
         direct_out,
+        nchw_1x1,
     })
 }
 

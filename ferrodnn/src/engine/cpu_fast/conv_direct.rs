@@ -53,6 +53,11 @@ pub(crate) struct DirectConv {
     /// Whether the plan writes the sums straight into the output (f32 channels-last, no
     /// epilogue); else through the tile.
     pub direct_out: bool,
+    /// A one-tap convolution with unit stride and no padding from an f32 NCHW image (its pixels
+    /// one apart) to an f32 NCHW output with no epilogue and output channels in 8s: run as
+    /// `y[n] = w x[n]` with pixels in the vector lanes ([`Self::run_nchw_1x1`]), reading and
+    /// writing both in place.
+    pub nchw_1x1: bool,
 }
 
 impl DirectConv {
@@ -66,6 +71,9 @@ impl DirectConv {
 
     /// Workspace in f32 values: the packed filter, a row of zeros, the converted image, the tile.
     pub fn workspace_f32(&self) -> usize {
+        if self.nchw_1x1 {
+            return self.k * self.c;
+        }
         let filter = self.groups64() * 64 * self.taps.len() * self.c;
         let image = if self.in_place { 0 } else { self.n * self.h * self.w * self.c };
         let tile = if self.direct_out { 0 } else { self.n * self.oh * self.ow * self.k };
@@ -73,6 +81,16 @@ impl DirectConv {
     }
 
     pub fn run(&self, x: &Src, wt: &Src, dst: &Dst, epi: &BoundEpilogue, ws: &mut [f32]) {
+        if self.nchw_1x1 {
+            if let (Some(xp), Some(yp)) = (x.f32_ptr(), dst.f32_ptr()) {
+                self.run_nchw_1x1(xp, (x.strides[0], x.strides[1]), wt, yp, (dst.strides[0], dst.strides[1]), ws);
+                return;
+            }
+            // A buffer that is not 4-byte aligned: the general path, on a workspace of its own.
+            let general = DirectConv { nchw_1x1: false, ..self.clone() };
+            let mut own = vec![0f32; general.workspace_f32()];
+            return general.run(x, wt, dst, epi, &mut own);
+        }
         let (taps, c, k) = (self.taps.len(), self.c, self.k);
         let g64 = self.groups64();
         let (wp, rest) = ws.split_at_mut(g64 * 64 * taps * c);
@@ -80,11 +98,19 @@ impl DirectConv {
         zeros.fill(0.0);
         let (img, rest) = rest.split_at_mut(if self.in_place { 0 } else { self.n * self.h * self.w * c });
         self.pack_filter(wt, wp);
-        // The image as (pointer, strides n, h, w) with channels one apart.
-        let (xp, xs) = if self.in_place {
-            let p = x.f32_ptr().expect("the plan checked the image is f32");
+        // The image as (pointer, strides n, h, w) with channels one apart: where it lies, or
+        // packed (into a buffer of its own when the plan meant to read it in place but it is
+        // not 4-byte aligned).
+        let mut own_img = Vec::new();
+        let (xp, xs) = if let (true, Some(p)) = (self.in_place, x.f32_ptr()) {
             (p, (x.strides[0], x.strides[2], x.strides[3]))
         } else {
+            let img = if self.in_place {
+                own_img.resize(self.n * self.h * self.w * c, 0f32);
+                own_img.as_mut_slice()
+            } else {
+                img
+            };
             self.pack_image(x, img);
             let (h, w) = (self.h as isize, self.w as isize);
             (img.as_ptr() as *const f32, (h * w * c as isize, w * c as isize, c as isize))
@@ -185,6 +211,63 @@ impl DirectConv {
             dst,
             epi,
         );
+    }
+
+    /// `y[n, k, p] = sum over c of w[k, c] x[n, c, p]` for NCHW f32 `x` and `y` (strides of n
+    /// and c given; pixels one apart): the filter packed as `wp[k / 8][c][k % 8]`; work items of
+    /// one image, 64 output channels and up to [`BLOCK_MAX`] pixels; per item, 48 pixels at a
+    /// time (three vectors), each block of 8 output channels summed over the input channels in
+    /// chunks (24 registers of sums), broadcasting 8 filter values per channel.
+    fn run_nchw_1x1(&self, x: *const f32, xs: (isize, isize), wt: &Src, y: *mut f32, ys: (isize, isize), ws: &mut [f32]) {
+        let (c, k, pix) = (self.c, self.k, self.h * self.w);
+        let wp = &mut ws[..k * c];
+        wp.par_chunks_mut(8 * c).enumerate().for_each(|(kb, part)| {
+            for (ci, row) in part.chunks_mut(8).enumerate() {
+                for (j, v) in row.iter_mut().enumerate() {
+                    // SAFETY: (kb * 8 + j, ci, 0, 0) is an element of the filter (k is a
+                    // multiple of 8).
+                    *v = unsafe { wt.load((kb * 8 + j) as isize * wt.strides[0] + ci as isize * wt.strides[1]) };
+                }
+            }
+        });
+        let groups = k.div_ceil(64);
+        let per_item = (pix * self.n * groups).div_ceil(4 * rayon::current_num_threads()).clamp(BLOCK_MIN, BLOCK_MAX).div_ceil(48) * 48;
+        let blocks = pix.div_ceil(per_item);
+        let cb = (CHUNK_VALUES / 64).clamp(1, c);
+        let (xa, ya, wa) = (x as usize, y as usize, wp.as_ptr() as usize);
+        (0..self.n * groups * blocks).into_par_iter().for_each(|item| {
+            let (n, g, b) = (item / (groups * blocks), item / blocks % groups, item % blocks);
+            let (p0, p1) = (b * per_item, ((b + 1) * per_item).min(pix));
+            let (xn, yn) = (xa as *const f32, ya as *mut f32);
+            let mut p = p0;
+            while p < p1 {
+                let np = 48.min(p1 - p);
+                for kb in g * 8..(g * 8 + 8).min(k / 8) {
+                    let mut c0 = 0;
+                    while c0 < c {
+                        let cn = cb.min(c - c0);
+                        // SAFETY: channels c0.. (cn) of pixels p.. (np) of image n, filter rows
+                        // kb of those channels, and output channels kb * 8.. (8) of those
+                        // pixels, which only this item writes.
+                        #[cfg(target_arch = "x86_64")]
+                        unsafe {
+                            let xp = xn.offset(n as isize * xs.0 + c0 as isize * xs.1 + p as isize);
+                            let yp = yn.offset(n as isize * ys.0 + (kb * 8) as isize * ys.1 + p as isize);
+                            let w0 = (wa as *const f32).add((kb * c + c0) * 8);
+                            match np.div_ceil(16) {
+                                3 => nchw_kernel::<3>(xp, xs.1, cn, w0, yp, ys.1, np, c0 == 0),
+                                2 => nchw_kernel::<2>(xp, xs.1, cn, w0, yp, ys.1, np, c0 == 0),
+                                _ => nchw_kernel::<1>(xp, xs.1, cn, w0, yp, ys.1, np, c0 == 0),
+                            }
+                        }
+                        #[cfg(not(target_arch = "x86_64"))]
+                        unreachable!("the direct kernel runs only where `available` says so ({xn:?} {yn:?} {wa})");
+                        c0 += cn;
+                    }
+                }
+                p += np;
+            }
+        });
     }
 
     /// `wp[g][t][c][j] = w[g * 64 + j, c, stored(t)]`, zero past the last output channel.
@@ -380,6 +463,46 @@ unsafe fn kernel<const NP: usize, const KB: usize>(ptrs: &[*const f32], taps: us
         for (j, v) in a.iter().enumerate() {
             // SAFETY: as for the loads.
             unsafe { _mm512_mask_storeu_ps(out.add(p * ldo + j * 16), mask(j), *v) };
+        }
+    }
+}
+
+/// `y[kk * ys + p] (+)= sum over c < cn of w[c * 8 + kk] * x[c * xs + p]` for 8 output channels
+/// `kk` and pixels `p < np` (`PV` vectors, the last masked); the first chunk starts from zero.
+///
+/// # Safety
+/// `x` covers `cn` rows of `np` values at stride `xs`, `w` `cn * 8` values, `y` 8 rows of `np`
+/// values at stride `ys`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f")]
+unsafe fn nchw_kernel<const PV: usize>(x: *const f32, xs: isize, cn: usize, w: *const f32, y: *mut f32, ys: isize, np: usize, first: bool) {
+    use std::arch::x86_64::*;
+    let mask = |j: usize| if j + 1 == PV { ((1u32 << (np - j * 16)) - 1) as __mmask16 } else { 0xffff };
+    let mut acc = [[_mm512_setzero_ps(); PV]; 8];
+    if !first {
+        for (kk, a) in acc.iter_mut().enumerate() {
+            for (j, v) in a.iter_mut().enumerate() {
+                // SAFETY: pixels 16j.. of output row kk (masked to np).
+                *v = unsafe { _mm512_maskz_loadu_ps(mask(j), y.offset(kk as isize * ys + 16 * j as isize)) };
+            }
+        }
+    }
+    for ci in 0..cn {
+        // SAFETY: pixels 16j.. of input row ci (masked to np).
+        let xv: [__m512; PV] = std::array::from_fn(|j| unsafe { _mm512_maskz_loadu_ps(mask(j), x.offset(ci as isize * xs + 16 * j as isize)) });
+        for (kk, a) in acc.iter_mut().enumerate() {
+            // SAFETY: filter value (kk, ci) of the block.
+            let wv = _mm512_set1_ps(unsafe { *w.add(ci * 8 + kk) });
+            for j in 0..PV {
+                a[j] = _mm512_fmadd_ps(wv, xv[j], a[j]);
+            }
+        }
+    }
+    for (kk, a) in acc.iter().enumerate() {
+        for (j, v) in a.iter().enumerate() {
+            // SAFETY: as for the loads.
+            unsafe { _mm512_mask_storeu_ps(y.offset(kk as isize * ys + 16 * j as isize), mask(j), *v) };
         }
     }
 }
