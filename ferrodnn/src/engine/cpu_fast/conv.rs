@@ -393,7 +393,7 @@ fn direct_plan(g: &Graph, geo: &Geometry, x: TensorId, out: TensorId, no_epilogu
         && geo.stride.iter().all(|&s| s == 1)
         && geo.pre.iter().all(|&p| p == 0)
         && geo.in_sp == geo.out_sp
-        && geo.k % 8 == 0
+        && geo.k.is_multiple_of(8)
         && x_type == DataType::F32
         && !g.desc(x).is_virtual
         && pixels_packed(&strides(x), geo.in_sp[1])

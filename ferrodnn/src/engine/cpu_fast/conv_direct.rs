@@ -113,7 +113,7 @@ impl DirectConv {
             };
             self.pack_image(x, img);
             let (h, w) = (self.h as isize, self.w as isize);
-            (img.as_ptr() as *const f32, (h * w * c as isize, w * c as isize, c as isize))
+            (img.as_ptr(), (h * w * c as isize, w * c as isize, c as isize))
         };
         // Where the sums go: the output itself, or the tile (pixel-major, k values a pixel).
         // An output that turns out not to be 4-byte aligned gets a tile of its own.

@@ -507,7 +507,7 @@ mod avx512 {
         let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)));
         let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), x);
         let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
-        let mut p = _mm512_set1_ps(8.297_654_8e-3);
+        let mut p = _mm512_set1_ps(8.297_655e-3);
         for c in [4.191_538_3e-2, 0.166_675_75, 0.499_988_94, 0.999_999_7, 1.000_000_1] {
             p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
         }
