@@ -215,8 +215,8 @@ impl DirectConv {
 
     /// `y[n, k, p] = sum over c of w[k, c] x[n, c, p]` for NCHW f32 `x` and `y` (strides of n
     /// and c given; pixels one apart): the filter packed as `wp[k / 8][c][k % 8]`; work items of
-    /// one image, 64 output channels and up to [`BLOCK_MAX`] pixels; per item, 48 pixels at a
-    /// time (three vectors), each block of 8 output channels summed over the input channels in
+    /// one image, 64 output channels and up to [`BLOCK_MAX`] pixels; per item and block of 8
+    /// output channels, 48 pixels at a time (three vectors) summed over the input channels in
     /// chunks (24 registers of sums), broadcasting 8 filter values per channel.
     fn run_nchw_1x1(&self, x: *const f32, xs: (isize, isize), wt: &Src, y: *mut f32, ys: (isize, isize), ws: &mut [f32]) {
         let (c, k, pix) = (self.c, self.k, self.h * self.w);
@@ -239,10 +239,12 @@ impl DirectConv {
             let (n, g, b) = (item / (groups * blocks), item / blocks % groups, item % blocks);
             let (p0, p1) = (b * per_item, ((b + 1) * per_item).min(pix));
             let (xn, yn) = (xa as *const f32, ya as *mut f32);
-            let mut p = p0;
-            while p < p1 {
-                let np = 48.min(p1 - p);
-                for kb in g * 8..(g * 8 + 8).min(k / 8) {
+            // Each block of 8 output channels over the item's pixels: its filter rows stay in
+            // L1 while the item's pixels (in L2) stream past.
+            for kb in g * 8..(g * 8 + 8).min(k / 8) {
+                let mut p = p0;
+                while p < p1 {
+                    let np = 48.min(p1 - p);
                     let mut c0 = 0;
                     while c0 < c {
                         let cn = cb.min(c - c0);
@@ -264,8 +266,8 @@ impl DirectConv {
                         unreachable!("the direct kernel runs only where `available` says so ({xn:?} {yn:?} {wa})");
                         c0 += cn;
                     }
+                    p += np;
                 }
-                p += np;
             }
         });
     }
@@ -349,44 +351,79 @@ impl DirectConv {
     unsafe fn item(&self, x: *const f32, xs: (isize, isize, isize), wp: *const f32, zeros: *const f32, out: *mut f32, ldo: usize, g: usize, q0: usize, q1: usize) {
         let (taps, c) = (self.taps.len(), self.c);
         let kb = (self.k - g * 64).min(64).div_ceil(16);
-        let last = self.k - g * 64 - (kb - 1) * 16;
-        let last = last.min(16);
+        let last = (self.k - g * 64 - (kb - 1) * 16).min(16);
         let cb = self.chunk();
         let wg = unsafe { wp.add(g * 64 * taps * c) };
-        let ohw = self.oh * self.ow;
+        let (ohw, ow) = (self.oh * self.ow, self.ow);
+        // Each pixel's taps inside the image (a bit each), and the pixels in order of those sets,
+        // so that the pixels of a kernel call mostly share them and a tap that falls in the
+        // padding for all of them is skipped, not summed over zeros.
+        // Pixel q's first image row and column (before the tap's offset), and its offset in the
+        // image at channel 0 (meaningful where a tap lands inside).
+        let origin = |q: usize| {
+            let (n, oh, w) = (q / ohw, q % ohw / ow, q % ow);
+            let (ih, iw) = (oh as isize * self.stride.0 - self.pre.0, w as isize * self.stride.1 - self.pre.1);
+            (ih, iw, n as isize * xs.0 + ih * xs.1 + iw * xs.2)
+        };
+        let (h, w) = (self.h as isize, self.w as isize);
+        let mut tap_off = [0isize; MAX_TAPS];
+        for (o, &(dr, ds)) in tap_off.iter_mut().zip(&self.taps) {
+            *o = dr * xs.1 + ds * xs.2;
+        }
+        let mut order = [(0u64, 0u32); BLOCK_MAX];
+        let order = &mut order[..q1 - q0];
+        for (i, o) in order.iter_mut().enumerate() {
+            let (ih, iw, _) = origin(q0 + i);
+            let mut mask = 0u64;
+            for (t, &(dr, ds)) in self.taps.iter().enumerate() {
+                let (r, c) = (ih + dr, iw + ds);
+                if r < 0 || c < 0 || r >= h || c >= w {
+                    mask |= 1 << t;
+                }
+            }
+            *o = (mask, (q0 + i) as u32);
+        }
+        if order.iter().any(|o| o.0 != 0) {
+            order.sort_unstable();
+        }
         let mut ptrs = [std::ptr::null::<f32>(); P * MAX_TAPS];
+        let mut live = [0usize; MAX_TAPS];
+        let mut outs = [std::ptr::null_mut::<f32>(); P];
         let mut c0 = 0;
         while c0 < c {
             let cn = cb.min(c - c0);
-            let mut q = q0;
-            while q < q1 {
-                let np = P.min(q1 - q);
-                for p in 0..np {
-                    let qq = q + p;
-                    let (n, oh, ow) = (qq / ohw, qq % ohw / self.ow, qq % self.ow);
-                    let (ih0, iw0) = (oh as isize * self.stride.0 - self.pre.0, ow as isize * self.stride.1 - self.pre.1);
-                    for (t, &(dr, ds)) in self.taps.iter().enumerate() {
-                        let (ih, iw) = (ih0 + dr, iw0 + ds);
-                        ptrs[t * P + p] = if ih < 0 || iw < 0 || ih >= self.h as isize || iw >= self.w as isize {
-                            zeros
-                        } else {
-                            // SAFETY: (n, ih, iw, c0) is an element of the image.
-                            unsafe { x.offset(n as isize * xs.0 + ih * xs.1 + iw * xs.2 + c0 as isize) }
-                        };
-                    }
+            for seg in order.chunks(P) {
+                let np = seg.len();
+                // The taps some pixel of the call reads inside the image.
+                let outside_all = seg.iter().fold(u64::MAX, |m, o| m & o.0);
+                let mut base = [0isize; P];
+                for (b, &(_, q)) in base.iter_mut().zip(seg) {
+                    *b = origin(q as usize).2 + c0 as isize;
                 }
-                let o = unsafe { out.add(q * ldo + g * 64) };
+                let mut nt = 0;
+                for t in (0..taps).filter(|&t| outside_all >> t & 1 == 0) {
+                    live[nt] = t;
+                    for (p, &(mask, _)) in seg.iter().enumerate() {
+                        // SAFETY: where tap t is inside the image for the pixel, base + its
+                        // offset is element (n, ih, iw, c0) of the image.
+                        ptrs[nt * P + p] = if mask >> t & 1 == 1 { zeros } else { unsafe { x.offset(base[p] + tap_off[t]) } };
+                    }
+                    nt += 1;
+                }
+                for (o, &(_, q)) in outs.iter_mut().zip(seg) {
+                    // SAFETY: output channels g*64.. of pixel q.
+                    *o = unsafe { out.add(q as usize * ldo + g * 64) };
+                }
                 let w0 = unsafe { wg.add(c0 * 64) };
                 // SAFETY: the pointers and extents above; the kernel reads cn channels from each
-                // pointer, the filter values of these channels, and writes np pixels x kb
-                // vectors (the last masked to `last` lanes).
+                // pointer, the filter values of these channels for the live taps, and writes np
+                // pixels x kb vectors (the last masked to `last` lanes).
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
-                    kernel_dispatch(np, kb, &ptrs, taps, cn, w0, c * 64, o, ldo, last, c0 == 0)
+                    kernel_dispatch(np, kb, &ptrs, &live[..nt], cn, w0, c * 64, &outs, last, c0 == 0)
                 };
                 #[cfg(not(target_arch = "x86_64"))]
-                unreachable!("the direct kernel runs only where `available` says so ({o:?} {w0:?} {kb} {last})");
-                q += np;
+                unreachable!("the direct kernel runs only where `available` says so ({w0:?} {kb} {last} {nt} {np})");
             }
             c0 += cn;
         }
@@ -399,15 +436,15 @@ impl DirectConv {
 /// # Safety
 /// As for [`kernel`].
 #[allow(clippy::too_many_arguments)]
-unsafe fn kernel_dispatch(np: usize, kb: usize, ptrs: &[*const f32], taps: usize, cn: usize, w: *const f32, wts: usize, out: *mut f32, ldo: usize, last: usize, first: bool) {
+unsafe fn kernel_dispatch(np: usize, kb: usize, ptrs: &[*const f32], taps: &[usize], cn: usize, w: *const f32, wts: usize, outs: &[*mut f32; P], last: usize, first: bool) {
     macro_rules! go {
         ($($p:literal),*) => {
             match (np, kb) {
                 $(
-                    ($p, 4) => unsafe { kernel::<$p, 4>(ptrs, taps, cn, w, wts, out, ldo, last, first) },
-                    ($p, 3) => unsafe { kernel::<$p, 3>(ptrs, taps, cn, w, wts, out, ldo, last, first) },
-                    ($p, 2) => unsafe { kernel::<$p, 2>(ptrs, taps, cn, w, wts, out, ldo, last, first) },
-                    ($p, 1) => unsafe { kernel::<$p, 1>(ptrs, taps, cn, w, wts, out, ldo, last, first) },
+                    ($p, 4) => unsafe { kernel::<$p, 4>(ptrs, taps, cn, w, wts, outs, last, first) },
+                    ($p, 3) => unsafe { kernel::<$p, 3>(ptrs, taps, cn, w, wts, outs, last, first) },
+                    ($p, 2) => unsafe { kernel::<$p, 2>(ptrs, taps, cn, w, wts, outs, last, first) },
+                    ($p, 1) => unsafe { kernel::<$p, 1>(ptrs, taps, cn, w, wts, outs, last, first) },
                 )*
                 _ => unreachable!("np {np} kb {kb}"),
             }
@@ -416,18 +453,18 @@ unsafe fn kernel_dispatch(np: usize, kb: usize, ptrs: &[*const f32], taps: usize
     go!(1, 2, 3, 4, 5, 6)
 }
 
-/// `out[p][0..16 KB] (+)= sum over taps t and channels c < cn of x_p,t[c] * w[t][c][0..16 KB]`,
-/// where `x_p,t = ptrs[t * P + p]` and `w[t][c]` is at `w + t * wts + c * 64`. The first chunk
-/// (`first`) starts from zero; later ones add to what `out` holds. The last vector of a pixel
-/// is masked to `last` lanes.
+/// `outs[p][0..16 KB] (+)= sum over i and channels c < cn of x_p,i[c] * w[taps[i]][c][0..16 KB]`,
+/// where `x_p,i = ptrs[i * P + p]` and `w[t][c]` is at `w + t * wts + c * 64`. The first chunk
+/// (`first`) starts from zero; later ones add to what the outputs hold. The last vector of a
+/// pixel is masked to `last` lanes.
 ///
 /// # Safety
-/// Each pointer reads `cn` values, `w` covers `taps` taps of `cn` rows of 64 values at stride
-/// `wts`, and `out` holds `NP` pixels at stride `ldo` of `(KB - 1) * 16 + last` values.
+/// Each pointer reads `cn` values, `w` covers the taps of `cn` rows of 64 values at stride
+/// `wts`, and each of the first `NP` outputs holds `(KB - 1) * 16 + last` values.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
-unsafe fn kernel<const NP: usize, const KB: usize>(ptrs: &[*const f32], taps: usize, cn: usize, w: *const f32, wts: usize, out: *mut f32, ldo: usize, last: usize, first: bool) {
+unsafe fn kernel<const NP: usize, const KB: usize>(ptrs: &[*const f32], taps: &[usize], cn: usize, w: *const f32, wts: usize, outs: &[*mut f32; P], last: usize, first: bool) {
     use std::arch::x86_64::*;
     let lm = ((1u32 << last) - 1) as __mmask16;
     let mask = |j: usize| if j + 1 == KB { lm } else { 0xffff };
@@ -436,14 +473,14 @@ unsafe fn kernel<const NP: usize, const KB: usize>(ptrs: &[*const f32], taps: us
         for (p, a) in acc.iter_mut().enumerate() {
             for (j, v) in a.iter_mut().enumerate() {
                 // SAFETY: pixel p's values of this channel block (masked to the valid ones).
-                *v = unsafe { _mm512_maskz_loadu_ps(mask(j), out.add(p * ldo + j * 16)) };
+                *v = unsafe { _mm512_maskz_loadu_ps(mask(j), outs[p].add(j * 16)) };
             }
         }
     }
-    for t in 0..taps {
+    for (i, &t) in taps.iter().enumerate() {
         let wt = unsafe { w.add(t * wts) };
         let mut px = [std::ptr::null::<f32>(); NP];
-        px.copy_from_slice(&ptrs[t * P..t * P + NP]);
+        px.copy_from_slice(&ptrs[i * P..i * P + NP]);
         for ci in 0..cn {
             let mut wv = [_mm512_setzero_ps(); KB];
             for (j, v) in wv.iter_mut().enumerate() {
@@ -462,7 +499,7 @@ unsafe fn kernel<const NP: usize, const KB: usize>(ptrs: &[*const f32], taps: us
     for (p, a) in acc.iter().enumerate() {
         for (j, v) in a.iter().enumerate() {
             // SAFETY: as for the loads.
-            unsafe { _mm512_mask_storeu_ps(out.add(p * ldo + j * 16), mask(j), *v) };
+            unsafe { _mm512_mask_storeu_ps(outs[p].add(j * 16), mask(j), *v) };
         }
     }
 }
