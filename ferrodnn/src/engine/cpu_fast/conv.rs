@@ -16,6 +16,10 @@
 //! Workspace (f32): the packed filter or the weight-gradient accumulator, one block's im2col
 //! matrix, one block's output tile or `dy` block, and for the data gradient the accumulator of
 //! one group of `dx`. Blocks hold at most [`COL_VALUES`] values.
+//!
+//! On a machine with AVX-512, a 2-D forward convolution of one group and at most
+//! [`conv_direct::MAX_TAPS`] taps runs on the direct kernel of [`conv_direct`] instead (no im2col
+//! matrix; its own workspace).
 
 use super::conv_direct::{self, DirectConv};
 use super::epilogue::{find_chain, BoundEpilogue, Chain};

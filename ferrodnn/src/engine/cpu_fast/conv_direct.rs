@@ -65,6 +65,12 @@ impl DirectConv {
         self.k.div_ceil(64)
     }
 
+    /// Whether the NCHW one-tap kernel folds the batch into the pixels: images of fewer than
+    /// 128 pixels (a 7 x 7 image fills 49 of 64 vector lanes on its own).
+    fn fold_images(&self) -> bool {
+        self.n > 1 && self.h * self.w < 128
+    }
+
     fn chunk(&self) -> usize {
         (CHUNK_VALUES / (self.taps.len() * 64)).clamp(1, self.c)
     }
@@ -72,7 +78,8 @@ impl DirectConv {
     /// Workspace in f32 values: the packed filter, a row of zeros, the converted image, the tile.
     pub fn workspace_f32(&self) -> usize {
         if self.nchw_1x1 {
-            return self.k * self.c;
+            let folded = if self.fold_images() { (self.c + self.k) * self.n * self.h * self.w } else { 0 };
+            return self.k * self.c + folded;
         }
         let filter = self.groups64() * 64 * self.taps.len() * self.c;
         let image = if self.in_place { 0 } else { self.n * self.h * self.w * self.c };
@@ -220,7 +227,7 @@ impl DirectConv {
     /// chunks (24 registers of sums), broadcasting 8 filter values per channel.
     fn run_nchw_1x1(&self, x: *const f32, xs: (isize, isize), wt: &Src, y: *mut f32, ys: (isize, isize), ws: &mut [f32]) {
         let (c, k, pix) = (self.c, self.k, self.h * self.w);
-        let wp = &mut ws[..k * c];
+        let (wp, rest) = ws.split_at_mut(k * c);
         wp.par_chunks_mut(8 * c).enumerate().for_each(|(kb, part)| {
             for (ci, row) in part.chunks_mut(8).enumerate() {
                 for (j, v) in row.iter_mut().enumerate() {
@@ -230,12 +237,44 @@ impl DirectConv {
                 }
             }
         });
+        let n_img = self.n;
+        if self.fold_images() {
+            // Small images: the batch folded into the pixels (x'[c][n * P + p], y' alike) so
+            // that the vectors fill, copied in and out a row of P at a time.
+            let (xf, yf) = rest.split_at_mut(c * n_img * pix);
+            let yf = &mut yf[..k * n_img * pix];
+            let xa = x as usize;
+            xf.par_chunks_mut(n_img * pix).enumerate().for_each(|(ci, row)| {
+                for (n, part) in row.chunks_mut(pix).enumerate() {
+                    // SAFETY: image n's pixels of channel ci: pix values one apart.
+                    unsafe { std::ptr::copy_nonoverlapping((xa as *const f32).offset(n as isize * xs.0 + ci as isize * xs.1), part.as_mut_ptr(), pix) };
+                }
+            });
+            let (nf, xsf) = (1, (0, (n_img * pix) as isize));
+            self.nchw_items(xf.as_ptr(), xsf, wp.as_ptr(), yf.as_mut_ptr(), xsf, nf, n_img * pix);
+            let ya = y as usize;
+            yf.par_chunks(n_img * pix).enumerate().for_each(|(kk, row)| {
+                for (n, part) in row.chunks(pix).enumerate() {
+                    // SAFETY: image n's pixels of output channel kk, written by this row alone.
+                    unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), (ya as *mut f32).offset(n as isize * ys.0 + kk as isize * ys.1), pix) };
+                }
+            });
+            return;
+        }
+        self.nchw_items(x, xs, wp.as_ptr(), y, ys, n_img, pix);
+    }
+
+    /// The work items of [`Self::run_nchw_1x1`] over `n_img` images of `pix` pixels, the packed
+    /// filter at `wp`.
+    #[allow(clippy::too_many_arguments)]
+    fn nchw_items(&self, x: *const f32, xs: (isize, isize), wp: *const f32, y: *mut f32, ys: (isize, isize), n_img: usize, pix: usize) {
+        let (c, k) = (self.c, self.k);
         let groups = k.div_ceil(64);
-        let per_item = (pix * self.n * groups).div_ceil(4 * rayon::current_num_threads()).clamp(BLOCK_MIN, BLOCK_MAX).div_ceil(48) * 48;
+        let per_item = (pix * n_img * groups).div_ceil(4 * rayon::current_num_threads()).clamp(BLOCK_MIN, BLOCK_MAX).div_ceil(48) * 48;
         let blocks = pix.div_ceil(per_item);
         let cb = (CHUNK_VALUES / 64).clamp(1, c);
-        let (xa, ya, wa) = (x as usize, y as usize, wp.as_ptr() as usize);
-        (0..self.n * groups * blocks).into_par_iter().for_each(|item| {
+        let (xa, ya, wa) = (x as usize, y as usize, wp as usize);
+        (0..n_img * groups * blocks).into_par_iter().for_each(|item| {
             let (n, g, b) = (item / (groups * blocks), item / blocks % groups, item % blocks);
             let (p0, p1) = (b * per_item, ((b + 1) * per_item).min(pix));
             let (xn, yn) = (xa as *const f32, ya as *mut f32);

@@ -8,15 +8,16 @@
 //! f32. The pointwise chain after a matmul or a convolution forward (bias, scale, residual,
 //! activations) runs in its epilogue, on each finished tile while it is in cache
 //! ([`epilogue`]). Convolutions run as im2col blocks of a bounded size in the plan's workspace
-//! followed by the GEMM ([`conv`]).
+//! followed by the GEMM ([`conv`]); on a machine with AVX-512, 2-D single-group forward
+//! convolutions run on a direct kernel instead ([`conv_direct`]).
 //!
 //! Every other node, and every node whose types the fast kernels do not take (f64, fp8,
 //! integers, a compute type other than f32), runs through the f64 reference engine's own code
 //! for that node ([`super::cpu`]), so every graph that validates runs. [`FastPlan::explain`]
 //! (through [`crate::engine::Plan::explain`]) says which path took each node and why.
 //!
-//! Workspace: the plan's workspace holds the im2col blocks, the converted f16/bf16 operands and
-//! the f32 tiles the epilogue reads; execute allocates only the intermediate (virtual) tensors
+//! Workspace: the plan's workspace holds the im2col blocks (or the direct kernel's packed filter
+//! and image), the converted f16/bf16 operands and the f32 tiles the epilogue reads; execute allocates only the intermediate (virtual) tensors
 //! between groups, as the reference does, and the nodes the reference runs allocate as there.
 
 mod attention;
