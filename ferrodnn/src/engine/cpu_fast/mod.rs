@@ -373,6 +373,11 @@ impl FastPlan {
                 // SAFETY: every bit pattern is a valid f32, and align_to_mut returns a correctly
                 // aligned middle part.
                 let (_, mid, _) = unsafe { bytes.align_to_mut::<f32>() };
+                // From the first 64-byte boundary when the buffer reaches that far (the plan's
+                // size has WORKSPACE_ALIGN bytes for it): the kernels' vectors then do not
+                // straddle cache lines.
+                let skip = (WORKSPACE_ALIGN - mid.as_ptr() as usize % WORKSPACE_ALIGN) % WORKSPACE_ALIGN / 4;
+                let mid = if mid.len() >= skip + self.workspace_f32 { &mut mid[skip..] } else { mid };
                 if mid.len() < self.workspace_f32 {
                     return Err(Error::InvalidArgument(format!("{}: the workspace holds {} aligned f32 values but the plan needs {}", gname(), mid.len(), self.workspace_f32)));
                 }
