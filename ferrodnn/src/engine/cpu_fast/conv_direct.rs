@@ -311,18 +311,30 @@ impl DirectConv {
         });
     }
 
-    /// `wp[g][t][c][j] = w[g * 64 + j, c, stored(t)]`, zero past the last output channel.
+    /// `wp[g][t][c][j] = w[g * 64 + j, c, stored(t)]`, zero past the last output channel; an
+    /// output channel at a time along the input channels (one run through the filter each, where
+    /// 64 runs at once would outnumber what the prefetchers follow).
     fn pack_filter(&self, w: &Src, wp: &mut [f32]) {
-        let (taps, c, k) = (self.taps.len(), self.c, self.k);
-        wp.par_chunks_mut(c * 64).enumerate().for_each(|(gt, part)| {
+        match w.dtype {
+            DataType::F32 => self.pack_filter_typed::<LoadF32>(w, wp),
+            DataType::F16 => self.pack_filter_typed::<LoadF16>(w, wp),
+            _ => self.pack_filter_typed::<LoadBf16>(w, wp),
+        }
+    }
+
+    fn pack_filter_typed<L: Load>(&self, w: &Src, wp: &mut [f32]) {
+        let (taps, k) = (self.taps.len(), self.k);
+        let ptr = w.raw() as usize;
+        wp.par_chunks_mut(self.c * 64).enumerate().for_each(|(gt, part)| {
             let (g, t) = (gt / taps, gt % taps);
             let (r, s) = self.stored[t];
             let sp = r as isize * w.strides[2] + s as isize * w.strides[3];
-            for (ci, row) in part.chunks_mut(64).enumerate() {
-                for (j, v) in row.iter_mut().enumerate() {
-                    let kk = g * 64 + j;
+            for j in 0..64 {
+                let kk = g * 64 + j;
+                let at = kk as isize * w.strides[0] + sp;
+                for (ci, v) in part[j..].iter_mut().step_by(64).enumerate() {
                     // SAFETY: (kk, ci, r, s) is an element of the filter.
-                    *v = if kk < k { unsafe { w.load(kk as isize * w.strides[0] + ci as isize * w.strides[1] + sp) } } else { 0.0 };
+                    *v = if kk < k { unsafe { L::load(ptr as *const u8, at + ci as isize * w.strides[1]) } } else { 0.0 };
                 }
             }
         });
