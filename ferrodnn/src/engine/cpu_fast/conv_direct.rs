@@ -30,6 +30,8 @@ const BLOCK_MAX: usize = 480;
 pub(crate) const MAX_TAPS: usize = 64;
 /// Filter values of one input-channel chunk (256 KiB of f32: a share of L2).
 const CHUNK_VALUES: usize = 1 << 17;
+/// Input channels of a chunk of the NCHW one-tap kernel (48 pixels of them: 48 KiB).
+const NCHW_CHUNK: usize = 256;
 
 /// The sizes the direct kernel needs (2-D).
 #[derive(Clone, Debug)]
@@ -65,12 +67,6 @@ impl DirectConv {
         self.k.div_ceil(64)
     }
 
-    /// Whether the NCHW one-tap kernel folds the batch into the pixels: images of fewer than
-    /// 128 pixels (a 7 x 7 image fills 49 of 64 vector lanes on its own).
-    fn fold_images(&self) -> bool {
-        self.n > 1 && self.h * self.w < 128
-    }
-
     fn chunk(&self) -> usize {
         (CHUNK_VALUES / (self.taps.len() * 64)).clamp(1, self.c)
     }
@@ -78,8 +74,7 @@ impl DirectConv {
     /// Workspace in f32 values: the packed filter, a row of zeros, the converted image, the tile.
     pub fn workspace_f32(&self) -> usize {
         if self.nchw_1x1 {
-            let folded = if self.fold_images() { (self.c + self.k) * self.n * self.h * self.w } else { 0 };
-            return self.k * self.c + folded;
+            return self.k * self.c;
         }
         let filter = self.groups64() * 64 * self.taps.len() * self.c;
         let image = if self.in_place { 0 } else { self.n * self.h * self.w * self.c };
@@ -222,12 +217,12 @@ impl DirectConv {
 
     /// `y[n, k, p] = sum over c of w[k, c] x[n, c, p]` for NCHW f32 `x` and `y` (strides of n
     /// and c given; pixels one apart): the filter packed as `wp[k / 8][c][k % 8]`; work items of
-    /// one image, 64 output channels and up to [`BLOCK_MAX`] pixels; per item and block of 8
-    /// output channels, 48 pixels at a time (three vectors) summed over the input channels in
-    /// chunks (24 registers of sums), broadcasting 8 filter values per channel.
+    /// one image, 64 output channels and up to [`BLOCK_MAX`] pixels; per item and chunk of input
+    /// channels, 48 pixels at a time (three vectors) through each block of 8 output channels
+    /// (24 registers of sums), broadcasting 8 filter values per channel.
     fn run_nchw_1x1(&self, x: *const f32, xs: (isize, isize), wt: &Src, y: *mut f32, ys: (isize, isize), ws: &mut [f32]) {
         let (c, k, pix) = (self.c, self.k, self.h * self.w);
-        let (wp, rest) = ws.split_at_mut(k * c);
+        let wp = &mut ws[..k * c];
         wp.par_chunks_mut(8 * c).enumerate().for_each(|(kb, part)| {
             for (ci, row) in part.chunks_mut(8).enumerate() {
                 for (j, v) in row.iter_mut().enumerate() {
@@ -237,31 +232,7 @@ impl DirectConv {
                 }
             }
         });
-        let n_img = self.n;
-        if self.fold_images() {
-            // Small images: the batch folded into the pixels (x'[c][n * P + p], y' alike) so
-            // that the vectors fill, copied in and out a row of P at a time.
-            let (xf, yf) = rest.split_at_mut(c * n_img * pix);
-            let yf = &mut yf[..k * n_img * pix];
-            let xa = x as usize;
-            xf.par_chunks_mut(n_img * pix).enumerate().for_each(|(ci, row)| {
-                for (n, part) in row.chunks_mut(pix).enumerate() {
-                    // SAFETY: image n's pixels of channel ci: pix values one apart.
-                    unsafe { std::ptr::copy_nonoverlapping((xa as *const f32).offset(n as isize * xs.0 + ci as isize * xs.1), part.as_mut_ptr(), pix) };
-                }
-            });
-            let (nf, xsf) = (1, (0, (n_img * pix) as isize));
-            self.nchw_items(xf.as_ptr(), xsf, wp.as_ptr(), yf.as_mut_ptr(), xsf, nf, n_img * pix);
-            let ya = y as usize;
-            yf.par_chunks(n_img * pix).enumerate().for_each(|(kk, row)| {
-                for (n, part) in row.chunks(pix).enumerate() {
-                    // SAFETY: image n's pixels of output channel kk, written by this row alone.
-                    unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), (ya as *mut f32).offset(n as isize * ys.0 + kk as isize * ys.1), pix) };
-                }
-            });
-            return;
-        }
-        self.nchw_items(x, xs, wp.as_ptr(), y, ys, n_img, pix);
+        self.nchw_items(x, xs, wp.as_ptr(), y, ys, self.n, pix);
     }
 
     /// The work items of [`Self::run_nchw_1x1`] over `n_img` images of `pix` pixels, the packed
@@ -272,21 +243,21 @@ impl DirectConv {
         let groups = k.div_ceil(64);
         let per_item = (pix * n_img * groups).div_ceil(4 * rayon::current_num_threads()).clamp(BLOCK_MIN, BLOCK_MAX).div_ceil(48) * 48;
         let blocks = pix.div_ceil(per_item);
-        let cb = (CHUNK_VALUES / 64).clamp(1, c);
+        let cb = NCHW_CHUNK.min(c);
         let (xa, ya, wa) = (x as usize, y as usize, wp as usize);
         (0..n_img * groups * blocks).into_par_iter().for_each(|item| {
             let (n, g, b) = (item / (groups * blocks), item / blocks % groups, item % blocks);
             let (p0, p1) = (b * per_item, ((b + 1) * per_item).min(pix));
             let (xn, yn) = (xa as *const f32, ya as *mut f32);
-            // Each block of 8 output channels over the item's pixels: its filter rows stay in
-            // L1 while the item's pixels (in L2) stream past.
-            for kb in g * 8..(g * 8 + 8).min(k / 8) {
+            // Input channels in chunks: per chunk, 48 pixels at a time (their image values in L1)
+            // through each block of 8 output channels (the chunk's filter rows in L2).
+            let mut c0 = 0;
+            while c0 < c {
+                let cn = cb.min(c - c0);
                 let mut p = p0;
                 while p < p1 {
                     let np = 48.min(p1 - p);
-                    let mut c0 = 0;
-                    while c0 < c {
-                        let cn = cb.min(c - c0);
+                    for kb in g * 8..(g * 8 + 8).min(k / 8) {
                         // SAFETY: channels c0.. (cn) of pixels p.. (np) of image n, filter rows
                         // kb of those channels, and output channels kb * 8.. (8) of those
                         // pixels, which only this item writes.
@@ -303,10 +274,10 @@ impl DirectConv {
                         }
                         #[cfg(not(target_arch = "x86_64"))]
                         unreachable!("the direct kernel runs only where `available` says so ({xn:?} {yn:?} {wa})");
-                        c0 += cn;
                     }
                     p += np;
                 }
+                c0 += cn;
             }
         });
     }

@@ -485,12 +485,13 @@ pub(super) fn cases() -> Vec<Case> {
         fprop(&[2, 32, 15, 17], 64, bf16, true, Epi::None),
         fprop(&[2, 16, 5, 11], 24, f32, false, Epi::BiasRelu),
         fprop(&[2, 16, 5, 11], 24, f16, false, Epi::None),
-        // NCHW f32 with output channels in 8s (the CPU's kernel with pixels in the vector lanes):
-        // ragged pixel vectors, a second block of 64 output channels, input channels in two
-        // chunks.
-        fprop(&[2, 37, 9, 11], 24, f32, false, Epi::None),
+        // NCHW f32 with output channels in 8s and images of 128 pixels or more (the CPU's kernel
+        // with pixels in the vector lanes): ragged pixel vectors, a second block of 64 output
+        // channels, input channels in two chunks; and a 7x7 image (packed to channels-last).
+        fprop(&[2, 37, 9, 15], 24, f32, false, Epi::None),
+        fprop(&[3, 20, 12, 11], 72, f32, false, Epi::None),
+        fprop(&[1, 300, 8, 16], 8, f32, false, Epi::None),
         fprop(&[3, 20, 7, 7], 72, f32, false, Epi::None),
-        fprop(&[1, 2100, 2, 3], 8, f32, false, Epi::None),
         fprop(&[3, 13, 5, 7], 19, f16, true, Epi::BiasRelu),
         fprop(&[2, 16, 3, 4, 5], 8, f16, true, Epi::None),
         fprop(&[2, 8, 33], 16, bf16, true, Epi::BiasRelu),
