@@ -3188,10 +3188,25 @@ impl PyGraph {
                 )));
             }
         }
-        // Zeroed pages from the allocator (no fill pass over a large workspace).
-        let mut host_ws: Vec<u8> = if need > 0 && engine != EngineKind::Cuda { vec![0u8; need] } else { Vec::new() };
+        // A CPU plan runs on the given workspace when it is writable host memory of at least the
+        // plan's size, without gaps (every byte of its span its own), that shares no bytes with a
+        // buffer of the pack (so that its pages are not touched afresh on every call); else on
+        // zeroed pages from the allocator (no fill pass over a large workspace).
+        let gapless = |w: &ArrayDesc| w.dims.iter().map(|&d| d.max(0) as usize).product::<usize>() * w.itemsize == w.bytes;
+        let user_ws = ws_desc.as_ref().filter(|w| {
+            engine != EngineKind::Cuda && need > 0 && !w.device && !w.readonly && w.bytes >= need && gapless(w) && slots.iter().all(|s| s.a.device || !overlaps(w, s.a))
+        });
+        let mut host_ws: Vec<u8> = if need > 0 && engine != EngineKind::Cuda && user_ws.is_none() { vec![0u8; need] } else { Vec::new() };
         let ws = if need == 0 {
             None
+        } else if let Some(w) = user_ws {
+            // SAFETY: `w.ptr .. w.ptr + w.bytes` is host memory of a writable array the caller
+            // holds for this call (the GIL is held until execute returns), from a pointer that is
+            // not null over a range that does not wrap (array::describe, check_memory above)
+            // whose every byte is the array's (gapless), and no buffer of the pack overlaps it
+            // (checked just above): this is the only reference to these bytes while the plan
+            // runs.
+            Some(Buffer::HostMut(unsafe { std::slice::from_raw_parts_mut(w.ptr as *mut u8, w.bytes) }))
         } else if engine != EngineKind::Cuda {
             Some(Buffer::HostMut(&mut host_ws))
         } else {

@@ -54,6 +54,37 @@ def conv_ref(x, w, pre, post, stride, dil):
     return y
 
 
+def test_a_cpu_plan_runs_on_the_given_workspace_unless_it_overlaps_a_buffer():
+    # An NCHW 3x3 convolution (whose plan packs its image into the workspace): a workspace of
+    # the plan's size is written (the plan runs on it); one that overlaps the output is not used
+    # (the plan takes its own) and the result is the same.
+    r = rng(4)
+    x = r.standard_normal((2, 5, 9, 8)).astype(np.float32)
+    w = r.standard_normal((16, 5, 3, 3)).astype(np.float32)
+    g = new_graph()
+    X, W = g.tensor_like(x), g.tensor_like(w)
+    Y = g.conv_fprop(image=X, weight=W, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
+    Y.set_output(True).set_data_type(F32)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    want = conv_ref(x, w, (1, 1), (1, 1), (1, 1), (1, 1))
+    need = g.get_workspace_size()
+    assert need > 0
+    y = np.empty((2, 16, 9, 8), np.float32)
+    ws = np.full(need, 0xAB, np.uint8)
+    g.execute({X: x, W: w, Y: y}, ws)
+    close(y, want, 1e-4)
+    assert (ws != 0xAB).any()
+    # The output's own bytes as the workspace: refused as a workspace, not clobbered.
+    big = np.zeros(max(need, y.nbytes) + 64, np.uint8)
+    y2 = big[: y.nbytes].view(np.float32).reshape(y.shape)
+    g.execute({X: x, W: w, Y: y2}, big[:need])
+    close(y2, want, 1e-4)
+
+
 def test_conv_fprop_bias_relu_channels_last():
     r = rng(1)
     # Channels-last image and filter: logical NCHW views of NHWC memory (non-contiguous).

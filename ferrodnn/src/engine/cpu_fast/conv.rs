@@ -16,7 +16,12 @@
 //! Workspace (f32): the packed filter or the weight-gradient accumulator, one block's im2col
 //! matrix, one block's output tile or `dy` block, and for the data gradient the accumulator of
 //! one group of `dx`. Blocks hold at most [`COL_VALUES`] values.
+//!
+//! On a machine with AVX-512, a 2-D forward convolution of one group and at most
+//! [`conv_direct::MAX_TAPS`] taps runs on the direct kernel of [`conv_direct`] instead (no im2col
+//! matrix; its own workspace).
 
+use super::conv_direct::{self, DirectConv};
 use super::epilogue::{find_chain, BoundEpilogue, Chain};
 use super::gemm::{gemm_f32, Mat};
 use super::tensor::{store_rows, Load, LoadBf16, LoadF16, LoadF32, Src};
@@ -53,6 +58,8 @@ pub(crate) struct ConvStep {
     pub chain: Chain,
     geo: Geometry,
     rows: usize,
+    /// The direct AVX-512 forward kernel, when it takes this convolution.
+    direct: Option<DirectConv>,
     pub workspace_f32: usize,
 }
 
@@ -153,13 +160,15 @@ impl ConvStep {
         check_tensor(g, out, true)?;
         let q = geo.n * geo.out_total;
         let rows = (COL_VALUES / geo.r.max(1)).clamp(16, 8192).min(q).max(1);
+        let direct = if kind == Kind::Fprop { direct_plan(g, &geo, x.unwrap_or(anchor), out, chain.links.is_empty()) } else { None };
         let filter = geo.k * geo.r;
         let workspace_f32 = match kind {
+            _ if direct.is_some() => direct.as_ref().map_or(0, |d| d.workspace_f32()),
             Kind::Fprop => filter + rows * geo.r + rows * geo.kg,
             Kind::Dgrad => filter + rows * geo.r + rows * geo.kg + geo.n * geo.in_total * geo.cg,
             Kind::Wgrad => filter + rows * geo.r + rows * geo.kg,
         };
-        Ok(ConvStep { node: ni, kind, x, w, dy, anchor, out, chain, geo, rows, workspace_f32 })
+        Ok(ConvStep { node: ni, kind, x, w, dy, anchor, out, chain, geo, rows, direct, workspace_f32 })
     }
 
     pub fn describe(&self) -> String {
@@ -169,7 +178,10 @@ impl ConvStep {
             Kind::Dgrad => "data gradient",
             Kind::Wgrad => "weight gradient",
         };
-        format!("{what}: {} groups of {} x {} channels, {} taps, blocks of {} pixels", g.groups, g.cg, g.kg, g.taps, self.rows)
+        if self.direct.is_some() {
+            return format!("{what}: direct AVX-512 kernel, {} x {} channels, {} taps", g.cg, g.k, g.taps);
+        }
+        format!("{what}: im2col blocks of {} pixels and the GEMM, {} groups of {} x {} channels, {} taps", self.rows, g.groups, g.cg, g.kg, g.taps)
     }
 
     pub fn run(&self, ex: &mut Exec) -> Result<()> {
@@ -178,6 +190,10 @@ impl ConvStep {
         let dy = self.dy.map(|t| ex.src(t)).transpose()?;
         let epi = ex.bind(self.anchor, &self.chain)?;
         ex.with_dst(self.out, |dst, ws| {
+            if let (Some(d), Some(x), Some(w)) = (&self.direct, &x, &w) {
+                d.run(x, w, dst, &epi, ws);
+                return Ok(());
+            }
             let geo = &self.geo;
             let (filter, rest) = ws.split_at_mut(geo.k * geo.r);
             let (col, rest) = rest.split_at_mut(self.rows * geo.r);
@@ -352,6 +368,62 @@ impl ConvStep {
             &BoundEpilogue::none(),
         );
     }
+}
+
+/// The direct kernel's plan for a forward convolution, when it takes it: a machine with
+/// AVX-512, 2 spatial dims, one group, at most [`conv_direct::MAX_TAPS`] taps.
+fn direct_plan(g: &Graph, geo: &Geometry, x: TensorId, out: TensorId, no_epilogue: bool) -> Option<DirectConv> {
+    if !conv_direct::available() || geo.in_sp.len() != 2 || geo.groups != 1 || geo.taps > conv_direct::MAX_TAPS {
+        return None;
+    }
+    let strides = |t: TensorId| g.desc(t).strides.iter().map(|&s| s as isize).collect::<Vec<_>>();
+    let x_type = g.resolved_data_type(x).unwrap_or(DataType::F32);
+    let in_place = !g.desc(x).is_virtual && conv_direct::channels_last_f32(x_type, &strides(x));
+    let (oh, ow) = (geo.out_sp[0], geo.out_sp[1]);
+    let os = strides(out);
+    let out_type = g.resolved_data_type(out).unwrap_or(DataType::F32);
+    // Pixel q = (n * OH + oh) * OW + ow at q * ldo, channels one apart.
+    let direct_out = no_epilogue
+        && !g.desc(out).is_virtual
+        && out_type == DataType::F32
+        && os[1] == 1
+        && os[3] >= geo.k as isize
+        && os[2] == os[3] * ow as isize
+        && os[0] == os[2] * oh as isize;
+    let d = |v: &[usize], i: usize| v[i] as isize;
+    // NCHW with each image's pixels one apart (h, w flattened), images of 128 pixels or more
+    // (a 7x7 image fills 49 of 64 vector lanes: packed to channels-last it runs faster, also
+    // with the batch folded into the pixels).
+    let pixels_packed = |s: &[isize], w: usize| s[3] == 1 && s[2] == w as isize;
+    let nchw_1x1 = geo.taps == 1
+        && geo.stride.iter().all(|&s| s == 1)
+        && geo.pre.iter().all(|&p| p == 0)
+        && geo.in_sp == geo.out_sp
+        && geo.k.is_multiple_of(8)
+        && x_type == DataType::F32
+        && !g.desc(x).is_virtual
+        && pixels_packed(&strides(x), geo.in_sp[1])
+        && no_epilogue
+        && out_type == DataType::F32
+        && !g.desc(out).is_virtual
+        && pixels_packed(&os, ow)
+        && geo.out_total >= 128;
+    Some(DirectConv {
+        n: geo.n,
+        c: geo.cg,
+        k: geo.k,
+        h: geo.in_sp[0],
+        w: geo.in_sp[1],
+        oh,
+        ow,
+        taps: geo.tap.iter().map(|f| (d(f, 0) * geo.dilation[0], d(f, 1) * geo.dilation[1])).collect(),
+        stored: geo.stored.iter().map(|f| (f[0], f[1])).collect(),
+        stride: (geo.stride[0], geo.stride[1]),
+        pre: (geo.pre[0], geo.pre[1]),
+        in_place,
+        direct_out,
+        nchw_1x1,
+    })
 }
 
 /// The stride between consecutive pixels of an image in a tensor with `strides` (dims

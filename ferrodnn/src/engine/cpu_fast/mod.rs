@@ -8,19 +8,21 @@
 //! f32. The pointwise chain after a matmul or a convolution forward (bias, scale, residual,
 //! activations) runs in its epilogue, on each finished tile while it is in cache
 //! ([`epilogue`]). Convolutions run as im2col blocks of a bounded size in the plan's workspace
-//! followed by the GEMM ([`conv`]).
+//! followed by the GEMM ([`conv`]); on a machine with AVX-512, 2-D single-group forward
+//! convolutions run on a direct kernel instead ([`conv_direct`]).
 //!
 //! Every other node, and every node whose types the fast kernels do not take (f64, fp8,
 //! integers, a compute type other than f32), runs through the f64 reference engine's own code
 //! for that node ([`super::cpu`]), so every graph that validates runs. [`FastPlan::explain`]
 //! (through [`crate::engine::Plan::explain`]) says which path took each node and why.
 //!
-//! Workspace: the plan's workspace holds the im2col blocks, the converted f16/bf16 operands and
-//! the f32 tiles the epilogue reads; execute allocates only the intermediate (virtual) tensors
+//! Workspace: the plan's workspace holds the im2col blocks (or the direct kernel's packed filter
+//! and image), the converted f16/bf16 operands and the f32 tiles the epilogue reads; execute allocates only the intermediate (virtual) tensors
 //! between groups, as the reference does, and the nodes the reference runs allocate as there.
 
 mod attention;
 mod conv;
+mod conv_direct;
 mod epilogue;
 mod gemm;
 mod pointwise;
@@ -190,7 +192,7 @@ impl FastPlan {
             let line = match s {
                 Step::Reference { node, why } => format!("step {i}: {} -> reference (f64): {why}", name(*node)),
                 Step::Matmul(m) => format!("step {i}: {}{} -> gemm f32 ({})", name(m.node), chain(&m.chain), m.describe()),
-                Step::Conv(c) => format!("step {i}: {}{} -> conv as im2col + gemm f32 ({})", name(c.node), chain(&c.chain), c.describe()),
+                Step::Conv(c) => format!("step {i}: {}{} -> conv ({})", name(c.node), chain(&c.chain), c.describe()),
                 Step::Rows(r) => format!("step {i}: {} -> rows ({})", name(r.node), r.describe()),
                 Step::Pointwise(p) => format!("step {i}: {}{} -> pointwise ({})", name(p.node), chain(&p.chain), p.describe()),
                 Step::Attention(a) => format!("step {i}: {} -> attention ({})", name(a.node), a.describe()),
@@ -371,6 +373,11 @@ impl FastPlan {
                 // SAFETY: every bit pattern is a valid f32, and align_to_mut returns a correctly
                 // aligned middle part.
                 let (_, mid, _) = unsafe { bytes.align_to_mut::<f32>() };
+                // From the first 64-byte boundary when the buffer reaches that far (the plan's
+                // size has WORKSPACE_ALIGN bytes for it): the kernels' vectors then do not
+                // straddle cache lines.
+                let skip = (WORKSPACE_ALIGN - mid.as_ptr() as usize % WORKSPACE_ALIGN) % WORKSPACE_ALIGN / 4;
+                let mid = if mid.len() >= skip + self.workspace_f32 { &mut mid[skip..] } else { mid };
                 if mid.len() < self.workspace_f32 {
                     return Err(Error::InvalidArgument(format!("{}: the workspace holds {} aligned f32 values but the plan needs {}", gname(), mid.len(), self.workspace_f32)));
                 }

@@ -181,8 +181,9 @@ fn softmax(x: &Src, y: &Dst, axis: usize, log: bool, stats: Option<&mut [f32]>) 
     let len = dims[axis];
     let (xs, ys) = (x.strides[axis], y.strides[axis]);
     let stats_addr = stats.map(|s| s.as_mut_ptr() as usize);
+    let direct = direct_rows(x, xs, y, ys);
     (0..outer * inner).into_par_iter().with_min_len(16).for_each_init(
-        || (vec![0usize; dims.len()], vec![0f32; len]),
+        || (vec![0usize; dims.len()], if direct.is_some() { Vec::new() } else { vec![0f32; len] }),
         |(idx, buf), r| {
             let (o, i) = (r / inner, r % inner);
             unravel(o, &dims[..axis], &mut idx[..axis]);
@@ -190,9 +191,19 @@ fn softmax(x: &Src, y: &Dst, axis: usize, log: bool, stats: Option<&mut [f32]>) 
             idx[axis] = 0;
             let xb: isize = idx.iter().zip(&x.strides).map(|(&a, &s)| a as isize * s).sum();
             let yb: isize = idx.iter().zip(&y.strides).map(|(&a, &s)| a as isize * s).sum();
-            read_row(x, xb, xs, buf);
-            let lse = softmax_row(buf, log);
-            write_row(y, yb, ys, buf);
+            let lse = match direct {
+                // SAFETY: the row's len values from xb and yb are elements of x and y, one
+                // apart (direct_rows checked); rows are disjoint, so no other thread writes
+                // these values of y.
+                #[cfg(target_arch = "x86_64")]
+                Some((xp, yp)) => unsafe { avx512::softmax_row((xp as *const f32).offset(xb), (yp as *mut f32).offset(yb), len, log) },
+                _ => {
+                    read_row(x, xb, xs, buf);
+                    let lse = softmax_row(buf, log);
+                    write_row(y, yb, ys, buf);
+                    lse
+                }
+            };
             if let Some(a) = stats_addr {
                 // SAFETY: r < outer * inner, the statistics' element count; one row writes it.
                 unsafe { *(a as *mut f32).add(r) = lse as f32 };
@@ -224,10 +235,28 @@ fn norm(x: &Src, y: &Dst, scale: Option<&Src>, bias: Option<&Src>, eps: f64, rms
     };
     let (x_step, y_step) = (step(&x_off), step(&y_off));
     let (mean_addr, inv_addr) = (mean_out.map(|s| s.as_mut_ptr() as usize), inv_out.map(|s| s.as_mut_ptr() as usize));
+    let direct = match (x_step, y_step) {
+        (Some(xs), Some(ys)) => direct_rows(x, xs, y, ys),
+        _ => None,
+    };
     (0..rows).into_par_iter().for_each_init(
-        || vec![0f32; row_len],
+        || if direct.is_some() { Vec::new() } else { vec![0f32; row_len] },
         |buf, r| {
             let (xb, yb) = (r as isize * x.strides[0], r as isize * y.strides[0]);
+            #[cfg(target_arch = "x86_64")]
+            if let Some((xp, yp)) = direct {
+                // SAFETY: as in softmax: row r's values of x and y, one apart; rows are
+                // disjoint.
+                let (mean, inv) = unsafe { avx512::norm_row((xp as *const f32).offset(xb), (yp as *mut f32).offset(yb), row_len, &s_row, &b_row, eps, rms) };
+                // SAFETY: r < rows, the statistics' element count; each row writes its own.
+                if let Some(a) = mean_addr {
+                    unsafe { *(a as *mut f32).add(r) = mean as f32 };
+                }
+                if let Some(a) = inv_addr {
+                    unsafe { *(a as *mut f32).add(r) = inv as f32 };
+                }
+                return;
+            }
             if let Some(xs) = x_step {
                 read_row(x, xb, xs, buf);
             } else {
@@ -254,6 +283,15 @@ fn norm(x: &Src, y: &Dst, scale: Option<&Src>, bias: Option<&Src>, eps: f64, rms
             }
         },
     );
+}
+
+/// The addresses of x and y when the AVX-512 kernels read and write rows in place: both f32
+/// (4-byte aligned, no rounding on the way out), each row's values one apart.
+fn direct_rows(x: &Src, xs: isize, y: &Dst, ys: isize) -> Option<(usize, usize)> {
+    match (isa(), x.f32_ptr(), y.f32_ptr()) {
+        (Isa::Avx512, Some(xp), Some(yp)) if xs == 1 && ys == 1 => Some((xp as usize, yp as usize)),
+        _ => None,
+    }
 }
 
 /// Row `buf` read from `src` at `base`, element k at `base + k * step`.
@@ -393,39 +431,275 @@ unsafe fn norm_row_avx2(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, 
     norm_row_impl(buf, scale, bias, eps, rms)
 }
 
-fn avx2() -> bool {
+/// The CPU features a row kernel may use, detected once.
+#[derive(Clone, Copy, PartialEq)]
+enum Isa {
+    Avx512,
+    Avx2,
+    Plain,
+}
+
+fn isa() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
-        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+        static HAS: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| {
+            if is_x86_feature_detected!("avx512f") {
+                Isa::Avx512
+            } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                Isa::Avx2
+            } else {
+                Isa::Plain
+            }
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        false
+        Isa::Plain
     }
 }
 
 fn softmax_row(buf: &mut [f32], log: bool) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
+    match isa() {
+        // SAFETY: the CPU has AVX-512F (checked at run time).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { avx512::softmax_row(buf.as_mut_ptr(), buf.as_mut_ptr(), buf.len(), log) },
         // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { softmax_row_avx2(buf, log) };
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { softmax_row_avx2(buf, log) },
+        _ => softmax_row_impl(buf, log),
     }
-    softmax_row_impl(buf, log)
 }
 
 fn norm_row(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
+    match isa() {
         // SAFETY: as in softmax_row.
-        return unsafe { norm_row_avx2(buf, scale, bias, eps, rms) };
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { avx512::norm_row(buf.as_mut_ptr(), buf.as_mut_ptr(), buf.len(), scale, bias, eps, rms) },
+        // SAFETY: as in softmax_row.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { norm_row_avx2(buf, scale, bias, eps, rms) },
+        _ => norm_row_impl(buf, scale, bias, eps, rms),
     }
-    norm_row_impl(buf, scale, bias, eps, rms)
+}
+
+/// The row kernels in AVX-512 (16 lanes): the passes of the portable ones, reading `x` and
+/// writing `y` directly (which may be one buffer), with `e^x` as a polynomial on the reduced
+/// argument and `vscalefps` for the power of two, and the ragged end of a row as masked vectors.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// Lanes `0..n` (n <= 16) of a mask.
+    #[inline(always)]
+    fn tail(n: usize) -> __mmask16 {
+        ((1u32 << n) - 1) as __mmask16
+    }
+
+    /// `e^x` per lane for `x <= 0` (what softmax takes after subtracting the maximum): a
+    /// degree-5 minimax polynomial on `x - n ln 2`, relative error near 2e-7; NaN stays NaN,
+    /// -inf gives 0.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn exp_nonpos(x: __m512) -> __m512 {
+        // max returns its second operand when one is NaN: a NaN x stays NaN.
+        let x = _mm512_max_ps(_mm512_set1_ps(-104.0), x);
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)));
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
+        let mut p = _mm512_set1_ps(8.297_655e-3);
+        for c in [4.191_538_3e-2, 0.166_675_75, 0.499_988_94, 0.999_999_7, 1.000_000_1] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        _mm512_scalef_ps(p, n)
+    }
+
+    /// The sum of a vector's lanes, added up in f64.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn lanes_f64(v: __m512) -> f64 {
+        let mut a = [0f32; 16];
+        // SAFETY: `a` holds 16 f32 values.
+        unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v) };
+        a.iter().map(|&x| x as f64).sum()
+    }
+
+    /// `f` over the `n` values at `src`, two 16-value vectors at a time (two, so that sums go
+    /// to two accumulators that do not wait on each other), its results stored at `dst` unless
+    /// it is null. The ragged end is a pair of masked vectors whose lanes past the end read
+    /// `fill` and are not stored.
+    ///
+    /// # Safety
+    /// `src` must be readable and `dst` (unless null) writable for `n` values; they may be the
+    /// same memory.
+    #[inline(always)]
+    unsafe fn pairs(src: *const f32, dst: *mut f32, n: usize, fill: f32, mut f: impl FnMut(usize, __m512, __m512) -> (__m512, __m512)) {
+        let mut i = 0;
+        // SAFETY (all blocks): i + 32 <= n in the loop, and the masked accesses touch only
+        // lanes below n - i, so every access is among the caller's n values.
+        while i + 32 <= n {
+            let (a, b) = unsafe { f(i, _mm512_loadu_ps(src.add(i)), _mm512_loadu_ps(src.add(i + 16))) };
+            if !dst.is_null() {
+                unsafe {
+                    _mm512_storeu_ps(dst.add(i), a);
+                    _mm512_storeu_ps(dst.add(i + 16), b);
+                }
+            }
+            i += 32;
+        }
+        if i < n {
+            let (m0, m1) = (tail((n - i).min(16)), tail((n - i).saturating_sub(16)));
+            let fv = _mm512_set1_ps(fill);
+            let (a, b) = unsafe { f(i, _mm512_mask_loadu_ps(fv, m0, src.add(i)), _mm512_mask_loadu_ps(fv, m1, src.add(i + 16))) };
+            if !dst.is_null() {
+                unsafe {
+                    _mm512_mask_storeu_ps(dst.add(i), m0, a);
+                    _mm512_mask_storeu_ps(dst.add(i + 16), m1, b);
+                }
+            }
+        }
+    }
+
+    /// Softmax (or log-softmax) of the `n` values at `x` into `y`; returns their log-sum-exp.
+    /// Three passes: the maximum, `e^(x - max)` into `y` (or only summed, for log-softmax),
+    /// and the scaling of `y` (or `y = x - lse`), the row staying in cache after the first.
+    ///
+    /// # Safety
+    /// `x` readable and `y` writable for `n` values (they may be the same memory).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn softmax_row(x: *const f32, y: *mut f32, n: usize, log: bool) -> f64 {
+        let (mut m0, mut m1) = (_mm512_set1_ps(f32::NEG_INFINITY), _mm512_set1_ps(f32::NEG_INFINITY));
+        // SAFETY (the `pairs` calls): the caller's extents.
+        unsafe {
+            pairs(x, std::ptr::null_mut(), n, f32::NEG_INFINITY, |_, a, b| {
+                (m0, m1) = (_mm512_max_ps(m0, a), _mm512_max_ps(m1, b));
+                (a, b)
+            })
+        };
+        let m = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+        let mv = _mm512_set1_ps(m);
+        // Lanes past the end read -inf, whose exp is 0.
+        let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        unsafe {
+            pairs(x, if log { std::ptr::null_mut() } else { y }, n, f32::NEG_INFINITY, |_, a, b| {
+                let (ea, eb) = (exp_nonpos(_mm512_sub_ps(a, mv)), exp_nonpos(_mm512_sub_ps(b, mv)));
+                (s0, s1) = (_mm512_add_ps(s0, ea), _mm512_add_ps(s1, eb));
+                (ea, eb)
+            })
+        };
+        let sum = lanes_f64(s0) + lanes_f64(s1);
+        let lse = m as f64 + sum.ln();
+        if log {
+            let l = _mm512_set1_ps(lse as f32);
+            unsafe { pairs(x, y, n, 0.0, |_, a, b| (_mm512_sub_ps(a, l), _mm512_sub_ps(b, l))) };
+        } else {
+            let inv = _mm512_set1_ps((1.0 / sum) as f32);
+            unsafe { pairs(y, y, n, 0.0, |_, a, b| (_mm512_mul_ps(a, inv), _mm512_mul_ps(b, inv))) };
+        }
+        lse
+    }
+
+    /// Layernorm (or rmsnorm) of the `n` values at `x` into `y` as [`super::norm_row_impl`]
+    /// computes it; `scale` and `bias` hold `n` values each.
+    ///
+    /// # Safety
+    /// As for [`softmax_row`].
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn norm_row(x: *const f32, y: *mut f32, n: usize, scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
+        let none = std::ptr::null_mut();
+        let mean = if rms {
+            0.0
+        } else {
+            let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            // SAFETY (the `pairs` calls): the caller's extents.
+            unsafe {
+                pairs(x, none, n, 0.0, |_, a, b| {
+                    (s0, s1) = (_mm512_add_ps(s0, a), _mm512_add_ps(s1, b));
+                    (a, b)
+                })
+            };
+            (lanes_f64(s0) + lanes_f64(s1)) / n as f64
+        };
+        let m = _mm512_set1_ps(mean as f32);
+        let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        // Lanes past the end read the mean: they add nothing.
+        unsafe {
+            pairs(x, none, n, mean as f32, |_, a, b| {
+                let (da, db) = (_mm512_sub_ps(a, m), _mm512_sub_ps(b, m));
+                (s0, s1) = (_mm512_fmadd_ps(da, da, s0), _mm512_fmadd_ps(db, db, s1));
+                (a, b)
+            })
+        };
+        let var = (lanes_f64(s0) + lanes_f64(s1)) / n as f64;
+        let inv = 1.0 / (var + eps).sqrt();
+        let iv = _mm512_set1_ps(inv as f32);
+        let (sp, bp) = (scale.as_ptr(), bias.as_ptr());
+        unsafe {
+            pairs(x, y, n, 0.0, |i, a, b| {
+                // SAFETY: scale and bias hold n values; the vectors at the ragged end are
+                // masked to it as the row's are.
+                let (k0, k1) = (tail((n - i).min(16)), tail((n - i).saturating_sub(16).min(16)));
+                let (sa, sb) = (_mm512_maskz_loadu_ps(k0, sp.add(i)), _mm512_maskz_loadu_ps(k1, sp.add(i + 16)));
+                let (ba, bb) = (_mm512_maskz_loadu_ps(k0, bp.add(i)), _mm512_maskz_loadu_ps(k1, bp.add(i + 16)));
+                (_mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(a, m), iv), sa, ba), _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(b, m), iv), sb, bb))
+            })
+        };
+        (mean, inv)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::exp_f32;
+    use super::{exp_f32, norm_row_impl, softmax_row_impl};
+
+    /// The AVX-512 row kernels against the portable ones on every ragged length up to three
+    /// vector pairs, in place and from one buffer into another, with -inf and large values.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_row_kernels_match_the_portable_ones_at_every_ragged_length() {
+        if super::isa() != super::Isa::Avx512 {
+            return;
+        }
+        let close = |a: f32, b: f32, what: &str| assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{what}: {a} vs {b}");
+        for n in 1..100usize {
+            let x: Vec<f32> =
+                (0..n).map(|i| ((i * 37 % 23) as f32 - 11.0) * if i % 7 == 3 { 9.0 } else { 0.7 }).map(|v| if n > 5 && v == -11.0 * 0.7 { f32::NEG_INFINITY } else { v }).collect();
+            let scale: Vec<f32> = (0..n).map(|i| 0.5 + i as f32 * 0.01).collect();
+            let bias: Vec<f32> = (0..n).map(|i| i as f32 * -0.02).collect();
+            for log in [false, true] {
+                let mut want = x.clone();
+                let lse_want = softmax_row_impl(&mut want, log);
+                let mut got = vec![f32::NAN; n];
+                // SAFETY: x and got hold n values each.
+                let lse = unsafe { super::avx512::softmax_row(x.as_ptr(), got.as_mut_ptr(), n, log) };
+                close(lse as f32, lse_want as f32, "lse");
+                let mut inplace = x.clone();
+                // SAFETY: as above, one buffer.
+                unsafe { super::avx512::softmax_row(inplace.as_mut_ptr(), inplace.as_mut_ptr(), n, log) };
+                for i in 0..n {
+                    if want[i].is_finite() {
+                        close(got[i], want[i], &format!("softmax n {n} log {log} [{i}]"));
+                    } else {
+                        assert_eq!(got[i], want[i], "n {n} [{i}]");
+                    }
+                    assert_eq!(got[i].to_bits(), inplace[i].to_bits());
+                }
+            }
+            let xf: Vec<f32> = x.iter().map(|&v| if v.is_finite() { v } else { 3.0 }).collect();
+            for rms in [false, true] {
+                let mut want = xf.clone();
+                let (mw, iw) = norm_row_impl(&mut want, &scale, &bias, 1e-5, rms);
+                let mut got = vec![f32::NAN; n];
+                // SAFETY: xf and got hold n values each.
+                let (m, i) = unsafe { super::avx512::norm_row(xf.as_ptr(), got.as_mut_ptr(), n, &scale, &bias, 1e-5, rms) };
+                close(m as f32, mw as f32, "mean");
+                close(i as f32, iw as f32, "inv");
+                for k in 0..n {
+                    close(got[k], want[k], &format!("norm n {n} rms {rms} [{k}]"));
+                }
+            }
+        }
+    }
 
     #[test]
     fn exp_f32_is_within_a_few_ulp_over_its_range_and_exact_at_the_edges() {

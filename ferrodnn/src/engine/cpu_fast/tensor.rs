@@ -111,6 +111,8 @@ impl Src {
 
 /// A load of one storage type as f32, for loops monomorphized per type (no per-element match).
 pub(crate) trait Load: Sync {
+    /// Whether the storage is f32 (read as it is).
+    const F32: bool = false;
     /// # Safety
     /// `ptr + off` (in elements of the type) must be an element of a live buffer.
     unsafe fn load(ptr: *const u8, off: isize) -> f32;
@@ -121,6 +123,7 @@ pub(crate) struct LoadF16;
 pub(crate) struct LoadBf16;
 
 impl Load for LoadF32 {
+    const F32: bool = true;
     #[inline(always)]
     unsafe fn load(ptr: *const u8, off: isize) -> f32 {
         // SAFETY: the caller passes an element's offset; unaligned, as user buffers may be.

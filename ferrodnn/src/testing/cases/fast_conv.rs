@@ -209,6 +209,14 @@ fn implicit_cases() -> Vec<Case> {
         // f32 as tf32 with channels in 32s: im2col loads on Hopper too.
         implicit(Fprop, "3x3_c64", &[3, 64, 9, 11], &[40, 64, 3, 3], p2([1, 1]), f32, true, true),
         implicit(Fprop, "3x3_stride2_c32", &[2, 32, 13, 10], &[24, 32, 3, 3], strided([2, 2], [1, 1]), f32, true, false),
+        // The CPU's direct kernel: more input channels than one filter chunk (113 for 3x3), output
+        // channels past a block of 64 that end mid-vector, written in place (channels-last f32,
+        // no epilogue), through the epilogue, and to NCHW with a stride that meets the borders;
+        // NCHW rows and channels of 16 and more (the vector transposes) with ragged ends.
+        implicit(Fprop, "3x3_c130_k100", &[2, 130, 9, 7], &[100, 130, 3, 3], p2([1, 1]), f32, true, false),
+        implicit(Fprop, "3x3_c130_k100", &[2, 130, 9, 7], &[100, 130, 3, 3], p2([1, 1]), f32, true, true),
+        implicit(Fprop, "3x3_stride2_c120_k72", &[3, 120, 11, 10], &[72, 120, 3, 3], strided([2, 2], [1, 1]), f32, false, false),
+        implicit(Fprop, "3x3_c35_k40_w20", &[2, 35, 17, 20], &[40, 35, 3, 3], p2([1, 1]), f32, false, false),
         implicit(Dgrad, "3x3", &[3, 16, 9, 11], &[24, 16, 3, 3], p2([1, 1]), f16, true, false),
         implicit(Dgrad, "3x3_stride2", &[2, 24, 15, 14], &[16, 24, 3, 3], strided([2, 2], [1, 1]), bf16, true, false),
         // 64-output-channel multiples: on Hopper dy is read by im2col TMA loads (taps mirrored)
@@ -477,6 +485,13 @@ pub(super) fn cases() -> Vec<Case> {
         fprop(&[2, 32, 15, 17], 64, bf16, true, Epi::None),
         fprop(&[2, 16, 5, 11], 24, f32, false, Epi::BiasRelu),
         fprop(&[2, 16, 5, 11], 24, f16, false, Epi::None),
+        // NCHW f32 with output channels in 8s and images of 128 pixels or more (the CPU's kernel
+        // with pixels in the vector lanes): ragged pixel vectors, a second block of 64 output
+        // channels, input channels in two chunks; and a 7x7 image (packed to channels-last).
+        fprop(&[2, 37, 9, 15], 24, f32, false, Epi::None),
+        fprop(&[3, 20, 12, 11], 72, f32, false, Epi::None),
+        fprop(&[1, 300, 8, 16], 8, f32, false, Epi::None),
+        fprop(&[3, 20, 7, 7], 72, f32, false, Epi::None),
         fprop(&[3, 13, 5, 7], 19, f16, true, Epi::BiasRelu),
         fprop(&[2, 16, 3, 4, 5], 8, f16, true, Epi::None),
         fprop(&[2, 8, 33], 16, bf16, true, Epi::BiasRelu),
