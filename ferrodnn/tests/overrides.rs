@@ -199,6 +199,26 @@ fn ragged_thd_attention_runs_at_other_batch_and_sequence_lengths() {
     check_shapes(thd, (2, 6, 8), &[(2, 12, 8), (3, 4, 10), (1, 3, 5)], false);
 }
 
+/// A ragged THD tensor may be given its packed buffer's three strides ([tokens, h, d]), as the
+/// frontend's test_sdpa_thd passes `q.stride()`: the batch and sequence dims take the token stride.
+#[test]
+fn a_ragged_tensor_takes_its_packed_buffers_three_strides() {
+    let (mut g, _) = thd((2, 6, 8));
+    g.validate().unwrap();
+    let mut o = ShapeOverrides::new();
+    o.set(1, &[3, H, 4, D], &[H * D, D, 1]).set(8, &[3, H, 4, D], &[H * D, D, 1]);
+    o.set(2, &[3, H, 10, D], &[]).set(3, &[3, H, 10, D], &[]);
+    o.set(4, &[3, 1, 1, 1], &[]).set(5, &[3, 1, 1, 1], &[]).set(6, &[4, 1, 1, 1], &[]).set(7, &[4, 1, 1, 1], &[]);
+    let g2 = g.with_overrides(&o).unwrap();
+    let q = g2.tensors.iter().find(|t| t.uid == Some(1)).unwrap();
+    assert_eq!((q.dims.clone(), q.strides.clone()), (vec![3, H, 4, D], vec![H * D, D, H * D, 1]));
+    // A tensor without ragged offsets still needs one stride a dim.
+    let mut bad = ShapeOverrides::new();
+    bad.set(2, &[2, H, 8, D], &[H * D, D, 1]);
+    let m = g.with_overrides(&bad).unwrap_err().to_string();
+    assert!(m.contains("3 strides") && m.contains("4 dims"), "{m}");
+}
+
 fn built_matmul() -> (Handle, ferrodnn::Plan) {
     let (mut g, _) = matmul((1, 16, 16, 16));
     g.validate().unwrap();

@@ -134,6 +134,18 @@ impl Graph {
                     dims.len()
                 )));
             }
+            // A ragged tensor [b, h, s, d] (packed THD: its offsets give where each batch
+            // starts) may be given the strides of its packed buffer [tokens, h, d], one fewer
+            // than its dims, as the frontend's THD test passes them (`q.stride()` of the packed
+            // tensor): the batch and sequence dims both take the token stride, as the graph's
+            // own strides for such a tensor have it.
+            let thd;
+            let strides = if t.ragged_offset.is_some() && dims.len() == 4 && strides.len() == 3 {
+                thd = [strides[0], strides[1], strides[0], strides[2]];
+                &thd[..]
+            } else {
+                strides
+            };
             if !strides.is_empty() && strides.len() != dims.len() {
                 return Err(Error::InvalidArgument(format!(
                     "{gname} with shape overrides: tensor \"{}\" (uid {uid}): {} strides {strides:?} were given for the {} dims {dims:?}",
