@@ -3,7 +3,7 @@ GPU, the same workloads through PyTorch (cuDNN, cuBLAS, flash attention inside),
 ceilings (a large device-to-device copy and a large bf16 GEMM). Writes <out>/<gpu>.json in the
 shape BENCHMARKS.md is rendered from (bench/render.py).
 
-Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|groupnorm|gemm|gemm-sweep|attention|attention-sweep] [--rounds N]
+Usage (on the GPU machine): python3 bench/run.py --ferrodnn PATH/TO/ferrodnn --out DIR [--suite memory-bound|small|groupnorm|gemm|gemm-sweep|attention|attention-sweep] [--rounds N]
 The memory-bound suite writes <out>/<gpu>.json, other suites <out>/<gpu>-<suite>.json. Each side's time is the median over
 N interleaved rounds (ferrodnn's process, then PyTorch and cuDNN; 3 by default), and each row keeps its rounds' ratios.
 """
@@ -269,6 +269,41 @@ def ours(exe, suite, cache_dir, runs):
     return {w["id"]: w for w in report["workloads"]}, report.get("handle_ms")
 
 
+SMALL_ROWS = re.compile(r"^(layernorm|rmsnorm|softmax|add_gelu)_fwd_bf16_(\d+)x(\d+)$")
+
+
+def torch_small(ids):
+    """PyTorch's time for each workload of the small-sizes suite (`small` in
+    ferrodnn-cli/src/bench.rs), the shape parsed from the id; its attention row as the attention
+    sweep's."""
+    out = {}
+    bf = torch.bfloat16
+    for wid in ids:
+        m = SMALL_ROWS.match(wid)
+        if not m:
+            continue
+        op, t, hd = m.group(1), int(m.group(2)), int(m.group(3))
+        x = torch.randn(t, hd, device=dev, dtype=bf)
+        y = torch.randn_like(x)
+        g = torch.randn(hd, device=dev, dtype=bf)
+        b = torch.randn_like(g)
+        fn = {
+            "layernorm": lambda: F.layer_norm(x, (hd,), g, b),
+            "rmsnorm": lambda: F.rms_norm(x, (hd,), g),
+            "softmax": lambda: torch.softmax(x, -1),
+            "add_gelu": lambda: F.gelu(x + y),
+        }[op]
+        out[wid] = bench(fn, iters=200)
+    if "matmul_bf16_64x64x64" in ids:
+        a = torch.randn(64, 64, device=dev, dtype=bf)
+        out["matmul_bf16_64x64x64"] = bench(lambda: a @ a, iters=200)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_attention import torch_attention_sweep
+
+    out.update(torch_attention_sweep(bench, [i for i in ids if i.startswith("sdpa_")]))
+    return out
+
+
 def median(xs):
     xs = sorted(x for x in xs if x is not None)
     return xs[len(xs) // 2] if xs else None
@@ -283,13 +318,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (ferrodnn's process, then PyTorch and cuDNN), each side's time the median over rounds: the GPU's clocks and power move between rounds by more than some rows' margins")
     ap.add_argument("--commit", default=os.environ.get("FERRODNN_COMMIT", "unknown"))
     ap.add_argument("--skip-cold", action="store_true", help="no separate first process with an empty kernel cache (a shorter device call): the first round's first builds, from an empty cache, are the cold ones; no warm-disk times")
+    ap.add_argument("--cache", default=None, help="a kernel cache folder to use (e.g. filled ahead by `ferrodnn compile-cases --bench SUITE`); implies --skip-cold, and no build is reported as cold")
     args = ap.parse_args()
+    if args.cache:
+        args.skip_cold = True
 
     name = torch.cuda.get_device_name()
     gpu = "h100" if "H100" in name else "h200" if "H200" in name else name.lower().replace(" ", "_")
     roof = rooflines()
     print(f"rooflines: {roof}", flush=True)
-    cache = tempfile.mkdtemp(prefix="ferrodnn-kernels-")
+    cache = args.cache or tempfile.mkdtemp(prefix="ferrodnn-kernels-")
     cold, cold_handle = ({}, None) if args.skip_cold else ours(args.ferrodnn, args.suite, cache, 3)  # first process: empty kernel cache
     rounds = []  # per round: (ours by workload id, handle ms, torch ms by id, cuDNN graph ms by id)
     if args.suite in ("attention", "attention-sweep"):
@@ -311,6 +349,8 @@ def main():
             theirs = torch_attention_sweep(bench, mine.keys())
         elif args.suite == "gemm-sweep":
             theirs = torch_gemm_sweep(mine.keys())
+        elif args.suite == "small":
+            theirs = torch_small(list(mine.keys()))
         else:
             theirs = {}
         rounds.append((mine, handle, theirs, cudnn_ms))
@@ -328,6 +368,9 @@ def main():
             row["cudnn_graph_ms"] = cudnn
             row["ratio_vs_cudnn_graph"] = cudnn / ours_ms if ours_ms else None
         row["ratio"] = row["torch_ms"] / ours_ms if ours_ms and row["torch_ms"] else None
+        host_us = median(r[0].get(wid, {}).get("execute_host_us") for r in rounds)
+        if host_us:
+            row["execute_host_us"] = host_us
         # Each round's own ratios: their spread is the run-to-run noise of the row.
         per = [(r[2].get(wid), r[0].get(wid, {}).get("ours_ms"), r[3].get(wid)) for r in rounds]
         if len(rounds) > 1 and row["ratio"]:
@@ -341,7 +384,9 @@ def main():
                 row["pct_roofline"] = 100 * w["flops"] / ours_ms / 1e9 / ceiling
             elif w.get("bytes"):
                 row["pct_roofline"] = 100 * w["bytes"] / ours_ms / 1e6 / roof["copy_gbs"]
-        if args.skip_cold:  # the first round's process started with an empty cache: its first build is the cold one
+        if args.cache:  # a cache filled ahead: the first round's first builds are warm-disk ones
+            row["build_ms"] = {"cold": None, "warm_disk": w.get("build_ms_first"), "in_process": w.get("build_ms_in_process")}
+        elif args.skip_cold:  # the first round's process started with an empty cache: its first build is the cold one
             row["build_ms"] = {"cold": w.get("build_ms_first"), "warm_disk": None, "in_process": w.get("build_ms_in_process")}
         else:
             row["build_ms"] = {"cold": cold.get(wid, {}).get("build_ms_first"), "warm_disk": w.get("build_ms_first"), "in_process": w.get("build_ms_in_process")}

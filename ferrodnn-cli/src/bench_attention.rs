@@ -152,6 +152,14 @@ pub fn attention_sweep_workloads() -> Vec<Workload> {
     v
 }
 
+/// Two small attention problems for the small-sizes suite (its host time per execute): a
+/// decode-sized forward (one batch, 8 heads, 128 queries and keys, head dim 64) in the sweep's
+/// id form, so that the PyTorch side parses it as a sweep row.
+pub fn small_attention_workloads() -> Vec<Workload> {
+    let s = Shape::new(1, 8, 128, 128, 64, false);
+    vec![forward(&format!("sdpa_fwd_bf16_small_{}", s.tag()), s)]
+}
+
 #[cfg(test)]
 mod tests {
     /// The sweep's graphs validate and run on the flash kernels, and their ids spell their
