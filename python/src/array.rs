@@ -10,7 +10,9 @@ use crate::InvalidArgumentError;
 use ferrodnn::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::intern;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use std::ffi::{c_void, CStr};
 
 /// Addresses below this are the null page: never mapped on the host, never a device allocation.
@@ -174,22 +176,71 @@ fn from_interface(obj: &Bound<PyAny>, iface: &Bound<PyAny>, device: bool) -> PyR
     Ok(ArrayDesc { ptr, bytes, dims, strides, dtype, itemsize, type_name, device, readonly, keep_alive: Vec::new() })
 }
 
-/// A PyTorch tensor, read through its methods (no import of torch).
+/// The integers of a tuple (torch's `shape` and `stride()`), else of any iterable.
+fn tuple_ints(obj: &Bound<PyAny>) -> PyResult<Vec<i64>> {
+    match obj.downcast::<PyTuple>() {
+        Ok(t) => t.iter().map(|v| v.extract::<i64>()).collect(),
+        Err(_) => ints(obj),
+    }
+}
+
+/// PyTorch's `Tensor` class and its dtype objects (each with ferrodnn's type, its element size
+/// and its name), taken from `sys.modules` once torch has been imported by the caller (this
+/// module never imports torch). Found once a process: a tensor is then recognized by one
+/// `isinstance` and its dtype by identity, with no strings made (the execute path's host time).
+struct TorchTypes {
+    tensor: Py<PyType>,
+    dtypes: Vec<(Py<PyAny>, Option<DataType>, usize, String)>,
+}
+
+static TORCH: GILOnceCell<TorchTypes> = GILOnceCell::new();
+static SYS_MODULES: GILOnceCell<Py<PyDict>> = GILOnceCell::new();
+
+fn torch_types(py: Python<'_>) -> Option<&'static TorchTypes> {
+    if let Some(t) = TORCH.get(py) {
+        return Some(t);
+    }
+    let modules = SYS_MODULES
+        .get_or_try_init(py, || -> PyResult<Py<PyDict>> { Ok(py.import("sys")?.getattr("modules")?.downcast_into::<PyDict>()?.unbind()) })
+        .ok()?
+        .bind(py);
+    let torch = modules.get_item("torch").ok()??;
+    let tensor = torch.getattr("Tensor").ok()?.downcast_into::<PyType>().ok()?.unbind();
+    let mut dtypes = Vec::new();
+    for name in ["float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2", "int8", "uint8", "int32", "int64", "bool"] {
+        if let Ok(d) = torch.getattr(name) {
+            let itemsize = d.getattr("itemsize").and_then(|v| v.extract::<usize>()).unwrap_or(0);
+            dtypes.push((d.unbind(), dtype_from_name(name), itemsize, format!("torch.{name}")));
+        }
+    }
+    let _ = TORCH.set(py, TorchTypes { tensor, dtypes });
+    TORCH.get(py)
+}
+
+/// A PyTorch tensor, read through its attributes and methods (no import of torch).
 fn from_torch(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
-    let dtype_name: String = obj.getattr("dtype")?.str()?.extract()?;
-    let dtype = dtype_from_name(&dtype_name);
-    let itemsize: usize = obj.call_method0("element_size")?.extract()?;
+    let py = obj.py();
+    let dt = obj.getattr(intern!(py, "dtype"))?;
+    let known = torch_types(py).and_then(|t| t.dtypes.iter().find(|(o, _, size, _)| *size > 0 && o.bind(py).is(&dt)));
+    let (dtype, itemsize, dtype_name) = match known {
+        Some((_, dtype, size, name)) => (*dtype, *size, name.clone()),
+        None => {
+            let name: String = dt.str()?.extract()?;
+            let size: usize = obj.call_method0(intern!(py, "element_size"))?.extract()?;
+            (dtype_from_name(&name), size, name)
+        }
+    };
     if itemsize == 0 {
         return Err(PyValueError::new_err(format!("torch tensor of {dtype_name} with element size 0")));
     }
-    let dims = ints(&obj.getattr("shape")?)?;
-    let strides = ints(&obj.call_method0("stride")?)?;
+    let dims = tuple_ints(&obj.getattr(intern!(py, "shape"))?)?;
+    let strides = tuple_ints(&obj.call_method0(intern!(py, "stride"))?)?;
     if strides.iter().zip(&dims).any(|(&s, &d)| s < 0 && d > 1) {
         return Err(PyValueError::new_err("torch tensor with negative strides; pass tensor.contiguous()"));
     }
     let strides: Vec<i64> = strides.iter().map(|&s| s.max(0)).collect();
-    let ptr: usize = obj.call_method0("data_ptr")?.extract()?;
-    let device: bool = obj.getattr("is_cuda")?.extract()?;
+    let ptr: usize = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    let device: bool = obj.getattr(intern!(py, "is_cuda"))?.extract()?;
     let bytes = extent_bytes(&dims, &strides, itemsize, "torch tensor")?;
     Ok(ArrayDesc { ptr, bytes, dims, strides, dtype, itemsize, type_name: dtype_name, device, readonly: false, keep_alive: Vec::new() })
 }
@@ -291,9 +342,10 @@ fn from_dlpack(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
     Ok(ArrayDesc { ptr, bytes, dims, strides, dtype, itemsize, type_name, device, readonly: false, keep_alive: vec![capsule.unbind()] })
 }
 
+/// An instance of `torch.Tensor` (or a subclass: parameters, tensor subclasses), when torch is
+/// imported.
 fn is_torch_tensor(obj: &Bound<PyAny>) -> bool {
-    let module = obj.get_type().getattr("__module__").ok().and_then(|m| m.extract::<String>().ok()).unwrap_or_default();
-    module.starts_with("torch") && obj.hasattr("data_ptr").unwrap_or(false) && obj.hasattr("element_size").unwrap_or(false)
+    torch_types(obj.py()).is_some_and(|t| obj.is_instance(t.tensor.bind(obj.py())).unwrap_or(false))
 }
 
 /// Describe any supported array object. The memory it names is not touched here: a null data

@@ -2791,7 +2791,7 @@ impl PyGraph {
         // Read the pack before taking the lock (reading runs Python code). Its items are held
         // here for the whole call: Python code run while reading (an `__array_interface__`
         // property) may change the dict, but cannot free an array described here.
-        let items: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = variant_pack.items().iter().map(|kv| kv.extract()).collect::<PyResult<_>>()?;
+        let items: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = variant_pack.iter().collect();
         let mut entries: Vec<(Option<usize>, i64, PackValue)> = Vec::new();
         for (k, v) in &items {
             if k.is_none() {
@@ -2859,7 +2859,8 @@ impl PyGraph {
         };
         let attr_refs = st.meta.attr_refs.clone();
         let runtime_values = st.meta.runtime_values.clone();
-        let tensor_names: Vec<String> = st.graph.tensors.iter().map(|t| t.name.clone()).collect();
+        // The names of the tensors that carry attributes (for messages; usually none).
+        let tensor_names: HashMap<usize, String> = attr_refs.iter().filter_map(|&(_, _, t)| st.graph.tensors.get(t).map(|d| (t, d.name.clone()))).collect();
 
         // The engine: where the data lives.
         let (mut host, mut device) = (Vec::new(), Vec::new());
@@ -2973,7 +2974,7 @@ impl PyGraph {
                 values.insert(t, v);
                 continue;
             }
-            let name = &tensor_names[t];
+            let name = tensor_names.get(&t).map_or("", String::as_str);
             let v = match (by_tensor.get(&t), runtime_values.get(&t)) {
                 (Some(PackValue::Number(v)), _) => *v,
                 (Some(PackValue::Array(a)), _) => array::read_scalar(a, &format!("tensor \"{name}\""))?,
@@ -3226,8 +3227,11 @@ impl PyGraph {
 /// `strict`, the array's dims and strides (in elements) must also be the tensor's (strides of
 /// size-1 dims are not compared; a 0-d array stands for a one-element tensor).
 fn check_buffer(d: &TensorDesc, uid: i64, dt: DataType, a: &ArrayDesc, strict: bool) -> PyResult<()> {
-    let what = format!("tensor \"{}\" (uid {uid})", d.name);
-    a.check_memory(&what)?;
+    // (The tensor's name for messages, made only for one: this runs on every execute.)
+    let what = || format!("tensor \"{}\" (uid {uid})", d.name);
+    if a.null_pointer() && a.bytes > 0 {
+        a.check_memory(&what())?;
+    }
     if d.ragged_offset.is_some() {
         // A ragged tensor spans what its offsets say (a packed [t, h, d] array): the CPU engines
         // check them when they run, the GPU kernels trust them, as cuDNN's do.
@@ -3237,10 +3241,11 @@ fn check_buffer(d: &TensorDesc, uid: i64, dt: DataType, a: &ArrayDesc, strict: b
         .extent_elements()
         .and_then(|e| usize::try_from(e.max(0)).ok())
         .and_then(|e| e.checked_mul(dt.size()))
-        .ok_or_else(|| InvalidArgumentError::new_err(format!("{what}: the extent of dims {:?} with strides {:?} overflows", d.dims, d.strides)))?;
+        .ok_or_else(|| InvalidArgumentError::new_err(format!("{}: the extent of dims {:?} with strides {:?} overflows", what(), d.dims, d.strides)))?;
     if a.bytes < need {
         return Err(InvalidArgumentError::new_err(format!(
-            "{what} needs {need} bytes (dims {:?}, strides {:?} of {dt}) but its array spans {} bytes ({})",
+            "{} needs {need} bytes (dims {:?}, strides {:?} of {dt}) but its array spans {} bytes ({})",
+            what(),
             d.dims,
             d.strides,
             a.bytes,
@@ -3253,8 +3258,12 @@ fn check_buffer(d: &TensorDesc, uid: i64, dt: DataType, a: &ArrayDesc, strict: b
         let same_strides = scalar_like || d.dims.iter().zip(a.strides.iter().zip(&d.strides)).all(|(&n, (&s1, &s2))| n <= 1 || s1 == s2);
         if !same_dims || !same_strides {
             return Err(InvalidArgumentError::new_err(format!(
-                "{what} (strict): the tensor has dims {:?} and strides {:?} but its array has dims {:?} and strides {:?} (in elements)",
-                d.dims, d.strides, a.dims, a.strides
+                "{} (strict): the tensor has dims {:?} and strides {:?} but its array has dims {:?} and strides {:?} (in elements)",
+                what(),
+                d.dims,
+                d.strides,
+                a.dims,
+                a.strides
             )));
         }
     }

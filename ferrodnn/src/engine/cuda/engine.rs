@@ -345,6 +345,7 @@ impl Engine for CudaEngine {
                 shared_bytes: 0,
                 args: launch.args,
                 scratch_at: Vec::new(),
+                maps: Default::default(),
             });
         }
 
@@ -380,6 +381,7 @@ impl Engine for CudaEngine {
                     shared_bytes: l.shared_bytes,
                     args: l.args.clone(),
                     scratch_at: scratch_at.clone(),
+                    maps: Default::default(),
                 });
             }
             Ok(steps)
@@ -448,6 +450,11 @@ struct Step {
     shared_bytes: u32,
     args: Vec<Arg>,
     scratch_at: Vec<usize>,
+    /// The tensor maps last encoded for this launch, one per map argument in order, with the
+    /// address each was encoded for: a map depends only on the launch (dims, strides, box, fixed
+    /// when the plan is built) and the address, and encoding one costs the host about as much as
+    /// the launch itself; a caller that reuses its buffers reuses the maps.
+    maps: std::sync::Mutex<Vec<(u64, cudarc::driver::sys::CUtensorMap)>>,
 }
 
 struct CudaPlan {
@@ -527,13 +534,41 @@ impl CudaPlan {
     fn launch(&self, step: &Step, ptrs: &[u64], scalars: &[Option<f64>], ws_ptr: u64, stream: &Stream) -> Result<()> {
         // Argument values live in these vectors until the launch returns; `params` points at
         // them. Capacities are reserved up front so the pointers stay put.
+        // (Each vector allocates only when the launch has arguments of its kind.)
         let n = step.args.len();
-        let mut words: Vec<u64> = Vec::with_capacity(n);
-        let mut refs: Vec<TRef> = Vec::with_capacity(n);
-        let mut floats: Vec<f64> = Vec::with_capacity(n);
-        let mut singles: Vec<f32> = Vec::with_capacity(n);
-        let mut maps: Vec<cudarc::driver::sys::CUtensorMap> = Vec::with_capacity(n);
+        let count = |f: fn(&Arg) -> bool| step.args.iter().filter(|a| f(a)).count();
+        let mut words: Vec<u64> = Vec::with_capacity(count(|a| matches!(a, Arg::Ptr(_) | Arg::Scratch(_) | Arg::I64(_) | Arg::ScalarWord(_))));
+        let mut refs: Vec<TRef> = Vec::with_capacity(count(|a| matches!(a, Arg::Ref(_))));
+        let mut floats: Vec<f64> = Vec::with_capacity(count(|a| matches!(a, Arg::F64(_) | Arg::Scalar { .. })));
+        let mut singles: Vec<f32> = Vec::with_capacity(count(|a| matches!(a, Arg::F32(_) | Arg::Scalar { .. })));
+        let n_maps = count(|a| matches!(a, Arg::TensorMap(_) | Arg::ScratchTensorMap(..)));
+        let mut maps: Vec<cudarc::driver::sys::CUtensorMap> = Vec::with_capacity(n_maps);
         let mut params: Vec<*mut c_void> = Vec::with_capacity(n);
+        // The maps encoded last time (another thread running this plan at the same moment holds
+        // them: this launch then encodes its own).
+        let mut cached = if n_maps > 0 { step.maps.try_lock().ok() } else { None };
+        if let Some(c) = cached.as_mut() {
+            if c.len() != n_maps {
+                c.clear();
+            }
+        }
+        let mut map_of = |i: usize, desc: &crate::engine::cuda::tma::TmaDesc, ptr: u64| -> Result<cudarc::driver::sys::CUtensorMap> {
+            if let Some(c) = cached.as_mut() {
+                if let Some((at, m)) = c.get(i) {
+                    if *at == ptr {
+                        return Ok(*m);
+                    }
+                }
+                let m = desc.encode(ptr)?;
+                if i < c.len() {
+                    c[i] = (ptr, m);
+                } else if i == c.len() {
+                    c.push((ptr, m));
+                }
+                return Ok(m);
+            }
+            desc.encode(ptr)
+        };
         for arg in &step.args {
             match arg {
                 Arg::Ptr(t) => {
@@ -584,12 +619,14 @@ impl CudaPlan {
                     }
                 }
                 Arg::TensorMap(desc) => {
-                    maps.push(desc.encode(ptrs[desc.tensor.0])?);
+                    let m = map_of(maps.len(), desc, ptrs[desc.tensor.0])?;
+                    maps.push(m);
                     params.push(maps.last_mut().map_or(std::ptr::null_mut(), |m| m as *mut cudarc::driver::sys::CUtensorMap as *mut c_void));
                 }
                 Arg::ScratchTensorMap(i, desc) => {
                     let at = step.scratch_at.get(*i).copied().ok_or_else(|| Error::Device(format!("internal: scratch buffer {i} was not laid out")))?;
-                    maps.push(desc.encode(ws_ptr + at as u64)?);
+                    let m = map_of(maps.len(), desc, ws_ptr + at as u64)?;
+                    maps.push(m);
                     params.push(maps.last_mut().map_or(std::ptr::null_mut(), |m| m as *mut cudarc::driver::sys::CUtensorMap as *mut c_void));
                 }
             }
@@ -672,11 +709,12 @@ impl CudaPlan {
     fn resolve_pointers(&self, pack: &VariantPack, ws_ptr: u64) -> Result<Vec<u64>> {
         let g = &*self.graph;
         let mut ptrs = vec![0u64; g.tensors.len()];
-        let mut known = std::collections::HashSet::new();
+        // Pack entries that name a tensor of the graph (each uid is one tensor's).
+        let mut matched = 0;
         for id in g.io_tensors() {
             let d = g.desc(id);
             let uid = d.uid.unwrap_or_default();
-            known.insert(uid);
+            matched += usize::from(pack.buffers.contains_key(&uid));
             if d.is_pass_by_value {
                 // A host scalar (see `scalar_values`); kernels read it from the plan's constants.
                 continue;
@@ -707,8 +745,9 @@ impl CudaPlan {
             }
             ptrs[id.0] = ptr;
         }
-        for uid in pack.buffers.keys() {
-            if !known.contains(uid) {
+        if matched < pack.buffers.len() {
+            let known: std::collections::HashSet<i64> = g.io_tensors().iter().map(|&id| g.desc(id).uid.unwrap_or_default()).collect();
+            if let Some(uid) = pack.buffers.keys().find(|uid| !known.contains(uid)) {
                 return Err(Error::InvalidArgument(format!("graph \"{}\": the variant pack has uid {uid}, which no non-virtual tensor of the graph has", g.name)));
             }
         }
