@@ -908,10 +908,13 @@ struct Setup {
     pr: Problem,
 }
 
-fn setup(h: cudnnHandle_t, p: cudnnRNNDescriptor_t, x_desc: cudnnRNNDataDescriptor_t, y_desc: cudnnRNNDataDescriptor_t, training: bool) -> R<Setup> {
+/// The padding of `y` is yDesc's paddingFill, that of `dx` (`fill_dx`) xDesc's.
+fn setup(h: cudnnHandle_t, p: cudnnRNNDescriptor_t, x_desc: cudnnRNNDataDescriptor_t, y_desc: cudnnRNNDataDescriptor_t, training: bool, fill_dx: bool) -> R<Setup> {
     let h = handle(h)?;
     let y = data_desc(y_desc, "yDesc")?;
-    let pr = Problem::new(rnn_desc(p)?, data_desc(x_desc, "xDesc")?, training, y.fill.unwrap_or(0.0))?;
+    let x = data_desc(x_desc, "xDesc")?;
+    let fill = if fill_dx { x.fill } else { y.fill };
+    let pr = Problem::new(rnn_desc(p)?, x, training, fill.unwrap_or(0.0))?;
     pr.check_y(&y)?;
     Ok(Setup { h, pr })
 }
@@ -942,7 +945,7 @@ pub extern "C" fn cudnnRNNForward(
 ) -> Status {
     guard("cudnnRNNForward", || {
         let training = fwd_mode(mode)?;
-        let Setup { h, pr } = setup(h, p, x_desc, y_desc, training)?;
+        let Setup { h, pr } = setup(h, p, x_desc, y_desc, training, false)?;
         pr.check_state(h_desc, "hDesc", false)?;
         let lstm = pr.lstm();
         if lstm {
@@ -1017,7 +1020,7 @@ pub extern "C" fn cudnnRNNBackwardData_v8(
     reserve: *mut c_void,
 ) -> Status {
     guard("cudnnRNNBackwardData_v8", || {
-        let Setup { h, pr } = setup(h, p, x_desc, y_desc, true)?;
+        let Setup { h, pr } = setup(h, p, x_desc, y_desc, true, true)?;
         pr.check_state(h_desc, "hDesc", false)?;
         let lstm = pr.lstm();
         if lstm {
@@ -1079,7 +1082,7 @@ pub extern "C" fn cudnnRNNBackwardWeights_v8(
             CUDNN_WGRAD_MODE_SET => false,
             _ => return Err(bad(format!("addGrad {add_grad} is not a cudnnWgradMode_t"))),
         };
-        let Setup { h, pr } = setup(h, p, x_desc, y_desc, true)?;
+        let Setup { h, pr } = setup(h, p, x_desc, y_desc, true, false)?;
         pr.check_state(h_desc, "hDesc", false)?;
         non_null(x, "x")?;
         non_null(y, "y")?;
