@@ -404,7 +404,16 @@ unsafe fn read_value(p: *const c_void, dt: DataType) -> f64 {
 
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
-pub extern "C" fn cudnnSetRNNDataDescriptor(p: cudnnRNNDataDescriptor_t, dt: i32, layout: i32, max_seq: i32, batch: i32, vector: i32, lens: *const i32, fill: *mut c_void) -> Status {
+pub extern "C" fn cudnnSetRNNDataDescriptor(
+    p: cudnnRNNDataDescriptor_t,
+    dt: i32,
+    layout: i32,
+    max_seq: i32,
+    batch: i32,
+    vector: i32,
+    lens: *const i32,
+    fill: *mut c_void,
+) -> Status {
     guard("cudnnSetRNNDataDescriptor", || {
         let data = float_data(dt, "dataType")?;
         if !(0..=CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED).contains(&layout) {
@@ -439,11 +448,12 @@ pub extern "C" fn cudnnSetRNNDataDescriptor(p: cudnnRNNDataDescriptor_t, dt: i32
         if fill.is_some_and(f64::is_nan) {
             return Err(unsupported("a NaN paddingFill is not supported"));
         }
-        RNN_DATA.with(p, |d| {
-            *d = RnnDataDescriptor { set: true, dt_raw: dt, layout, max_seq, batch, vector, lens, fill };
-            Ok(())
-        })
-        .map_err(|e| ApiError::new(e.status, format!("`rnnDataDesc`: {}", e.msg)))
+        RNN_DATA
+            .with(p, |d| {
+                *d = RnnDataDescriptor { set: true, dt_raw: dt, layout, max_seq, batch, vector, lens, fill };
+                Ok(())
+            })
+            .map_err(|e| ApiError::new(e.status, format!("`rnnDataDesc`: {}", e.msg)))
     })
 }
 
@@ -609,7 +619,12 @@ impl Problem {
         let a = &self.desc;
         let want = vec![a.pseudo_layers(), a.batch, if cell { a.hidden_size } else { a.proj() }];
         if t.dims != want {
-            return Err(bad(format!("`{name}` has dims {:?} but this RNN's {} state is {want:?} ([numLayers * directions, batch, {}])", t.dims, if cell { "cell" } else { "hidden" }, if cell { "hiddenSize" } else { "projSize" })));
+            return Err(bad(format!(
+                "`{name}` has dims {:?} but this RNN's {} state is {want:?} ([numLayers * directions, batch, {}])",
+                t.dims,
+                if cell { "cell" } else { "hidden" },
+                if cell { "hiddenSize" } else { "projSize" }
+            )));
         }
         if t.strides != ferrodnn::graph::packed_strides(&want) {
             return Err(bad(format!("`{name}` has strides {:?}; RNN states must be packed ({:?})", t.strides, ferrodnn::graph::packed_strides(&want))));
@@ -689,7 +704,10 @@ fn pass_plan(h: &HandleState, pr: &Problem, pass: Pass, ports: Ports) -> R<Arc<P
                 let w = input(&mut g, "weights", &[a.weight_space_elements()], dt, W);
                 let cx = ports.cx.then(|| input(&mut g, "cx", &states(true), dt, CX));
                 let (seed, offset) = if a.has_dropout() {
-                    (Some(g.tensor(TensorDesc::runtime_scalar("seed", DataType::I64).with_uid(SEED))), Some(g.tensor(TensorDesc::runtime_scalar("offset", DataType::I64).with_uid(OFFSET))))
+                    (
+                        Some(g.tensor(TensorDesc::runtime_scalar("seed", DataType::I64).with_uid(SEED))),
+                        Some(g.tensor(TensorDesc::runtime_scalar("offset", DataType::I64).with_uid(OFFSET))),
+                    )
                 } else {
                     (None, None)
                 };
@@ -749,7 +767,10 @@ fn feed_lengths(h: &HandleState, pr: &Problem, dev: *const i32, call: &mut Call)
     let bytes = host.len() * 4;
     if h.gpu {
         if dev.is_null() {
-            return Err(ApiError::new(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "`devSeqLengths` is a null pointer, but the samples have different lengths and a GPU handle reads them from device memory"));
+            return Err(ApiError::new(
+                CUDNN_STATUS_BAD_PARAM_NULL_POINTER,
+                "`devSeqLengths` is a null pointer, but the samples have different lengths and a GPU handle reads them from device memory",
+            ));
         }
         call.input(LENS, dev as *const c_void, bytes, "devSeqLengths")?;
     } else {
@@ -865,9 +886,9 @@ pub extern "C" fn cudnnGetRNNWeightParams(
         if ws_size < pr.weight_bytes() {
             return Err(bad(format!("weightSpaceSize {ws_size} is less than the {} bytes cudnnGetRNNWeightSpaceSize gives", pr.weight_bytes())));
         }
-        let wp = a.weight_params(pseudo_layer as i64, lin_id as i64).ok_or_else(|| {
-            bad(format!("pseudoLayer {pseudo_layer} must be in [0, {}) and linLayerID {lin_id} in [0, {}) for this RNN", a.pseudo_layers(), a.lin_layers()))
-        })?;
+        let wp = a
+            .weight_params(pseudo_layer as i64, lin_id as i64)
+            .ok_or_else(|| bad(format!("pseudoLayer {pseudo_layer} must be in [0, {}) and linLayerID {lin_id} in [0, {}) for this RNN", a.pseudo_layers(), a.lin_layers())))?;
         let size = pr.dt.size();
         let base = ws as usize;
         set_param_desc(m_desc, pr.rd.dt_raw, wp.rows, wp.cols, "mDesc")?;
@@ -1031,7 +1052,8 @@ pub extern "C" fn cudnnRNNBackwardData_v8(
         non_null(dx, "dx")?;
         check_space(w_size, w, pr.weight_bytes(), "weightSpace", "weightSpaceSize", "cudnnGetRNNWeightSpaceSize")?;
         check_space(reserve_size, reserve, pr.reserve_total(), "reserveSpace", "reserveSpaceSize", "cudnnGetRNNTempSpaceSizes")?;
-        let ports = Ports { hx: !hx.is_null(), cx: lstm && !cx.is_null(), hy: !dhx.is_null(), cy: lstm && !dcx.is_null(), dhy: !dhy.is_null(), dcy: lstm && !dcy.is_null(), dw_in: false };
+        let ports =
+            Ports { hx: !hx.is_null(), cx: lstm && !cx.is_null(), hy: !dhx.is_null(), cy: lstm && !dcx.is_null(), dhy: !dhy.is_null(), dcy: lstm && !dcy.is_null(), dw_in: false };
         let plan = pass_plan(&h, &pr, Pass::BwdData, ports)?;
         check_space(ws_size, ws, plan.workspace_size(), "workSpace", "workSpaceSize", "cudnnGetRNNTempSpaceSizes")?;
         let mut call = Call { workspace: (ws as usize, ws_size), ..Default::default() };
@@ -1042,7 +1064,9 @@ pub extern "C" fn cudnnRNNBackwardData_v8(
         call.input(W, w, pr.weight_bytes(), "weightSpace")?;
         call.input(RESERVE, reserve, pr.reserve_bytes(), "reserveSpace")?;
         call.output(DGATES, dgates_ptr(&pr, reserve), pr.reserve_total() - pr.reserve_bytes(), "reserveSpace")?;
-        for (on, uid, ptr, cell, name) in [(ports.hx, HX, hx, false, "hx"), (ports.cx, CX, cx, true, "cx"), (ports.dhy, HY + 100, dhy, false, "dhy"), (ports.dcy, CY + 100, dcy, true, "dcy")] {
+        for (on, uid, ptr, cell, name) in
+            [(ports.hx, HX, hx, false, "hx"), (ports.cx, CX, cx, true, "cx"), (ports.dhy, HY + 100, dhy, false, "dhy"), (ports.dcy, CY + 100, dcy, true, "dcy")]
+        {
             if on {
                 call.input(uid, ptr, pr.state_bytes(cell), name)?;
             }

@@ -169,15 +169,7 @@ fn descs(h: &Handle, c: &Case) -> Descs {
     let ld = c.layers * c.dirs();
     let hd = [ld, c.batch(), c.p()];
     let cd = [ld, c.batch(), c.hidden];
-    Descs {
-        rnn,
-        x: data_desc(c, c.input),
-        y: data_desc(c, c.dirs() * c.p()),
-        h: f32_tensor(&hd, false),
-        c: f32_tensor(&cd, false),
-        drop,
-        _states: states,
-    }
+    Descs { rnn, x: data_desc(c, c.input), y: data_desc(c, c.dirs() * c.p()), h: f32_tensor(&hd, false), c: f32_tensor(&cd, false), drop, _states: states }
 }
 
 /// What one training step through the library gives, and what it was given.
@@ -519,9 +511,13 @@ fn descriptors_read_back_what_was_set() {
     c.fill = Some(2.5);
     c.bidir = true;
     let d = descs(&h, &c);
-    let (mut algo, mut mode, mut bias, mut dir, mut inp, mut dt, mut prec, mut math, mut is, mut hs, mut ps, mut nl, mut dd, mut aux) = (9, 9, 9, 9, 9, 9, 9, 9, 0, 0, 0, 0, null_mut(), 0u32);
+    let (mut algo, mut mode, mut bias, mut dir, mut inp, mut dt, mut prec, mut math, mut is, mut hs, mut ps, mut nl, mut dd, mut aux) =
+        (9, 9, 9, 9, 9, 9, 9, 9, 0, 0, 0, 0, null_mut(), 0u32);
     ok(cudnnGetRNNDescriptor_v8(d.rnn, &mut algo, &mut mode, &mut bias, &mut dir, &mut inp, &mut dt, &mut prec, &mut math, &mut is, &mut hs, &mut ps, &mut nl, &mut dd, &mut aux));
-    assert_eq!((algo, mode, bias, dir, inp, dt, prec, math), (0, CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS, CUDNN_BIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH));
+    assert_eq!(
+        (algo, mode, bias, dir, inp, dt, prec, math),
+        (0, CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS, CUDNN_BIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH)
+    );
     assert_eq!((is, hs, ps, nl, dd, aux), (3, 5, 5, 1, d.drop, CUDNN_RNN_PADDED_IO_ENABLED));
     let (mut layout, mut ms, mut bs, mut vs, mut fill) = (9, 0, 0, 0, 0f32);
     let mut lens = [0i32; 5];
@@ -542,9 +538,8 @@ fn bad_calls_give_cudnn_status_codes() {
     let d = descs(&h, &c);
     let mut rd = null_mut();
     ok(cudnnCreateRNNDescriptor(&mut rd));
-    let set = |rd, mode, input_mode, dt, prec, hidden, proj| {
-        cudnnSetRNNDescriptor_v8(rd, 0, mode, CUDNN_RNN_DOUBLE_BIAS, 0, input_mode, dt, prec, 0, 3, hidden, proj, 1, null_mut(), 0)
-    };
+    let set =
+        |rd, mode, input_mode, dt, prec, hidden, proj| cudnnSetRNNDescriptor_v8(rd, 0, mode, CUDNN_RNN_DOUBLE_BIAS, 0, input_mode, dt, prec, 0, 3, hidden, proj, 1, null_mut(), 0);
     fails(set(rd, 7, 0, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, 4, 0), CUDNN_STATUS_BAD_PARAM, &["cellMode"]);
     fails(set(rd, CUDNN_LSTM, 0, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, 0, 0), CUDNN_STATUS_BAD_PARAM, &["hiddenSize"]);
     fails(set(rd, CUDNN_LSTM, 0, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, 4, 5), CUDNN_STATUS_BAD_PARAM, &["projSize"]);
@@ -602,11 +597,7 @@ fn bad_calls_give_cudnn_status_codes() {
     fails(fwd(p(&x), null_mut(), wbytes, ws, rs, rsp, yp, wsp), CUDNN_STATUS_BAD_PARAM_NULL_POINTER, &["hDesc"]);
     // The backward passes check the reserve space too; the weights pass its mode.
     let mut dw = vec![0f32; wbytes / 4];
-    fails(
-        cudnnRNNBackwardWeights_v8(h.0, d.rnn, 5, null(), d.x, p(&x), d.h, null(), d.y, p(&y), wbytes, pm(&mut dw), ws, wsp, rs, rsp),
-        CUDNN_STATUS_BAD_PARAM,
-        &["addGrad"],
-    );
+    fails(cudnnRNNBackwardWeights_v8(h.0, d.rnn, 5, null(), d.x, p(&x), d.h, null(), d.y, p(&y), wbytes, pm(&mut dw), ws, wsp, rs, rsp), CUDNN_STATUS_BAD_PARAM, &["addGrad"]);
     fails(
         cudnnRNNBackwardWeights_v8(h.0, d.rnn, CUDNN_WGRAD_MODE_ADD, null(), d.x, p(&x), d.h, null(), d.y, p(&y), wbytes, pm(&mut dw), ws, wsp, rs / 2, rsp),
         CUDNN_STATUS_BAD_PARAM,
@@ -637,10 +628,54 @@ fn wgrad_set_mode_overwrites() {
     let (wsp, rsp) = (wsb.as_mut_ptr() as *mut c_void, rsb.as_mut_ptr() as *mut c_void);
     let mut y = vec![0f32; r.y.len()];
     let mut hy = vec![0f32; r.hy.len()];
-    ok(cudnnRNNForward(h.0, d.rnn, CUDNN_FWD_MODE_TRAINING, null(), d.x, p(&r.x), d.y, pm(&mut y), d.h, p(&r.hx), pm(&mut hy), d.c, null(), null_mut(), wbytes, p(&r.w), ws, wsp, rs, rsp));
+    ok(cudnnRNNForward(
+        h.0,
+        d.rnn,
+        CUDNN_FWD_MODE_TRAINING,
+        null(),
+        d.x,
+        p(&r.x),
+        d.y,
+        pm(&mut y),
+        d.h,
+        p(&r.hx),
+        pm(&mut hy),
+        d.c,
+        null(),
+        null_mut(),
+        wbytes,
+        p(&r.w),
+        ws,
+        wsp,
+        rs,
+        rsp,
+    ));
     let mut dx = vec![0f32; r.dx.len()];
     let mut dhx = vec![0f32; r.dhx.len()];
-    ok(cudnnRNNBackwardData_v8(h.0, d.rnn, null(), d.y, p(&y), p(&r.dy), d.x, pm(&mut dx), d.h, p(&r.hx), p(&r.dhy), pm(&mut dhx), d.c, null(), null(), null_mut(), wbytes, p(&r.w), ws, wsp, rs, rsp));
+    ok(cudnnRNNBackwardData_v8(
+        h.0,
+        d.rnn,
+        null(),
+        d.y,
+        p(&y),
+        p(&r.dy),
+        d.x,
+        pm(&mut dx),
+        d.h,
+        p(&r.hx),
+        p(&r.dhy),
+        pm(&mut dhx),
+        d.c,
+        null(),
+        null(),
+        null_mut(),
+        wbytes,
+        p(&r.w),
+        ws,
+        wsp,
+        rs,
+        rsp,
+    ));
     let mut dw = vec![f32::NAN; wbytes / 4];
     ok(cudnnRNNBackwardWeights_v8(h.0, d.rnn, CUDNN_WGRAD_MODE_SET, null(), d.x, p(&r.x), d.h, p(&r.hx), d.y, p(&y), wbytes, pm(&mut dw), ws, wsp, rs, rsp));
     let want: Vec<f64> = r.dw.iter().zip(&r.dw0).map(|(a, b)| (a - b) as f64).collect();

@@ -1089,14 +1089,9 @@ impl Lower {
     /// sequence lengths and attention sink.
     fn sdpa_backward(&mut self, s: &Snapshot) -> R<()> {
         let mut ins = Vec::new();
-        for (attr, port) in [
-            (OP_SDPA_BWD_QDESC, "q"),
-            (OP_SDPA_BWD_KDESC, "k"),
-            (OP_SDPA_BWD_VDESC, "v"),
-            (OP_SDPA_BWD_ODESC, "o"),
-            (OP_SDPA_BWD_DODDESC, "do"),
-            (OP_SDPA_BWD_STATSDESC, "stats"),
-        ] {
+        for (attr, port) in
+            [(OP_SDPA_BWD_QDESC, "q"), (OP_SDPA_BWD_KDESC, "k"), (OP_SDPA_BWD_VDESC, "v"), (OP_SDPA_BWD_ODESC, "o"), (OP_SDPA_BWD_DODDESC, "do"), (OP_SDPA_BWD_STATSDESC, "stats")]
+        {
             ins.push((port, self.req(s, attr)?));
         }
         let mut outs = vec![("dq", self.req(s, OP_SDPA_BWD_DQDESC)?), ("dk", self.req(s, OP_SDPA_BWD_DKDESC)?), ("dv", self.req(s, OP_SDPA_BWD_DVDESC)?)];
