@@ -45,7 +45,7 @@ tests=ferrodnn-cudnn/tests/c
 # cudnn.h includes cuda_runtime_api.h for a few types: tests/c/cuda_stub declares them, so no
 # CUDA toolkit is needed; device memory comes from the driver (libcuda) in -DGPU builds.
 cflags=(-O1 -std=c11 -Wall -Wno-deprecated-declarations -I"$CUDNN_INCLUDE" -I"$tests/cuda_stub")
-programs=(conv conv_half conv_bias_act activation softmax pooling tensor_ops batchnorm dropout lrn backend_conv errors)
+programs=(conv conv_half conv_bias_act activation softmax pooling tensor_ops batchnorm dropout lrn backend_conv rnn errors)
 
 if [[ $gpu == 0 ]]; then
     for p in "${programs[@]}"; do

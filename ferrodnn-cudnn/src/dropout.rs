@@ -60,6 +60,13 @@ fn next_draw(desc: cudnnDropoutDescriptor_t, d: &DropoutDescriptor) -> (u64, u64
     draw
 }
 
+/// The seed and counter for a forward call that draws from the dropout descriptor `desc` (an
+/// RNN's dropout between layers), advancing the counter.
+pub(crate) fn draw(desc: cudnnDropoutDescriptor_t) -> R<(u64, u64)> {
+    let d = dropout_desc(desc)?;
+    Ok(next_draw(desc, &d))
+}
+
 #[no_mangle]
 pub extern "C" fn cudnnCreateDropoutDescriptor(out: *mut cudnnDropoutDescriptor_t) -> Status {
     guard("cudnnCreateDropoutDescriptor", || {

@@ -48,6 +48,21 @@ pub struct Call {
     pub discards: Vec<(i64, usize)>,
     /// The caller's workspace (pointer, bytes), used when it is large enough.
     pub workspace: (usize, usize),
+    /// Buffers shorter than their tensor (an RNN's packed sequences hold only their valid
+    /// rows): the plan works on a full-size copy in scratch memory.
+    pub partials: Vec<Partial>,
+}
+
+/// A caller buffer of `bytes` bytes for a tensor of `full` bytes: an input's bytes are copied
+/// into scratch memory (the rest zero) before the plan runs, an output's first `bytes` copied
+/// back after it ran.
+#[derive(Clone, Copy, Debug)]
+pub struct Partial {
+    pub uid: i64,
+    pub ptr: usize,
+    pub bytes: usize,
+    pub full: usize,
+    pub output: bool,
 }
 
 impl Call {
@@ -74,6 +89,18 @@ impl Call {
         } else {
             self.ios.push(Io { uid, ptr: ptr as usize, bytes, output: true });
         }
+    }
+    /// A buffer of `bytes` bytes for a tensor of `full` bytes ([`Partial`]); a plain buffer when
+    /// they are equal.
+    pub fn partial(&mut self, uid: i64, ptr: *const c_void, bytes: usize, full: usize, output: bool, name: &str) -> R<()> {
+        if bytes >= full {
+            return if output { self.output(uid, ptr as *mut c_void, full, name) } else { self.input(uid, ptr, full, name) };
+        }
+        if bytes > 0 {
+            non_null(ptr, name)?;
+        }
+        self.partials.push(Partial { uid, ptr: ptr as usize, bytes, full, output });
+        Ok(())
     }
     /// A runtime scalar of type `dt`.
     pub fn scalar(&mut self, uid: i64, v: f64, dt: DataType) {
@@ -195,7 +222,8 @@ pub fn execute(h: &HandleState, plan: &Plan, call: &Call) -> R<()> {
         let knobs: Vec<String> = plan.desc.knobs.iter().map(|k| format!("{}={}", k.name, k.value)).collect();
         log(&format!("{} on {} [{}], workspace {} bytes", plan.graph().name, plan.engine().name(), knobs.join(", "), plan.workspace_size()));
     }
-    let outputs: Vec<&Io> = call.ios.iter().filter(|io| io.output).collect();
+    let partial_outputs: Vec<Io> = call.partials.iter().filter(|p| p.output).map(|p| Io { uid: p.uid, ptr: p.ptr, bytes: p.bytes, output: true }).collect();
+    let outputs: Vec<&Io> = call.ios.iter().filter(|io| io.output).chain(&partial_outputs).collect();
     for (i, a) in outputs.iter().enumerate() {
         for b in &outputs[i + 1..] {
             if overlaps(a, (b.ptr, b.bytes)) {
@@ -236,6 +264,16 @@ fn execute_host(plan: &Plan, call: &Call, aliased: &[bool]) -> R<()> {
     for &(uid, bytes) in &call.discards {
         discards.push((uid, host_vec(bytes)?));
     }
+    let mut partials = Vec::new();
+    for p in &call.partials {
+        let mut v = host_vec(p.full)?;
+        if !p.output && p.bytes > 0 {
+            // SAFETY: a CPU handle's pointers are host memory of at least `bytes` bytes (the
+            // caller's contract, checked not null); this only reads it.
+            v[..p.bytes].copy_from_slice(unsafe { std::slice::from_raw_parts(p.ptr as *const u8, p.bytes) });
+        }
+        partials.push(v);
+    }
     let need = plan.workspace_size();
     let mut own_ws = if call.workspace.1 >= need && call.workspace.0 != 0 { Vec::new() } else { host_vec(need)? };
     let mut pack = VariantPack::new();
@@ -263,6 +301,13 @@ fn execute_host(plan: &Plan, call: &Call, aliased: &[bool]) -> R<()> {
     for (uid, v) in discards.iter_mut() {
         pack.output(*uid, v);
     }
+    for (p, v) in call.partials.iter().zip(partials.iter_mut()) {
+        if p.output {
+            pack.output(p.uid, v);
+        } else {
+            pack.input(p.uid, v);
+        }
+    }
     let ws = if own_ws.is_empty() && need > 0 {
         // SAFETY: the caller's workspace: `workspace.1 >= need` host bytes it lets us write,
         // which no tensor buffer shares (cuDNN's contract).
@@ -272,7 +317,17 @@ fn execute_host(plan: &Plan, call: &Call, aliased: &[bool]) -> R<()> {
     } else {
         None
     };
-    plan.execute(&mut pack, ws).map_err(ApiError::from)
+    let done = plan.execute(&mut pack, ws).map_err(ApiError::from);
+    drop(pack);
+    done?;
+    for (p, v) in call.partials.iter().zip(&partials) {
+        if p.output && p.bytes > 0 {
+            // SAFETY: host memory of `bytes` bytes the caller lets us write (its contract); the
+            // plan has finished with every buffer.
+            unsafe { std::slice::from_raw_parts_mut(p.ptr as *mut u8, p.bytes) }.copy_from_slice(&v[..p.bytes]);
+        }
+    }
+    Ok(())
 }
 
 fn align(n: usize) -> usize {
@@ -294,6 +349,7 @@ fn execute_gpu(h: &HandleState, plan: &Plan, call: &Call, aliased: &[bool]) -> R
     let copy_at: Vec<Option<usize>> = call.ios.iter().zip(aliased).map(|(io, &a)| a.then(|| place(io.bytes))).collect();
     let zero_at: Vec<usize> = call.zeros.iter().map(|&(_, b)| place(b)).collect();
     let discard_at: Vec<usize> = call.discards.iter().map(|&(_, b)| place(b)).collect();
+    let partial_at: Vec<usize> = call.partials.iter().map(|p| place(p.full)).collect();
     let ws_at = if own_ws && need > 0 { Some(place(need)) } else { None };
     let mut scratch = h.scratch.lock().unwrap_or_else(|p| p.into_inner());
     if total > 0 && scratch.as_ref().is_none_or(|s| s.len() < total) {
@@ -329,6 +385,17 @@ fn execute_gpu(h: &HandleState, plan: &Plan, call: &Call, aliased: &[bool]) -> R
     for (&(uid, bytes), off) in call.discards.iter().zip(&discard_at) {
         pack.device(uid, (base + off) as u64, bytes);
     }
+    for (p, off) in call.partials.iter().zip(&partial_at) {
+        if !p.output {
+            // SAFETY: scratch device memory this handle owns, `full` bytes at `base + off`, and
+            // the caller's device buffer of `bytes` bytes, enqueued on the handle's stream.
+            unsafe {
+                gpu::zero(base + off, p.full, stream.raw())?;
+                gpu::copy(base + off, p.ptr, p.bytes, stream.raw())?;
+            }
+        }
+        pack.device(p.uid, (base + off) as u64, p.full);
+    }
     for (uid, v) in &call.scalars {
         pack.input(*uid, v);
     }
@@ -337,7 +404,15 @@ fn execute_gpu(h: &HandleState, plan: &Plan, call: &Call, aliased: &[bool]) -> R
         None if need > 0 => Some(Buffer::Device { ptr: call.workspace.0 as u64, bytes: call.workspace.1 }),
         None => None,
     };
-    plan.execute(&mut pack, ws).map_err(ApiError::from)
+    plan.execute(&mut pack, ws).map_err(ApiError::from)?;
+    for (p, off) in call.partials.iter().zip(&partial_at) {
+        if p.output {
+            // SAFETY: the caller's device buffer of `bytes` bytes and this handle's scratch,
+            // copied on the handle's stream after the plan that wrote it.
+            unsafe { gpu::copy(p.ptr, base + off, p.bytes, stream.raw()) }?;
+        }
+    }
+    Ok(())
 }
 
 /// The few raw CUDA driver calls the C API makes itself (through cudarc, loaded at run time).

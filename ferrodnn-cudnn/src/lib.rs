@@ -15,7 +15,8 @@
 //! never a dereference), [`handle`] (create, stream, version, errors), [`desc`] (tensor,
 //! filter, convolution, activation, pooling, op-tensor and reduce-tensor descriptors), [`exec`]
 //! (graph -> cached plan -> execution on the caller's pointers, and the alpha/beta blend),
-//! [`conv`], [`ops`] (activation, softmax, pooling, tensor arithmetic), [`batchnorm`].
+//! [`conv`], [`ops`] (activation, softmax, pooling, tensor arithmetic), [`batchnorm`], [`rnn`]
+//! (the RNN v8 calls).
 
 // The exported functions are the C API: their pointer arguments carry cuDNN's contract (valid
 // for the sizes the descriptors give), which C callers cannot be made to state in Rust's types.
@@ -33,6 +34,7 @@ pub mod handle;
 pub mod lrn;
 pub mod ops;
 pub mod registry;
+pub mod rnn;
 pub mod stubs;
 pub mod types;
 

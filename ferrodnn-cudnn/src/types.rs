@@ -173,6 +173,8 @@ pub type cudaStream_t = *mut c_void;
 pub type cudnnBackendDescriptor_t = *mut c_void;
 pub type cudnnDropoutDescriptor_t = *mut c_void;
 pub type cudnnLRNDescriptor_t = *mut c_void;
+pub type cudnnRNNDescriptor_t = *mut c_void;
+pub type cudnnRNNDataDescriptor_t = *mut c_void;
 
 /// The name of a status code, as `cudnnGetErrorString` gives it.
 pub fn status_name(s: Status) -> &'static str {

@@ -655,6 +655,75 @@ fn sdpa_forward_with_a_causal_subgraph_and_statistics() {
     check(&bufs.dense(6, &sd, &packed(&sd)), &reference(&g, &inputs, 6), 1e-5, "causal attention statistics");
 }
 
+/// Attention backward as one SDPA_BWD operation (q, k, v, o, dO, statistics -> dQ, dK, dV) with
+/// a scale and the causal score-modifier subgraph, against the graph API's sdpa_backward on the
+/// reference engine (o and the statistics from the reference's forward).
+#[test]
+fn sdpa_backward_with_a_causal_subgraph() {
+    use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
+    let h = Handle::cpu();
+    let (qd, kd, sd, scored) = ([1i64, 2, 5, 8], [1i64, 2, 7, 8], [1i64, 2, 5, 1], [1i64, 2, 5, 7]);
+    let t = |uid: i64, d: &[i64]| tensor(uid, d, &packed(d), false);
+    let (q, k, v, o, stats, d_o) = (t(1, &qd), t(2, &kd), t(3, &kd), t(4, &qd), t(6, &sd), t(7, &qd));
+    let (dq, dk, dv) = (t(8, &qd), t(9, &kd), t(10, &kd));
+    let scale = scalar(5);
+    let score = tensor(900, &scored, &packed(&scored), true);
+    let fill = scalar(901);
+    let masked = tensor(902, &scored, &packed(&scored), true);
+    let mask = B::new(OP_DIAGONAL_BAND_MASK).descs(3000, &[&score]).descs(3005, &[&fill]).descs(3006, &[&masked]).int(3007, T_POINTWISE_MODE, pw::CMP_GE).fin();
+    let sub = B::new(OPERATIONGRAPH).descs(OPERATIONGRAPH_OPS, &[&mask]).fin();
+    let bwd = B::new(OP_SDPA_BWD)
+        .descs(2851, &[&q])
+        .descs(2852, &[&k])
+        .descs(2853, &[&v])
+        .descs(2854, &[&o])
+        .descs(2855, &[&stats])
+        .descs(2856, &[&scale])
+        .descs(2859, &[&dq])
+        .descs(2860, &[&dk])
+        .descs(2861, &[&dv])
+        .descs(2862, &[&d_o])
+        .descs(2867, &[&sub])
+        .i64s(2868, &[900])
+        .i64s(2869, &[902])
+        .fin();
+    let graph = op_graph(h.0, &[&bwd]);
+
+    let sv = 0.3f32;
+    let mut g = Graph::new("sdpa_backward");
+    let gq = g.tensor(TensorDesc::new("q", &qd, DataType::F32).with_uid(1));
+    let gk = g.tensor(TensorDesc::new("k", &kd, DataType::F32).with_uid(2));
+    let gv = g.tensor(TensorDesc::new("v", &kd, DataType::F32).with_uid(3));
+    let gdo = g.tensor(TensorDesc::new("do", &qd, DataType::F32).with_uid(7));
+    let attrs = SdpaAttrs { causal: Some(CausalAlignment::TopLeft), generate_stats: true, attn_scale: Some(sv as f64), ..Default::default() };
+    let (go, gs) = g.sdpa(gq, gk, gv, SdpaInputs::default(), attrs.clone());
+    let gs = gs.expect("statistics");
+    let grads = g.sdpa_backward(gq, gk, gv, go, gdo, gs, SdpaInputs::default(), attrs);
+    for (t, uid) in [(go, 4), (gs, 6), (grads.dq, 8), (grads.dk, 9), (grads.dv, 10)] {
+        g.set_output(t);
+        g.desc_mut(t).uid = Some(uid);
+        g.desc_mut(t).data_type = Some(DataType::F32);
+    }
+    let inputs: HashMap<TensorId, Nd> = [(gq, rand_nd(&qd, 50)), (gk, rand_nd(&kd, 51)), (gv, rand_nd(&kd, 52)), (gdo, rand_nd(&qd, 53))].into_iter().collect();
+    let dense = |uid: i64, d: &[i64]| Nd::new(d.iter().map(|&x| x as usize).collect(), reference(&g, &inputs, uid));
+    let mut bufs = Buffers::new();
+    bufs.input(1, &inputs[&gq], &packed(&qd));
+    bufs.input(2, &inputs[&gk], &packed(&kd));
+    bufs.input(3, &inputs[&gv], &packed(&kd));
+    bufs.input(4, &dense(4, &qd), &packed(&qd));
+    bufs.input(6, &dense(6, &sd), &packed(&sd));
+    bufs.input(7, &inputs[&gdo], &packed(&qd));
+    bufs.scalars.insert(5, sv);
+    bufs.scalars.insert(901, f32::NEG_INFINITY);
+    for (uid, d) in [(8, &qd), (9, &kd), (10, &kd)] {
+        bufs.output(uid, d, &packed(d));
+    }
+    run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+    for (uid, d, what) in [(8, &qd, "dQ"), (9, &kd, "dK"), (10, &kd, "dV")] {
+        check(&bufs.dense(uid, d, &packed(d)), &reference(&g, &inputs, uid), 1e-4, what);
+    }
+}
+
 /// Ragged GEMM sizes (the M, N, K override tensors the frontend's attention backward gives):
 /// what lies past the lengths never reaches the sums, even when it is NaN.
 #[test]

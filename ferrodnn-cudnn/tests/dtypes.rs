@@ -163,6 +163,9 @@ fn fuzzed_setters_and_calls_give_status_codes() {
     ok(cudnnCreateConvolutionDescriptor(&mut c));
     ok(cudnnCreateActivationDescriptor(&mut a));
     ok(cudnnCreatePoolingDescriptor(&mut p));
+    let (mut rnn, mut rdata) = (null_mut(), null_mut());
+    ok(ferrodnn_cudnn::rnn::cudnnCreateRNNDescriptor(&mut rnn));
+    ok(ferrodnn_cudnn::rnn::cudnnCreateRNNDataDescriptor(&mut rdata));
     let (mut successes, mut ran) = (0, 0);
     for _ in 0..iters {
         let nb = rng.range(0, 6);
@@ -178,6 +181,34 @@ fn fuzzed_setters_and_calls_give_status_codes() {
             cudnnSetConvolutionGroupCount(c, rng.range(-1, 4)),
             cudnnSetActivationDescriptor(a, e, e % 2, rng.range(-2, 3) as f64),
             cudnnSetPoolingNdDescriptor(p, e % 5, e % 2, nb - 2, dims.as_ptr(), st.as_ptr(), dims.as_ptr()),
+            ferrodnn_cudnn::rnn::cudnnSetRNNDescriptor_v8(
+                rnn,
+                e % 5,
+                e % 5,
+                rng.range(-1, 4),
+                rng.range(-1, 2),
+                rng.range(-1, 1),
+                dt,
+                rng.range(-1, 3),
+                e % 5,
+                rng.range(-1, 5),
+                rng.range(-1, 5),
+                rng.range(-1, 5),
+                rng.range(-1, 3),
+                null_mut(),
+                rng.range(0, 2) as u32,
+            ),
+            ferrodnn_cudnn::rnn::cudnnRNNSetClip_v8(rnn, e % 3, e % 3, rng.range(-2, 2) as f64, rng.range(-2, 2) as f64),
+            ferrodnn_cudnn::rnn::cudnnSetRNNDataDescriptor(
+                rdata,
+                dt,
+                e % 4,
+                rng.range(-1, 4),
+                nb.clamp(1, 5),
+                rng.range(-1, 5),
+                if nb == 0 { std::ptr::null() } else { dims.as_ptr() },
+                null_mut(),
+            ),
         ];
         for s in statuses {
             assert_ne!(s, CUDNN_STATUS_INTERNAL_ERROR, "{}", ferrodnn_cudnn::api::last_error());
@@ -200,6 +231,10 @@ fn fuzzed_setters_and_calls_give_status_codes() {
             cudnnAddTensor(h.0, s1, t1, px, s1, t2, py),
             cudnnTransformTensor(h.0, s1, t1, px, s0, t2, py),
             cudnnConvolutionForward(h.0, s1, t1, px, f, px, c, 0, null_mut(), 0, s0, t2, py),
+            {
+                let (mut w, mut r) = (0usize, 0usize);
+                ferrodnn_cudnn::rnn::cudnnGetRNNTempSpaceSizes(h.0, rnn, e % 3, rdata, &mut w, &mut r)
+            },
         ] {
             assert_ne!(s, CUDNN_STATUS_INTERNAL_ERROR, "{}", ferrodnn_cudnn::api::last_error());
             ran += (s == CUDNN_STATUS_SUCCESS) as usize;
@@ -207,11 +242,13 @@ fn fuzzed_setters_and_calls_give_status_codes() {
     }
     eprintln!("{successes} setter calls and {ran} executions succeeded");
     assert!(ran > 0, "some calls on fuzzed descriptors should run");
-    assert!(successes > iters / 4, "the fuzz should set valid descriptors often: {successes} of {}", iters * 7);
+    assert!(successes > iters / 4, "the fuzz should set valid descriptors often: {successes} of {}", iters * 10);
     ok(cudnnDestroyTensorDescriptor(t1));
     ok(cudnnDestroyTensorDescriptor(t2));
     ok(cudnnDestroyFilterDescriptor(f));
     ok(cudnnDestroyConvolutionDescriptor(c));
     ok(cudnnDestroyActivationDescriptor(a));
     ok(cudnnDestroyPoolingDescriptor(p));
+    ok(ferrodnn_cudnn::rnn::cudnnDestroyRNNDescriptor(rnn));
+    ok(ferrodnn_cudnn::rnn::cudnnDestroyRNNDataDescriptor(rdata));
 }

@@ -75,10 +75,10 @@ fn exports_cover_nvidias_libraries() {
 #[test]
 fn stubs_return_not_supported_naming_the_function() {
     use ferrodnn_cudnn::types::*;
-    let s = ferrodnn_cudnn::stubs::cudnnCreateRNNDescriptor(std::ptr::null_mut());
+    let s = ferrodnn_cudnn::stubs::cudnnCreateCTCLossDescriptor(std::ptr::null_mut());
     assert_eq!(s, CUDNN_STATUS_NOT_SUPPORTED);
     let msg = ferrodnn_cudnn::api::last_error();
-    assert!(msg.contains("cudnnCreateRNNDescriptor") && msg.contains("not implemented"), "{msg}");
+    assert!(msg.contains("cudnnCreateCTCLossDescriptor") && msg.contains("not implemented"), "{msg}");
     let s = ferrodnn_cudnn::stubs::cudnnSetBackdoor();
     assert_eq!(s, CUDNN_STATUS_NOT_SUPPORTED);
     assert!(ferrodnn_cudnn::api::last_error().contains("cudnnSetBackdoor"));

@@ -153,6 +153,17 @@ fn required_tensors(s: &Snapshot) -> &'static [i32] {
         OP_CONCAT => &[OP_CONCAT_AXIS, OP_CONCAT_INPUT_DESCS, OP_CONCAT_OUTPUT_DESC],
         OP_GEN_STATS => &[OP_GENSTATS_XDESC, OP_GENSTATS_SUMDESC, OP_GENSTATS_SQSUMDESC],
         OP_SDPA_FWD => &[OP_SDPA_FWD_QDESC, OP_SDPA_FWD_KDESC, OP_SDPA_FWD_VDESC, OP_SDPA_FWD_ODESC],
+        OP_SDPA_BWD => &[
+            OP_SDPA_BWD_QDESC,
+            OP_SDPA_BWD_KDESC,
+            OP_SDPA_BWD_VDESC,
+            OP_SDPA_BWD_ODESC,
+            OP_SDPA_BWD_STATSDESC,
+            OP_SDPA_BWD_DODDESC,
+            OP_SDPA_BWD_DQDESC,
+            OP_SDPA_BWD_DKDESC,
+            OP_SDPA_BWD_DVDESC,
+        ],
         OP_SOFTMAX => &[OP_SOFTMAX_XDESC, OP_SOFTMAX_YDESC],
         _ => &[],
     }
@@ -665,6 +676,7 @@ impl Lower {
                 Ok(())
             }
             OP_SDPA_FWD => self.sdpa(s),
+            OP_SDPA_BWD => self.sdpa_backward(s),
             OP_DIAGONAL_BAND_MASK => self.band_mask(s),
             OP_SOFTMAX => {
                 Err(unsupported("a standalone OPERATION_SOFTMAX is not supported: ferrodnn runs it as CUDNN_ATTR_OPERATION_SDPA_FWD_SOFTMAX_DESC of an attention operation"))
@@ -1028,7 +1040,7 @@ impl Lower {
         let mut outs = vec![("o", o)];
         let mut attrs = SdpaAttrs::default();
         if let Some(sub) = s.desc(OP_SDPA_FWD_SUBGRAPH) {
-            attrs.causal = Some(causal_subgraph(s, sub)?);
+            attrs.causal = Some(causal_subgraph(s, sub, OP_SDPA_FWD_SUBGRAPH_INPUT_UID, OP_SDPA_FWD_SUBGRAPH_OUTPUT_UID)?);
         }
         if let Some(scale) = self.opt(s, OP_SDPA_FWD_SCALEDESC)? {
             ins.push(("attn_scale", scale));
@@ -1071,6 +1083,43 @@ impl Lower {
         self.node(Op::Sdpa(attrs), ins, outs, None);
         Ok(())
     }
+
+    /// The frontend's attention backward as one node: ferrodnn's fused `sdpa_backward` with the
+    /// forward's scale, causal mask (the same score-modifier subgraph as SDPA_FWD), padding by
+    /// sequence lengths and attention sink.
+    fn sdpa_backward(&mut self, s: &Snapshot) -> R<()> {
+        let mut ins = Vec::new();
+        for (attr, port) in
+            [(OP_SDPA_BWD_QDESC, "q"), (OP_SDPA_BWD_KDESC, "k"), (OP_SDPA_BWD_VDESC, "v"), (OP_SDPA_BWD_ODESC, "o"), (OP_SDPA_BWD_DODDESC, "do"), (OP_SDPA_BWD_STATSDESC, "stats")]
+        {
+            ins.push((port, self.req(s, attr)?));
+        }
+        let mut outs = vec![("dq", self.req(s, OP_SDPA_BWD_DQDESC)?), ("dk", self.req(s, OP_SDPA_BWD_DKDESC)?), ("dv", self.req(s, OP_SDPA_BWD_DVDESC)?)];
+        let mut attrs = SdpaAttrs { generate_stats: true, ..SdpaAttrs::default() };
+        if let Some(sub) = s.desc(OP_SDPA_BWD_SUBGRAPH) {
+            attrs.causal = Some(causal_subgraph(s, sub, OP_SDPA_BWD_SUBGRAPH_INPUT_UID, OP_SDPA_BWD_SUBGRAPH_OUTPUT_UID)?);
+        }
+        if let Some(scale) = self.opt(s, OP_SDPA_BWD_SCALEDESC)? {
+            ins.push(("attn_scale", scale));
+        }
+        let (lq, lkv) = (self.opt(s, OP_SDPA_BWD_SEQ_LEN_QDESC)?, self.opt(s, OP_SDPA_BWD_SEQ_LEN_KVDESC)?);
+        if lq.is_some() || lkv.is_some() {
+            attrs.padding_mask = true;
+            let both = || bad("attention backward with sequence lengths needs both CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_QDESC and _KVDESC");
+            ins.push(("seq_len_q", lq.ok_or_else(both)?));
+            ins.push(("seq_len_kv", lkv.ok_or_else(both)?));
+        }
+        match (self.opt(s, OP_SDPA_BWD_SINK_DESC)?, self.opt(s, OP_SDPA_BWD_DSINK_DESC)?) {
+            (Some(sink), Some(dsink)) => {
+                ins.push(("sink_token", sink));
+                outs.push(("dsink_token", dsink));
+            }
+            (None, None) => {}
+            _ => return Err(bad("attention backward with a sink needs both CUDNN_ATTR_OPERATION_SDPA_BWD_SINK_DESC and _DSINK_DESC")),
+        }
+        self.node(Op::SdpaBackward(attrs), ins, outs, None);
+        Ok(())
+    }
 }
 
 /// The causal mask an attention operation's score-modifier subgraph stands for: the cudnn
@@ -1079,7 +1128,7 @@ impl Lower {
 /// bottom-right when it is given the sequence lengths. Other score modifiers (sliding windows,
 /// whose bounds are tensors known only when the graph runs, biases, ALiBi, soft-capping) are not
 /// supported.
-fn causal_subgraph(s: &Snapshot, sub: &Snapshot) -> R<ferrodnn::graph::ops::sdpa::CausalAlignment> {
+fn causal_subgraph(s: &Snapshot, sub: &Snapshot, input_uid: i32, output_uid: i32) -> R<ferrodnn::graph::ops::sdpa::CausalAlignment> {
     use ferrodnn::graph::ops::sdpa::CausalAlignment;
     let no = |why: &str| unsupported(format!("attention's score-modifier subgraph: {why}; ferrodnn takes the frontend's causal masks (top-left or bottom-right) only"));
     let ops = match &sub.built {
@@ -1088,7 +1137,7 @@ fn causal_subgraph(s: &Snapshot, sub: &Snapshot) -> R<ferrodnn::graph::ops::sdpa
     };
     let [op] = ops.as_slice() else { return Err(no(&format!("it has {} operations (a bias, ALiBi or another modifier besides the mask)", ops.len()))) };
     let uid = |o: &Snapshot, a: i32| o.desc(a).and_then(|d| d.tensor()).map(|t| t.uid);
-    let (input, output) = (s.i64_(OP_SDPA_FWD_SUBGRAPH_INPUT_UID), s.i64_(OP_SDPA_FWD_SUBGRAPH_OUTPUT_UID));
+    let (input, output) = (s.i64_(input_uid), s.i64_(output_uid));
     if input.is_some() && input != uid(op, OP_DBM_XDESC) || output.is_some() && output != uid(op, OP_DBM_YDESC) {
         return Err(no("its mask does not read the scores and write the subgraph's output"));
     }
@@ -1119,6 +1168,7 @@ fn output_uids(o: &Snapshot) -> Vec<i64> {
         OP_SLICE => &[OP_SLICE_YDESC],
         OP_RNG => &[OP_RNG_YDESC],
         OP_CONCAT => &[OP_CONCAT_OUTPUT_DESC],
+        OP_SDPA_BWD => &[OP_SDPA_BWD_DQDESC, OP_SDPA_BWD_DKDESC, OP_SDPA_BWD_DVDESC, OP_SDPA_BWD_DSINK_DESC],
         _ => &[],
     };
     attrs.iter().filter_map(|&a| o.desc(a).and_then(|d| d.tensor()).map(|t| t.uid)).collect()
