@@ -1,0 +1,5 @@
+"""Module wrappers (filled below)."""
+
+
+def swap_modules(model):
+    return model
