@@ -28,6 +28,9 @@ from ._common import Built, Graph, cached, signature
 __all__ = [
     "conv2d",
     "conv3d",
+    "linear",
+    "layer_norm",
+    "rms_norm",
 ]
 
 _ACTIVATIONS = {
@@ -309,3 +312,317 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None, residual=None):
     """``torch.nn.functional.conv3d`` with the fused epilogue of :func:`conv2d`."""
     return _conv_nd("conv3d", 3, input, weight, bias, stride, padding, dilation, groups, activation, residual)
+
+
+# -- linear ----------------------------------------------------------------------------------
+
+
+def _rows(t):
+    """`t` as a 2-D [rows, last dim] view (a contiguous copy when no view has that shape)."""
+    t2 = t.reshape(-1, t.shape[-1])
+    return t2 if t2.stride(1) == 1 else t2.contiguous()
+
+
+@torch.library.custom_op("ferrodnn::linear", mutates_args=())
+def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], activation: str, save_preact: bool) -> tuple[Tensor, Tensor]:
+    n, k = weight.shape
+    x2 = _rows(x)
+    m = x2.shape[0]
+    y = x.new_empty(tuple(x.shape[:-1]) + (n,))
+    z = x.new_empty(y.shape) if save_preact else _empty(x)
+    key = _key("linear", x.device, x2, weight, bias, activation, save_preact)
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        X = g.input(x2)
+        WT = g.input(weight, [k, n], [weight.stride(1), weight.stride(0)])
+        B = g.input(bias, [1, n], [n, 1]) if bias is not None else g.input(None)
+        Z = g.g.matmul(A=X, B=WT)
+        if B is not None:
+            Z = g.g.add(Z, B)
+        g.output(_act(g, activation, Z), [m, n], [n, 1])
+        if save_preact:
+            g.output(Z, [m, n], [n, 1])
+        return Built(g)
+
+    cached(key, make).run(x.device, x2, weight, bias, out=[y, z if save_preact else None])
+    return y, z
+
+
+@_linear.register_fake
+def _(x, weight, bias, activation, save_preact):
+    y = x.new_empty(tuple(x.shape[:-1]) + (weight.shape[0],))
+    return y, (torch.empty_like(y) if save_preact else _empty(x))
+
+
+@torch.library.custom_op("ferrodnn::linear_backward", mutates_args=())
+def _linear_backward(grad: Tensor, x: Tensor, weight: Tensor, saved: Tensor, activation: str, need_x: bool, need_w: bool, need_b: bool) -> tuple[Tensor, Tensor, Tensor]:
+    n, k = weight.shape
+    x2, g2 = _rows(x), grad.reshape(-1, n).contiguous()
+    s2 = saved.reshape(-1, n).contiguous() if activation != "none" else None
+    m = x2.shape[0]
+    dx = x.new_empty(x.shape) if need_x else _empty(x)
+    dw = weight.new_empty((n, k)) if need_w else _empty(x)
+    db = x.new_empty((n,)) if need_b else _empty(x)
+    key = _key("linear_backward", x.device, g2, x2, weight, s2, activation, need_x, need_w, need_b)
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        DY, X, W, S = g.input(g2), g.input(x2), g.input(weight), g.input(s2)
+        DZ = _act_backward(g, activation, DY, S)
+        if need_x:
+            g.output(g.g.matmul(A=DZ, B=W), [m, k], [k, 1])
+        if need_w:
+            # dW^T = X^T @ dZ, written transposed: dW [n, k] row-major.
+            XT = g.g.tensor(dim=[k, m], stride=[x2.stride(1), x2.stride(0)], data_type=_common.fd_dtype(x.dtype))
+            g.inputs.append(XT)
+            g.output(g.g.matmul(A=XT, B=DZ), [k, n], [1, k])
+        if need_b:
+            g.output(g.g.reduction(input=DZ, mode=_fd.reduction_mode.ADD, axes=[0]), [1, n], [n, 1])
+        return Built(g)
+
+    extra = (x2,) if need_w else ()
+    outs = [o for o, need in ((dx, need_x), (dw, need_w), (db, need_b)) if need]
+    cached(key, make).run(x.device, g2, x2, weight, s2, *extra, out=outs)
+    return dx, dw, db
+
+
+@_linear_backward.register_fake
+def _(grad, x, weight, saved, activation, need_x, need_w, need_b):
+    return (
+        x.new_empty(x.shape) if need_x else _empty(x),
+        weight.new_empty(tuple(weight.shape)) if need_w else _empty(x),
+        x.new_empty((weight.shape[0],)) if need_b else _empty(x),
+    )
+
+
+def _linear_setup(ctx, inputs, output):
+    x, weight, bias, activation, save_preact = inputs
+    y, z = output
+    ctx.save_for_backward(x, weight, {"none": None, "relu": y}.get(activation, z))
+    ctx.activation = activation
+
+
+def _linear_grad(ctx, grad, _grad_z):
+    x, weight, saved = ctx.saved_tensors
+    nx, nw, nb = ctx.needs_input_grad[:3]
+    saved = saved if saved is not None else _empty(x)
+    dx, dw, db = torch.ops.ferrodnn.linear_backward(grad, x, weight, saved, ctx.activation, nx, nw, nb)
+    return dx if nx else None, dw if nw else None, db if nb else None, None, None
+
+
+_linear.register_autograd(_linear_grad, setup_context=_linear_setup)
+
+
+def linear(input, weight, bias=None, activation=None):
+    """``torch.nn.functional.linear`` (``input @ weight.T + bias``, input ``[..., in]``) with an
+    optional fused activation ("relu", "silu", "gelu", "gelu_tanh")."""
+    op = "linear"
+    _check_tensor(op, "input", input)
+    _check_tensor(op, "weight", weight, input, dim=2)
+    if input.dim() < 1 or input.shape[-1] != weight.shape[1]:
+        raise ValueError(f"ferrodnn.torch.{op}: input's last dim must be weight.shape[1] = {weight.shape[1]}, got input shape {tuple(input.shape)}")
+    if bias is not None:
+        _check_tensor(op, "bias", bias, input)
+        _check_shape(op, "bias", bias, (weight.shape[0],))
+    act = _activation(op, activation)
+    save = _saves_preact(act) and _needs_grad(input, weight, bias)
+    return _linear(input, weight, bias, act, save)[0]
+
+
+# -- layer_norm, rms_norm --------------------------------------------------------------------
+
+
+def _norm_rows(op, x, normalized_shape, weight, bias, residual):
+    _check_tensor(op, "input", x)
+    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    nd = len(normalized_shape)
+    if nd < 1 or nd > x.dim() or tuple(x.shape[x.dim() - nd :]) != normalized_shape:
+        raise ValueError(f"ferrodnn.torch.{op}: normalized_shape {normalized_shape} must be the input's last dims, got input shape {tuple(x.shape)}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            _check_tensor(op, name, t, x)
+            _check_shape(op, name, t, normalized_shape)
+    if residual is not None:
+        _check_tensor(op, "residual", residual, x)
+        _check_shape(op, "residual", residual, x.shape)
+    return nd
+
+
+def _norm_forward(op, x, weight, bias, residual, nd, eps, training):
+    """layernorm / rmsnorm of x (+ residual) over its last `nd` dims: (y, sum, mean, rstd)."""
+    d = math.prod(x.shape[x.dim() - nd :])
+    x2 = x.reshape(-1, d).contiguous()
+    r2 = residual.reshape(-1, d).contiguous() if residual is not None else None
+    m = x2.shape[0]
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    y = x.new_empty(x.shape)
+    s = x.new_empty(x.shape) if residual is not None else _empty(x)
+    mean = x.new_empty((m, 1), dtype=wide) if training and op == "layer_norm" else _empty(x)
+    rstd = x.new_empty((m, 1), dtype=wide) if training else _empty(x)
+    weight = weight.contiguous() if weight is not None else None
+    bias = bias.contiguous() if bias is not None else None
+    key = _key(op, x.device, x2, weight, bias, r2, eps, training)
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        X, R = g.input(x2), g.input(r2)
+        S = g.input(weight, [1, d], [d, 1]) if weight is not None else g.input(None)
+        B = g.input(bias, [1, d], [d, 1]) if bias is not None else g.input(None)
+        if S is None:
+            S = g.g.tensor(dim=[1, d], stride=[d, 1], data_type=_common.fd_dtype(x.dtype))
+            g.inputs.append(S)
+        if B is None and op == "layer_norm":
+            B = g.g.tensor(dim=[1, d], stride=[d, 1], data_type=_common.fd_dtype(x.dtype))
+            g.inputs.append(B)
+        if R is not None:
+            X = g.g.add(X, R)
+            g.output(X, [m, d], [d, 1])
+        phase = _fd.norm_forward_phase.TRAINING if training else _fd.norm_forward_phase.INFERENCE
+        if op == "layer_norm":
+            Y, M, V = g.g.layernorm(norm_forward_phase=phase, input=X, scale=S, bias=B, epsilon=eps)
+        else:
+            Y, V = g.g.rmsnorm(norm_forward_phase=phase, input=X, scale=S, bias=B, epsilon=eps)
+            M = None
+        g.output(Y, [m, d], [d, 1])
+        if training:
+            if M is not None:
+                g.output(M, [m, 1], [1, 1], wide)
+            g.output(V, [m, 1], [1, 1], wide)
+        return Built(g)
+
+    built = cached(key, make)
+    ins = [x2, r2, weight, bias]
+    if weight is None:
+        ins.append(x.new_ones((1, d)))
+    if bias is None and op == "layer_norm":
+        ins.append(x.new_zeros((1, d)))
+    outs = [s if residual is not None else None, y] + ([mean] if training and op == "layer_norm" else []) + ([rstd] if training else [])
+    built.run(x.device, *ins, out=[o for o in outs if o is not None])
+    return y, s, mean, rstd
+
+
+def _norm_fake(op, x, residual, nd, training):
+    m = math.prod(x.shape[: x.dim() - nd])
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    y = x.new_empty(x.shape)
+    s = x.new_empty(x.shape) if residual is not None else _empty(x)
+    mean = x.new_empty((m, 1), dtype=wide) if training and op == "layer_norm" else _empty(x)
+    rstd = x.new_empty((m, 1), dtype=wide) if training else _empty(x)
+    return y, s, mean, rstd
+
+
+@torch.library.custom_op("ferrodnn::layer_norm", mutates_args=())
+def _layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], residual: Optional[Tensor], nd: int, eps: float, training: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _norm_forward("layer_norm", x, weight, bias, residual, nd, eps, training)
+
+
+@_layer_norm.register_fake
+def _(x, weight, bias, residual, nd, eps, training):
+    return _norm_fake("layer_norm", x, residual, nd, training)
+
+
+@torch.library.custom_op("ferrodnn::rms_norm", mutates_args=())
+def _rms_norm(x: Tensor, weight: Optional[Tensor], residual: Optional[Tensor], nd: int, eps: float, training: bool) -> tuple[Tensor, Tensor, Tensor]:
+    y, s, _, rstd = _norm_forward("rms_norm", x, weight, None, residual, nd, eps, training)
+    return y, s, rstd
+
+
+@_rms_norm.register_fake
+def _(x, weight, residual, nd, eps, training):
+    y, s, _, rstd = _norm_fake("rms_norm", x, residual, nd, training)
+    return y, s, rstd
+
+
+@torch.library.custom_op("ferrodnn::norm_backward", mutates_args=())
+def _norm_backward(
+    grad: Tensor, grad_sum: Optional[Tensor], x: Tensor, weight: Optional[Tensor], mean: Optional[Tensor], rstd: Tensor, nd: int, need_w: bool, need_b: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The backward of layer_norm (mean given) or rms_norm (mean None): dx (+ grad_sum, the
+    gradient of the residual sum), dweight, dbias."""
+    op = "layer_norm" if mean is not None else "rms_norm"
+    d = math.prod(x.shape[x.dim() - nd :])
+    x2, g2 = x.reshape(-1, d).contiguous(), grad.reshape(-1, d).contiguous()
+    gs2 = grad_sum.reshape(-1, d).contiguous() if grad_sum is not None else None
+    m = x2.shape[0]
+    dx = x.new_empty(x.shape)
+    dw = x.new_empty(weight.shape) if need_w else _empty(x)
+    db = x.new_empty(weight.shape) if need_b else _empty(x)
+    w = weight.contiguous() if weight is not None else x.new_ones((1, d))
+    key = _key(op + "_backward", x.device, g2, gs2, x2, w, mean, rstd, need_w, need_b)
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        DY, GS, X, M, V = g.input(g2), g.input(gs2), g.input(x2), g.input(mean), g.input(rstd)
+        S = g.input(w, [1, d], [d, 1])
+        if op == "layer_norm":
+            DX, DS, DB = g.g.layernorm_backward(grad=DY, input=X, scale=S, mean=M, inv_variance=V)
+        else:
+            DX, DS, DB = g.g.rmsnorm_backward(grad=DY, input=X, scale=S, inv_variance=V, has_dbias=False)
+        if GS is not None:
+            DX = g.g.add(DX, GS)
+        g.output(DX, [m, d], [d, 1])
+        if need_w:
+            g.output(DS, [1, d], [d, 1])
+        if need_b:
+            g.output(DB, [1, d], [d, 1])
+        return Built(g)
+
+    outs = [o for o, need in ((dx, True), (dw, need_w), (db, need_b)) if need]
+    cached(key, make).run(x.device, g2, gs2, x2, mean, rstd, w, out=outs)
+    return dx, dw, db
+
+
+@_norm_backward.register_fake
+def _(grad, grad_sum, x, weight, mean, rstd, nd, need_w, need_b):
+    return (x.new_empty(x.shape), x.new_empty(weight.shape) if need_w else _empty(x), x.new_empty(weight.shape) if need_b else _empty(x))
+
+
+def _norm_setup(ctx, inputs, output):
+    if len(inputs) == 7:  # layer_norm
+        x, weight, bias, residual, nd, eps, training = inputs
+        y, s, mean, rstd = output
+    else:
+        x, weight, residual, nd, eps, training = inputs
+        y, s, rstd = output
+        mean = None
+    ctx.layer = len(inputs) == 7
+    ctx.has_residual = residual is not None
+    ctx.nd = nd
+    ctx.save_for_backward(s if residual is not None else x, weight, mean, rstd)
+
+
+def _norm_grad(ctx, grad, grad_sum, *_stats):
+    x, weight, mean, rstd = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    nw = need[1] and weight is not None
+    nb = ctx.layer and need[2]
+    dx, dw, db = torch.ops.ferrodnn.norm_backward(grad, grad_sum if ctx.has_residual else None, x, weight, mean, rstd, ctx.nd, nw, nb)
+    dres = dx if ctx.has_residual and need[3 if ctx.layer else 2] else None
+    if ctx.layer:
+        return dx, dw if nw else None, db if nb else None, dres, None, None, None
+    return dx, dw if nw else None, dres, None, None, None
+
+
+_layer_norm.register_autograd(_norm_grad, setup_context=_norm_setup)
+_rms_norm.register_autograd(_norm_grad, setup_context=_norm_setup)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, residual=None):
+    """``torch.nn.functional.layer_norm``; with ``residual`` the norm is of ``input + residual``
+    and the call returns ``(y, input + residual)`` (a pre-norm transformer block's two
+    results)."""
+    nd = _norm_rows("layer_norm", input, normalized_shape, weight, bias, residual)
+    training = _needs_grad(input, weight, bias, residual)
+    y, s, _, _ = _layer_norm(input, weight, bias, residual, nd, float(eps), training)
+    return (y, s) if residual is not None else y
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None, residual=None):
+    """``torch.nn.functional.rms_norm`` (eps None: the dtype's machine epsilon, as PyTorch); with
+    ``residual``, the norm of ``input + residual`` and ``(y, input + residual)``."""
+    nd = _norm_rows("rms_norm", input, normalized_shape, weight, None, residual)
+    eps = torch.finfo(input.dtype).eps if eps is None else float(eps)
+    training = _needs_grad(input, weight, residual)
+    y, s, _ = _rms_norm(input, weight, residual, nd, eps, training)
+    return (y, s) if residual is not None else y
