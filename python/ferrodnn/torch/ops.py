@@ -31,6 +31,8 @@ __all__ = [
     "linear",
     "layer_norm",
     "rms_norm",
+    "batch_norm",
+    "group_norm",
 ]
 
 _ACTIVATIONS = {
@@ -626,3 +628,311 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, residual=None):
     training = _needs_grad(input, weight, residual)
     y, s, _ = _rms_norm(input, weight, residual, nd, eps, training)
     return (y, s) if residual is not None else y
+
+
+# -- batch_norm, group_norm ------------------------------------------------------------------
+
+
+def _channel_view(t, x):
+    """Dims and strides of a per-channel vector `t` ([C]) seen as [1, C, 1, ...] for `x`."""
+    ones = [1] * (x.dim() - 2)
+    return [1, t.shape[0]] + ones, [t.shape[0], t.stride(0)] + ones
+
+
+def _check_param(op, name, t, x, shape):
+    """A parameter of x's dtype, or float32 beside a float16 / bfloat16 input (as autocast
+    leaves a norm's parameters)."""
+    _check_tensor(op, name, t)
+    ok = t.dtype == x.dtype or (t.dtype == torch.float32 and x.dtype in (torch.float16, torch.bfloat16))
+    if not ok or t.device != x.device:
+        raise ValueError(f"ferrodnn.torch.{op}: {name} must be {x.dtype} (or float32 beside a 16-bit input) on {x.device}, got {t.dtype} on {t.device}")
+    _check_shape(op, name, t, shape)
+
+
+def _scalar(g):
+    """A by-value f32 scalar of the graph (epsilon, momentum): one plan serves every value."""
+    T = g.g.tensor(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True, data_type=_fd.data_type.FLOAT)
+    g.inputs.append(T)
+    return T
+
+
+def _param(x, t, fill, c):
+    """`t`, or a [C] tensor of `fill` for an absent affine parameter."""
+    return t if t is not None else torch.full((c,), fill, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("ferrodnn::batch_norm", mutates_args=())
+def _batch_norm(
+    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], running_mean: Optional[Tensor], running_var: Optional[Tensor], training: bool, momentum: float, eps: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """y, the batch's mean and 1 / sqrt(var + eps) (training) or the running ones, and the next
+    running statistics (training with running statistics; the caller copies them in: an op
+    with autograd cannot mutate its inputs)."""
+    x = _dense(x)
+    c = x.shape[1]
+    w, b = _param(x, weight, 1.0, c), _param(x, bias, 0.0, c)
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    y = torch.empty_like(x)
+    cdims, cstrides = [1, c] + [1] * (x.dim() - 2), [c] + [1] * (x.dim() - 1)
+    running = running_mean is not None
+    new_rm = torch.empty_like(running_mean) if training and running else _empty(x)
+    new_rv = torch.empty_like(running_var) if training and running else _empty(x)
+    if training:
+        mean, inv = x.new_empty((c,), dtype=wide), x.new_empty((c,), dtype=wide)
+        key = _key("batch_norm", x.device, x, w, b, running_mean, running_var)
+
+        def make():
+            g = Graph(x.device, x.dtype)
+            X, S, B = g.input(x), g.input(w, *_channel_view(w, x)), g.input(b, *_channel_view(b, x))
+            RM = g.input(running_mean, *_channel_view(running_mean, x)) if running else g.input(None)
+            RV = g.input(running_var, *_channel_view(running_var, x)) if running else g.input(None)
+            EPS, MOM = _scalar(g), _scalar(g)
+            Y, M, V, NM, NV = g.g.batchnorm(input=X, scale=S, bias=B, in_running_mean=RM, in_running_var=RV, epsilon=EPS, momentum=MOM)
+            g.output(Y, x.shape, x.stride())
+            g.output(M, cdims, cstrides, wide)
+            g.output(V, cdims, cstrides, wide)
+            if running:
+                g.output(NM, *_channel_view(running_mean, x), running_mean.dtype)
+                g.output(NV, *_channel_view(running_var, x), running_var.dtype)
+            return Built(g)
+
+        outs = [y, mean, inv] + ([new_rm, new_rv] if running else [])
+        cached(key, make).run(x.device, x, w, b, running_mean, running_var, eps, momentum, out=outs)
+        return y, mean, inv, new_rm, new_rv
+    # Inference: the running statistics, as mean and 1 / sqrt(var + eps).
+    mean = running_mean.to(wide, copy=True)
+    inv = torch.rsqrt(running_var.to(wide) + eps)
+    key = _key("batch_norm_inference", x.device, x, w, b, mean, inv)
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        X, S, B = g.input(x), g.input(w, *_channel_view(w, x)), g.input(b, *_channel_view(b, x))
+        M, V = g.input(mean, *_channel_view(mean, x)), g.input(inv, *_channel_view(inv, x))
+        g.output(g.g.batchnorm_inference(input=X, mean=M, inv_variance=V, scale=S, bias=B), x.shape, x.stride())
+        return Built(g)
+
+    cached(key, make).run(x.device, x, w, b, mean, inv, out=[y])
+    return y, mean, inv, new_rm, new_rv
+
+
+@_batch_norm.register_fake
+def _(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    y = torch.empty_strided(x.shape, _dense_strides(x), dtype=x.dtype, device=x.device)
+    running = training and running_mean is not None
+    new_rm = torch.empty_like(running_mean) if running else _empty(x)
+    new_rv = torch.empty_like(running_var) if running else _empty(x)
+    return y, x.new_empty((x.shape[1],), dtype=wide), x.new_empty((x.shape[1],), dtype=wide), new_rm, new_rv
+
+
+@torch.library.custom_op("ferrodnn::batch_norm_backward", mutates_args=())
+def _batch_norm_backward(grad: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor, inv: Tensor, training: bool, need_x: bool, need_wb: bool) -> tuple[Tensor, Tensor, Tensor]:
+    x = _dense(x)
+    grad = grad.contiguous(memory_format=_fmt(x)) if _channels_last(x) else grad.contiguous()
+    c = x.shape[1]
+    w = _param(x, weight, 1.0, c)
+    pdt = w.dtype
+    dx = torch.empty_like(x) if need_x else _empty(x)
+    dw, db = (w.new_empty((c,)), w.new_empty((c,))) if need_wb else (_empty(x), _empty(x))
+    axes = [0] + list(range(2, x.dim()))
+    if training:
+        key = _key("batch_norm_backward", x.device, grad, x, w, mean, inv, need_x, need_wb)
+
+        def make():
+            g = Graph(x.device, x.dtype)
+            DY, X, S = g.input(grad), g.input(x), g.input(w, *_channel_view(w, x))
+            M, V = g.input(mean, *_channel_view(mean, x)), g.input(inv, *_channel_view(inv, x))
+            DX, DS, DB = g.g.batchnorm_backward(grad=DY, input=X, scale=S, mean=M, inv_variance=V)
+            if need_x:
+                g.output(DX, x.shape, x.stride())
+            if need_wb:
+                g.output(DS, *_channel_view(w, x), pdt)
+                g.output(DB, *_channel_view(w, x), pdt)
+            return Built(g)
+
+        cached(key, make).run(x.device, grad, x, w, mean, inv, out=[o for o, n in ((dx, need_x), (dw, need_wb), (db, need_wb)) if n])
+        return dx, dw, db
+    # Inference statistics are constants: dx = dy * w * inv, dw = sum(dy * (x - mean) * inv),
+    # db = sum(dy).
+    winv = (w.to(inv.dtype) * inv).contiguous()
+    key = _key("batch_norm_backward_inference", x.device, grad, x, winv, mean, inv, need_x, need_wb)
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        DY, X = g.input(grad), g.input(x)
+        WI, M, V = g.input(winv, *_channel_view(winv, x)), g.input(mean, *_channel_view(mean, x)), g.input(inv, *_channel_view(inv, x))
+        if need_x:
+            g.output(g.g.mul(DY, WI), x.shape, x.stride())
+        if need_wb:
+            xhat = g.g.mul(g.g.sub(X, M), V)
+            g.output(g.g.reduction(input=g.g.mul(DY, xhat), mode=_fd.reduction_mode.ADD, axes=axes), *_channel_view(w, x), pdt)
+            g.output(g.g.reduction(input=DY, mode=_fd.reduction_mode.ADD, axes=axes), *_channel_view(w, x), pdt)
+        return Built(g)
+
+    cached(key, make).run(x.device, grad, x, winv, mean, inv, out=[o for o, n in ((dx, need_x), (dw, need_wb), (db, need_wb)) if n])
+    return dx, dw, db
+
+
+@_batch_norm_backward.register_fake
+def _(grad, x, weight, mean, inv, training, need_x, need_wb):
+    dx = torch.empty_strided(x.shape, _dense_strides(x), dtype=x.dtype, device=x.device) if need_x else _empty(x)
+    pdt = weight.dtype if weight is not None else x.dtype
+    c = x.shape[1]
+    return (dx,) + ((x.new_empty((c,), dtype=pdt), x.new_empty((c,), dtype=pdt)) if need_wb else (_empty(x), _empty(x)))
+
+
+def _batch_norm_setup(ctx, inputs, output):
+    x, weight, bias, running_mean, running_var, training, momentum, eps = inputs
+    y, mean, inv, _, _ = output
+    ctx.save_for_backward(x, weight, mean, inv)
+    ctx.training = training
+
+
+def _batch_norm_grad(ctx, grad, *_stats):
+    x, weight, mean, inv = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    nwb = (need[1] or need[2]) and weight is not None
+    dx, dw, db = torch.ops.ferrodnn.batch_norm_backward(grad, x, weight, mean, inv, ctx.training, need[0], nwb)
+    return dx if need[0] else None, dw if nwb and need[1] else None, db if nwb and need[2] else None, None, None, None, None, None
+
+
+_batch_norm.register_autograd(_batch_norm_grad, setup_context=_batch_norm_setup)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """``torch.nn.functional.batch_norm`` on ``[N, C, H, W]`` or ``[N, C, D, H, W]`` input (either
+    memory format): in training, batch statistics and (when given) the running statistics
+    updated in place with ``momentum`` (PyTorch's unbiased variance); else the running ones."""
+    op = "batch_norm"
+    _check_tensor(op, "input", input, dim=(4, 5))
+    c = input.shape[1]
+    for name, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
+        if t is not None:
+            _check_param(op, name, t, input, (c,))
+    if (running_mean is None) != (running_var is None):
+        raise ValueError(f"ferrodnn.torch.{op}: give both running_mean and running_var, or neither")
+    if not training and running_mean is None:
+        raise ValueError(f"ferrodnn.torch.{op}: inference (training=False) needs running_mean and running_var")
+    if momentum is None:
+        raise ValueError(f"ferrodnn.torch.{op}: momentum must be a number (the modules pass 1 / num_batches_tracked for a cumulative average)")
+    if training and input.numel() // c < 2:
+        raise ValueError(f"ferrodnn.torch.{op}: training needs more than one value per channel, got input shape {tuple(input.shape)}")
+    y, _, _, new_rm, new_rv = _batch_norm(input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps))
+    if training and running_mean is not None:
+        with torch.no_grad():
+            running_mean.copy_(new_rm)
+            running_var.copy_(new_rv)
+    return y
+
+
+@torch.library.custom_op("ferrodnn::group_norm", mutates_args=())
+def _group_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], groups: int, eps: float, activation: str, training: bool, save_preact: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    x = _dense(x)
+    c = x.shape[1]
+    w, b = _param(x, weight, 1.0, c), _param(x, bias, 0.0, c)
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    sdims = [x.shape[0], groups] + [1] * (x.dim() - 2)
+    y = torch.empty_like(x)
+    z = torch.empty_like(x) if save_preact else _empty(x)
+    mean, inv = (x.new_empty(sdims, dtype=wide), x.new_empty(sdims, dtype=wide)) if training else (_empty(x), _empty(x))
+    key = _key("group_norm", x.device, x, w, b, groups, eps, activation, training, save_preact)
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        X, S, B = g.input(x), g.input(w, *_channel_view(w, x)), g.input(b, *_channel_view(b, x))
+        phase = _fd.norm_forward_phase.TRAINING if training else _fd.norm_forward_phase.INFERENCE
+        Z, M, V = g.g.group_norm(input=X, scale=S, bias=B, epsilon=eps, groups=groups, norm_forward_phase=phase)
+        g.output(_act(g, activation, Z), x.shape, x.stride())
+        if save_preact:
+            g.output(Z, x.shape, x.stride())
+        if training:
+            g.output(M, sdims, _strides(sdims), wide)
+            g.output(V, sdims, _strides(sdims), wide)
+        return Built(g)
+
+    outs = [y] + ([z] if save_preact else []) + ([mean, inv] if training else [])
+    cached(key, make).run(x.device, x, w, b, out=outs)
+    return y, z, mean, inv
+
+
+@_group_norm.register_fake
+def _(x, weight, bias, groups, eps, activation, training, save_preact):
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    y = torch.empty_strided(x.shape, _dense_strides(x), dtype=x.dtype, device=x.device)
+    sdims = [x.shape[0], groups] + [1] * (x.dim() - 2)
+    stats = (x.new_empty(sdims, dtype=wide), x.new_empty(sdims, dtype=wide)) if training else (_empty(x), _empty(x))
+    return (y, torch.empty_like(y) if save_preact else _empty(x)) + stats
+
+
+@torch.library.custom_op("ferrodnn::group_norm_backward", mutates_args=())
+def _group_norm_backward(
+    grad: Tensor, x: Tensor, weight: Optional[Tensor], saved: Tensor, mean: Tensor, inv: Tensor, groups: int, activation: str, need_x: bool, need_wb: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    x = _dense(x)
+    fmt = _fmt(x)
+    grad = grad.contiguous(memory_format=fmt)
+    saved = saved.contiguous(memory_format=fmt) if activation != "none" else None
+    c = x.shape[1]
+    w = _param(x, weight, 1.0, c)
+    dx = torch.empty_like(x) if need_x else _empty(x)
+    dw, db = (w.new_empty((c,)), w.new_empty((c,))) if need_wb else (_empty(x), _empty(x))
+    key = _key("group_norm_backward", x.device, grad, x, w, saved, mean, inv, groups, activation, need_x, need_wb)
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        DY, X, S, SV, M, V = g.input(grad), g.input(x), g.input(w, *_channel_view(w, x)), g.input(saved), g.input(mean), g.input(inv)
+        DZ = _act_backward(g, activation, DY, SV)
+        DX, DS, DB = g.g.group_norm_backward(grad=DZ, input=X, scale=S, mean=M, inv_variance=V, groups=groups)
+        if need_x:
+            g.output(DX, x.shape, x.stride())
+        if need_wb:
+            g.output(DS, *_channel_view(w, x), w.dtype)
+            g.output(DB, *_channel_view(w, x), w.dtype)
+        return Built(g)
+
+    cached(key, make).run(x.device, grad, x, w, saved, mean, inv, out=[o for o, n in ((dx, need_x), (dw, need_wb), (db, need_wb)) if n])
+    return dx, dw, db
+
+
+@_group_norm_backward.register_fake
+def _(grad, x, weight, saved, mean, inv, groups, activation, need_x, need_wb):
+    dx = torch.empty_strided(x.shape, _dense_strides(x), dtype=x.dtype, device=x.device) if need_x else _empty(x)
+    pdt = weight.dtype if weight is not None else x.dtype
+    c = x.shape[1]
+    return (dx,) + ((x.new_empty((c,), dtype=pdt), x.new_empty((c,), dtype=pdt)) if need_wb else (_empty(x), _empty(x)))
+
+
+def _group_norm_setup(ctx, inputs, output):
+    x, weight, bias, groups, eps, activation, training, save_preact = inputs
+    y, z, mean, inv = output
+    ctx.save_for_backward(x, weight, {"none": None, "relu": y}.get(activation, z), mean, inv)
+    ctx.opts = (groups, activation)
+
+
+def _group_norm_grad(ctx, grad, _gz, _gm, _gi):
+    x, weight, saved, mean, inv = ctx.saved_tensors
+    groups, activation = ctx.opts
+    need = ctx.needs_input_grad
+    nwb = need[1] or need[2]
+    saved = saved if saved is not None else _empty(x)
+    dx, dw, db = torch.ops.ferrodnn.group_norm_backward(grad, x, weight, saved, mean, inv, groups, activation, need[0], nwb)
+    return dx if need[0] else None, dw if need[1] else None, db if need[2] else None, None, None, None, None, None
+
+
+_group_norm.register_autograd(_group_norm_grad, setup_context=_group_norm_setup)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, activation=None):
+    """``torch.nn.functional.group_norm`` (input ``[N, C, ...]``, either memory format) with an
+    optional fused activation ("relu", "silu")."""
+    op = "group_norm"
+    _check_tensor(op, "input", input, dim=(3, 4, 5))
+    c = input.shape[1]
+    if num_groups < 1 or c % num_groups:
+        raise ValueError(f"ferrodnn.torch.{op}: num_groups={num_groups} must divide the {c} channels")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            _check_param(op, name, t, input, (c,))
+    act = _activation(op, activation, ("none", "relu", "silu"))
+    grad = _needs_grad(input, weight, bias)
+    return _group_norm(input, weight, bias, int(num_groups), float(eps), act, grad, grad and _saves_preact(act))[0]
