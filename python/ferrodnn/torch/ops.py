@@ -31,6 +31,7 @@ __all__ = [
     "linear",
     "layer_norm",
     "rms_norm",
+    "scaled_dot_product_attention",
     "batch_norm",
     "group_norm",
 ]
@@ -936,3 +937,117 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, activation=N
     act = _activation(op, activation, ("none", "relu", "silu"))
     grad = _needs_grad(input, weight, bias)
     return _group_norm(input, weight, bias, int(num_groups), float(eps), act, grad, grad and _saves_preact(act))[0]
+
+
+# -- scaled_dot_product_attention ------------------------------------------------------------
+
+
+def _sdpa_graph(g, q, k, v, bias, causal, scale):
+    Q, K, V = g.input(q), g.input(k), g.input(v)
+    B = g.input(bias)
+    return Q, K, V, dict(attn_scale=scale, bias=B, use_causal_mask=causal)
+
+
+@torch.library.custom_op("ferrodnn::sdpa", mutates_args=())
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], causal: bool, scale: float, training: bool) -> tuple[Tensor, Tensor]:
+    b, h, sq, _ = q.shape
+    dv = v.shape[3]
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    o = q.new_empty((b, h, sq, dv))
+    stats = q.new_empty((b, h, sq, 1), dtype=wide) if training else _empty(q)
+    key = _key("sdpa", q.device, q, k, v, bias, causal, scale, training)
+
+    def make():
+        g = Graph(q.device, q.dtype)
+        Q, K, V, kw = _sdpa_graph(g, q, k, v, bias, causal, scale)
+        O, S = g.g.sdpa(q=Q, k=K, v=V, generate_stats=training, **kw)
+        g.output(O, o.shape, o.stride())
+        if training:
+            g.output(S, stats.shape, stats.stride(), wide)
+        return Built(g)
+
+    cached(key, make).run(q.device, q, k, v, bias, out=[o, stats] if training else [o])
+    return o, stats
+
+
+@_sdpa.register_fake
+def _(q, k, v, bias, causal, scale, training):
+    b, h, sq, _ = q.shape
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    return q.new_empty((b, h, sq, v.shape[3])), (q.new_empty((b, h, sq, 1), dtype=wide) if training else _empty(q))
+
+
+@torch.library.custom_op("ferrodnn::sdpa_backward", mutates_args=())
+def _sdpa_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Tensor, bias: Optional[Tensor], causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    grad = grad.contiguous()
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    key = _key("sdpa_backward", q.device, grad, q, k, v, o, stats, bias, causal, scale)
+
+    def make():
+        g = Graph(q.device, q.dtype)
+        Q, K, V, kw = _sdpa_graph(g, q, k, v, bias, causal, scale)
+        O, DO, S = g.input(o), g.input(grad), g.input(stats)
+        DQ, DK, DV = g.g.sdpa_backward(q=Q, k=K, v=V, o=O, dO=DO, stats=S, **kw)
+        for T, t in ((DQ, dq), (DK, dk), (DV, dv)):
+            g.output(T, t.shape, t.stride())
+        return Built(g)
+
+    cached(key, make).run(q.device, q, k, v, bias, o, grad, stats, out=[dq, dk, dv])
+    return dq, dk, dv
+
+
+@_sdpa_backward.register_fake
+def _(grad, q, k, v, o, stats, bias, causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _sdpa_setup(ctx, inputs, output):
+    q, k, v, bias, causal, scale, training = inputs
+    o, stats = output
+    ctx.save_for_backward(q, k, v, o, stats, bias)
+    ctx.opts = (causal, scale)
+
+
+def _sdpa_grad(ctx, grad, _grad_stats):
+    q, k, v, o, stats, bias = ctx.saved_tensors
+    dq, dk, dv = torch.ops.ferrodnn.sdpa_backward(grad, q, k, v, o, stats, bias, *ctx.opts)
+    return dq, dk, dv, None, None, None, None
+
+
+_sdpa.register_autograd(_sdpa_grad, setup_context=_sdpa_setup)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """``torch.nn.functional.scaled_dot_product_attention`` on ``[B, H, S, D]`` tensors:
+    ``is_causal`` (the top-left causal mask, as PyTorch's), a float ``attn_mask`` added to the
+    scores (broadcast to ``[B, H_q, S_q, S_kv]``; a bool mask is turned into 0 / -inf), ``scale``
+    (default ``1 / sqrt(D)``) and, with ``enable_gqa``, fewer key/value heads than query heads.
+    Refused: dropout_p > 0, an attn_mask that requires grad, attn_mask with is_causal."""
+    op = "scaled_dot_product_attention"
+    _check_tensor(op, "query", query, dim=4)
+    _check_tensor(op, "key", key, query, dim=4)
+    _check_tensor(op, "value", value, query, dim=4)
+    b, hq, sq, d = query.shape
+    _, hk, skv, _ = key.shape
+    if key.shape[0] != b or key.shape[3] != d or tuple(value.shape[:3]) != (b, hk, skv):
+        raise ValueError(f"ferrodnn.torch.{op}: key must be [B, H_kv, S_kv, D] and value [B, H_kv, S_kv, D_v] for query {tuple(query.shape)}, got key {tuple(key.shape)} and value {tuple(value.shape)}")
+    if hq != hk and not (enable_gqa and hq % hk == 0):
+        raise ValueError(f"ferrodnn.torch.{op}: query has {hq} heads and key/value {hk}: give enable_gqa=True with query heads a multiple of key/value heads")
+    if dropout_p:
+        raise ValueError(f"ferrodnn.torch.{op}: dropout_p must be 0 (attention dropout is not supported), got {dropout_p}")
+    bias = None
+    if attn_mask is not None:
+        if is_causal:
+            raise ValueError(f"ferrodnn.torch.{op}: give attn_mask or is_causal, not both (as PyTorch)")
+        if attn_mask.requires_grad and torch.is_grad_enabled():
+            raise ValueError(f"ferrodnn.torch.{op}: attn_mask requires grad; its gradient is not supported")
+        if attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~attn_mask, float("-inf"))
+        _check_tensor(op, "attn_mask", attn_mask, query)
+        try:
+            bias = attn_mask.expand(b, hq, sq, skv)
+        except RuntimeError:
+            raise ValueError(f"ferrodnn.torch.{op}: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to [B, H_q, S_q, S_kv] = {(b, hq, sq, skv)}") from None
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    training = _needs_grad(query, key, value)
+    return _sdpa(query, key, value, bias, bool(is_causal), scale, training)[0]
