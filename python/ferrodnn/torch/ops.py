@@ -122,6 +122,11 @@ def _act_backward(g, name, DY, S):
     return getattr(g.g, bwd)(loss=DY, input=S) if bwd else DY
 
 
+def _need_stats(op, stats):
+    if stats.numel() == 0:
+        raise RuntimeError(f"ferrodnn.torch.{op}: backward of a call made with training=False (the op kept no statistics); call it with training=True when a gradient is needed")
+
+
 def _saves_preact(activation):
     """Whether the backward of `activation` reads its input (the pre-activation) rather than its
     output (relu's gradient needs only y > 0)."""
@@ -597,6 +602,7 @@ def _norm_setup(ctx, inputs, output):
 
 def _norm_grad(ctx, grad, grad_sum, *_stats):
     x, weight, mean, rstd = ctx.saved_tensors
+    _need_stats("layer_norm" if ctx.layer else "rms_norm", rstd)
     need = ctx.needs_input_grad
     nw = need[1] and weight is not None
     nb = ctx.layer and need[2]
@@ -912,6 +918,7 @@ def _group_norm_setup(ctx, inputs, output):
 
 def _group_norm_grad(ctx, grad, _gz, _gm, _gi):
     x, weight, saved, mean, inv = ctx.saved_tensors
+    _need_stats("group_norm", inv)
     groups, activation = ctx.opts
     need = ctx.needs_input_grad
     nwb = need[1] or need[2]
@@ -1010,6 +1017,7 @@ def _sdpa_setup(ctx, inputs, output):
 
 def _sdpa_grad(ctx, grad, _grad_stats):
     q, k, v, o, stats, bias = ctx.saved_tensors
+    _need_stats("sdpa", stats)
     dq, dk, dv = torch.ops.ferrodnn.sdpa_backward(grad, q, k, v, o, stats, bias, *ctx.opts)
     return dq, dk, dv, None, None, None, None
 
