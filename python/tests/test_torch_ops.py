@@ -245,6 +245,32 @@ def test_group_norm(device, dtype, channels_last, act):
     check(lambda x, w, b: ft.group_norm(x, 3, w, b, 1e-4, activation=act), lambda x, w, b: ACT[act](F.group_norm(x, 3, w, b, 1e-4)), [x, w, b], device, dtype)
 
 
+# -- softmax, pooling ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device,dtype", CASES)
+@pytest.mark.parametrize("dim", [0, -1, 1])
+@pytest.mark.parametrize("use_log", [False, True])
+def test_softmax(device, dtype, dim, use_log):
+    x = rand(3, 5, 7, seed=36, scale=2.0)
+    check(lambda x: ft.softmax(x, dim, use_log), lambda x: (F.log_softmax if use_log else F.softmax)(x, dim), [x], device, dtype)
+
+
+@pytest.mark.parametrize("device,dtype", CASES)
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("mode", ["max", "avg", "avg_exclude_padding"])
+def test_pool2d(device, dtype, channels_last, mode):
+    x = rand(2, 3, 9, 8, seed=37, channels_last=channels_last)
+    if mode == "max":
+        ours, ref = (lambda x: ft.max_pool2d(x, 3, 2, 1)), (lambda x: F.max_pool2d(x, 3, 2, 1))
+    else:
+        inc = mode == "avg"
+        ours = lambda x: ft.avg_pool2d(x, (3, 2), (2, 1), 1, count_include_pad=inc)  # noqa: E731
+        ref = lambda x: F.avg_pool2d(x, (3, 2), (2, 1), 1, count_include_pad=inc)  # noqa: E731
+    (y,) = check(ours, ref, [x], device, dtype)
+    assert y.is_contiguous(memory_format=torch.channels_last) if channels_last else y.is_contiguous(), f"output strides {y.stride()}"
+
+
 # -- float64 gradchecks, opcheck, torch.compile -------------------------------------------------
 
 
@@ -268,6 +294,9 @@ GRADCHECKS = {
         lambda: (tiny(2, 2, 3, 2, seed=23), tiny(2, seed=24), tiny(2, seed=25)),
     ),
     "group_norm": (lambda x, w, b: ft.group_norm(x, 2, w, b, activation="silu"), lambda: (tiny(2, 4, 2, 2, seed=26), tiny(4, seed=27), tiny(4, seed=28))),
+    "log_softmax": (lambda x: ft.softmax(x, 1, use_log=True), lambda: (tiny(2, 3, 2, seed=29),)),
+    "avg_pool2d": (lambda x: ft.avg_pool2d(x, 2, 1, 1, count_include_pad=False), lambda: (tiny(1, 2, 3, 3, seed=30),)),
+    "max_pool2d": (lambda x: ft.max_pool2d(x, 2, 1), lambda: (tiny(1, 2, 3, 3, seed=31),)),
 }
 
 
@@ -291,11 +320,13 @@ def _opcheck_cases():
         "rms_norm": [(tiny(3, 4, seed=45), c4, tiny(3, 4, seed=46), 1, 1e-5, True)],
         "sdpa": [(q, k, k.detach().clone().requires_grad_(True), None, True, 0.5, True)],
         "batch_norm": [(x, c4, c4, torch.zeros(4, dtype=F64), torch.ones(4, dtype=F64), True, 0.1, 1e-5), (xcl, c4, None, torch.zeros(4, dtype=F64), torch.ones(4, dtype=F64), False, 0.1, 1e-5)],
+        "softmax": [(x, 1, False), (xcl, 3, True)],
+        "pool2d": [(x, "max", [2, 2], [2, 1], [1, 0]), (xcl, "avg_exclude", [3, 3], [1, 1], [1, 1])],
         "group_norm": [(x, c4, c4, 2, 1e-5, "silu", True, True), (xcl, None, None, 2, 1e-5, "relu", True, False), (xcl.detach(), c4.detach(), None, 2, 1e-5, "none", False, False)],
     }
 
 
-@pytest.mark.parametrize("op", ["conv", "linear", "layer_norm", "rms_norm", "sdpa", "batch_norm", "group_norm"])
+@pytest.mark.parametrize("op", ["conv", "linear", "layer_norm", "rms_norm", "sdpa", "batch_norm", "group_norm", "softmax", "pool2d"])
 def test_opcheck(op):
     """torch.library.opcheck: schema, fake (meta) implementation against the real one (shapes,
     strides, dtypes), autograd registration, and AOT dispatch with dynamic shapes (which runs
@@ -371,6 +402,10 @@ def test_refused_arguments_name_the_op_and_argument():
         (lambda: ft.scaled_dot_product_attention(q, q, q, torch.zeros(3, 3), is_causal=True), r"give attn_mask or is_causal, not both"),
         (lambda: ft.scaled_dot_product_attention(q, q, q, torch.zeros(3, 3, requires_grad=True)), r"attn_mask requires grad; its gradient is not supported"),
         (lambda: ft.scaled_dot_product_attention(q, q, q, torch.zeros(2, 3)), r"attn_mask of shape \(2, 3\) does not broadcast"),
+        (lambda: ft.max_pool2d(x, 2, dilation=2), r"ferrodnn.torch.max_pool2d: dilation must be 1, got 2"),
+        (lambda: ft.max_pool2d(x, 2, ceil_mode=True), r"ferrodnn.torch.max_pool2d: ceil_mode=True is not supported"),
+        (lambda: ft.avg_pool2d(x, 2, divisor_override=3), r"ferrodnn.torch.avg_pool2d: divisor_override is not supported"),
+        (lambda: ft.softmax(x, 4), r"ferrodnn.torch.softmax: dim must be in \[-4, 4\), got 4"),
     ]
     for fn, pattern in cases:
         with pytest.raises(ValueError, match=pattern):

@@ -34,6 +34,9 @@ __all__ = [
     "scaled_dot_product_attention",
     "batch_norm",
     "group_norm",
+    "softmax",
+    "max_pool2d",
+    "avg_pool2d",
 ]
 
 _ACTIVATIONS = {
@@ -1059,3 +1062,170 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     training = _needs_grad(query, key, value)
     return _sdpa(query, key, value, bias, bool(is_causal), scale, training)[0]
+
+
+# -- softmax, pooling ------------------------------------------------------------------------
+
+
+@torch.library.custom_op("ferrodnn::softmax", mutates_args=())
+def _softmax(x: Tensor, dim: int, use_log: bool) -> Tensor:
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    key = _key("softmax", x.device, x, dim, use_log)
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        g.output(g.g.softmax(input=g.input(x), axis=dim, use_log=use_log), x.shape, x.stride())
+        return Built(g)
+
+    cached(key, make).run(x.device, x, out=[y])
+    return y
+
+
+@_softmax.register_fake
+def _(x, dim, use_log):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("ferrodnn::softmax_backward", mutates_args=())
+def _softmax_backward(grad: Tensor, y: Tensor, dim: int, use_log: bool) -> Tensor:
+    grad = grad.contiguous()
+    dx = torch.empty_like(y)
+    key = _key("softmax_backward", y.device, grad, y, dim, use_log)
+
+    def make():
+        g = Graph(y.device, y.dtype)
+        DY, Y = g.input(grad), g.input(y)
+        g.output(g.g.softmax_backward(y=Y, loss=DY, axis=dim, use_log=use_log), y.shape, y.stride())
+        return Built(g)
+
+    cached(key, make).run(y.device, grad, y, out=[dx])
+    return dx
+
+
+@_softmax_backward.register_fake
+def _(grad, y, dim, use_log):
+    return torch.empty_like(y)
+
+
+def _softmax_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.opts = inputs[1:]
+
+
+def _softmax_grad(ctx, grad):
+    (y,) = ctx.saved_tensors
+    return torch.ops.ferrodnn.softmax_backward(grad, y, *ctx.opts), None, None
+
+
+_softmax.register_autograd(_softmax_grad, setup_context=_softmax_setup)
+
+
+def softmax(input, dim, use_log=False):
+    """``torch.softmax(input, dim)`` (``torch.log_softmax`` with ``use_log``); the output is
+    contiguous."""
+    op = "softmax"
+    _check_tensor(op, "input", input)
+    if not -input.dim() <= dim < input.dim():
+        raise ValueError(f"ferrodnn.torch.{op}: dim must be in [{-input.dim()}, {input.dim()}), got {dim}")
+    return _softmax(input, dim % input.dim(), bool(use_log))
+
+
+def _pool_dims(x, window, stride, padding):
+    return list(x.shape[:2]) + [(x.shape[2 + i] + 2 * padding[i] - window[i]) // stride[i] + 1 for i in range(2)]
+
+
+def _pool_mode(mode):
+    return {"max": _fd.resample_mode.MAXPOOL, "avg": _fd.resample_mode.AVGPOOL_INCLUDE_PADDING, "avg_exclude": _fd.resample_mode.AVGPOOL_EXCLUDE_PADDING}[mode]
+
+
+@torch.library.custom_op("ferrodnn::pool2d", mutates_args=())
+def _pool2d(x: Tensor, mode: str, window: Sequence[int], stride: Sequence[int], padding: Sequence[int]) -> Tensor:
+    x = _dense(x)
+    dims = _pool_dims(x, window, stride, padding)
+    y = torch.empty(dims, dtype=x.dtype, device=x.device, memory_format=_fmt(x))
+    key = _key("pool2d", x.device, x, mode, tuple(window), tuple(stride), tuple(padding))
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        Y, _ = g.g.resample(input=g.input(x), resampling_mode=_pool_mode(mode), window=list(window), stride=list(stride), pre_padding=list(padding), post_padding=list(padding))
+        g.output(Y, y.shape, y.stride())
+        return Built(g)
+
+    cached(key, make).run(x.device, x, out=[y])
+    return y
+
+
+@_pool2d.register_fake
+def _(x, mode, window, stride, padding):
+    return x.new_empty(_pool_dims(x, window, stride, padding)).contiguous(memory_format=_fmt(x))
+
+
+@torch.library.custom_op("ferrodnn::pool2d_backward", mutates_args=())
+def _pool2d_backward(grad: Tensor, x: Tensor, mode: str, window: Sequence[int], stride: Sequence[int], padding: Sequence[int]) -> Tensor:
+    x = _dense(x)
+    grad = grad.contiguous(memory_format=_fmt(x))
+    dx = torch.empty_like(x)
+    key = _key("pool2d_backward", x.device, grad, x, mode, tuple(window), tuple(stride), tuple(padding))
+
+    def make():
+        g = Graph(x.device, x.dtype)
+        DY, X = g.input(grad), g.input(x)
+        DX = g.g.resample_backward(loss=DY, input=X, resampling_mode=_pool_mode(mode), window=list(window), stride=list(stride), pre_padding=list(padding), post_padding=list(padding))
+        g.output(DX, dx.shape, dx.stride())
+        return Built(g)
+
+    cached(key, make).run(x.device, grad, x, out=[dx])
+    return dx
+
+
+@_pool2d_backward.register_fake
+def _(grad, x, mode, window, stride, padding):
+    return torch.empty_strided(x.shape, _dense_strides(x), dtype=x.dtype, device=x.device)
+
+
+def _pool2d_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.opts = inputs[1:]
+
+
+def _pool2d_grad(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return torch.ops.ferrodnn.pool2d_backward(grad, x, *ctx.opts), None, None, None, None
+
+
+_pool2d.register_autograd(_pool2d_grad, setup_context=_pool2d_setup)
+
+
+def _pool_args(op, x, kernel_size, stride, padding, ceil_mode):
+    _check_tensor(op, "input", x, dim=4)
+    window = _tuple(op, "kernel_size", kernel_size, 2)
+    stride = window if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _tuple(op, "stride", stride, 2)
+    padding = _tuple(op, "padding", padding, 2)
+    if ceil_mode:
+        raise ValueError(f"ferrodnn.torch.{op}: ceil_mode=True is not supported")
+    if min(window) < 1 or min(stride) < 1 or min(padding) < 0 or any(2 * p > k for p, k in zip(padding, window)):
+        raise ValueError(f"ferrodnn.torch.{op}: kernel_size and stride must be >= 1 and padding between 0 and half the kernel, got kernel_size={window}, stride={stride}, padding={padding}")
+    if min(_pool_dims(x, window, stride, padding)[2:]) < 1:
+        raise ValueError(f"ferrodnn.torch.{op}: the output would have no elements for input {tuple(x.shape)} and kernel_size {window}")
+    return list(window), list(stride), list(padding)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """``torch.nn.functional.max_pool2d`` (either memory format). Refused: dilation other than
+    1, ceil_mode, return_indices (the backward reads the input instead)."""
+    op = "max_pool2d"
+    if _tuple(op, "dilation", dilation, 2) != (1, 1):
+        raise ValueError(f"ferrodnn.torch.{op}: dilation must be 1, got {dilation}")
+    if return_indices:
+        raise ValueError(f"ferrodnn.torch.{op}: return_indices=True is not supported")
+    return _pool2d(input, "max", *_pool_args(op, input, kernel_size, stride, padding, ceil_mode))
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    """``torch.nn.functional.avg_pool2d`` (either memory format). Refused: ceil_mode,
+    divisor_override."""
+    op = "avg_pool2d"
+    if divisor_override is not None:
+        raise ValueError(f"ferrodnn.torch.{op}: divisor_override is not supported")
+    return _pool2d(input, "avg" if count_include_pad else "avg_exclude", *_pool_args(op, input, kernel_size, stride, padding, ceil_mode))
