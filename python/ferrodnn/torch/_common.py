@@ -151,16 +151,22 @@ class Built:
         return outs
 
 
+def lru(cache, key, make, size):
+    """`cache[key]` (an OrderedDict kept to `size` entries, the least recently used dropped
+    first), made by `make()` on a miss."""
+    entry = cache.get(key)
+    if entry is None:
+        entry = cache[key] = make()
+        while len(cache) > size:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return entry
+
+
 def cached(key, make):
     """The built graph of `key`, made by `make()` (-> Built) on the first call."""
-    entry = _GRAPHS.get(key)
-    if entry is None:
-        entry = _GRAPHS[key] = make()
-        while len(_GRAPHS) > GRAPH_CACHE_SIZE:
-            _GRAPHS.popitem(last=False)
-    else:
-        _GRAPHS.move_to_end(key)
-    return entry
+    return lru(_GRAPHS, key, make, GRAPH_CACHE_SIZE)
 
 
 def clear_graph_cache():

@@ -12,6 +12,7 @@ from .. import rnn as _rnn
 from ._common import build as _build
 from ._common import compute as _compute
 from ._common import handle as _handle
+from ._common import lru as _lru
 from ._common import workspace as _workspace
 
 __all__ = ["LSTM", "GRU", "RNN"]
@@ -214,14 +215,7 @@ class _FerroRnnMixin:
         cache = self.__dict__.get("_fd_plans")
         if cache is None:
             cache = self.__dict__["_fd_plans"] = OrderedDict()
-        plan = cache.get(key)
-        if plan is None:
-            plan = cache[key] = make()
-            while len(cache) > _CACHE_SIZE:
-                cache.popitem(last=False)
-        else:
-            cache.move_to_end(key)
-        return plan
+        return _lru(cache, key, make, _CACHE_SIZE)
 
     def __getstate__(self):
         # Graphs and handles are not picklable (copy.deepcopy, torch.save of the module): the

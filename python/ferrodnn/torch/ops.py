@@ -671,6 +671,14 @@ def _param(x, t, fill, c):
     return t if t is not None else torch.full((c,), fill, dtype=x.dtype, device=x.device)
 
 
+def _channel_grads_fake(x, weight, need_x, need_wb):
+    """The fake (dx, dweight, dbias) of a per-channel norm's backward."""
+    dx = torch.empty_strided(x.shape, _dense_strides(x), dtype=x.dtype, device=x.device) if need_x else _empty(x)
+    pdt = weight.dtype if weight is not None else x.dtype
+    c = x.shape[1]
+    return (dx,) + ((x.new_empty((c,), dtype=pdt), x.new_empty((c,), dtype=pdt)) if need_wb else (_empty(x), _empty(x)))
+
+
 @torch.library.custom_op("ferrodnn::batch_norm", mutates_args=())
 def _batch_norm(
     x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], running_mean: Optional[Tensor], running_var: Optional[Tensor], training: bool, momentum: float, eps: float
@@ -785,10 +793,7 @@ def _batch_norm_backward(grad: Tensor, x: Tensor, weight: Optional[Tensor], mean
 
 @_batch_norm_backward.register_fake
 def _(grad, x, weight, mean, inv, training, need_x, need_wb):
-    dx = torch.empty_strided(x.shape, _dense_strides(x), dtype=x.dtype, device=x.device) if need_x else _empty(x)
-    pdt = weight.dtype if weight is not None else x.dtype
-    c = x.shape[1]
-    return (dx,) + ((x.new_empty((c,), dtype=pdt), x.new_empty((c,), dtype=pdt)) if need_wb else (_empty(x), _empty(x)))
+    return _channel_grads_fake(x, weight, need_x, need_wb)
 
 
 def _batch_norm_setup(ctx, inputs, output):
@@ -906,10 +911,7 @@ def _group_norm_backward(
 
 @_group_norm_backward.register_fake
 def _(grad, x, weight, saved, mean, inv, groups, activation, need_x, need_wb):
-    dx = torch.empty_strided(x.shape, _dense_strides(x), dtype=x.dtype, device=x.device) if need_x else _empty(x)
-    pdt = weight.dtype if weight is not None else x.dtype
-    c = x.shape[1]
-    return (dx,) + ((x.new_empty((c,), dtype=pdt), x.new_empty((c,), dtype=pdt)) if need_wb else (_empty(x), _empty(x)))
+    return _channel_grads_fake(x, weight, need_x, need_wb)
 
 
 def _group_norm_setup(ctx, inputs, output):
