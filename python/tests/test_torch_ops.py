@@ -131,6 +131,13 @@ def test_linear_strided_input_and_frozen_weight(device, dtype):
     check(lambda x, w: ft.linear(x, w), F.linear, [x, w], device, dtype)
 
 
+@pytest.mark.parametrize("device,dtype", CASES)
+def test_linear_square_shapes(device, dtype):
+    # Square weight and input: the transposed views have the same dims as the tensors.
+    x, w, b = rand(16, 16, seed=13), rand(16, 16, seed=14, scale=0.3), rand(16, seed=15)
+    check(lambda x, w, b: ft.linear(x, w, b, activation="relu"), lambda x, w, b: F.relu(F.linear(x, w, b)), [x, w, b], device, dtype)
+
+
 # -- layer_norm, rms_norm ----------------------------------------------------------------------
 
 

@@ -105,18 +105,30 @@ class Graph:
         self.acc = torch.float64 if dtype == torch.float64 else torch.float32
         self.g = _fd.pygraph(io_data_type=fd_dtype(dtype), intermediate_data_type=wide, compute_data_type=wide, handle=handle(device))
         self.inputs = []
+        self.layouts = []
         self.outputs = []
 
-    def input(self, t, dims=None, strides=None):
+    def input(self, t, dims=None, strides=None, dtype=None):
         """A graph tensor for torch tensor `t` (None gives None), with `t`'s dims and strides or
-        the ones given (a view of its memory)."""
-        if t is None:
+        the ones given (a view of its memory; at run time the tensor is passed as that view).
+        With `t` None and dims given, an input made from dims, strides and `dtype` alone."""
+        if t is None and dims is None:
             self.inputs.append(None)
+            self.layouts.append(None)
             return None
         dims = list(t.shape) if dims is None else list(dims)
         strides = list(t.stride()) if strides is None else list(strides)
-        T = self.g.tensor(dim=dims or [1], stride=strides or [1], data_type=fd_dtype(t.dtype))
+        dtype = t.dtype if dtype is None else dtype
+        T = self.g.tensor(dim=dims or [1], stride=strides or [1], data_type=fd_dtype(dtype))
         self.inputs.append(T)
+        self.layouts.append((tuple(dims or [1]), tuple(strides or [1])))
+        return T
+
+    def scalar(self):
+        """A by-value f32 scalar input (epsilon, momentum: one plan serves every value)."""
+        T = self.g.tensor(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True, data_type=_fd.data_type.FLOAT)
+        self.inputs.append(T)
+        self.layouts.append(None)
         return T
 
     def output(self, T, dims, strides, dtype=None):
@@ -135,20 +147,34 @@ class Built:
     def __init__(self, g):
         g.g.validate()
         g.g.build([_fd.heur_mode.A])
-        self.graph, self.inputs, self.outputs = g.g, g.inputs, g.outputs
+        self.graph, self.inputs, self.layouts, self.outputs = g.g, g.inputs, g.layouts, g.outputs
 
     def run(self, device, *tensors, out=None):
+        """Executes the graph on `tensors` (torch tensors, None where the graph has no input,
+        or numbers for by-value scalars); `out` gives buffers for some outputs (None: a new
+        one). Each tensor is passed as a view with its graph tensor's dims and strides, so
+        that the buffer checks see the very layout the graph was built for."""
         handle(device)  # sets the CUDA handle's stream to PyTorch's current one
         if len(tensors) != len(self.inputs):
             raise RuntimeError(f"ferrodnn.torch: a graph of {len(self.inputs)} inputs got {len(tensors)} tensors")
-        pack = {T: v for T, v in zip(self.inputs, tensors) if T is not None}
+        pack = {T: _view(v, layout) for T, v, layout in zip(self.inputs, tensors, self.layouts) if T is not None}
         outs = []
         for i, (T, dims, strides, dtype) in enumerate(self.outputs):
             o = out[i] if out is not None and out[i] is not None else torch.empty_strided(dims, strides, dtype=dtype, device=device)
-            pack[T] = o
+            pack[T] = _view(o, (dims, strides))
             outs.append(o)
         self.graph.execute(pack, workspace(self.graph, device))
         return outs
+
+
+def _view(t, layout):
+    """`t` seen with `layout` (dims, strides) when it has another (the same memory)."""
+    if layout is None or not isinstance(t, torch.Tensor):
+        return t
+    dims, strides = layout
+    if tuple(t.shape) == dims and tuple(t.stride()) == strides:
+        return t
+    return t.as_strided(dims, strides)
 
 
 def lru(cache, key, make, size):

@@ -22,7 +22,6 @@ from torch import Tensor
 
 import ferrodnn as _fd
 
-from . import _common
 from ._common import Built, Graph, cached, signature
 
 __all__ = [
@@ -385,8 +384,7 @@ def _linear_backward(grad: Tensor, x: Tensor, weight: Tensor, saved: Tensor, act
             g.output(g.g.matmul(A=DZ, B=W), [m, k], [k, 1])
         if need_w:
             # dW^T = X^T @ dZ, written transposed: dW [n, k] row-major.
-            XT = g.g.tensor(dim=[k, m], stride=[x2.stride(1), x2.stride(0)], data_type=_common.fd_dtype(x.dtype))
-            g.inputs.append(XT)
+            XT = g.input(None, [k, m], [x2.stride(1), x2.stride(0)], x.dtype)
             g.output(g.g.matmul(A=XT, B=DZ), [k, n], [1, k])
         if need_b:
             g.output(g.g.reduction(input=DZ, mode=_fd.reduction_mode.ADD, axes=[0]), [1, n], [n, 1])
@@ -481,11 +479,9 @@ def _norm_forward(op, x, weight, bias, residual, nd, eps, training):
         S = g.input(weight, [1, d], [d, 1]) if weight is not None else g.input(None)
         B = g.input(bias, [1, d], [d, 1]) if bias is not None else g.input(None)
         if S is None:
-            S = g.g.tensor(dim=[1, d], stride=[d, 1], data_type=_common.fd_dtype(x.dtype))
-            g.inputs.append(S)
+            S = g.input(None, [1, d], [d, 1], x.dtype)
         if B is None and op == "layer_norm":
-            B = g.g.tensor(dim=[1, d], stride=[d, 1], data_type=_common.fd_dtype(x.dtype))
-            g.inputs.append(B)
+            B = g.input(None, [1, d], [d, 1], x.dtype)
         if R is not None:
             X = g.g.add(X, R)
             g.output(X, [m, d], [d, 1])
@@ -659,13 +655,6 @@ def _check_param(op, name, t, x, shape):
     _check_shape(op, name, t, shape)
 
 
-def _scalar(g):
-    """A by-value f32 scalar of the graph (epsilon, momentum): one plan serves every value."""
-    T = g.g.tensor(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True, data_type=_fd.data_type.FLOAT)
-    g.inputs.append(T)
-    return T
-
-
 def _param(x, t, fill, c):
     """`t`, or a [C] tensor of `fill` for an absent affine parameter."""
     return t if t is not None else torch.full((c,), fill, dtype=x.dtype, device=x.device)
@@ -704,7 +693,7 @@ def _batch_norm(
             X, S, B = g.input(x), g.input(w, *_channel_view(w, x)), g.input(b, *_channel_view(b, x))
             RM = g.input(running_mean, *_channel_view(running_mean, x)) if running else g.input(None)
             RV = g.input(running_var, *_channel_view(running_var, x)) if running else g.input(None)
-            EPS, MOM = _scalar(g), _scalar(g)
+            EPS, MOM = g.scalar(), g.scalar()
             Y, M, V, NM, NV = g.g.batchnorm(input=X, scale=S, bias=B, in_running_mean=RM, in_running_var=RV, epsilon=EPS, momentum=MOM)
             g.output(Y, x.shape, x.stride())
             g.output(M, cdims, cstrides, wide)
