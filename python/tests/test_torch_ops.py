@@ -111,6 +111,16 @@ def test_conv3d(device, dtype, channels_last):
     check(lambda x, w, b: ft.conv3d(x, w, b, (1, 2, 1), 1, activation="relu"), lambda x, w, b: F.relu(F.conv3d(x, w, b, (1, 2, 1), 1)), [x, w, b], device, dtype)
 
 
+@pytest.mark.parametrize("act", [None, "relu"])
+def test_conv2d_grad_of_the_residual_alone(act):
+    x, w = torch.randn(1, 2, 4, 4), torch.randn(2, 2, 3, 3)
+    r = torch.randn(1, 2, 2, 2, requires_grad=True)
+    g = torch.randn(1, 2, 2, 2)
+    (dr,) = torch.autograd.grad(ft.conv2d(x, w, activation=act, residual=r), r, g)
+    (want,) = torch.autograd.grad(ACT[act](F.conv2d(x, w) + r), r, g)
+    torch.testing.assert_close(dr, want)
+
+
 # -- linear ----------------------------------------------------------------------------------
 
 

@@ -266,7 +266,10 @@ def _conv_grad(ctx, grad, _grad_z):
     stride, padding, dilation, activation = ctx.opts
     nx, nw, nb, nr = ctx.needs_input_grad[:4]
     saved = saved if saved is not None else _empty(x)
-    dx, dw, db, dz = torch.ops.ferrodnn.conv_backward(grad, x, weight, saved, stride, padding, dilation, activation, nx, nw, nb, nr)
+    if nx or nw or nb or (nr and activation != "none"):
+        dx, dw, db, dz = torch.ops.ferrodnn.conv_backward(grad, x, weight, saved, stride, padding, dilation, activation, nx, nw, nb, nr)
+    else:  # only the residual, whose gradient is the output's
+        dx = dw = db = dz = None
     dres = (dz if activation != "none" else grad) if nr else None
     return dx if nx else None, dw if nw else None, db if nb else None, dres, None, None, None, None, None
 
