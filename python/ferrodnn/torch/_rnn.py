@@ -1,55 +1,4 @@
-"""Drop-in PyTorch modules for ferrodnn's recurrent networks: :class:`LSTM`, :class:`GRU` and
-:class:`RNN`, subclasses of ``torch.nn.LSTM``, ``torch.nn.GRU`` and ``torch.nn.RNN`` (same
-constructor arguments, parameter names, initialization and ``state_dict``) whose ``forward`` runs
-ferrodnn's ``rnn`` graph ops, with autograd.
-
-```python
-import torch
-from ferrodnn.torch import LSTM
-
-m = LSTM(7, 13, num_layers=2, bidirectional=True)         # or LSTM.from_torch(nn_lstm)
-x = torch.randn(9, 5, 7, requires_grad=True)
-y, (h, c) = m(x)                                           # as nn.LSTM's forward
-y.sum().backward()                                         # x.grad and every parameter's grad
-```
-
-How a call runs:
-
-- Tensors on the CPU run on a CPU handle (ferrodnn's CPU engine); tensors on ``cuda:0`` on a
-  handle with the CUDA engine, on PyTorch's current stream (ferrodnn's Python handles open GPU 0
-  only: other devices are refused). Every buffer (outputs, the reserve, the workspace) is a torch
-  tensor on the input's device, from PyTorch's allocator.
-- With grad (grad mode on and the input, ``hx`` or a parameter requiring grad) a
-  ``torch.autograd.Function`` runs one graph with the ``rnn`` op in training mode, which keeps
-  the reserve; its backward runs ``rnn_backward_data`` and (when a parameter needs a grad)
-  ``rnn_backward_weights`` in a second graph, giving dx, dhx, dcx and the gradient of the packed
-  weight space. Without grad, the inference forward runs (the training one, reserve discarded,
-  when dropout between layers is active: module in training mode, ``dropout > 0`` and more than
-  one layer; dropout's seed is drawn from PyTorch's default CPU generator, so ``torch.manual_seed``
-  repeats it, but the masks are ferrodnn's Philox stream, not PyTorch's).
-- The packed weight space is ``torch.cat`` of the parameters' flattened views in the packed
-  order (each pseudo-layer's ``weight_ih``, ``weight_hh``, [``weight_hr``], [``bias_ih``,
-  ``bias_hh``]): one copy of every weight per call, weight-space bytes read and written (16 MiB
-  for one 1024-wide f16 LSTM layer, some microseconds on a GPU). With grad it is part of the
-  autograd graph, so the gradient of the weight space comes back to each parameter through
-  ``cat``'s backward (views of ``dw``, then PyTorch's accumulation into ``.grad``). Without grad
-  it is cached and reused while every parameter keeps its storage and version (an in-place
-  update such as an optimizer step rebuilds it).
-- Graphs are built once per (layout, sequence length, batch, input features, dtype, device,
-  initial states given, training, dropout, whether weight grads are needed) and kept in the module
-  (the 32 most recently used); building is the expensive part of a first call.
-- A ``PackedSequence`` maps to ferrodnn's packed layout (``seq_major_packed``) with per-sample
-  lengths: its data, padded with zero rows to ``max_seq_length * batch`` rows (a copy), is the
-  graph's input, and the output's first rows are the output ``PackedSequence``'s data (a view).
-  ``hx`` is permuted by ``sorted_indices`` and the final states by ``unsorted_indices``, as
-  PyTorch does.
-- Unbatched input (``[T, input]`` with 2-D states) is run as a batch of one.
-
-Not supported: TorchScript, ``torch.compile`` tracing through the call (the graph runs as an
-opaque function), double backward, CUDA devices other than ``cuda:0``, and tensors of different
-devices or dtypes in one call (refused with the tensor named). f16 and bf16 run on the CUDA
-engine, which rounds the states (and gate gradients) to the data type as cuDNN does.
-"""
+"""The drop-in recurrent modules (see the package's documentation)."""
 
 from collections import OrderedDict
 
@@ -59,67 +8,16 @@ from torch.nn.utils.rnn import PackedSequence
 
 import ferrodnn as _fd
 
-from . import rnn as _rnn
+from .. import rnn as _rnn
+from ._common import build as _build
+from ._common import compute as _compute
+from ._common import handle as _handle
+from ._common import lru as _lru
+from ._common import workspace as _workspace
 
 __all__ = ["LSTM", "GRU", "RNN"]
 
 _CACHE_SIZE = 32
-_HANDLES = {}
-_TORCH_DTYPES = {}
-
-
-def _torch_dtype(dt):
-    if not _TORCH_DTYPES:
-        _TORCH_DTYPES.update(
-            {
-                _fd.data_type.FLOAT: torch.float32,
-                _fd.data_type.DOUBLE: torch.float64,
-                _fd.data_type.HALF: torch.float16,
-                _fd.data_type.BFLOAT16: torch.bfloat16,
-            }
-        )
-    return _TORCH_DTYPES[dt]
-
-
-def _handle(device):
-    """The handle for tensors on `device` (one per process and device), its stream set to
-    PyTorch's current one on CUDA."""
-    if device.type == "cpu":
-        h = _HANDLES.get("cpu")
-        if h is None:
-            h = _HANDLES["cpu"] = _fd.create_cpu_handle()
-        return h
-    if device.type != "cuda":
-        raise ValueError(f"ferrodnn.torch: tensors on {device} are not supported (CPU and cuda:0 are)")
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index != 0:
-        raise ValueError(f"ferrodnn.torch: ferrodnn's handles run on GPU 0 only; the input is on cuda:{index} (use cuda:0, or CUDA_VISIBLE_DEVICES to make this GPU the first)")
-    h = _HANDLES.get("cuda")
-    if h is None:
-        h = _fd.create_handle()
-        if "cuda" not in h.engines():
-            raise RuntimeError("ferrodnn.torch: the input is on cuda:0 but ferrodnn found no usable CUDA device (ferrodnn.gpu_available() is False)")
-        _HANDLES["cuda"] = h
-    _fd.set_stream(handle=h, stream=torch.cuda.current_stream(device).cuda_stream)
-    return h
-
-
-def _workspace(graph, device):
-    # At least one byte, so the workspace always has a real data pointer.
-    return torch.empty(max(int(graph.get_workspace_size()), 1), dtype=torch.uint8, device=device)
-
-
-def _compute(dtype):
-    return _fd.data_type.DOUBLE if dtype == torch.float64 else None
-
-
-def _build(graph, outs):
-    """Marks `outs` as the graph's outputs, validates and builds it: their (dims, torch dtype)."""
-    for o in outs:
-        o.set_output(True)
-    graph.validate()
-    graph.build([_fd.heur_mode.A])
-    return [(o.get_dim(), _torch_dtype(o.get_data_type())) for o in outs]
 
 
 class _Plan:
@@ -317,14 +215,7 @@ class _FerroRnnMixin:
         cache = self.__dict__.get("_fd_plans")
         if cache is None:
             cache = self.__dict__["_fd_plans"] = OrderedDict()
-        plan = cache.get(key)
-        if plan is None:
-            plan = cache[key] = make()
-            while len(cache) > _CACHE_SIZE:
-                cache.popitem(last=False)
-        else:
-            cache.move_to_end(key)
-        return plan
+        return _lru(cache, key, make, _CACHE_SIZE)
 
     def __getstate__(self):
         # Graphs and handles are not picklable (copy.deepcopy, torch.save of the module): the
