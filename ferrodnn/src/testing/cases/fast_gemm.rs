@@ -6,7 +6,8 @@
 //! f32/f16/bf16/fp8, 16-bit intermediates); split-K shapes (the partial-sum reduce launch) and
 //! the tile shapes the heuristic picks (16x128 for M <= 16, 64x64, and 128x128, which needs
 //! at least one tile per SM and so a 1536x1408 output); decode shapes wide enough for the
-//! Hopper kernel to compute C^T (M <= 32, N >= 7424).
+//! Hopper kernel to compute C^T (M <= 32, N >= 7424); stream-K shapes (a few waves of tiles, the
+//! last mostly idle).
 
 use super::Case;
 use crate::graph::ops::pointwise::PointwiseMode;
@@ -413,6 +414,13 @@ pub(super) fn cases() -> Vec<Case> {
     // The 128x128 tile needs at least one tile per SM (132 on an H100): 12 x 11 tiles.
     v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1536, 1408, 40), false, false));
     v.push(mm("big_tiles_1536x1408x24_at_f32", transposed("a", &[1536, 24], F32), t("b", &[24, 1408], F32), F32));
+    // Stream-K on the Hopper kernel (with 132 SMs: whole tiles would leave a mostly idle last
+    // wave; rows 16-byte aligned for TMA): 136 tiles of 128 x 128 over 18 k steps, a tile split between two CTAs, bias + relu
+    // in the TMA-store epilogue; A column-major, 72 tiles over 24 k steps (CTAs wholly inside
+    // one tile, a finisher adding two slots); a batch of two to f32 (direct stores).
+    v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1000, 2104, 1096), false, false));
+    v.push(mm("streamk_at_1104x1000x1500_bf16", transposed("a", &[1104, 1500], Bf16), t("b", &[1500, 1000], Bf16), Bf16));
+    v.push(mm("streamk_batch_2x1000x1104x1096_f16_to_f32", t("a", &[2, 1000, 1096], F16), t("b", &[2, 1096, 1104], F16), F32));
     v
 }
 

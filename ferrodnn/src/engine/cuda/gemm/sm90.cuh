@@ -15,6 +15,8 @@
 //                         consumer's sums (64-row tiles)
 //   GEMM_KT, GEMM_TILES_M, GEMM_TILES_N, GEMM_GROUP_M  k tiles; tile rows and columns; tile rows a
 //                         group of the tile order walks together
+//   GEMM_STREAMK          1: stream-K (see `Work`): the k steps of all tiles split evenly over
+//                         the grid, partial tiles finished through `skpart` and `skflag`
 //   GEMM_A_MN, GEMM_B_MN  1: A M-major, B N-major in shared memory (else K-major)
 //   GEMM_A3, GEMM_B3      true: the operand's TMA map has a batch coordinate (a grouped
 //                         convolution's B: the group's, B_BT)
@@ -90,6 +92,45 @@ __device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& 
     tm = first_m + in_group % gm;
     tn = in_group / gm;
 }
+
+// The work of a CTA: output tiles (with their split of k) strided over the grid; or with
+// stream-K (GEMM_STREAMK) the range [b U / G, (b + 1) U / G) of the U = tiles x KT k steps in
+// tile order (b the CTA, G the grid), in segments of one tile each: a tile's k steps may be
+// split among consecutive CTAs (see the consumers' epilogue).
+#if GEMM_STREAMK
+static constexpr long long SK_UNITS = (long long)GEMM_BATCH * GEMM_TILES_M * GEMM_TILES_N * KT;
+__device__ __forceinline__ long long sk_start(long long b) { return b * SK_UNITS / gridDim.x; }
+// The CTA whose range holds k step u.
+__device__ __forceinline__ int sk_owner(long long u) { return (int)(((u + 1) * (long long)gridDim.x + SK_UNITS - 1) / SK_UNITS) - 1; }
+#endif
+struct Work {
+    long long at, end;
+    __device__ __forceinline__ Work() {
+#if GEMM_STREAMK
+        at = sk_start(blockIdx.x);
+        end = sk_start(blockIdx.x + 1);
+#else
+        at = blockIdx.x;
+        end = TILES;
+#endif
+    }
+    // The next work item: tile t (its batch, tile row and column) over k tiles [k0, k1).
+    __device__ __forceinline__ bool next(long long& t, int& bt, int& tm, int& tn, int& k0, int& k1) {
+        if (at >= end) return false;
+#if GEMM_STREAMK
+        t = at / KT;
+        tile_coords(t, bt, tm, tn, k0, k1);
+        k0 = (int)(at - t * KT);
+        k1 = (int)min((long long)KT, end - t * KT);
+        at = t * KT + k1;
+#else
+        t = at;
+        tile_coords(t, bt, tm, tn, k0, k1);
+        at += gridDim.x;
+#endif
+        return true;
+    }
+};
 
 // Shared-memory descriptors of k-step kk (16 elements) for this consumer's 64 rows of A and the
 // whole of B. K-major: rows of 128 bytes, 8-row atoms 1024 bytes apart, k steps 32 bytes along the
@@ -296,9 +337,9 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
         const int ptid = threadIdx.x;
         int s = 0, issued = 0;
         unsigned phase = 0;
-        for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
-            int bt, tm, tn, k0, k1;
-            tile_coords(t, bt, tm, tn, k0, k1);
+        long long t;
+        int bt, tm, tn, k0, k1;
+        for (Work work; work.next(t, bt, tm, tn, k0, k1);) {
             const long long m0 = (long long)tm * BM, n0 = (long long)tn * BN;
             const unsigned am0 = (unsigned)(A_IMG * M_ + m0);
             // (The batch's group: its operands from their group's first channels and filters.)
@@ -355,9 +396,9 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
             asm volatile("prefetch.tensormap [%0];" :: "l"(&tb) : "memory");
             int s = 0;
             unsigned phase = 0;
-            for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
-                int bt, tm, tn, k0, k1;
-                tile_coords(t, bt, tm, tn, k0, k1);
+            long long t;
+            int bt, tm, tn, k0, k1;
+            for (Work work; work.next(t, bt, tm, tn, k0, k1);) {
 #if GEMM_A_IM2COL && !GEMM_IC_K
                 const ic_start st = ic_tile(A_IMG * M_ + (long long)tm * BM);
 #endif
@@ -418,9 +459,9 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
         for (int i = 0; i < ND; ++i) d[i] = 0.f;
         int s = 0;
         unsigned phase = 0;
-        for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
-            int bt, tm, tn, k0, k1;
-            tile_coords(t, bt, tm, tn, k0, k1);
+        long long t;
+        int bt, tm, tn, k0, k1;
+        for (Work work; work.next(t, bt, tm, tn, k0, k1);) {
             int prev = 0;
 #if GEMM_RS
             // A's fragments (tf32-rounded) from its M-major stage (chunks of 32 rows x 32 k
@@ -479,6 +520,43 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
 #endif
             wgmma_wait0();
             release_stage(bars + 8u * (STAGES + prev), l);
+#if GEMM_STREAMK
+            // Stream-K: a tile whose k steps are split among consecutive CTAs is finished by the
+            // one holding its first k steps, which reaches it last (at the end of its range); each
+            // of the others, at the start of its range, leaves its sums in its own slot of the
+            // workspace (f32, element i of consumer thread cw, tid at i * 256 + cw * 128 + tid,
+            // coalesced) and sets its flag (zeroed by the launch before). The finisher adds the
+            // slots in CTA order (deterministic) into its accumulators, then runs the epilogue.
+            // (All CTAs of the persistent grid are resident at once, one per SM: a finisher only
+            // waits for CTAs that wrote before they waited for anything.)
+            if (k0 > 0) {
+                float* const slot = skpart + (long long)blockIdx.x * (BM * BN);
+                #pragma unroll
+                for (int i = 0; i < ND; ++i) __stcg(slot + i * 256 + cw * 128 + tid, d[i]);
+                __threadfence();
+                asm volatile("bar.sync 5, 256;" ::: "memory");
+                if (cw == 0 && tid == 0) asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(skflag + blockIdx.x), "r"(1u) : "memory");
+                continue;
+            }
+            if (k1 < KT) {
+                const int c0 = sk_owner(t * KT + k1), c1 = sk_owner(t * KT + KT - 1);
+                for (int c = c0; c <= c1; ++c) {
+                    if (sk_start(c + 1) == sk_start(c)) continue;
+                    if (cw == 0 && tid == 0) {
+                        unsigned f = 0;
+                        for (;;) {
+                            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(f) : "l"(skflag + c) : "memory");
+                            if (f != 0u) break;
+                            __nanosleep(64);
+                        }
+                    }
+                    asm volatile("bar.sync 5, 256;" ::: "memory");
+                    const float* const slot = skpart + (long long)c * (BM * BN);
+                    #pragma unroll
+                    for (int i = 0; i < ND; ++i) d[i] += __ldcg(slot + i * 256 + cw * 128 + tid);
+                }
+            }
+#endif
 #if GEMM_BM == 64
             // 64-row tiles: the second consumer's sums go through shared memory (element i of
             // every thread together, so the accesses are conflict-free) into the first's, which

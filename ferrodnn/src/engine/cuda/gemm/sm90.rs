@@ -99,6 +99,11 @@ pub struct Config {
     /// of A, many columns), whose rows become wgmma's narrow N (16 or 32) instead of filling
     /// 128-row tiles with zeros. The epilogue still sees C's row and column.
     pub swap: bool,
+    /// Stream-K: the k steps of all tiles dealt evenly over the persistent grid (a tile's k range
+    /// may be split between consecutive CTAs, the one with its first k steps adding the others'
+    /// sums from the workspace before the epilogue), where whole tiles would leave a mostly idle
+    /// last wave.
+    pub streamk: bool,
 }
 
 impl Config {
@@ -229,14 +234,14 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     let tma_store = splits == 1 && tma_store_ok(p);
     // (Clusters of two CTAs sharing B by TMA multicast measured slower on the H100 than single
     // CTAs, 2.5% even launching only the clusters that fit: there is no cluster variant.)
-    let cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, bm: BM, swap: false };
+    let cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, bm: BM, swap: false, streamk: splits == 1 && stream_k(p, t0, kt, sms) };
     // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T,
     // 64-row tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles, no reduce launch),
     // and each stage carries 2 or 4 KiB of A instead of 16. Eight stages (80 KiB): 6, 12 and 16
     // measured 1-3% slower on the H100.
     if p.m <= 32 && !tf32(p) && !gathered(p) && 8 * p.batch * p.n.div_ceil(64) >= 7 * sms && swap_ok(p) {
         let bn = if p.m <= 16 { 16 } else { 32 };
-        return Config { bn, stages: 8, group_m: 1, tma_store: false, splits: 1, bm: 64, swap: true };
+        return Config { bn, stages: 8, group_m: 1, tma_store: false, splits: 1, bm: 64, swap: true, streamk: false };
     }
     // tf32 with B N-major: C^T = B^T A^T with B^T's fragments loaded from shared memory into
     // registers (`rs`), where the tiles are enough for every SM without a split of k; else B's
@@ -246,10 +251,19 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
         let tiles = |bn: usize| q.batch * q.m.div_ceil(BM) * q.n.div_ceil(bn);
         if 2 * tiles(128) > sms || kt < 8 {
             let bn = if q.n > 128 && tiles(256) >= sms && q.k > 256 { 256 } else { 128 };
-            return Config { bn, stages: 2, group_m: q.m.div_ceil(BM).clamp(1, group_m(&q)), tma_store: false, splits: 1, bm: BM, swap: true }.with_most_stages();
+            return Config { bn, stages: 2, group_m: q.m.div_ceil(BM).clamp(1, group_m(&q)), tma_store: false, splits: 1, bm: BM, swap: true, streamk: false }.with_most_stages();
         }
     }
     cfg.with_most_stages()
+}
+
+/// Whether `tiles` whole tiles of `kt` k steps leave the last of at most four waves over the SMs
+/// less than 3/5 full on average (their tiles fill under 80% of the waves' slots) with k steps
+/// enough to deal out: stream-K then keeps every SM busy to the end. Operands loaded by TMA
+/// only (not gathered, not im2col).
+fn stream_k(p: &GemmProblem, tiles: usize, kt: usize, sms: usize) -> bool {
+    let waves = tiles.div_ceil(sms);
+    !gathered(p) && im2col_a(p).is_none() && 2 * tiles > sms && waves <= 4 && 5 * tiles < 4 * waves * sms && kt >= 16
 }
 
 /// Ways the heuristic splits k for `tiles` output tiles over `kt` k steps: enough to bring the
@@ -769,6 +783,11 @@ pub fn kernels_with(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &st
 
 /// The launches of the problem the kernel computes (with `cfg.swap`, the swapped one).
 fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg: Config) -> Option<NodeKernels> {
+    // (A tap folds C's reduction into whole tiles' epilogues: no stream-K with one.)
+    let cfg = if epi.tap.is_some() { Config { streamk: false, ..cfg } } else { cfg };
+    if cfg.streamk && (cfg.splits != 1 || cfg.swap || cfg.bm != BM || gathered(p) || im2col_a(p).is_some()) {
+        return None;
+    }
     let kt = p.k.div_ceil(bk(p.a.dtype));
     let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.swap));
     // 64-row tiles: one CTA per tile, 16-bit, B K-major for the narrow widths, no TMA store.
@@ -870,6 +889,13 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
     sig.param("float* __restrict__ part", if cfg.splits > 1 { Arg::Scratch(part) } else { Arg::I64(0) });
     if let Some(at) = tap_part {
         sig.param("float* __restrict__ tpart", Arg::Scratch(at));
+    }
+    // Stream-K: a slot of f32 sums and a flag per CTA, the flags zeroed by a launch first.
+    if cfg.streamk {
+        scratch.push(grid as usize * cfg.bm * cfg.bn * 4);
+        scratch.push(grid as usize * 4);
+        sig.param("float* __restrict__ skpart", Arg::Scratch(scratch.len() - 2)).param("unsigned* __restrict__ skflag", Arg::Scratch(scratch.len() - 1));
+        launches.push(zero_flags_launch(&format!("{entry}_skz"), scratch.len() - 1, grid));
     }
     super::epilogue_params(&mut sig, epi);
     let source = source(p, epi, &cfg, ma, mb, a3, b3, entry, &sig);
@@ -1143,6 +1169,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         .define("GEMM_TILES_M", p.m.div_ceil(cfg.bm))
         .define("GEMM_TILES_N", p.n.div_ceil(cfg.bn))
         .define("GEMM_GROUP_M", cfg.group_m)
+        .flag("GEMM_STREAMK", cfg.streamk)
         .define("GEMM_GROUPS", p.groups.max(1))
         .flag("GEMM_TMA_STORE", cfg.tma_store)
         .flag("GEMM_RELU_CVT", relu_cvt)
@@ -1202,6 +1229,19 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         src = src.template(GATHER).template(include_str!("sm90_gather.cuh"));
     }
     src.template(include_str!("sm90.cuh")).build()
+}
+
+/// Stream-K's first launch: the `n` flags of scratch buffer `at` zeroed (the workspace holds
+/// anything before an execute).
+fn zero_flags_launch(entry: &str, at: usize, n: u32) -> Launch {
+    let mut sig = Signature::new();
+    sig.param("unsigned* __restrict__ skflag", Arg::Scratch(at));
+    let source = Source::new()
+        .entry(entry, &sig)
+        .define("SK_FLAGS", n)
+        .template("extern \"C\" __global__ void KERNEL_NAME(KERNEL_PARAMS) {\n    pdl_site();\n    for (int i = threadIdx.x; i < SK_FLAGS; i += blockDim.x) skflag[i] = 0u;\n}\n")
+        .build();
+    Launch::new(source, entry, Grid::Exact(1, 1, 1), 256, sig.into_args())
 }
 
 /// The split-k reduce launch (`sm90_reduce.cuh`): for each pair of columns, the splits' partial
@@ -1293,6 +1333,16 @@ mod tests {
         // Fewer columns: 128-wide tiles and split k.
         let d = choose(&problem(1, 16, 2048, 8192, true, false, DataType::Bf16), &t, &o);
         assert_eq!((d.bn, d.splits > 1), (128, true));
+        // Stream-K where whole tiles leave a mostly idle last wave (ViT's weight gradient: 72
+        // tiles of 256 columns for 132 SMs; BERT's projection: 192 of 128), not where the waves
+        // are full (4096^3: 256 tiles of 256, two whole waves less 8) or the tiles few.
+        for (m, n, k, a_kmajor) in [(768, 3072, 6304, false), (4096, 768, 3072, true)] {
+            let d = choose(&problem(1, m, n, k, a_kmajor, true, DataType::Bf16), &t, &o);
+            assert!(d.streamk && d.splits == 1 && !d.swap, "{m}x{n}x{k}: {d:?}");
+        }
+        for (m, n, k) in [(4096, 4096, 4096), (8192, 8192, 8192), (256, 256, 8192)] {
+            assert!(!choose(&problem(1, m, n, k, true, false, DataType::Bf16), &t, &o).streamk, "{m}x{n}x{k}");
+        }
     }
 
     #[test]
@@ -1312,14 +1362,17 @@ mod tests {
             (problem(1, 40, 4296, 48, true, true, DataType::F32), "B K-major, f32 out"),
             (fp8_problem(problem(1, 1100, 4000, 400, true, true, DataType::Bf16), DataType::Fp8E4m3, DataType::Fp8E4m3), "fp8 e4m3"),
             (fp8_problem(problem(2, 72, 136, 96, true, true, DataType::F32), DataType::Fp8E5m2, DataType::Fp8E4m3), "fp8 e5m2 x e4m3, batched"),
+            (problem(1, 768, 3072, 6304, false, true, DataType::Bf16), "stream-K, A M-major"),
         ] {
             let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel"));
-            let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, k.launches[0].source);
-            compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}: {e}"));
+            for l in &k.launches {
+                let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, l.source);
+                compile_cubin(&src, &l.entry, &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("{what}, {}: {e}", l.entry));
+            }
         }
         // The 64-wide tile, a configuration the probe (tests/cuda_sm90.rs) times.
         let p = problem(1, 16, 8192, 8192, true, false, DataType::Bf16);
-        let cfg = Config { bn: 64, splits: 1, stages: 8, tma_store: true, bm: BM, swap: false, ..choose(&p, &t, &o) };
+        let cfg = Config { bn: 64, splits: 1, stages: 8, tma_store: true, bm: BM, swap: false, streamk: false, ..choose(&p, &t, &o) };
         let k = kernels_with(&p, &identity(), &t, "gemm_test", cfg).expect("BN 64 config");
         let src = format!("{}\n{}", crate::engine::cuda::kernel::PRELUDE, k.launches[0].source);
         compile_cubin(&src, "gemm_test", &CompileOptions::new("sm_90a")).unwrap_or_else(|e| panic!("BN 64: {e}"));
