@@ -15,8 +15,9 @@
 //                         consumer's sums (64-row tiles)
 //   GEMM_KT, GEMM_TILES_M, GEMM_TILES_N, GEMM_GROUP_M  k tiles; tile rows and columns; tile rows a
 //                         group of the tile order walks together
-//   GEMM_STREAMK          1: stream-K (see `Work`): the k steps of all tiles split evenly over
-//                         the grid, partial tiles finished through `skpart` and `skflag`
+//   GEMM_STREAMK          1: the last, partial wave's GEMM_SK_TAIL tiles split GEMM_SK_SPLITS
+//                         ways along k over the grid (see `Work`), finished through `skpart`
+//                         and `skflag`
 //   GEMM_A_MN, GEMM_B_MN  1: A M-major, B N-major in shared memory (else K-major)
 //   GEMM_A3, GEMM_B3      true: the operand's TMA map has a batch coordinate (a grouped
 //                         convolution's B: the group's, B_BT)
@@ -93,42 +94,41 @@ __device__ __forceinline__ void tile_coords(long long t, int& bt, int& tm, int& 
     tn = in_group / gm;
 }
 
-// The work of a CTA: output tiles (with their split of k) strided over the grid; or with
-// stream-K (GEMM_STREAMK) the range [b U / G, (b + 1) U / G) of the U = tiles x KT k steps in
-// tile order (b the CTA, G the grid), in segments of one tile each: a tile's k steps may be
-// split among consecutive CTAs (see the consumers' epilogue).
-#if GEMM_STREAMK
-static constexpr long long SK_UNITS = (long long)GEMM_BATCH * GEMM_TILES_M * GEMM_TILES_N * KT;
-__device__ __forceinline__ long long sk_start(long long b) { return b * SK_UNITS / gridDim.x; }
-// The CTA whose range holds k step u.
-__device__ __forceinline__ int sk_owner(long long u) { return (int)(((u + 1) * (long long)gridDim.x + SK_UNITS - 1) / SK_UNITS) - 1; }
-#endif
+// The work of a CTA: output tiles (with their split of k) strided over the grid; with the split
+// tail (GEMM_STREAMK) the whole waves of tiles so, then the GEMM_SK_TAIL tiles of the last,
+// partial wave each split GEMM_SK_SPLITS ways along k over consecutive CTAs (tail item b: tile
+// TILES - GEMM_SK_TAIL + b / GEMM_SK_SPLITS, its part b % GEMM_SK_SPLITS), so that the last wave
+// keeps every SM busy (see the consumers' epilogue for how a split tile is finished). The tail's
+// CTAs all reach it at about the same time and walk its tiles' k in step, as the whole waves do.
 struct Work {
-    long long at, end;
-    __device__ __forceinline__ Work() {
-#if GEMM_STREAMK
-        at = sk_start(blockIdx.x);
-        end = sk_start(blockIdx.x + 1);
-#else
-        at = blockIdx.x;
-        end = TILES;
-#endif
-    }
+    long long at;
+    __device__ __forceinline__ Work() : at(blockIdx.x) {}
     // The next work item: tile t (its batch, tile row and column) over k tiles [k0, k1).
     __device__ __forceinline__ bool next(long long& t, int& bt, int& tm, int& tn, int& k0, int& k1) {
-        if (at >= end) return false;
 #if GEMM_STREAMK
-        t = at / KT;
+        constexpr long long WHOLE = TILES - GEMM_SK_TAIL;
+        if (at < WHOLE) {
+            t = at;
+            tile_coords(t, bt, tm, tn, k0, k1);
+            at += gridDim.x;
+            return true;
+        }
+        // (Past the tail: `at` is parked at the largest value.)
+        if (at == 0x7fffffffffffffffLL || blockIdx.x >= GEMM_SK_TAIL * GEMM_SK_SPLITS) return false;
+        at = 0x7fffffffffffffffLL;
+        t = WHOLE + blockIdx.x / GEMM_SK_SPLITS;
         tile_coords(t, bt, tm, tn, k0, k1);
-        k0 = (int)(at - t * KT);
-        k1 = (int)min((long long)KT, end - t * KT);
-        at = t * KT + k1;
+        const int part = blockIdx.x % GEMM_SK_SPLITS;
+        k0 = part * KT / GEMM_SK_SPLITS;
+        k1 = (part + 1) * KT / GEMM_SK_SPLITS;
+        return true;
 #else
+        if (at >= TILES) return false;
         t = at;
         tile_coords(t, bt, tm, tn, k0, k1);
         at += gridDim.x;
-#endif
         return true;
+#endif
     }
 };
 
@@ -521,14 +521,12 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
             wgmma_wait0();
             release_stage(bars + 8u * (STAGES + prev), l);
 #if GEMM_STREAMK
-            // Stream-K: a tile whose k steps are split among consecutive CTAs is finished by the
-            // one holding its first k steps, which reaches it last (at the end of its range); each
-            // of the others, at the start of its range, leaves its sums in its own slot of the
-            // workspace (f32, element i of consumer thread cw, tid at i * 256 + cw * 128 + tid,
-            // coalesced) and sets its flag (zeroed by the launch before). The finisher adds the
-            // slots in CTA order (deterministic) into its accumulators, then runs the epilogue.
-            // (All CTAs of the persistent grid are resident at once, one per SM: a finisher only
-            // waits for CTAs that wrote before they waited for anything.)
+            // A tail tile split along k is finished by the CTA with its first part; each of the
+            // others leaves its sums in its own slot of the workspace (f32, element i of consumer
+            // thread cw, tid at i * 256 + cw * 128 + tid: coalesced) and sets its flag (zeroed by
+            // the launch before). The finisher adds the slots in order (deterministic) into its
+            // accumulators, then runs the epilogue. (All CTAs of the persistent grid are resident
+            // at once, one per SM, and a part's CTA waits for nothing before it writes.)
             if (k0 > 0) {
                 float* const slot = skpart + (long long)blockIdx.x * (BM * BN);
                 #pragma unroll
@@ -539,9 +537,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
                 continue;
             }
             if (k1 < KT) {
-                const int c0 = sk_owner(t * KT + k1), c1 = sk_owner(t * KT + KT - 1);
-                for (int c = c0; c <= c1; ++c) {
-                    if (sk_start(c + 1) == sk_start(c)) continue;
+                for (int c = blockIdx.x + 1; c < blockIdx.x + GEMM_SK_SPLITS; ++c) {
                     if (cw == 0 && tid == 0) {
                         unsigned f = 0;
                         for (;;) {

@@ -99,10 +99,10 @@ pub struct Config {
     /// of A, many columns), whose rows become wgmma's narrow N (16 or 32) instead of filling
     /// 128-row tiles with zeros. The epilogue still sees C's row and column.
     pub swap: bool,
-    /// Stream-K: the k steps of all tiles dealt evenly over the persistent grid (a tile's k range
-    /// may be split between consecutive CTAs, the one with its first k steps adding the others'
-    /// sums from the workspace before the epilogue), where whole tiles would leave a mostly idle
-    /// last wave.
+    /// The split tail: the whole waves of tiles as usual, then the last, partial wave's tiles
+    /// each split along k over several CTAs ([`tail_split`]), the one with a tile's first k steps
+    /// adding the others' sums from the workspace before the epilogue, where whole tiles would
+    /// leave that wave's SMs mostly idle.
     pub streamk: bool,
 }
 
@@ -214,7 +214,7 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
         } else {
             128
         }
-    } else if p.n > 128 && p.k > 256 && (tiles(256) >= sms || p.k >= 4096) && wave_cost(tiles(256), 256, sms) <= wave_cost(tiles(128), 128, sms) {
+    } else if p.n > 128 && p.k > 256 && (tiles(256) >= sms || p.k >= 4096) && wave_cost(p, tiles(256), 256, sms) <= wave_cost(p, tiles(128), 128, sms) {
         // (With fewer 256-wide tiles than SMs, only for long k loops: 768 x 3072 x 6304 as 72
         // tiles of 256 columns ran 5-11% faster than 144 of 128 on the H100, but 4096 x 768 x
         // 768 and x 3072 (96 tiles of 256 against 192 of 128) 12-14% slower: in short loops the
@@ -257,13 +257,25 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     cfg.with_most_stages()
 }
 
-/// Whether `tiles` whole tiles of `kt` k steps leave the last of at most four waves over the SMs
-/// less than 3/5 full on average (their tiles fill under 80% of the waves' slots) with k steps
-/// enough to deal out: stream-K then keeps every SM busy to the end. Operands loaded by TMA
-/// only (not gathered, not im2col).
+/// How the last, partial wave of `tiles` tiles of `kt` k steps over `grid` CTAs is split along
+/// k (the split tail, `Config::streamk`): its tiles and the ways each is split, as many as its
+/// tiles fit in the grid (at least 4 k steps a part). `None` where that is not worth it: no
+/// partial wave, a tail too wide to split in two, or a gain under 10% in waves.
+fn tail_split(tiles: usize, kt: usize, grid: usize) -> Option<(usize, usize)> {
+    let (waves, tail) = (tiles.div_ceil(grid), tiles % grid);
+    if tail == 0 || tiles <= grid {
+        return None;
+    }
+    let ways = (grid / tail).min(kt / 4);
+    let before = waves as f64;
+    let after = (waves - 1) as f64 + 1.0 / ways.max(1) as f64;
+    (ways >= 2 && before >= 1.1 * after).then_some((tail, ways))
+}
+
+/// Whether the heuristic splits the last wave's tiles along k: operands loaded by TMA only (not
+/// gathered, not im2col) and a tail worth splitting ([`tail_split`]).
 fn stream_k(p: &GemmProblem, tiles: usize, kt: usize, sms: usize) -> bool {
-    let waves = tiles.div_ceil(sms);
-    !gathered(p) && im2col_a(p).is_none() && 2 * tiles > sms && waves <= 4 && 5 * tiles < 4 * waves * sms && kt >= 16
+    !gathered(p) && im2col_a(p).is_none() && tail_split(tiles, kt, sms).is_some()
 }
 
 /// Ways the heuristic splits k for `tiles` output tiles over `kt` k steps: enough to bring the
@@ -281,10 +293,16 @@ fn splits_for(tiles: usize, kt: usize, sms: usize) -> usize {
 /// time, a 128-wide tile costing 0.55 of a 256-wide one (B's traffic per flop is twice as
 /// high). Where the wider tiles leave a mostly empty last wave, the narrower ones win: 6304 x
 /// 768 x 3072 as 150 tiles of 256 columns (1.14 waves) ran at 0.56x cuBLAS on the H100, as 300
-/// of 128 (2.27 waves) 29% faster; 8192 x 768 x 3072 27% faster, 8192 x 1152 x 4608 3%.
-fn wave_cost(tiles: usize, bn: usize, sms: usize) -> f64 {
+/// of 128 (2.27 waves) 29% faster; 8192 x 768 x 3072 27% faster, 8192 x 1152 x 4608 3%. A last
+/// wave split along k counts as its share of a wave.
+fn wave_cost(p: &GemmProblem, tiles: usize, bn: usize, sms: usize) -> f64 {
     let per_tile = if bn >= 256 { 1.0 } else { 0.55 };
-    tiles.div_ceil(sms) as f64 * per_tile
+    // (The last wave split along k costs 1 / ways of a wave: see `tail_split`.)
+    let kt = p.k.div_ceil(bk(p.a.dtype));
+    match tail_split(tiles, kt, sms).filter(|_| stream_k(p, tiles, kt, sms)) {
+        Some((_, ways)) => ((tiles / sms) as f64 + 1.0 / ways as f64) * per_tile,
+        None => tiles.div_ceil(sms) as f64 * per_tile,
+    }
 }
 
 /// Tiles down M per group of the tile order (at most): 16 for long k loops, 4 up to K = 4096,
@@ -890,7 +908,10 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
     if let Some(at) = tap_part {
         sig.param("float* __restrict__ tpart", Arg::Scratch(at));
     }
-    // Stream-K: a slot of f32 sums and a flag per CTA, the flags zeroed by a launch first.
+    // The split tail: a slot of f32 sums and a flag per CTA, the flags zeroed by a launch first.
+    // (A tuning candidate of another tile width may have no tail worth splitting: whole tiles.)
+    let tail = if cfg.streamk { tail_split(tiles, kt, grid as usize) } else { None };
+    let cfg = Config { streamk: tail.is_some(), ..cfg };
     if cfg.streamk {
         scratch.push(grid as usize * cfg.bm * cfg.bn * 4);
         scratch.push(grid as usize * 4);
@@ -898,7 +919,10 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         launches.push(zero_flags_launch(&format!("{entry}_skz"), scratch.len() - 1, grid));
     }
     super::epilogue_params(&mut sig, epi);
-    let source = source(p, epi, &cfg, ma, mb, a3, b3, entry, &sig);
+    let mut source = source(p, epi, &cfg, ma, mb, a3, b3, entry, &sig);
+    if let Some((tail, ways)) = tail {
+        source = format!("#define GEMM_SK_TAIL {tail}\n#define GEMM_SK_SPLITS {ways}\n{source}");
+    }
     // As a programmatic dependent launch the unsplit kernel measured slower on the H100 (6% with
     // a bias + relu epilogue, 9% for tf32 after the transpose); the split one (decode) 2% faster.
     let launch = Launch {
@@ -1333,12 +1357,15 @@ mod tests {
         // Fewer columns: 128-wide tiles and split k.
         let d = choose(&problem(1, 16, 2048, 8192, true, false, DataType::Bf16), &t, &o);
         assert_eq!((d.bn, d.splits > 1), (128, true));
-        // Stream-K where whole tiles leave a mostly idle last wave (ViT's weight gradient: 72
-        // tiles of 256 columns for 132 SMs; BERT's projection: 192 of 128), not where the waves
-        // are full (4096^3: 256 tiles of 256, two whole waves less 8) or the tiles few.
-        for (m, n, k, a_kmajor) in [(768, 3072, 6304, false), (4096, 768, 3072, true)] {
+        // The last wave split along k where it is mostly idle: ViT's weight gradient as 144 tiles of
+        // 128 columns for 132 SMs (12 in 11 parts; before, 72 of 256 in one wave), BERT's
+        // projection as 192 of 128 (60 in 2 parts); not where the last wave is nearly full
+        // (4096^3: 256 tiles of 256, 124 in the last wave; 8192^3) or the tiles are few.
+        for (m, n, k, a_kmajor, bn, parts) in [(768, 3072, 6304, false, 128, 11), (4096, 768, 3072, true, 128, 2)] {
             let d = choose(&problem(1, m, n, k, a_kmajor, true, DataType::Bf16), &t, &o);
-            assert!(d.streamk && d.splits == 1 && !d.swap, "{m}x{n}x{k}: {d:?}");
+            assert!(d.streamk && d.splits == 1 && !d.swap && d.bn == bn, "{m}x{n}x{k}: {d:?}");
+            let tiles = m.div_ceil(BM) * n.div_ceil(bn);
+            assert_eq!(tail_split(tiles, k / 64, 132).map(|s| s.1), Some(parts), "{m}x{n}x{k}");
         }
         for (m, n, k) in [(4096, 4096, 4096), (8192, 8192, 8192), (256, 256, 8192)] {
             assert!(!choose(&problem(1, m, n, k, true, false, DataType::Bf16), &t, &o).streamk, "{m}x{n}x{k}");
