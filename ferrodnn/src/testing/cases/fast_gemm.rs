@@ -414,14 +414,13 @@ pub(super) fn cases() -> Vec<Case> {
     // The 128x128 tile needs at least one tile per SM (132 on an H100): 12 x 11 tiles.
     v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1536, 1408, 40), false, false));
     v.push(mm("big_tiles_1536x1408x24_at_f32", transposed("a", &[1536, 24], F32), t("b", &[24, 1408], F32), F32));
-    // The Hopper kernel's split tail (with 132 SMs: the last, partial wave's tiles split along k;
-    // rows 16-byte aligned for TMA): 136 tiles of 128 x 128 over 18 k steps (4 tail tiles in 4
-    // parts), bias + relu in the TMA-store epilogue; A column-major, 144 tiles over 24 k steps
-    // (12 in 6 parts); a batch of two (144 tiles over 18 k steps, 12 in 4 parts) to f32 (direct
-    // stores).
-    v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1000, 2104, 1096), false, false));
-    v.push(mm("streamk_at_1104x2048x1500_bf16", transposed("a", &[1104, 1500], Bf16), t("b", &[1500, 2048], Bf16), Bf16));
-    v.push(mm("streamk_batch_2x1000x1104x1096_f16_to_f32", t("a", &[2, 1000, 1096], F16), t("b", &[2, 1096, 1104], F16), F32));
+    // The Hopper kernel's split tail (with 132 SMs: one whole wave, and the few tiles of the
+    // last split along k over the idle SMs; rows 16-byte aligned for TMA): 144 tiles of 128 x 128
+    // over 33 k steps, 12 in 8 parts, bias + relu in the TMA-store epilogue; A column-major; a
+    // batch of two to f32 (direct stores).
+    v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1100, 2040, 2056), false, false));
+    v.push(mm("streamk_at_1104x2048x2056_bf16", transposed("a", &[1104, 2056], Bf16), t("b", &[2056, 2048], Bf16), Bf16));
+    v.push(mm("streamk_batch_2x1000x1104x2056_f16_to_f32", t("a", &[2, 1000, 2056], F16), t("b", &[2, 2056, 1104], F16), F32));
     v
 }
 

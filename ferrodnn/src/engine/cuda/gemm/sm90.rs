@@ -234,7 +234,8 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     let tma_store = splits == 1 && tma_store_ok(p);
     // (Clusters of two CTAs sharing B by TMA multicast measured slower on the H100 than single
     // CTAs, 2.5% even launching only the clusters that fit: there is no cluster variant.)
-    let cfg = Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, bm: BM, swap: false, streamk: splits == 1 && stream_k(p, t0, kt, sms) };
+    let cfg =
+        Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, bm: BM, swap: false, streamk: splits == 1 && stream_k(p, t0, bn, kt, sms) };
     // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T,
     // 64-row tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles, no reduce launch),
     // and each stage carries 2 or 4 KiB of A instead of 16. Eight stages (80 KiB): 6, 12 and 16
@@ -259,23 +260,26 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
 
 /// How the last, partial wave of `tiles` tiles of `kt` k steps over `grid` CTAs is split along
 /// k (the split tail, `Config::streamk`): its tiles and the ways each is split, as many as its
-/// tiles fit in the grid (at least 4 k steps a part). `None` where that is not worth it: no
-/// partial wave, a tail too wide to split in two, or a gain under 10% in waves.
+/// tiles fit in the grid. Only for one whole wave and a small tail (at most an eighth of the
+/// grid) of long k loops (32 k steps or more, at least 4 a part): measured on the H200 (ncu),
+/// ViT's 768 x 3072 x 6304 weight gradient as 144 tiles of 128 columns with 12 in 11 parts ran
+/// in 64.8 us against 82 us as 72 tiles of 256 in one wave. Wider tails gained nothing: the
+/// finishing CTA reads the other parts' sums alone (64-128 KiB each), which costs about what the
+/// split saves (8192 x 320 x 1280, 60 tiles in 2 parts: 22.5 us against 22.2 whole; 6304 x 768
+/// x 3072 as 150 tiles of 256, 18 in 7 parts: 68 us against 65 us as 300 tiles of 128).
 fn tail_split(tiles: usize, kt: usize, grid: usize) -> Option<(usize, usize)> {
-    let (waves, tail) = (tiles.div_ceil(grid), tiles % grid);
-    if tail == 0 || tiles <= grid {
+    let tail = tiles % grid;
+    if tiles.div_ceil(grid) != 2 || tail == 0 || kt < 32 {
         return None;
     }
     let ways = (grid / tail).min(kt / 4);
-    let before = waves as f64;
-    let after = (waves - 1) as f64 + 1.0 / ways.max(1) as f64;
-    (ways >= 2 && before >= 1.1 * after).then_some((tail, ways))
+    (ways >= 8).then_some((tail, ways))
 }
 
-/// Whether the heuristic splits the last wave's tiles along k: operands loaded by TMA only (not
-/// gathered, not im2col) and a tail worth splitting ([`tail_split`]).
-fn stream_k(p: &GemmProblem, tiles: usize, kt: usize, sms: usize) -> bool {
-    !gathered(p) && im2col_a(p).is_none() && tail_split(tiles, kt, sms).is_some()
+/// Whether the heuristic splits the last wave's tiles along k: 128-wide tiles with operands
+/// loaded by TMA only (not gathered, not im2col) and a tail worth splitting ([`tail_split`]).
+fn stream_k(p: &GemmProblem, tiles: usize, bn: usize, kt: usize, sms: usize) -> bool {
+    bn == 128 && !gathered(p) && im2col_a(p).is_none() && tail_split(tiles, kt, sms).is_some()
 }
 
 /// Ways the heuristic splits k for `tiles` output tiles over `kt` k steps: enough to bring the
@@ -299,7 +303,7 @@ fn wave_cost(p: &GemmProblem, tiles: usize, bn: usize, sms: usize) -> f64 {
     let per_tile = if bn >= 256 { 1.0 } else { 0.55 };
     // (The last wave split along k costs 1 / ways of a wave: see `tail_split`.)
     let kt = p.k.div_ceil(bk(p.a.dtype));
-    match tail_split(tiles, kt, sms).filter(|_| stream_k(p, tiles, kt, sms)) {
+    match tail_split(tiles, kt, sms).filter(|_| stream_k(p, tiles, bn, kt, sms)) {
         Some((_, ways)) => ((tiles / sms) as f64 + 1.0 / ways as f64) * per_tile,
         None => tiles.div_ceil(sms) as f64 * per_tile,
     }
@@ -1357,17 +1361,18 @@ mod tests {
         // Fewer columns: 128-wide tiles and split k.
         let d = choose(&problem(1, 16, 2048, 8192, true, false, DataType::Bf16), &t, &o);
         assert_eq!((d.bn, d.splits > 1), (128, true));
-        // The last wave split along k where it is mostly idle: ViT's weight gradient as 144 tiles of
-        // 128 columns for 132 SMs (12 in 11 parts; before, 72 of 256 in one wave), BERT's
-        // projection as 192 of 128 (60 in 2 parts); not where the last wave is nearly full
-        // (4096^3: 256 tiles of 256, 124 in the last wave; 8192^3) or the tiles are few.
-        for (m, n, k, a_kmajor, bn, parts) in [(768, 3072, 6304, false, 128, 11), (4096, 768, 3072, true, 128, 2)] {
+        // The last wave split along k where it is mostly idle: ViT's weight gradients as 144 tiles
+        // of 128 columns for 132 SMs (12 in 11 parts; before, 72 of 256 in one wave); not where
+        // the tail is wide (BERT's projection, 192 tiles of 128: 60 in the last wave), the last
+        // wave nearly full (4096^3: 256 tiles of 256, 124 in the last wave; 8192^3) or the
+        // tiles few.
+        for (m, n, k, a_kmajor, bn, parts) in [(768, 3072, 6304, false, 128, 11), (3072, 768, 6304, false, 128, 11)] {
             let d = choose(&problem(1, m, n, k, a_kmajor, true, DataType::Bf16), &t, &o);
             assert!(d.streamk && d.splits == 1 && !d.swap && d.bn == bn, "{m}x{n}x{k}: {d:?}");
             let tiles = m.div_ceil(BM) * n.div_ceil(bn);
             assert_eq!(tail_split(tiles, k / 64, 132).map(|s| s.1), Some(parts), "{m}x{n}x{k}");
         }
-        for (m, n, k) in [(4096, 4096, 4096), (8192, 8192, 8192), (256, 256, 8192)] {
+        for (m, n, k) in [(4096, 4096, 4096), (8192, 8192, 8192), (256, 256, 8192), (4096, 768, 3072)] {
             assert!(!choose(&problem(1, m, n, k, true, false, DataType::Bf16), &t, &o).streamk, "{m}x{n}x{k}");
         }
     }
