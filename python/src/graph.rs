@@ -2863,23 +2863,34 @@ impl PyGraph {
         let tensor_names: HashMap<usize, String> = attr_refs.iter().filter_map(|&(_, _, t)| st.graph.tensors.get(t).map(|d| (t, d.name.clone()))).collect();
 
         // The engine: where the data lives.
-        let (mut host, mut device) = (Vec::new(), Vec::new());
+        // (Names only for the message: this runs on every execute.)
+        let placed = |on_device: bool| -> PyResult<Vec<String>> {
+            let b = st.built()?;
+            Ok(b.lowered
+                .tensors
+                .iter()
+                .enumerate()
+                .filter(|(i, d)| !d.is_virtual && !d.is_pass_by_value && matches!(by_tensor.get(&b.new_to_old[*i]), Some(PackValue::Array(a)) if a.device == on_device))
+                .map(|(_, d)| d.name.clone())
+                .collect())
+        };
+        let (mut n_host, mut n_device) = (0usize, 0usize);
         {
             let b = st.built()?;
-            for new in b.lowered.io_tensors() {
-                let d = b.lowered.desc(new);
-                if d.is_pass_by_value {
+            for (i, d) in b.lowered.tensors.iter().enumerate() {
+                if d.is_virtual || d.is_pass_by_value {
                     continue;
                 }
-                if let Some(PackValue::Array(a)) = by_tensor.get(&b.new_to_old[new.0]) {
+                if let Some(PackValue::Array(a)) = by_tensor.get(&b.new_to_old[i]) {
                     if a.device {
-                        device.push(d.name.clone());
+                        n_device += 1;
                     } else {
-                        host.push(d.name.clone());
+                        n_host += 1;
                     }
                 }
             }
         }
+        let (host, device) = if n_host > 0 && n_device > 0 { (placed(false)?, placed(true)?) } else { (vec![String::new(); n_host], vec![String::new(); n_device]) };
         if !host.is_empty() && !device.is_empty() {
             return Err(InvalidArgumentError::new_err(format!(
                 "graph \"{graph_name}\": the variant pack mixes host arrays ({}) and device arrays ({}); give all in one place",
@@ -3035,12 +3046,17 @@ impl PyGraph {
         let pg = plan.graph();
 
         // The buffers of the plan's graph, each checked against its tensor.
-        let produced: HashSet<usize> = pg.nodes.iter().flat_map(|n| n.outputs.iter().map(|p| p.tensor.0)).collect();
+        let mut produced = vec![false; pg.tensors.len()];
+        for p in pg.nodes.iter().flat_map(|n| n.outputs.iter()) {
+            if let Some(x) = produced.get_mut(p.tensor.0) {
+                *x = true;
+            }
+        }
         struct Slot<'a> {
             uid: i64,
             a: &'a ArrayDesc,
             output: bool,
-            name: String,
+            name: &'a str,
         }
         let mut slots: Vec<Slot> = Vec::new();
         // By-value scalars: their values encoded in their types, as host buffers.
@@ -3075,7 +3091,7 @@ impl PyGraph {
                 return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}) is {want} but its array holds {}", d.name, a.type_name)));
             }
             check_buffer(d, uid, want, a, strict)?;
-            let output = produced.contains(&new.0);
+            let output = produced.get(new.0).copied().unwrap_or(false);
             // An input array of the tensor's dims but other strides would be read as something it
             // is not: refused. An output's memory is written with the graph's strides from its
             // first element, as the frontend writes through the pointer it is given (the memory
@@ -3092,7 +3108,7 @@ impl PyGraph {
             if engine == EngineKind::Cuda && !a.device && !d.is_pass_by_value {
                 return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}): the CUDA engine needs device arrays", d.name)));
             }
-            slots.push(Slot { uid, a, output, name: d.name.clone() });
+            slots.push(Slot { uid, a, output, name: &d.name });
         }
         for old in by_tensor.keys() {
             if let Some(&new) = old_to_new.get(old) {
