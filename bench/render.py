@@ -65,6 +65,22 @@ def render_cpu(r):
     return out
 
 
+def render_train(r):
+    """A training comparison (bench/train_llama.py): step time, peak memory and losses per run."""
+    c = r["config"]
+    out = [f"## {r['device']} ({r['gpu']}): training, Llama-style stack", "",
+           f"{r['date']}, commit `{r['commit'][:12]}`, PyTorch {r['torch']}; {c['layers']} layers, dim {c['dim']}, "
+           f"{c['heads']} query / {c['kv_heads']} key-value heads, FFN {c['ffn']}, vocabulary {c['vocab']}, sequence {c['seq']}, "
+           f"batch {c['batch']}, bf16, AdamW, {c['steps']} steps from the same weights and data.", ""]
+    if r.get("note"):
+        out += [r["note"], ""]
+    out += ["| run | step ms (median) | peak MiB | loss, first step | loss, last step |", "|---|---:|---:|---:|---:|"]
+    for run in r["runs"]:
+        out.append(f"| {run['impl']} | {run['step_ms_median']:.2f} | {run['peak_mb']:.0f} | {run['losses'][0]:.4f} | {run['losses'][-1]:.4f} |")
+    out += ["", f"Largest difference between the two runs' losses over the steps: {r['max_loss_diff']:.4f}; step-time ratio (PyTorch / ferrodnn): {r['step_ratio']:.2f}.", ""]
+    return out
+
+
 def render(paths):
     out = ["# Benchmarks", "",
            "Measured by `bench/run.py` (ferrodnn and PyTorch in the same run on the same GPU; CUDA-event medians after warm-up).",
@@ -80,6 +96,9 @@ def render(paths):
             r = json.load(f)
         if r.get("kind") == "cpu":
             cpu += render_cpu(r)
+            continue
+        if r.get("kind") == "train":
+            out += render_train(r)
             continue
         png = os.path.splitext(path)[0] + "-ratios.png"
         has_chart = chart(r, png)
@@ -98,6 +117,9 @@ def render(paths):
         head = ["workload", "ours ms", "torch ms", "ratio"]
         head += ["ours TFLOP/s", "torch TFLOP/s"] if flops else []
         head += ["cuDNN graph ms", "ratio vs cuDNN graph"] if cudnn else []
+        # (The host's time of one execute alone, where the run measured it: see ferrodnn-cli's bench.)
+        host = any(w.get("execute_host_us") is not None for w in r["workloads"])
+        head += ["execute host us"] if host else []
         head += ["% of roofline", "build cold / warm disk / in process (ms)"]
         out += ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 2) + "|---|"]
         for w in r["workloads"]:
@@ -113,6 +135,7 @@ def render(paths):
             cells = [wid, fmt(w.get("ours_ms"), ".4f"), fmt(w.get("torch_ms"), ".4f"), spread(w.get("ratio"), w.get("ratio_rounds"))]
             cells += [fmt(w.get("ours_tflops"), ".0f"), fmt(w.get("torch_tflops"), ".0f")] if flops else []
             cells += [fmt(w.get("cudnn_graph_ms"), ".4f"), spread(w.get("ratio_vs_cudnn_graph"), w.get("ratio_vs_cudnn_graph_rounds"))] if cudnn else []
+            cells += [fmt(w.get("execute_host_us"), ".2f")] if host else []
             cells += [fmt(w.get("pct_roofline"), ".1f"), build]
             out.append("| " + " | ".join(cells) + " |")
         if notes:

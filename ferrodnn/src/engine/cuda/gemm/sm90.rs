@@ -27,6 +27,12 @@
 //! is read from shared memory as usual. Where that needs a split of k (few tiles) or B's rows
 //! are not TMA rows, a first launch copies B transposed and rounded instead.
 //!
+//! The split tail (`Config::streamk`): where one whole wave of tiles leaves a small last wave of
+//! long k loops (a weight gradient's 144 tiles for 132 SMs), the whole wave runs as usual and each
+//! tile of the last is split along k over several CTAs (`tail_split`); the CTA with a tile's first
+//! k steps waits for the others' f32 sums (a slot and a flag per CTA in the workspace, the flags
+//! zeroed by a launch first), adds them in order and runs the epilogue.
+//!
 //! fp8 (e4m3 and e5m2, either operand either type) runs `wgmma ... k32` at twice the 16-bit
 //! rate, 128 k a stage (the same bytes as 16-bit stages); 8-bit operands are K-major only, so
 //! A must be row-major and B stored `n x k` (as cuBLASLt's fp8 GEMMs take them too); other
