@@ -192,6 +192,18 @@ fn tuning_configs_of(p: &GemmProblem, base: Config) -> Vec<Config> {
 /// The heuristic's configuration for a problem: the widest tile that still gives every SM work,
 /// and as many stages as fit in 227 KiB of shared memory.
 pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
+    // C stored column-major (a weight gradient written transposed, dW^T = X^T dY): the kernel
+    // computes C^T = B^T A^T, whose C is row-major, so that its stores are whole rows instead of
+    // one element a column, where the swapped problem runs whole 128-row tiles.
+    if c_column_major(p) && !tf32(p) && !gathered(p) && im2col_a(p).is_none() {
+        let q = swapped(p);
+        if reject(&q, target).is_none() {
+            let cq = heuristic(&q, target);
+            if cq.splits == 1 && !cq.swap && cq.bm == BM {
+                return Config { swap: true, tma_store: false, streamk: false, ..cq };
+            }
+        }
+    }
     let tiles = |bn: usize| p.batch * p.m.div_ceil(BM) * p.n.div_ceil(bn);
     let sms = target.sm_count.max(1) as usize;
     // BN 256 halves the B traffic per flop, but leaves SMs idle when tiles are few, and short
@@ -325,6 +337,11 @@ fn group_m(p: &GemmProblem) -> usize {
     } else {
         16
     }
+}
+
+/// C's columns are contiguous and its rows are not (more than one row).
+fn c_column_major(p: &GemmProblem) -> bool {
+    p.m > 1 && p.n > 1 && p.c.row_stride == 1 && p.c.col_stride != 1
 }
 
 /// tf32 with B N-major can run as C^T = B^T A^T with B^T from registers: both operands
@@ -1378,6 +1395,12 @@ mod tests {
             let tiles = m.div_ceil(BM) * n.div_ceil(bn);
             assert_eq!(tail_split(tiles, k / 64, 132).map(|s| s.1), Some(parts), "{m}x{n}x{k}");
         }
+        // C column-major (dW^T = X^T dY written transposed): the kernel computes C^T, whole tiles.
+        let mut q = problem(1, 2048, 5632, 4096, false, false, DataType::Bf16);
+        q.c.row_stride = 1;
+        q.c.col_stride = 2048;
+        let d = choose(&q, &t, &o);
+        assert!(d.swap && d.bm == BM && d.splits == 1 && !d.tma_store, "{d:?}");
         for (m, n, k) in [(4096, 4096, 4096), (8192, 8192, 8192), (256, 256, 8192), (4096, 768, 3072)] {
             assert!(!choose(&problem(1, m, n, k, true, false, DataType::Bf16), &t, &o).streamk, "{m}x{n}x{k}");
         }
@@ -1401,6 +1424,15 @@ mod tests {
             (fp8_problem(problem(1, 1100, 4000, 400, true, true, DataType::Bf16), DataType::Fp8E4m3, DataType::Fp8E4m3), "fp8 e4m3"),
             (fp8_problem(problem(2, 72, 136, 96, true, true, DataType::F32), DataType::Fp8E5m2, DataType::Fp8E4m3), "fp8 e5m2 x e4m3, batched"),
             (problem(1, 768, 3072, 6304, false, true, DataType::Bf16), "stream-K, A M-major"),
+            (
+                {
+                    let mut q = problem(1, 2048, 5632, 4096, false, false, DataType::Bf16);
+                    q.c.row_stride = 1;
+                    q.c.col_stride = 2048;
+                    q
+                },
+                "C column-major, as C^T",
+            ),
         ] {
             let k = kernels(&p, &identity(), &t, "gemm_test").unwrap_or_else(|| panic!("{what}: no kernel"));
             for l in &k.launches {
