@@ -343,9 +343,14 @@ fn from_dlpack(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
 }
 
 /// An instance of `torch.Tensor` (or a subclass: parameters, tensor subclasses), when torch is
-/// imported.
+/// imported (one `isinstance`); else an object of a `torch` module's type with the tensor
+/// methods this module reads (duck-typed, as before torch's classes were looked up).
 fn is_torch_tensor(obj: &Bound<PyAny>) -> bool {
-    torch_types(obj.py()).is_some_and(|t| obj.is_instance(t.tensor.bind(obj.py())).unwrap_or(false))
+    if torch_types(obj.py()).is_some_and(|t| obj.is_instance(t.tensor.bind(obj.py())).unwrap_or(false)) {
+        return true;
+    }
+    let module = obj.get_type().getattr("__module__").ok().and_then(|m| m.extract::<String>().ok()).unwrap_or_default();
+    module.starts_with("torch") && obj.hasattr("data_ptr").unwrap_or(false) && obj.hasattr("element_size").unwrap_or(false)
 }
 
 /// Describe any supported array object. The memory it names is not touched here: a null data
