@@ -281,10 +281,11 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
 /// tiles fit in the grid. Only for one whole wave and a small tail (at most an eighth of the
 /// grid) of long k loops (32 k steps or more, at least 4 a part): measured on the H200 (ncu),
 /// ViT's 768 x 3072 x 6304 weight gradient as 144 tiles of 128 columns with 12 in 11 parts ran
-/// in 64.8 us against 82 us as 72 tiles of 256 in one wave. Wider tails gained nothing: the
-/// finishing CTA reads the other parts' sums alone (64-128 KiB each), which costs about what the
-/// split saves (8192 x 320 x 1280, 60 tiles in 2 parts: 22.5 us against 22.2 whole; 6304 x 768
-/// x 3072 as 150 tiles of 256, 18 in 7 parts: 68 us against 65 us as 300 tiles of 128).
+/// in 64.8 us against 82 us as 72 tiles of 256 in one wave. Wider tails gained nothing (likely:
+/// the finishing CTA reads the other parts' sums alone, 64-128 KiB each, about what the split
+/// saves; not profiled further): 8192 x 320 x 1280, 60 tiles in 2 parts, 22.5 us against 22.2
+/// whole; 6304 x 768 x 3072 as 150 tiles of 256, 18 in 7 parts, 68 us against 65 us as 300
+/// tiles of 128.
 fn tail_split(tiles: usize, kt: usize, grid: usize) -> Option<(usize, usize)> {
     let tail = tiles % grid;
     if tiles.div_ceil(grid) != 2 || tail == 0 || kt < 32 {
@@ -1282,7 +1283,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
     src.template(include_str!("sm90.cuh")).build()
 }
 
-/// Stream-K's first launch: the `n` flags of scratch buffer `at` zeroed (the workspace holds
+/// The split tail's first launch: the `n` flags of scratch buffer `at` zeroed (the workspace holds
 /// anything before an execute).
 fn zero_flags_launch(entry: &str, at: usize, n: u32) -> Launch {
     let mut sig = Signature::new();
