@@ -36,28 +36,36 @@ fn rows(t: i64, h: i64, what: &str) -> (Graph, ferrodnn::TensorId, ferrodnn::Ten
     (g, x, scale, bias)
 }
 
+/// Layernorm, RMSNorm (no bias) and softmax forward over `t` rows of `h`, bf16 (inference).
+fn norm_fwd(t: i64, h: i64) -> Vec<Workload> {
+    let bf = DataType::Bf16;
+    let mut v = Vec::new();
+    let (mut g, x, s, b) = rows(t, h, "layernorm_fwd");
+    let (y, _, _) = g.layernorm(x, s, b, NormAttrs::inference());
+    out(&mut g, y, bf);
+    v.push(Workload { id: format!("layernorm_fwd_bf16_{t}x{h}"), graph: g, flops: None });
+
+    let (mut g, x, s, _) = rows(t, h, "rmsnorm_fwd");
+    g.tensors.pop(); // no bias
+    let (y, _) = g.rmsnorm(x, s, None, NormAttrs::inference());
+    out(&mut g, y, bf);
+    v.push(Workload { id: format!("rmsnorm_fwd_bf16_{t}x{h}"), graph: g, flops: None });
+
+    let mut g = Graph::new(format!("softmax_fwd_bf16_{t}x{h}")).io_data_type(bf);
+    let x = g.tensor(TensorDesc::new("x", &[t, h], bf));
+    let (y, _) = g.softmax(x, 1, false, false);
+    out(&mut g, y, bf);
+    v.push(Workload { id: format!("softmax_fwd_bf16_{t}x{h}"), graph: g, flops: None });
+    v
+}
+
 /// The memory-bound suite of the fusion issue.
 fn memory_bound() -> Vec<Workload> {
     let bf = DataType::Bf16;
     let f32 = DataType::F32;
     let mut v = Vec::new();
     for (t, h) in [(16384i64, 4096i64), (65536, 1024)] {
-        let (mut g, x, s, b) = rows(t, h, "layernorm_fwd");
-        let (y, _, _) = g.layernorm(x, s, b, NormAttrs::inference());
-        out(&mut g, y, bf);
-        v.push(Workload { id: format!("layernorm_fwd_bf16_{t}x{h}"), graph: g, flops: None });
-
-        let (mut g, x, s, _) = rows(t, h, "rmsnorm_fwd");
-        g.tensors.pop(); // no bias
-        let (y, _) = g.rmsnorm(x, s, None, NormAttrs::inference());
-        out(&mut g, y, bf);
-        v.push(Workload { id: format!("rmsnorm_fwd_bf16_{t}x{h}"), graph: g, flops: None });
-
-        let mut g = Graph::new(format!("softmax_fwd_bf16_{t}x{h}")).io_data_type(bf);
-        let x = g.tensor(TensorDesc::new("x", &[t, h], bf));
-        let (y, _) = g.softmax(x, 1, false, false);
-        out(&mut g, y, bf);
-        v.push(Workload { id: format!("softmax_fwd_bf16_{t}x{h}"), graph: g, flops: None });
+        v.extend(norm_fwd(t, h));
 
         let (mut g, x, s, _) = rows(t, h, "layernorm_bwd");
         g.tensors.pop();
@@ -129,22 +137,7 @@ fn small() -> Vec<Workload> {
     let bf = DataType::Bf16;
     let mut v = Vec::new();
     for (t, h) in [(1i64, 4096i64), (32, 4096), (64, 768)] {
-        let (mut g, x, s, b) = rows(t, h, "layernorm_fwd");
-        let (y, _, _) = g.layernorm(x, s, b, NormAttrs::inference());
-        out(&mut g, y, bf);
-        v.push(Workload { id: format!("layernorm_fwd_bf16_{t}x{h}"), graph: g, flops: None });
-
-        let (mut g, x, s, _) = rows(t, h, "rmsnorm_fwd");
-        g.tensors.pop();
-        let (y, _) = g.rmsnorm(x, s, None, NormAttrs::inference());
-        out(&mut g, y, bf);
-        v.push(Workload { id: format!("rmsnorm_fwd_bf16_{t}x{h}"), graph: g, flops: None });
-
-        let mut g = Graph::new(format!("softmax_fwd_bf16_{t}x{h}")).io_data_type(bf);
-        let x = g.tensor(TensorDesc::new("x", &[t, h], bf));
-        let (y, _) = g.softmax(x, 1, false, false);
-        out(&mut g, y, bf);
-        v.push(Workload { id: format!("softmax_fwd_bf16_{t}x{h}"), graph: g, flops: None });
+        v.extend(norm_fwd(t, h));
 
         // A residual add then GELU (two pointwise ops, one kernel).
         let mut g = Graph::new(format!("add_gelu_fwd_bf16_{t}x{h}")).io_data_type(bf);

@@ -46,9 +46,10 @@
 //! when the plan executes (the unit's `unaligned` alternative runs otherwise).
 //!
 //! The device code is `sm90.cuh` (after `wgmma.cuh`, the wgmma instructions of the tile width, and
-//! `sm90_common.cuh`, C's stores), `sm90_reduce.cuh` (split k's second launch), `tap.cuh` and
-//! `tap_reduce.cuh` (a reduction of C folded in) and `transpose.cuh` (tf32's copy of B); here the
-//! configuration is chosen and written as their defines.
+//! `sm90_common.cuh`, C's stores), `sm90_reduce.cuh` (split k's second launch), `sm90_skz.cuh`
+//! (the split tail's flag zeroing), `tap.cuh` and `tap_reduce.cuh` (a reduction of C folded in)
+//! and `transpose.cuh` (tf32's copy of B); here the configuration is chosen and written as their
+//! defines.
 
 use super::epilogue::{Side, SideKind};
 use super::gather::GATHER;
@@ -947,10 +948,7 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
         launches.push(zero_flags_launch(&format!("{entry}_skz"), scratch.len() - 1, grid));
     }
     super::epilogue_params(&mut sig, epi);
-    let mut source = source(p, epi, &cfg, ma, mb, a3, b3, entry, &sig);
-    if let Some((tail, ways)) = tail {
-        source = format!("#define GEMM_SK_TAIL {tail}\n#define GEMM_SK_SPLITS {ways}\n{source}");
-    }
+    let source = source(p, epi, &cfg, tail, ma, mb, a3, b3, entry, &sig);
     // As a programmatic dependent launch the unsplit kernel measured slower on the H100 (6% with
     // a bias + relu epilogue, 9% for tf32 after the transpose); the split one (decode) 2% faster.
     let launch = Launch {
@@ -1194,7 +1192,7 @@ fn common_defines(src: Source, p: &GemmProblem, epi: &Epilogue, splits: usize, s
 /// The kernel's text (`sm90.cuh`): the configuration as defines (with the side inputs' reads,
 /// [`side_reads`]), then the templates.
 #[allow(clippy::too_many_arguments)]
-fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a3: bool, b3: bool, entry: &str, sig: &Signature) -> String {
+fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, tail: Option<(usize, usize)>, ma: Major, mb: Major, a3: bool, b3: bool, entry: &str, sig: &Signature) -> String {
     // tf32 with A M-major (C^T of a B stored `k x n`): A's fragments come from registers.
     let rs = p.a.dtype == DataType::F32 && ma == Major::Mn;
     // A last relu applied by the TMA-store epilogue's conversion (one instruction a pair instead
@@ -1227,6 +1225,10 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
         .flag("GEMM_RELU_CVT", relu_cvt)
         .flag("GEMM_HOISTED", sides.is_some())
         .flag("GEMM_TAP", epi.tap.is_some());
+    // The split tail's tiles and parts (`tail_split`).
+    if let Some((tiles, ways)) = tail {
+        src = src.define("GEMM_SK_TAIL", tiles).define("GEMM_SK_SPLITS", ways);
+    }
     if let Some(sides) = sides {
         let list: Vec<String> = sides
             .iter()
@@ -1288,11 +1290,7 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, ma: Major, mb: Major, a
 fn zero_flags_launch(entry: &str, at: usize, n: u32) -> Launch {
     let mut sig = Signature::new();
     sig.param("unsigned* __restrict__ skflag", Arg::Scratch(at));
-    let source = Source::new()
-        .entry(entry, &sig)
-        .define("SK_FLAGS", n)
-        .template("extern \"C\" __global__ void KERNEL_NAME(KERNEL_PARAMS) {\n    pdl_site();\n    for (int i = threadIdx.x; i < SK_FLAGS; i += blockDim.x) skflag[i] = 0u;\n}\n")
-        .build();
+    let source = Source::new().entry(entry, &sig).define("SK_FLAGS", n).template(include_str!("sm90_skz.cuh")).build();
     Launch::new(source, entry, Grid::Exact(1, 1, 1), 256, sig.into_args())
 }
 
