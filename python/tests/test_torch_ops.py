@@ -255,6 +255,46 @@ def test_batch_norm(device, dtype, channels_last, training, affine):
 
 @pytest.mark.parametrize("device,dtype", CASES)
 @pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("act,residual", [("relu", False), ("relu", True), (None, True), ("silu", True)])
+def test_batch_norm_fused_epilogue(device, dtype, channels_last, training, act, residual):
+    """activation(batch_norm(x) + residual), as a ResNet block's norms use it: the output, every
+    gradient (the residual's included) and the running statistics."""
+    x = rand(3, 5, 4, 7, seed=61, scale=2.0, channels_last=channels_last)
+    w, b = rand(5, seed=62), rand(5, seed=63)
+    r = rand(3, 5, 4, 7, seed=64, channels_last=channels_last) if residual else None
+    stats_dtype = torch.float32 if dtype != torch.float64 else dtype
+    rm0, rv0 = rand(5, seed=65, grad=False), rand(5, seed=66, grad=False).abs() + 0.5
+    mine, theirs = [rm0.to(device, stats_dtype), rv0.to(device, stats_dtype)], [rm0.clone(), rv0.clone()]
+
+    def ours(x, w, b, r):
+        return ft.batch_norm(x, mine[0], mine[1], w, b, training, 0.2, 1e-4, activation=act, residual=r)
+
+    def ref(x, w, b, r):
+        y = F.batch_norm(x, theirs[0], theirs[1], w, b, training, 0.2, 1e-4)
+        return ACT[act](y + r if r is not None else y)
+
+    (y,) = check(ours, ref, [x, w, b, r], device, dtype)
+    assert y.stride() == x.stride(), f"output strides {y.stride()}, input {x.stride()}"
+    for a, e, name in zip(mine, theirs, ("running_mean", "running_var")):
+        close(a, e, device, dtype, name)
+
+
+@pytest.mark.parametrize("act", [None, "relu", "silu"])
+def test_batch_norm_grad_of_the_residual_alone(act):
+    """Only the residual requires grad: its gradient is the activation's backward of the
+    output's gradient."""
+    x, w = torch.randn(2, 3, 4, 4), torch.randn(3)
+    r = torch.randn(2, 3, 4, 4, requires_grad=True)
+    rr = r.detach().clone().requires_grad_(True)
+    g = torch.randn(2, 3, 4, 4)
+    (dr,) = torch.autograd.grad(ft.batch_norm(x, None, None, w, None, True, activation=act, residual=r), r, g)
+    (er,) = torch.autograd.grad(ACT[act](F.batch_norm(x, None, None, w, None, True) + rr), rr, g)
+    torch.testing.assert_close(dr, er)
+
+
+@pytest.mark.parametrize("device,dtype", CASES)
+@pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("act", [None, "relu", "silu"])
 def test_group_norm(device, dtype, channels_last, act):
     x = rand(2, 6, 5, 3, seed=33, channels_last=channels_last)
@@ -310,6 +350,14 @@ GRADCHECKS = {
         lambda x, w, b: ft.batch_norm(x, torch.zeros(2, dtype=F64) + 0.1, torch.ones(2, dtype=F64) * 1.5, w, b, False),
         lambda: (tiny(2, 2, 3, 2, seed=23), tiny(2, seed=24), tiny(2, seed=25)),
     ),
+    "batch_norm_relu_residual": (
+        lambda x, w, b, r: ft.batch_norm(x, None, None, w, b, True, activation="relu", residual=r),
+        lambda: (tiny(2, 2, 3, 2, seed=54), tiny(2, seed=55), tiny(2, seed=56), tiny(2, 2, 3, 2, seed=57)),
+    ),
+    "batch_norm_eval_silu_residual": (
+        lambda x, w, r: ft.batch_norm(x, torch.zeros(2, dtype=F64) + 0.1, torch.ones(2, dtype=F64) * 1.5, w, None, False, activation="silu", residual=r),
+        lambda: (tiny(2, 2, 3, 2, seed=58), tiny(2, seed=59), tiny(2, 2, 3, 2, seed=60)),
+    ),
     "group_norm": (lambda x, w, b: ft.group_norm(x, 2, w, b, activation="silu"), lambda: (tiny(2, 4, 2, 2, seed=26), tiny(4, seed=27), tiny(4, seed=28))),
     "log_softmax": (lambda x: ft.softmax(x, 1, use_log=True), lambda: (tiny(2, 3, 2, seed=29),)),
     "avg_pool2d": (lambda x: ft.avg_pool2d(x, 2, 1, 1, count_include_pad=False), lambda: (tiny(1, 2, 3, 3, seed=30),)),
@@ -336,7 +384,12 @@ def _opcheck_cases():
         "layer_norm": [(tiny(3, 4, seed=42), c4, c4, tiny(3, 4, seed=43), 1, 1e-5, True), (tiny(3, 4, seed=44).detach(), None, None, None, 1, 1e-5, False)],
         "rms_norm": [(tiny(3, 4, seed=45), c4, tiny(3, 4, seed=46), 1, 1e-5, True)],
         "sdpa": [(q, k, k.detach().clone().requires_grad_(True), None, True, 0.5, True)],
-        "batch_norm": [(x, c4, c4, torch.zeros(4, dtype=F64), torch.ones(4, dtype=F64), True, 0.1, 1e-5), (xcl, c4, None, torch.zeros(4, dtype=F64), torch.ones(4, dtype=F64), False, 0.1, 1e-5)],
+        "batch_norm": [
+            (x, c4, c4, torch.zeros(4, dtype=F64), torch.ones(4, dtype=F64), None, True, 0.1, 1e-5, "none", False),
+            (xcl, c4, None, torch.zeros(4, dtype=F64), torch.ones(4, dtype=F64), None, False, 0.1, 1e-5, "none", False),
+            (xcl, c4, c4, None, None, tiny(2, 4, 5, 4, seed=47).detach().contiguous(memory_format=torch.channels_last).requires_grad_(True), True, 0.1, 1e-5, "relu", False),
+            (x, c4, c4, torch.zeros(4, dtype=F64), torch.ones(4, dtype=F64), tiny(2, 4, 5, 4, seed=48), False, 0.1, 1e-5, "silu", True),
+        ],
         "softmax": [(x, 1, False), (xcl, 3, True)],
         "pool2d": [(x, "max", [2, 2], [2, 1], [1, 0]), (xcl, "avg_exclude", [3, 3], [1, 1], [1, 1])],
         "group_norm": [(x, c4, c4, 2, 1e-5, "silu", True, True), (xcl, None, None, 2, 1e-5, "relu", True, False), (xcl.detach(), c4.detach(), None, 2, 1e-5, "none", False, False)],
@@ -513,5 +566,8 @@ def test_module_fused_options():
     y, s = ln(a, residual=r)
     torch.testing.assert_close(s, a + r)
     torch.testing.assert_close(y, F.layer_norm(a + r, (5,), ln.weight, ln.bias))
+    bn, ref = ft.nn.BatchNorm2d(4), nn.BatchNorm2d(4)
+    torch.testing.assert_close(bn(x, activation="relu", residual=x), F.relu(ref(x) + x))
+    torch.testing.assert_close(bn.running_var, ref.running_var)
     gn = ft.nn.GroupNorm(2, 4)
     torch.testing.assert_close(gn(x, activation="silu"), F.silu(F.group_norm(x, 2, gn.weight, gn.bias)))

@@ -104,11 +104,13 @@ class RMSNorm(_Wrapper, nn.RMSNorm):
 
 class BatchNorm2d(_Wrapper, nn.BatchNorm2d):
     """``torch.nn.BatchNorm2d`` running ``ferrodnn.torch.batch_norm``: the same running
-    statistics updates (``momentum=None`` the cumulative average) and ``num_batches_tracked``."""
+    statistics updates (``momentum=None`` the cumulative average) and ``num_batches_tracked``;
+    ``forward(x, activation=, residual=)`` fuses ``activation(bn(x) + residual)`` ("relu",
+    "silu")."""
 
     _torch_base = nn.BatchNorm2d
 
-    def forward(self, input):
+    def forward(self, input, activation=None, residual=None):
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
@@ -125,6 +127,8 @@ class BatchNorm2d(_Wrapper, nn.BatchNorm2d):
             training,
             factor,
             self.eps,
+            activation=activation,
+            residual=residual,
         )
 
 

@@ -671,25 +671,45 @@ def _channel_grads_fake(x, weight, need_x, need_wb):
     return (dx,) + ((x.new_empty((c,), dtype=pdt), x.new_empty((c,), dtype=pdt)) if need_wb else (_empty(x), _empty(x)))
 
 
+def _plus_residual(g, Y, residual):
+    """`Y + residual` in graph `g` (the residual an input made from the tensor), or `Y` itself
+    (with a None input in its place) when there is none."""
+    R = g.input(residual)
+    return g.g.add(Y, R) if R is not None else Y
+
+
 @torch.library.custom_op("ferrodnn::batch_norm", mutates_args=())
 def _batch_norm(
-    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], running_mean: Optional[Tensor], running_var: Optional[Tensor], training: bool, momentum: float, eps: float
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """y, the batch's mean and 1 / sqrt(var + eps) (training) or the running ones, and the next
-    running statistics (training with running statistics; the caller copies them in: an op
-    with autograd cannot mutate its inputs)."""
+    x: Tensor,
+    weight: Optional[Tensor],
+    bias: Optional[Tensor],
+    running_mean: Optional[Tensor],
+    running_var: Optional[Tensor],
+    residual: Optional[Tensor],
+    training: bool,
+    momentum: float,
+    eps: float,
+    activation: str,
+    save_preact: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """y = activation(batchnorm(x) + residual), its pre-activation (when `save_preact`), the
+    batch's mean and 1 / sqrt(var + eps) (training) or the running ones, and the next running
+    statistics (training with running statistics; the caller copies them in: an op with
+    autograd cannot mutate its inputs)."""
     x = _dense(x)
     c = x.shape[1]
     w, b = _param(x, weight, 1.0, c), _param(x, bias, 0.0, c)
+    residual = residual.contiguous(memory_format=_fmt(x)) if residual is not None else None
     wide = torch.float64 if x.dtype == torch.float64 else torch.float32
     y = torch.empty_like(x)
+    z = torch.empty_like(x) if save_preact else _empty(x)
     cdims, cstrides = [1, c] + [1] * (x.dim() - 2), [c] + [1] * (x.dim() - 1)
     running = running_mean is not None
     new_rm = torch.empty_like(running_mean) if training and running else _empty(x)
     new_rv = torch.empty_like(running_var) if training and running else _empty(x)
     if training:
         mean, inv = x.new_empty((c,), dtype=wide), x.new_empty((c,), dtype=wide)
-        key = _key("batch_norm", x.device, x, w, b, running_mean, running_var)
+        key = _key("batch_norm", x.device, x, w, b, running_mean, running_var, residual, activation, save_preact)
 
         def make():
             g = Graph(x.device, x.dtype)
@@ -698,7 +718,10 @@ def _batch_norm(
             RV = g.input(running_var, *_channel_view(running_var, x)) if running else g.input(None)
             EPS, MOM = g.scalar(), g.scalar()
             Y, M, V, NM, NV = g.g.batchnorm(input=X, scale=S, bias=B, in_running_mean=RM, in_running_var=RV, epsilon=EPS, momentum=MOM)
-            g.output(Y, x.shape, x.stride())
+            Z = _plus_residual(g, Y, residual)
+            g.output(_act(g, activation, Z), x.shape, x.stride())
+            if save_preact:
+                g.output(Z, x.shape, x.stride())
             g.output(M, cdims, cstrides, wide)
             g.output(V, cdims, cstrides, wide)
             if running:
@@ -706,116 +729,151 @@ def _batch_norm(
                 g.output(NV, *_channel_view(running_var, x), running_var.dtype)
             return Built(g)
 
-        outs = [y, mean, inv] + ([new_rm, new_rv] if running else [])
-        cached(key, make).run(x.device, x, w, b, running_mean, running_var, eps, momentum, out=outs)
-        return y, mean, inv, new_rm, new_rv
+        outs = [y] + ([z] if save_preact else []) + [mean, inv] + ([new_rm, new_rv] if running else [])
+        cached(key, make).run(x.device, x, w, b, running_mean, running_var, eps, momentum, residual, out=outs)
+        return y, z, mean, inv, new_rm, new_rv
     # Inference: the running statistics, as mean and 1 / sqrt(var + eps).
     mean = running_mean.to(wide, copy=True)
     inv = torch.rsqrt(running_var.to(wide) + eps)
-    key = _key("batch_norm_inference", x.device, x, w, b, mean, inv)
+    key = _key("batch_norm_inference", x.device, x, w, b, mean, inv, residual, activation, save_preact)
 
     def make():
         g = Graph(x.device, x.dtype)
         X, S, B = g.input(x), g.input(w, *_channel_view(w, x)), g.input(b, *_channel_view(b, x))
         M, V = g.input(mean, *_channel_view(mean, x)), g.input(inv, *_channel_view(inv, x))
-        g.output(g.g.batchnorm_inference(input=X, mean=M, inv_variance=V, scale=S, bias=B), x.shape, x.stride())
+        Y = g.g.batchnorm_inference(input=X, mean=M, inv_variance=V, scale=S, bias=B)
+        Z = _plus_residual(g, Y, residual)
+        g.output(_act(g, activation, Z), x.shape, x.stride())
+        if save_preact:
+            g.output(Z, x.shape, x.stride())
         return Built(g)
 
-    cached(key, make).run(x.device, x, w, b, mean, inv, out=[y])
-    return y, mean, inv, new_rm, new_rv
+    cached(key, make).run(x.device, x, w, b, mean, inv, residual, out=[y, z] if save_preact else [y])
+    return y, z, mean, inv, new_rm, new_rv
 
 
 @_batch_norm.register_fake
-def _(x, weight, bias, running_mean, running_var, training, momentum, eps):
+def _(x, weight, bias, running_mean, running_var, residual, training, momentum, eps, activation, save_preact):
     wide = torch.float64 if x.dtype == torch.float64 else torch.float32
     y = torch.empty_strided(x.shape, _dense_strides(x), dtype=x.dtype, device=x.device)
     running = training and running_mean is not None
     new_rm = torch.empty_like(running_mean) if running else _empty(x)
     new_rv = torch.empty_like(running_var) if running else _empty(x)
-    return y, x.new_empty((x.shape[1],), dtype=wide), x.new_empty((x.shape[1],), dtype=wide), new_rm, new_rv
+    z = torch.empty_like(y) if save_preact else _empty(x)
+    return y, z, x.new_empty((x.shape[1],), dtype=wide), x.new_empty((x.shape[1],), dtype=wide), new_rm, new_rv
 
 
 @torch.library.custom_op("ferrodnn::batch_norm_backward", mutates_args=())
-def _batch_norm_backward(grad: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor, inv: Tensor, training: bool, need_x: bool, need_wb: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _batch_norm_backward(
+    grad: Tensor, x: Tensor, weight: Optional[Tensor], saved: Tensor, mean: Tensor, inv: Tensor, training: bool, activation: str, need_x: bool, need_wb: bool, need_dz: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """dx, dweight, dbias and (`need_dz`: the residual's gradient) the gradient of the
+    activation's input, from `saved` (the output for relu, else the pre-activation)."""
     x = _dense(x)
-    grad = grad.contiguous(memory_format=_fmt(x)) if _channels_last(x) else grad.contiguous()
+    fmt = _fmt(x)
+    grad = grad.contiguous(memory_format=fmt)
+    saved = saved.contiguous(memory_format=fmt) if activation != "none" else None
+    need_dz = need_dz and activation != "none"
     c = x.shape[1]
     w = _param(x, weight, 1.0, c)
     pdt = w.dtype
     dx = torch.empty_like(x) if need_x else _empty(x)
     dw, db = (w.new_empty((c,)), w.new_empty((c,))) if need_wb else (_empty(x), _empty(x))
+    dz = torch.empty_like(grad) if need_dz else _empty(x)
+    outs = [o for o, n in ((dx, need_x), (dw, need_wb), (db, need_wb), (dz, need_dz)) if n]
     axes = [0] + list(range(2, x.dim()))
     if training:
-        key = _key("batch_norm_backward", x.device, grad, x, w, mean, inv, need_x, need_wb)
+        key = _key("batch_norm_backward", x.device, grad, x, w, saved, mean, inv, activation, need_x, need_wb, need_dz)
 
         def make():
             g = Graph(x.device, x.dtype)
-            DY, X, S = g.input(grad), g.input(x), g.input(w, *_channel_view(w, x))
+            DY, X, S, SV = g.input(grad), g.input(x), g.input(w, *_channel_view(w, x)), g.input(saved)
             M, V = g.input(mean, *_channel_view(mean, x)), g.input(inv, *_channel_view(inv, x))
-            DX, DS, DB = g.g.batchnorm_backward(grad=DY, input=X, scale=S, mean=M, inv_variance=V)
-            if need_x:
-                g.output(DX, x.shape, x.stride())
-            if need_wb:
-                g.output(DS, *_channel_view(w, x), pdt)
-                g.output(DB, *_channel_view(w, x), pdt)
+            DZ = _act_backward(g, activation, DY, SV)
+            if need_x or need_wb:
+                DX, DS, DB = g.g.batchnorm_backward(grad=DZ, input=X, scale=S, mean=M, inv_variance=V)
+                if need_x:
+                    g.output(DX, x.shape, x.stride())
+                if need_wb:
+                    g.output(DS, *_channel_view(w, x), pdt)
+                    g.output(DB, *_channel_view(w, x), pdt)
+            if need_dz:
+                g.output(DZ, grad.shape, grad.stride())
             return Built(g)
 
-        cached(key, make).run(x.device, grad, x, w, mean, inv, out=[o for o, n in ((dx, need_x), (dw, need_wb), (db, need_wb)) if n])
-        return dx, dw, db
-    # Inference statistics are constants: dx = dy * w * inv, dw = sum(dy * (x - mean) * inv),
-    # db = sum(dy).
+        cached(key, make).run(x.device, grad, x, w, saved, mean, inv, out=outs)
+        return dx, dw, db, dz
+    # Inference statistics are constants: dx = dz * w * inv, dw = sum(dz * (x - mean) * inv),
+    # db = sum(dz).
     winv = (w.to(inv.dtype) * inv).contiguous()
-    key = _key("batch_norm_backward_inference", x.device, grad, x, winv, mean, inv, need_x, need_wb)
+    key = _key("batch_norm_backward_inference", x.device, grad, x, winv, saved, mean, inv, activation, need_x, need_wb, need_dz)
 
     def make():
         g = Graph(x.device, x.dtype)
-        DY, X = g.input(grad), g.input(x)
+        DY, X, SV = g.input(grad), g.input(x), g.input(saved)
         WI, M, V = g.input(winv, *_channel_view(winv, x)), g.input(mean, *_channel_view(mean, x)), g.input(inv, *_channel_view(inv, x))
+        DZ = _act_backward(g, activation, DY, SV)
         if need_x:
-            g.output(g.g.mul(DY, WI), x.shape, x.stride())
+            g.output(g.g.mul(DZ, WI), x.shape, x.stride())
         if need_wb:
             xhat = g.g.mul(g.g.sub(X, M), V)
-            g.output(g.g.reduction(input=g.g.mul(DY, xhat), mode=_fd.reduction_mode.ADD, axes=axes), *_channel_view(w, x), pdt)
-            g.output(g.g.reduction(input=DY, mode=_fd.reduction_mode.ADD, axes=axes), *_channel_view(w, x), pdt)
+            g.output(g.g.reduction(input=g.g.mul(DZ, xhat), mode=_fd.reduction_mode.ADD, axes=axes), *_channel_view(w, x), pdt)
+            g.output(g.g.reduction(input=DZ, mode=_fd.reduction_mode.ADD, axes=axes), *_channel_view(w, x), pdt)
+        if need_dz:
+            g.output(DZ, grad.shape, grad.stride())
         return Built(g)
 
-    cached(key, make).run(x.device, grad, x, winv, mean, inv, out=[o for o, n in ((dx, need_x), (dw, need_wb), (db, need_wb)) if n])
-    return dx, dw, db
+    cached(key, make).run(x.device, grad, x, saved, winv, mean, inv, out=outs)
+    return dx, dw, db, dz
 
 
 @_batch_norm_backward.register_fake
-def _(grad, x, weight, mean, inv, training, need_x, need_wb):
-    return _channel_grads_fake(x, weight, need_x, need_wb)
+def _(grad, x, weight, saved, mean, inv, training, activation, need_x, need_wb, need_dz):
+    dz = grad.new_empty(grad.shape).contiguous(memory_format=_fmt(x)) if need_dz and activation != "none" else _empty(x)
+    return _channel_grads_fake(x, weight, need_x, need_wb) + (dz,)
 
 
 def _batch_norm_setup(ctx, inputs, output):
-    x, weight, bias, running_mean, running_var, training, momentum, eps = inputs
-    y, mean, inv, _, _ = output
-    ctx.save_for_backward(x, weight, mean, inv)
-    ctx.training = training
+    x, weight, bias, running_mean, running_var, residual, training, momentum, eps, activation, save_preact = inputs
+    y, z, mean, inv, _, _ = output
+    ctx.save_for_backward(x, weight, {"none": None, "relu": y}.get(activation, z), mean, inv)
+    ctx.opts = (training, activation)
 
 
-def _batch_norm_grad(ctx, grad, *_stats):
-    x, weight, mean, inv = ctx.saved_tensors
+def _batch_norm_grad(ctx, grad, *_rest):
+    x, weight, saved, mean, inv = ctx.saved_tensors
+    training, activation = ctx.opts
     need = ctx.needs_input_grad
+    nx, nr = need[0], need[5]
     nwb = (need[1] or need[2]) and weight is not None
-    dx, dw, db = torch.ops.ferrodnn.batch_norm_backward(grad, x, weight, mean, inv, ctx.training, need[0], nwb)
-    return dx if need[0] else None, dw if nwb and need[1] else None, db if nwb and need[2] else None, None, None, None, None, None
+    saved = saved if saved is not None else _empty(x)
+    if nx or nwb or (nr and activation != "none"):
+        dx, dw, db, dz = torch.ops.ferrodnn.batch_norm_backward(grad, x, weight, saved, mean, inv, training, activation, nx, nwb, nr)
+    else:  # only the residual, whose gradient is the output's
+        dx = dw = db = dz = None
+    dres = (dz if activation != "none" else grad) if nr else None
+    return dx if nx else None, dw if nwb and need[1] else None, db if nwb and need[2] else None, None, None, dres, None, None, None, None, None
 
 
 _batch_norm.register_autograd(_batch_norm_grad, setup_context=_batch_norm_setup)
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, activation=None, residual=None):
     """``torch.nn.functional.batch_norm`` on ``[N, C, H, W]`` or ``[N, C, D, H, W]`` input (either
     memory format): in training, batch statistics and (when given) the running statistics
-    updated in place with ``momentum`` (PyTorch's unbiased variance); else the running ones."""
+    updated in place with ``momentum`` (PyTorch's unbiased variance); else the running ones.
+    Optional fused epilogue: ``activation(batch_norm(input) + residual)``, activation "relu",
+    "silu" or None, residual a tensor of the input's shape (a ResNet block's last norm, the
+    shortcut add and the ReLU in one call)."""
     op = "batch_norm"
     _check_tensor(op, "input", input, dim=(4, 5))
     c = input.shape[1]
     for name, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
         if t is not None:
             _check_param(op, name, t, input, (c,))
+    if residual is not None:
+        _check_tensor(op, "residual", residual, input)
+        _check_shape(op, "residual", residual, input.shape)
     if (running_mean is None) != (running_var is None):
         raise ValueError(f"ferrodnn.torch.{op}: give both running_mean and running_var, or neither")
     if not training and running_mean is None:
@@ -824,7 +882,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         raise ValueError(f"ferrodnn.torch.{op}: momentum must be a number (the modules pass 1 / num_batches_tracked for a cumulative average)")
     if training and input.numel() // c < 2:
         raise ValueError(f"ferrodnn.torch.{op}: training needs more than one value per channel, got input shape {tuple(input.shape)}")
-    y, _, _, new_rm, new_rv = _batch_norm(input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps))
+    act = _activation(op, activation, ("none", "relu", "silu"))
+    save = _saves_preact(act) and _needs_grad(input, weight, bias, residual)
+    y, _, _, _, new_rm, new_rv = _batch_norm(input, weight, bias, running_mean, running_var, residual, bool(training), float(momentum), float(eps), act, save)
     if training and running_mean is not None:
         with torch.no_grad():
             running_mean.copy_(new_rm)
