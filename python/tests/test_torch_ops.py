@@ -280,6 +280,18 @@ def test_batch_norm_fused_epilogue(device, dtype, channels_last, training, act, 
         close(a, e, device, dtype, name)
 
 
+def test_batch_norm_float64_scalars_are_doubles():
+    """In float64, epsilon and momentum reach the graph as doubles (as PyTorch takes them): the
+    running statistics and the output agree to float64 rounding, not float32's."""
+    x = (torch.randn(4, 6, 3, 3, dtype=F64) * 3 + 5).contiguous(memory_format=torch.channels_last)
+    mine, theirs = [torch.zeros(6, dtype=F64), torch.ones(6, dtype=F64)], [torch.zeros(6, dtype=F64), torch.ones(6, dtype=F64)]
+    y = ft.batch_norm(x, *mine, None, None, True, 0.1, 1e-5)
+    e = F.batch_norm(x, *theirs, None, None, True, 0.1, 1e-5)
+    torch.testing.assert_close(y, e, rtol=0, atol=1e-13)
+    for a, b in zip(mine, theirs):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
+
+
 @pytest.mark.parametrize("act", [None, "relu", "silu"])
 def test_batch_norm_grad_of_the_residual_alone(act):
     """Only the residual requires grad: its gradient is the activation's backward of the

@@ -125,8 +125,9 @@ class Graph:
         return T
 
     def scalar(self):
-        """A by-value f32 scalar input (epsilon, momentum: one plan serves every value)."""
-        T = self.g.tensor(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True, data_type=_fd.data_type.FLOAT)
+        """A by-value scalar input (epsilon, momentum: one plan serves every value), f64 in a
+        float64 graph (PyTorch takes these as doubles) and f32 otherwise."""
+        T = self.g.tensor(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True, data_type=fd_dtype(self.acc))
         self.inputs.append(T)
         self.layouts.append(None)
         return T
