@@ -66,18 +66,39 @@ def render_cpu(r):
 
 
 def render_train(r):
-    """A training comparison (bench/train_llama.py): step time, peak memory and losses per run."""
+    """A training comparison (bench/train_llama.py, bench/train_resnet.py: "model" "resnet"):
+    step time, peak memory and losses per run."""
     c = r["config"]
-    out = [f"## {r['device']} ({r['gpu']}): training, Llama-style stack", "",
-           f"{r['date']}, commit `{r['commit'][:12]}`, PyTorch {r['torch']}; {c['layers']} layers, dim {c['dim']}, "
-           f"{c['heads']} query / {c['kv_heads']} key-value heads, FFN {c['ffn']}, vocabulary {c['vocab']}, sequence {c['seq']}, "
-           f"batch {c['batch']}, bf16, AdamW, {c['steps']} steps from the same weights and data.", ""]
+    if r.get("model") == "resnet":
+        blocks = "1,1,1,1" if c.get("tiny") else c["blocks"]
+        width = 8 if c.get("tiny") else c["width"]
+        name = "ResNet-50" if (blocks, width) == ("3,4,6,3", 64) else f"ResNet (bottleneck blocks {blocks}, width {width})"
+        out = [f"## {r['device']} ({r['gpu']}): training, {name}", "",
+               f"{r['date']}, commit `{r['commit'][:12]}`, PyTorch {r['torch']}; batch {c['batch']} at {c['image']}x{c['image']}, "
+               f"{c['classes']} classes, {c['dtype']}, channels-last, batchnorm in training mode, SGD with momentum (lr {c['lr']}), "
+               f"{c['steps']} steps from the same weights and data; median step time after {c['warmup']} warm-up steps.", ""]
+    else:
+        out = [f"## {r['device']} ({r['gpu']}): training, Llama-style stack", "",
+               f"{r['date']}, commit `{r['commit'][:12]}`, PyTorch {r['torch']}; {c['layers']} layers, dim {c['dim']}, "
+               f"{c['heads']} query / {c['kv_heads']} key-value heads, FFN {c['ffn']}, vocabulary {c['vocab']}, sequence {c['seq']}, "
+               f"batch {c['batch']}, bf16, AdamW, {c['steps']} steps from the same weights and data.", ""]
     if r.get("note"):
         out += [r["note"], ""]
     out += ["| run | step ms (median) | peak MiB | loss, first step | loss, last step |", "|---|---:|---:|---:|---:|"]
     for run in r["runs"]:
-        out.append(f"| {run['impl']} | {run['step_ms_median']:.2f} | {run['peak_mb']:.0f} | {run['losses'][0]:.4f} | {run['losses'][-1]:.4f} |")
-    out += ["", f"Largest difference between the two runs' losses over the steps: {r['max_loss_diff']:.4f}; step-time ratio (PyTorch / ferrodnn): {r['step_ratio']:.2f}.", ""]
+        if run.get("error"):
+            out.append(f"| {run['impl']} | not run: {' '.join(run['error'][:300].split()).replace('|', '/')} | - | - | - |")
+            continue
+        out.append(f"| {run['impl']} | {run['step_ms_median']:.2f} | {fmt(run['peak_mb'], '.0f')} | {run['losses'][0]:.4f} | {run['losses'][-1]:.4f} |")
+    ratios = []
+    if r.get("max_loss_diff") is not None:
+        ratios.append(f"Largest difference between the two runs' losses over the steps: {r['max_loss_diff']:.4f}; step-time ratio (PyTorch / ferrodnn): {r['step_ratio']:.2f}")
+    if r.get("step_ratio_compile") is not None:
+        ratios.append(f"step-time ratio (torch.compile / ferrodnn): {r['step_ratio_compile']:.2f}")
+    if ratios:
+        out += ["", "; ".join(ratios) + ".", ""]
+    else:
+        out.append("")
     return out
 
 
