@@ -86,7 +86,10 @@ def forward(impl, args, layers, emb, head, final, tokens, cos, sin):
     return F.cross_entropy(logits.float().view(-1, args.vocab)[:-1], tokens.view(-1)[1:])
 
 
-def run(impl, args, dev):
+def setup(impl, args, dev):
+    """One training step of `impl` ("torch" or "ferrodnn") on fresh parameters (the same for
+    both): a function of the step number that runs forward, backward and the optimizer step and
+    returns the loss (a tensor)."""
     layers, emb, head, final = make_params(args, dev, seed=0)
     params = [t for p in layers for t in p.values()] + [emb, head, final]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
@@ -97,18 +100,28 @@ def run(impl, args, dev):
     inv = 1.0 / (10000 ** (torch.arange(0, hd // 2, device=dev, dtype=torch.float32) * 2 / hd))
     ang = torch.outer(pos, inv)
     cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+
+    def step(i):
+        loss = forward(impl, args, layers, emb, head, final, data[i % len(data)], cos, sin)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def run(impl, args, dev):
+    step = setup(impl, args, dev)
     losses, times = [], []
     cuda = dev.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    for step in range(args.steps):
+    for i in range(args.steps):
         sync()
         t = time.perf_counter()
-        loss = forward(impl, args, layers, emb, head, final, data[step % len(data)], cos, sin)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        loss = step(i)
         sync()
         times.append((time.perf_counter() - t) * 1e3)
         losses.append(loss.item())
@@ -116,9 +129,9 @@ def run(impl, args, dev):
     return {"impl": impl, "losses": losses, "step_ms_median": warm[len(warm) // 2], "step_ms": times, "peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
 
 
-def main():
+def parser(out_required=True):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=out_required)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--dim", type=int, default=2048)
     ap.add_argument("--heads", type=int, default=16)
@@ -130,7 +143,11 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for a quick check of the script on small sizes")
-    args = ap.parse_args()
+    return ap
+
+
+def main():
+    args = parser().parse_args()
     dev = torch.device(args.device)
     results = [run(impl, args, dev) for impl in ("torch", "ferrodnn")]
     a, b = results
