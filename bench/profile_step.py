@@ -23,12 +23,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from train_common import sync_of, timed_steps  # noqa: E402
 
 SCRIPTS = {"resnet": "train_resnet", "llama": "train_llama"}
 
@@ -61,20 +62,11 @@ def table(events, steps, key, top):
 def profile_run(impl, mod, margs, dev, args):
     """Warm-up, timed steps and profiled steps of `impl`: its step time and tables."""
     cuda = dev.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync = sync_of(dev)
     step = mod.setup(impl, margs, dev)
-    i = 0
-    for _ in range(args.warmup):
-        step(i).item()
-        i += 1
-    times = []
-    for _ in range(args.steps):
-        sync()
-        t = time.perf_counter()
-        step(i).item()
-        sync()
-        times.append((time.perf_counter() - t) * 1e3)
-        i += 1
+    timed_steps(step, dev, args.warmup)
+    _, times = timed_steps(step, dev, args.steps, start=args.warmup)
+    i = args.warmup + args.steps
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         for _ in range(args.steps):

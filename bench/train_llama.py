@@ -14,10 +14,11 @@ Usage (on the GPU machine): python3 bench/train_llama.py --out FILE.json [--laye
 import argparse
 import json
 import math
-import time
 
 import torch
 import torch.nn.functional as F
+
+from train_common import peak_mb, timed_steps
 
 
 def rope(x, cos, sin):
@@ -113,20 +114,11 @@ def setup(impl, args, dev):
 
 def run(impl, args, dev):
     step = setup(impl, args, dev)
-    losses, times = [], []
-    cuda = dev.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    if cuda:
+    if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    for i in range(args.steps):
-        sync()
-        t = time.perf_counter()
-        loss = step(i)
-        sync()
-        times.append((time.perf_counter() - t) * 1e3)
-        losses.append(loss.item())
+    losses, times = timed_steps(step, dev, args.steps)
     warm = sorted(times[3:]) if len(times) > 6 else sorted(times)
-    return {"impl": impl, "losses": losses, "step_ms_median": warm[len(warm) // 2], "step_ms": times, "peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+    return {"impl": impl, "losses": losses, "step_ms_median": warm[len(warm) // 2], "step_ms": times, "peak_mb": peak_mb(dev)}
 
 
 def parser(out_required=True):

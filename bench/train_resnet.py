@@ -19,11 +19,12 @@ Usage (on the GPU machine): python3 bench/train_resnet.py --out FILE.json [--bat
 import argparse
 import copy
 import json
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from train_common import peak_mb, timed_steps
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 
@@ -170,25 +171,16 @@ def setup(impl, args, dev, base=None):
 def run(impl, args, dev, base):
     """`args.steps` timed steps of `impl`: losses, step times, median after the warm-up and peak
     memory (CUDA). A failure (torch.compile's, say) gives the run's error instead of raising."""
-    cuda = dev.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    if cuda:
+    if dev.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     losses, times = [], []
     try:
-        step = setup(impl, args, dev, base)
-        for i in range(args.steps):
-            sync()
-            t = time.perf_counter()
-            loss = step(i)
-            sync()
-            times.append((time.perf_counter() - t) * 1e3)
-            losses.append(loss.item())
+        timed_steps(setup(impl, args, dev, base), dev, args.steps, losses=losses, times=times)
     except Exception as e:  # reported in the JSON, the other runs go on
         return {"impl": impl, "error": f"{type(e).__name__}: {e}"[:2000], "losses": losses, "step_ms": times}
     timed = sorted(times[args.warmup :] if len(times) > args.warmup else times)
-    return {"impl": impl, "losses": losses, "step_ms_median": timed[len(timed) // 2], "step_ms": times, "peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+    return {"impl": impl, "losses": losses, "step_ms_median": timed[len(timed) // 2], "step_ms": times, "peak_mb": peak_mb(dev)}
 
 
 def parser(out_required=True):
