@@ -122,7 +122,7 @@ def array_for(fdp, t):
         dims = [1]
     n = 1
     for d in dims:
-        n *= d
+        n *= max(d, 1)  # (a zero dim beside a huge one is still too many for numpy)
     shape = dims if n <= 1 << 16 else [4]
     kind = fdp.ConsumeIntInRange(0, 9)
     dtype = fdp.PickValueInList(NP_TYPES)
