@@ -5,9 +5,10 @@ types and flags; ops of the graph picked by name and called with fuzzed keyword 
 graph's tensors, numbers, lists, strings, data types, None, and now and then an unknown keyword);
 outputs marked; build; execute with a variant pack of fuzzed arrays (the right ones, too small,
 wrong dtype, non-contiguous, scalars, lists, other objects) and by-value scalars. Every failure
-must be an ordinary exception (a subclass of ``Exception``) with a message: a Rust panic (pyo3's
-``PanicException``, a ``BaseException``), an abort or a segfault is a crash, which atheris
-reports with the input that caused it.
+must be an error the layer documents (a ``FerrodnnError``, ``TypeError``, ``ValueError`` or
+``OverflowError``) with a message: a Rust panic (pyo3's ``PanicException``), an abort, a
+segfault or another exception leaking from the layer's code (``AttributeError``,
+``KeyError``...) is a crash, which atheris reports with the input that caused it.
 
 Coverage: atheris instruments the Python code of the ``ferrodnn`` package (``__init__``,
 ``wrapper``, ``rnn``) and this script; the Rust extension's argument checks are not instrumented
@@ -203,6 +204,12 @@ def check(e):
         pass
     elif kind == "OverflowError":
         pass
+    # What the argument layer may raise (docs/python.md, "Errors"): ferrodnn's errors, TypeError
+    # for wrong Python types, ValueError (OverflowError: a number out of range) for bad values.
+    # Anything else (an AttributeError, KeyError, IndexError leaking from the layer's code) is
+    # a finding.
+    if not isinstance(e, (cudnn.FerrodnnError, TypeError, ValueError, OverflowError)):
+        raise AssertionError("%s leaked from the argument layer: %s" % (kind, e)) from e
     if isinstance(e, cudnn.FerrodnnError) and not str(e).strip():
         raise AssertionError("a %s without a message" % type(e).__name__)
 
