@@ -52,8 +52,9 @@ JUNK_KEYWORDS = ["strides", "io_datatype", "hnadle", "dims", "axis_", "epsilon_"
 
 
 def signature(f):
+    """(name, required) of each parameter."""
     try:
-        return list(inspect.signature(f).parameters)
+        return [(n, p.default is inspect.Parameter.empty) for n, p in inspect.signature(f).parameters.items()]
     except (TypeError, ValueError):
         return []
 
@@ -96,9 +97,12 @@ def value(fdp, tensors, depth=0):
     return None
 
 
-def make_tensor(fdp, g):
+def make_tensor(fdp, g, base):
+    """A tensor: mostly of the session's dims `base` (so that ops on two of them agree)."""
     rank = fdp.ConsumeIntInRange(0, 5)
     dims = [fdp.ConsumeIntInRange(1, 6) if fdp.ConsumeProbability() < 0.9 else small_int(fdp) for _ in range(rank)]
+    if fdp.ConsumeProbability() < 0.6:
+        dims = list(base)
     kw = {"dim": dims, "name": "t%d" % fdp.ConsumeIntInRange(0, 3)}
     if fdp.ConsumeBool():
         kw["stride"] = int_list(fdp, rank if fdp.ConsumeProbability() < 0.8 else None)
@@ -146,15 +150,17 @@ def session(data):
     io = fdp.PickValueInList(TYPES)
     g = cudnn.pygraph(io_data_type=io, intermediate_data_type=DT.FLOAT, compute_data_type=DT.FLOAT, handle=cudnn.create_cpu_handle(), name="fuzz")
     tensors = []
+    base = [fdp.ConsumeIntInRange(1, 6) for _ in range(fdp.ConsumeIntInRange(1, 4))]
     for _ in range(fdp.ConsumeIntInRange(1, 3)):
         try:
-            tensors.append(make_tensor(fdp, g))
+            tensors.append(make_tensor(fdp, g, base))
         except Exception as e:
             check(e)
     for _ in range(fdp.ConsumeIntInRange(1, 3)):
         op = getattr(g, fdp.PickValueInList(OPS))
-        params = [p for p in signature(op) if p not in ("handle",)]
-        kw = {p: value(fdp, tensors) for p in params if fdp.ConsumeProbability() < 0.85}
+        # Required arguments mostly given, and mostly tensors; optional ones now and then.
+        params = [(p, req) for p, req in signature(op) if p != "handle"]
+        kw = {p: fdp.PickValueInList(tensors) if req and tensors and fdp.ConsumeProbability() < 0.7 else value(fdp, tensors) for p, req in params if fdp.ConsumeProbability() < (0.95 if req else 0.3)}
         if fdp.ConsumeProbability() < 0.05:
             kw[fdp.PickValueInList(JUNK_KEYWORDS)] = 0
         try:
