@@ -21,6 +21,13 @@
 //!   computed by small plans on slices of the operands (row or batch chunks, offsets below
 //!   2^31), plus a host f64 product of sampled rows (the first, the last, and those around
 //!   element 2^31).
+//! - Attention past 2^31 elements (with `--big`): sdpa forwards whose Q, K, V and O each hold
+//!   2^31 + 2^21 elements (bf16, 4.3 GB each; non-causal on the Hopper kernel, and causal with
+//!   every base one element off 16-byte alignment, which runs the general kernel's
+//!   element-wise variant), and a decode forward whose K and V pass 2^31 elements. Each is
+//!   checked element by element against the same sdpa run on batch slices below 2^31 elements,
+//!   and on sampled heads (the first, the last, those holding element 2^31 of Q/O or K/V)
+//!   against a host f64 attention.
 //!
 //! Writes one JSON record a check ({"name", "passed", "ms", "detail", figures...}) in a report
 //! object, and exits non-zero when a check fails. `--cache-child` is the child side of the
@@ -30,6 +37,7 @@ use ferrodnn::engine::cuda::{self, CapturedGraph, CudaDevice, DeviceBuffer, Fore
 use ferrodnn::engine::PlanPolicy;
 use ferrodnn::graph::ops::norm::NormAttrs;
 use ferrodnn::graph::ops::reduction::ReductionMode;
+use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
 use ferrodnn::testing::{execute_dense, output_precision, random_inputs, relative_error, tolerance};
 use ferrodnn::{Buffer, DataType, EngineKind, Graph, Handle, Plan, TensorDesc, VariantPack};
 use rayon::prelude::*;
@@ -319,6 +327,9 @@ pub fn gpu_reliability(out: &Path, big: bool, cache_child: bool, compile: bool) 
         r.check("big_reduce_all", || big_reduce(&handle, &dev, BIG_ROWS, 4096, &[0, 1]));
         for (name, batch, m, k, n, chunk) in BIG_MATMULS {
             r.check(name, || big_matmul(&handle, &dev, batch, m, k, n, chunk));
+        }
+        for shape in BIG_SDPAS {
+            r.check(shape.name, || big_sdpa(&handle, &dev, &shape));
         }
     }
     let failed: Vec<Value> = r.checks.iter().filter(|c| c["passed"] != json!(true)).map(|c| c["name"].clone()).collect();
@@ -788,8 +799,14 @@ fn val(seed: u64, i: u64) -> f32 {
 }
 
 fn gen_bf16(seed: u64, n: usize) -> Vec<u16> {
-    let mut v = vec![0u16; n];
-    v.par_chunks_mut(1 << 20).enumerate().for_each(|(c, chunk)| {
+    gen_bf16_at(seed, n, 0)
+}
+
+/// `pad` zeros, then the `n` elements of input `seed` (a buffer whose data starts `pad`
+/// elements in).
+fn gen_bf16_at(seed: u64, n: usize, pad: usize) -> Vec<u16> {
+    let mut v = vec![0u16; n + pad];
+    v[pad..].par_chunks_mut(1 << 20).enumerate().for_each(|(c, chunk)| {
         for (j, x) in chunk.iter_mut().enumerate() {
             *x = f2bf(val(seed, (c << 20) as u64 + j as u64));
         }
@@ -1010,6 +1027,10 @@ fn all_graphs(big: bool) -> Vec<Graph> {
             v.push(matmul_graph(batch, m, k, n));
             v.push(if batch == 1 { matmul_graph(1, chunk, k, n) } else { matmul_graph(chunk, m, k, n) });
         }
+        for t in BIG_SDPAS {
+            v.push(sdpa_graph(&t, t.b));
+            v.push(sdpa_graph(&t, t.chunk));
+        }
     }
     v
 }
@@ -1105,5 +1126,140 @@ fn big_matmul(handle: &Handle, dev: &Arc<CudaDevice>, batch: i64, m: i64, k: i64
         "a_elements": na, "b_elements": nb, "c_elements": nc, "largest_tensor_elements": na.max(nc),
         "worst_rel_vs_chunks": worst, "worst_rel_vs_host_rows": host_worst, "host_rows": rows,
         "reference": format!("{pieces} small plans on {chunk}-{} slices, and host f64 products of {} rows", if batch == 1 { "row" } else { "batch" }, rows.len()),
+    }))
+}
+
+/// An sdpa forward of the big checks: q [b, h, s_q, d], k and v [b, h, s_kv, d], o like q (bf16,
+/// contiguous), top-left causal or not; `misaligned`: every base one element (2 bytes) past a
+/// 16-byte boundary, so that the plan runs its element-wise alternative kernels; the reference
+/// runs the same graph on `chunk` batches at a time.
+#[derive(Clone, Copy)]
+struct BigSdpa {
+    name: &'static str,
+    b: i64,
+    h: i64,
+    s_q: i64,
+    s_kv: i64,
+    d: i64,
+    causal: bool,
+    misaligned: bool,
+    chunk: i64,
+}
+
+/// Q/K/V/O of the first two: 2050 * 64 * 128 * 128 = 2^31 + 2^21 elements each (the smallest
+/// batch past 2^31 that two slices below 2^31 split evenly); the decode one's K and V:
+/// 16 * 8 * (2^17 + 128) * 128 = 2^31 + 2^21.
+const BIG_SDPAS: [BigSdpa; 3] = [
+    BigSdpa { name: "big_sdpa", b: 2050, h: 64, s_q: 128, s_kv: 128, d: 128, causal: false, misaligned: false, chunk: 1025 },
+    BigSdpa { name: "big_sdpa_causal_unaligned", b: 2050, h: 64, s_q: 128, s_kv: 128, d: 128, causal: true, misaligned: true, chunk: 1025 },
+    BigSdpa { name: "big_sdpa_decode_kv", b: 16, h: 8, s_q: 1, s_kv: (1 << 17) + 128, d: 128, causal: false, misaligned: false, chunk: 8 },
+];
+
+/// The sdpa of `t` on `b` batches: uids q 1, k 2, v 3, o 4.
+fn sdpa_graph(t: &BigSdpa, b: i64) -> Graph {
+    let name = format!("sdpa_b{b}h{}sq{}skv{}d{}{}", t.h, t.s_q, t.s_kv, t.d, if t.causal { "_causal" } else { "" });
+    let mut g = Graph::new(name).io_data_type(DataType::Bf16).intermediate_data_type(DataType::F32).compute_data_type(DataType::F32);
+    let q = g.tensor(TensorDesc::new("q", &[b, t.h, t.s_q, t.d], DataType::Bf16).with_uid(1));
+    let k = g.tensor(TensorDesc::new("k", &[b, t.h, t.s_kv, t.d], DataType::Bf16).with_uid(2));
+    let v = g.tensor(TensorDesc::new("v", &[b, t.h, t.s_kv, t.d], DataType::Bf16).with_uid(3));
+    let attrs = SdpaAttrs { causal: t.causal.then_some(CausalAlignment::TopLeft), ..Default::default() };
+    let (o, _) = g.sdpa(q, k, v, SdpaInputs::default(), attrs);
+    g.set_output(o);
+    g.desc_mut(o).uid = Some(4);
+    g.desc_mut(o).name = "o".into();
+    g.desc_mut(o).data_type = Some(DataType::Bf16);
+    g
+}
+
+/// Host f64 attention of one (batch, head) `bh` of `t` (inputs seeds 41-43, contiguous): its
+/// [s_q, d] output.
+fn host_head(t: &BigSdpa, bh: u64) -> Vec<f64> {
+    let (sq, skv, d) = (t.s_q as u64, t.s_kv as u64, t.d as u64);
+    let scale = 1.0 / (t.d as f64).sqrt();
+    let mut out = vec![0.0; (sq * d) as usize];
+    for i in 0..sq {
+        let visible = if t.causal { (i + 1).min(skv) } else { skv };
+        let scores: Vec<f64> = (0..visible).map(|j| (0..d).map(|c| val(41, (bh * sq + i) * d + c) as f64 * val(42, (bh * skv + j) * d + c) as f64).sum::<f64>() * scale).collect();
+        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
+        let sum: f64 = p.iter().sum();
+        for c in 0..d {
+            out[(i * d + c) as usize] = (0..visible).map(|j| p[j as usize] * val(43, (bh * skv + j) * d + c) as f64).sum::<f64>() / sum;
+        }
+    }
+    out
+}
+
+fn big_sdpa(handle: &Handle, dev: &Arc<CudaDevice>, t: &BigSdpa) -> Res<Value> {
+    let (nq, nkv) = ((t.b * t.h * t.s_q * t.d) as usize, (t.b * t.h * t.s_kv * t.d) as usize);
+    let pad = t.misaligned as usize;
+    let (_, big) = build(handle, sdpa_graph(t, t.b))?;
+    let (_, small) = build(handle, sdpa_graph(t, t.chunk))?;
+    let q = upload_bf16(dev, &gen_bf16_at(41, nq, pad), "q")?;
+    let k = upload_bf16(dev, &gen_bf16_at(42, nkv, pad), "k")?;
+    let v = upload_bf16(dev, &gen_bf16_at(43, nkv, pad), "v")?;
+    let o = poisoned(dev, (nq + pad) * 2, "o")?;
+    let oref = poisoned(dev, (nq + pad) * 2, "o (reference)")?;
+    let at = |b: &DeviceBuffer| b.device_ptr() + 2 * pad as u64;
+    exec_device(handle, &big, &[(1, at(&q), nq * 2), (2, at(&k), nkv * 2), (3, at(&v), nkv * 2), (4, at(&o), nq * 2)])?;
+    // The reference: the same sdpa on slices of `chunk` batches (offsets into the buffers).
+    let pieces = t.b / t.chunk;
+    if pieces * t.chunk != t.b {
+        return Err("the chunk must divide the batch".into());
+    }
+    let (cq, ckv) = ((t.chunk * t.h * t.s_q * t.d) as u64, (t.chunk * t.h * t.s_kv * t.d) as u64);
+    for p in 0..pieces as u64 {
+        exec_device(
+            handle,
+            &small,
+            &[
+                (1, at(&q) + 2 * p * cq, 2 * cq as usize),
+                (2, at(&k) + 2 * p * ckv, 2 * ckv as usize),
+                (3, at(&v) + 2 * p * ckv, 2 * ckv as usize),
+                (4, at(&oref) + 2 * p * cq, 2 * cq as usize),
+            ],
+        )?;
+    }
+    drop((q, k, v));
+    let got = download_bf16(&o)?;
+    drop(o);
+    let want = download_bf16(&oref)?;
+    let (got, want) = (&got[pad..], &want[pad..]);
+    let (bad, first, worst) = count_bad(got, |i| bf2f(want[i]) as f64, 2e-2, 1.0);
+    if bad > 0 {
+        return Err(format!("{bad} of {nq} elements of o differ from the chunked reference (first at {first:?})"));
+    }
+    // Host f64 heads: the first, the last, and those holding element 2^31 of Q/O and of K/V.
+    let heads = (t.b * t.h) as u64;
+    let mut sampled: Vec<u64> = vec![0, heads - 1];
+    for per_head in [(t.s_q * t.d) as u64, (t.s_kv * t.d) as u64] {
+        let pivot = (1u64 << 31) / per_head;
+        sampled.extend((pivot.saturating_sub(1)..pivot + 2).filter(|&x| x < heads));
+    }
+    sampled.sort_unstable();
+    sampled.dedup();
+    let per = (t.s_q * t.d) as u64;
+    let host_worst = sampled
+        .par_iter()
+        .map(|&bh| {
+            let ref_head = host_head(t, bh);
+            let mut worst: f64 = 0.0;
+            for (x, &w) in ref_head.iter().enumerate() {
+                let g = bf2f(got[(bh * per) as usize + x]) as f64;
+                let e = (g - w).abs() / (1.0 + w.abs());
+                if e.is_nan() || e > 2e-2 {
+                    return Err(format!("head {bh}, element {x}: got {g}, the host attention gives {w}"));
+                }
+                worst = worst.max(e);
+            }
+            Ok(worst)
+        })
+        .collect::<Res<Vec<f64>>>()?
+        .into_iter()
+        .fold(0.0, f64::max);
+    Ok(json!({
+        "q_o_elements": nq, "k_v_elements": nkv, "largest_tensor_elements": nq.max(nkv), "causal": t.causal, "misaligned_bases": t.misaligned,
+        "plan": big.explain(), "worst_rel_vs_chunks": worst, "worst_rel_vs_host_heads": host_worst, "host_heads": sampled,
+        "reference": format!("{pieces} plans on {}-batch slices, and host f64 attention of {} heads", t.chunk, sampled.len()),
     }))
 }

@@ -97,3 +97,47 @@ fn gemm_extents_past_int32_go_to_the_generic_matmul() {
     g.set_output(c);
     assert!(sources(&g).iter().any(|(e, _)| e.contains("gemm_sm90")), "the Hopper GEMM refused a 2^31-element output");
 }
+
+/// sdpa forward, bf16: q and o [b, h, s_q, d], k and v [b, h, s_kv, d], contiguous.
+fn sdpa(b: i64, h: i64, s_q: i64, s_kv: i64, d: i64, causal: bool) -> Graph {
+    use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
+    let mut g = bf16_graph("sdpa");
+    let q = g.tensor(TensorDesc::new("q", &[b, h, s_q, d], DataType::Bf16));
+    let k = g.tensor(TensorDesc::new("k", &[b, h, s_kv, d], DataType::Bf16));
+    let v = g.tensor(TensorDesc::new("v", &[b, h, s_kv, d], DataType::Bf16));
+    let attrs = SdpaAttrs { causal: causal.then_some(CausalAlignment::TopLeft), ..Default::default() };
+    let (o, _) = g.sdpa(q, k, v, SdpaInputs::default(), attrs);
+    g.set_output(o);
+    g
+}
+
+#[test]
+fn attention_past_two_to_the_31_elements_offsets_are_64_bit() {
+    // The shapes of `gpu-reliability --big`: Q, K, V and O of 2^31 + 2^21 elements (2050 x 64 x
+    // 128 x 128), and a decode forward whose K and V are (16 x 8 x (2^17 + 128) x 128). Each
+    // plans on the attention kernels (Hopper, general, decode), whose element offsets are sums
+    // of (index x stride) with the sizes and strides `long long` literals (`FA_B 2050LL`,
+    // `Q_S0 1048576LL`): every product is 64-bit, never an `int` that wraps at 2^31.
+    let cases = [
+        (sdpa(2050, 64, 128, 128, 128, false), Target::sm90a(), "attn_fwd_sm90", "2050LL", 1i64 << 20),
+        (sdpa(2050, 64, 128, 128, 128, true), Target::sm90a(), "attn_fwd_sm90", "2050LL", 1 << 20),
+        (sdpa(2050, 64, 128, 128, 128, true), Target::sm80(), "attn_fwd", "2050LL", 1 << 20),
+        (sdpa(16, 8, 1, (1 << 17) + 128, 128, false), Target::sm90a(), "attn_decode", "16LL", 8 * ((1 << 17) + 128) * 128),
+    ];
+    for (g, target, entry, batch, kv_s0) in cases {
+        let list = kernel_sources(&g, &target).unwrap_or_else(|e| panic!("{}: {e}", target.arch));
+        let names: Vec<&str> = list.iter().map(|(e, _)| e.as_str()).collect();
+        let (_, src) = list.iter().find(|(e, _)| e.contains(entry) && !e.contains("unaligned")).unwrap_or_else(|| panic!("{}: no {entry} kernel in {names:?}", target.arch));
+        assert!(src.contains(&format!("#define FA_B {batch}")), "{entry}: the batch count is not a 64-bit literal");
+        assert!(src.contains(&format!("#define K_S0 {kv_s0}LL")), "{entry}: K's batch stride is not a 64-bit literal");
+        // Every stride define of every tensor (Q, K, V, O, the stats) is a `long long` literal.
+        for line in src.lines().filter(|l| l.starts_with("#define ")) {
+            let mut words = line.split_whitespace().skip(1);
+            let (Some(name), Some(value)) = (words.next(), words.next()) else { continue };
+            let stride = name.len() > 3 && name[..name.len() - 1].ends_with("_S") && name.ends_with(|c: char| c.is_ascii_digit());
+            if stride && value.parse::<i64>().is_ok() {
+                panic!("{entry}: the stride {name} is an int literal ({value}): its products wrap at 2^31");
+            }
+        }
+    }
+}

@@ -8,11 +8,11 @@
 //!
 //! `FERRODNN_FUZZ_ITERS` (default 1500) and `FERRODNN_FUZZ_SEED` (default 1) choose the run;
 //! the host memory and work limits are small for this process (256 MiB, 2^28 steps) so that no
-//! mutant runs long.
+//! mutant runs long. The coverage-guided targets of `fuzz/` share the pipeline, the limits and
+//! the seeds (`ferrodnn::testing::fuzz`).
 
-use ferrodnn::engine::{Handle, PlanPolicy};
-use ferrodnn::testing::{execute_plan_dense, try_random_inputs, SplitMix64};
-use ferrodnn::{EngineKind, Error, Graph};
+use ferrodnn::testing::fuzz::{graph_json, seed_graphs, set_limits};
+use ferrodnn::testing::SplitMix64;
 use serde_json::Value;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
@@ -20,20 +20,6 @@ use std::time::{Duration, Instant};
 /// Uniform in [0, n).
 fn below(rng: &mut SplitMix64, n: usize) -> usize {
     (rng.next_u64() % n.max(1) as u64) as usize
-}
-
-/// Deserialize, validate, then plan and execute on each CPU engine; the first error ends it.
-fn run(text: &str) -> Result<usize, Error> {
-    let mut g = Graph::from_json(text)?;
-    g.validate()?;
-    let mut ran = 0;
-    for (handle, engine) in [(Handle::cpu(), EngineKind::Cpu), (Handle::reference(), EngineKind::Reference)] {
-        let plan = handle.build_plans(&g, &PlanPolicy { engine: Some(engine), ..Default::default() })?.remove(0);
-        let inputs = try_random_inputs(plan.graph(), 7)?;
-        execute_plan_dense(&handle, &plan, &inputs)?;
-        ran += 1;
-    }
-    Ok(ran)
 }
 
 /// Every leaf path (object keys and array indices) of a JSON value, with the leaf.
@@ -122,18 +108,10 @@ fn strings(v: &Value, out: &mut Vec<String>) {
 
 #[test]
 fn mutated_graphs_give_results_or_errors_never_panics() {
-    std::env::set_var("FERRODNN_MAX_HOST_BYTES", "256M");
-    std::env::set_var("FERRODNN_CPU_MAX_WORK", "268435456");
+    set_limits();
     let iters: usize = std::env::var("FERRODNN_FUZZ_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(1500);
     let seed: u64 = std::env::var("FERRODNN_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
-    let seeds: Vec<Value> = ferrodnn::testing::cases::all()
-        .into_iter()
-        .filter_map(|c| {
-            let mut g = c.graph;
-            g.validate().ok()?;
-            serde_json::from_str(&g.to_json().ok()?).ok()
-        })
-        .collect();
+    let seeds: Vec<Value> = seed_graphs().into_iter().filter_map(|(_, text)| serde_json::from_str(&text).ok()).collect();
     assert!(seeds.len() > 500, "{} seed graphs", seeds.len());
     let mut pool = Vec::new();
     seeds.iter().for_each(|v| strings(v, &mut pool));
@@ -151,7 +129,7 @@ fn mutated_graphs_give_results_or_errors_never_panics() {
             mutate(&mut v, &mut rng, &pool);
         }
         let text = serde_json::to_string(&v).unwrap_or_default();
-        match catch_unwind(AssertUnwindSafe(|| run(&text))) {
+        match catch_unwind(AssertUnwindSafe(|| graph_json(&text))) {
             Ok(Ok(_)) => ok += 1,
             Ok(Err(e)) => {
                 assert!(!e.to_string().trim().is_empty(), "mutant {i}: an error without a message");

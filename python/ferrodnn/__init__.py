@@ -155,6 +155,9 @@ class pygraph(_Graph):
         return self._pointwise("softplus", [input], {"beta": softplus_beta}, compute_data_type, name)
 
     def gen_index(self, input, axis, compute_data_type=_NOT_SET, name=""):
+        # (The axis is taken modulo the input's rank here, so the input's type is checked here.)
+        if not isinstance(input, tensor):
+            raise TypeError(f"gen_index: `input` must be a tensor of the graph, not {type(input).__name__}")
         rank = len(input.get_dim())
         return self._pointwise("gen_index", [input], {"axis": axis % rank if rank else axis}, compute_data_type, name)
 

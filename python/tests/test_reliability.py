@@ -725,3 +725,14 @@ def test_repair_after_deserialize():
     X2.set_dim([2, 5])
     g2.validate()
     assert Y2.get_dim() == [2, 5]
+
+
+# -- found by the fuzzer (python/fuzz/fuzz_args.py) ------------------------------------------------
+
+@pytest.mark.parametrize("bad", [[1, 2], None, 3])
+def test_gen_index_of_a_non_tensor_raises_type_error(bad):
+    # It raised AttributeError ('list' object has no attribute 'get_dim').
+    g = cpu_graph("gi")
+    with pytest.raises(TypeError) as e:
+        g.gen_index(input=bad, axis=1)
+    assert "gen_index" in str(e.value) and "input" in str(e.value), str(e.value)

@@ -400,3 +400,4 @@ pub fn dot(a: &Nd, b: &Nd) -> f64 {
 
 pub mod cases;
 pub mod check;
+pub mod fuzz;
