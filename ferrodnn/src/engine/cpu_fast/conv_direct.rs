@@ -439,22 +439,19 @@ impl DirectConv {
         // Each pixel's taps inside the image (a bit each), and the pixels in order of those sets,
         // so that the pixels of a kernel call mostly share them and a tap that falls in the
         // padding for all of them is skipped, not summed over zeros.
-        // Pixel q's first image row and column (before the tap's offset), and its offset in the
-        // image at channel 0 (meaningful where a tap lands inside).
-        let origin = |q: usize| {
-            let (n, oh, w) = (q / ohw, q % ohw / ow, q % ow);
-            let (ih, iw) = (oh as isize * self.stride.0 - self.pre.0, w as isize * self.stride.1 - self.pre.1);
-            (ih, iw, n as isize * xs.0 + ih * xs.1 + iw * xs.2)
-        };
+        // Each pixel's (taps outside, pixel, offset in the image at channel 0 of its first image
+        // row and column before the tap's offset: meaningful where a tap lands inside), the
+        // pixel's (n, oh, ow) stepped along without divisions.
         let (h, w) = (self.h as isize, self.w as isize);
         let mut tap_off = [0isize; MAX_TAPS];
         for (o, &(dr, ds)) in tap_off.iter_mut().zip(&self.taps) {
             *o = dr * xs.1 + ds * xs.2;
         }
-        let mut order = [(0u64, 0u32); BLOCK_MAX];
+        let mut order = [(0u64, 0u32, 0isize); BLOCK_MAX];
         let order = &mut order[..q1 - q0];
+        let (mut n, mut oh, mut ow_i) = (q0 / ohw, q0 % ohw / ow, q0 % ow);
         for (i, o) in order.iter_mut().enumerate() {
-            let (ih, iw, _) = origin(q0 + i);
+            let (ih, iw) = (oh as isize * self.stride.0 - self.pre.0, ow_i as isize * self.stride.1 - self.pre.1);
             let mut mask = 0u64;
             for (t, &(dr, ds)) in self.taps.iter().enumerate() {
                 let (r, c) = (ih + dr, iw + ds);
@@ -462,7 +459,16 @@ impl DirectConv {
                     mask |= 1 << t;
                 }
             }
-            *o = (mask, (q0 + i) as u32);
+            *o = (mask, (q0 + i) as u32, n as isize * xs.0 + ih * xs.1 + iw * xs.2);
+            ow_i += 1;
+            if ow_i == ow {
+                ow_i = 0;
+                oh += 1;
+                if oh == self.oh {
+                    oh = 0;
+                    n += 1;
+                }
+            }
         }
         if order.iter().any(|o| o.0 != 0) {
             order.sort_unstable();
@@ -477,21 +483,17 @@ impl DirectConv {
                 let np = seg.len();
                 // The taps some pixel of the call reads inside the image.
                 let outside_all = seg.iter().fold(u64::MAX, |m, o| m & o.0);
-                let mut base = [0isize; P];
-                for (b, &(_, q)) in base.iter_mut().zip(seg) {
-                    *b = origin(q as usize).2 + c0 as isize;
-                }
                 let mut nt = 0;
                 for t in (0..taps).filter(|&t| outside_all >> t & 1 == 0) {
                     live[nt] = t;
-                    for (p, &(mask, _)) in seg.iter().enumerate() {
+                    for (p, &(mask, _, base)) in seg.iter().enumerate() {
                         // SAFETY: where tap t is inside the image for the pixel, base + its
-                        // offset is element (n, ih, iw, c0) of the image.
-                        ptrs[nt * P + p] = if mask >> t & 1 == 1 { zeros } else { unsafe { x.offset(base[p] + tap_off[t]) } };
+                        // offset is element (n, ih, iw, 0) of the image, c0 further a channel of it.
+                        ptrs[nt * P + p] = if mask >> t & 1 == 1 { zeros } else { unsafe { x.offset(base + tap_off[t] + c0 as isize) } };
                     }
                     nt += 1;
                 }
-                for (o, &(_, q)) in outs.iter_mut().zip(seg) {
+                for (o, &(_, q, _)) in outs.iter_mut().zip(seg) {
                     // SAFETY: output channels g*64.. of pixel q.
                     *o = unsafe { out.add(q as usize * ldo + g * 64) };
                 }
