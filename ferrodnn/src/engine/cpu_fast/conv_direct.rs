@@ -30,6 +30,9 @@ const BLOCK_MAX: usize = 480;
 pub(crate) const MAX_TAPS: usize = 64;
 /// Filter values of one input-channel chunk (256 KiB of f32: a share of L2).
 const CHUNK_VALUES: usize = 1 << 17;
+/// The most packed filter values for which the work items go pixel block by pixel block (all
+/// channel blocks of one pixel block in a row): 512 KiB of f32, half of L2.
+const PIXEL_MAJOR_FILTER: usize = 1 << 17;
 /// Input channels of a chunk of the NCHW one-tap kernel (48 pixels of them: 48 KiB).
 const NCHW_CHUNK: usize = 256;
 
@@ -137,8 +140,12 @@ impl DirectConv {
         let per_item = (q_total * g64).div_ceil(4 * rayon::current_num_threads()).clamp(BLOCK_MIN, BLOCK_MAX).div_ceil(P) * P;
         let blocks = q_total.div_ceil(per_item);
         let (xa, oa, wa, za) = (xp as usize, out as usize, wp.as_ptr() as usize, zeros.as_ptr() as usize);
+        // Pixel blocks outermost where the whole packed filter stays in L2 (each block's image
+        // values then serve all channel blocks from cache), else channel blocks outermost (each
+        // one's filter serves all pixel blocks).
+        let pixel_major = wp.len() <= PIXEL_MAJOR_FILTER;
         (0..g64 * blocks).into_par_iter().for_each(|item| {
-            let (g, b) = (item / blocks, item % blocks);
+            let (g, b) = if pixel_major { (item % g64, item / g64) } else { (item / blocks, item % blocks) };
             let (q0, q1) = (b * per_item, ((b + 1) * per_item).min(q_total));
             // SAFETY: the item writes output channels g*64.. of pixels q0..q1 only (items are
             // disjoint); the pointers cover the image, the packed filter and the zero row.
@@ -161,11 +168,15 @@ impl DirectConv {
         let (ohw, ow) = (self.oh * self.ow, self.ow);
         let s = &dst.strides;
         if let (Some(p), 1, true) = (dst.f32_ptr(), s[3], epi.is_empty()) {
-            // Runs of pixels along an output row: (first pixel, its offset in the output, length).
+            // Runs of pixels along an output row or image: (first pixel, its offset in the output,
+            // length).
+            // Runs along a whole image where its rows follow each other (pixels one apart
+            // across rows too).
+            let flat = s[2] == ow as isize;
             let mut q = q0;
             while q < q1 {
                 let (n, oh, w) = (q / ohw, q % ohw / ow, q % ow);
-                let len = (ow - w).min(q1 - q);
+                let len = if flat { ohw - q % ohw } else { ow - w }.min(q1 - q);
                 let at = n as isize * s[0] + oh as isize * s[2] + w as isize;
                 let mut k0 = g * 64;
                 let mut i0 = 0;
@@ -282,9 +293,9 @@ impl DirectConv {
         });
     }
 
-    /// `wp[g][t][c][j] = w[g * 64 + j, c, stored(t)]`, zero past the last output channel; an
-    /// output channel at a time along the input channels (one run through the filter each, where
-    /// 64 runs at once would outnumber what the prefetchers follow).
+    /// `wp[g][t][c][j] = w[g * 64 + j, c, stored(t)]`, zero past the last output channel: for an
+    /// f32 filter with its input channels one apart, 16 x 16 transposes per (block, tap);
+    /// otherwise per block, 16 input channels of all taps at a time along each output channel.
     fn pack_filter(&self, w: &Src, wp: &mut [f32]) {
         match w.dtype {
             DataType::F32 => self.pack_filter_typed::<LoadF32>(w, wp),
@@ -296,14 +307,57 @@ impl DirectConv {
     fn pack_filter_typed<L: Load>(&self, w: &Src, wp: &mut [f32]) {
         let (taps, k) = (self.taps.len(), self.k);
         let ptr = w.raw() as usize;
-        wp.par_chunks_mut(self.c * 64).enumerate().for_each(|(gt, part)| {
+        let c = self.c;
+        if !(L::F32 && w.strides[1] == 1) {
+            // A block of 64 output channels at a time, 16 input channels at a time: each output
+            // channel's values of those input channels and all taps read in one run (where they
+            // lie together, as in NCHW), into places that stay in cache until their lines are
+            // whole (one pass through the filter, not one per tap; 128 input channels at a time
+            // measured slower).
+            let mut sp = [0isize; MAX_TAPS];
+            for (o, &(r, s)) in sp.iter_mut().zip(&self.stored) {
+                *o = r as isize * w.strides[2] + s as isize * w.strides[3];
+            }
+            wp.par_chunks_mut(taps * c * 64).enumerate().for_each(|(g, part)| {
+                for c0 in (0..c).step_by(16) {
+                    for j in 0..64 {
+                        let kk = g * 64 + j;
+                        for ci in c0..(c0 + 16).min(c) {
+                            let at = kk as isize * w.strides[0] + ci as isize * w.strides[1];
+                            for (t, &o) in sp[..taps].iter().enumerate() {
+                                // SAFETY: (kk, ci, stored tap t) is an element of the filter.
+                                part[(t * c + ci) * 64 + j] = if kk < k { unsafe { L::load(ptr as *const u8, at + o) } } else { 0.0 };
+                            }
+                        }
+                    }
+                }
+            });
+            return;
+        }
+        wp.par_chunks_mut(c * 64).enumerate().for_each(|(gt, part)| {
             let (g, t) = (gt / taps, gt % taps);
             let (r, s) = self.stored[t];
             let sp = r as isize * w.strides[2] + s as isize * w.strides[3];
+            // An f32 filter with its input channels one apart: whole blocks of 16 output x 16
+            // input channels as vector transposes; the rest (channels past the last whole block)
+            // a value at a time.
+            let whole = c / 16 * 16;
+            for j0 in (0..64).step_by(16).filter(|&j0| whole > 0 && g * 64 + j0 + 16 <= k) {
+                for c0 in (0..whole).step_by(16) {
+                    // SAFETY: output channels g * 64 + j0.. (16) and input channels c0.. (16) of
+                    // tap t are elements of the filter (input channels one apart); their packed
+                    // places c0.. x j0.. are inside this part.
+                    unsafe {
+                        let src = (ptr as *const f32).offset((g * 64 + j0) as isize * w.strides[0] + sp + c0 as isize);
+                        transpose16(src, w.strides[0], part.as_mut_ptr().add(c0 * 64 + j0), 64);
+                    }
+                }
+            }
             for j in 0..64 {
                 let kk = g * 64 + j;
                 let at = kk as isize * w.strides[0] + sp;
-                for (ci, v) in part[j..].iter_mut().step_by(64).enumerate() {
+                let done = if whole > 0 && g * 64 + j / 16 * 16 + 16 <= k { whole } else { 0 };
+                for (ci, v) in part[j..].iter_mut().step_by(64).enumerate().skip(done) {
                     // SAFETY: (kk, ci, r, s) is an element of the filter.
                     *v = if kk < k { unsafe { L::load(ptr as *const u8, at + ci as isize * w.strides[1]) } } else { 0.0 };
                 }
@@ -325,6 +379,9 @@ impl DirectConv {
         let (h, w, c) = (self.h, self.w, self.c);
         let s = &x.strides;
         let ptr = x.raw() as usize;
+        if L::F32 && s[1] != 1 && s[3] == 1 && s[2] == w as isize {
+            return self.pack_image_flat(ptr as *const f32, s, img);
+        }
         img.par_chunks_mut(w * c).enumerate().for_each(|(nh, row)| {
             let base = (nh / h) as isize * s[0] + (nh % h) as isize * s[2];
             if s[1] == 1 {
@@ -363,6 +420,34 @@ impl DirectConv {
         });
     }
 
+    /// [`Self::pack_image`] for an f32 image whose pixels are one apart across its rows too
+    /// (NCHW): 16 pixels of an image at a time (a task each, whatever the image's width), whole
+    /// 16 x 16 blocks as vector transposes.
+    fn pack_image_flat(&self, x: *const f32, s: &[isize], img: &mut [f32]) {
+        let (hw, c) = (self.h * self.w, self.c);
+        let xa = x as usize;
+        img.par_chunks_mut(hw * c).enumerate().for_each(|(n, im)| {
+            im.par_chunks_mut(16 * c).enumerate().for_each(|(b, px)| {
+                let x = xa as *const f32;
+                let np = px.len() / c;
+                let base = n as isize * s[0] + (b * 16) as isize;
+                let mut c0 = 0;
+                while np == 16 && c0 + 16 <= c {
+                    // SAFETY: channels c0.. (16) of pixels b * 16.. (16) of image n are elements
+                    // of the image (pixels one apart); the block's 16 rows of `px` hold them.
+                    unsafe { transpose16(x.offset(base + c0 as isize * s[1]), s[1], px.as_mut_ptr().add(c0), c as isize) };
+                    c0 += 16;
+                }
+                for (i, row) in px.chunks_exact_mut(c).enumerate() {
+                    for (ci, v) in row.iter_mut().enumerate().skip(c0) {
+                        // SAFETY: (n, ci, pixel b * 16 + i) is an element of the image.
+                        *v = unsafe { *x.offset(base + ci as isize * s[1] + i as isize) };
+                    }
+                }
+            });
+        });
+    }
+
     /// One work item: output channels `g*64..` of pixels `q0..q1`.
     ///
     /// # Safety
@@ -380,22 +465,19 @@ impl DirectConv {
         // Each pixel's taps inside the image (a bit each), and the pixels in order of those sets,
         // so that the pixels of a kernel call mostly share them and a tap that falls in the
         // padding for all of them is skipped, not summed over zeros.
-        // Pixel q's first image row and column (before the tap's offset), and its offset in the
-        // image at channel 0 (meaningful where a tap lands inside).
-        let origin = |q: usize| {
-            let (n, oh, w) = (q / ohw, q % ohw / ow, q % ow);
-            let (ih, iw) = (oh as isize * self.stride.0 - self.pre.0, w as isize * self.stride.1 - self.pre.1);
-            (ih, iw, n as isize * xs.0 + ih * xs.1 + iw * xs.2)
-        };
+        // Each pixel's (taps outside, pixel, offset in the image at channel 0 of its first image
+        // row and column before the tap's offset: meaningful where a tap lands inside), the
+        // pixel's (n, oh, ow) stepped along without divisions.
         let (h, w) = (self.h as isize, self.w as isize);
         let mut tap_off = [0isize; MAX_TAPS];
         for (o, &(dr, ds)) in tap_off.iter_mut().zip(&self.taps) {
             *o = dr * xs.1 + ds * xs.2;
         }
-        let mut order = [(0u64, 0u32); BLOCK_MAX];
+        let mut order = [(0u64, 0u32, 0isize); BLOCK_MAX];
         let order = &mut order[..q1 - q0];
+        let (mut n, mut oh, mut ow_i) = (q0 / ohw, q0 % ohw / ow, q0 % ow);
         for (i, o) in order.iter_mut().enumerate() {
-            let (ih, iw, _) = origin(q0 + i);
+            let (ih, iw) = (oh as isize * self.stride.0 - self.pre.0, ow_i as isize * self.stride.1 - self.pre.1);
             let mut mask = 0u64;
             for (t, &(dr, ds)) in self.taps.iter().enumerate() {
                 let (r, c) = (ih + dr, iw + ds);
@@ -403,7 +485,16 @@ impl DirectConv {
                     mask |= 1 << t;
                 }
             }
-            *o = (mask, (q0 + i) as u32);
+            *o = (mask, (q0 + i) as u32, n as isize * xs.0 + ih * xs.1 + iw * xs.2);
+            ow_i += 1;
+            if ow_i == ow {
+                ow_i = 0;
+                oh += 1;
+                if oh == self.oh {
+                    oh = 0;
+                    n += 1;
+                }
+            }
         }
         if order.iter().any(|o| o.0 != 0) {
             order.sort_unstable();
@@ -418,21 +509,17 @@ impl DirectConv {
                 let np = seg.len();
                 // The taps some pixel of the call reads inside the image.
                 let outside_all = seg.iter().fold(u64::MAX, |m, o| m & o.0);
-                let mut base = [0isize; P];
-                for (b, &(_, q)) in base.iter_mut().zip(seg) {
-                    *b = origin(q as usize).2 + c0 as isize;
-                }
                 let mut nt = 0;
                 for t in (0..taps).filter(|&t| outside_all >> t & 1 == 0) {
                     live[nt] = t;
-                    for (p, &(mask, _)) in seg.iter().enumerate() {
+                    for (p, &(mask, _, base)) in seg.iter().enumerate() {
                         // SAFETY: where tap t is inside the image for the pixel, base + its
-                        // offset is element (n, ih, iw, c0) of the image.
-                        ptrs[nt * P + p] = if mask >> t & 1 == 1 { zeros } else { unsafe { x.offset(base[p] + tap_off[t]) } };
+                        // offset is element (n, ih, iw, 0) of the image, c0 further a channel of it.
+                        ptrs[nt * P + p] = if mask >> t & 1 == 1 { zeros } else { unsafe { x.offset(base + tap_off[t] + c0 as isize) } };
                     }
                     nt += 1;
                 }
-                for (o, &(_, q)) in outs.iter_mut().zip(seg) {
+                for (o, &(_, q, _)) in outs.iter_mut().zip(seg) {
                     // SAFETY: output channels g*64.. of pixel q.
                     *o = unsafe { out.add(q as usize * ldo + g * 64) };
                 }

@@ -118,6 +118,9 @@ pub(super) fn cases() -> Vec<Case> {
     v.push(case(Fprop, "2d_nhwc", &[2, 6, 7, 9], &[5, 6, 3, 3], a2([1, 1]).with_stride(&[2, 1]), F16, F16, Last, None));
     v.push(case(Fprop, "2d_nhwc_grouped", &[3, 8, 5, 7], &[6, 4, 3, 3], a2([1, 0]), F32, F32, Last, None));
     v.push(case(Fprop, "2d_padded_strides", &[2, 3, 5, 7], &[4, 3, 3, 3], a2([1, 1]), F32, F32, Padded, None));
+    // Rows that do not follow each other, 16 channels and more, 17 columns: the CPU's direct
+    // kernel packs and stores such images a row at a time.
+    v.push(case(Fprop, "2d_padded_strides_c20", &[2, 20, 5, 17], &[24, 20, 3, 3], a2([1, 1]), F32, F32, Padded, None));
     v.push(case(Fprop, "2d_mixed_f16_filter", &[2, 3, 7, 5], &[4, 3, 3, 3], a2([1, 1]), F32, F16, First, None));
     v.push(case(Fprop, "2d_out_f32", &[2, 3, 7, 5], &[4, 3, 3, 3], a2([0, 1]), Bf16, Bf16, First, Some(F32)));
     v.push(case(Fprop, "2d_fp8", &[2, 4, 7, 9], &[5, 4, 3, 3], a2([1, 1]), Fp8E4m3, Fp8E4m3, First, None));

@@ -492,6 +492,15 @@ pub(super) fn cases() -> Vec<Case> {
         fprop(&[3, 20, 12, 11], 72, f32, false, Epi::None),
         fprop(&[1, 300, 8, 16], 8, f32, false, Epi::None),
         fprop(&[3, 20, 7, 7], 72, f32, false, Epi::None),
+        // Images under 128 pixels packed to channels-last 16 pixels at a time across the rows
+        // (45 pixels: a ragged last block; 37 channels: 16-channel transposes and the rest),
+        // the filter's input channels one apart (its 16 x 16 transposes, 72 output channels:
+        // a ragged second block of 64), and the output stored along whole images; a 1x1
+        // channels-last layer of a small filter over 3 blocks of 64 output channels (the work
+        // items pixel block by pixel block).
+        fprop(&[3, 37, 5, 9], 72, f32, false, Epi::None),
+        fprop(&[2, 48, 7, 7], 136, f32, false, Epi::None),
+        fprop(&[2, 24, 20, 21], 136, f32, true, Epi::None),
         fprop(&[3, 13, 5, 7], 19, f16, true, Epi::BiasRelu),
         fprop(&[2, 16, 3, 4, 5], 8, f16, true, Epi::None),
         fprop(&[2, 8, 33], 16, bf16, true, Epi::BiasRelu),
