@@ -238,6 +238,28 @@ fn implicit_cases() -> Vec<Case> {
             false,
         ),
         implicit(Dgrad, "3d_3x3x3", &[2, 8, 5, 6, 7], &[16, 8, 3, 3, 3], video(), f16, true, false),
+        // Strided data gradients by sub-pixel phases (conv/phase.rs): odd extents (phases of
+        // unequal pixels), a 1x1 filter (phases no tap reaches: zeros), NCHW dx, a mirrored 5x5
+        // of strides 3 and 2, asymmetric padding, 1D and 3D.
+        implicit(Dgrad, "3x3_stride2_phases_c64", &[2, 64, 15, 14], &[48, 64, 3, 3], strided([2, 2], [1, 1]), f16, true, false),
+        // (dy's channels in 64s: read by im2col TMA loads on Hopper, the filter's phase taps by
+        // TMA where a phase has one.)
+        implicit(Dgrad, "3x3_stride2_phases_k128", &[2, 64, 15, 14], &[128, 64, 3, 3], strided([2, 2], [1, 1]), f16, true, false),
+        implicit(Dgrad, "1x1_stride2_phases", &[2, 32, 14, 13], &[64, 32, 1, 1], strided([2, 2], [0, 0]), bf16, true, false),
+        implicit(Dgrad, "3x3_stride2_phases_nchw", &[2, 32, 11, 10], &[24, 32, 3, 3], strided([2, 2], [1, 1]), f32, false, false),
+        implicit(Dgrad, "5x5_stride3x2_convolution_mode_phases", &[2, 16, 13, 11], &[32, 16, 5, 5], strided([3, 2], [2, 1]).with_mode(ConvMode::Convolution), f16, true, false),
+        implicit(
+            Dgrad,
+            "3x3_stride2_asym_phases_c128",
+            &[2, 128, 13, 10],
+            &[72, 128, 3, 3],
+            ConvAttrs::new(2).with_pre_padding(&[1, 0]).with_post_padding(&[0, 2]).with_stride(&[2, 2]),
+            bf16,
+            true,
+            false,
+        ),
+        implicit(Dgrad, "1d_k4_stride2_phases", &[2, 32, 37], &[16, 32, 4], ConvAttrs::new(1).with_padding(&[1]).with_stride(&[2]), f16, true, false),
+        implicit(Dgrad, "3d_stride2_phases", &[2, 16, 5, 6, 7], &[32, 16, 3, 3, 3], ConvAttrs::new(3).with_padding(&[1, 1, 1]).with_stride(&[2, 2, 2]), bf16, true, false),
         implicit(Wgrad, "3x3", &[3, 16, 9, 11], &[24, 16, 3, 3], p2([1, 1]), f16, true, false),
         // 64-channel multiples: on Hopper x^T is read by im2col TMA loads.
         implicit(Wgrad, "3x3_c64", &[3, 64, 9, 11], &[40, 64, 3, 3], p2([1, 1]), f16, true, false),
@@ -322,7 +344,10 @@ fn grouped_cases() -> Vec<Case> {
         // (Groups of few channels past the small-group kernels' 144 MACs an output: the GEMM
         // packing 4 groups of 4 channels.)
         (Fprop, "7x7", vec![2, 32, 11, 9], 8, 32, vec![7, 7], p2([3, 3]), f16, true, true),
+        // (RegNet-like: 9 groups of 16, packed 3 to a GEMM of 48 columns.)
+        (Fprop, "3x3", vec![2, 144, 9, 11], 9, 144, vec![3, 3], p2([1, 1]), f16, true, true),
         // Data gradient.
+        (Dgrad, "3x3", vec![2, 144, 9, 11], 9, 144, vec![3, 3], p2([1, 1]), bf16, true, false),
         (Dgrad, "3x3", vec![2, 128, 9, 11], 32, 128, vec![3, 3], p2([1, 1]), f16, true, false),
         (Dgrad, "3x3", vec![2, 256, 7, 8], 32, 256, vec![3, 3], p2([1, 1]), bf16, true, false),
         (Dgrad, "3x3", vec![2, 64, 9, 11], 4, 256, vec![3, 3], p2([1, 1]), f16, true, false),

@@ -26,6 +26,7 @@
 
 pub mod depthwise;
 pub mod implicit;
+pub mod phase;
 pub mod smallgroup;
 pub mod stage;
 
@@ -74,6 +75,11 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
         if let Some(u) = smallgroup::unit(graph, ni, target) {
             return Ok(Some(u));
         }
+    }
+    // A strided data gradient by sub-pixel phases (no GEMM over the taps that do not reach a
+    // pixel).
+    if let Some(u) = phase::unit(graph, ni, target, options)? {
+        return Ok(Some(u));
     }
     match as_gemm(graph, ni) {
         Some(view) => Ok(view.finish(gemm::unit_gathered(&view.graph, &[ni], target, options, view.gathers.as_ref())?)),

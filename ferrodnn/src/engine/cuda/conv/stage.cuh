@@ -5,9 +5,9 @@
 // STAGE_COPY: a strided copy over five logical dims L0..L4 (row-major, L4 fastest): the element
 // at (l0..l4) goes from src offset sum(l * SS) to dst offset sum(l * DS), or is zero where
 // l3 >= LIM3 or l4 >= LIM4 (a padded image's extra pixels and channels). Each thread writes V
-// consecutive elements along L4 as one vector (V > 1: dst contiguous along L4, L4 and DS3 in
-// whole vectors, dst aligned).
-//   L0..L4, LIM3, LIM4, SS0..SS4, DS0..DS4, V, VT (the vector's type)
+// consecutive elements along L4 as one vector (V > 1: dst contiguous along L4, L4, DS3 and DOFF in
+// whole vectors, dst aligned). The destination's elements start DOFF elements after dst.
+//   L0..L4, LIM3, LIM4, SS0..SS4, DS0..DS4, DOFF, V, VT (the vector's type)
 //
 // STAGE_FILTER: a filter [K, C, R0, R1, S] (strides WSK WSC WS0 WS1 WSS) and its staged form
 // [K, F * C4, R0, R1, TF] (channels-last, packed: (k, r0, r1, t, p, c) with c fastest), whose
@@ -46,7 +46,7 @@ extern "C" __global__ void KERNEL_NAME(KERNEL_PARAMS) {
         for (int j = 0; j < V; ++j) {
             v[j] = (l3 < LIM3 && l4 + j < LIM4) ? src[from + (l4 + j) * SS4] : (STAGE_T)0;
         }
-        *(VT*)(dst + l0 * DS0 + l1 * DS1 + l2 * DS2 + l3 * DS3 + l4 * DS4) = *(const VT*)v;
+        *(VT*)(dst + DOFF + l0 * DS0 + l1 * DS1 + l2 * DS2 + l3 * DS3 + l4 * DS4) = *(const VT*)v;
     }
 }
 #endif

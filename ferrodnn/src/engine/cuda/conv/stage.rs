@@ -51,6 +51,12 @@ pub struct Stage {
 }
 
 impl Stage {
+    /// A GEMM whose output `out` (`bytes` of it) is written to scratch, then `post` (which reads
+    /// it as `Arg::Scratch(0)`).
+    pub(super) fn output_in_scratch(out: TensorId, bytes: usize, post: Vec<Launch>) -> Stage {
+        Stage { scratch: vec![(out, bytes)], pre: Vec::new(), post, replaces: None }
+    }
+
     /// Whether copies run after the GEMM (the GEMM's output is not the convolution's): the
     /// convolution's pointwise epilogue cannot be fused then.
     pub fn has_post(&self) -> bool {
@@ -206,23 +212,30 @@ fn index_type(extent: i64) -> &'static str {
 }
 
 /// A copy of raw elements (`STAGE_COPY`) over logical dims `sizes` (five, row-major), zero from
-/// `lim[0]` on along dim 3 and from `lim[1]` on along dim 4.
-struct Copy {
-    sizes: [i64; 5],
-    lim: [i64; 2],
-    src: (Arg, [i64; 5]),
-    dst: (Arg, [i64; 5]),
+/// `lim[0]` on along dim 3 and from `lim[1]` on along dim 4; the destination's elements from
+/// `dst_at` elements after its pointer.
+pub(super) struct Copy {
+    pub sizes: [i64; 5],
+    pub lim: [i64; 2],
+    pub src: (Arg, [i64; 5]),
+    pub dst: (Arg, [i64; 5]),
+    pub dst_at: i64,
 }
 
-fn copy_launch(ni: usize, what: &str, dt: DataType, cp: Copy) -> Launch {
+pub(super) fn copy_launch(ni: usize, what: &str, dt: DataType, cp: Copy) -> Launch {
     let entry = entry_name(ni, what);
     let es = dt.size();
     // Whole 16-byte vectors (or fewer elements) along a contiguous destination dim.
     let mut v = 1i64;
-    while v * 2 * es as i64 <= 16 && cp.dst.1[4] == 1 && cp.sizes[4] % (v * 2) == 0 && cp.dst.1[3] % (v * 2) == 0 {
+    while v * 2 * es as i64 <= 16 && cp.dst.1[4] == 1 && cp.sizes[4] % (v * 2) == 0 && cp.dst.1[3] % (v * 2) == 0 && cp.dst_at % (v * 2) == 0 {
         v *= 2;
     }
-    let extent = [cp.src.1, cp.dst.1].iter().map(|st| st.iter().zip(&cp.sizes).map(|(&s, &n)| s * (n - 1)).sum::<i64>() + 1).max().unwrap_or(1).max(cp.sizes.iter().product());
+    let extent = [(cp.src.1, 0), (cp.dst.1, cp.dst_at)]
+        .iter()
+        .map(|(st, at)| at + st.iter().zip(&cp.sizes).map(|(&s, &n)| s * (n - 1)).sum::<i64>() + 1)
+        .max()
+        .unwrap_or(1)
+        .max(cp.sizes.iter().product());
     let mut sig = Signature::new();
     sig.param("const STAGE_T* __restrict__ src", cp.src.0).param("STAGE_T* __restrict__ dst", cp.dst.0);
     let mut src = Source::new()
@@ -233,7 +246,8 @@ fn copy_launch(ni: usize, what: &str, dt: DataType, cp: Copy) -> Launch {
         .define("V", v)
         .define("IT", index_type(extent))
         .define("LIM3", cp.lim[0])
-        .define("LIM4", cp.lim[1]);
+        .define("LIM4", cp.lim[1])
+        .define("DOFF", cp.dst_at);
     for a in 0..5 {
         src = src.define(&format!("L{a}"), cp.sizes[a]).define(&format!("SS{a}"), cp.src.1[a]).define(&format!("DS{a}"), cp.dst.1[a]);
     }
@@ -374,7 +388,7 @@ fn padded_view(graph: &Graph, ni: usize, dt: DataType, (x, w, y): (TensorId, Ten
     let (sizes, src) = spatial_last(&xd.dims, &xd.strides);
     let psizes = [sizes[0], sizes[1], sizes[2], fd.width * fd.f, fd.c4];
     let dst = [psizes[1] * psizes[2] * psizes[3] * psizes[4], psizes[2] * psizes[3] * psizes[4], psizes[3] * psizes[4], psizes[4], 1];
-    let x_copy = copy_launch(ni, "stage_x", dt, Copy { sizes: psizes, lim: [sizes[3], sizes[4]], src: (Arg::Ptr(x), src), dst: (Arg::Scratch(0), dst) });
+    let x_copy = copy_launch(ni, "stage_x", dt, Copy { sizes: psizes, lim: [sizes[3], sizes[4]], src: (Arg::Ptr(x), src), dst: (Arg::Scratch(0), dst), dst_at: 0 });
     let t3 = slots(&wd.dims[2..], 1);
     let ws = slots(&wd.strides[2..], 0);
     let filter = Filter {
@@ -442,7 +456,7 @@ fn col2im_view(graph: &Graph, ni: usize, flip: bool, attrs: &crate::graph::ops::
         ni,
         "stage_w",
         dt,
-        Copy { sizes: [1, 1, 1, k, tcp], lim: [k, tc], src: (Arg::Ptr(w), [0, 0, 0, wd.strides[0], run]), dst: (Arg::Scratch(0), [0, 0, 0, tcp, 1]) },
+        Copy { sizes: [1, 1, 1, k, tcp], lim: [k, tc], src: (Arg::Ptr(w), [0, 0, 0, wd.strides[0], run]), dst: (Arg::Scratch(0), [0, 0, 0, tcp, 1]), dst_at: 0 },
     );
     let entry = entry_name(ni, "col2im");
     let mut sig = Signature::new();

@@ -189,8 +189,10 @@ impl Gather {
         if self.block.is_some() {
             return None;
         }
-        // Every axis the k index moves along: unshifted, undivided, its extent the index's.
-        let plain_axis = |a: &Axis, extent: i64, step: i64| extent == 1 || (a.base == 0 && a.div == 1 && a.extent == extent && step == 1);
+        // Every axis unshifted (one tap at base b reads element b, not the first: a strided data
+        // gradient's phase, conv/phase.rs), and where the k index moves along it, undivided, its
+        // extent the index's.
+        let plain_axis = |a: &Axis, extent: i64, step: i64| a.base == 0 && (extent == 1 || (a.div == 1 && a.extent == extent && step == 1));
         let dims: Vec<(i64, i64)> = match self.k {
             Index::Plain { stride: k } => return Some((stride, k)),
             Index::Taps { taps, channels, ch_stride, tap_major, dil } => {
@@ -326,6 +328,16 @@ mod tests {
         flipped.axes[1].base = 2;
         flipped.k = Index::Taps { taps: [1, 3, 3], channels: 16, ch_stride: 1, tap_major: true, dil: [0, -1, -1] };
         assert_eq!(flipped.as_matrix(), None);
+        // One tap, the filter's centre (a strided data gradient's phase): its element is at an
+        // offset, so not the matrix at the tensor's start.
+        let mut centre = w.clone();
+        centre.axes[1].base = 1;
+        centre.axes[2].base = 1;
+        centre.k = Index::Taps { taps: [1, 1, 1], channels: 16, ch_stride: 1, tap_major: true, dil: [0, 2, 2] };
+        assert_eq!(centre.as_matrix(), None);
+        centre.axes[1].base = 0;
+        centre.axes[2].base = 0;
+        assert_eq!(centre.as_matrix(), Some((144, 1)));
         // KCRS read tap-major: not a run.
         let kcrs = Gather {
             mn: Index::Plain { stride: 144 },

@@ -637,7 +637,12 @@ fn b_taps(p: &GemmProblem) -> Option<(TmaDesc, bool)> {
     if channels % 64 != 0 || !matches!(p.b.dtype, DataType::F16 | DataType::Bf16) || (groups > 1 && p.b.batch_stride != channels * ch_stride) {
         return None;
     }
-    // The taps: unit steps forwards (base 0) or backwards (base T - 1), in one run.
+    // The taps: unit steps forwards (base 0) or backwards (base T - 1), in one run; a dim of one
+    // tap at its first element (a strided data gradient's phase may take one tap at an offset:
+    // conv/phase.rs).
+    if (0..3).any(|d| taps[d] == 1 && (g.axes[d].base != 0 || g.axes[d].div != 1)) {
+        return None;
+    }
     let used: Vec<usize> = (0..3).filter(|&d| taps[d] > 1).collect();
     let flip = used.first().is_some_and(|&d| dil[d] < 0);
     let mut tap_stride = 0;
