@@ -22,7 +22,7 @@ from torch import Tensor
 
 import ferrodnn as _fd
 
-from ._common import Built, Graph, cached, signature
+from ._common import Built, Graph, cached, fd_dtype, signature
 
 __all__ = [
     "conv2d",
@@ -120,8 +120,13 @@ def _act(g, name, T):
 
 
 def _act_backward(g, name, DY, S):
+    """The gradient of the activation's input, stored in the graph's io type as PyTorch stores
+    it (an f32 intermediate beside 16-bit inputs would keep the norm backwards that read it off
+    their fast kernels, which take one type for dy and x)."""
     bwd = _ACTIVATIONS[name][1]
-    return getattr(g.g, bwd)(loss=DY, input=S) if bwd else DY
+    if not bwd:
+        return DY
+    return getattr(g.g, bwd)(loss=DY, input=S).set_data_type(fd_dtype(g.dtype))
 
 
 def _need_stats(op, stats):

@@ -262,7 +262,7 @@ fn effective_strides(d: &TensorDesc, out: &[i64]) -> Option<Vec<i64>> {
 
 /// The plan of a group, or None when it cannot be fused.
 fn plan(graph: &Graph, nodes: &[usize], position: &[usize]) -> Option<Plan> {
-    if nodes.len() < 2 || nodes.iter().any(|&n| n >= graph.nodes.len() || !candidate(graph, n)) {
+    if nodes.is_empty() || nodes.iter().any(|&n| n >= graph.nodes.len() || !candidate(graph, n)) {
         return None;
     }
     let mut order = nodes.to_vec();
@@ -542,6 +542,14 @@ fn source(graph: &Graph, p: &Plan, entry: &str) -> (String, Signature) {
     (text, sig)
 }
 
+/// The unit of pointwise node `ni` alone on the fused kernels, when they take it.
+pub fn single_unit(graph: &Graph, ni: usize) -> Result<Option<Unit>> {
+    if !candidate(graph, ni) {
+        return Ok(None);
+    }
+    unit(graph, &[ni])
+}
+
 /// The fused unit of a group, or None when it cannot be fused after all.
 pub fn unit(graph: &Graph, nodes: &[usize]) -> Result<Option<Unit>> {
     let order = graph.topological_order()?;
@@ -586,6 +594,33 @@ mod tests {
             position[n] = i;
         }
         plan(g, grp, &position).unwrap()
+    }
+
+    /// A lone pointwise node (a ReLU backward over a channels-last bf16 activation) runs on the
+    /// fused kernel in 16-byte vectors, not on the fallback's elementwise kernel; one it cannot
+    /// take (integers) still runs there.
+    #[test]
+    fn a_lone_node_runs_on_the_fused_kernel() {
+        use crate::graph::ops::pointwise::PointwiseMode;
+        use crate::graph::TensorDesc;
+        let bf = DataType::Bf16;
+        let mut g = Graph::new("relu_bwd").io_data_type(bf).compute_data_type(DataType::F32);
+        let dy = g.tensor(TensorDesc::new("dy", &[2, 64, 9, 11], bf).with_layout(&[0, 2, 3, 1]));
+        let y = g.tensor(TensorDesc::new("y", &[2, 64, 9, 11], bf).with_layout(&[0, 2, 3, 1]));
+        let dx = g.pointwise(PointwiseMode::ReluBackward { lower_clip: None, upper_clip: None, negative_slope: None }, &[dy, y]);
+        g.set_output(dx);
+        g.validate().unwrap();
+        let u = single_unit(&g, 0).unwrap().expect("fused");
+        assert_eq!(u.kernels.launches.len(), 1);
+        assert!(u.kernels.launches[0].entry.ends_with("fused_pointwise"));
+        assert_eq!(the_plan(&g, &[0]).vec(), Some(8));
+        let mut gi = Graph::new("int_add").io_data_type(DataType::I32).compute_data_type(DataType::I32);
+        let a = gi.tensor(TensorDesc::new("a", &[3, 5], DataType::I32));
+        let b = gi.tensor(TensorDesc::new("b", &[3, 5], DataType::I32));
+        let c = gi.add(a, b);
+        gi.set_output(c);
+        gi.validate().unwrap();
+        assert!(single_unit(&gi, 0).unwrap().is_none());
     }
 
     #[test]
