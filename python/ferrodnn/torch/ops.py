@@ -264,9 +264,14 @@ def _conv_setup(ctx, inputs, output):
     saved = {"none": None, "relu": y}.get(activation, z)
     ctx.save_for_backward(x, weight, saved)
     ctx.opts = (stride, padding, dilation, activation)
+    # (The outputs a caller does not use get no zero-filled gradient: one allocation and fill
+    # fewer a call on the host.)
+    ctx.set_materialize_grads(False)
 
 
 def _conv_grad(ctx, grad, _grad_z):
+    if grad is None:
+        return (None,) * 9
     x, weight, saved = ctx.saved_tensors
     stride, padding, dilation, activation = ctx.opts
     nx, nw, nb, nr = ctx.needs_input_grad[:4]
@@ -418,9 +423,12 @@ def _linear_setup(ctx, inputs, output):
     y, z = output
     ctx.save_for_backward(x, weight, {"none": None, "relu": y}.get(activation, z))
     ctx.activation = activation
+    ctx.set_materialize_grads(False)
 
 
 def _linear_grad(ctx, grad, _grad_z):
+    if grad is None:
+        return (None,) * 5
     x, weight, saved = ctx.saved_tensors
     nx, nw, nb = ctx.needs_input_grad[:3]
     saved = saved if saved is not None else _empty(x)
@@ -605,10 +613,15 @@ def _norm_setup(ctx, inputs, output):
     ctx.has_residual = residual is not None
     ctx.nd = nd
     ctx.save_for_backward(s if residual is not None else x, weight, mean, rstd)
+    ctx.set_materialize_grads(False)
 
 
 def _norm_grad(ctx, grad, grad_sum, *_stats):
+    if grad is None and grad_sum is None:
+        return (None,) * (7 if ctx.layer else 6)
     x, weight, mean, rstd = ctx.saved_tensors
+    if grad is None:  # only the residual sum is read on: y's gradient is zero
+        grad = torch.zeros_like(x)
     _need_stats("layer_norm" if ctx.layer else "rms_norm", rstd)
     need = ctx.needs_input_grad
     nw = need[1] and weight is not None
@@ -843,9 +856,13 @@ def _batch_norm_setup(ctx, inputs, output):
     y, z, mean, inv, _, _ = output
     ctx.save_for_backward(x, weight, {"none": None, "relu": y}.get(activation, z), mean, inv)
     ctx.opts = (training, activation)
+    # (No zero-filled gradients for the statistics and placeholders, which no loss reads.)
+    ctx.set_materialize_grads(False)
 
 
 def _batch_norm_grad(ctx, grad, *_rest):
+    if grad is None:
+        return (None,) * 11
     x, weight, saved, mean, inv = ctx.saved_tensors
     training, activation = ctx.opts
     need = ctx.needs_input_grad
@@ -1075,9 +1092,12 @@ def _sdpa_setup(ctx, inputs, output):
     o, stats = output
     ctx.save_for_backward(q, k, v, o, stats, bias)
     ctx.opts = (causal, scale)
+    ctx.set_materialize_grads(False)
 
 
 def _sdpa_grad(ctx, grad, _grad_stats):
+    if grad is None:
+        return (None,) * 7
     q, k, v, o, stats, bias = ctx.saved_tensors
     _need_stats("sdpa", stats)
     dq, dk, dv = torch.ops.ferrodnn.sdpa_backward(grad, q, k, v, o, stats, bias, *ctx.opts)
