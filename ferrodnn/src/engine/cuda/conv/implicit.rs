@@ -50,7 +50,7 @@ pub(super) fn slots(v: &[i64], fill: i64) -> [i64; 3] {
 
 /// The spatial axes of an image or filter (dims `[_, _, spatial...]`), with divisor `div` and
 /// base `base` per spatial dim.
-fn axes(d: &TensorDesc, div: &[i64], base: &[i64]) -> [Axis; 3] {
+pub(super) fn axes(d: &TensorDesc, div: &[i64], base: &[i64]) -> [Axis; 3] {
     let r = d.dims.len() - 2;
     let mut out = [Axis::unit(), Axis::unit(), Axis::unit()];
     for s in 0..r {

@@ -16,10 +16,10 @@
 //! the phases' pixels), one group, unit dilation, and at least 16 image channels (fewer run as
 //! dcol + col2im, [`super::stage`]).
 
-use super::implicit::slots;
+use super::implicit::{axes, slots};
 use super::stage::{copy_launch, Copy, Stage};
 use crate::engine::cuda::gemm;
-use crate::engine::cuda::gemm::gather::{Axis, Gather, Gathers, Index};
+use crate::engine::cuda::gemm::gather::{Gather, Gathers, Index};
 use crate::engine::cuda::kernel::{Arg, NodeKernels, Options, Target, Unaligned, Unit};
 use crate::error::Result;
 use crate::graph::ops::conv::ConvMode;
@@ -118,19 +118,12 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
         let taps: Vec<i64> = dims.iter().map(|d| d.taps).collect();
         let ones = vec![1; r];
         let zeros = vec![0; r];
-        let axes = |d: &TensorDesc, base: &[i64]| {
-            let mut out = [Axis::unit(), Axis::unit(), Axis::unit()];
-            for s in 0..r {
-                out[3 - r + s] = Axis { extent: d.dims[2 + s], stride: d.strides[2 + s], div: 1, base: base[s] };
-            }
-            out
-        };
         // A: dy at (j + off - u); B: the filter's taps first + s u (mirrored in convolution
         // mode: T - 1 - first - s u).
         let ga = Gather {
             mn: Index::Pixel { n_stride: yd.strides[0], grid: slots(&grid, 1), mul: slots(&ones, 0), off: slots(&dims.iter().map(|d| d.off).collect::<Vec<_>>(), 0) },
             k: Index::Taps { taps: slots(&taps, 1), channels: k, ch_stride: yd.strides[1], tap_major, dil: slots(&vec![-1; r], 0) },
-            axes: axes(yd, &zeros),
+            axes: axes(yd, &ones, &zeros),
             block: None,
         };
         let (fbase, fdil): (Vec<i64>, Vec<i64>) =
@@ -138,7 +131,7 @@ pub fn unit(graph: &Graph, ni: usize, target: &Target, options: &Options) -> Res
         let gb = Gather {
             mn: Index::Plain { stride: wd.strides[1] },
             k: Index::Taps { taps: slots(&taps, 1), channels: k, ch_stride: wd.strides[0], tap_major, dil: slots(&fdil, 0) },
-            axes: axes(wd, &fbase),
+            axes: axes(wd, &ones, &fbase),
             block: None,
         };
         let red = taps.iter().product::<i64>() * k;
