@@ -24,6 +24,9 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
 # The part after the op: `_depthwise` (groups = channels, filter [k, 1, r, r]) or `_grouped<g>` (g
 # groups, filter [k, c / g, r, r]); none for one group.
 ID = re.compile(r"conv_(fprop|dgrad|wgrad)(_bias_relu)?(_depthwise|_grouped\d+)?_(fp16|bf16|tf32)_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
+# int8 forward rows (i8 image and filter, i32 output): PyTorch has no int8 convolution; cuDNN's
+# graph API has (`--cudnn-graph`).
+ID_INT8 = re.compile(r"conv_fprop_int8_nhwc_(\d+)x(\d+)x(\d+)x(\d+)_k(\d+)_(\d+)x\d+s(\d+)")
 
 
 # The 1D and 3D rows (bench_conv.rs's conv_nd): channels-last fp16, one stride and padding.
@@ -121,7 +124,8 @@ def cudnn_graph_ms(wid, timed=timed):
     suite's `_bias_relu_` forward rows: one fused graph, executed as ferrodnn's is (back-to-back
     executes). None for other rows or without the package."""
     m = ID.fullmatch(wid)
-    if not m or m.group(1) != "fprop" or not m.group(2) or m.group(3):
+    int8 = ID_INT8.fullmatch(wid)
+    if not int8 and (not m or m.group(1) != "fprop" or not m.group(2) or m.group(3)):
         return None
     try:
         import cudnn
@@ -131,6 +135,8 @@ def cudnn_graph_ms(wid, timed=timed):
         _CUDNN["handle"] = cudnn.create_handle()
         cudnn.set_stream(handle=_CUDNN["handle"], stream=torch.cuda.current_stream().cuda_stream)
     handle = _CUDNN["handle"]
+    if int8:
+        return cudnn_int8_ms(cudnn, handle, *map(int, int8.groups()), timed=timed)
     _, _, _, dtn, n, c, h, w, k, r, s = m.groups()
     n, c, h, w, k, r, s = map(int, (n, c, h, w, k, r, s))
     p = (r - 1) // 2
@@ -155,6 +161,35 @@ def cudnn_graph_ms(wid, timed=timed):
     g.execute(pack, ws, handle=handle)
     torch.cuda.synchronize()
     torch.testing.assert_close(y.float(), ref.float(), atol=5e-2, rtol=2e-2)
+    return timed(lambda: g.execute(pack, ws, handle=handle))
+
+
+def cudnn_int8_ms(cudnn, handle, n, c, h, w, k, r, s, timed=timed):
+    """An int8 forward convolution through cuDNN's graph API, as cudnn-frontend's own int8 test
+    builds it (io int8, intermediate and compute int32, an identity into an int32 output),
+    checked exactly against a float64 convolution on the GPU."""
+    p = (r - 1) // 2
+    cl = torch.channels_last
+    x = torch.randint(-127, 128, (n, c, h, w), device="cuda", dtype=torch.int8).to(memory_format=cl)
+    wt = torch.randint(-127, 128, (k, c, r, r), device="cuda", dtype=torch.int8).to(memory_format=cl)
+    ref = torch.nn.functional.conv2d(x.double(), wt.double(), stride=s, padding=p)
+    y = torch.empty(ref.shape, device="cuda", dtype=torch.int32).to(memory_format=cl)
+    g = cudnn.pygraph(handle=handle, io_data_type=cudnn.data_type.INT8, intermediate_data_type=cudnn.data_type.INT32, compute_data_type=cudnn.data_type.INT32)
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    conv = g.conv_fprop(image=tx, weight=tw, padding=[p, p], stride=[s, s], dilation=[1, 1])
+    ty = g.identity(input=conv)
+    ty.set_output(True).set_data_type(cudnn.data_type.INT32)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans(cudnn.build_plan_policy.ALL)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    pack = {tx: x, tw: wt, ty: y}
+    g.execute(pack, ws, handle=handle)
+    torch.cuda.synchronize()
+    if not torch.equal(y.double(), ref):
+        raise RuntimeError(f"cuDNN's int8 convolution differs from the float64 one (max |diff| {(y.double() - ref).abs().max().item()})")
     return timed(lambda: g.execute(pack, ws, handle=handle))
 
 

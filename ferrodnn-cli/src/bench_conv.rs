@@ -4,7 +4,8 @@
 //! 3x3, ConvNeXt-T's 7x7) on the depthwise kernels, ResNeXt-50 32x4d's grouped 3x3 layers (4
 //! channels a group on the small-group kernels, 32 on the implicit GEMM with the groups as its
 //! batch), RegNetY's grouped 3x3 (8 and 16 channels a group) and a depthwise 3x3 with a channel
-//! multiplier of 2; a 3D 3x3x3 video layer and a 1D speech front end (kernel 10, stride 5).
+//! multiplier of 2; a 3D 3x3x3 video layer and a 1D speech front end (kernel 10, stride 5);
+//! int8 forward layers (i8 in, i32 out).
 
 use crate::bench::Workload;
 use ferrodnn::graph::ops::conv::ConvAttrs;
@@ -64,11 +65,13 @@ fn desc(name: &str, dims: &[i64], dt: DataType) -> TensorDesc {
     TensorDesc::new(name, dims, dt).with_layout(&NHWC)
 }
 
-/// The type's part of an id: fp16, bf16, or tf32 (f32 tensors, whose plans multiply as tf32).
+/// The type's part of an id: fp16, bf16, tf32 (f32 tensors, whose plans multiply as tf32) or
+/// int8 (i8 tensors, i32 output).
 fn dt_tag(dt: DataType) -> &'static str {
     match dt {
         DataType::Bf16 => "bf16",
         DataType::F32 => "tf32",
+        DataType::I8 => "int8",
         _ => "fp16",
     }
 }
@@ -187,6 +190,11 @@ pub fn conv_workloads() -> Vec<Workload> {
     // The two 3x3 layers of the table in bf16 (all three) and in f32 as tf32 (forward).
     for l in [Layer { c: 64, k: 64, hw: 56, r: 3, s: 1, dw: false, groups: 1 }, Layer { c: 256, k: 256, hw: 14, r: 3, s: 1, dw: false, groups: 1 }] {
         v.extend([fprop_as(n, &l, false, DataType::Bf16), dgrad_as(n, &l, DataType::Bf16), wgrad_as(n, &l, DataType::Bf16), fprop_as(n, &l, false, DataType::F32)]);
+    }
+    // int8 inference (i8 image and filter, exact i32 sums): ResNet-50's layers of the table,
+    // forward, beside cuDNN's int8 graph (PyTorch has no int8 convolution).
+    for (c, k, hw, r) in [(64, 64, 56, 3), (256, 64, 56, 1), (256, 256, 14, 3), (512, 2048, 7, 1)] {
+        v.push(fprop_as(n, &Layer { c, k, hw, r, s: 1, dw: false, groups: 1 }, false, DataType::I8));
     }
     // Depthwise: MobileNet-v2's 3x3 (144 channels at 56x56, stride 1; 96 at 112x112, stride 2)
     // and ConvNeXt-T's 7x7 (96 at 56x56, padding 3); forward, data and weight gradients.

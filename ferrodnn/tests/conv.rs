@@ -371,13 +371,16 @@ fn bad_fprop_graphs_are_rejected() {
     fprop_bad(f(&[1, 3, 5, 5]), f(&[4, 3, 3]), ConvAttrs::new(2), "filter `w` (tensor \"t\") has rank 3");
     // Types.
     let b = TensorDesc::new("xb", &[1, 3, 5, 5], DataType::Bool);
-    fprop_bad(b, f(&[4, 3, 3, 3]), ConvAttrs::new(2), "`x` (tensor \"xb\") has type bool; convolution takes float types only");
+    fprop_bad(b, f(&[4, 3, 3, 3]), ConvAttrs::new(2), "`x` (tensor \"xb\") has type bool; this convolution takes float types only");
+    // 8-bit integers: both inputs or neither; no wider integers.
     let i = TensorDesc::new("wi", &[4, 3, 3, 3], DataType::I8);
-    fprop_bad(f(&[1, 3, 5, 5]), i, ConvAttrs::new(2), "`w` (tensor \"wi\") has type i8");
-    // An integer output type.
+    fprop_bad(f(&[1, 3, 5, 5]), i, ConvAttrs::new(2), "`x` (tensor \"t\") is f32 but `w` (tensor \"wi\") is i8: an integer convolution takes 8-bit integers (i8 or u8) for both");
+    let wide = TensorDesc::new("x32", &[1, 3, 5, 5], DataType::I32);
+    fprop_bad(wide, TensorDesc::new("w32", &[4, 3, 3, 3], DataType::I32), ConvAttrs::new(2), "`x` (tensor \"x32\") has type i32; this convolution takes float types only");
+    // An integer output type of a float convolution.
     let mut c = conv_graph(f(&[1, 3, 5, 5]), f(&[4, 3, 3, 3]), &ConvAttrs::new(2));
     c.g.desc_mut(c.y).data_type = Some(DataType::I32);
-    expect_invalid(c.g, "output `y` (tensor \"conv_fprop_0::y\") has type i32");
+    expect_invalid(c.g, "output `y` (tensor \"conv_fprop_0::y\") has type i32; this convolution writes float types only");
     // An output whose dims the user set wrongly.
     let mut c = conv_graph(f(&[1, 3, 5, 5]), f(&[4, 3, 3, 3]), &ConvAttrs::new(2));
     c.g.desc_mut(c.y).dims = vec![1, 4, 5, 5];

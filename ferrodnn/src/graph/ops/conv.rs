@@ -192,32 +192,59 @@ impl Graph {
     }
 }
 
-/// Convolution reads and writes float types only.
+/// Convolution reads float types, or 8-bit integers in a forward convolution.
 fn check_float(ctx: &InferCtx, port: &str, t: &TensorDesc) -> Result<()> {
     let dt = t.data_type.unwrap_or(DataType::F32);
     if !dt.is_float() {
-        return Err(ctx.err(format!("`{port}` (tensor \"{}\") has type {dt}; convolution takes float types only (f64, f32, f16, bf16, fp8_e4m3, fp8_e5m2)", t.name)));
+        return Err(ctx.err(format!(
+            "`{port}` (tensor \"{}\") has type {dt}; this convolution takes float types only (f64, f32, f16, bf16, fp8_e4m3, fp8_e5m2; i8 and u8 in a forward convolution)",
+            t.name
+        )));
     }
     Ok(())
 }
 
+/// A forward convolution's inputs: both float, or both 8-bit integers (i8 or u8, each its own:
+/// an int8 inference convolution, summed exactly in 32-bit integers as cuDNN's int8 convolutions
+/// with an int32 compute type). Whether they are integers.
+fn check_forward_inputs(ctx: &InferCtx, x: &TensorDesc, w: &TensorDesc) -> Result<bool> {
+    let (tx, tw) = (x.data_type.unwrap_or(DataType::F32), w.data_type.unwrap_or(DataType::F32));
+    let byte_int = |dt: DataType| matches!(dt, DataType::I8 | DataType::U8);
+    if byte_int(tx) || byte_int(tw) {
+        if !(byte_int(tx) && byte_int(tw)) {
+            return Err(
+                ctx.err(format!("`x` (tensor \"{}\") is {tx} but `w` (tensor \"{}\") is {tw}: an integer convolution takes 8-bit integers (i8 or u8) for both", x.name, w.name))
+            );
+        }
+        return Ok(true);
+    }
+    check_float(ctx, "x", x)?;
+    check_float(ctx, "w", w)?;
+    Ok(false)
+}
+
 /// The type an output gets when nothing else sets it: its input's, but f32 for fp8 inputs
-/// (fp8 is an input format; results are kept wider, as cuDNN's fp8 convolutions do).
+/// (fp8 is an input format; results are kept wider, as cuDNN's fp8 convolutions do) and i32 for
+/// 8-bit integer inputs (their exact sums).
 fn default_output_type(input: DataType) -> DataType {
     if input.is_fp8() {
         DataType::F32
+    } else if input.is_integer() {
+        DataType::I32
     } else {
         input
     }
 }
 
-/// After the output is set: its resolved type must be a float too.
-fn check_output_type(ctx: &InferCtx, port: &str) -> Result<()> {
+/// After the output is set: its resolved type must be a float too (or, for `integer` inputs,
+/// a float or an integer type: i32, i64, i8 or u8, rounded and saturated as every conversion).
+fn check_output_type(ctx: &InferCtx, port: &str, integer: bool) -> Result<()> {
     if let Some(id) = ctx.node.output(port) {
         if let Some(dt) = ctx.graph.resolved_data_type(id) {
-            if !dt.is_float() {
+            if !dt.is_float() && !(integer && dt.is_integer()) {
                 let name = ctx.graph.get(id).map(|t| t.name.clone()).unwrap_or_default();
-                return Err(ctx.err(format!("output `{port}` (tensor \"{name}\") has type {dt}; convolution writes float types only")));
+                let what = if integer { "float or integer types" } else { "float types only" };
+                return Err(ctx.err(format!("output `{port}` (tensor \"{name}\") has type {dt}; this convolution writes {what}")));
             }
         }
     }
@@ -237,11 +264,10 @@ fn given_output_dims(ctx: &InferCtx, port: &str, what: &str) -> Result<Vec<i64>>
 pub(crate) fn infer_fprop(ctx: &mut InferCtx, a: &ConvAttrs) -> Result<()> {
     let x = ctx.input("x")?;
     let w = ctx.input("w")?;
-    check_float(ctx, "x", &x)?;
-    check_float(ctx, "w", &w)?;
+    let integer = check_forward_inputs(ctx, &x, &w)?;
     let y_dims = a.forward_dims(&x.dims, &w.dims, &format!("`x` (tensor \"{}\")", x.name), &format!("`w` (tensor \"{}\")", w.name)).map_err(|m| ctx.err(m))?;
     ctx.set_output("y", &y_dims, Some(&x), default_output_type(x.data_type.unwrap_or(DataType::F32)))?;
-    check_output_type(ctx, "y")
+    check_output_type(ctx, "y", integer)
 }
 
 pub(crate) fn infer_dgrad(ctx: &mut InferCtx, a: &ConvAttrs) -> Result<()> {
@@ -258,7 +284,7 @@ pub(crate) fn infer_dgrad(ctx: &mut InferCtx, a: &ConvAttrs) -> Result<()> {
         )));
     }
     ctx.set_output("dx", &dx_dims, Some(&dy), default_output_type(dy.data_type.unwrap_or(DataType::F32)))?;
-    check_output_type(ctx, "dx")
+    check_output_type(ctx, "dx", false)
 }
 
 pub(crate) fn infer_wgrad(ctx: &mut InferCtx, a: &ConvAttrs) -> Result<()> {
@@ -275,5 +301,5 @@ pub(crate) fn infer_wgrad(ctx: &mut InferCtx, a: &ConvAttrs) -> Result<()> {
         )));
     }
     ctx.set_output("dw", &dw_dims, Some(&x), default_output_type(dy.data_type.unwrap_or(DataType::F32)))?;
-    check_output_type(ctx, "dw")
+    check_output_type(ctx, "dw", false)
 }

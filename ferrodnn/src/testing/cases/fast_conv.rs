@@ -502,6 +502,83 @@ fn depthwise_cases() -> Vec<Case> {
     v
 }
 
+/// What follows an 8-bit integer forward convolution.
+#[derive(Clone, Copy, PartialEq)]
+enum IntEpi {
+    /// The exact i32 sums (or the type given).
+    None,
+    /// An identity node computing in i32 (cudnn-frontend's int8 sample).
+    Identity,
+    /// Quantized inference: per-channel f32 scale, f32 bias, relu, stored as i8 (rounded, saturated).
+    Requant,
+}
+
+/// `y = conv(x, w)` on 8-bit integers (`xt`, `wt`: i8 or u8), then `epi`, stored as `out`.
+#[allow(clippy::too_many_arguments)]
+fn int8(what: &str, x: &[i64], w: &[i64], attrs: ConvAttrs, xt: DataType, wt: DataType, last: bool, epi: IntEpi, out_type: DataType) -> Case {
+    let tag = match epi {
+        IntEpi::None => "",
+        IntEpi::Identity => "_identity",
+        IntEpi::Requant => "_requant",
+    };
+    let name = format!("fast_conv_fprop_int8_{what}_{}_{xt}x{wt}_{out_type}{tag}", if last { "nhwc" } else { "nchw" });
+    let mut g = Graph::new(name.clone()).io_data_type(xt);
+    let xi = g.tensor(image("x", x, xt, last));
+    let wi = g.tensor(image("w", w, wt, last));
+    let y = g.conv_fprop(xi, wi, attrs);
+    let result = match epi {
+        IntEpi::None => y,
+        IntEpi::Identity => {
+            g.desc_mut(y).data_type = Some(DataType::I32);
+            let id = g.identity(y);
+            let n = g.nodes.len() - 1;
+            g.nodes[n].compute_data_type = Some(DataType::I32);
+            id
+        }
+        IntEpi::Requant => {
+            g.desc_mut(y).data_type = Some(DataType::I32);
+            let mut cd = vec![1, w[0]];
+            cd.extend(std::iter::repeat_n(1, x.len() - 2));
+            let scale = g.tensor(TensorDesc::new("scale", &cd, DataType::F32));
+            let bias = g.tensor(TensorDesc::new("bias", &cd, DataType::F32));
+            let s = g.mul(y, scale);
+            let b = g.bias(s, bias);
+            g.relu(b)
+        }
+    };
+    out(&mut g, result, "y");
+    g.desc_mut(result).data_type = Some(out_type);
+    Case::new(name, g)
+}
+
+/// 8-bit integer forward convolutions (i8 x i8, u8 x i8: the tensor cores' integer mma, exact
+/// i32 sums): 16-, 8- and 4-byte channel runs and single channels, NCHW (element loads), a 1x1
+/// layer with a long reduction (split), grouped, 3D, and the stores: i32, i8 (saturated), f32,
+/// an i32 identity, and the requantizing epilogue.
+fn int8_cases() -> Vec<Case> {
+    use DataType::{Bf16, F32, I32, I8, U8};
+    use IntEpi::*;
+    let p = |n: usize, v: i64| ConvAttrs::new(n).with_padding(&vec![v; n]);
+    let strided = |s: i64, pad: i64| ConvAttrs::new(2).with_padding(&[pad, pad]).with_stride(&[s, s]);
+    vec![
+        int8("3x3_c64_k40", &[2, 64, 13, 11], &[40, 64, 3, 3], p(2, 1), I8, I8, true, None, I32),
+        int8("3x3_c24_k20_s2", &[3, 24, 15, 13], &[20, 24, 3, 3], strided(2, 1), U8, I8, true, None, I32),
+        int8("3x3_c12_k16", &[2, 12, 9, 10], &[16, 12, 3, 3], p(2, 1), I8, U8, true, None, I32),
+        int8("7x7_c3_k16_s2", &[2, 3, 23, 21], &[16, 3, 7, 7], strided(2, 3), U8, I8, true, None, I32),
+        int8("3x3_c16_k24", &[2, 16, 9, 11], &[24, 16, 3, 3], p(2, 1), I8, I8, false, None, I32),
+        int8("1x1_c96_k72", &[2, 96, 9, 7], &[72, 96, 1, 1], p(2, 0), I8, I8, true, None, I32),
+        int8("1x1_c2048_k48", &[2, 2048, 3, 3], &[48, 2048, 1, 1], p(2, 0), I8, I8, true, None, I32),
+        int8("3x3_c512_k64", &[1, 512, 5, 5], &[64, 512, 3, 3], p(2, 1), I8, I8, true, None, I32),
+        int8("grouped_g4_c16_k16", &[2, 64, 9, 9], &[64, 16, 3, 3], p(2, 1), I8, I8, true, None, I32),
+        int8("3d_c16_k24", &[2, 16, 4, 5, 6], &[24, 16, 3, 3, 3], p(3, 1), I8, I8, true, None, I32),
+        int8("3x3_c32_k24", &[2, 32, 9, 7], &[24, 32, 3, 3], p(2, 1), I8, I8, true, None, I8),
+        int8("3x3_c32_k24", &[2, 32, 9, 7], &[24, 32, 3, 3], p(2, 1), I8, I8, true, None, F32),
+        int8("3x3_c32_k24", &[2, 32, 9, 7], &[24, 32, 3, 3], p(2, 1), I8, I8, true, Identity, I32),
+        int8("3x3_c48_k40", &[2, 48, 9, 7], &[40, 48, 3, 3], p(2, 1), I8, I8, true, Requant, I8),
+        int8("3x3_c48_k40", &[2, 48, 9, 7], &[40, 48, 3, 3], p(2, 1), U8, I8, true, Requant, Bf16),
+    ]
+}
+
 pub(super) fn cases() -> Vec<Case> {
     let (f16, bf16, f32) = (DataType::F16, DataType::Bf16, DataType::F32);
     let mut v = vec![
@@ -537,6 +614,7 @@ pub(super) fn cases() -> Vec<Case> {
         wgrad(&[3, 19, 5, 7], 13, bf16, true),
     ];
     v.extend(implicit_cases());
+    v.extend(int8_cases());
     v.extend(grouped_cases());
     v.extend(smallgroup_cases());
     v.extend(depthwise_cases());

@@ -7,7 +7,7 @@
 //! the tile shapes the heuristic picks (16x128 for M <= 16, 64x64, and 128x128, which needs
 //! at least one tile per SM and so a 1536x1408 output); decode shapes wide enough for the
 //! Hopper kernel to compute C^T (M <= 32, N >= 7424); stream-K shapes (a few waves of tiles, the
-//! last mostly idle).
+//! last mostly idle); 8-bit integer GEMMs (`int8_`).
 
 use super::Case;
 use crate::graph::ops::pointwise::PointwiseMode;
@@ -424,7 +424,36 @@ pub(super) fn cases() -> Vec<Case> {
     v.push(with_epi(Epi::BiasRowRelu, Bf16, Bf16, &[], (1100, 2040, 2056), false, false));
     v.push(mm("streamk_at_1104x2048x2056_bf16", transposed("a", &[1104, 2056], Bf16), t("b", &[2056, 2048], Bf16), Bf16));
     v.push(mm("streamk_batch_2x1000x1104x2056_f16_to_f32", t("a", &[2, 1000, 2056], F16), t("b", &[2, 2056, 1104], F16), F32));
+    // 8-bit integers (exact i32 sums on the integer mma): B stored n x k (K-major, cp.async),
+    // B row-major (element loads into K-major tiles), odd sizes, u8 x i8, a batch, a long k
+    // (split, i32 partials), stores to i32 / i8 (saturated) / f32, and cudnn-frontend's int8
+    // sample: an i32 compute type, an f32 c, + an f32 bias.
+    v.push(mm("int8_bt_200x136x160_i8", t("a", &[200, 160], I8), transposed("b", &[160, 136], I8), I32));
+    v.push(mm("int8_33x130x257_i8", t("a", &[33, 257], I8), t("b", &[257, 130], I8), I32));
+    v.push(mm("int8_bt_97x72x100_u8_i8", t("a", &[97, 100], U8), transposed("b", &[100, 72], I8), I32));
+    v.push(mm("int8_bt_batch_3x40x72x64_i8", t("a", &[3, 40, 64], I8), transposed("b", &[3, 64, 72], I8), I32));
+    v.push(mm("int8_bt_splitk_64x48x4096_i8", t("a", &[64, 4096], I8), transposed("b", &[4096, 48], I8), I32));
+    v.push(mm("int8_bt_130x96x64_i8_to_i8", t("a", &[130, 64], I8), transposed("b", &[64, 96], I8), I8));
+    v.push(mm("int8_bt_130x96x64_i8_to_f32", t("a", &[130, 64], I8), transposed("b", &[64, 96], I8), F32));
+    v.push(int8_bias("int8_frontend_bias_16x32x64x128", 16, (32, 64, 128)));
     v
+}
+
+/// cudnn-frontend's int8 matmul: `c = a [b, m, k] (i8) x b [b, k, n] (i8, stored n x k)` with an
+/// i32 compute type and an f32 c, then `+ bias [b, m, n]` (f32).
+fn int8_bias(name: &str, batch: i64, (m, n, k): (i64, i64, i64)) -> Case {
+    let name = format!("fast_gemm_{name}");
+    let mut g = Graph::new(name.clone());
+    let a = g.tensor(TensorDesc::new("a", &[batch, m, k], DataType::I8));
+    let b = g.tensor(transposed("b", &[batch, k, n], DataType::I8));
+    let bias = g.tensor(TensorDesc::new("bias", &[batch, m, n], DataType::F32));
+    let c = g.matmul(a, b);
+    let mm = g.nodes.len() - 1;
+    g.nodes[mm].compute_data_type = Some(DataType::I32);
+    g.desc_mut(c).data_type = Some(DataType::F32);
+    let y = g.add(c, bias);
+    out(&mut g, y, "y", DataType::F32);
+    Case::new(name, g)
 }
 
 trait WithC {

@@ -187,7 +187,7 @@ pub fn decline_reason(graph: &Graph, ni: usize) -> String {
 }
 
 /// What this engine takes.
-pub const CONDITIONS: &str = "any number of groups of more than one channel (depthwise convolutions run on their own kernels; forward and weight-gradient convolutions of at most 8 channels a group and 144 MACs an output on direct small-group kernels); inputs of f16, bf16, f32 (tf32 or 3xTF32) or fp8 with f32 compute; any filter size, stride, dilation and padding in 1-3 spatial dims; extents within 2^31 (other convolutions run on the fallback). f16/bf16 convolutions whose channels come in 16-byte runs run on the Hopper wgmma kernel, the rest on the mma.sync kernel";
+pub const CONDITIONS: &str = "any number of groups of more than one channel (depthwise convolutions run on their own kernels; forward and weight-gradient convolutions of at most 8 channels a group and 144 MACs an output on direct small-group kernels); inputs of f16, bf16, f32 (tf32 or 3xTF32) or fp8 with f32 compute, or 8-bit integers (i8, u8) in a forward convolution with an i32 or f32 compute type (exact i32 sums); any filter size, stride, dilation and padding in 1-3 spatial dims; extents within 2^31 (other convolutions run on the fallback). f16/bf16 convolutions whose channels come in 16-byte runs run on the Hopper wgmma kernel, the rest (8-bit integers too) on the mma.sync kernel";
 
 /// A copy of `graph` in which convolution node `ni` is a matmul over matrix views of its
 /// tensors, and the tensors of the pointwise nodes after it are viewed alike; None when the

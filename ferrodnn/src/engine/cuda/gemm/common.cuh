@@ -10,6 +10,11 @@
 #define DT_bf16 3
 #define DT_fp8_e4m3 4
 #define DT_fp8_e5m2 5
+#define DT_i8 6
+#define DT_u8 7
+#define DT_i32 8
 
 // Bytes of one element of a type.
-#define DT_SIZE(t) ((t) == DT_f32 ? 4 : ((t) == DT_fp8_e4m3 || (t) == DT_fp8_e5m2) ? 1 : 2)
+#define DT_SIZE(t) (((t) == DT_f32 || (t) == DT_i32) ? 4 : ((t) == DT_fp8_e4m3 || (t) == DT_fp8_e5m2 || (t) == DT_i8 || (t) == DT_u8) ? 1 : 2)
+// Whether a type is an integer one.
+#define DT_INT(t) ((t) == DT_i8 || (t) == DT_u8 || (t) == DT_i32)

@@ -281,7 +281,7 @@ pub fn build(graph: &Graph, mm: usize, scales: &[TensorId], chain: &[usize]) -> 
         let _ = write!(params, ", {}", scalars.list());
         args.extend(scalars.into_args());
     }
-    Some(Epilogue { nodes: chain.to_vec(), code, params, names, args, sides: Some(sides), relu_last, tap: None })
+    Some(Epilogue { nodes: chain.to_vec(), code, params, names, args, sides: Some(sides), relu_last, tap: None, int_exact: false })
 }
 
 /// The empty epilogue (C = the accumulator).

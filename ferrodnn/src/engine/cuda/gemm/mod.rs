@@ -99,6 +99,10 @@ pub struct Epilogue {
     /// A reduction of the stored C (over all of it, its rows or its columns), folded into the
     /// kernel ([`Tap`]).
     pub tap: Option<Tap>,
+    /// An 8-bit integer GEMM whose chain only passes the exact sums on (identity nodes, integer
+    /// values) into an integer C: the kernel stores its i32 accumulators as they are (saturated
+    /// to C's type), not through the f32 epilogue.
+    pub int_exact: bool,
 }
 
 /// A reduction node that the GEMM computes from the values it stores: `y = reduce(C)` over every
@@ -381,6 +385,9 @@ fn plan_group(graph: &Graph, nodes: &[usize], target: &Target, options: &Options
     };
     let p = problem_of(graph, mm, a_src, b_src, out, target, options, gathers)?;
     let mut epi = epilogue::build(graph, mm, &scales, chain)?;
+    // An integer GEMM whose chain passes its exact sums on into an integer C.
+    let int_values = std::iter::once(c).chain(chain.iter().map(|&n| graph.nodes[n].outputs[0].tensor)).all(|t| dtype(graph, t).is_integer());
+    epi.int_exact = byte_int(p.a.dtype) && byte_int(p.b.dtype) && scales.is_empty() && chain.iter().all(|&n| int_identity(graph, n)) && int_values;
     if let Some(t) = tap {
         let tap = Tap::of(graph, t, out)?;
         if !target.hopper() || !sm90::takes_tap(&p, target, options) {
@@ -418,9 +425,28 @@ fn side_type(dt: DataType) -> bool {
     matches!(dt, DataType::F32 | DataType::F16 | DataType::Bf16)
 }
 
-/// Types a GEMM kernel stores C in.
-fn store_type(dt: DataType) -> bool {
-    matches!(dt, DataType::F32 | DataType::F16 | DataType::Bf16 | DataType::Fp8E4m3 | DataType::Fp8E5m2)
+/// Types a GEMM kernel stores C in; integer types (i32, i8, u8: rounded and saturated) after
+/// an integer GEMM's accumulators (`int_acc`).
+fn store_type(dt: DataType, int_acc: bool) -> bool {
+    matches!(dt, DataType::F32 | DataType::F16 | DataType::Bf16 | DataType::Fp8E4m3 | DataType::Fp8E5m2) || (int_acc && matches!(dt, DataType::I32 | DataType::I8 | DataType::U8))
+}
+
+/// An 8-bit integer type, which the tensor cores multiply exactly into i32 sums.
+pub(crate) fn byte_int(dt: DataType) -> bool {
+    matches!(dt, DataType::I8 | DataType::U8)
+}
+
+/// Whether matmul node `mm` multiplies 8-bit integers (its accumulators are i32 sums).
+fn int_gemm(graph: &Graph, mm: usize) -> bool {
+    let node = &graph.nodes[mm];
+    ["a", "b"].iter().all(|p| node.input(p).is_some_and(|t| byte_int(dtype(graph, t))))
+}
+
+/// An identity node computing in an integer type: after an integer GEMM it passes the exact sums
+/// on as they are.
+fn int_identity(graph: &Graph, n: usize) -> bool {
+    let node = &graph.nodes[n];
+    matches!(&node.op, Op::Pointwise(a) if a.mode == PointwiseMode::Identity) && graph.compute_type(node).is_integer()
 }
 
 /// Whether `d` broadcasts to `out` (numpy: right-aligned, each dim equal or 1) with
@@ -437,8 +463,12 @@ fn broadcasts_to(d: &TensorDesc, out: &[i64]) -> bool {
 /// by-value constants and non-virtual float tensors that broadcast to c; computes in f32; gives
 /// c's dims. Cut so that intermediate values are f32 (or 16-bit under a 16-bit or fp8 output,
 /// rounded as the CPU engine stores them) and the last output is a type C can be stored in.
+/// After an 8-bit integer GEMM, the chain may begin with identity nodes computing in an integer
+/// type (cudnn-frontend's int8 convolution has one), and the values up to them may be i32: the
+/// exact sums.
 pub(crate) fn epilogue_chain(graph: &Graph, mm: usize, cons: &HashMap<usize, Vec<usize>>) -> Vec<usize> {
     let Some(c) = graph.nodes.get(mm).and_then(|n| n.output("c")) else { return Vec::new() };
+    let int_acc = int_gemm(graph, mm);
     let cdims = graph.desc(c).dims.clone();
     let mut chain = Vec::new();
     let mut prev = c;
@@ -463,12 +493,13 @@ pub(crate) fn epilogue_chain(graph: &Graph, mm: usize, cons: &HashMap<usize, Vec
         if arity > 3 || node.inputs.len() != arity || node.inputs.iter().any(|q| !ports[..arity].contains(&q.name.as_str())) {
             break;
         }
-        if graph.compute_type(node) != DataType::F32 {
+        let int_prefix = int_acc && chain.iter().all(|&n| int_identity(graph, n));
+        if graph.compute_type(node) != DataType::F32 && !(int_prefix && int_identity(graph, p)) {
             break;
         }
         let y = node.outputs[0].tensor;
         let yd = graph.desc(y);
-        if yd.is_pass_by_value || yd.dims != cdims || yd.strides.len() != yd.dims.len() || !store_type(dtype(graph, y)) {
+        if yd.is_pass_by_value || yd.dims != cdims || yd.strides.len() != yd.dims.len() || !store_type(dtype(graph, y), int_acc) {
             break;
         }
         let sides_ok = node.inputs.iter().all(|q| {
@@ -492,10 +523,12 @@ pub(crate) fn epilogue_chain(graph: &Graph, mm: usize, cons: &HashMap<usize, Vec
         let outs: Vec<TensorId> = std::iter::once(c).chain(chain.iter().map(|&n| graph.nodes[n].outputs[0].tensor)).collect();
         let (last, inner) = outs.split_last().expect("non-empty");
         let lt = dtype(graph, *last);
-        let ok = store_type(lt)
-            && inner.iter().all(|&t| {
+        // (outs[..=exact]: the integer GEMM's sums and its integer identities' values.)
+        let exact = if int_acc { chain.iter().take_while(|&&n| int_identity(graph, n)).count() } else { 0 };
+        let ok = store_type(lt, int_acc)
+            && inner.iter().enumerate().all(|(i, &t)| {
                 let dt = dtype(graph, t);
-                dt == DataType::F32 || (lt != DataType::F32 && side_type(dt))
+                dt == DataType::F32 || (lt != DataType::F32 && side_type(dt)) || (int_acc && i <= exact && dt == DataType::I32)
             });
         if ok {
             break;
@@ -613,11 +646,14 @@ fn problem_of(graph: &Graph, mm: usize, a: TensorId, b: TensorId, out: TensorId,
     let c = node.output("c")?;
     let (ta, tb, tc) = (dtype(graph, a), dtype(graph, b), dtype(graph, out));
     let family_ok = sm80::mma_kind(ta, tb, options.tf32, target).is_some();
-    if !family_ok || !store_type(tc) || !store_type(dtype(graph, c)) {
+    let int_acc = byte_int(ta) && byte_int(tb);
+    if !family_ok || !store_type(tc, int_acc) || !store_type(dtype(graph, c), int_acc) {
         return None;
     }
+    // (8-bit integers: exact i32 sums, as the CPU engine's exact ones under an i32 or f32
+    // compute type.)
     let ct = graph.compute_type(node);
-    if !(ct == DataType::F32 || (ct == ta && ct == tb)) {
+    if !(ct == DataType::F32 || (ct == ta && ct == tb) || (int_acc && ct == DataType::I32)) {
         return None;
     }
     let cd = graph.desc(c);
@@ -692,12 +728,43 @@ mod case_tests {
             let gemm = entries.iter().any(|e| e.contains("gemm"));
             all += 1;
             taken += gemm as usize;
-            let expect_fallback = ["no_flatten", "_f64", "i8", "u8", "i32", "i64"].iter().any(|s| c.name.contains(s));
+            let expect_fallback = ["no_flatten", "_f64", "i32", "i64"].iter().any(|s| c.name.contains(s));
             if c.name.starts_with("fast_gemm_") && !expect_fallback {
                 assert!(gemm, "{}: no GEMM kernel", c.name);
             }
         }
         assert!(taken * 2 > all, "{taken} of {all}");
+    }
+
+    /// 8-bit integer matmuls and forward convolutions run on the integer mma (both targets),
+    /// their exact sums stored as they are where nothing but identities follows into an integer
+    /// output, through the f32 epilogue otherwise.
+    #[test]
+    fn int8_cases_take_the_integer_mma() {
+        let int8 = |n: &str| n.starts_with("fast_gemm_int8") || n.starts_with("fast_conv_fprop_int8") || n.starts_with("matmul_i8") || n.starts_with("matmul_u8");
+        let mut seen = 0;
+        for c in cases::all().into_iter().filter(|c| int8(&c.name)) {
+            let mut g = c.graph.clone();
+            g.validate().unwrap();
+            for target in [Target::sm90a(), Target::sm80()] {
+                let units = crate::engine::cuda::planner::units(&g, &target, &Options::default(), true).unwrap();
+                let sources: Vec<&str> = units.iter().flat_map(|u| u.kernels.launches.iter().filter(|l| l.entry.contains("gemm")).map(|l| l.source.as_str())).collect();
+                assert!(sources.iter().any(|s| s.contains("#define GM_MMA GM_MMA_S8\n")), "{} on {}: no integer GEMM", c.name, target.arch);
+                let float_epilogue = c.name.contains("requant") || c.name.contains("to_f32") || c.name.contains("_f32") || c.name.contains("bias") || c.name.contains("bf16");
+                let exact = sources.iter().any(|s| s.contains("#define GM_INT_EXACT 1\n"));
+                assert_eq!(exact, !float_epilogue, "{}: exact integer store", c.name);
+                // A long k over few tiles splits (the i32 partials summed by a second launch).
+                if c.name.contains("splitk") {
+                    assert!(units.iter().any(|u| u.kernels.launches.iter().any(|l| l.entry.contains("reduce"))), "{}: no split", c.name);
+                }
+                // Every node in one unit: the identities and the requantization in the epilogue.
+                if c.name.contains("identity") || c.name.contains("requant") || c.name.contains("bias") {
+                    assert_eq!(units.len(), 1, "{}: {} units", c.name, units.len());
+                }
+            }
+            seen += 1;
+        }
+        assert!(seen >= 20, "{seen} int8 cases");
     }
 
     /// A last plain relu under a 16-bit C goes into the Hopper kernel's TMA-store conversion

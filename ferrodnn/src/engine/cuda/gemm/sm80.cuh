@@ -6,7 +6,9 @@
 // their defines:
 //   GM_MMA                what the tensor cores multiply: GM_MMA_F16, GM_MMA_BF16 (16-bit operands
 //                         in shared memory, m16n8k16), GM_MMA_TF32 (f32 in shared memory, one
-//                         m16n8k8 tf32 mma) or GM_MMA_TF32X3 (three tf32 mmas on a high/low split)
+//                         m16n8k8 tf32 mma), GM_MMA_TF32X3 (three tf32 mmas on a high/low split)
+//                         or GM_MMA_S8 (8-bit integers, K-major tiles, m16n8k32 into exact i32
+//                         accumulators)
 //   GM_BM, GM_BN, GM_BK   the block tile; GM_WARPS_M, GM_WARPS_N its warps; GM_MIN_BLOCKS blocks
 //                         an SM should hold (launch bounds)
 //   GM_STAGES             the pipeline's stages
@@ -20,6 +22,8 @@
 //   GM_A_PITCH, GM_B_PITCH  row pitch of a tile in shared memory (elements); GM_A_STAGE,
 //                         GM_B_STAGE elements a stage
 //   GM_PAIR_STORE         1: two neighbouring columns of C stored at once
+//   GM_INT_EXACT          1: (8-bit integers) the i32 accumulators stored into an integer C as
+//                         they are, saturated, instead of through the f32 epilogue
 //   EPI_NAMES             the epilogue's side-input arguments (`, e0, ...`)
 //   GM_GATHER             1: A and B are gathered through the index maps of gather.cuh (an
 //                         implicit GEMM: included before this template), not strided matrices
@@ -33,15 +37,27 @@
 #define GM_MMA_BF16 2
 #define GM_MMA_TF32 3
 #define GM_MMA_TF32X3 4
+#define GM_MMA_S8 5
 
-// A shared-memory element: 16-bit kinds are kept as raw bits.
+// A shared-memory element: 16-bit and 8-bit kinds are kept as raw bits. GM_LDSM: fragments come
+// from ldmatrix (GM_V elements to 16 bytes).
 #if GM_MMA == GM_MMA_F16 || GM_MMA == GM_MMA_BF16
 #define GM_16BIT 1
+#define GM_LDSM 1
 typedef unsigned short smem_t;
+#elif GM_MMA == GM_MMA_S8
+#define GM_16BIT 0
+#define GM_LDSM 1
+typedef unsigned char smem_t;
+#if !GM_A_KMAJOR || !GM_B_KMAJOR
+#error "8-bit operands are multiplied from K-major tiles only"
+#endif
 #else
 #define GM_16BIT 0
+#define GM_LDSM 0
 typedef float smem_t;
 #endif
+#define GM_V (16 / (int)sizeof(smem_t))
 
 #define BM GM_BM
 #define BN GM_BN
@@ -109,6 +125,25 @@ __device__ __forceinline__ void gm_mma_tf32(float (&d)[4], const unsigned (&a)[4
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 __device__ __forceinline__ unsigned gm_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x)); return r; }
+#if GM_MMA == GM_MMA_S8
+// Each operand's signedness (i8 or u8).
+#if GEMM_A == DT_u8
+#define GM_S8_A "u8"
+#else
+#define GM_S8_A "s8"
+#endif
+#if GEMM_B == DT_u8
+#define GM_S8_B "u8"
+#else
+#define GM_S8_B "s8"
+#endif
+// The fragments of m16n8k32 on 8-bit integers are those of m16n8k16 on 16-bit values, byte pairs
+// for elements: the same ldmatrix loads give them.
+__device__ __forceinline__ void gm_mma_s8(int (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." GM_S8_A "." GM_S8_B ".s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
 
 // Element `o` of an operand of type GT at `g`, as the shared-memory type (every conversion exact:
 // fp8 fits f16 and bf16, 16-bit types fit tf32; see mma_kind in sm80.rs).
@@ -117,6 +152,8 @@ template <int GT> __device__ __forceinline__ smem_t gm_ld(const char* g, long lo
     constexpr bool FP8 = GT == DT_fp8_e4m3 || GT == DT_fp8_e5m2;
     if constexpr ((GT == DT_f16 && GM_MMA == GM_MMA_F16) || (GT == DT_bf16 && GM_MMA == GM_MMA_BF16)) {
         return ((const unsigned short*)g)[o];
+    } else if constexpr (GM_MMA == GM_MMA_S8) {
+        return ((const unsigned char*)g)[o];
     } else if constexpr (FP8 && GM_MMA == GM_MMA_F16) {
         return __half_as_ushort(__half(__nv_cvt_fp8_to_halfraw(((const __nv_fp8_storage_t*)g)[o], E)));
     } else if constexpr (FP8 && GM_MMA == GM_MMA_BF16) {
@@ -285,18 +322,19 @@ __device__ __forceinline__ void gm_gather_tile(smem_t* __restrict__ s, const cha
 #endif
 
 // One shared-memory stage (BK of k) multiplied into a warp's accumulators (`wm0`, `wn0`: the
-// warp's tile origin within the block tile). 16-bit fragments come from ldmatrix (`.trans` for
-// M/N-major tiles), f32 fragments from plain shared loads.
-__device__ __forceinline__ void gm_mma_stage(const smem_t* __restrict__ sA, const smem_t* __restrict__ sB, float (&acc)[MI][NI][4], int wm0, int wn0, int lane) {
-#if GM_16BIT
+// warp's tile origin within the block tile). 16-bit and 8-bit fragments come from ldmatrix
+// (`.trans` for M/N-major 16-bit tiles; a k step is 32 bytes of each row), f32 fragments from
+// plain shared loads.
+__device__ __forceinline__ void gm_mma_stage(const smem_t* __restrict__ sA, const smem_t* __restrict__ sB, acc_t (&acc)[MI][NI][4], int wm0, int wn0, int lane) {
+#if GM_LDSM
     const int j = lane >> 3, r = lane & 7;
     #pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) {
+    for (int ks = 0; ks < BK / (2 * GM_V); ++ks) {
         unsigned af[MI][4], bf[NI][2];
         #pragma unroll
         for (int i = 0; i < MI; ++i) {
 #if GM_A_KMAJOR
-            gm_ldsm4(gm_saddr(sA + (wm0 + i * 16 + (j & 1) * 8 + r) * A_PITCH + ks * 16 + (j >> 1) * 8), af[i]);
+            gm_ldsm4(gm_saddr(sA + (wm0 + i * 16 + (j & 1) * 8 + r) * A_PITCH + ks * 2 * GM_V + (j >> 1) * GM_V), af[i]);
 #else
             gm_ldsm4t(gm_saddr(sA + (ks * 16 + (j >> 1) * 8 + r) * A_PITCH + wm0 + i * 16 + (j & 1) * 8), af[i]);
 #endif
@@ -305,7 +343,7 @@ __device__ __forceinline__ void gm_mma_stage(const smem_t* __restrict__ sA, cons
         for (int q = 0; q < NI / 2; ++q) {
             unsigned t[4];
 #if GM_B_KMAJOR
-            gm_ldsm4(gm_saddr(sB + (wn0 + q * 16 + (j >> 1) * 8 + r) * B_PITCH + ks * 16 + (j & 1) * 8), t);
+            gm_ldsm4(gm_saddr(sB + (wn0 + q * 16 + (j >> 1) * 8 + r) * B_PITCH + ks * 2 * GM_V + (j & 1) * GM_V), t);
 #else
             gm_ldsm4t(gm_saddr(sB + (ks * 16 + (j & 1) * 8 + r) * B_PITCH + wn0 + q * 16 + (j >> 1) * 8), t);
 #endif
@@ -316,8 +354,10 @@ __device__ __forceinline__ void gm_mma_stage(const smem_t* __restrict__ sA, cons
             #pragma unroll
 #if GM_MMA == GM_MMA_F16
             for (int n = 0; n < NI; ++n) gm_mma_f16(acc[i][n], af[i], bf[n]);
-#else
+#elif GM_MMA == GM_MMA_BF16
             for (int n = 0; n < NI; ++n) gm_mma_bf16(acc[i][n], af[i], bf[n]);
+#else
+            for (int n = 0; n < NI; ++n) gm_mma_s8(acc[i][n], af[i], bf[n]);
 #endif
     }
 #else
@@ -429,13 +469,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, GM_MIN_BLOCKS) KERNEL_NAME
     const char* gb = (const char*)gm_b + (bz * B_BS + n0 * B_CS + (long long)kt0 * BK * B_RS) * ESB;
 #endif
     const long long m_left = M_ - m0, n_left = N_ - n0;
-    float acc[MI][NI][4];
+    acc_t acc[MI][NI][4];
     #pragma unroll
     for (int i = 0; i < MI; ++i)
         #pragma unroll
         for (int j = 0; j < NI; ++j)
             #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
     #pragma unroll
     for (int st = 0; st < PRE; ++st) {
         if (st < nkt) GM_LOAD_STAGE(st, st);
@@ -451,13 +491,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, GM_MIN_BLOCKS) KERNEL_NAME
     }
     gm_wait<0>();
 #if GM_SPLITS > 1
-    float* gw = gm_ws + ((long long)split * BATCH + bz) * (M_ * N_);
+    acc_t* gw = gm_ws + ((long long)split * BATCH + bz) * (M_ * N_);
 #else
     char* gc = (char*)gm_c + bz * C_BS * ESC;
     (void)split;
 #endif
-    // The warp's accumulators through the epilogue into C (`gc`: C at this batch), or, for a
-    // split, raw into the f32 partial tile at `gw` (`[m][n]` packed).
+    // The warp's accumulators through the epilogue into C (`gc`: C at this batch; or as they are,
+    // GM_INT_EXACT), or, for a split, raw into the partial tile at `gw` (`[m][n]` packed).
     {
         const int g = lane >> 2, t4 = lane & 3;
         #pragma unroll
@@ -469,20 +509,34 @@ extern "C" __global__ void __launch_bounds__(THREADS, GM_MIN_BLOCKS) KERNEL_NAME
                     const long long row = m0 + wm0 + i * 16 + g + h * 8;
                     const long long col = n0 + wn0 + j * 8 + t4 * 2;
                     if (row >= M_ || col >= N_) continue;
-                    const float a0 = acc[i][j][2 * h], a1 = acc[i][j][2 * h + 1];
+                    const acc_t a0 = acc[i][j][2 * h], a1 = acc[i][j][2 * h + 1];
 #if GM_SPLITS > 1
-                    float* w = gw + row * N_ + col;
-#if GEMM_N % 2 == 0
+                    acc_t* w = gw + row * N_ + col;
+#if GEMM_N % 2 == 0 && GM_INT_ACC
+                    *(int2*)w = make_int2(a0, a1);
+#elif GEMM_N % 2 == 0
                     *(float2*)w = make_float2(a0, a1);
 #else
                     w[0] = a0;
                     if (col + 1 < N_) w[1] = a1;
 #endif
+#elif GM_INT_EXACT
+                    const long long off = row * C_RS + col * C_CS;
+                    if (col + 1 < N_) {
+#if GM_PAIR_STORE
+                        gm_sti2(gc, off, a0, a1);
+#else
+                        gm_sti(gc, off, a0);
+                        gm_sti(gc, off + C_CS, a1);
+#endif
+                    } else {
+                        gm_sti(gc, off, a0);
+                    }
 #else
                     const long long off = row * C_RS + col * C_CS;
-                    const float v0 = epilogue(a0, bz, row, col EPI_NAMES);
+                    const float v0 = epilogue(gm_accf(a0), bz, row, col EPI_NAMES);
                     if (col + 1 < N_) {
-                        const float v1 = epilogue(a1, bz, row, col + 1 EPI_NAMES);
+                        const float v1 = epilogue(gm_accf(a1), bz, row, col + 1 EPI_NAMES);
 #if GM_PAIR_STORE
                         gm_st2(gc, off, v0, v1);
 #else

@@ -24,12 +24,17 @@
 //!   channels and filters.
 //! - mma: m16n8k16 f16/bf16; m16n8k8 tf32 when the graph allows reduced precision, else 3xTF32
 //!   (each f32 operand split into a tf32 high part and a tf32 remainder, three mmas; about f32
-//!   accuracy); fp8 (sm_89+) converted to f16 on load (exact), then m16n8k16.
+//!   accuracy); fp8 (sm_89+) converted to f16 on load (exact), then m16n8k16; 8-bit integers
+//!   (i8, u8) as they are, m16n8k32 into exact i32 accumulators (K-major tiles only: ldmatrix
+//!   moves 16-bit elements, so an operand whose k is not contiguous is loaded element by element
+//!   into a K-major tile). Their C is stored through the f32 epilogue (the sums converted), or,
+//!   when only identities follow into an integer C, as the exact sums saturated to C's type.
 //! - Epilogue: the group's [`Epilogue`] function on each accumulator, then a store of two
 //!   neighbouring columns at once where C's layout allows, guarded at the edges.
 //! - Split-K when the output tiles do not fill the GPU and K is long: each split writes its f32
 //!   partial tile to scratch, and a second launch sums the partials in split order (so runs
-//!   are bit-identical: no atomics), applies the epilogue and stores C.
+//!   are bit-identical: no atomics; i32 partials for 8-bit integers), applies the epilogue and
+//!   stores C.
 //!
 //! The device code is `sm80.cuh` (the main kernel: tile loaders, mma stage, epilogue and store)
 //! and `sm80_reduce.cuh` (the split's second launch), after `sm80_common.cuh` (the problem and C's
@@ -52,11 +57,19 @@ pub enum MmaKind {
     Tf32,
     /// f32 in shared memory, three tf32 mmas on a high/low split (about f32 accuracy).
     Tf32x3,
+    /// 8-bit integers (i8 or u8, each operand its own) in shared memory, K-major, m16n8k32
+    /// with exact i32 accumulators.
+    S8,
 }
 
 impl MmaKind {
     fn sixteen_bit(self) -> bool {
         matches!(self, MmaKind::F16 | MmaKind::Bf16)
+    }
+    /// Fragments from `ldmatrix` (16-bit elements, or pairs of 8-bit ones), accumulators in 32
+    /// registers a thread as the 16-bit kinds'.
+    fn ldmatrix(self) -> bool {
+        self.sixteen_bit() || self == MmaKind::S8
     }
     /// Its name in the templates (`GM_MMA` in `sm80.cuh`).
     fn code(self) -> &'static str {
@@ -65,13 +78,21 @@ impl MmaKind {
             MmaKind::Bf16 => "GM_MMA_BF16",
             MmaKind::Tf32 => "GM_MMA_TF32",
             MmaKind::Tf32x3 => "GM_MMA_TF32X3",
+            MmaKind::S8 => "GM_MMA_S8",
         }
     }
     pub fn esize(self) -> usize {
-        if self.sixteen_bit() {
-            2
-        } else {
-            4
+        match self {
+            MmaKind::S8 => 1,
+            k if k.sixteen_bit() => 2,
+            _ => 4,
+        }
+    }
+    /// The k of a block tile: 64 bytes of each row (32 for the 32-bit kinds').
+    fn bk(self) -> usize {
+        match self {
+            MmaKind::S8 => 64,
+            _ => 32,
         }
     }
 }
@@ -146,9 +167,11 @@ impl Config {
     fn threads(&self) -> usize {
         self.warps_m * self.warps_n * 32
     }
+    /// Row pitch in elements: 16 bytes past a row for the ldmatrix kinds (conflict-free
+    /// fragment loads), 4 elements for 32-bit ones.
     fn pitch(&self, major: Major, mn: usize) -> usize {
-        match (major, self.kind.sixteen_bit()) {
-            (Major::K, true) => self.bk + 8,
+        match (major, self.kind.ldmatrix()) {
+            (Major::K, true) => self.bk + 16 / self.kind.esize(),
             (Major::K, false) => self.bk + 4,
             (Major::MN, _) => mn + 8,
         }
@@ -182,7 +205,8 @@ fn ceil(a: usize, b: usize) -> usize {
 /// The k-contiguous or mn-contiguous layout of an operand (`k_stride`/`mn_stride`: its
 /// element strides along k and along m or n), and whether 16-byte cp.async can load it.
 fn layout(op: &Operand, k_stride: i64, mn_stride: i64, kind: MmaKind, batch: usize) -> (Major, Load) {
-    let major = if k_stride == 1 {
+    // (8-bit fragments come from K-major tiles only: ldmatrix moves 16-bit elements.)
+    let major = if k_stride == 1 || kind == MmaKind::S8 {
         Major::K
     } else if mn_stride == 1 {
         Major::MN
@@ -192,7 +216,7 @@ fn layout(op: &Operand, k_stride: i64, mn_stride: i64, kind: MmaKind, batch: usi
     let esize = op.dtype.size() as i64;
     let other = if major == Major::K { mn_stride } else { k_stride };
     let contiguous = if major == Major::K { k_stride == 1 } else { mn_stride == 1 };
-    let same_type = matches!((op.dtype, kind), (DataType::F16, MmaKind::F16) | (DataType::Bf16, MmaKind::Bf16) | (DataType::F32, MmaKind::Tf32 | MmaKind::Tf32x3));
+    let same_type = loads_as_is(op.dtype, kind);
     let aligned = (other * esize) % 16 == 0 && (batch == 1 || (op.batch_stride * esize) % 16 == 0);
     let load = if contiguous && same_type && aligned { Load::Async16 } else { Load::Scalar };
     (major, load)
@@ -203,11 +227,11 @@ fn layout(op: &Operand, k_stride: i64, mn_stride: i64, kind: MmaKind, batch: usi
 /// where the index's runs allow (its offset per group, `group`, a whole number of vectors too),
 /// else 8- or 4-byte ones (runs of 4 or 2 16-bit channels), else one element at a time.
 fn gather_layout(g: &Gather, dtype: DataType, kind: MmaKind, group: i64) -> (Major, Load) {
-    let same_type = matches!((dtype, kind), (DataType::F16, MmaKind::F16) | (DataType::Bf16, MmaKind::Bf16) | (DataType::F32, MmaKind::Tf32 | MmaKind::Tf32x3));
+    let same_type = loads_as_is(dtype, kind);
     let major_of = |vec: i64| {
         if g.k.contiguous(vec) {
             Some(Major::K)
-        } else if g.mn.contiguous(vec) {
+        } else if g.mn.contiguous(vec) && kind != MmaKind::S8 {
             Some(Major::MN)
         } else {
             None
@@ -227,12 +251,25 @@ fn gather_layout(g: &Gather, dtype: DataType, kind: MmaKind, group: i64) -> (Maj
     (major_of((16 / dtype.size()) as i64).unwrap_or(Major::K), Load::Scalar)
 }
 
+/// Whether an operand of type `dt` lands in shared memory as it is (cp.async can bring it) for
+/// `kind`, rather than converted element by element.
+fn loads_as_is(dt: DataType, kind: MmaKind) -> bool {
+    matches!(
+        (dt, kind),
+        (DataType::F16, MmaKind::F16) | (DataType::Bf16, MmaKind::Bf16) | (DataType::F32, MmaKind::Tf32 | MmaKind::Tf32x3) | (DataType::I8 | DataType::U8, MmaKind::S8)
+    )
+}
+
 /// What the tensor cores multiply for inputs of types `a` and `b`, when this path takes them.
 /// Operands of another type are converted exactly while loaded: fp8 fits f16 and bf16; f16
 /// and bf16 fit tf32 (so f16 x bf16 runs one tf32 mma with no rounding); f32 with anything runs
-/// 3xTF32 (tf32 when the graph allows reduced precision). fp8 only on sm_89 and later.
+/// 3xTF32 (tf32 when the graph allows reduced precision). fp8 only on sm_89 and later. 8-bit
+/// integers (i8, u8, any pair) multiply exactly into i32 sums; not with another type.
 pub fn mma_kind(a: DataType, b: DataType, allow_tf32: bool, target: &Target) -> Option<MmaKind> {
     use DataType::*;
+    if matches!(a, I8 | U8) && matches!(b, I8 | U8) {
+        return Some(MmaKind::S8);
+    }
     if (a.is_fp8() || b.is_fp8()) && target.cc() < 89 {
         return None;
     }
@@ -283,7 +320,7 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
     } else {
         (64, 64, 2, 2)
     };
-    let bk = 32;
+    let bk = kind.bk();
     // A is m x k (k along columns), B is k x n (k along rows).
     let (a_major, a_load) = match &p.a.gather {
         Some(g) => gather_layout(g, p.a.dtype, kind, p.a.batch_stride),
@@ -294,7 +331,7 @@ pub fn choose(p: &GemmProblem, target: &Target) -> Option<Config> {
         None => layout(&p.b, p.b.row_stride, p.b.col_stride, kind, p.batch),
     };
     let any_async = a_load != Load::Scalar || b_load != Load::Scalar;
-    let stages = match (any_async, kind.sixteen_bit()) {
+    let stages = match (any_async, kind.ldmatrix()) {
         (false, _) => 2,
         (true, true) => 4,
         (true, false) => 3,
@@ -363,8 +400,8 @@ fn problem_defines(src: Source, p: &GemmProblem, epi: &Epilogue) -> Source {
 /// batch.
 fn main_source(cfg: &Config, p: &GemmProblem, epi: &Epilogue, entry: &str, sig: &Signature) -> String {
     let split = cfg.splits > 1;
-    // Two blocks per SM for the 16-bit 8-warp tile (at most 128 registers a thread).
-    let min_blocks = if cfg.threads() == 256 && cfg.kind.sixteen_bit() { 2 } else { 1 };
+    // Two blocks per SM for the 16-bit (and 8-bit) 8-warp tile (at most 128 registers a thread).
+    let min_blocks = if cfg.threads() == 256 && cfg.kind.ldmatrix() { 2 } else { 1 };
     let src = problem_defines(Source::new().entry(entry, sig), p, epi)
         .define("GM_MMA", cfg.kind.code())
         .define("GM_BM", cfg.bm)
@@ -389,6 +426,7 @@ fn main_source(cfg: &Config, p: &GemmProblem, epi: &Epilogue, entry: &str, sig: 
         .define("GM_A_STAGE", cfg.a_stage_elems())
         .define("GM_B_STAGE", cfg.b_stage_elems())
         .flag("GM_PAIR_STORE", cfg.pair_store)
+        .flag("GM_INT_EXACT", epi.int_exact)
         .flag("GM_GATHER", p.a.gather.is_some())
         .define("GM_GROUPS", p.groups.max(1));
     let src = match (&p.a.gather, &p.b.gather) {
@@ -411,8 +449,10 @@ pub fn kernels(cfg: &Config, p: &GemmProblem, epi: &Epilogue, node: usize, tag: 
     sig.param("const void* __restrict__ gm_a", Arg::Ptr(p.a.tensor)).param("const void* __restrict__ gm_b", Arg::Ptr(p.b.tensor));
     let mut launches = Vec::new();
     let mut scratch = Vec::new();
+    // (A split's partials are the accumulators' type: i32 for 8-bit integers.)
+    let ws_type = if cfg.kind == MmaKind::S8 { "int" } else { "float" };
     if cfg.splits > 1 {
-        sig.param("float* __restrict__ gm_ws", Arg::Scratch(0));
+        sig.param(format!("{ws_type}* __restrict__ gm_ws"), Arg::Scratch(0));
         scratch.push(cfg.splits * p.batch * p.m * p.n * 4);
     } else {
         sig.param("void* __restrict__ gm_c", Arg::Ptr(p.c.tensor));
@@ -436,10 +476,11 @@ pub fn kernels(cfg: &Config, p: &GemmProblem, epi: &Epilogue, node: usize, tag: 
         // epilogue, stores C (`sm80_reduce.cuh`).
         let entry = entry_name(node, &format!("gemm{tag}_reduce"));
         let mut sig = Signature::new();
-        sig.param("const float* __restrict__ gm_ws", Arg::Scratch(0)).param("void* __restrict__ gm_c", Arg::Ptr(p.c.tensor));
+        sig.param(format!("const {ws_type}* __restrict__ gm_ws"), Arg::Scratch(0)).param("void* __restrict__ gm_c", Arg::Ptr(p.c.tensor));
         epilogue_params(&mut sig, epi);
         let src = problem_defines(Source::new().entry(&entry, &sig), p, epi)
             .define("GM_SPLITS", cfg.splits)
+            .flag("GM_INT_EXACT", epi.int_exact)
             .template(COMMON)
             .template(&epi.code)
             .template(include_str!("sm80_common.cuh"))
