@@ -2332,7 +2332,11 @@ impl PyGraph {
     /// or Python numbers. Every array is checked: its type, where it lives, a non-null pointer,
     /// and that the tensor's dims and strides reach no further than the array's memory; with
     /// `strict=True` (or `set_strict_buffers(True)`) its dims and strides must also equal the
-    /// tensor's.
+    /// tensor's. With `as_views=True` every array is read as a view with its tensor's dims and
+    /// strides from its first element, whatever its own dims and strides (an input of the
+    /// tensor's dims but other strides is not refused; the same memory check applies: the view
+    /// must reach no further than the array's memory), as ferrodnn.torch passes its tensors
+    /// without making `as_strided` views of them; it cannot be combined with `strict=True`.
     ///
     /// Shape overrides (a graph made with `is_override_shape_enabled=True`): `override_uids`,
     /// `override_shapes` and `override_strides`, one entry per tensor, run the graph on tensors of
@@ -2341,7 +2345,7 @@ impl PyGraph {
     /// first use and cached; a device workspace must hold what that plan needs, which the error
     /// says when it is more than `get_workspace_size()`.
     #[pyo3(signature = (variant_pack = None, workspace = None, handle = None, override_uids = None, override_shapes = None, override_strides = None, *, strict = None,
-        tensor_to_device_buffer = None))]
+        tensor_to_device_buffer = None, as_views = None))]
     #[allow(clippy::too_many_arguments)]
     fn execute(
         &self,
@@ -2353,10 +2357,17 @@ impl PyGraph {
         override_strides: Option<&Bound<'_, PyAny>>,
         strict: Option<bool>,
         tensor_to_device_buffer: Option<&Bound<'_, PyDict>>,
+        as_views: Option<bool>,
     ) -> PyResult<()> {
         let pack = one_pack("execute", variant_pack, tensor_to_device_buffer)?;
         let overrides = shape_overrides("execute", [override_uids, override_shapes, override_strides])?;
-        self.execute_inner(pack, workspace, handle, None, overrides, strict.unwrap_or_else(crate::strict_buffers_default))
+        let layout = match (strict, as_views) {
+            (Some(true), Some(true)) => return Err(InvalidArgumentError::new_err("execute: strict=True and as_views=True cannot be combined (a view takes its tensor's dims and strides)")),
+            (_, Some(true)) => BufferLayout::View,
+            _ if strict.unwrap_or_else(crate::strict_buffers_default) => BufferLayout::Strict,
+            _ => BufferLayout::Pointer,
+        };
+        self.execute_inner(pack, workspace, handle, None, overrides, layout)
     }
 
     /// `execute` with the plan at `index` (see `execute`).
@@ -2378,7 +2389,8 @@ impl PyGraph {
         let pack = one_pack("execute_plan_at_index", variant_pack, tensor_to_device_buffer)?;
         let index = index.ok_or_else(|| PyTypeError::new_err("execute_plan_at_index() missing required argument 'index'"))?;
         let overrides = shape_overrides("execute_plan_at_index", [override_uids, override_shapes, override_strides])?;
-        self.execute_inner(pack, workspace, handle, Some(index), overrides, strict.unwrap_or_else(crate::strict_buffers_default))
+        let layout = if strict.unwrap_or_else(crate::strict_buffers_default) { BufferLayout::Strict } else { BufferLayout::Pointer };
+        self.execute_inner(pack, workspace, handle, Some(index), overrides, layout)
     }
 
     /// The graph and what the binding keeps beside it, as JSON bytes, with the engine and knobs
@@ -2782,7 +2794,7 @@ impl PyGraph {
         handle: Option<&Bound<'_, PyAny>>,
         plan_index: Option<i64>,
         overrides: Option<ShapeOverrides>,
-        strict: bool,
+        layout: BufferLayout,
     ) -> PyResult<()> {
         let handle_override = match handle.filter(|h| !h.is_none()) {
             Some(h) => Some(h.downcast::<PyHandle>().map_err(|_| PyTypeError::new_err("handle must come from create_handle()"))?.get().inner.clone()),
@@ -3090,13 +3102,14 @@ impl PyGraph {
             if !compatible(a, want) {
                 return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}) is {want} but its array holds {}", d.name, a.type_name)));
             }
-            check_buffer(d, uid, want, a, strict)?;
+            check_buffer(d, uid, want, a, layout == BufferLayout::Strict)?;
             let output = produced.get(new.0).copied().unwrap_or(false);
             // An input array of the tensor's dims but other strides would be read as something it
             // is not: refused. An output's memory is written with the graph's strides from its
             // first element, as the frontend writes through the pointer it is given (the memory
-            // check above makes sure the graph's extent fits in the array's).
-            if !output && a.dims == d.dims && d.dims.iter().zip(a.strides.iter().zip(&d.strides)).any(|(&n, (&s1, &s2))| n > 1 && s1 != s2) {
+            // check above makes sure the graph's extent fits in the array's). Asked for views,
+            // every array is read with the graph's strides.
+            if !output && layout != BufferLayout::View && a.dims == d.dims && d.dims.iter().zip(a.strides.iter().zip(&d.strides)).any(|(&n, (&s1, &s2))| n > 1 && s1 != s2) {
                 return Err(InvalidArgumentError::new_err(format!(
                     "tensor \"{}\" (uid {uid}) has strides {:?} but its array has strides {:?} (in elements); give the graph the array's layout (tensor_like) or pass an array with the tensor's",
                     d.name, d.strides, a.strides
@@ -3235,6 +3248,19 @@ impl PyGraph {
         };
         plan.execute(&mut pack, ws).map_err(to_py_err)
     }
+}
+
+/// How `execute` relates an array to the tensor it is the buffer of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BufferLayout {
+    /// The frontend's pointer semantics: the tensor's dims and strides read the array's memory
+    /// from its first element (they must reach no further than it), but an input array of the
+    /// tensor's dims and other strides is refused (it would be read as something it is not).
+    Pointer,
+    /// The array's dims and strides must be the tensor's.
+    Strict,
+    /// The array is read as a view with the tensor's dims and strides (the memory check alone).
+    View,
 }
 
 /// Check an array against the tensor it is the buffer of (its type was checked): a usable data
