@@ -110,9 +110,12 @@ struct Built {
     entries: Vec<Entry>,
     /// The plan `execute` runs: the first one built (as the frontend's candidate).
     candidate: Option<usize>,
-    /// Plans by (engine, knobs, the attribute values written into the graph at execution, the
-    /// shape overrides of the execution).
-    exec: HashMap<(EngineKind, String, Vec<u64>, ShapeOverrides), ferrodnn::engine::Plan>,
+    /// Plans by (engine, knobs (their index in `knob_lists`), the attribute values written into
+    /// the graph at execution, the shape overrides of the execution).
+    exec: HashMap<(EngineKind, usize, Vec<u64>, ShapeOverrides), ferrodnn::engine::Plan>,
+    /// The knob lists of `exec`'s keys, each once: a repeated execute finds its plan by a small
+    /// integer, not by hashing and comparing its knobs' text on every call.
+    knob_lists: Vec<Vec<Knob>>,
 }
 
 struct State {
@@ -288,7 +291,7 @@ impl State {
             t.dims = dims;
             t.strides = strides;
         }
-        self.built = Some(Built { lowered: g, new_to_old, old_to_new, entries: Vec::new(), candidate: None, exec: HashMap::new() });
+        self.built = Some(Built { lowered: g, new_to_old, old_to_new, entries: Vec::new(), candidate: None, exec: HashMap::new(), knob_lists: Vec::new() });
         Ok(())
     }
 
@@ -2362,7 +2365,9 @@ impl PyGraph {
         let pack = one_pack("execute", variant_pack, tensor_to_device_buffer)?;
         let overrides = shape_overrides("execute", [override_uids, override_shapes, override_strides])?;
         let layout = match (strict, as_views) {
-            (Some(true), Some(true)) => return Err(InvalidArgumentError::new_err("execute: strict=True and as_views=True cannot be combined (a view takes its tensor's dims and strides)")),
+            (Some(true), Some(true)) => {
+                return Err(InvalidArgumentError::new_err("execute: strict=True and as_views=True cannot be combined (a view takes its tensor's dims and strides)"))
+            }
             (_, Some(true)) => BufferLayout::View,
             _ if strict.unwrap_or_else(crate::strict_buffers_default) => BufferLayout::Strict,
             _ => BufferLayout::Pointer,
@@ -2804,7 +2809,7 @@ impl PyGraph {
         // here for the whole call: Python code run while reading (an `__array_interface__`
         // property) may change the dict, but cannot free an array described here.
         let items: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = variant_pack.iter().collect();
-        let mut entries: Vec<(Option<usize>, i64, PackValue)> = Vec::new();
+        let mut entries: Vec<(Option<usize>, i64, PackValue)> = Vec::with_capacity(items.len());
         for (k, v) in &items {
             if k.is_none() {
                 // The frontend skips None keys (an optional output such as sdpa's stats in
@@ -2838,7 +2843,7 @@ impl PyGraph {
         st.lower()?;
         let handle = handle_override.unwrap_or_else(|| st.handle.clone());
         // Entries by tensor index.
-        let mut by_tensor: HashMap<usize, PackValue> = HashMap::new();
+        let mut by_tensor: HashMap<usize, PackValue> = HashMap::with_capacity(entries.len());
         for (tensor, uid, value) in entries {
             let id = match tensor {
                 Some(id) => id,
@@ -2980,7 +2985,7 @@ impl PyGraph {
             }
         };
 
-        let Built { lowered, new_to_old, old_to_new, exec, .. } = st.built.as_mut().expect("lowered");
+        let Built { lowered, new_to_old, old_to_new, exec, knob_lists, .. } = st.built.as_mut().expect("lowered");
         let lowered: &Graph = lowered;
 
         // Values written into the graph: attributes carried by tensors that are not by-value
@@ -3012,8 +3017,20 @@ impl PyGraph {
         let mut failures = Vec::new();
         // The graph the plan is built for: the attribute values written in, the overrides applied.
         let mut run_graph: Option<Graph> = None;
+        if knob_lists.len() >= 256 {
+            // (Many shape overrides, each with knobs of its own: the plans go with their knobs.)
+            knob_lists.clear();
+            exec.clear();
+        }
         for knobs in tries {
-            let key = (engine, serde_json::to_string(&knobs).unwrap_or_default(), values_key.clone(), overrides.clone());
+            let id = match knob_lists.iter().position(|k| *k == knobs) {
+                Some(id) => id,
+                None => {
+                    knob_lists.push(knobs.clone());
+                    knob_lists.len() - 1
+                }
+            };
+            let key = (engine, id, values_key.clone(), overrides.clone());
             if exec.contains_key(&key) {
                 chosen = Some(key);
                 break;
@@ -3070,7 +3087,7 @@ impl PyGraph {
             output: bool,
             name: &'a str,
         }
-        let mut slots: Vec<Slot> = Vec::new();
+        let mut slots: Vec<Slot> = Vec::with_capacity(by_tensor.len());
         // By-value scalars: their values encoded in their types, as host buffers.
         let mut scalars: Vec<(i64, Vec<u8>)> = Vec::new();
         for new in pg.io_tensors() {

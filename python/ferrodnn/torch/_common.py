@@ -82,10 +82,11 @@ def _cuda_handle(device):
 
 def _raw_stream(index):
     """PyTorch's current stream on cuda:`index` as an integer (cudaStream_t)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(index)
     return torch.cuda.current_stream(index).cuda_stream
+
+
+# (torch._C's function, where this torch has it: the same integer without a Stream object.)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _raw_stream)
 
 
 # Workspaces kept for reuse, one per (device, stream): a uint8 tensor at least as large as the
@@ -256,21 +257,28 @@ def _plain_eager(tensors):
     (vmap, grad), and tensors of plain types (torch.Tensor, nn.Parameter: no subclass, so no
     FakeTensor, FunctionalTensor or DTensor) on the CPU or a CUDA device (not meta). Anything
     else goes through the registered op, whose fake implementation and dispatch serve it."""
+    return _eager_grad(tensors) is not None
+
+
+def _eager_grad(tensors):
+    """None when a call on `tensors` must go through the registered op (see `_plain_eager`),
+    else whether it needs autograd (grad mode on and a tensor requiring grad)."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
-        return False
+        return None
     if _functorch_level is not None and _functorch_level() is not None:
-        return False
-    first = True
+        return None
+    first, grad = True, False
     for t in tensors:
         if t is None:
             continue
         if type(t) not in _PLAIN:
-            return False
+            return None
         if first:
             if not (t.is_cuda or t.is_cpu):
-                return False
+                return None
             first = False
-    return True
+        grad = grad or t.requires_grad
+    return grad and torch.is_grad_enabled()
 
 
 class Eager:
@@ -311,10 +319,9 @@ class Eager:
             self.fn = Fn.apply
 
     def __call__(self, *args):
-        tensors = [args[i] for i in self.tensors]
-        if not _plain_eager(tensors):
+        grad = _eager_grad([args[i] for i in self.tensors])
+        if grad is None:
             return self.op(*args)
-        grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
         if grad and self.fn is None:
             return self.op(*args)
         call = self.fn if grad else self.impl
