@@ -732,7 +732,7 @@ def _batch_norm(
 
 def _batch_norm_in_place(*args):
     """`_batch_norm` writing the next running statistics into `running_mean` and `running_var`
-    themselves (returned as empty placeholders): the eager call's implementation (see
+    themselves (None in their places among the results): the eager call's implementation (see
     `Eager`), which saves the caller two copies (a device-to-device memcpy each on CUDA) and two
     allocations a call. The graph reads each running statistic and writes its update in the same
     buffer: on the CPU the binding reads an input that shares memory with an output from a copy
@@ -752,8 +752,11 @@ def _batch_norm_impl(x, weight, bias, running_mean, running_var, residual, train
     z = torch.empty_like(x) if save_preact else _empty(x)
     cdims, cstrides = [1, c] + [1] * (x.dim() - 2), [c] + [1] * (x.dim() - 1)
     running = running_mean is not None
-    new_rm = torch.empty_like(running_mean) if training and running and not in_place else _empty(x)
-    new_rv = torch.empty_like(running_var) if training and running and not in_place else _empty(x)
+    if in_place:  # (no placeholders: the eager call's results are not the op's schema)
+        new_rm = new_rv = None
+    else:
+        new_rm = torch.empty_like(running_mean) if training and running else _empty(x)
+        new_rv = torch.empty_like(running_var) if training and running else _empty(x)
     if training:
         mean, inv = x.new_empty((c,), dtype=wide), x.new_empty((c,), dtype=wide)
         key = _key("batch_norm", x.device, x, w, b, running_mean, running_var, residual, activation, save_preact)
@@ -942,8 +945,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     act = _activation(op, activation, ("none", "relu", "silu"))
     save = _saves_preact(act) and _needs_grad(input, weight, bias, residual)
     y, _, _, _, new_rm, new_rv = _batch_norm_eager(input, weight, bias, running_mean, running_var, residual, bool(training), float(momentum), float(eps), act, save)
-    # (An eager call wrote the running statistics in place, leaving new_rm empty.)
-    if training and running_mean is not None and new_rm.numel():
+    # (An eager call wrote the running statistics in place, returning None for them.)
+    if training and running_mean is not None and new_rm is not None:
         with torch.no_grad():
             running_mean.copy_(new_rm)
             running_var.copy_(new_rv)
