@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::intern;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyTuple, PyType};
+use std::borrow::Cow;
 use std::ffi::{c_void, CStr};
 
 /// Addresses below this are the null page: never mapped on the host, never a device allocation.
@@ -30,8 +31,9 @@ pub struct ArrayDesc {
     /// The element type, when ferrodnn has one for it.
     pub dtype: Option<DataType>,
     pub itemsize: usize,
-    /// The library's name of the type (for messages).
-    pub type_name: String,
+    /// The library's name of the type (for messages; a torch dtype's is borrowed, not made on
+    /// every call).
+    pub type_name: Cow<'static, str>,
     /// Device (CUDA) memory rather than host memory.
     pub device: bool,
     /// The producer says the memory must not be written.
@@ -171,7 +173,7 @@ fn from_interface(obj: &Bound<PyAny>, iface: &Bound<PyAny>, device: bool) -> PyR
     };
     let strides = element_strides(&dims, byte_strides, itemsize, what)?;
     let bytes = extent_bytes(&dims, &strides, itemsize, what)?;
-    let type_name = format!("{} ({typestr})", obj.get_type().name().map(|n| n.to_string()).unwrap_or_default());
+    let type_name = Cow::Owned(format!("{} ({typestr})", obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()));
     let ptr = ptr.checked_add(offset).ok_or_else(|| PyValueError::new_err(format!("{what}: data pointer {ptr:#x} plus offset {offset} overflows")))?;
     Ok(ArrayDesc { ptr, bytes, dims, strides, dtype, itemsize, type_name, device, readonly, keep_alive: Vec::new() })
 }
@@ -190,8 +192,23 @@ fn tuple_ints(obj: &Bound<PyAny>) -> PyResult<Vec<i64>> {
 /// `isinstance` and its dtype by identity, with no strings made (the execute path's host time).
 struct TorchTypes {
     tensor: Py<PyType>,
-    dtypes: Vec<(Py<PyAny>, Option<DataType>, usize, String)>,
+    dtypes: Vec<(Py<PyAny>, Option<DataType>, usize, &'static str)>,
 }
+
+/// The torch dtypes recognized by identity, by their full names.
+const TORCH_DTYPES: [&str; 11] = [
+    "torch.float32",
+    "torch.float16",
+    "torch.bfloat16",
+    "torch.float64",
+    "torch.float8_e4m3fn",
+    "torch.float8_e5m2",
+    "torch.int8",
+    "torch.uint8",
+    "torch.int32",
+    "torch.int64",
+    "torch.bool",
+];
 
 static TORCH: GILOnceCell<TorchTypes> = GILOnceCell::new();
 static SYS_MODULES: GILOnceCell<Py<PyDict>> = GILOnceCell::new();
@@ -207,10 +224,11 @@ fn torch_types(py: Python<'_>) -> Option<&'static TorchTypes> {
     let torch = modules.get_item("torch").ok()??;
     let tensor = torch.getattr("Tensor").ok()?.downcast_into::<PyType>().ok()?.unbind();
     let mut dtypes = Vec::new();
-    for name in ["float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2", "int8", "uint8", "int32", "int64", "bool"] {
+    for full in TORCH_DTYPES {
+        let name = &full["torch.".len()..];
         if let Ok(d) = torch.getattr(name) {
             let itemsize = d.getattr("itemsize").and_then(|v| v.extract::<usize>()).unwrap_or(0);
-            dtypes.push((d.unbind(), dtype_from_name(name), itemsize, format!("torch.{name}")));
+            dtypes.push((d.unbind(), dtype_from_name(name), itemsize, full));
         }
     }
     let _ = TORCH.set(py, TorchTypes { tensor, dtypes });
@@ -223,11 +241,11 @@ fn from_torch(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
     let dt = obj.getattr(intern!(py, "dtype"))?;
     let known = torch_types(py).and_then(|t| t.dtypes.iter().find(|(o, _, size, _)| *size > 0 && o.bind(py).is(&dt)));
     let (dtype, itemsize, dtype_name) = match known {
-        Some((_, dtype, size, name)) => (*dtype, *size, name.clone()),
+        Some((_, dtype, size, name)) => (*dtype, *size, Cow::Borrowed(*name)),
         None => {
             let name: String = dt.str()?.extract()?;
             let size: usize = obj.call_method0(intern!(py, "element_size"))?.extract()?;
-            (dtype_from_name(&name), size, name)
+            (dtype_from_name(&name), size, Cow::Owned(name))
         }
     };
     if itemsize == 0 {
@@ -338,7 +356,7 @@ fn from_dlpack(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
     let ptr = (t.data as usize).checked_add(t.byte_offset as usize).ok_or_else(|| PyValueError::new_err("DLPack data pointer overflows"))?;
     let bytes = extent_bytes(&dims, &strides, itemsize, "DLPack tensor")?;
     let dtype = dl_dtype(t.dtype);
-    let type_name = format!("DLPack code {} bits {}", t.dtype.code, t.dtype.bits);
+    let type_name = Cow::Owned(format!("DLPack code {} bits {}", t.dtype.code, t.dtype.bits));
     Ok(ArrayDesc { ptr, bytes, dims, strides, dtype, itemsize, type_name, device, readonly: false, keep_alive: vec![capsule.unbind()] })
 }
 

@@ -110,9 +110,12 @@ struct Built {
     entries: Vec<Entry>,
     /// The plan `execute` runs: the first one built (as the frontend's candidate).
     candidate: Option<usize>,
-    /// Plans by (engine, knobs, the attribute values written into the graph at execution, the
-    /// shape overrides of the execution).
-    exec: HashMap<(EngineKind, String, Vec<u64>, ShapeOverrides), ferrodnn::engine::Plan>,
+    /// Plans by (engine, knobs (their index in `knob_lists`), the attribute values written into
+    /// the graph at execution, the shape overrides of the execution).
+    exec: HashMap<(EngineKind, usize, Vec<u64>, ShapeOverrides), ferrodnn::engine::Plan>,
+    /// The knob lists of `exec`'s keys, each once: a repeated execute finds its plan by a small
+    /// integer, not by hashing and comparing its knobs' text on every call.
+    knob_lists: Vec<Vec<Knob>>,
 }
 
 struct State {
@@ -288,7 +291,7 @@ impl State {
             t.dims = dims;
             t.strides = strides;
         }
-        self.built = Some(Built { lowered: g, new_to_old, old_to_new, entries: Vec::new(), candidate: None, exec: HashMap::new() });
+        self.built = Some(Built { lowered: g, new_to_old, old_to_new, entries: Vec::new(), candidate: None, exec: HashMap::new(), knob_lists: Vec::new() });
         Ok(())
     }
 
@@ -2332,7 +2335,11 @@ impl PyGraph {
     /// or Python numbers. Every array is checked: its type, where it lives, a non-null pointer,
     /// and that the tensor's dims and strides reach no further than the array's memory; with
     /// `strict=True` (or `set_strict_buffers(True)`) its dims and strides must also equal the
-    /// tensor's.
+    /// tensor's. With `as_views=True` every array is read as a view with its tensor's dims and
+    /// strides from its first element, whatever its own dims and strides (an input of the
+    /// tensor's dims but other strides is not refused; the same memory check applies: the view
+    /// must reach no further than the array's memory), as ferrodnn.torch passes its tensors
+    /// without making `as_strided` views of them; it cannot be combined with `strict=True`.
     ///
     /// Shape overrides (a graph made with `is_override_shape_enabled=True`): `override_uids`,
     /// `override_shapes` and `override_strides`, one entry per tensor, run the graph on tensors of
@@ -2341,7 +2348,7 @@ impl PyGraph {
     /// first use and cached; a device workspace must hold what that plan needs, which the error
     /// says when it is more than `get_workspace_size()`.
     #[pyo3(signature = (variant_pack = None, workspace = None, handle = None, override_uids = None, override_shapes = None, override_strides = None, *, strict = None,
-        tensor_to_device_buffer = None))]
+        tensor_to_device_buffer = None, as_views = None))]
     #[allow(clippy::too_many_arguments)]
     fn execute(
         &self,
@@ -2353,10 +2360,19 @@ impl PyGraph {
         override_strides: Option<&Bound<'_, PyAny>>,
         strict: Option<bool>,
         tensor_to_device_buffer: Option<&Bound<'_, PyDict>>,
+        as_views: Option<bool>,
     ) -> PyResult<()> {
         let pack = one_pack("execute", variant_pack, tensor_to_device_buffer)?;
         let overrides = shape_overrides("execute", [override_uids, override_shapes, override_strides])?;
-        self.execute_inner(pack, workspace, handle, None, overrides, strict.unwrap_or_else(crate::strict_buffers_default))
+        let layout = match (strict, as_views) {
+            (Some(true), Some(true)) => {
+                return Err(InvalidArgumentError::new_err("execute: strict=True and as_views=True cannot be combined (a view takes its tensor's dims and strides)"))
+            }
+            (_, Some(true)) => BufferLayout::View,
+            _ if strict.unwrap_or_else(crate::strict_buffers_default) => BufferLayout::Strict,
+            _ => BufferLayout::Pointer,
+        };
+        self.execute_inner(pack, workspace, handle, None, overrides, layout)
     }
 
     /// `execute` with the plan at `index` (see `execute`).
@@ -2378,7 +2394,8 @@ impl PyGraph {
         let pack = one_pack("execute_plan_at_index", variant_pack, tensor_to_device_buffer)?;
         let index = index.ok_or_else(|| PyTypeError::new_err("execute_plan_at_index() missing required argument 'index'"))?;
         let overrides = shape_overrides("execute_plan_at_index", [override_uids, override_shapes, override_strides])?;
-        self.execute_inner(pack, workspace, handle, Some(index), overrides, strict.unwrap_or_else(crate::strict_buffers_default))
+        let layout = if strict.unwrap_or_else(crate::strict_buffers_default) { BufferLayout::Strict } else { BufferLayout::Pointer };
+        self.execute_inner(pack, workspace, handle, Some(index), overrides, layout)
     }
 
     /// The graph and what the binding keeps beside it, as JSON bytes, with the engine and knobs
@@ -2782,7 +2799,7 @@ impl PyGraph {
         handle: Option<&Bound<'_, PyAny>>,
         plan_index: Option<i64>,
         overrides: Option<ShapeOverrides>,
-        strict: bool,
+        layout: BufferLayout,
     ) -> PyResult<()> {
         let handle_override = match handle.filter(|h| !h.is_none()) {
             Some(h) => Some(h.downcast::<PyHandle>().map_err(|_| PyTypeError::new_err("handle must come from create_handle()"))?.get().inner.clone()),
@@ -2792,7 +2809,7 @@ impl PyGraph {
         // here for the whole call: Python code run while reading (an `__array_interface__`
         // property) may change the dict, but cannot free an array described here.
         let items: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = variant_pack.iter().collect();
-        let mut entries: Vec<(Option<usize>, i64, PackValue)> = Vec::new();
+        let mut entries: Vec<(Option<usize>, i64, PackValue)> = Vec::with_capacity(items.len());
         for (k, v) in &items {
             if k.is_none() {
                 // The frontend skips None keys (an optional output such as sdpa's stats in
@@ -2826,7 +2843,7 @@ impl PyGraph {
         st.lower()?;
         let handle = handle_override.unwrap_or_else(|| st.handle.clone());
         // Entries by tensor index.
-        let mut by_tensor: HashMap<usize, PackValue> = HashMap::new();
+        let mut by_tensor: HashMap<usize, PackValue> = HashMap::with_capacity(entries.len());
         for (tensor, uid, value) in entries {
             let id = match tensor {
                 Some(id) => id,
@@ -2968,7 +2985,7 @@ impl PyGraph {
             }
         };
 
-        let Built { lowered, new_to_old, old_to_new, exec, .. } = st.built.as_mut().expect("lowered");
+        let Built { lowered, new_to_old, old_to_new, exec, knob_lists, .. } = st.built.as_mut().expect("lowered");
         let lowered: &Graph = lowered;
 
         // Values written into the graph: attributes carried by tensors that are not by-value
@@ -3000,8 +3017,20 @@ impl PyGraph {
         let mut failures = Vec::new();
         // The graph the plan is built for: the attribute values written in, the overrides applied.
         let mut run_graph: Option<Graph> = None;
+        if knob_lists.len() >= 256 {
+            // (Many shape overrides, each with knobs of its own: the plans go with their knobs.)
+            knob_lists.clear();
+            exec.clear();
+        }
         for knobs in tries {
-            let key = (engine, serde_json::to_string(&knobs).unwrap_or_default(), values_key.clone(), overrides.clone());
+            let id = match knob_lists.iter().position(|k| *k == knobs) {
+                Some(id) => id,
+                None => {
+                    knob_lists.push(knobs.clone());
+                    knob_lists.len() - 1
+                }
+            };
+            let key = (engine, id, values_key.clone(), overrides.clone());
             if exec.contains_key(&key) {
                 chosen = Some(key);
                 break;
@@ -3058,7 +3087,7 @@ impl PyGraph {
             output: bool,
             name: &'a str,
         }
-        let mut slots: Vec<Slot> = Vec::new();
+        let mut slots: Vec<Slot> = Vec::with_capacity(by_tensor.len());
         // By-value scalars: their values encoded in their types, as host buffers.
         let mut scalars: Vec<(i64, Vec<u8>)> = Vec::new();
         for new in pg.io_tensors() {
@@ -3090,13 +3119,14 @@ impl PyGraph {
             if !compatible(a, want) {
                 return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" (uid {uid}) is {want} but its array holds {}", d.name, a.type_name)));
             }
-            check_buffer(d, uid, want, a, strict)?;
+            check_buffer(d, uid, want, a, layout == BufferLayout::Strict)?;
             let output = produced.get(new.0).copied().unwrap_or(false);
             // An input array of the tensor's dims but other strides would be read as something it
             // is not: refused. An output's memory is written with the graph's strides from its
             // first element, as the frontend writes through the pointer it is given (the memory
-            // check above makes sure the graph's extent fits in the array's).
-            if !output && a.dims == d.dims && d.dims.iter().zip(a.strides.iter().zip(&d.strides)).any(|(&n, (&s1, &s2))| n > 1 && s1 != s2) {
+            // check above makes sure the graph's extent fits in the array's). Asked for views,
+            // every array is read with the graph's strides.
+            if !output && layout != BufferLayout::View && a.dims == d.dims && d.dims.iter().zip(a.strides.iter().zip(&d.strides)).any(|(&n, (&s1, &s2))| n > 1 && s1 != s2) {
                 return Err(InvalidArgumentError::new_err(format!(
                     "tensor \"{}\" (uid {uid}) has strides {:?} but its array has strides {:?} (in elements); give the graph the array's layout (tensor_like) or pass an array with the tensor's",
                     d.name, d.strides, a.strides
@@ -3235,6 +3265,19 @@ impl PyGraph {
         };
         plan.execute(&mut pack, ws).map_err(to_py_err)
     }
+}
+
+/// How `execute` relates an array to the tensor it is the buffer of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BufferLayout {
+    /// The frontend's pointer semantics: the tensor's dims and strides read the array's memory
+    /// from its first element (they must reach no further than it), but an input array of the
+    /// tensor's dims and other strides is refused (it would be read as something it is not).
+    Pointer,
+    /// The array's dims and strides must be the tensor's.
+    Strict,
+    /// The array is read as a view with the tensor's dims and strides (the memory check alone).
+    View,
 }
 
 /// Check an array against the tensor it is the buffer of (its type was checked): a usable data

@@ -370,6 +370,30 @@ def test_strict_accepts_exact_arrays_and_scalars():
     np.testing.assert_allclose(y2, x2 + b)
 
 
+def test_as_views_reads_arrays_with_the_tensors_layout():
+    """execute(as_views=True): each array is read with its tensor's dims and strides from its
+    first element (an input of the tensor's dims but other strides is no longer refused), the
+    memory check still applies, and strict=True cannot be added."""
+    g, X, W, Y = matmul_graph()
+    x, w = rand(8, 64), rand(64, 32)
+    # The same bytes as x, seen column-major: refused without as_views, read as x with it.
+    x_cols = np.lib.stride_tricks.as_strided(x, shape=(8, 64), strides=(4, 32))
+    y = np.zeros((8, 32), np.float32)
+    with pytest.raises(cudnn.InvalidArgumentError, match="strides"):
+        g.execute({X: x_cols, W: w, Y: y}, None)
+    g.execute({X: x_cols, W: w, Y: y}, None, as_views=True)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-4, atol=1e-4)
+    # Other dims spanning the same memory (w as [2048]): read as the tensor's [64, 32].
+    y2 = np.zeros(256, np.float32)
+    g.execute({X: x, W: w.reshape(-1), Y: y2}, None, as_views=True)
+    np.testing.assert_allclose(y2.reshape(8, 32), x @ w, rtol=1e-4, atol=1e-4)
+    with pytest.raises(cudnn.InvalidArgumentError) as e:
+        g.execute({X: rand(8, 63), W: w, Y: y}, None, as_views=True)
+    assert '"X"' in str(e.value) and "2016 bytes" in str(e.value)
+    with pytest.raises(cudnn.InvalidArgumentError, match="strict=True and as_views=True"):
+        g.execute({X: x, W: w, Y: y}, None, strict=True, as_views=True)
+
+
 def test_module_level_strict_default():
     g, X, W, Y = matmul_graph()
     pack = {X: rand(9, 65), W: rand(64, 32), Y: np.empty((8, 32), np.float32)}

@@ -583,3 +583,123 @@ def test_module_fused_options():
     torch.testing.assert_close(bn.running_var, ref.running_var)
     gn = ft.nn.GroupNorm(2, 4)
     torch.testing.assert_close(gn(x, activation="silu"), F.silu(F.group_norm(x, 2, gn.weight, gn.bias)))
+
+
+# -- the host path: direct eager calls, kept workspaces, streams ---------------------------------
+
+from ferrodnn.torch import _common  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+
+class _SeenOps(TorchDispatchMode):
+    """Records the name of every op dispatched while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+def test_eager_calls_skip_the_dispatcher_and_modes_see_the_registered_ops():
+    """A plain eager call runs the op's implementation directly (a dispatch mode sees none of
+    the registered ops); under a dispatch mode the call goes through torch.ops.ferrodnn, forward
+    and backward, with the same results."""
+    x, w, b = rand(3, 5), rand(4, 5), rand(4)
+    y = ft.linear(x, w, b, activation="silu")
+    grads = torch.autograd.grad(y.square().sum(), (x, w, b))
+    mode = _SeenOps()
+    with mode:
+        y2 = ft.linear(x, w, b, activation="silu")
+        grads2 = torch.autograd.grad(y2.square().sum(), (x, w, b))
+    assert "ferrodnn.linear" in mode.names and "ferrodnn.linear_backward" in mode.names, mode.names
+    torch.testing.assert_close(y2, y)
+    for a, e in zip(grads2, grads):
+        torch.testing.assert_close(a, e)
+    # The direct call: a mode that sees the ops is the only way the registered op would show.
+    assert _common._plain_eager([x, w, None])
+    with _SeenOps():
+        assert not _common._plain_eager([x, w, None])
+    assert not _common._plain_eager([torch.empty(2, device="meta")])
+
+
+def test_batch_norm_running_statistics_in_place_and_through_the_registered_op():
+    """The eager call writes the running statistics into the buffers themselves (their storage
+    kept, their version bumped); through the registered op (under a dispatch mode) they are
+    copied in. Both match PyTorch's."""
+    x, r = rand(2, 3, 4, 4), rand(2, 3, 4, 4)
+    rm, rv = torch.zeros(3, dtype=F64), torch.ones(3, dtype=F64)
+    ptr, version = rm.data_ptr(), rm._version
+    ref_m, ref_v = rm.clone(), rv.clone()
+    y = ft.batch_norm(x, rm, rv, training=True, activation="relu", residual=r)
+    ref = F.relu(F.batch_norm(x, ref_m, ref_v, training=True) + r)
+    torch.testing.assert_close(y, ref)
+    torch.testing.assert_close(rm, ref_m)
+    torch.testing.assert_close(rv, ref_v)
+    assert rm.data_ptr() == ptr and rm._version > version
+    with _SeenOps() as mode:
+        ft.batch_norm(x, rm, rv, training=True, activation="relu", residual=r)
+    assert "ferrodnn.batch_norm" in mode.names
+    F.batch_norm(x, ref_m, ref_v, training=True)
+    torch.testing.assert_close(rm, ref_m)
+    torch.testing.assert_close(rv, ref_v)
+
+
+def test_kept_workspace_serves_graphs_of_other_sizes(monkeypatch):
+    """Graphs of different workspace sizes share the kept workspace of their (device, stream):
+    it grows to the largest asked for and is reused after; interleaved calls keep their
+    results. Above WORKSPACE_KEEP_BYTES each call gets its own."""
+    _common.clear_workspaces()
+    ft.clear_graph_cache()
+    # (float32: the CPU plans of these graphs take workspaces of different sizes.)
+    x, w, wl = (rand(*s, grad=False).float() for s in ((2, 3, 6, 6), (4, 3, 3, 3), (5, 8)))
+    xl = rand(3, 8, grad=False).float()
+    tol = dict(atol=1e-4, rtol=1e-4)
+    sizes = set()
+    for i in range(3):
+        for xx, ww, pad in ((x, w, 1), (x[:, :, :5, :5].contiguous(), w, 0)):
+            torch.testing.assert_close(ft.conv2d(xx, ww, padding=pad), F.conv2d(xx, ww, padding=pad), **tol)
+            torch.testing.assert_close(ft.linear(xl, wl), F.linear(xl, wl), **tol)
+        kept = _common._WORKSPACES[("cpu", 0)]
+        sizes.add((kept.data_ptr(), kept.numel()))
+        if i == 0:
+            first = kept
+    assert len(sizes) == 1, f"the kept workspace was replaced after the first round: {sizes}"
+    need = sorted(b.workspace_size for b in _common._GRAPHS.values())
+    assert need[0] != need[-1] and first.numel() >= need[-1], need
+    # A workspace request larger than what is kept: a new one, kept in its place.
+    big = _common.workspace_of(first.numel() + 1, torch.device("cpu"), 0)
+    assert big.numel() == first.numel() + 1 and _common._WORKSPACES[("cpu", 0)] is big
+    assert _common.workspace_of(1, torch.device("cpu"), 0) is big
+    monkeypatch.setattr(_common, "WORKSPACE_KEEP_BYTES", 1)
+    _common.clear_workspaces()
+    torch.testing.assert_close(ft.linear(xl, wl), F.linear(xl, wl), **tol)
+    assert _common._WORKSPACES.get(("cpu", 0)) is None or _common._WORKSPACES[("cpu", 0)].numel() <= 1
+    assert _common.workspace_of(1000, torch.device("cpu"), 0).numel() == 1000
+    assert _common._WORKSPACES.get(("cpu", 0)) is None or _common._WORKSPACES[("cpu", 0)].numel() <= 1
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA GPU")
+def test_cuda_stream_changes_are_honoured():
+    """A call on a side stream runs there (the handle's stream follows PyTorch's current one),
+    with a workspace of its own; back on the default stream the handle follows again."""
+    x, w = rand(64, 256, grad=False).float().cuda(), rand(128, 256, grad=False).float().cuda()
+    ref = F.linear(x, w)
+    y0 = ft.linear(x, w)
+    default = torch.cuda.current_stream().cuda_stream
+    assert _common._HANDLES["cuda_stream"] == default
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y1 = ft.linear(x, w)
+        assert _common._HANDLES["cuda_stream"] == side.cuda_stream
+        c = ft.conv2d(x.view(1, 1, 64, 256), w[:1, :9].reshape(1, 1, 3, 3), padding=1)
+    side.synchronize()
+    assert ("cuda", side.cuda_stream) in _common._WORKSPACES
+    y2 = ft.linear(x, w)
+    assert _common._HANDLES["cuda_stream"] == default
+    for y in (y0, y1, y2):
+        torch.testing.assert_close(y, ref, atol=5e-2, rtol=5e-3)
+    torch.testing.assert_close(c, F.conv2d(x.view(1, 1, 64, 256), w[:1, :9].reshape(1, 1, 3, 3), padding=1), atol=5e-2, rtol=5e-3)

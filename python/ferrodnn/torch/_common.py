@@ -53,6 +53,13 @@ def handle(device):
         if h is None:
             h = _HANDLES["cpu"] = _fd.create_cpu_handle()
         return h
+    return _cuda_handle(device)[0]
+
+
+def _cuda_handle(device):
+    """(the CUDA handle, PyTorch's current stream on `device`, as an integer), the handle's
+    stream set to that stream when it was another (a call on an unchanged stream calls nothing
+    in ferrodnn)."""
     if device.type != "cuda":
         raise ValueError(f"ferrodnn.torch: tensors on {device} are not supported (CPU and cuda:0 are)")
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -64,13 +71,69 @@ def handle(device):
         if "cuda" not in h.engines():
             raise RuntimeError("ferrodnn.torch: the input is on cuda:0 but ferrodnn found no usable CUDA device (ferrodnn.gpu_available() is False)")
         _HANDLES["cuda"] = h
-    _fd.set_stream(handle=h, stream=torch.cuda.current_stream(device).cuda_stream)
-    return h
+    stream = _raw_stream(index)
+    # The handle is this module's own (no caller gets it to set another stream), so the stream
+    # it was last given is the one it has.
+    if _HANDLES.get("cuda_stream") != stream:
+        _fd.set_stream(handle=h, stream=stream)
+        _HANDLES["cuda_stream"] = stream
+    return h, stream
+
+
+def _raw_stream(index):
+    """PyTorch's current stream on cuda:`index` as an integer (cudaStream_t)."""
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+# (torch._C's function, where this torch has it: the same integer without a Stream object.)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _raw_stream)
+
+
+# Workspaces kept for reuse, one per (device, stream): a uint8 tensor at least as large as the
+# largest workspace asked for on that stream (up to WORKSPACE_KEEP_BYTES; a larger one is
+# allocated for its call and freed after, as every workspace was before).
+#
+# Why reuse is safe: on the CPU a plan runs inside `execute`, with the GIL held, so one call's
+# workspace is free again before any other call starts. On CUDA every graph that gets the
+# workspace of stream S runs its kernels on S (the handle's stream is set to S before the call),
+# so they run one after another and never share the workspace at the same time. When a larger
+# workspace replaces a kept one, the old tensor is freed while kernels queued on S may still
+# read it; PyTorch's caching allocator hands a freed block only to later allocations on the
+# stream it was allocated on (S), whose work is queued behind those kernels (the allocator's
+# stream semantics, as for any tensor freed after its last use on its stream). Under CUDA-graph
+# capture a workspace is allocated for each call (from the graph's private pool, kept alive with
+# the graph): a kept one could be replaced, and its memory reused, while a captured graph still
+# names it.
+WORKSPACE_KEEP_BYTES = 64 << 20
+_WORKSPACES = {}
 
 
 def workspace(graph, device):
-    # At least one byte, so the workspace always has a real data pointer.
-    return torch.empty(max(int(graph.get_workspace_size()), 1), dtype=torch.uint8, device=device)
+    """A workspace for `graph`'s plan on `device` (see `workspace_of`)."""
+    size = int(graph.get_workspace_size())
+    stream = _cuda_handle(device)[1] if device.type == "cuda" else 0
+    return workspace_of(size, device, stream)
+
+
+def workspace_of(size, device, stream):
+    """A uint8 tensor of at least `size` bytes (at least one, so that it has a real data
+    pointer) for a plan that runs on `stream` of `device`: the one kept for (device, stream) when
+    it is large enough, else a new one (kept when at most WORKSPACE_KEEP_BYTES and not under
+    CUDA-graph capture)."""
+    key = (device.type, stream)
+    ws = _WORKSPACES.get(key)
+    if ws is not None and ws.numel() >= size:
+        if device.type != "cuda" or not torch._C._cuda_isCurrentStreamCapturing():
+            return ws
+    ws = torch.empty(max(size, 1), dtype=torch.uint8, device=device)
+    if size <= WORKSPACE_KEEP_BYTES and (device.type != "cuda" or not torch._C._cuda_isCurrentStreamCapturing()):
+        _WORKSPACES[key] = ws
+    return ws
+
+
+def clear_workspaces():
+    """Frees the kept workspaces (each is allocated again on its next use)."""
+    _WORKSPACES.clear()
 
 
 def compute(dtype):
@@ -93,7 +156,7 @@ def signature(t):
     """What a graph built for tensor `t` depends on: shape, strides, dtype (None for no tensor)."""
     if t is None:
         return None
-    return (tuple(t.shape), tuple(t.stride()), t.dtype)
+    return (t.shape, t.stride(), t.dtype)
 
 
 class Graph:
@@ -149,40 +212,123 @@ class Built:
         g.g.validate()
         g.g.build([_fd.heur_mode.A])
         self.graph, self.inputs, self.layouts, self.outputs = g.g, g.inputs, g.layouts, g.outputs
+        # The plan is built: its workspace size is known once for every call.
+        self.workspace_size = int(g.g.get_workspace_size())
+        self._execute = g.g.execute
 
     def run(self, device, *tensors, out=None):
         """Executes the graph on `tensors` (torch tensors, None where the graph has no input,
         or numbers for by-value scalars); `out` gives buffers for some outputs (None: a new
-        one). Each tensor is passed as a view with its graph tensor's dims and strides, so
-        that the buffer checks see the very layout the graph was built for."""
-        handle(device)  # sets the CUDA handle's stream to PyTorch's current one
+        one). Each tensor is read as a view with its graph tensor's dims and strides
+        (`execute(as_views=True)`: the binding checks that the view stays inside the tensor's
+        memory), so no `as_strided` view is made here."""
+        # (On CUDA: the handle's stream set to PyTorch's current one.)
+        stream = _cuda_handle(device)[1] if device.type == "cuda" else 0
         if len(tensors) != len(self.inputs):
             raise RuntimeError(f"ferrodnn.torch: a graph of {len(self.inputs)} inputs got {len(tensors)} tensors")
-        pack = {T: _view(v, layout) for T, v, layout in zip(self.inputs, tensors, self.layouts) if T is not None}
+        # (A None key, for an input the graph does not have, is skipped by execute.)
+        pack = dict(zip(self.inputs, tensors))
         outs = []
         for i, (T, dims, strides, dtype) in enumerate(self.outputs):
             o = out[i] if out is not None and out[i] is not None else torch.empty_strided(dims, strides, dtype=dtype, device=device)
-            pack[T] = _view(o, (dims, strides))
+            pack[T] = o
             outs.append(o)
-        ws = workspace(self.graph, device)
+        ws = workspace_of(self.workspace_size, device, stream)
         if torch.autograd._profiler_enabled():
             # Under torch.profiler, ferrodnn's own time (the execute call: buffer checks, the
             # launches or the CPU engine's work) shows apart from the custom op's Python.
             with torch.profiler.record_function("ferrodnn::execute"):
-                self.graph.execute(pack, ws)
+                self._execute(pack, ws, as_views=True)
         else:
-            self.graph.execute(pack, ws)
+            self._execute(pack, ws, as_views=True)
         return outs
 
 
-def _view(t, layout):
-    """`t` seen with `layout` (dims, strides) when it has another (the same memory)."""
-    if layout is None or not isinstance(t, torch.Tensor):
-        return t
-    dims, strides = layout
-    if tuple(t.shape) == dims and tuple(t.stride()) == strides:
-        return t
-    return t.as_strided(dims, strides)
+# -- calling the registered ops -----------------------------------------------------------------
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+
+
+def _plain_eager(tensors):
+    """Whether a call on `tensors` (the op's tensor arguments, None for an absent one; the first
+    one given) can skip PyTorch's dispatcher: eager mode (no torch.compile / dynamo tracing), no
+    dispatch or torch-function mode (fake tensors, FlopCounterMode, ...), no functorch transform
+    (vmap, grad), and tensors of plain types (torch.Tensor, nn.Parameter: no subclass, so no
+    FakeTensor, FunctionalTensor or DTensor) on the CPU or a CUDA device (not meta). Anything
+    else goes through the registered op, whose fake implementation and dispatch serve it."""
+    return _eager_grad(tensors) is not None
+
+
+def _eager_grad(tensors):
+    """None when a call on `tensors` must go through the registered op (see `_plain_eager`),
+    else whether it needs autograd (grad mode on and a tensor requiring grad)."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
+        return None
+    if _functorch_level is not None and _functorch_level() is not None:
+        return None
+    first, grad = True, False
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) not in _PLAIN:
+            return None
+        if first:
+            if not (t.is_cuda or t.is_cpu):
+                return None
+            first = False
+        grad = grad or t.requires_grad
+    return grad and torch.is_grad_enabled()
+
+
+class Eager:
+    """A registered op (a ``torch.library.custom_op``) called from eager code: its implementation
+    runs directly (no dispatcher, no boxing of the arguments), with its autograd formula through
+    a ``torch.autograd.Function`` when a gradient is needed, whenever `_plain_eager` allows;
+    else the call goes through the registered op (torch.compile, fake tensors, modes).
+
+    `setup(ctx, inputs, output)` and `grad(ctx, *grads)` are the functions given to the op's
+    ``register_autograd`` (the Function calls them as the op's generated one does); without them
+    the op has no autograd formula, and a call that would need one goes through the registered
+    op (which raises as before when differentiated). `tensors` are the indices of the op's
+    tensor arguments; `impl` replaces the op's implementation in the direct call (the same
+    arguments and results). Under torch.profiler the direct call is recorded under the op's name, as
+    the dispatcher records it."""
+
+    def __init__(self, op, tensors, setup=None, grad=None, impl=None):
+        self.op = op
+        self.impl = impl if impl is not None else op._init_fn
+        self.tensors = tensors
+        self.name = f"ferrodnn::{op._name}"
+        self.fn = None
+        if setup is not None:
+            impl = self.impl
+
+            class Fn(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, *args):
+                    out = impl(*args)
+                    setup(ctx, args, out)
+                    return out
+
+                @staticmethod
+                def backward(ctx, *grads):
+                    return grad(ctx, *grads)
+
+            Fn.__name__ = Fn.__qualname__ = f"{op._name}_eager"
+            self.fn = Fn.apply
+
+    def __call__(self, *args):
+        grad = _eager_grad([args[i] for i in self.tensors])
+        if grad is None:
+            return self.op(*args)
+        if grad and self.fn is None:
+            return self.op(*args)
+        call = self.fn if grad else self.impl
+        if torch.autograd._profiler_enabled():
+            with torch.profiler.record_function(self.name):
+                return call(*args)
+        return call(*args)
 
 
 def lru(cache, key, make, size):

@@ -22,7 +22,7 @@ from torch import Tensor
 
 import ferrodnn as _fd
 
-from ._common import Built, Graph, cached, fd_dtype, signature
+from ._common import Built, Eager, Graph, cached, fd_dtype, signature
 
 __all__ = [
     "conv2d",
@@ -89,10 +89,13 @@ def _dense(t):
     return t.contiguous()
 
 
+_CL_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
 def _channels_last(t):
     """Whether `t` is channels-last (and not also contiguous)."""
-    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
-    return fmt is not None and t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
+    fmt = _CL_FORMATS.get(t.dim())
+    return fmt is not None and not t.is_contiguous() and t.is_contiguous(memory_format=fmt)
 
 
 def _strides(dims, channels_last=False):
@@ -107,11 +110,11 @@ def _strides(dims, channels_last=False):
 
 
 def _fmt(t):
-    return {4: torch.channels_last, 5: torch.channels_last_3d}[t.dim()] if _channels_last(t) else torch.contiguous_format
+    return _CL_FORMATS[t.dim()] if _channels_last(t) else torch.contiguous_format
 
 
 def _key(op, device, *parts):
-    return (op, str(device)) + tuple(signature(p) if isinstance(p, Tensor) or p is None else p for p in parts)
+    return (op, device) + tuple(signature(p) if isinstance(p, Tensor) or p is None else p for p in parts)
 
 
 def _act(g, name, T):
@@ -277,7 +280,7 @@ def _conv_grad(ctx, grad, _grad_z):
     nx, nw, nb, nr = ctx.needs_input_grad[:4]
     saved = saved if saved is not None else _empty(x)
     if nx or nw or nb or (nr and activation != "none"):
-        dx, dw, db, dz = torch.ops.ferrodnn.conv_backward(grad, x, weight, saved, stride, padding, dilation, activation, nx, nw, nb, nr)
+        dx, dw, db, dz = _conv_backward_eager(grad, x, weight, saved, stride, padding, dilation, activation, nx, nw, nb, nr)
     else:  # only the residual, whose gradient is the output's
         dx = dw = db = dz = None
     dres = (dz if activation != "none" else grad) if nr else None
@@ -285,6 +288,8 @@ def _conv_grad(ctx, grad, _grad_z):
 
 
 _conv.register_autograd(_conv_grad, setup_context=_conv_setup)
+_conv_eager = Eager(_conv, (0, 1, 2, 3), _conv_setup, _conv_grad)
+_conv_backward_eager = Eager(_conv_backward, (0, 1, 2, 3))
 
 
 def _tuple(op, name, v, n):
@@ -321,7 +326,7 @@ def _conv_nd(op, nd, x, weight, bias, stride, padding, dilation, groups, activat
         _check_shape(op, "residual", residual, dims)
     act = _activation(op, activation)
     save = _saves_preact(act) and _needs_grad(x, weight, bias, residual)
-    return _conv(x, weight, bias, residual, list(stride), list(padding), list(dilation), act, save)[0]
+    return _conv_eager(x, weight, bias, residual, list(stride), list(padding), list(dilation), act, save)[0]
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None, residual=None):
@@ -432,11 +437,13 @@ def _linear_grad(ctx, grad, _grad_z):
     x, weight, saved = ctx.saved_tensors
     nx, nw, nb = ctx.needs_input_grad[:3]
     saved = saved if saved is not None else _empty(x)
-    dx, dw, db = torch.ops.ferrodnn.linear_backward(grad, x, weight, saved, ctx.activation, nx, nw, nb)
+    dx, dw, db = _linear_backward_eager(grad, x, weight, saved, ctx.activation, nx, nw, nb)
     return dx if nx else None, dw if nw else None, db if nb else None, None, None
 
 
 _linear.register_autograd(_linear_grad, setup_context=_linear_setup)
+_linear_eager = Eager(_linear, (0, 1, 2), _linear_setup, _linear_grad)
+_linear_backward_eager = Eager(_linear_backward, (0, 1, 2, 3))
 
 
 def linear(input, weight, bias=None, activation=None):
@@ -452,7 +459,7 @@ def linear(input, weight, bias=None, activation=None):
         _check_shape(op, "bias", bias, (weight.shape[0],))
     act = _activation(op, activation)
     save = _saves_preact(act) and _needs_grad(input, weight, bias)
-    return _linear(input, weight, bias, act, save)[0]
+    return _linear_eager(input, weight, bias, act, save)[0]
 
 
 # -- layer_norm, rms_norm --------------------------------------------------------------------
@@ -626,7 +633,7 @@ def _norm_grad(ctx, grad, grad_sum, *_stats):
     need = ctx.needs_input_grad
     nw = need[1] and weight is not None
     nb = ctx.layer and need[2]
-    dx, dw, db = torch.ops.ferrodnn.norm_backward(grad, grad_sum if ctx.has_residual else None, x, weight, mean, rstd, ctx.nd, nw, nb)
+    dx, dw, db = _norm_backward_eager(grad, grad_sum if ctx.has_residual else None, x, weight, mean, rstd, ctx.nd, nw, nb)
     dres = dx if ctx.has_residual and need[3 if ctx.layer else 2] else None
     if ctx.layer:
         return dx, dw if nw else None, db if nb else None, dres, None, None, None
@@ -635,6 +642,9 @@ def _norm_grad(ctx, grad, grad_sum, *_stats):
 
 _layer_norm.register_autograd(_norm_grad, setup_context=_norm_setup)
 _rms_norm.register_autograd(_norm_grad, setup_context=_norm_setup)
+_layer_norm_eager = Eager(_layer_norm, (0, 1, 2, 3), _norm_setup, _norm_grad)
+_rms_norm_eager = Eager(_rms_norm, (0, 1, 2), _norm_setup, _norm_grad)
+_norm_backward_eager = Eager(_norm_backward, (0, 1, 2, 3, 4, 5))
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, residual=None):
@@ -643,7 +653,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, residu
     results)."""
     nd = _norm_rows("layer_norm", input, normalized_shape, weight, bias, residual)
     training = _needs_grad(input, weight, bias, residual)
-    y, s, _, _ = _layer_norm(input, weight, bias, residual, nd, float(eps), training)
+    y, s, _, _ = _layer_norm_eager(input, weight, bias, residual, nd, float(eps), training)
     return (y, s) if residual is not None else y
 
 
@@ -653,7 +663,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, residual=None):
     nd = _norm_rows("rms_norm", input, normalized_shape, weight, None, residual)
     eps = torch.finfo(input.dtype).eps if eps is None else float(eps)
     training = _needs_grad(input, weight, residual)
-    y, s, _ = _rms_norm(input, weight, residual, nd, eps, training)
+    y, s, _ = _rms_norm_eager(input, weight, residual, nd, eps, training)
     return (y, s) if residual is not None else y
 
 
@@ -689,6 +699,9 @@ def _channel_grads_fake(x, weight, need_x, need_wb):
     return (dx,) + ((x.new_empty((c,), dtype=pdt), x.new_empty((c,), dtype=pdt)) if need_wb else (_empty(x), _empty(x)))
 
 
+_bump_version = getattr(torch.autograd.graph, "increment_version", lambda t: None)
+
+
 def _plus_residual(g, Y, residual):
     """`Y + residual` in graph `g` (the residual an input made from the tensor), or `Y` itself
     (with a None input in its place) when there is none."""
@@ -714,6 +727,22 @@ def _batch_norm(
     batch's mean and 1 / sqrt(var + eps) (training) or the running ones, and the next running
     statistics (training with running statistics; the caller copies them in: an op with
     autograd cannot mutate its inputs)."""
+    return _batch_norm_impl(x, weight, bias, running_mean, running_var, residual, training, momentum, eps, activation, save_preact, False)
+
+
+def _batch_norm_in_place(*args):
+    """`_batch_norm` writing the next running statistics into `running_mean` and `running_var`
+    themselves (None in their places among the results): the eager call's implementation (see
+    `Eager`), which saves the caller two copies (a device-to-device memcpy each on CUDA) and two
+    allocations a call. The graph reads each running statistic and writes its update in the same
+    buffer: on the CPU the binding reads an input that shares memory with an output from a copy
+    taken before the plan runs; the CUDA kernels read channel c's running value and store its
+    update in the same thread, one channel after the other (a read before the write of the same
+    element, no other thread touching it)."""
+    return _batch_norm_impl(*args, True)
+
+
+def _batch_norm_impl(x, weight, bias, running_mean, running_var, residual, training, momentum, eps, activation, save_preact, in_place):
     x = _dense(x)
     c = x.shape[1]
     w, b = _param(x, weight, 1.0, c), _param(x, bias, 0.0, c)
@@ -723,8 +752,11 @@ def _batch_norm(
     z = torch.empty_like(x) if save_preact else _empty(x)
     cdims, cstrides = [1, c] + [1] * (x.dim() - 2), [c] + [1] * (x.dim() - 1)
     running = running_mean is not None
-    new_rm = torch.empty_like(running_mean) if training and running else _empty(x)
-    new_rv = torch.empty_like(running_var) if training and running else _empty(x)
+    if in_place:  # (no placeholders: the eager call's results are not the op's schema)
+        new_rm = new_rv = None
+    else:
+        new_rm = torch.empty_like(running_mean) if training and running else _empty(x)
+        new_rv = torch.empty_like(running_var) if training and running else _empty(x)
     if training:
         mean, inv = x.new_empty((c,), dtype=wide), x.new_empty((c,), dtype=wide)
         key = _key("batch_norm", x.device, x, w, b, running_mean, running_var, residual, activation, save_preact)
@@ -747,8 +779,12 @@ def _batch_norm(
                 g.output(NV, *_channel_view(running_var, x), running_var.dtype)
             return Built(g)
 
-        outs = [y] + ([z] if save_preact else []) + [mean, inv] + ([new_rm, new_rv] if running else [])
+        outs = [y] + ([z] if save_preact else []) + [mean, inv] + (([running_mean, running_var] if in_place else [new_rm, new_rv]) if running else [])
         cached(key, make).run(x.device, x, w, b, running_mean, running_var, eps, momentum, residual, out=outs)
+        if in_place and running:
+            # (As an in-place op of PyTorch's would: autograd sees the buffers changed.)
+            _bump_version(running_mean)
+            _bump_version(running_var)
         return y, z, mean, inv, new_rm, new_rv
     # Inference: the running statistics, as mean and 1 / sqrt(var + eps).
     mean = running_mean.to(wide, copy=True)
@@ -870,7 +906,7 @@ def _batch_norm_grad(ctx, grad, *_rest):
     nwb = (need[1] or need[2]) and weight is not None
     saved = saved if saved is not None else _empty(x)
     if nx or nwb or (nr and activation != "none"):
-        dx, dw, db, dz = torch.ops.ferrodnn.batch_norm_backward(grad, x, weight, saved, mean, inv, training, activation, nx, nwb, nr)
+        dx, dw, db, dz = _batch_norm_backward_eager(grad, x, weight, saved, mean, inv, training, activation, nx, nwb, nr)
     else:  # only the residual, whose gradient is the output's
         dx = dw = db = dz = None
     dres = (dz if activation != "none" else grad) if nr else None
@@ -878,6 +914,8 @@ def _batch_norm_grad(ctx, grad, *_rest):
 
 
 _batch_norm.register_autograd(_batch_norm_grad, setup_context=_batch_norm_setup)
+_batch_norm_eager = Eager(_batch_norm, (0, 1, 2, 3, 4, 5), _batch_norm_setup, _batch_norm_grad, impl=_batch_norm_in_place)
+_batch_norm_backward_eager = Eager(_batch_norm_backward, (0, 1, 2, 3, 4, 5))
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, activation=None, residual=None):
@@ -906,8 +944,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         raise ValueError(f"ferrodnn.torch.{op}: training needs more than one value per channel, got input shape {tuple(input.shape)}")
     act = _activation(op, activation, ("none", "relu", "silu"))
     save = _saves_preact(act) and _needs_grad(input, weight, bias, residual)
-    y, _, _, _, new_rm, new_rv = _batch_norm(input, weight, bias, running_mean, running_var, residual, bool(training), float(momentum), float(eps), act, save)
-    if training and running_mean is not None:
+    y, _, _, _, new_rm, new_rv = _batch_norm_eager(input, weight, bias, running_mean, running_var, residual, bool(training), float(momentum), float(eps), act, save)
+    # (An eager call wrote the running statistics in place, returning None for them.)
+    if training and running_mean is not None and new_rm is not None:
         with torch.no_grad():
             running_mean.copy_(new_rm)
             running_var.copy_(new_rv)
@@ -1002,11 +1041,13 @@ def _group_norm_grad(ctx, grad, _gz, _gm, _gi):
     need = ctx.needs_input_grad
     nwb = need[1] or need[2]
     saved = saved if saved is not None else _empty(x)
-    dx, dw, db = torch.ops.ferrodnn.group_norm_backward(grad, x, weight, saved, mean, inv, groups, activation, need[0], nwb)
+    dx, dw, db = _group_norm_backward_eager(grad, x, weight, saved, mean, inv, groups, activation, need[0], nwb)
     return dx if need[0] else None, dw if need[1] else None, db if need[2] else None, None, None, None, None, None
 
 
 _group_norm.register_autograd(_group_norm_grad, setup_context=_group_norm_setup)
+_group_norm_eager = Eager(_group_norm, (0, 1, 2), _group_norm_setup, _group_norm_grad)
+_group_norm_backward_eager = Eager(_group_norm_backward, (0, 1, 2, 3, 4, 5))
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, activation=None):
@@ -1022,7 +1063,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, activation=N
             _check_param(op, name, t, input, (c,))
     act = _activation(op, activation, ("none", "relu", "silu"))
     grad = _needs_grad(input, weight, bias)
-    return _group_norm(input, weight, bias, int(num_groups), float(eps), act, grad, grad and _saves_preact(act))[0]
+    return _group_norm_eager(input, weight, bias, int(num_groups), float(eps), act, grad, grad and _saves_preact(act))[0]
 
 
 # -- scaled_dot_product_attention ------------------------------------------------------------
@@ -1100,11 +1141,13 @@ def _sdpa_grad(ctx, grad, _grad_stats):
         return (None,) * 7
     q, k, v, o, stats, bias = ctx.saved_tensors
     _need_stats("sdpa", stats)
-    dq, dk, dv = torch.ops.ferrodnn.sdpa_backward(grad, q, k, v, o, stats, bias, *ctx.opts)
+    dq, dk, dv = _sdpa_backward_eager(grad, q, k, v, o, stats, bias, *ctx.opts)
     return dq, dk, dv, None, None, None, None
 
 
 _sdpa.register_autograd(_sdpa_grad, setup_context=_sdpa_setup)
+_sdpa_eager = Eager(_sdpa, (0, 1, 2, 3), _sdpa_setup, _sdpa_grad)
+_sdpa_backward_eager = Eager(_sdpa_backward, (0, 1, 2, 3, 4, 5, 6))
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -1140,7 +1183,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise ValueError(f"ferrodnn.torch.{op}: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to [B, H_q, S_q, S_kv] = {(b, hq, sq, skv)}") from None
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     training = _needs_grad(query, key, value)
-    return _sdpa(query, key, value, bias, bool(is_causal), scale, training)[0]
+    return _sdpa_eager(query, key, value, bias, bool(is_causal), scale, training)[0]
 
 
 # -- softmax, pooling ------------------------------------------------------------------------
@@ -1194,10 +1237,12 @@ def _softmax_setup(ctx, inputs, output):
 
 def _softmax_grad(ctx, grad):
     (y,) = ctx.saved_tensors
-    return torch.ops.ferrodnn.softmax_backward(grad, y, *ctx.opts), None, None
+    return _softmax_backward_eager(grad, y, *ctx.opts), None, None
 
 
 _softmax.register_autograd(_softmax_grad, setup_context=_softmax_setup)
+_softmax_eager = Eager(_softmax, (0,), _softmax_setup, _softmax_grad)
+_softmax_backward_eager = Eager(_softmax_backward, (0, 1))
 
 
 def softmax(input, dim, use_log=False):
@@ -1207,7 +1252,7 @@ def softmax(input, dim, use_log=False):
     _check_tensor(op, "input", input)
     if not -input.dim() <= dim < input.dim():
         raise ValueError(f"ferrodnn.torch.{op}: dim must be in [{-input.dim()}, {input.dim()}), got {dim}")
-    return _softmax(input, dim % input.dim(), bool(use_log))
+    return _softmax_eager(input, dim % input.dim(), bool(use_log))
 
 
 def _pool_dims(x, window, stride, padding):
@@ -1270,10 +1315,12 @@ def _pool2d_setup(ctx, inputs, output):
 
 def _pool2d_grad(ctx, grad):
     (x,) = ctx.saved_tensors
-    return torch.ops.ferrodnn.pool2d_backward(grad, x, *ctx.opts), None, None, None, None
+    return _pool2d_backward_eager(grad, x, *ctx.opts), None, None, None, None
 
 
 _pool2d.register_autograd(_pool2d_grad, setup_context=_pool2d_setup)
+_pool2d_eager = Eager(_pool2d, (0,), _pool2d_setup, _pool2d_grad)
+_pool2d_backward_eager = Eager(_pool2d_backward, (0, 1))
 
 
 def _pool_args(op, x, kernel_size, stride, padding, ceil_mode):
@@ -1298,7 +1345,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
         raise ValueError(f"ferrodnn.torch.{op}: dilation must be 1, got {dilation}")
     if return_indices:
         raise ValueError(f"ferrodnn.torch.{op}: return_indices=True is not supported")
-    return _pool2d(input, "max", *_pool_args(op, input, kernel_size, stride, padding, ceil_mode))
+    return _pool2d_eager(input, "max", *_pool_args(op, input, kernel_size, stride, padding, ceil_mode))
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
@@ -1307,4 +1354,4 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     op = "avg_pool2d"
     if divisor_override is not None:
         raise ValueError(f"ferrodnn.torch.{op}: divisor_override is not supported")
-    return _pool2d(input, "avg" if count_include_pad else "avg_exclude", *_pool_args(op, input, kernel_size, stride, padding, ceil_mode))
+    return _pool2d_eager(input, "avg" if count_include_pad else "avg_exclude", *_pool_args(op, input, kernel_size, stride, padding, ceil_mode))
