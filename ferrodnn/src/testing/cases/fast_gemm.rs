@@ -435,6 +435,8 @@ pub(super) fn cases() -> Vec<Case> {
     v.push(mm("int8_bt_splitk_64x48x4096_i8", t("a", &[64, 4096], I8), transposed("b", &[4096, 48], I8), I32));
     v.push(mm("int8_bt_130x96x64_i8_to_i8", t("a", &[130, 64], I8), transposed("b", &[64, 96], I8), I8));
     v.push(mm("int8_bt_130x96x64_i8_to_f32", t("a", &[130, 64], I8), transposed("b", &[64, 96], I8), F32));
+    // (On Hopper: the wgmma kernel, k steps of 128 with a zero-filled last one, edge tiles.)
+    v.push(mm("int8_bt_280x520x528_u8_i8_to_bf16", t("a", &[280, 528], U8), transposed("b", &[528, 520], I8), Bf16));
     v.push(int8_bias("int8_frontend_bias_16x32x64x128", 16, (32, 64, 128)));
     v
 }

@@ -749,12 +749,20 @@ mod case_tests {
             for target in [Target::sm90a(), Target::sm80()] {
                 let units = crate::engine::cuda::planner::units(&g, &target, &Options::default(), true).unwrap();
                 let sources: Vec<&str> = units.iter().flat_map(|u| u.kernels.launches.iter().filter(|l| l.entry.contains("gemm")).map(|l| l.source.as_str())).collect();
-                assert!(sources.iter().any(|s| s.contains("#define GM_MMA GM_MMA_S8\n")), "{} on {}: no integer GEMM", c.name, target.arch);
+                let mma = sources.iter().any(|s| s.contains("#define GM_MMA GM_MMA_S8\n"));
+                let wgmma = sources.iter().any(|s| s.contains("#define GEMM_INT 1\n") && s.contains("wgmma.mma_async"));
+                assert!(mma || (wgmma && target.hopper()), "{} on {}: no integer GEMM", c.name, target.arch);
+                // On Hopper, K-major operands (B stored n x k, rows 16-byte aligned) take the wgmma
+                // kernel.
+                if target.hopper() && c.name.starts_with("fast_gemm_int8_bt") && !c.name.contains("97x72x100") {
+                    assert!(wgmma, "{}: not on the Hopper kernel", c.name);
+                }
                 let float_epilogue = c.name.contains("requant") || c.name.contains("to_f32") || c.name.contains("_f32") || c.name.contains("bias") || c.name.contains("bf16");
-                let exact = sources.iter().any(|s| s.contains("#define GM_INT_EXACT 1\n"));
+                let exact = sources.iter().any(|s| s.contains("#define GM_INT_EXACT 1\n") || s.contains("#define GEMM_INT_EXACT 1\n"));
                 assert_eq!(exact, !float_epilogue, "{}: exact integer store", c.name);
-                // A long k over few tiles splits (the i32 partials summed by a second launch).
-                if c.name.contains("splitk") {
+                // A long k over few tiles splits on the mma.sync kernel (the i32 partials summed by
+                // a second launch; the Hopper kernel runs whole tiles).
+                if c.name.contains("splitk") && mma {
                     assert!(units.iter().any(|u| u.kernels.launches.iter().any(|l| l.entry.contains("reduce"))), "{}: no split", c.name);
                 }
                 // Every node in one unit: the identities and the requantization in the epilogue.

@@ -19,6 +19,11 @@
 //                         ways along k over the grid (see `Work`), finished through `skpart`
 //                         and `skflag`
 //   GEMM_A_MN, GEMM_B_MN  1: A M-major, B N-major in shared memory (else K-major)
+//   GEMM_INT              1: 8-bit integer operands, exact i32 sums in the accumulators'
+//                         registers, converted to f32 once a tile's k loop is done (no split,
+//                         no stream-K, 128-row tiles)
+//   GEMM_INT_EXACT        1: (with GEMM_INT) no conversion: the sums' bits stored as they are
+//                         into an integer C (the chain only identities), saturated to its type
 //   GEMM_A3, GEMM_B3      true: the operand's TMA map has a batch coordinate (a grouped
 //                         convolution's B: the group's, B_BT)
 //   GEMM_GROUPS           the groups of a grouped convolution (gathered operands; 1 otherwise):
@@ -241,7 +246,10 @@ struct Work {
 
 // The chain as a function of the accumulator and the side values: without its last relu where
 // the conversion applies it.
-#if GEMM_RELU_CVT
+// (GEMM_INT_EXACT: the accumulators' bits are the i32 sums, stored as they are.)
+#if GEMM_INT_EXACT
+#define EPI_V(v) (v)
+#elif GEMM_RELU_CVT
 #define EPI_V epilogue_u
 #else
 #define EPI_V epilogue_v
@@ -520,6 +528,12 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) KERNEL_NAME(KERNEL
 #endif
             wgmma_wait0();
             release_stage(bars + 8u * (STAGES + prev), l);
+#if GEMM_INT && !GEMM_INT_EXACT
+            // The tile's exact i32 sums as f32, once (rounded to nearest even past 2^24, as the
+            // CPU engine rounds them to an f32 C): the epilogue and the stores work in f32.
+            #pragma unroll
+            for (int i = 0; i < ND; ++i) d[i] = __int2float_rn(__float_as_int(d[i]));
+#endif
 #if GEMM_STREAMK
             // A tail tile split along k is finished by the CTA with its first part; each of the
             // others leaves its sums in its own slot of the workspace (f32, element i of consumer

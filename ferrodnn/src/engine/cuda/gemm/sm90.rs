@@ -36,7 +36,10 @@
 //! fp8 (e4m3 and e5m2, either operand either type) runs `wgmma ... k32` at twice the 16-bit
 //! rate, 128 k a stage (the same bytes as 16-bit stages); 8-bit operands are K-major only, so
 //! A must be row-major and B stored `n x k` (as cuBLASLt's fp8 GEMMs take them too); other
-//! layouts run on the mma.sync kernel, which converts fp8 to f16 as it loads.
+//! layouts run on the mma.sync kernel, which converts fp8 to f16 as it loads. 8-bit integers
+//! (i8, u8) run `wgmma ... k32 .s32` the same way, their exact i32 sums kept in the
+//! accumulators' registers and converted to f32 once a tile is done, for a float C (whole
+//! 128-row tiles: no split of k); an integer C (stored exactly) runs on the mma.sync kernel.
 //!
 //! Shared-memory tiles use the 128-byte swizzle that TMA writes and wgmma reads. Operands may be
 //! K-major (the usual row-major A, or B stored `n x k`) or M/N-major (B stored `k x n`, A
@@ -196,7 +199,7 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     // C stored column-major (a weight gradient written transposed, dW^T = X^T dY): the kernel
     // computes C^T = B^T A^T, whose C is row-major, so that its stores are whole rows instead of
     // one element a column, where the swapped problem runs whole 128-row tiles.
-    if c_column_major(p) && !tf32(p) && !gathered(p) && im2col_a(p).is_none() {
+    if c_column_major(p) && !tf32(p) && !int8(p) && !gathered(p) && im2col_a(p).is_none() {
         let q = swapped(p);
         if reject(&q, target).is_none() {
             let cq = heuristic(&q, target);
@@ -249,17 +252,18 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     let bn = if bn == 128 && !gathered(p) && p.m >= 4 * BM && 2 * tiles(128) <= sms && 8 * tiles(64) >= 7 * sms { 64 } else { bn };
     let kt = p.k.div_ceil(bk(p.a.dtype));
     let t0 = tiles(bn);
-    let splits = splits_for(t0, kt, sms);
+    // (8-bit integers: whole tiles only, their i32 sums exact until the one conversion.)
+    let splits = if int8(p) { 1 } else { splits_for(t0, kt, sms) };
     let tma_store = splits == 1 && tma_store_ok(p);
     // (Clusters of two CTAs sharing B by TMA multicast measured slower on the H100 than single
     // CTAs, 2.5% even launching only the clusters that fit: there is no cluster variant.)
     let cfg =
-        Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, bm: BM, swap: false, streamk: splits == 1 && stream_k(p, t0, bn, kt, sms) };
+        Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, bm: BM, swap: false, streamk: splits == 1 && !int8(p) && stream_k(p, t0, bn, kt, sms) };
     // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T,
     // 64-row tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles, no reduce launch),
     // and each stage carries 2 or 4 KiB of A instead of 16. Eight stages (80 KiB): 6, 12 and 16
     // measured 1-3% slower on the H100.
-    if p.m <= 32 && !tf32(p) && !gathered(p) && 8 * p.batch * p.n.div_ceil(64) >= 7 * sms && swap_ok(p) {
+    if p.m <= 32 && !tf32(p) && !int8(p) && !gathered(p) && 8 * p.batch * p.n.div_ceil(64) >= 7 * sms && swap_ok(p) {
         let bn = if p.m <= 16 { 16 } else { 32 };
         return Config { bn, stages: 8, group_m: 1, tma_store: false, splits: 1, bm: 64, swap: true, streamk: false };
     }
@@ -416,17 +420,20 @@ fn reject_as(p: &GemmProblem, target: &Target, rs: bool) -> Option<String> {
     }
     let t = p.a.dtype;
     let sixteen = matches!(t, DataType::Bf16 | DataType::F16) && p.b.dtype == t;
-    if !sixteen && !tf32(p) && !fp8(p) {
+    if !sixteen && !tf32(p) && !fp8(p) && !int8(p) {
         return Some(format!(
-            "inputs {} x {}: this kernel takes bf16 x bf16, f16 x f16, fp8 x fp8 (e4m3 or e5m2 each), or f32 x f32 as tf32 (reduced precision allowed)",
+            "inputs {} x {}: this kernel takes bf16 x bf16, f16 x f16, fp8 x fp8 (e4m3 or e5m2 each), 8-bit integers (i8 or u8 each), or f32 x f32 as tf32 (reduced precision allowed)",
             p.a.dtype, p.b.dtype
         ));
     }
-    if fp8(p) && (major(&p.a, true) != Some(Major::K) || major(&p.b, false) != Some(Major::K)) {
-        return Some("fp8: wgmma reads 8-bit operands K-major only: A must be row-major and B stored n x k (column-major)".into());
+    if (fp8(p) || int8(p)) && (major(&p.a, true) != Some(Major::K) || major(&p.b, false) != Some(Major::K)) {
+        return Some("fp8 and int8: wgmma reads 8-bit operands K-major only: A must be row-major and B stored n x k (column-major)".into());
     }
-    if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
-        return Some(format!("output {}: this kernel stores bf16, f16 or f32", p.c.dtype));
+    // (An integer C after 8-bit integers: their exact sums as they are, where the epilogue is
+    // only identities (`Epilogue::int_exact`, checked with the epilogue in `kernels_of`).)
+    let int_c = int8(p) && matches!(p.c.dtype, DataType::I32 | DataType::I8 | DataType::U8);
+    if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) && !int_c {
+        return Some(format!("output {}: this kernel stores bf16, f16 or f32 (and an 8-bit integer GEMM's exact sums)", p.c.dtype));
     }
     let limit = i32::MAX as usize;
     if p.m > limit || p.n > limit || p.k > limit || p.batch > limit {
@@ -716,6 +723,13 @@ fn fp8(p: &GemmProblem) -> bool {
     p.a.dtype.is_fp8() && p.b.dtype.is_fp8() && p.fast_fp8
 }
 
+/// 8-bit integers (i8 or u8, each operand its own): `wgmma ... k32` into exact i32 sums, both
+/// operands K-major, converted to f32 once a tile is done: C must be a float (bf16, f16, f32;
+/// integer C types, stored exactly, run on the mma.sync kernel).
+fn int8(p: &GemmProblem) -> bool {
+    super::byte_int(p.a.dtype) && super::byte_int(p.b.dtype)
+}
+
 /// f32 inputs that run as tf32: `wgmma ... .tf32` reads the f32 bits and ignores the low 13
 /// (A is truncated; B, when copied, is rounded to nearest first).
 fn tf32(p: &GemmProblem) -> bool {
@@ -842,6 +856,15 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
     }
     let kt = p.k.div_ceil(bk(p.a.dtype));
     let bad_split = cfg.splits == 0 || cfg.splits > kt || (cfg.splits > 1 && (cfg.tma_store || cfg.swap));
+    // (8-bit integers: the i32 sums of whole 128-row tiles, converted once; a split or a second
+    // consumer's sums would add rounded partials.)
+    if int8(p) && (cfg.splits != 1 || cfg.streamk || cfg.swap || cfg.bm != BM) {
+        return None;
+    }
+    // (An integer C holds the exact sums only: a chain of identities, no tap.)
+    if p.c.dtype.is_integer() && (!epi.int_exact || epi.tap.is_some()) {
+        return None;
+    }
     // 64-row tiles: one CTA per tile, 16-bit, B K-major for the narrow widths, no TMA store.
     let bad_bm = match cfg.bm {
         128 => !matches!(cfg.bn, 64 | 128 | 256),
@@ -1213,6 +1236,8 @@ fn source(p: &GemmProblem, epi: &Epilogue, cfg: &Config, tail: Option<(usize, us
         .define("GEMM_A3", a3)
         .define("GEMM_B3", b3)
         .flag("GEMM_RS", rs)
+        .flag("GEMM_INT", int8(p))
+        .flag("GEMM_INT_EXACT", int8(p) && epi.int_exact)
         .define("GEMM_THREADS", threads(p))
         .define("GEMM_BM", cfg.bm)
         .define("GEMM_BN", cfg.bn)

@@ -5,9 +5,12 @@
 // and t + 4; g = lane / 4, t = lane % 4). d: the N / 2 accumulators of the thread; scale_d 0 starts
 // them from zero.
 //
+// 8-bit integers (GEMM_INT) accumulate exact i32 sums in the same registers (the bits of d; the
+// kernel converts them to f32 once the tile's k loop is done).
+//
 // Reads: GEMM_BN (16, 32, 64, 128 or 256), GEMM_A / GEMM_B (the operands' type codes, common.cuh),
 // GEMM_A_MN / GEMM_B_MN (1: the operand is M- or N-major in shared memory, wgmma's transpose
-// operands, which only 16-bit types have), GEMM_RS.
+// operands, which only 16-bit types have), GEMM_RS, GEMM_INT.
 
 #define WG_STR_(x) #x
 #define WG_STR(x) WG_STR_(x)
@@ -26,7 +29,17 @@
     ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
     ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
     ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define WG_OUTS_8(b) "+f"(d[b]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), "+f"(d[b + 6]), "+f"(d[b + 7])
+// (i32 sums: the registers of d as integers; no operand scales, which integer wgmma lacks.)
+#if GEMM_INT
+#define WG_O(i) "+r"(*reinterpret_cast<int*>(&d[i]))
+#define WG_DT "s32"
+#define WG_SCALES ""
+#else
+#define WG_O(i) "+f"(d[i])
+#define WG_DT "f32"
+#define WG_SCALES ", 1, 1"
+#endif
+#define WG_OUTS_8(b) WG_O(b), WG_O(b + 1), WG_O(b + 2), WG_O(b + 3), WG_O(b + 4), WG_O(b + 5), WG_O(b + 6), WG_O(b + 7)
 #define WG_OUTS_16(b) WG_OUTS_8(b), WG_OUTS_8(b + 8)
 #define WG_OUTS_32(b) WG_OUTS_16(b), WG_OUTS_16(b + 16)
 #define WG_OUTS_64(b) WG_OUTS_32(b), WG_OUTS_32(b + 32)
@@ -89,6 +102,10 @@
 #define WG_TA "e4m3"
 #elif GEMM_A == DT_fp8_e5m2
 #define WG_TA "e5m2"
+#elif GEMM_A == DT_i8
+#define WG_TA "s8"
+#elif GEMM_A == DT_u8
+#define WG_TA "u8"
 #else
 #define WG_TA "f16"
 #endif
@@ -100,15 +117,19 @@
 #define WG_TB "e4m3"
 #elif GEMM_B == DT_fp8_e5m2
 #define WG_TB "e5m2"
+#elif GEMM_B == DT_i8
+#define WG_TB "s8"
+#elif GEMM_B == DT_u8
+#define WG_TB "u8"
 #else
 #define WG_TB "f16"
 #endif
-// k per instruction: 32 bytes of a K-major row (16 of a 16-bit type, 8 of tf32, 32 of fp8); the
-// transpose operands of 16-bit types (32- and 8-bit types are K-major only).
+// k per instruction: 32 bytes of a K-major row (16 of a 16-bit type, 8 of tf32, 32 of fp8 and
+// 8-bit integers); the transpose operands of 16-bit types (32- and 8-bit types are K-major only).
 #if GEMM_A == DT_f32
 #define WG_K "8"
 #define WG_TRANS ""
-#elif GEMM_A == DT_fp8_e4m3 || GEMM_A == DT_fp8_e5m2
+#elif GEMM_A == DT_fp8_e4m3 || GEMM_A == DT_fp8_e5m2 || GEMM_A == DT_i8 || GEMM_A == DT_u8
 #define WG_K "32"
 #define WG_TRANS ""
 #else
@@ -128,7 +149,7 @@ __device__ __forceinline__ void wgmma_tile_rs(float (&d)[GEMM_BN / 2], const uns
 __device__ __forceinline__ void wgmma_tile(float (&d)[GEMM_BN / 2], unsigned long long da, unsigned long long db, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, " WG_OP2 ", 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n" WG_STR(GEMM_BN) "k" WG_K ".f32." WG_TA "." WG_TB " {" WG_REGS "}, " WG_OP0 ", " WG_OP1 ", p, 1, 1" WG_TRANS ";\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n" WG_STR(GEMM_BN) "k" WG_K "." WG_DT "." WG_TA "." WG_TB " {" WG_REGS "}, " WG_OP0 ", " WG_OP1 ", p" WG_SCALES WG_TRANS ";\n}\n"
         : WG_OUTS
         : "l"(da), "l"(db), "r"(scale_d));
 }
