@@ -98,7 +98,12 @@ impl Engine for CpuFastEngine {
         BehaviorNotes { runtime_compiled: false, deterministic: true, reduced_precision: false }
     }
     fn build(&self, graph: Arc<Graph>, _knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
-        super::cpu::budget::check(&graph)?;
+        // On the engine's pool, whose thread count the scratch estimate takes (outside it, rayon
+        // would start its global pool to answer).
+        match &self.pool {
+            Some(pool) => pool.install(|| super::cpu::budget::check(&graph))?,
+            None => super::cpu::budget::check(&graph)?,
+        }
         let mut plan = FastPlan::new(graph)?;
         plan.pool = self.pool.clone();
         Ok(Box::new(plan))
