@@ -14,14 +14,16 @@ figures taken under load are only indicative. Writes JSON (default bench/results
 
 The sides' thread pools live in one process and would meet on the same cores: after a parallel
 region PyTorch's OpenMP workers (libgomp, OMP_WAIT_POLICY unset) spin for a while before they
-sleep, and numpy's BLAS threads likewise; a side timed while another's workers spin runs on the
-cores left over (measured: PyTorch's worker spinning 6-20 ms of CPU through the next ferrodnn
-calls, the 2048->512 7x7 convolution then at one thread's speed). So before each side's timed
-calls the other threads of the process are first left to settle (until they use under 0.1 ms of
-CPU in 5 ms, at most 0.5 s), each side keeping its own runtime's default spin policy; each row
-records the CPU time the other sides' threads took during each side's timed calls
-(`*_cross_cpu_ms`, near 0 when the timing was undisturbed) and the waits (`settled_ms`).
-`--no-settle` times back to back as before (the disturbance a user mixing the libraries sees).
+sleep, and a side timed while another's workers spin runs on the cores left over (measured:
+PyTorch's worker spinning about 6 ms of CPU into the next ferrodnn calls after its 2048->512
+7x7 convolution, the first one or two of them up to 2x slower). So before each side's timed
+calls the process's other threads are first left to settle (until they use under 0.1 ms of CPU
+in 5 ms, at most 0.5 s), each side keeping its own runtime's default spin policy. Each row
+records, per side and round, the CPU time the other sides' threads took during the side's timed
+calls (`*_cross_cpu_ms`, near 0 when settled), the time the side's own threads waited on a run
+queue for a core (`*_wait_ms`: more than a few ms means other programs, or its own threads
+sharing one core, disturbed it), and the settling waits (`settled_ms`). `--no-settle` times
+back to back as before (the disturbance a user mixing the libraries sees).
 
     python3 bench/cpu.py [--runs 5] [--out bench/results/cpu.json] [--filter conv] [--no-settle]
 
@@ -114,7 +116,7 @@ def timed(fn, runs, side):
 
 
 def median_ms(fn, runs, side, cross):
-    """[`timed`]'s median; the other threads' CPU ms and the own threads' wait go to
+    """`timed`'s median; the other threads' CPU ms and the own threads' wait go to
     `cross[side]`."""
     ms, cross[side], wait = timed(fn, runs, side)
     cross[side + "_wait"] = wait
@@ -123,7 +125,7 @@ def median_ms(fn, runs, side, cross):
 
 def find_sides():
     """The threads each runtime starts (numpy's BLAS at import, PyTorch's OpenMP workers at its
-    first parallel region, ferrodnn's rayon pool at its first execute)."""
+    first parallel region, ferrodnn's pool with its first handle)."""
     known = set(thread_cpu_ns())
     SIDES["numpy"] = known - {MAIN_TID}
     if torch is not None:
