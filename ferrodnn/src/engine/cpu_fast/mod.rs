@@ -26,6 +26,7 @@ mod conv_direct;
 mod epilogue;
 mod gemm;
 mod pointwise;
+mod pool;
 mod rows;
 mod tensor;
 
@@ -41,18 +42,26 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tensor::{Dst, Src};
 
-/// The fast CPU engine. Its plans run on `pool` when it has one (a handle made with
-/// [`crate::Handle::cpu_with_threads`]), else on rayon's global pool (all cores, or
-/// `RAYON_NUM_THREADS`).
+/// The fast CPU engine. Its plans run on `pool`: a pool of its own (a handle made with
+/// [`crate::Handle::cpu_with_threads`]), else the process's shared pool of the engine (all
+/// cores, or `RAYON_NUM_THREADS`); rayon's global pool only where that could not be started.
+/// A pool with one thread per core pins each thread to its core (the `pool` module; off with
+/// `FERRODNN_CPU_PIN=0`).
+///
+/// Mixing runtimes: PyTorch's OpenMP workers (libgomp) spin for several milliseconds after each
+/// parallel region before they sleep (with `OMP_WAIT_POLICY` unset), holding a core that this
+/// engine's plan, called right after, would use: that plan then runs at the speed of the cores
+/// left. `GOMP_SPINCOUNT` (a shorter spin) or `OMP_WAIT_POLICY=PASSIVE` in PyTorch's environment
+/// gives the cores back sooner (BENCHMARKS.md, CPU section).
 #[derive(Clone, Default)]
 pub struct CpuFastEngine {
     pool: Option<Arc<rayon::ThreadPool>>,
 }
 
 impl CpuFastEngine {
-    /// The engine on rayon's global pool.
+    /// The engine on the process's shared pool.
     pub fn new() -> CpuFastEngine {
-        CpuFastEngine { pool: None }
+        CpuFastEngine { pool: pool::shared() }
     }
 
     /// The engine on a pool of its own with `threads` threads (at least 1).
@@ -60,11 +69,7 @@ impl CpuFastEngine {
         if threads == 0 {
             return Err(Error::InvalidArgument("the fast CPU engine needs at least 1 thread, got 0".into()));
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("ferrodnn-cpu-{i}"))
-            .build()
-            .map_err(|e| Error::InvalidArgument(format!("the fast CPU engine's pool of {threads} threads could not be started: {e}")))?;
+        let pool = pool::build(threads).map_err(|e| Error::InvalidArgument(format!("the fast CPU engine's pool of {threads} threads could not be started: {e}")))?;
         Ok(CpuFastEngine { pool: Some(Arc::new(pool)) })
     }
 
@@ -93,7 +98,12 @@ impl Engine for CpuFastEngine {
         BehaviorNotes { runtime_compiled: false, deterministic: true, reduced_precision: false }
     }
     fn build(&self, graph: Arc<Graph>, _knobs: &[Knob]) -> Result<Box<dyn CompiledPlan>> {
-        super::cpu::budget::check(&graph)?;
+        // On the engine's pool, whose thread count the scratch estimate takes (outside it, rayon
+        // would start its global pool to answer).
+        match &self.pool {
+            Some(pool) => pool.install(|| super::cpu::budget::check(&graph))?,
+            None => super::cpu::budget::check(&graph)?,
+        }
         let mut plan = FastPlan::new(graph)?;
         plan.pool = self.pool.clone();
         Ok(Box::new(plan))
@@ -120,7 +130,7 @@ pub struct FastPlan {
     steps: Vec<Step>,
     /// Workspace in f32 elements (the largest any step needs).
     workspace_f32: usize,
-    /// The engine's own thread pool, if it has one (else rayon's global pool).
+    /// The engine's thread pool (rayon's global pool when none).
     pool: Option<Arc<rayon::ThreadPool>>,
 }
 

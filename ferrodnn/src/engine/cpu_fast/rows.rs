@@ -1,7 +1,10 @@
 //! Row-wise memory-bound ops as one threaded pass over each row: softmax and log-softmax (over
 //! any axis; with the log-sum-exp statistics), layernorm and rmsnorm forward (statistics over
 //! every dim but the batch dim, training or inference). Each row is read once into a per-thread
-//! f32 buffer (any strides, f32/f16/bf16), reduced (sums in f64), and written once.
+//! f32 buffer (any strides, f32/f16/bf16), reduced (sums in f64), and written once. With
+//! AVX-512, f32 rows whose values are one apart are read and written in place, and an output
+//! larger than [`STREAM_BYTES`] is written with non-temporal stores (straight to memory, not
+//! first read into the cache: a third less memory traffic for a pass that reads x and writes y).
 
 use super::tensor::{Dst, Src};
 use super::{check_tensor, Exec};
@@ -36,6 +39,16 @@ pub(crate) struct RowStep {
     scale: Option<TensorId>,
     bias: Option<TensorId>,
     epsilon: Option<TensorId>,
+}
+
+/// The output size from which the row kernels write their rows with non-temporal stores: at half
+/// of a large L3, x and y together no longer stay in the cache for whatever reads y next, so
+/// reading y's lines in before overwriting them (as ordinary stores do) buys nothing.
+const STREAM_BYTES: usize = 16 << 20;
+
+/// Whether an f32 output of `elems` values is written with non-temporal stores.
+fn streamed(elems: usize) -> bool {
+    elems * 4 >= STREAM_BYTES
 }
 
 fn udims(g: &Graph, t: TensorId) -> Vec<usize> {
@@ -182,8 +195,11 @@ fn softmax(x: &Src, y: &Dst, axis: usize, log: bool, stats: Option<&mut [f32]>) 
     let (xs, ys) = (x.strides[axis], y.strides[axis]);
     let stats_addr = stats.map(|s| s.as_mut_ptr() as usize);
     let direct = direct_rows(x, xs, y, ys);
+    // Streamed rows keep e^(x - max) in the thread's buffer (in cache) until they are scaled
+    // into y.
+    let stream = direct.is_some() && streamed(outer * inner * len);
     (0..outer * inner).into_par_iter().with_min_len(16).for_each_init(
-        || (vec![0usize; dims.len()], if direct.is_some() { Vec::new() } else { vec![0f32; len] }),
+        || (vec![0usize; dims.len()], if direct.is_some() && !stream { Vec::new() } else { vec![0f32; len] }),
         |(idx, buf), r| {
             let (o, i) = (r / inner, r % inner);
             unravel(o, &dims[..axis], &mut idx[..axis]);
@@ -194,9 +210,12 @@ fn softmax(x: &Src, y: &Dst, axis: usize, log: bool, stats: Option<&mut [f32]>) 
             let lse = match direct {
                 // SAFETY: the row's len values from xb and yb are elements of x and y, one
                 // apart (direct_rows checked); rows are disjoint, so no other thread writes
-                // these values of y.
+                // these values of y; a streamed row's buffer holds len values.
                 #[cfg(target_arch = "x86_64")]
-                Some((xp, yp)) => unsafe { avx512::softmax_row((xp as *const f32).offset(xb), (yp as *mut f32).offset(yb), len, log) },
+                Some((xp, yp)) => unsafe {
+                    let y = (yp as *mut f32).offset(yb);
+                    avx512::softmax_row((xp as *const f32).offset(xb), y, if stream { buf.as_mut_ptr() } else { y }, len, log, stream)
+                },
                 _ => {
                     read_row(x, xb, xs, buf);
                     let lse = softmax_row(buf, log);
@@ -239,6 +258,7 @@ fn norm(x: &Src, y: &Dst, scale: Option<&Src>, bias: Option<&Src>, eps: f64, rms
         (Some(xs), Some(ys)) => direct_rows(x, xs, y, ys),
         _ => None,
     };
+    let stream = streamed(rows * row_len);
     (0..rows).into_par_iter().for_each_init(
         || if direct.is_some() { Vec::new() } else { vec![0f32; row_len] },
         |buf, r| {
@@ -247,7 +267,7 @@ fn norm(x: &Src, y: &Dst, scale: Option<&Src>, bias: Option<&Src>, eps: f64, rms
             if let Some((xp, yp)) = direct {
                 // SAFETY: as in softmax: row r's values of x and y, one apart; rows are
                 // disjoint.
-                let (mean, inv) = unsafe { avx512::norm_row((xp as *const f32).offset(xb), (yp as *mut f32).offset(yb), row_len, &s_row, &b_row, eps, rms) };
+                let (mean, inv) = unsafe { avx512::norm_row((xp as *const f32).offset(xb), (yp as *mut f32).offset(yb), row_len, &s_row, &b_row, eps, rms, stream) };
                 // SAFETY: r < rows, the statistics' element count; each row writes its own.
                 if let Some(a) = mean_addr {
                     unsafe { *(a as *mut f32).add(r) = mean as f32 };
@@ -463,7 +483,7 @@ fn softmax_row(buf: &mut [f32], log: bool) -> f64 {
     match isa() {
         // SAFETY: the CPU has AVX-512F (checked at run time).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { avx512::softmax_row(buf.as_mut_ptr(), buf.as_mut_ptr(), buf.len(), log) },
+        Isa::Avx512 => unsafe { avx512::softmax_row(buf.as_mut_ptr(), buf.as_mut_ptr(), buf.as_mut_ptr(), buf.len(), log, false) },
         // SAFETY: the CPU has AVX2 and FMA (checked at run time).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { softmax_row_avx2(buf, log) },
@@ -475,7 +495,7 @@ fn norm_row(buf: &mut [f32], scale: &[f32], bias: &[f32], eps: f64, rms: bool) -
     match isa() {
         // SAFETY: as in softmax_row.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { avx512::norm_row(buf.as_mut_ptr(), buf.as_mut_ptr(), buf.len(), scale, bias, eps, rms) },
+        Isa::Avx512 => unsafe { avx512::norm_row(buf.as_mut_ptr(), buf.as_mut_ptr(), buf.len(), scale, bias, eps, rms, false) },
         // SAFETY: as in softmax_row.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { norm_row_avx2(buf, scale, bias, eps, rms) },
@@ -560,14 +580,50 @@ mod avx512 {
         }
     }
 
-    /// Softmax (or log-softmax) of the `n` values at `x` into `y`; returns their log-sum-exp.
-    /// Three passes: the maximum, `e^(x - max)` into `y` (or only summed, for log-softmax),
-    /// and the scaling of `y` (or `y = x - lse`), the row staying in cache after the first.
+    /// `f` over the `n` values at `src` a vector at a time, its results stored at `dst` with
+    /// non-temporal stores where a whole 64-byte line of `dst` lies among the n values (written
+    /// to memory without first being read into the cache), ordinary masked stores in the partial
+    /// lines at either end; then a store fence, so that the values are in memory in program
+    /// order when it returns (as ordinary stores would be to another thread after a join). `f`
+    /// gets the offset, the vector (lanes past the n values read 0) and its lanes' mask.
     ///
     /// # Safety
-    /// `x` readable and `y` writable for `n` values (they may be the same memory).
+    /// `src` must be readable and `dst` writable for `n` values, `dst` 4-byte aligned; they may
+    /// be the same memory.
+    #[inline(always)]
+    unsafe fn streamed(src: *const f32, dst: *mut f32, n: usize, mut f: impl FnMut(usize, __m512, __mmask16) -> __m512) {
+        // Values before dst's first 64-byte boundary.
+        let head = ((64 - dst as usize % 64) % 64 / 4).min(n);
+        // SAFETY (all blocks): every access is among the caller's n values (masked to them at
+        // either end); from `head` on, dst + i is 64-byte aligned, as the non-temporal store
+        // needs.
+        if head > 0 {
+            let m = tail(head);
+            unsafe { _mm512_mask_storeu_ps(dst, m, f(0, _mm512_maskz_loadu_ps(m, src), m)) };
+        }
+        let mut i = head;
+        while i + 16 <= n {
+            unsafe { _mm512_stream_ps(dst.add(i), f(i, _mm512_loadu_ps(src.add(i)), 0xffff)) };
+            i += 16;
+        }
+        if i < n {
+            let m = tail(n - i);
+            unsafe { _mm512_mask_storeu_ps(dst.add(i), m, f(i, _mm512_maskz_loadu_ps(m, src.add(i)), m)) };
+        }
+        _mm_sfence();
+    }
+
+    /// Softmax (or log-softmax) of the `n` values at `x` into `y`; returns their log-sum-exp.
+    /// Three passes: the maximum, `e^(x - max)` into `tmp` (or only summed, for log-softmax),
+    /// and `y` = `tmp` scaled (or `y = x - lse`), the row staying in cache after the first.
+    /// With `stream`, the last pass writes `y` with non-temporal stores (`tmp` is then a buffer
+    /// of the thread's that stays in cache; else it is `y`).
+    ///
+    /// # Safety
+    /// `x` readable and `y` and `tmp` writable for `n` values (`x`, `y` and `tmp` may be the
+    /// same memory; `y` 4-byte aligned).
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn softmax_row(x: *const f32, y: *mut f32, n: usize, log: bool) -> f64 {
+    pub(super) unsafe fn softmax_row(x: *const f32, y: *mut f32, tmp: *mut f32, n: usize, log: bool, stream: bool) -> f64 {
         let (mut m0, mut m1) = (_mm512_set1_ps(f32::NEG_INFINITY), _mm512_set1_ps(f32::NEG_INFINITY));
         // SAFETY (the `pairs` calls): the caller's extents.
         unsafe {
@@ -581,7 +637,7 @@ mod avx512 {
         // Lanes past the end read -inf, whose exp is 0.
         let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
         unsafe {
-            pairs(x, if log { std::ptr::null_mut() } else { y }, n, f32::NEG_INFINITY, |_, a, b| {
+            pairs(x, if log { std::ptr::null_mut() } else { tmp }, n, f32::NEG_INFINITY, |_, a, b| {
                 let (ea, eb) = (exp_nonpos(_mm512_sub_ps(a, mv)), exp_nonpos(_mm512_sub_ps(b, mv)));
                 (s0, s1) = (_mm512_add_ps(s0, ea), _mm512_add_ps(s1, eb));
                 (ea, eb)
@@ -589,23 +645,26 @@ mod avx512 {
         };
         let sum = lanes_f64(s0) + lanes_f64(s1);
         let lse = m as f64 + sum.ln();
-        if log {
-            let l = _mm512_set1_ps(lse as f32);
-            unsafe { pairs(x, y, n, 0.0, |_, a, b| (_mm512_sub_ps(a, l), _mm512_sub_ps(b, l))) };
+        let (src, by) = if log { (x, _mm512_set1_ps(lse as f32)) } else { (tmp as *const f32, _mm512_set1_ps((1.0 / sum) as f32)) };
+        let last = |a| if log { _mm512_sub_ps(a, by) } else { _mm512_mul_ps(a, by) };
+        if stream {
+            unsafe { streamed(src, y, n, |_, a, _| last(a)) };
         } else {
-            let inv = _mm512_set1_ps((1.0 / sum) as f32);
-            unsafe { pairs(y, y, n, 0.0, |_, a, b| (_mm512_mul_ps(a, inv), _mm512_mul_ps(b, inv))) };
+            unsafe { pairs(src, y, n, 0.0, |_, a, b| (last(a), last(b))) };
         }
         lse
     }
 
     /// Layernorm (or rmsnorm) of the `n` values at `x` into `y` as [`super::norm_row_impl`]
-    /// computes it; `scale` and `bias` hold `n` values each.
+    /// computes it; `scale` and `bias` hold `n` values each. With `stream`, `y` is written with
+    /// non-temporal stores.
     ///
     /// # Safety
-    /// As for [`softmax_row`].
+    /// `x` readable and `y` writable for `n` values (they may be the same memory; `y` 4-byte
+    /// aligned).
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn norm_row(x: *const f32, y: *mut f32, n: usize, scale: &[f32], bias: &[f32], eps: f64, rms: bool) -> (f64, f64) {
+    pub(super) unsafe fn norm_row(x: *const f32, y: *mut f32, n: usize, scale: &[f32], bias: &[f32], eps: f64, rms: bool, stream: bool) -> (f64, f64) {
         let none = std::ptr::null_mut();
         let mean = if rms {
             0.0
@@ -634,6 +693,16 @@ mod avx512 {
         let inv = 1.0 / (var + eps).sqrt();
         let iv = _mm512_set1_ps(inv as f32);
         let (sp, bp) = (scale.as_ptr(), bias.as_ptr());
+        if stream {
+            // SAFETY: as below, one vector at a time (masked as the row's at either end).
+            unsafe {
+                streamed(x, y, n, |i, a, k| {
+                    let (s, b) = (_mm512_maskz_loadu_ps(k, sp.add(i)), _mm512_maskz_loadu_ps(k, bp.add(i)));
+                    _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(a, m), iv), s, b)
+                })
+            };
+            return (mean, inv);
+        }
         unsafe {
             pairs(x, y, n, 0.0, |i, a, b| {
                 // SAFETY: scale and bias hold n values; the vectors at the ragged end are
@@ -653,7 +722,9 @@ mod tests {
     use super::{exp_f32, norm_row_impl, softmax_row_impl};
 
     /// The AVX-512 row kernels against the portable ones on every ragged length up to three
-    /// vector pairs, in place and from one buffer into another, with -inf and large values.
+    /// vector pairs, in place and from one buffer into another, with -inf and large values; and
+    /// the streamed forms (non-temporal stores) bit for bit as the plain ones, at every alignment
+    /// of the output within a 64-byte line, writing nothing outside the row.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_row_kernels_match_the_portable_ones_at_every_ragged_length() {
@@ -661,6 +732,9 @@ mod tests {
             return;
         }
         let close = |a: f32, b: f32, what: &str| assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{what}: {a} vs {b}");
+        // The row at `shift` values into a buffer with NaN on either side: its values, and
+        // whether everything around them is still NaN.
+        let around = |buf: &[f32], shift: usize, n: usize| (buf[shift..shift + n].to_vec(), buf[..shift].iter().chain(&buf[shift + n..]).all(|v| v.is_nan()));
         for n in 1..100usize {
             let x: Vec<f32> =
                 (0..n).map(|i| ((i * 37 % 23) as f32 - 11.0) * if i % 7 == 3 { 9.0 } else { 0.7 }).map(|v| if n > 5 && v == -11.0 * 0.7 { f32::NEG_INFINITY } else { v }).collect();
@@ -671,11 +745,11 @@ mod tests {
                 let lse_want = softmax_row_impl(&mut want, log);
                 let mut got = vec![f32::NAN; n];
                 // SAFETY: x and got hold n values each.
-                let lse = unsafe { super::avx512::softmax_row(x.as_ptr(), got.as_mut_ptr(), n, log) };
+                let lse = unsafe { super::avx512::softmax_row(x.as_ptr(), got.as_mut_ptr(), got.as_mut_ptr(), n, log, false) };
                 close(lse as f32, lse_want as f32, "lse");
                 let mut inplace = x.clone();
                 // SAFETY: as above, one buffer.
-                unsafe { super::avx512::softmax_row(inplace.as_mut_ptr(), inplace.as_mut_ptr(), n, log) };
+                unsafe { super::avx512::softmax_row(inplace.as_mut_ptr(), inplace.as_mut_ptr(), inplace.as_mut_ptr(), n, log, false) };
                 for i in 0..n {
                     if want[i].is_finite() {
                         close(got[i], want[i], &format!("softmax n {n} log {log} [{i}]"));
@@ -684,6 +758,18 @@ mod tests {
                     }
                     assert_eq!(got[i].to_bits(), inplace[i].to_bits());
                 }
+                for shift in 0..16 {
+                    let (mut out, mut tmp) = (vec![f32::NAN; n + 32], vec![0f32; n]);
+                    // SAFETY: out holds shift + n values, tmp n.
+                    let l = unsafe { super::avx512::softmax_row(x.as_ptr(), out.as_mut_ptr().add(shift), tmp.as_mut_ptr(), n, log, true) };
+                    let (row, clean) = around(&out, shift, n);
+                    assert!(clean && l.to_bits() == lse.to_bits(), "streamed softmax n {n} log {log} shift {shift}: wrote outside the row or lse {l} vs {lse}");
+                    assert_eq!(
+                        row.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "streamed softmax n {n} log {log} shift {shift}"
+                    );
+                }
             }
             let xf: Vec<f32> = x.iter().map(|&v| if v.is_finite() { v } else { 3.0 }).collect();
             for rms in [false, true] {
@@ -691,14 +777,57 @@ mod tests {
                 let (mw, iw) = norm_row_impl(&mut want, &scale, &bias, 1e-5, rms);
                 let mut got = vec![f32::NAN; n];
                 // SAFETY: xf and got hold n values each.
-                let (m, i) = unsafe { super::avx512::norm_row(xf.as_ptr(), got.as_mut_ptr(), n, &scale, &bias, 1e-5, rms) };
+                let (m, i) = unsafe { super::avx512::norm_row(xf.as_ptr(), got.as_mut_ptr(), n, &scale, &bias, 1e-5, rms, false) };
                 close(m as f32, mw as f32, "mean");
                 close(i as f32, iw as f32, "inv");
                 for k in 0..n {
                     close(got[k], want[k], &format!("norm n {n} rms {rms} [{k}]"));
                 }
+                for shift in 0..16 {
+                    let mut out = vec![f32::NAN; n + 32];
+                    // SAFETY: out holds shift + n values.
+                    let (ms, is) = unsafe { super::avx512::norm_row(xf.as_ptr(), out.as_mut_ptr().add(shift), n, &scale, &bias, 1e-5, rms, true) };
+                    let (row, clean) = around(&out, shift, n);
+                    assert!(clean && (ms, is) == (m, i), "streamed norm n {n} rms {rms} shift {shift}: wrote outside the row or statistics differ");
+                    assert_eq!(
+                        row.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "streamed norm n {n} rms {rms} shift {shift}"
+                    );
+                }
             }
         }
+    }
+
+    /// Softmax and layernorm over an output past [`super::STREAM_BYTES`] (written with
+    /// non-temporal stores where the machine has AVX-512), rows of 4100 values (their starts at
+    /// every alignment of 16 bytes), against the portable row kernels row by row.
+    #[test]
+    fn streamed_outputs_match_the_row_kernels() {
+        use super::super::tensor::{Dst, Src};
+        let (rows, len) = (1030, 4100);
+        assert!(super::streamed(rows * len));
+        let x: Vec<f32> = (0..rows * len).map(|i| ((i * 7919 % 1013) as f32 - 506.0) * 0.01).collect();
+        let (scale, bias) = (vec![1.5f32; len], vec![-0.25f32; len]);
+        let close = |a: f32, b: f32, what: &str| assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{what}: {a} vs {b}");
+        let mut y = vec![f32::NAN; rows * len];
+        let (xs, sc, bi) = (Src::dense(&x, &[rows, len]), Src::dense(&scale, &[1, len]), Src::dense(&bias, &[1, len]));
+        super::norm(&xs, &Dst::dense(&mut y, &[rows, len], crate::DataType::F32), Some(&sc), Some(&bi), 1e-5, false, None, None);
+        let mut z = vec![f32::NAN; rows * len];
+        super::softmax(&xs, &Dst::dense(&mut z, &[rows, len], crate::DataType::F32), 1, false, None);
+        for r in (0..rows).step_by(17).chain([rows - 1]) {
+            let mut want = x[r * len..(r + 1) * len].to_vec();
+            norm_row_impl(&mut want, &scale, &bias, 1e-5, false);
+            for k in 0..len {
+                close(y[r * len + k], want[k], &format!("layernorm row {r} [{k}]"));
+            }
+            let mut want = x[r * len..(r + 1) * len].to_vec();
+            softmax_row_impl(&mut want, false);
+            for k in 0..len {
+                close(z[r * len + k], want[k], &format!("softmax row {r} [{k}]"));
+            }
+        }
+        assert!(y.iter().chain(&z).all(|v| v.is_finite()), "a value left unwritten");
     }
 
     #[test]
