@@ -552,7 +552,7 @@ fn int8(what: &str, x: &[i64], w: &[i64], attrs: ConvAttrs, xt: DataType, wt: Da
 }
 
 /// 8-bit integer forward convolutions (i8 x i8, u8 x i8: the tensor cores' integer mma, exact
-/// i32 sums): 16-, 8- and 4-byte channel runs and single channels, NCHW (element loads), a 1x1
+/// i32 sums): 128-, 16-, 8- and 4-byte channel runs and single channels, NCHW (element loads), a 1x1
 /// layer with a long reduction (split), grouped, 3D, and the stores: i32, i8 (saturated), f32,
 /// an i32 identity, and the requantizing epilogue.
 fn int8_cases() -> Vec<Case> {
@@ -569,6 +569,9 @@ fn int8_cases() -> Vec<Case> {
         int8("1x1_c96_k72", &[2, 96, 9, 7], &[72, 96, 1, 1], p(2, 0), I8, I8, true, None, I32),
         int8("1x1_c2048_k48", &[2, 2048, 3, 3], &[48, 2048, 1, 1], p(2, 0), I8, I8, true, None, I32),
         int8("3x3_c512_k64", &[1, 512, 5, 5], &[64, 512, 3, 3], p(2, 1), I8, I8, true, None, I32),
+        // (128-byte channel runs: on Hopper the image by im2col TMA loads, the wgmma kernel.)
+        int8("3x3_c128_k72_s2", &[2, 128, 13, 11], &[72, 128, 3, 3], strided(2, 1), I8, I8, true, None, I32),
+        int8("3x3_c256_k40", &[2, 256, 7, 9], &[40, 256, 3, 3], p(2, 1), U8, I8, true, Requant, I8),
         int8("grouped_g4_c16_k16", &[2, 64, 9, 9], &[64, 16, 3, 3], p(2, 1), I8, I8, true, None, I32),
         int8("3d_c16_k24", &[2, 16, 4, 5, 6], &[24, 16, 3, 3, 3], p(3, 1), I8, I8, true, None, I32),
         int8("3x3_c32_k24", &[2, 32, 9, 7], &[24, 32, 3, 3], p(2, 1), I8, I8, true, None, I8),

@@ -752,6 +752,11 @@ mod case_tests {
                 let mma = sources.iter().any(|s| s.contains("#define GM_MMA GM_MMA_S8\n"));
                 let wgmma = sources.iter().any(|s| s.contains("#define GEMM_INT 1\n") && s.contains("wgmma.mma_async"));
                 assert!(mma || (wgmma && target.hopper()), "{} on {}: no integer GEMM", c.name, target.arch);
+                // On Hopper, int8 convolutions whose channels come in 128-byte runs read the image
+                // by im2col loads on the wgmma kernel.
+                if target.hopper() && c.name.starts_with("fast_conv_fprop_int8_3x3_c") && ["c128", "c256", "c512"].iter().any(|t| c.name.contains(t)) {
+                    assert!(wgmma && sources.iter().any(|s| s.contains("#define GEMM_A_IM2COL 1\n")), "{}: not on the im2col wgmma kernel", c.name);
+                }
                 // On Hopper, K-major operands (B stored n x k, rows 16-byte aligned) take the wgmma
                 // kernel.
                 if target.hopper() && c.name.starts_with("fast_gemm_int8_bt") && !c.name.contains("97x72x100") {

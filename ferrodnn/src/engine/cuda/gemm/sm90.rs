@@ -429,8 +429,8 @@ fn reject_as(p: &GemmProblem, target: &Target, rs: bool) -> Option<String> {
     if (fp8(p) || int8(p)) && (major(&p.a, true) != Some(Major::K) || major(&p.b, false) != Some(Major::K)) {
         return Some("fp8 and int8: wgmma reads 8-bit operands K-major only: A must be row-major and B stored n x k (column-major)".into());
     }
-    // (An integer C after 8-bit integers: their exact sums as they are, where the epilogue is
-    // only identities (`Epilogue::int_exact`, checked with the epilogue in `kernels_of`).)
+    // (An integer C after 8-bit integers: their exact sums as they are where the epilogue is
+    // only identities (`Epilogue::int_exact`), else the epilogue's value rounded and saturated.)
     let int_c = int8(p) && matches!(p.c.dtype, DataType::I32 | DataType::I8 | DataType::U8);
     if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) && !int_c {
         return Some(format!("output {}: this kernel stores bf16, f16 or f32 (and an 8-bit integer GEMM's exact sums)", p.c.dtype));
@@ -467,16 +467,18 @@ fn gathered(p: &GemmProblem) -> bool {
 /// bf16; the gathers copy bits), a C it stores, 32-bit extents.
 fn reject_gathered(p: &GemmProblem) -> Option<String> {
     let t = p.a.dtype;
-    // (f32 as tf32 only where the image is read by im2col loads: a forward convolution.)
-    let tf32_im2col = tf32(p) && im2col_a(p).is_some();
-    if !(matches!(t, DataType::F16 | DataType::Bf16) && p.b.dtype == t) && !tf32_im2col {
+    // (f32 as tf32, and 8-bit integers, only where the image is read by im2col loads: a forward
+    // convolution.)
+    let im2col_only = (tf32(p) || int8(p)) && im2col_a(p).is_some();
+    if !(matches!(t, DataType::F16 | DataType::Bf16) && p.b.dtype == t) && !im2col_only {
         return Some(format!(
-            "gathered inputs {} x {}: the Hopper implicit GEMM takes f16 x f16 or bf16 x bf16, and f32 x f32 as tf32 for a forward convolution whose channels come in 32s (others run on the mma.sync kernel)",
+            "gathered inputs {} x {}: the Hopper implicit GEMM takes f16 x f16 or bf16 x bf16, and f32 x f32 as tf32 or 8-bit integers for a forward convolution whose channels come in 128-byte runs (others run on the mma.sync kernel)",
             p.a.dtype, p.b.dtype
         ));
     }
-    if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) {
-        return Some(format!("output {}: this kernel stores bf16, f16 or f32", p.c.dtype));
+    let int_c = int8(p) && matches!(p.c.dtype, DataType::I32 | DataType::I8 | DataType::U8);
+    if !matches!(p.c.dtype, DataType::Bf16 | DataType::F16 | DataType::F32) && !int_c {
+        return Some(format!("output {}: this kernel stores bf16, f16 or f32 (and an 8-bit integer GEMM's exact sums)", p.c.dtype));
     }
     if !gather_major(&p.a, true).1 || (b_tma(p).is_none() && !gather_major(&p.b, false).1) {
         return Some("a gathered operand without 16-byte vectors (channels not a multiple of 8, or not contiguous): element-wise gathers run on the mma.sync kernel, whose every thread loads".into());
@@ -537,13 +539,13 @@ fn im2col_a(p: &GemmProblem) -> Option<Im2colA> {
     if g.block.is_some() || (b_tma(p).is_none() && b_taps(p).is_none()) {
         return None;
     }
-    // 16-bit operands; or f32 as tf32 (wgmma reads 32-bit operands K-major only: a forward
-    // convolution's image and a filter stored n x k).
+    // 16-bit operands; or f32 as tf32 or 8-bit integers (wgmma reads 32- and 8-bit operands
+    // K-major only: a forward convolution's image and a filter stored n x k).
     let sixteen = matches!(p.a.dtype, DataType::F16 | DataType::Bf16) && p.b.dtype == p.a.dtype;
-    if !sixteen && !(tf32(p) && matches!(g.mn, Index::Pixel { .. }) && major(&p.b, false) == Some(Major::K) && b_tma(p).is_some()) {
+    if !sixteen && !((tf32(p) || int8(p)) && matches!(g.mn, Index::Pixel { .. }) && major(&p.b, false) == Some(Major::K) && b_tma(p).is_some()) {
         return None;
     }
-    // Channels a stage (one 128-byte row a pixel): 64 16-bit, 32 f32.
+    // Channels a stage (one 128-byte row a pixel): 64 16-bit, 32 f32, 128 8-bit.
     let chunk = bk(p.a.dtype) as i64;
     let (pixel, tap, pixels_on_k) = match (&g.mn, &g.k) {
         (Index::Pixel { .. }, Index::Taps { .. }) => (&g.mn, &g.k, false),
@@ -861,8 +863,8 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
     if int8(p) && (cfg.splits != 1 || cfg.streamk || cfg.swap || cfg.bm != BM) {
         return None;
     }
-    // (An integer C holds the exact sums only: a chain of identities, no tap.)
-    if p.c.dtype.is_integer() && (!epi.int_exact || epi.tap.is_some()) {
+    // (An integer C: no tap of its values.)
+    if p.c.dtype.is_integer() && epi.tap.is_some() {
         return None;
     }
     // 64-row tiles: one CTA per tile, 16-bit, B K-major for the narrow widths, no TMA store.
@@ -910,7 +912,7 @@ fn kernels_of(p: &GemmProblem, epi: &Epilogue, target: &Target, entry: &str, cfg
                 (t, batched)
             }
         };
-        if tf32(p) && mb != Major::K {
+        if (tf32(p) || int8(p)) && mb != Major::K {
             return None;
         }
         (ma, a3, b3) = (if ic.pixels_on_k { Major::Mn } else { Major::K }, false, b_batched);

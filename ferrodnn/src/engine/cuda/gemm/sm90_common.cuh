@@ -3,7 +3,7 @@
 //
 // Reads: GEMM_M, GEMM_N, GEMM_BATCH (the problem the kernel computes: C^T's with GEMM_SWAP),
 // GEMM_SPLITS (ways k is split, 1: none), GEMM_C (C's type
-// code, f32, f16 or bf16; i32, i8 or u8 with GEMM_INT_EXACT), GEMM_C_RS, GEMM_C_CS, GEMM_C_BS (C's strides in elements, as the kernel
+// code, f32, f16 or bf16; i32, i8 or u8 after 8-bit integers), GEMM_C_RS, GEMM_C_CS, GEMM_C_BS (C's strides in elements, as the kernel
 // sees C), GEMM_C_PAIRS (1: two neighbouring columns can be stored at once: row-major C with even
 // strides), GEMM_SWAP (1: the kernel computes C^T, its rows are C's columns), EPI_NAMES (the
 // epilogue's side-input arguments, `, e0, ...`).
@@ -24,18 +24,27 @@ static constexpr long long M_ = GEMM_M, N_ = GEMM_N, NP = GEMM_N + GEMM_N % 2;
 #elif GEMM_C == DT_f16
 #define C_ST1(cp, v) *(__half*)(cp) = __float2half_rn(v)
 #define C_ST2(cp, v0, v1) *(__half2*)(cp) = __floats2half2_rn(v0, v1)
-#elif GEMM_C == DT_i32
-// (Integer C types only with GEMM_INT_EXACT: `v` holds the i32 sum's bits.)
-#define C_ST1(cp, v) *(int*)(cp) = __float_as_int(v)
-#define C_ST2(cp, v0, v1) *(int2*)(cp) = make_int2(__float_as_int(v0), __float_as_int(v1))
-#elif GEMM_C == DT_i8 || GEMM_C == DT_u8
-#if GEMM_C == DT_i8
-#define C_SAT(v) (unsigned)(unsigned char)(signed char)min(max(__float_as_int(v), -128), 127)
+#elif DT_INT(GEMM_C)
+// An integer C (after 8-bit integer operands): with GEMM_INT_EXACT `v` holds the i32 sum's bits;
+// else it is the epilogue's f32, rounded half away from zero and saturated (NaN to 0) as the CPU
+// engine converts; then saturated to C's range.
+#if GEMM_INT_EXACT
+#define C_IV(v) __float_as_int(v)
 #else
-#define C_SAT(v) (unsigned)(unsigned char)min(max(__float_as_int(v), 0), 255)
+#define C_IV(v) __float2int_rz(roundf(v))
+#endif
+#if GEMM_C == DT_i32
+#define C_ST1(cp, v) *(int*)(cp) = C_IV(v)
+#define C_ST2(cp, v0, v1) *(int2*)(cp) = make_int2(C_IV(v0), C_IV(v1))
+#else
+#if GEMM_C == DT_i8
+#define C_SAT(v) (unsigned)(unsigned char)(signed char)min(max(C_IV(v), -128), 127)
+#else
+#define C_SAT(v) (unsigned)(unsigned char)min(max(C_IV(v), 0), 255)
 #endif
 #define C_ST1(cp, v) *(unsigned char*)(cp) = (unsigned char)C_SAT(v)
 #define C_ST2(cp, v0, v1) *(unsigned short*)(cp) = (unsigned short)(C_SAT(v0) | (C_SAT(v1) << 8))
+#endif
 #else
 #define C_ST1(cp, v) *(float*)(cp) = v
 #define C_ST2(cp, v0, v1) *(float2*)(cp) = make_float2(v0, v1)
