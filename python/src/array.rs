@@ -9,8 +9,8 @@
 use crate::InvalidArgumentError;
 use ferrodnn::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
-use pyo3::prelude::*;
 use pyo3::intern;
+use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyTuple, PyType};
 use std::borrow::Cow;
@@ -217,10 +217,7 @@ fn torch_types(py: Python<'_>) -> Option<&'static TorchTypes> {
     if let Some(t) = TORCH.get(py) {
         return Some(t);
     }
-    let modules = SYS_MODULES
-        .get_or_try_init(py, || -> PyResult<Py<PyDict>> { Ok(py.import("sys")?.getattr("modules")?.downcast_into::<PyDict>()?.unbind()) })
-        .ok()?
-        .bind(py);
+    let modules = SYS_MODULES.get_or_try_init(py, || -> PyResult<Py<PyDict>> { Ok(py.import("sys")?.getattr("modules")?.downcast_into::<PyDict>()?.unbind()) }).ok()?.bind(py);
     let torch = modules.get_item("torch").ok()??;
     let tensor = torch.getattr("Tensor").ok()?.downcast_into::<PyType>().ok()?.unbind();
     let mut dtypes = Vec::new();
@@ -394,6 +391,38 @@ pub fn describe(obj: &Bound<PyAny>) -> PyResult<ArrayDesc> {
         return Err(PyValueError::new_err(format!("{}: {} bytes from address {:#x} run past the end of the address space", a.type_name, a.bytes, a.ptr)));
     }
     Ok(a)
+}
+
+/// A raw device pointer given as a Python int, as the cudnn frontend takes one in a variant
+/// pack (`x.data_ptr()`): the memory the tensor's dims, strides and type reach from `ptr`,
+/// which the caller vouches for (nothing can check a bare address). `what` names the tensor;
+/// `gpu` says whether the handle has a GPU engine (a pointer is device memory only).
+pub fn from_pointer(what: &str, ptr: i128, dims: &[i64], strides: &[i64], dtype: DataType, gpu: bool) -> PyResult<ArrayDesc> {
+    if !gpu {
+        return Err(InvalidArgumentError::new_err(format!(
+            "{what}: a Python int in the variant pack is a device pointer (as the frontend takes `tensor.data_ptr()`), but the handle has no GPU engine; give an array"
+        )));
+    }
+    let ptr = usize::try_from(ptr).ok().filter(|&p| p > 0).ok_or_else(|| InvalidArgumentError::new_err(format!("{what}: {ptr} is not a device pointer (a positive address)")))?;
+    if strides.len() != dims.len() {
+        return Err(InvalidArgumentError::new_err(format!("{what}: a device pointer needs the tensor's strides (dims {dims:?}, strides {strides:?})")));
+    }
+    let bytes = extent_bytes(dims, strides, dtype.size(), what)?;
+    if ptr.checked_add(bytes).is_none() {
+        return Err(PyValueError::new_err(format!("{what}: {bytes} bytes from address {ptr:#x} run past the end of the address space")));
+    }
+    Ok(ArrayDesc {
+        ptr,
+        bytes,
+        dims: dims.to_vec(),
+        strides: strides.to_vec(),
+        dtype: Some(dtype),
+        itemsize: dtype.size(),
+        type_name: Cow::Borrowed("a device pointer"),
+        device: true,
+        readonly: false,
+        keep_alive: Vec::new(),
+    })
 }
 
 /// Whether the object looks like an array at all (for tensor_like's overloads).

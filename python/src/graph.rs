@@ -390,6 +390,13 @@ enum PackValue {
     Number(f64),
 }
 
+/// A variant pack's value as read, before its tensor is known: a Python int is a by-value
+/// scalar's value, or, for any other tensor, a device pointer (the frontend's `data_ptr()`).
+enum Given {
+    Value(PackValue),
+    Int(i128),
+}
+
 /// `cudnn.tensor`: a tensor of one graph.
 #[pyclass(name = "tensor", module = "ferrodnn")]
 pub struct PyTensor {
@@ -2809,7 +2816,7 @@ impl PyGraph {
         // here for the whole call: Python code run while reading (an `__array_interface__`
         // property) may change the dict, but cannot free an array described here.
         let items: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = variant_pack.iter().collect();
-        let mut entries: Vec<(Option<usize>, i64, PackValue)> = Vec::with_capacity(items.len());
+        let mut entries: Vec<(Option<usize>, i64, Given)> = Vec::with_capacity(items.len());
         for (k, v) in &items {
             if k.is_none() {
                 // The frontend skips None keys (an optional output such as sdpa's stats in
@@ -2827,14 +2834,30 @@ impl PyGraph {
             } else {
                 return Err(PyTypeError::new_err(format!("variant pack keys must be tensors or uids, got {}", type_name(k))));
             };
-            let value = if (v.is_instance_of::<PyFloat>() || v.is_instance_of::<PyInt>()) && !array::is_array(v) {
-                PackValue::Number(v.extract::<f64>()?)
+            let value = if v.is_instance_of::<PyInt>() && !array::is_array(v) {
+                Given::Int(v.extract::<i128>()?)
+            } else if v.is_instance_of::<PyFloat>() && !array::is_array(v) {
+                Given::Value(PackValue::Number(v.extract::<f64>()?))
             } else {
-                PackValue::Array(array::describe(v)?)
+                Given::Value(PackValue::Array(array::describe(v)?))
             };
             entries.push((tensor, uid, value));
         }
-        let ws_desc = match workspace.filter(|w| !w.is_none()) {
+        // (A Python int for the workspace: a device pointer, as the frontend takes
+        // `workspace.data_ptr()`; the caller vouches for get_workspace_size() bytes there.)
+        let ws_pointer = match workspace.filter(|w| w.is_instance_of::<PyInt>() && !array::is_array(w)) {
+            Some(w) => {
+                let p: i128 = w.extract()?;
+                Some(
+                    usize::try_from(p)
+                        .ok()
+                        .filter(|&p| p > 0)
+                        .ok_or_else(|| InvalidArgumentError::new_err(format!("the workspace: {p} is not a device pointer (a positive address)")))?,
+                )
+            }
+            None => None,
+        };
+        let ws_desc = match workspace.filter(|w| !w.is_none() && ws_pointer.is_none()) {
             Some(w) => Some(array::describe(w)?),
             None => None,
         };
@@ -2844,15 +2867,32 @@ impl PyGraph {
         let handle = handle_override.unwrap_or_else(|| st.handle.clone());
         // Entries by tensor index.
         let mut by_tensor: HashMap<usize, PackValue> = HashMap::with_capacity(entries.len());
-        for (tensor, uid, value) in entries {
+        // (Python ints: a by-value scalar's value, else a device pointer to the tensor's memory,
+        // its dims, strides and type as the graph has them.)
+        let gpu = handle.cuda_device().is_some();
+        for (tensor, uid, given) in entries {
             let id = match tensor {
                 Some(id) => id,
                 None => st.find_uid(uid).ok_or_else(|| InvalidArgumentError::new_err(format!("the variant pack has uid {uid}, which no tensor of the graph has")))?,
+            };
+            let value = match given {
+                Given::Value(v) => v,
+                Given::Int(i) => {
+                    let d = &st.graph.tensors[id];
+                    if d.is_pass_by_value {
+                        PackValue::Number(i as f64)
+                    } else {
+                        let dtype = st.graph.resolved_data_type(TensorId(id)).unwrap_or(DataType::F32);
+                        let what = format!("tensor \"{}\" (uid {})", d.name, d.uid.unwrap_or(-1));
+                        PackValue::Array(array::from_pointer(&what, i, &d.dims, &d.strides, dtype, gpu)?)
+                    }
+                }
             };
             if by_tensor.insert(id, value).is_some() {
                 return Err(InvalidArgumentError::new_err(format!("tensor \"{}\" is given twice in the variant pack", st.graph.tensors[id].name)));
             }
         }
+
         let graph_name = st.graph.name.clone();
         let method = if plan_index.is_some() { "execute_plan_at_index" } else { "execute" };
         // Overrides of tensors left out of the graph that runs (no op uses them) change nothing.
@@ -3258,6 +3298,7 @@ impl PyGraph {
             Some(Buffer::HostMut(&mut host_ws))
         } else {
             match &ws_desc {
+                _ if ws_pointer.is_some() => Some(Buffer::Device { ptr: ws_pointer.unwrap_or_default() as u64, bytes: need }),
                 Some(w) if w.device => Some(Buffer::Device { ptr: w.ptr as u64, bytes: w.bytes }),
                 Some(_) => return Err(InvalidArgumentError::new_err("the workspace of a CUDA plan must be device memory")),
                 None => return Err(InvalidArgumentError::new_err(format!("graph \"{graph_name}\": the plan needs a workspace of {need} bytes"))),

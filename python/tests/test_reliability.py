@@ -247,6 +247,16 @@ def test_workspace_that_is_not_an_array():
         g.execute({X: rand(8, 64), W: rand(64, 32), Y: np.empty((8, 32), np.float32)}, "workspace")
 
 
+def test_workspace_as_a_python_int_on_a_host_plan():
+    # (A Python int workspace is a device pointer, for a CUDA plan; a host plan uses its own.)
+    g, X, W, Y = matmul_graph()
+    x, w, y = rand(8, 64), rand(64, 32), np.zeros((8, 32), np.float32)
+    g.execute({X: x, W: w, Y: y}, 4096)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-4, atol=1e-4)
+    with pytest.raises(cudnn.InvalidArgumentError, match="not a device pointer"):
+        g.execute({X: x, W: w, Y: y}, -16)
+
+
 def test_host_and_device_arrays_mixed():
     g, X, W, Y = matmul_graph()
     with pytest.raises(cudnn.InvalidArgumentError) as e:
@@ -433,6 +443,19 @@ def test_by_value_scalar_as_a_python_int_and_a_number_for_an_array():
         g.execute({X: 1.5, ALPHA: 3, Y: y}, None)
     msg = str(e.value)
     assert f"(uid {X.get_uid()})" in msg and "only accepted for a by-value scalar" in msg, msg
+
+
+def test_a_python_int_for_a_tensor_is_a_device_pointer():
+    # The frontend takes `tensor.data_ptr()` (a Python int) as a device pointer: a CPU-only
+    # handle refuses it by name; a by-value scalar's int stays its value (above).
+    g, X, ALPHA, Y = scale_graph()
+    x, y = rand(2, 3), np.zeros((2, 3), np.float32)
+    with pytest.raises(cudnn.InvalidArgumentError) as e:
+        g.execute({X: x.ctypes.data, ALPHA: 3, Y: y}, None)
+    msg = str(e.value)
+    assert f"(uid {X.get_uid()})" in msg and "device pointer" in msg and "no GPU engine" in msg, msg
+    # Nothing written when refused.
+    assert not y.any()
 
 
 def test_by_value_scalar_null_pointer_and_device_memory():

@@ -257,8 +257,16 @@ pub fn heuristic(p: &GemmProblem, target: &Target) -> Config {
     let tma_store = splits == 1 && tma_store_ok(p);
     // (Clusters of two CTAs sharing B by TMA multicast measured slower on the H100 than single
     // CTAs, 2.5% even launching only the clusters that fit: there is no cluster variant.)
-    let cfg =
-        Config { bn, stages: 2, group_m: p.m.div_ceil(BM).clamp(1, group_m(p)), tma_store, splits, bm: BM, swap: false, streamk: splits == 1 && !int8(p) && stream_k(p, t0, bn, kt, sms) };
+    let cfg = Config {
+        bn,
+        stages: 2,
+        group_m: p.m.div_ceil(BM).clamp(1, group_m(p)),
+        tma_store,
+        splits,
+        bm: BM,
+        swap: false,
+        streamk: splits == 1 && !int8(p) && stream_k(p, t0, bn, kt, sms),
+    };
     // Decode: at most 32 rows of A against 64-column tiles for at least 7/8 of the SMs. As C^T,
     // 64-row tiles of B^T need no split of k (16 x 8192 x 8192: 128 tiles, no reduce launch),
     // and each stage carries 2 or 4 KiB of A instead of 16. Eight stages (80 KiB): 6, 12 and 16
