@@ -119,6 +119,17 @@ def torch_ms(wid, timed=timed):
 _CUDNN = {}
 
 
+def _built(cudnn, g):
+    """Validates and builds cuDNN graph `g` (heuristics A, then the fallback; every plan built):
+    its workspace."""
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans(cudnn.build_plan_policy.ALL)
+    return torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+
+
 def cudnn_graph_ms(wid, timed=timed):
     """conv + bias + relu through cuDNN's own graph API (the nvidia-cudnn-frontend package), for the
     suite's `_bias_relu_` forward rows: one fused graph, executed as ferrodnn's is (back-to-back
@@ -151,12 +162,7 @@ def cudnn_graph_ms(wid, timed=timed):
     conv = g.conv_fprop(image=tx, weight=tw, padding=[p, p], stride=[s, s], dilation=[1, 1])
     ty = g.relu(input=g.bias(input=conv, bias=tb))
     ty.set_output(True).set_data_type(cudnn.data_type.HALF)
-    g.validate()
-    g.build_operation_graph()
-    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    g.check_support()
-    g.build_plans(cudnn.build_plan_policy.ALL)
-    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    ws = _built(cudnn, g)
     pack = {tx: x, tw: wt, tb: bias, ty: y}
     g.execute(pack, ws, handle=handle)
     torch.cuda.synchronize()
@@ -179,12 +185,7 @@ def cudnn_int8_ms(cudnn, handle, n, c, h, w, k, r, s, timed=timed):
     conv = g.conv_fprop(image=tx, weight=tw, padding=[p, p], stride=[s, s], dilation=[1, 1])
     ty = g.identity(input=conv)
     ty.set_output(True).set_data_type(cudnn.data_type.INT32)
-    g.validate()
-    g.build_operation_graph()
-    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    g.check_support()
-    g.build_plans(cudnn.build_plan_policy.ALL)
-    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    ws = _built(cudnn, g)
     pack = {tx: x, tw: wt, ty: y}
     g.execute(pack, ws, handle=handle)
     torch.cuda.synchronize()
