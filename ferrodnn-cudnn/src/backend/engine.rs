@@ -327,9 +327,12 @@ pub fn computed(s: &Snapshot, attr: i32) -> R<Option<Value>> {
         (ENGINE, ENGINE_KNOB_INFO | ENGINE_LAYOUT_INFO) | (ENGINECFG, ENGINECFG_INTERMEDIATE_INFO) => Value::descs(Vec::new()),
         (ENGINE, ENGINE_NUMERICAL_NOTE) => {
             let Some(e) = engine_info(s) else { return Ok(None) };
+            // Reduced precision (tf32 math on f32 data, fp8's fast accumulation) is TENSOR_CORE,
+            // as NVIDIA marks its tf32 engines: DOWN_CONVERT_INPUTS would make PyTorch, which
+            // drops every engine carrying it (Conv_v8's filter), never pick them.
             let mut notes = Vec::new();
             if e.notes.reduced_precision {
-                notes.extend([NUMERICAL_NOTE_TENSOR_CORE, NUMERICAL_NOTE_DOWN_CONVERT_INPUTS]);
+                notes.push(NUMERICAL_NOTE_TENSOR_CORE);
             }
             if !e.notes.deterministic {
                 notes.push(NUMERICAL_NOTE_NONDETERMINISTIC);
