@@ -5,6 +5,9 @@
 #   .gpu/capi/test_gpu
 #   OURS=.gpu/capi CUDNN_INCLUDE=.gpu/capi/include bash scripts/capi_compare.sh --gpu
 #   OURS=.gpu/capi CUDNN_INCLUDE=.gpu/capi/include bash scripts/capi_frontend_samples.sh --gpu
+#   PYTHON=<PyTorch's venv>/bin/python bash scripts/torch_on_capi.sh .gpu/capi .gpu/torch_on_capi
+#     (stock PyTorch on .gpu/capi/libcudnn.so.9 against NVIDIA's; docs/c_api.md, "PyTorch on
+#     the library"; the scripts are tracked files, only the library needs carrying)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/capi_build.sh >/dev/null

@@ -8,7 +8,9 @@
 # ref.pt, check.pt, compare.json, the three logs and cudnn_check.log (our library's log of the
 # check pass: every failed call with its reason). ARGS go to both passes (--only, --steps,
 # --device cpu for a dry run without a GPU). PYTHON picks the interpreter (default python3: the
-# one whose torch is to be tested). Exit status: the comparison's (0 when everything matched).
+# one whose torch is to be tested). REF_TIMEOUT and CHECK_TIMEOUT (seconds, default 120 and 400)
+# bound the passes: each saves its results after every check, so a pass cut short (or one that
+# crashes) still leaves what it ran. Exit status: the comparison's (0 when everything matched).
 #
 # Why LD_PRELOAD: libtorch_cuda.so asks for libcudnn.so.9 through an RPATH (not RUNPATH) to
 # site-packages/nvidia/cudnn/lib, which the loader searches before LD_LIBRARY_PATH, and
@@ -36,14 +38,14 @@ fi
 rm -f "$out/ref.pt" "$out/check.pt" "$out/compare.json" "$out/cudnn_check.log"
 
 echo "== reference pass (the cuDNN torch loads itself)"
-env -u LD_PRELOAD "$py" "$here/torch_on_capi.py" --ref "$out/ref.pt" "$@" 2>&1 | tee "$out/ref.log"
+env -u LD_PRELOAD timeout "${REF_TIMEOUT:-120}" "$py" "$here/torch_on_capi.py" --ref "$out/ref.pt" "$@" 2>&1 | tee "$out/ref.log"
 echo "reference pass exit status ${PIPESTATUS[0]}"
 
 echo "== check pass (LD_PRELOAD=$lib/libcudnn.so.9)"
 LD_PRELOAD="$lib/libcudnn.so.9${LD_PRELOAD:+:$LD_PRELOAD}" \
 LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 CUDNN_LOGLEVEL_DBG=${CUDNN_LOGLEVEL_DBG:-1} CUDNN_LOGDEST_DBG="$out/cudnn_check.log" \
-    "$py" "$here/torch_on_capi.py" --check "$out/check.pt" "$@" 2>&1 | tee "$out/check.log"
+    timeout "${CHECK_TIMEOUT:-400}" "$py" "$here/torch_on_capi.py" --check "$out/check.pt" "$@" 2>&1 | tee "$out/check.log"
 echo "check pass exit status ${PIPESTATUS[0]} (a crash leaves check.pt with the checks before it)"
 
 echo "== comparison"

@@ -67,16 +67,6 @@ impl Buffers {
     }
 }
 
-fn offset(flat: usize, dims: &[usize], strides: &[i64]) -> usize {
-    let mut rem = flat;
-    let mut off = 0i64;
-    for a in (0..dims.len()).rev() {
-        off += (rem % dims[a]) as i64 * strides[a];
-        rem /= dims[a];
-    }
-    off as usize
-}
-
 /// Plans the graph (heuristics in `mode`, the first configuration), checks the workspace size
 /// queries agree, and executes it on `bufs`.
 fn run(h: cudnnHandle_t, graph: &B, mode: i32, bufs: &mut Buffers) {

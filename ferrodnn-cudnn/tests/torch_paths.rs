@@ -59,23 +59,14 @@ impl Case {
     }
 }
 
-/// A tensor as PyTorch's getTensorDescriptor gives it: dims, strides, uid, 16-byte alignment,
-/// the data type, not virtual (set explicitly).
-fn torch_tensor(uid: i64, dims: &[i64], strides: &[i64], dt: i32) -> B {
-    B::new(TENSOR)
-        .i64s(TENSOR_UNIQUE_ID, &[uid])
-        .int(TENSOR_DATA_TYPE, T_DATA_TYPE, dt)
-        .i64s(TENSOR_DIMENSIONS, dims)
-        .i64s(TENSOR_STRIDES, strides)
-        .i64s(TENSOR_BYTE_ALIGNMENT, &[16])
-        .boolean(TENSOR_IS_VIRTUAL, false)
-        .fin()
-}
-
 /// The operation of `dir` with alpha 1 and beta 0 as floats (the frontend's default scaling type).
 fn torch_operation(dir: Dir, case: &Case, dt: i32) -> B {
-    let (x, w, y) =
-        (torch_tensor(X, &case.x, &case.strides(&case.x), dt), torch_tensor(W, &case.w, &case.strides(&case.w), dt), torch_tensor(Y, &case.y(), &case.strides(&case.y()), dt));
+    // As PyTorch's getTensorDescriptor gives them: 16-byte alignment, IS_VIRTUAL set (false).
+    let (x, w, y) = (
+        tensor_of(X, &case.x, &case.strides(&case.x), dt, false),
+        tensor_of(W, &case.w, &case.strides(&case.w), dt, false),
+        tensor_of(Y, &case.y(), &case.strides(&case.y()), dt, false),
+    );
     // PyTorch asks for float compute for half and bfloat16 data.
     let conv = B::new(CONVOLUTION)
         .int(CONVOLUTION_COMP_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT)
@@ -166,7 +157,7 @@ fn buffer(nd: &Nd, strides: &[i64], half: bool) -> Vec<u8> {
     let extent = 1 + nd.dims.iter().zip(strides).map(|(&d, &s)| (d as i64 - 1) * s).sum::<i64>() as usize;
     let mut vals = vec![f32::NAN; extent];
     for (i, &v) in nd.data.iter().enumerate() {
-        vals[at(i, &nd.dims, strides)] = v as f32;
+        vals[offset(i, &nd.dims, strides)] = v as f32;
     }
     if half {
         vals.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect()
@@ -181,7 +172,7 @@ fn dense(buf: &[u8], dims: &[i64], strides: &[i64], half: bool) -> Vec<f32> {
     let n: usize = d.iter().product();
     (0..n)
         .map(|i| {
-            let o = at(i, &d, strides);
+            let o = offset(i, &d, strides);
             if half {
                 f16::from_le_bytes([buf[2 * o], buf[2 * o + 1]]).to_f32()
             } else {
@@ -189,16 +180,6 @@ fn dense(buf: &[u8], dims: &[i64], strides: &[i64], half: bool) -> Vec<f32> {
             }
         })
         .collect()
-}
-
-fn at(flat: usize, dims: &[usize], strides: &[i64]) -> usize {
-    let mut rem = flat;
-    let mut off = 0i64;
-    for a in (0..dims.len()).rev() {
-        off += (rem % dims[a]) as i64 * strides[a];
-        rem /= dims[a];
-    }
-    off as usize
 }
 
 /// Random values of `dims`, rounded to half when `half`.

@@ -81,14 +81,30 @@ pub fn nhwc(dims: &[i64]) -> Vec<i64> {
 
 /// A finalized f32 tensor descriptor.
 pub fn tensor(uid: i64, dims: &[i64], strides: &[i64], is_virtual: bool) -> B {
+    tensor_of(uid, dims, strides, CUDNN_DATA_FLOAT, is_virtual)
+}
+
+/// A finalized tensor descriptor of data type `dt` (16-byte alignment, IS_VIRTUAL always set).
+pub fn tensor_of(uid: i64, dims: &[i64], strides: &[i64], dt: i32, is_virtual: bool) -> B {
     B::new(TENSOR)
         .i64s(TENSOR_UNIQUE_ID, &[uid])
-        .int(TENSOR_DATA_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT)
+        .int(TENSOR_DATA_TYPE, T_DATA_TYPE, dt)
         .i64s(TENSOR_DIMENSIONS, dims)
         .i64s(TENSOR_STRIDES, strides)
         .i64s(TENSOR_BYTE_ALIGNMENT, &[16])
         .boolean(TENSOR_IS_VIRTUAL, is_virtual)
         .fin()
+}
+
+/// The memory offset of logical element `flat` (row-major over `dims`) at `strides`.
+pub fn offset(flat: usize, dims: &[usize], strides: &[i64]) -> usize {
+    let mut rem = flat;
+    let mut off = 0i64;
+    for a in (0..dims.len()).rev() {
+        off += (rem % dims[a]) as i64 * strides[a];
+        rem /= dims[a];
+    }
+    off as usize
 }
 
 /// A by-value f32 scalar tensor.
