@@ -533,6 +533,34 @@ fn backward() -> Vec<Spec> {
     // several times; partial last tiles), GQA, and causal.
     v.push(Spec::new("bwd90_d128_long_gqa", Bf16).b(1).heads(4, 2).dims(128, 128).seq(300, 700).bwd(Alone));
     v.push(Spec::new("bwd90_d128_causal_br_long", F16).b(1).dims(128, 128).seq(520, 520).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    // The wide (256-channel) Hopper kernels: many steps with GQA and partial tiles, causal, a
+    // head dim short of the tile (the second half of each row stored in part) with a window and
+    // dropout, ALiBi with a scale.
+    v.push(Spec::new("bwd90_d256_long_gqa", Bf16).b(1).heads(4, 2).dims(256, 256).seq(300, 700).bwd(Alone));
+    v.push(Spec::new("bwd90_d256_causal_br_long", F16).b(1).dims(256, 256).seq(520, 520).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    v.push(
+        Spec::new("bwd90_d200_window_dropout", Bf16)
+            .b(1)
+            .heads(2, 1)
+            .dims(200, 200)
+            .seq(150, 190)
+            .attrs(|a| {
+                a.sliding_window_left = Some(50);
+                a.dropout = Some(0.2);
+            })
+            .bwd(Alone),
+    );
+    v.push(
+        Spec::new("bwd90_d256_alibi_scale", F16)
+            .heads(3, 3)
+            .dims(256, 256)
+            .seq(130, 257)
+            .attrs(|a| {
+                a.alibi = true;
+                a.attn_scale = Some(0.2);
+            })
+            .bwd(Chained),
+    );
     // Everything at once.
     let all = |a: &mut SdpaAttrs| {
         a.causal = Some(BottomRight);
@@ -642,6 +670,28 @@ mod tests {
             }
         }
         assert_eq!(seen, (true, true), "both cases found");
+    }
+
+    /// 256-wide heads (q/k and v alike) run the Hopper backward's wide kernels on sm_90a, with
+    /// the atomic-dQ plan as well (they have no atomic form), and the general kernels on sm_80;
+    /// a v head dim of 64 beside 256 stays on the general kernels everywhere.
+    #[test]
+    fn wide_backward_cases_take_the_wide_kernels() {
+        let cases: Vec<_> = super::cases().into_iter().filter(|c| c.name.contains("bwd90_d256") || c.name.contains("bwd90_d200") || c.name.contains("bwd_d256_dv64")).collect();
+        assert_eq!(cases.len(), 5, "{:?}", cases.iter().map(|c| &c.name).collect::<Vec<_>>());
+        for c in &cases {
+            let wide = !c.name.contains("dv64");
+            for target in [Target::sm80(), Target::sm90a()] {
+                let sources = kernel_sources(&c.graph, &target).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                let has = |entry: &str| sources.iter().any(|(e, _)| e.ends_with(entry));
+                let hopper = target.hopper() && wide;
+                assert_eq!(has("attn_bwd_dkdv_wide_sm90") && has("attn_bwd_dq_wide_sm90"), hopper, "{} ({})", c.name, target.arch);
+                assert!(!has("attn_bwd_dkdv_sm90") && !has("attn_bwd_dkdv_dq_sm90") && !has("attn_bwd_dq_sm90"), "{} ({})", c.name, target.arch);
+                for (e, src) in sources.iter().filter(|(e, _)| e.contains("_wide_sm90")) {
+                    assert!(src.contains("#define FA_D 256\n") && src.contains("#define FA_DV 256\n"), "{} {e}", c.name);
+                }
+            }
+        }
     }
 
     /// The sink token and the score statistics: the forward on the general kernel on both

@@ -22,11 +22,17 @@
 //!   behavior notes say non-deterministic).
 //! - Under a causal mask the CTAs take their tiles heaviest first (`fa90_work`), and the dK/dV
 //!   kernel walks a K/V tile's q tiles from the last one down (`FA_QTILE`).
+//! - 256-wide heads (`wide`: a 64 x 256 f32 accumulator is all of a warpgroup's registers): a
+//!   CTA per 64 keys (dK/dV) or 64 query rows (dQ), the two consumers sharing each 64 x 64 block
+//!   (`bwd90_wide.cuh`). dK/dV: consumer 0 computes S^T and P^T and adds P^T dO into dV,
+//!   consumer 1 computes dP^T, takes P^T through shared memory, and adds dS^T Q into dK. dQ:
+//!   consumer 0 computes S and P, consumer 1 dP and dS, which it hands back, and each adds dS K
+//!   into its 128 columns of dQ. Deterministic only (the `atomics` knob changes nothing here).
 //!
 //! Masks, bias, ALiBi and dropout as in the general kernels (the dropout mask is regenerated
 //! once per element and kept as bits between P and dS). Taken when [`super::hopper::takes`]
-//! holds (head dims up to 128 on 64-channel tiles, no paging or padding mask) and no dbias is
-//! asked for. The sink's gradient is the general backward's launch after `D` (the sink changes
+//! holds (head dims up to 128 on 64-channel tiles, or 256-wide tiles for q/k and v alike; no
+//! paging or padding mask) and no dbias is asked for. The sink's gradient is the general backward's launch after `D` (the sink changes
 //! nothing else here: the stats carry it).
 
 use super::bwd::{self, Dbias, Ports};
@@ -46,9 +52,26 @@ const Q_BN: i64 = 64;
 /// backward, the same elsewhere).
 const KV_QS: i64 = 3;
 
+/// The wide kernels' tiles (keys per dK/dV CTA, query rows per dQ CTA, and each one's steps
+/// along the other side) and stages of Q and dO.
+const WIDE_B: i64 = 64;
+const WIDE_QS: i64 = 2;
+/// A hand-over buffer of the wide kernels (`FA90_HAND_BYTES`) and the dQ kernel's dS fragments.
+const HAND_BYTES: i64 = 33 * 128 * 4;
+const DS_FRAG_BYTES: i64 = 16 * 128 * 4;
+
+/// Whether the wide kernels compute the problem: q/k and v tiles 256 wide.
+fn wide(p: &Problem) -> bool {
+    p.d == 256 && p.d_v == 256
+}
+
 /// The dK/dV kernel's shared memory: KV_QS stages of Q and dO (and their lse and D rows), and
-/// with `atomic` the dS^T buffers and the dQ staging tiles of the bulk reductions.
+/// with `atomic` the dS^T buffers and the dQ staging tiles of the bulk reductions; for the wide
+/// kernel 64 keys, WIDE_QS stages and the hand-over buffer.
 fn dkdv_shared(p: &Problem, atomic: bool) -> usize {
+    if wide(p) {
+        return (WIDE_B * (p.d + p.d_v) * 2 + WIDE_QS * WIDE_B * (p.d + p.d_v) * 2 + HAND_BYTES + 2 * WIDE_QS * WIDE_B * 4) as usize + 1024 + 64;
+    }
     let ds = if atomic { 2 * KV_BK * KV_BQ * 2 + 2 * 64 * 64 * 4 } else { 0 };
     (KV_BK * (p.d + p.d_v) * 2 + KV_QS * KV_BQ * (p.d + p.d_v) * 2 + ds + 2 * KV_QS * KV_BQ * 4) as usize + 1024 + 64
 }
@@ -61,6 +84,10 @@ fn d_vec(p: &Problem, ports: &Ports) -> bool {
 }
 
 fn dq_shared(p: &Problem) -> usize {
+    if wide(p) {
+        // (Nine barriers.)
+        return (WIDE_B * (p.d + p.d_v) * 2 + 2 * WIDE_B * (p.d + p.d_v) * 2 + HAND_BYTES + DS_FRAG_BYTES) as usize + 1024 + 72;
+    }
     (Q_BM * (p.d + p.d_v) * 2 + 2 * Q_BN * (p.d + p.d_v) * 2) as usize + 1024 + 64
 }
 
@@ -124,30 +151,41 @@ fn generate(p: &Problem, ports: &Ports, atomic: bool) -> Option<NodeKernels> {
     launches.extend(bwd::dsink_launch(p, ports, true)?);
 
     // dQ (deterministic).
+    let wide = wide(p);
+    let ([q_bm, q_bn], [kv_bk, kv_bq, kv_qs]) = if wide { ([WIDE_B; 2], [WIDE_B, WIDE_B, WIDE_QS]) } else { ([Q_BM, Q_BN], [KV_BK, KV_BQ, KV_QS]) };
+    let (dq_template, dkdv_template) = if wide {
+        (concat!(include_str!("bwd90_wide.cuh"), include_str!("bwd90_dq_wide.cuh")), concat!(include_str!("bwd90_wide.cuh"), include_str!("bwd90_dkdv_wide.cuh")))
+    } else {
+        (include_str!("bwd90_dq.cuh"), include_str!("bwd90_dkdv.cuh"))
+    };
     if !atomic {
-        let entry = p.entry("attn_bwd_dq_sm90");
+        let entry = p.entry(if wide { "attn_bwd_dq_wide_sm90" } else { "attn_bwd_dq_sm90" });
         let mut sig = Signature::new();
-        maps(&mut sig, Q_BM, Q_BN);
+        maps(&mut sig, q_bm, q_bn);
         sig.ptr("dq_p", ports.dq, true);
         inputs(&mut sig);
-        let src = p.output_store(base(&entry, &sig).define("FA_BM", Q_BM).define("FA_BN", Q_BN), "DQ", ports.dq, p.pair_ok(ports.dq));
-        let source = hopper_source(src, include_str!("bwd90_dq.cuh"));
-        launches.push(bwd::launch(entry, source, sig, Some(((p.s_q + Q_BM - 1) / Q_BM, p.h_q, p.b)), 0, 384, dq_shared(p))?);
+        let src = p.output_store(base(&entry, &sig).define("FA_BM", q_bm).define("FA_BN", q_bn), "DQ", ports.dq, p.pair_ok(ports.dq));
+        let source = hopper_source(src, dq_template);
+        launches.push(bwd::launch(entry, source, sig, Some(((p.s_q + q_bm - 1) / q_bm, p.h_q, p.b)), 0, 384, dq_shared(p))?);
     }
 
     // dK, dV (and the dQ products with `atomic`).
-    let entry = p.entry(if atomic { "attn_bwd_dkdv_dq_sm90" } else { "attn_bwd_dkdv_sm90" });
+    let entry = p.entry(match (wide, atomic) {
+        (true, _) => "attn_bwd_dkdv_wide_sm90",
+        (false, true) => "attn_bwd_dkdv_dq_sm90",
+        (false, false) => "attn_bwd_dkdv_sm90",
+    });
     let mut sig = Signature::new();
-    maps(&mut sig, KV_BQ, KV_BK);
+    maps(&mut sig, kv_bq, kv_bk);
     sig.ptr("dk_p", ports.dk, true).ptr("dv_p", ports.dv, true);
     if atomic {
         sig.scratch("void", "dqa_p", 1, true);
     }
     inputs(&mut sig);
-    let src = base(&entry, &sig).define("FA_BK", KV_BK).define("FA_BQ", KV_BQ).flag("FA_ATOMIC_DQ", atomic).define("FA_QS", KV_QS).flag("FA_QREV", p.attrs.causal.is_some());
+    let src = base(&entry, &sig).define("FA_BK", kv_bk).define("FA_BQ", kv_bq).flag("FA_ATOMIC_DQ", atomic).define("FA_QS", kv_qs).flag("FA_QREV", p.attrs.causal.is_some());
     let src = p.output_store(src, "DK", ports.dk, p.pair_ok(ports.dk));
-    let source = hopper_source(p.output_store(src, "DV", ports.dv, p.pair_ok(ports.dv)), include_str!("bwd90_dkdv.cuh"));
-    launches.push(bwd::launch(entry, source, sig, Some(((p.s_kv + KV_BK - 1) / KV_BK, p.h_kv, p.b)), 0, 384, dkdv_shared(p, atomic))?);
+    let source = hopper_source(p.output_store(src, "DV", ports.dv, p.pair_ok(ports.dv)), dkdv_template);
+    launches.push(bwd::launch(entry, source, sig, Some(((p.s_kv + kv_bk - 1) / kv_bk, p.h_kv, p.b)), 0, 384, dkdv_shared(p, atomic))?);
 
     if atomic {
         let entry = p.entry("attn_bwd_dq_acc_sm90");
@@ -176,12 +214,12 @@ pub(super) fn unit(p: &Problem, target: &Target, options: &Options) -> Option<Un
     // (q/k and v tiles of different widths run the general kernels: with a window, ptxas
     // serialized the dK/dV kernel's wgmmas for want of registers, C7512, at 128 against 64 and
     // at 64 against 128.)
-    if !target.hopper() || ports.dbias.is_some() || p.d.max(p.d_v) > 128 || p.d != p.d_v || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
+    if !target.hopper() || ports.dbias.is_some() || (p.d.max(p.d_v) > 128 && !wide(p)) || p.d != p.d_v || !hopper::takes(p, &[p.q, p.k, p.v, ports.d_o]) {
         return None;
     }
     // dQ by float atomics in the dK/dV pass when the plan allows them (the `atomics` knob) and
-    // they pay.
-    let atomic = options.atomics && super::atomic_dq_pays(p.attrs);
+    // they pay (not for the wide kernels).
+    let atomic = options.atomics && super::atomic_dq_pays(p.attrs) && !wide(p);
     if dq_shared(p).max(dkdv_shared(p, atomic)) > 227 * 1024 {
         return None;
     }
