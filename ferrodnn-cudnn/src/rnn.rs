@@ -613,21 +613,25 @@ impl Problem {
     }
 
     /// A state descriptor (hDesc, or cDesc with `cell`): `[layers * dirs, batch, size]`, packed,
-    /// of the data type.
+    /// of the data type. As cuDNN, it accepts trailing dims of 1 beyond the third (PyTorch sets
+    /// its states as 5-d `[layers * dirs, batch, size, 1, 1]`), and checks strides only where a
+    /// dim is above 1 (a stride there addresses nothing).
     fn check_state(&self, p: cudnnTensorDescriptor_t, name: &str, cell: bool) -> R<TensorDescriptor> {
         let t = tensor(p, name)?;
         let a = &self.desc;
         let want = vec![a.pseudo_layers(), a.batch, if cell { a.hidden_size } else { a.proj() }];
-        if t.dims != want {
+        let n = want.len();
+        if t.dims.len() < n || t.dims[..n] != want[..] || t.dims[n..].iter().any(|&d| d != 1) {
             return Err(bad(format!(
-                "`{name}` has dims {:?} but this RNN's {} state is {want:?} ([numLayers * directions, batch, {}])",
+                "`{name}` has dims {:?} but this RNN's {} state is {want:?} ([numLayers * directions, batch, {}], trailing dims of 1 allowed)",
                 t.dims,
                 if cell { "cell" } else { "hidden" },
                 if cell { "hiddenSize" } else { "projSize" }
             )));
         }
-        if t.strides != ferrodnn::graph::packed_strides(&want) {
-            return Err(bad(format!("`{name}` has strides {:?}; RNN states must be packed ({:?})", t.strides, ferrodnn::graph::packed_strides(&want))));
+        let packed = ferrodnn::graph::packed_strides(&want);
+        if want.iter().zip(&t.strides).zip(&packed).any(|((&d, &s), &p)| d > 1 && s != p) {
+            return Err(bad(format!("`{name}` has strides {:?}; RNN states must be packed ({packed:?})", t.strides)));
         }
         if t.dt_raw != self.rd.dt_raw {
             return Err(bad(format!("`{name}` is {} but the RNN's data is {}", t.dt(), self.dt)));

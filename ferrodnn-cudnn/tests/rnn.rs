@@ -34,6 +34,11 @@ struct Case {
     fill: Option<f32>,
     clip: Option<(f64, f64)>,
     dropout: f32,
+    /// Made as PyTorch's cuDNN RNN path makes it (aten/src/ATen/native/cudnn/RNN.cpp): 5-d
+    /// state descriptors `[layers * dirs, batch, size, 1, 1]`, no-dropout descriptor without
+    /// states, FMA math, the weight params walked as its get_parameters walks them, the temp
+    /// sizes asked with a null reserve size, and an inference forward beside the training one.
+    torch: bool,
 }
 
 impl Case {
@@ -52,6 +57,7 @@ impl Case {
             fill: None,
             clip: None,
             dropout: 0.0,
+            torch: false,
         }
     }
     fn dirs(&self) -> i32 {
@@ -143,7 +149,12 @@ fn descs(h: &Handle, c: &Case) -> Descs {
     let mut drop = null_mut();
     ok(cudnnCreateDropoutDescriptor(&mut drop));
     let mut states = vec![0u8; 64];
-    ok(cudnnSetDropoutDescriptor(drop, h.0, c.dropout, states.as_mut_ptr() as *mut c_void, states.len(), SEED));
+    if c.torch {
+        // PyTorch's set_no_dropout: no states at all.
+        ok(cudnnSetDropoutDescriptor(drop, h.0, 0.0, null_mut(), 0, 0));
+    } else {
+        ok(cudnnSetDropoutDescriptor(drop, h.0, c.dropout, states.as_mut_ptr() as *mut c_void, states.len(), SEED));
+    }
     let mut rnn = null_mut();
     ok(cudnnCreateRNNDescriptor(&mut rnn));
     ok(cudnnSetRNNDescriptor_v8(
@@ -155,10 +166,10 @@ fn descs(h: &Handle, c: &Case) -> Descs {
         CUDNN_LINEAR_INPUT,
         CUDNN_DATA_FLOAT,
         CUDNN_DATA_FLOAT,
-        CUDNN_DEFAULT_MATH,
+        if c.torch { CUDNN_FMA_MATH } else { CUDNN_DEFAULT_MATH },
         c.input,
         c.hidden,
-        c.proj,
+        if c.torch && c.proj == 0 { c.hidden } else { c.proj },
         c.layers,
         drop,
         CUDNN_RNN_PADDED_IO_ENABLED,
@@ -167,9 +178,51 @@ fn descs(h: &Handle, c: &Case) -> Descs {
         ok(cudnnRNNSetClip_v8(rnn, CUDNN_RNN_CLIP_MINMAX, CUDNN_NOT_PROPAGATE_NAN, l, u));
     }
     let ld = c.layers * c.dirs();
-    let hd = [ld, c.batch(), c.p()];
-    let cd = [ld, c.batch(), c.hidden];
-    Descs { rnn, x: data_desc(c, c.input), y: data_desc(c, c.dirs() * c.p()), h: f32_tensor(&hd, false), c: f32_tensor(&cd, false), drop, _states: states }
+    let state = |size: i32| {
+        if c.torch {
+            // TensorDescriptor::set(t, 5): the contiguous tensor's dims and strides padded with 1s.
+            tdesc(CUDNN_DATA_FLOAT, &[ld, c.batch(), size, 1, 1], &[c.batch() * size, size, 1, 1, 1])
+        } else {
+            f32_tensor(&[ld, c.batch(), size], false)
+        }
+    };
+    Descs { rnn, x: data_desc(c, c.input), y: data_desc(c, c.dirs() * c.p()), h: state(c.p()), c: state(c.hidden), drop, _states: states }
+}
+
+/// PyTorch's get_parameters: every pseudo-layer's matrices, then biases, each read back as a
+/// tensor of at most 3 dims; within each half (input, recurrent) the gates' blocks must follow
+/// one another, as it asserts.
+fn torch_weight_params(h: &Handle, d: &Descs, c: &Case, w: &[f32], wbytes: usize) {
+    let lin = match c.mode {
+        CUDNN_LSTM => 8,
+        CUDNN_GRU => 6,
+        _ => 2,
+    };
+    for layer in 0..c.layers * c.dirs() {
+        for matrix in [true, false] {
+            let mut cur = 0usize;
+            for id in 0..lin {
+                let md = tdesc(CUDNN_DATA_FLOAT, &[1, 1, 1], &[1, 1, 1]);
+                let mut addr = null_mut();
+                if matrix {
+                    ok(cudnnGetRNNWeightParams(h.0, d.rnn, layer, wbytes, p(w), id, md, &mut addr, null_mut(), null_mut()));
+                } else {
+                    ok(cudnnGetRNNWeightParams(h.0, d.rnn, layer, wbytes, p(w), id, null_mut(), null_mut(), md, &mut addr));
+                }
+                let (mut dt, mut nb) = (0, 0);
+                let (mut dims, mut strides) = ([0i32; 3], [0i32; 5]);
+                ok(cudnnGetTensorNdDescriptor(md, 3, &mut dt, &mut nb, dims.as_mut_ptr(), strides.as_mut_ptr()));
+                assert!(nb <= 3, "layer {layer} id {id}: {nb} dims");
+                let off = (addr as usize - w.as_ptr() as usize) / 4;
+                assert_eq!((addr as usize - w.as_ptr() as usize) % 4, 0);
+                if id != 0 && id != lin / 2 {
+                    assert_eq!(off, cur, "layer {layer} lin id {id} (matrix {matrix}): not right after the previous gate");
+                }
+                cur = off + dims[..nb as usize].iter().map(|&v| v as usize).product::<usize>();
+                ok(cudnnDestroyTensorDescriptor(md));
+            }
+        }
+    }
 }
 
 /// What one training step through the library gives, and what it was given.
@@ -210,6 +263,41 @@ fn run_library(c: &Case) -> Run {
     let mut ws = vec![0u8; ws_bytes];
     let mut reserve = vec![0u8; reserve_bytes];
     let (mut y, mut hy, mut cy) = (vec![f32::NAN; yn], vec![f32::NAN; hn], vec![f32::NAN; cn]);
+    let mut y_inference = vec![f32::NAN; yn];
+    if c.torch {
+        torch_weight_params(&h, &d, c, &w, wbytes);
+        // The backward passes and the inference forward ask without a reserve size.
+        let mut ws_inf = 0usize;
+        ok(cudnnGetRNNTempSpaceSizes(h.0, d.rnn, CUDNN_FWD_MODE_INFERENCE, d.x, &mut ws_inf, null_mut()));
+        let mut ws_train = 0usize;
+        ok(cudnnGetRNNTempSpaceSizes(h.0, d.rnn, CUDNN_FWD_MODE_TRAINING, d.x, &mut ws_train, null_mut()));
+        assert_eq!(ws_train, ws_bytes);
+        let mut ws2 = vec![0u8; ws_inf];
+        let (mut hy2, mut cy2) = (vec![0f32; hn], vec![0f32; cn]);
+        let (cxp, cyp) = if c.lstm() { (p(&cx), pm(&mut cy2)) } else { (null(), null_mut()) };
+        ok(cudnnRNNForward(
+            h.0,
+            d.rnn,
+            CUDNN_FWD_MODE_INFERENCE,
+            null(),
+            d.x,
+            p(&x),
+            d.y,
+            pm(&mut y_inference),
+            d.h,
+            p(&hx),
+            pm(&mut hy2),
+            d.c,
+            cxp,
+            cyp,
+            wbytes,
+            p(&w),
+            ws_inf,
+            ws2.as_mut_ptr() as *mut c_void,
+            0,
+            null_mut(),
+        ));
+    }
     let (cxp, cyp) = if c.lstm() { (p(&cx), pm(&mut cy)) } else { (null(), null_mut()) };
     ok(cudnnRNNForward(
         h.0,
@@ -278,6 +366,9 @@ fn run_library(c: &Case) -> Run {
         reserve_bytes,
         reserve.as_mut_ptr() as *mut c_void,
     ));
+    if c.torch {
+        assert_eq!(y_inference, y, "{c:?}: the inference forward gives the training forward's y");
+    }
     Run { x, w, hx, cx, dy, dhy, dcy, dw0, y, hy, cy, dx, dhx, dcx, dw }
 }
 
@@ -417,6 +508,20 @@ fn dropout_between_layers_matches_the_reference() {
     c.layers = 3;
     c.dropout = 0.4;
     check_case(&c);
+}
+
+/// PyTorch's nn.LSTM and nn.GRU(32, 48, num_layers=2, bidirectional=True, batch_first=True) on
+/// a batch of 5 sequences of 17 (scripts/torch_on_capi.py): batch_first is transposed to
+/// sequence-major before cuDNN sees it, every length full.
+#[test]
+fn torch_lstm_and_gru_sequence_matches_the_reference() {
+    for mode in [CUDNN_LSTM, CUDNN_GRU] {
+        let mut c = Case::new(mode, 32, 48, 17, 5);
+        c.bidir = true;
+        c.layers = 2;
+        c.torch = true;
+        check_case(&c);
+    }
 }
 
 /// Fills a one-step LSTM's weight space through cudnnGetRNNWeightParams from known matrices and
