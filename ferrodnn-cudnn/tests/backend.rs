@@ -1032,3 +1032,117 @@ fn backend_values_match_nvidia_header() {
     assert!(out.status.success(), "our backend values differ from NVIDIA's header:\n{}", String::from_utf8_lossy(&out.stderr));
     eprintln!("{} backend constants match NVIDIA's header", consts.len());
 }
+
+/// Attention backward as the cudnn frontend v1.18 composes it for PyTorch's
+/// `sdpa_kernel(SDPBackend.CUDNN_ATTENTION)` (CompositeSDPABackwardNode: v1.18 has no unified
+/// backward node): dO * O summed over d into the float `softmax_sum` (a workspace tensor), the
+/// scores recomputed as exp(Q K^T * scale - stats), dV = P^T dO, dS = P (dO V^T - softmax_sum) *
+/// scale, dK = dS^T Q, dQ = dS K through a float accumulator. P^T, dS^T and K (from the K^T the
+/// graph gets) are VIEW_ONLY reshapes whose output strides are swapped, that is transposes. The
+/// scale is a by-value scalar (PyTorch gives a float); O and dO are stored b, s, h, d as
+/// PyTorch allocates them; dO * O has the frontend's overlapping virtual strides. Causal and
+/// not, against the graph API's sdpa_backward on the reference engine.
+#[test]
+fn sdpa_backward_composed_as_the_frontend_builds_it_for_torch() {
+    use ferrodnn::graph::ops::sdpa::{CausalAlignment, SdpaAttrs, SdpaInputs};
+    let h = Handle::cpu();
+    let (b, hh, s, d) = (2i64, 3, 6, 4);
+    let (qd, sd, pd) = ([b, hh, s, d], [b, hh, s, 1], [b, hh, s, s]);
+    let bshd = [s * hh * d, d, hh * d, 1];
+    let kt = |u: i64| tensor(u, &[b, hh, d, s], &[hh * s * d, s * d, 1, d], false);
+    let (q, k_t, v_t) = (tensor(1, &qd, &packed(&qd), false), kt(2), kt(3));
+    let (o, d_o) = (tensor(4, &qd, &bshd, false), tensor(7, &qd, &bshd, false));
+    let stats = tensor(6, &sd, &packed(&sd), false);
+    let (dq, dk, dv) = (tensor(8, &qd, &packed(&qd), false), tensor(9, &qd, &packed(&qd), false), tensor(10, &qd, &packed(&qd), false));
+    let (scale, one) = (scalar(5), scalar(11));
+    let softmax_sum = tensor(12, &sd, &packed(&sd), false);
+    let dq_accum = tensor(13, &qd, &packed(&qd), false);
+    let v = |u: i64, dims: &[i64], strides: &[i64]| tensor(u, dims, strides, true);
+    let vp = |u: i64| v(u, &pd, &packed(&pd));
+    let transposed = [hh * s * s, s * s, 1, s];
+    let mm = B::new(MATMUL).int(MATMUL_COMP_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT).fin();
+    let matmul =
+        |a: &B, bb: &B, c: &B| B::new(OP_MATMUL).descs(OP_MATMUL_ADESC, &[a]).descs(OP_MATMUL_BDESC, &[bb]).descs(OP_MATMUL_CDESC, &[c]).descs(OP_MATMUL_DESC, &[&mm]).fin();
+    let reshape = |x: &B, y: &B| B::new(OP_RESHAPE).descs(OP_RESHAPE_XDESC, &[x]).descs(OP_RESHAPE_YDESC, &[y]).fin();
+    let red = B::new(REDUCTION).int(REDUCTION_OPERATOR, T_REDUCTION_OPERATOR_TYPE, CUDNN_REDUCE_TENSOR_ADD).int(REDUCTION_COMP_TYPE, T_DATA_TYPE, CUDNN_DATA_FLOAT).fin();
+    let (mul, sub, exp, ident) = (pw_desc(pw::MUL), pw_desc(pw::SUB), pw_desc(pw::EXP), pw_desc(pw::IDENTITY));
+    for causal in [false, true] {
+        let mut ops = Vec::new();
+        // dO * O, virtual with the frontend's strides (h and s strides overlap), summed over d.
+        let do_o = v(100, &qd, &[hh * s * d, s * d, hh * d, 1]);
+        ops.push(pw_op(&mul, &d_o, Some(&o), &do_o));
+        let row = v(101, &sd, &[hh * s, s, 1, 1]);
+        ops.push(B::new(OP_REDUCTION).descs(OP_REDUCTION_XDESC, &[&do_o]).descs(OP_REDUCTION_YDESC, &[&row]).descs(OP_REDUCTION_DESC, &[&red]).fin());
+        ops.push(pw_op(&mul, &row, Some(&one), &softmax_sum));
+        // P = exp(Q K^T * scale [masked] - stats).
+        let (qk, scaled) = (vp(102), vp(103));
+        ops.push(matmul(&q, &k_t, &qk));
+        ops.push(pw_op(&mul, &qk, Some(&scale), &scaled));
+        let (masked, fill) = (vp(120), scalar(121));
+        if causal {
+            ops.push(B::new(OP_DIAGONAL_BAND_MASK).descs(3000, &[&scaled]).descs(3005, &[&fill]).descs(3006, &[&masked]).int(3007, T_POINTWISE_MODE, pw::CMP_GE).fin());
+        }
+        let (centered, p) = (vp(104), vp(105));
+        ops.push(pw_op(&sub, if causal { &masked } else { &scaled }, Some(&stats), &centered));
+        ops.push(pw_op(&exp, &centered, None, &p));
+        // dV = P^T dO.
+        let p_t = v(106, &pd, &transposed);
+        ops.push(reshape(&p, &p_t));
+        ops.push(matmul(&p_t, &d_o, &dv));
+        // dS = P (dO V^T - softmax_sum) * scale; dK = dS^T Q.
+        let (dp, dp_c, ds0, ds) = (vp(107), vp(108), vp(109), vp(110));
+        ops.push(matmul(&d_o, &v_t, &dp));
+        ops.push(pw_op(&sub, &dp, Some(&softmax_sum), &dp_c));
+        ops.push(pw_op(&mul, &dp_c, Some(&p), &ds0));
+        ops.push(pw_op(&mul, &ds0, Some(&scale), &ds));
+        let ds_t = v(111, &pd, &transposed);
+        ops.push(reshape(&ds, &ds_t));
+        ops.push(matmul(&ds_t, &q, &dk));
+        // dQ = dS K, K from K^T by a view, through the float accumulator.
+        let k = v(112, &qd, &packed(&qd));
+        ops.push(reshape(&k_t, &k));
+        ops.push(matmul(&ds, &k, &dq_accum));
+        ops.push(pw_op(&ident, &dq_accum, None, &dq));
+        let refs: Vec<&B> = ops.iter().collect();
+        let graph = op_graph(h.0, &refs);
+
+        let sv = 0.4f32;
+        let mut g = Graph::new("sdpa_backward");
+        let gq = g.tensor(TensorDesc::new("q", &qd, DataType::F32).with_uid(1));
+        let gk = g.tensor(TensorDesc::new("k", &qd, DataType::F32).with_uid(2));
+        let gv = g.tensor(TensorDesc::new("v", &qd, DataType::F32).with_uid(3));
+        let gdo = g.tensor(TensorDesc::new("do", &qd, DataType::F32).with_uid(7));
+        let attrs = SdpaAttrs { causal: causal.then_some(CausalAlignment::TopLeft), generate_stats: true, attn_scale: Some(sv as f64), ..Default::default() };
+        let (go, gs) = g.sdpa(gq, gk, gv, SdpaInputs::default(), attrs.clone());
+        let gs = gs.expect("statistics");
+        let grads = g.sdpa_backward(gq, gk, gv, go, gdo, gs, SdpaInputs::default(), attrs);
+        for (t, uid) in [(go, 4), (gs, 6), (grads.dq, 8), (grads.dk, 9), (grads.dv, 10)] {
+            g.set_output(t);
+            g.desc_mut(t).uid = Some(uid);
+            g.desc_mut(t).data_type = Some(DataType::F32);
+        }
+        let inputs: HashMap<TensorId, Nd> = [(gq, rand_nd(&qd, 60)), (gk, rand_nd(&qd, 61)), (gv, rand_nd(&qd, 62)), (gdo, rand_nd(&qd, 63))].into_iter().collect();
+        let dense = |uid: i64, dims: &[i64]| Nd::new(dims.iter().map(|&x| x as usize).collect(), reference(&g, &inputs, uid));
+        let mut bufs = Buffers::new();
+        bufs.input(1, &inputs[&gq], &packed(&qd));
+        // K and V as the graph describes them: K^T [b, h, d, s] over K's own memory.
+        bufs.input(2, &inputs[&gk], &packed(&qd));
+        bufs.input(3, &inputs[&gv], &packed(&qd));
+        bufs.input(4, &dense(4, &qd), &bshd);
+        bufs.input(6, &dense(6, &sd), &packed(&sd));
+        bufs.input(7, &inputs[&gdo], &bshd);
+        bufs.scalars.insert(5, sv);
+        bufs.scalars.insert(11, 1.0);
+        if causal {
+            bufs.scalars.insert(121, f32::NEG_INFINITY);
+        }
+        bufs.output(12, &sd, &packed(&sd));
+        for uid in [8, 9, 10, 13] {
+            bufs.output(uid, &qd, &packed(&qd));
+        }
+        run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+        for (uid, what) in [(8, "dQ"), (9, "dK"), (10, "dV")] {
+            check(&bufs.dense(uid, &qd, &packed(&qd)), &reference(&g, &inputs, uid), 1e-4, &format!("{what} (causal {causal})"));
+        }
+    }
+}

@@ -532,6 +532,64 @@ impl Lower {
         self.node(Op::Pointwise(PointwiseAttrs { mode }), ins, vec![("y", y)], compute);
     }
 
+    /// A virtual row-major tensor of `dims`, of type `dt`.
+    fn scratch_dims(&mut self, dims: &[i64], dt: DataType) -> TensorId {
+        let n = self.g.tensors.len();
+        let mut t = TensorDesc::new(format!("intermediate {n}"), dims, dt);
+        t.is_virtual = true;
+        self.g.tensor(t)
+    }
+
+    /// cuDNN's reshape in its default VIEW_ONLY mode: `y` is x's memory seen through y's dims
+    /// and strides, so a reshape whose output strides are swapped is a transpose (the frontend's
+    /// attention backward builds P^T, dS^T and K from K^T this way). ferrodnn's reshape is
+    /// logical (row-major), so the view becomes: x transposed into its memory order, a logical
+    /// reshape to y's dims in y's memory order, and the transpose back to y's dims. Both
+    /// tensors must be dense in their stride order (virtual ones always are) unless both are
+    /// row-major, where the view is the logical reshape.
+    fn view_reshape(&mut self, x: TensorId, y: TensorId) -> R<()> {
+        let (xd, yd) = (self.g.desc(x).clone(), self.g.desc(y).clone());
+        let (ox, oy) = (ferrodnn::graph::stride_order(&xd.strides), ferrodnn::graph::stride_order(&yd.strides));
+        // In memory order when the dims above 1 come in their logical order (dims of 1 address
+        // nothing).
+        let identity = |o: &[usize], dims: &[i64]| o.iter().filter(|&&a| dims[a] > 1).is_sorted();
+        if identity(&ox, &xd.dims) && identity(&oy, &yd.dims) {
+            self.node(Op::Reshape(ReshapeAttrs {}), vec![("x", x)], vec![("y", y)], None);
+            return Ok(());
+        }
+        for (t, o, name) in [(&xd, &ox, "x"), (&yd, &oy, "y")] {
+            let dense = ferrodnn::graph::strides_for_order(&t.dims, o);
+            if t.dims.iter().zip(&t.strides).zip(&dense).any(|((&d, &a), &b)| d > 1 && a != b) {
+                return Err(unsupported(format!(
+                    "a VIEW_ONLY reshape whose {name} (dims {:?}, strides {:?}) is not dense in its stride order, with a transposing view",
+                    t.dims, t.strides
+                )));
+            }
+        }
+        let dt = xd.data_type.unwrap_or(DataType::F32);
+        let mut cur = x;
+        if !identity(&ox, &xd.dims) {
+            let dims: Vec<i64> = ox.iter().map(|&a| xd.dims[a]).collect();
+            let t = self.scratch_dims(&dims, dt);
+            self.node(Op::Transpose(TransposeAttrs { permutation: ox.clone() }), vec![("x", cur)], vec![("y", t)], None);
+            cur = t;
+        }
+        if identity(&oy, &yd.dims) {
+            self.node(Op::Reshape(ReshapeAttrs {}), vec![("x", cur)], vec![("y", y)], None);
+            return Ok(());
+        }
+        let dims: Vec<i64> = oy.iter().map(|&a| yd.dims[a]).collect();
+        let r = self.scratch_dims(&dims, dt);
+        self.node(Op::Reshape(ReshapeAttrs {}), vec![("x", cur)], vec![("y", r)], None);
+        // Output axis a is axis i of r where oy[i] == a.
+        let mut back = vec![0usize; oy.len()];
+        for (i, &a) in oy.iter().enumerate() {
+            back[a] = i;
+        }
+        self.node(Op::Transpose(TransposeAttrs { permutation: back }), vec![("x", r)], vec![("y", y)], None);
+        Ok(())
+    }
+
     /// `x * alpha` as a new virtual tensor (or `x` when alpha is 1).
     fn scaled(&mut self, x: TensorId, alpha: Option<f64>) -> TensorId {
         match alpha {
@@ -634,8 +692,15 @@ impl Lower {
             OP_RNG => self.rng(s),
             OP_RESHAPE => {
                 let (x, y) = (self.req(s, OP_RESHAPE_XDESC)?, self.req(s, OP_RESHAPE_YDESC)?);
-                self.node(Op::Reshape(ReshapeAttrs {}), vec![("x", x)], vec![("y", y)], None);
-                Ok(())
+                let mode = s.int(OP_RESHAPE_MODE).unwrap_or(RESHAPE_VIEW_ONLY);
+                if mode == RESHAPE_LOGICAL {
+                    self.node(Op::Reshape(ReshapeAttrs {}), vec![("x", x)], vec![("y", y)], None);
+                    Ok(())
+                } else if mode == RESHAPE_VIEW_ONLY {
+                    self.view_reshape(x, y)
+                } else {
+                    Err(bad(format!("CUDNN_ATTR_OPERATION_RESHAPE_MODE {mode} is not a cudnnBackendReshapeMode_t")))
+                }
             }
             OP_TRANSPOSE => {
                 let (x, y) = (self.req(s, OP_TRANSPOSE_XDESC)?, self.req(s, OP_TRANSPOSE_YDESC)?);
