@@ -307,19 +307,17 @@ impl Graph {
         // A connected input the op never reads would be silently ignored (a misspelt port, or
         // one this op's attributes leave unused).
         if let Some(p) = node.inputs.iter().find(|p| !ctx.read.borrow().contains(&p.name)) {
-            let mut known = ctx.read.borrow().clone();
-            known.sort();
-            known.dedup();
+            let mut known: Vec<String> = Vec::new();
+            for k in ctx.read.borrow().iter() {
+                if !known.contains(k) {
+                    known.push(k.clone());
+                }
+            }
             let known: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
             return Err(Error::op(
                 node.op.kind(),
                 &node.name,
-                format!(
-                    "has no input port `{}` (tensor \"{}\") that it reads; its inputs here are {}",
-                    p.name,
-                    self.tensors.get(p.tensor.0).map_or("?", |t| t.name.as_str()),
-                    known.join(", ")
-                ),
+                format!("has no input port `{}` (tensor \"{}\"); its input ports are {}", p.name, self.tensors.get(p.tensor.0).map_or("?", |t| t.name.as_str()), known.join(", ")),
             ));
         }
         // A connected output the op does not produce would never be written.
