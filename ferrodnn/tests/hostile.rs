@@ -16,6 +16,7 @@ use ferrodnn::graph::ops::reduction::ReductionMode;
 use ferrodnn::graph::ops::resample::{ResampleAttrs, ResampleMode};
 use ferrodnn::graph::ops::rng::Distribution;
 use ferrodnn::graph::ops::sdpa::{SdpaAttrs, SdpaInputs};
+use ferrodnn::graph::Port;
 use ferrodnn::testing::{execute_plan_dense, try_random_inputs};
 use ferrodnn::{DataType, EngineKind, Error, Graph, TensorDesc, TensorId};
 
@@ -237,6 +238,8 @@ fn corpus() -> Corpus {
     malformed_json(&mut c);
     bad_attributes(&mut c);
     extreme_values(&mut c);
+    ports(&mut c);
+    fuzz_findings(&mut c);
     c
 }
 
@@ -943,7 +946,93 @@ fn sensible_neighbours_of_the_nonsense_still_validate() {
         out(&mut g, c, "mm::c");
         ok.push(("i32 compute (graph's) on an i32 matmul", g));
     }
+    {
+        // An attribute port of the op's own (the neighbour of `ports`' cases).
+        let mut g = sdpa(&[1, 1, 4, 8], &[1, 1, 4, 8]);
+        let o = g.find("attn::o").unwrap();
+        let s = g.tensor(TensorDesc::runtime_scalar("scale", F));
+        g.set_attribute_tensor(o, "attn_scale", s).unwrap();
+        ok.push(("sdpa with a runtime attn_scale", g));
+    }
     for (name, mut g) in ok {
         g.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+}
+
+/// `g` with one more input port `port` on node 0 (the node's builder gives it no such port).
+fn with_port(mut g: Graph, port: &str, tensor: TensorId) -> Graph {
+    g.nodes[0].inputs.push(Port { name: port.into(), tensor });
+    g
+}
+
+/// Ports an op does not read, and ports connected twice: each would be silently misread (the
+/// fuzzers' crashes of session 35 were of this kind, `fuzz_findings`).
+fn ports(c: &mut Corpus) {
+    let k = |g: &Graph| g.find("k").unwrap();
+    {
+        // The first crash minimised: an attribute port of another op, on a tensor of 4 dims.
+        let g = sdpa(&[1, 1, 4, 8], &[1, 1, 4, 8]);
+        let kt = k(&g);
+        c.graph("sdpa with a `momentum` port on k", with_port(g, "momentum", kt), &["sdpa \"attn\"", "input port `momentum` (tensor \"k\"); its input ports are `q`, `k`, `v`"]);
+    }
+    {
+        let mut g = sdpa(&[1, 1, 4, 8], &[1, 1, 4, 8]);
+        let eps = g.tensor(TensorDesc::runtime_scalar("eps", F));
+        c.graph("sdpa with a by-value `epsilon` scalar", with_port(g, "epsilon", eps), &["sdpa \"attn\"", "input port `epsilon`", "tensor \"eps\""]);
+    }
+    {
+        let mut g = layernorm(&[2, 8]);
+        let s = g.tensor(TensorDesc::runtime_scalar("scale_attr", F));
+        c.graph("layernorm with an `attn_scale` scalar", with_port(g, "attn_scale", s), &["layernorm \"ln\"", "`attn_scale`"]);
+    }
+    {
+        let mut g = conv(&[1, 2, 5, 5], &[3, 2, 3, 3], ConvAttrs::new(2));
+        let b = g.tensor(t("bias", &[1, 3, 1, 1]));
+        c.graph("conv with a `bias` port", with_port(g, "bias", b), &["conv_fprop \"conv\"", "input port `bias` (tensor \"bias\"); its input ports are `x`, `w`"]);
+    }
+    {
+        let mut g = matmul(&[2, 3], &[3, 4]);
+        let b2 = g.tensor(t("b2", &[3, 4]));
+        c.graph("matmul with `b` connected twice", with_port(g, "b", b2), &["matmul \"mm\"", "input port `b` is connected twice", "\"b\"", "\"b2\""]);
+    }
+    {
+        let mut g = matmul(&[2, 3], &[3, 4]);
+        let y2 = g.tensor(t("y2", &[2, 4]));
+        g.nodes[0].outputs.push(Port { name: "c".into(), tensor: y2 });
+        g.set_output(y2);
+        c.graph("matmul with output `c` connected twice", g, &["matmul \"mm\"", "output port `c` is connected twice", "\"mm::c\"", "\"y2\""]);
+    }
+    {
+        let g = reduce(t("x", &[2, 3]), &[1]);
+        let x = g.find("x").unwrap();
+        c.graph("reduction with a misspelt `X` port", with_port(g, "X", x), &["reduction \"sum\"", "input port `X` (tensor \"x\"); its input ports are `x`"]);
+    }
+    {
+        let g = pool(&[1, 1, 8], 2);
+        let x = g.find("x").unwrap();
+        c.graph("pooling with `x` connected twice", with_port(g, "x", x), &["resample \"pool\"", "input port `x` is connected twice"]);
+    }
+}
+
+/// The crashing inputs of the coverage-guided fuzzer (`scripts/fuzz.sh`, fuzz/findings/), as
+/// found: mutated check-case graphs. Before validation refused them, each reached a debug
+/// assertion or a slice bound: an sdpa or sdpa_backward port renamed `momentum` made the random
+/// inputs give a 4-dim tensor one value; a GRU backward's `hx` renamed `dy` had two `dy` inputs,
+/// inference reading one and the engine the other.
+fn fuzz_findings(c: &mut Corpus) {
+    macro_rules! finding {
+        ($file:literal, $want:expr) => {
+            c.json(concat!("fuzz finding ", $file), include_str!(concat!("../../fuzz/findings/", $file)), $want)
+        };
+    }
+    finding!("crash-02700cc222885c9fd51760e619105afa59eab988", &["rnn_backward_data \"rnn_backward_data_5\"", "input port `dy` is connected twice", "\"dy\"", "\"hx\""]);
+    finding!("crash-248c3273c60a9d78da48fd79f3fe04c391b481bb", &["sdpa \"sdpa_0\"", "input port `momentum` (tensor \"v_offsets\")"]);
+    finding!("crash-2b8d18a1bd6f927db1a48b8ab00986d58c289e10", &["sdpa_backward \"sdpa_backward_1\"", "input port `momentum` (tensor \"v_offsets\")"]);
+    finding!("crash-7274387acf3d980e64859ac3d55de7ebe04df130", &["sdpa_backward \"sdpa_backward_1\"", "input port `momentum` (tensor \"sdpa_0_o_offsets\")"]);
+    finding!("crash-78ccd5d781b92886baad82424efe3dce4e8199cf", &["sdpa \"sdpa_0\"", "input port `momentum` (tensor \"k_offsets\")"]);
+    finding!("crash-a3680a47a5f3c5ebc89f01c36a51320d38370cc7", &["sdpa_backward \"sdpa_backward_1\"", "input port `momentum` (tensor \"k_offsets\")"]);
+    finding!("crash-b19ded01aab3c4087e1dbb79007398abdd395674", &["sdpa_backward \"sdpa_backward_1\"", "input port `ragge#_v` (tensor \"v_offsets\")"]);
+    finding!("crash-dc1849c46db36c02a374470d06b814d9d2bff018", &["sdpa_backward \"sdpa_backward_0\"", "input port `momentum` (tensor \"k_offsets\")"]);
+    finding!("crash-f8eceab194002242388aaa3fff5ec23af1af4856", &["sdpa_backward \"sdpa_backward_0\"", "input port `momentum` (tensor \"k_offsets\")"]);
+    finding!("crash-ff0cdefa5557822493a43697dfc8f86c0bc68a52", &["sdpa \"sdpa_0\"", "input port `momentum` (tensor \"k_offsets\")"]);
 }

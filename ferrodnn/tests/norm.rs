@@ -1049,7 +1049,11 @@ fn attributes_given_by_runtime_scalars() {
     assert!(err.contains("epsilon must be positive"), "{err}");
     let (mut g, y, _) = build(false, 1e-5);
     let t = g.tensor(TensorDesc::runtime_scalar("mo", f));
-    g.set_attribute_tensor(y, "momentum", t).unwrap();
+    let err = g.set_attribute_tensor(y, "momentum", t).unwrap_err().to_string();
+    assert!(err.contains("layernorm") && err.contains("no attribute port `momentum`: it takes only epsilon"), "{err}");
+    // The same port connected by hand: validation refuses it.
+    let ln = g.nodes.iter().position(|n| n.outputs.iter().any(|p| p.tensor == y)).unwrap();
+    g.nodes[ln].inputs.push(ferrodnn::graph::Port { name: "momentum".into(), tensor: t });
     let err = g.validate().unwrap_err().to_string();
     assert!(err.contains("no input port `momentum`"), "{err}");
     assert!(g.set_attribute_tensor(y, "scale", t).is_err());

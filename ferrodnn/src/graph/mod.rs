@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use ops::Op;
 pub use overrides::ShapeOverrides;
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 pub use tensor::{packed_strides, stride_order, strides_for_order, TensorDesc, TensorId, MAX_RANK};
 
@@ -61,9 +62,12 @@ impl Node {
     /// [`InferCtx::scalar_attribute`]).
     pub const ATTRIBUTE_PORTS: [&'static str; 3] = ["epsilon", "momentum", "attn_scale"];
 
-    /// The tensors that give this node's attributes (`epsilon`, `momentum`, `attn_scale`), by port.
+    /// The tensors that give this node's attributes (those of [`Op::attribute_ports`] among
+    /// `epsilon`, `momentum`, `attn_scale`), by port. A port of another op's attribute is no
+    /// attribute here (validation refuses it as a port the op does not read).
     pub fn attribute_inputs(&self) -> impl Iterator<Item = (&str, TensorId)> {
-        self.inputs.iter().filter(|p| Node::ATTRIBUTE_PORTS.contains(&p.name.as_str())).map(|p| (p.name.as_str(), p.tensor))
+        let own = self.op.attribute_ports();
+        self.inputs.iter().filter(move |p| own.contains(&p.name.as_str())).map(|p| (p.name.as_str(), p.tensor))
     }
 
     /// What a value of attribute `port` must be, as an error message when `v` is not (epsilon
@@ -204,6 +208,11 @@ impl Graph {
         }
         let node =
             self.nodes.iter_mut().find(|n| n.outputs.iter().any(|p| p.tensor == output)).ok_or_else(|| Error::InvalidArgument(format!("no node produces tensor {}", output.0)))?;
+        let own = node.op.attribute_ports();
+        if !own.contains(&port) {
+            let takes = if own.is_empty() { "takes no attribute from a tensor".to_string() } else { format!("takes only {} from a tensor", own.join(", ")) };
+            return Err(Error::op(node.op.kind(), &node.name, format!("has no attribute port `{port}`: it {takes}")));
+        }
         node.inputs.retain(|p| p.name != port);
         node.inputs.push(Port { name: port.to_string(), tensor: scalar });
         Ok(())
@@ -293,8 +302,24 @@ impl Graph {
 
     fn infer_node(&mut self, index: usize) -> Result<()> {
         let node = self.nodes[index].clone();
-        let mut ctx = InferCtx { graph: self, node: &node, described: Vec::new() };
+        let mut ctx = InferCtx { graph: self, node: &node, described: Vec::new(), read: RefCell::new(Vec::new()) };
         ops::infer(&mut ctx)?;
+        // A connected input the op never reads would be silently ignored (a misspelt port, or
+        // one this op's attributes leave unused).
+        if let Some(p) = node.inputs.iter().find(|p| !ctx.read.borrow().contains(&p.name)) {
+            let mut known: Vec<String> = Vec::new();
+            for k in ctx.read.borrow().iter() {
+                if !known.contains(k) {
+                    known.push(k.clone());
+                }
+            }
+            let known: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+            return Err(Error::op(
+                node.op.kind(),
+                &node.name,
+                format!("has no input port `{}` (tensor \"{}\"); its input ports are {}", p.name, self.tensors.get(p.tensor.0).map_or("?", |t| t.name.as_str()), known.join(", ")),
+            ));
+        }
         // A connected output the op does not produce would never be written.
         if let Some(p) = node.outputs.iter().find(|p| !ctx.described.contains(&p.name)) {
             let mut known = ctx.described.clone();
@@ -365,6 +390,17 @@ impl Graph {
             let kind = node.op.kind();
             if node.outputs.is_empty() {
                 return Err(Error::op(kind, &node.name, "has no output ports: an op must write at least one tensor"));
+            }
+            for (side, ports) in [("input", &node.inputs), ("output", &node.outputs)] {
+                if let Some((i, p)) = ports.iter().enumerate().find(|(i, p)| ports[..*i].iter().any(|q| q.name == p.name)) {
+                    let first = ports[..i].iter().find(|q| q.name == p.name).map_or(p.tensor, |q| q.tensor);
+                    let name = |t: TensorId| self.tensors.get(t.0).map_or("?", |t| t.name.as_str());
+                    return Err(Error::op(
+                        kind,
+                        &node.name,
+                        format!("{side} port `{}` is connected twice (tensors \"{}\" and \"{}\"); each port takes one tensor", p.name, name(first), name(p.tensor)),
+                    ));
+                }
             }
             for p in node.inputs.iter().chain(&node.outputs) {
                 if p.tensor.0 >= self.tensors.len() {
@@ -683,6 +719,9 @@ pub struct InferCtx<'a> {
     /// The output ports the op's inference described (connected or not): validation refuses
     /// a connected output port that is not among them.
     pub(crate) described: Vec<String>,
+    /// The input ports the op's inference asked for (connected or not): validation refuses a
+    /// connected input port that is not among them.
+    pub(crate) read: RefCell<Vec<String>>,
 }
 
 impl InferCtx<'_> {
@@ -702,6 +741,7 @@ impl InferCtx<'_> {
 
     /// The descriptor of an optional input, if connected.
     pub fn opt_input(&self, port: &str) -> Result<Option<TensorDesc>> {
+        self.read.borrow_mut().push(port.to_string());
         let Some(id) = self.node.input(port) else { return Ok(None) };
         let t = self.graph.get(id).ok_or_else(|| self.err(format!("input `{port}` refers to a tensor not in the graph")))?;
         if t.dims.is_empty() {

@@ -59,7 +59,11 @@ pub fn try_random_inputs(graph: &Graph, seed: u64) -> Result<HashMap<TensorId, N
         let dtype = graph.resolved_data_type(id).unwrap_or(DataType::F32);
         let dims: Vec<usize> = d.dims.iter().map(|&x| x as usize).collect();
         let values = match attribute_port(graph, id) {
-            Some(port) => vec![dtype.quantize(attribute_value(port, &mut rng))],
+            Some((node, port)) if n != 1 => {
+                let msg = format!("input `{port}` (tensor \"{}\") gives an attribute, so it must be one scalar, got dims {:?} (validate the graph first)", d.name, d.dims);
+                return Err(Error::op(node.op.kind(), &node.name, msg));
+            }
+            Some((_, port)) => vec![dtype.quantize(attribute_value(port, &mut rng))],
             None => {
                 let mut v = try_vec(n, || format!("random values of tensor \"{}\" (dims {:?})", d.name, d.dims))?;
                 v.extend((0..n).map(|_| random_value(dtype, &mut rng)));
@@ -129,9 +133,10 @@ fn ragged_layout(g: &Graph, id: TensorId, inputs: &HashMap<TensorId, Nd>) -> Res
     Ok(None)
 }
 
-/// The attribute port (`epsilon`, `momentum`, `attn_scale`) that tensor `id` gives, if any.
-fn attribute_port(graph: &Graph, id: TensorId) -> Option<&str> {
-    graph.nodes.iter().find_map(|n| n.attribute_inputs().find(|&(_, t)| t == id).map(|(port, _)| port))
+/// The attribute port (`epsilon`, `momentum`, `attn_scale`) that tensor `id` gives, if any,
+/// with the node that reads it.
+fn attribute_port(graph: &Graph, id: TensorId) -> Option<(&crate::graph::Node, &str)> {
+    graph.nodes.iter().find_map(|n| n.attribute_inputs().find(|&(_, t)| t == id).map(|(port, _)| (n, port)))
 }
 
 /// A random valid value of attribute `port`: epsilon log-uniform in [1e-5, 0.1], momentum in
