@@ -533,6 +533,56 @@ fn backward() -> Vec<Spec> {
     // several times; partial last tiles), GQA, and causal.
     v.push(Spec::new("bwd90_d128_long_gqa", Bf16).b(1).heads(4, 2).dims(128, 128).seq(300, 700).bwd(Alone));
     v.push(Spec::new("bwd90_d128_causal_br_long", F16).b(1).dims(128, 128).seq(520, 520).attrs(|a| a.causal = Some(BottomRight)).bwd(Alone));
+    // The Hopper kernels under the frontend test suite's mask combinations that failed there
+    // with ferrodnn (test_mhas.py, session 36; the CPU engine matches PyTorch on them): a causal
+    // mask with a sliding window, a window with dropout, and bottom-right masks with more
+    // query rows than keys (whole rows masked).
+    v.push(
+        Spec::new("bwd90_causal_tl_window", F16)
+            .b(1)
+            .dims(128, 128)
+            .seq(256, 256)
+            .attrs(|a| {
+                a.causal = Some(TopLeft);
+                a.sliding_window_left = Some(63);
+            })
+            .bwd(Alone),
+    );
+    v.push(
+        Spec::new("bwd90_window_dropout", F16)
+            .b(2)
+            .dims(64, 64)
+            .seq(300, 300)
+            .attrs(|a| {
+                a.sliding_window_left = Some(74);
+                a.sliding_window_right = Some(75);
+                a.dropout = Some(0.2);
+            })
+            .bwd(Alone),
+    );
+    v.push(
+        Spec::new("bwd90_causal_br_window_sq_gt_skv", F16)
+            .b(1)
+            .dims(128, 128)
+            .seq(300, 200)
+            .attrs(|a| {
+                a.causal = Some(BottomRight);
+                a.sliding_window_left = Some(49);
+            })
+            .bwd(Chained),
+    );
+    v.push(
+        Spec::new("bwd90_br_right_dropout_sq_gt_skv", F16)
+            .b(1)
+            .dims(64, 64)
+            .seq(256, 128)
+            .attrs(|a| {
+                a.diagonal_alignment = Some(BottomRight);
+                a.sliding_window_right = Some(32);
+                a.dropout = Some(0.3);
+            })
+            .bwd(Alone),
+    );
     // The wide (256-channel) Hopper kernels: many steps with GQA and partial tiles, causal, a
     // head dim short of the tile (the second half of each row stored in part) with a window and
     // dropout, ALiBi with a scale.
