@@ -1,5 +1,6 @@
 //! The `ferrodnn` binary on hostile input: graph files it must refuse with a message (never an
-//! abort, a panic or a signal), a closed standard output, and Ctrl-C during a long run.
+//! abort, a panic or a signal; the hostile-input corpus of `ferrodnn/tests/hostile/` among them), a
+//! closed standard output, and Ctrl-C during a long run.
 
 use ferrodnn::graph::ops::pointwise::PointwiseMode;
 use ferrodnn::graph::ops::resample::{ResampleAttrs, ResampleMode};
@@ -7,6 +8,7 @@ use ferrodnn::{DataType, Graph, TensorDesc};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Instant;
 
 const F: DataType = DataType::F32;
 
@@ -48,17 +50,28 @@ fn run(path: &Path) -> Output {
     bin().arg("run").arg(path).args(["--engine", "cpu"]).output().unwrap()
 }
 
-/// Refused with a non-zero status (not an abort's 134, a panic's 101 or a signal), the message
-/// on stderr naming what it should, no panic text.
-fn expect_refused(out: &Output, what: &str, want: &[&str]) {
+/// What is wrong with `out` as a refusal: it must have a non-zero status (not an abort's 134, a
+/// panic's 101 or a signal) and the message on stderr, naming what it should, with no panic text.
+fn refusal_fault(out: &Output, what: &str, want: &[&str]) -> Option<String> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let code = out.status.code();
-    assert!(code.is_some(), "{what}: ended by a signal ({:?}); stderr: {stderr}", out.status);
-    assert!(!matches!(code, Some(0 | 101 | 134)), "{what}: exit status {code:?}; stderr: {stderr}");
-    assert!(!stderr.contains("panicked") && !stderr.contains("memory allocation"), "{what}: {stderr}");
-    assert!(stderr.starts_with("error: "), "{what}: stderr does not start with the error: {stderr}");
-    for w in want {
-        assert!(stderr.contains(w), "{what}: stderr lacks `{w}`: {stderr}");
+    let fault = if code.is_none() {
+        format!("ended by a signal ({:?})", out.status)
+    } else if matches!(code, Some(0 | 101 | 134)) {
+        format!("exit status {code:?}")
+    } else if stderr.contains("panicked") || stderr.contains("memory allocation") {
+        "a panic or an abort".into()
+    } else if !stderr.starts_with("error: ") {
+        "stderr does not start with the error".into()
+    } else {
+        format!("stderr lacks `{}`", want.iter().find(|w| !stderr.contains(*w))?)
+    };
+    Some(format!("{what}: {fault}; stderr: {stderr}"))
+}
+
+fn expect_refused(out: &Output, what: &str, want: &[&str]) {
+    if let Some(fault) = refusal_fault(out, what, want) {
+        panic!("{fault}");
     }
 }
 
@@ -66,34 +79,7 @@ fn expect_refused(out: &Output, what: &str, want: &[&str]) {
 fn run_refuses_hostile_graph_files_with_a_message() {
     let dir = scratch("run");
     let good = unary_json(TensorDesc::new("x", &[2, 3], F), relu());
-    let mut pool = Graph::new("g").io_data_type(F);
-    let x = pool.tensor(TensorDesc::new("x", &[1, 1, 1 << 22], F));
-    let y = pool.resample(x, ResampleAttrs::uniform(ResampleMode::Max, 1, 1 << 21, 1, 0));
-    pool.named("pool");
-    pool.set_output(y);
-    let cases: Vec<(&str, String, Vec<&str>)> = vec![
-        ("tensor of 2^40", unary_json(TensorDesc::new("x", &[1 << 40], F), relu()), vec!["relu \"op\"", "tensor \"x\"", "FERRODNN_MAX_HOST_BYTES"]),
-        ("strides of 2^40", unary_json(TensorDesc::new("x", &[2, 2], F).with_strides(&[1 << 40, 1]), relu()), vec!["tensor \"x\"", "strides [1099511627776, 1]", "host memory"]),
-        ("pooling for hours", pool.to_json().unwrap(), vec!["resample \"pool\"", "FERRODNN_CPU_MAX_WORK"]),
-        (
-            "relu clips 5 and -5",
-            unary_json(TensorDesc::new("x", &[2, 3], F), PointwiseMode::Relu { lower_clip: Some(5.0), upper_clip: Some(-5.0), negative_slope: None }),
-            vec!["relu \"op\"", "lower_clip"],
-        ),
-        ("truncated", good[..good.len() / 2].to_string(), vec!["JSON is malformed"]),
-        ("unknown op", good.replace("\"pointwise\"", "\"frobnicate\""), vec!["frobnicate"]),
-        ("dim 0", good.replacen("\"dims\": [\n        2", "\"dims\": [\n        0", 1), vec!["tensor \"x\"", "dim 0 must be positive"]),
-        (
-            "all outputs virtual",
-            good.replace("\"is_virtual\": false,\n      \"is_pass_by_value\": false\n    }\n  ],", "\"is_virtual\": true,\n      \"is_pass_by_value\": false\n    }\n  ],"),
-            vec!["virtual"],
-        ),
-    ];
-    for (what, text, want) in &cases {
-        let path = write(&dir, &format!("{}.json", what.replace(' ', "_")), text);
-        expect_refused(&run(&path), what, want);
-    }
-    // Not a file of text at all, and no file.
+    // Not a file of text at all, and no file (the corpus below has only text).
     let bin_file = dir.join("binary.json");
     std::fs::write(&bin_file, [0xff, 0xfe, 0x00, 0x9f]).unwrap();
     expect_refused(&run(&bin_file), "binary file", &["cannot read"]);
@@ -102,6 +88,25 @@ fn run_refuses_hostile_graph_files_with_a_message() {
     let ok = run(&write(&dir, "good.json", &good));
     assert!(ok.status.success(), "good graph: {}", String::from_utf8_lossy(&ok.stderr));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every graph file of the hostile-input corpus (`ferrodnn/tests/hostile/`, written from the
+/// cases of `ferrodnn/tests/hostile.rs`; `expected.json` lists the words each error must
+/// contain), one process each.
+#[test]
+fn run_refuses_every_file_of_the_hostile_corpus() {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../ferrodnn/tests/hostile"));
+    let index: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    assert!(index.len() >= 150, "the corpus has {} files", index.len());
+    let start = Instant::now();
+    let mut faults = Vec::new();
+    for (stem, case) in &index {
+        let want: Vec<&str> = case["want"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+        let what = format!("{stem}.json ({})", case["name"].as_str().unwrap());
+        faults.extend(refusal_fault(&run(&dir.join(format!("{stem}.json"))), &what, &want));
+    }
+    eprintln!("{} graph files refused in {:.1} s", index.len(), start.elapsed().as_secs_f64());
+    assert!(faults.is_empty(), "{} of {} files:\n{}", faults.len(), index.len(), faults.join("\n"));
 }
 
 /// `ferrodnn demo | head -0`, `ferrodnn run g.json | true`: a closed standard output ends the

@@ -4,11 +4,13 @@
 //! execute) under `catch_unwind`, and must give an `Err` whose message names the op and the
 //! tensor involved: never a panic, an abort or a hang.
 //!
-//! The limits are fixed for this process (the other test here only validates, reading no
-//! environment variable meanwhile): 4 GiB of host memory and the default work bound, so that
-//! every case fails the same way on any machine.
+//! The cases that a graph file can hold are also committed as files under `tests/hostile/`, which
+//! the CLI's and the Python package's tests run through `ferrodnn run` and `run_graph_json`
+//! (`the_committed_graph_files_are_the_corpus` keeps them equal to the corpus).
+//!
+//! The limits are fixed for this process (no other test here reads them): 4 GiB of host memory
+//! and the default work bound, so that every case fails the same way on any machine.
 
-use ferrodnn::engine::{Handle, PlanPolicy};
 use ferrodnn::graph::ops::conv::ConvAttrs;
 use ferrodnn::graph::ops::norm::NormAttrs;
 use ferrodnn::graph::ops::pointwise::PointwiseMode;
@@ -17,8 +19,8 @@ use ferrodnn::graph::ops::resample::{ResampleAttrs, ResampleMode};
 use ferrodnn::graph::ops::rng::Distribution;
 use ferrodnn::graph::ops::sdpa::{SdpaAttrs, SdpaInputs};
 use ferrodnn::graph::Port;
-use ferrodnn::testing::{execute_plan_dense, try_random_inputs};
-use ferrodnn::{DataType, EngineKind, Error, Graph, TensorDesc, TensorId};
+use ferrodnn::testing::run_cpu_random;
+use ferrodnn::{DataType, Error, Graph, TensorDesc, TensorId};
 
 /// Name a node's output tensor `NODE::PORT` after `Graph::named` renamed the node.
 fn out(g: &mut Graph, id: TensorId, name: &str) -> TensorId {
@@ -27,7 +29,9 @@ fn out(g: &mut Graph, id: TensorId, name: &str) -> TensorId {
     id
 }
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 use std::time::Instant;
 
 const F: DataType = DataType::F32;
@@ -60,15 +64,15 @@ impl Corpus {
 
 /// Everything a user's graph goes through; the first error ends it.
 fn run(input: &Input) -> Result<(), Error> {
-    let mut g = match input {
-        Input::Json(text) => Graph::from_json(text)?,
-        Input::Graph(g) => g.clone(),
+    let parsed;
+    let g = match input {
+        Input::Json(text) => {
+            parsed = Graph::from_json(text)?;
+            &parsed
+        }
+        Input::Graph(g) => g,
     };
-    g.validate()?;
-    let handle = Handle::cpu();
-    let plan = handle.build_plans(&g, &PlanPolicy { engine: Some(EngineKind::Cpu), ..Default::default() })?.remove(0);
-    let inputs = try_random_inputs(plan.graph(), 7)?;
-    execute_plan_dense(&handle, &plan, &inputs)?;
+    run_cpu_random(g, 7)?;
     Ok(())
 }
 
@@ -560,7 +564,7 @@ fn malformed_json(c: &mut Corpus) {
     // Dims and strides.
     c.value("dim 0", with(v(), &["tensors", "0", "dims", "0"], json!(0)), &["tensor \"x\"", "dim 0 must be positive"]);
     c.value("dim negative", with(v(), &["tensors", "0", "dims", "1"], json!(-3)), &["tensor \"x\"", "-3"]);
-    c.value("dim i64::MAX", with(v(), &["tensors", "0", "dims", "0"], json!(i64::MAX)), &["tensor \"x\"", "overflows"]);
+    c.value("dim i64::MAX in JSON", with(v(), &["tensors", "0", "dims", "0"], json!(i64::MAX)), &["tensor \"x\"", "overflows"]);
     c.value("dims of 2^31 each", with(v(), &["tensors", "0", "dims"], json!([1i64 << 31, 1i64 << 31])), &["tensor \"x\""]);
     c.value("dims of 2^49", with(with(v(), &["tensors", "0", "dims"], json!([1i64 << 49])), &["tensors", "0", "strides"], json!([1])), &["tensor \"x\"", "elements"]);
     c.value("dims empty", with(with(v(), &["tensors", "0", "dims"], json!([])), &["tensors", "0", "strides"], json!([])), &["relu \"op\"", "tensor \"x\"", "no dims"]);
@@ -574,7 +578,7 @@ fn malformed_json(c: &mut Corpus) {
     c.value("output dims contradict", with(v(), &["tensors", "1", "dims"], json!([3, 2])), &["relu \"op\"", "[3, 2]"]);
     c.value("output strides count", with(v(), &["tensors", "1", "strides"], json!([1])), &["relu \"op\"", "strides"]);
     // Uids and names.
-    c.value("duplicate uids", with(v(), &["tensors", "1", "uid"], json!(1)), &["\"x\"", "\"op::y\"", "uid 1"]);
+    c.value("duplicate uids in JSON", with(v(), &["tensors", "1", "uid"], json!(1)), &["\"x\"", "\"op::y\"", "uid 1"]);
     c.value("uid i64::MAX and a missing uid", without(with(v(), &["tensors", "0", "uid"], json!(i64::MAX)), &["tensors", "1"], "uid"), &["tensor \"op::y\"", "automatic uid"]);
     c.value("name too long", with(v(), &["tensors", "0", "name"], json!("x".repeat(5000))), &["name", "4096"]);
     c.value("graph name too long", with(v(), &["name"], json!("g".repeat(5000))), &["graph name"]);
@@ -602,7 +606,7 @@ fn malformed_json(c: &mut Corpus) {
         with(with(v(), &["nodes", "0", "op", "mode", "lower_clip"], json!(5.0)), &["nodes", "0", "op", "mode", "upper_clip"], json!(-5.0)),
         &["relu \"op\"", "lower_clip"],
     );
-    c.value("fp8 compute on relu", with(v(), &["nodes", "0", "compute_data_type"], json!("fp8_e4m3")), &["relu \"op\"", "fp8_e4m3"]);
+    c.value("fp8 compute on relu in JSON", with(v(), &["nodes", "0", "compute_data_type"], json!("fp8_e4m3")), &["relu \"op\"", "fp8_e4m3"]);
     c.value("bool compute on the graph", with(v(), &["compute_data_type"], json!("bool")), &["relu \"op\"", "bool"]);
     {
         let mut v2 = v();
@@ -758,6 +762,88 @@ fn every_hostile_input_is_an_error_naming_what_is_wrong() {
     }
     eprintln!("{} hostile inputs in {:.1} s", cases.len(), start.elapsed().as_secs_f64());
     assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+/// The corpus as graph files, for the CLI's test (`ferrodnn-cli/tests/cli.rs`) and the Python
+/// package's (`python/tests/test_hostile.py`): `NAME.json` for each case that a graph file can
+/// hold, and `expected.json`, mapping each NAME to the case's name and the words its error must
+/// contain. Written from the corpus (`FERRODNN_WRITE_HOSTILE=DIR`), checked against it here.
+const FILES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hostile");
+
+/// The cases a graph file cannot hold, and why: JSON has no NaN or infinity (serde_json writes
+/// `null`, which reads back as an absent attribute: another graph, a valid one).
+const RUST_ONLY: &[&str] =
+    &["relu NaN lower_clip", "relu NaN upper_clip", "relu NaN slope", "leaky_relu NaN slope", "elu NaN alpha", "swish NaN beta", "layernorm epsilon NaN", "sdpa scale inf"];
+
+/// A case's file name (without `.json`): its name in lower case, each run of other characters
+/// one `_`.
+fn file_stem(name: &str) -> String {
+    let mut stem = String::new();
+    for ch in name.chars() {
+        if ch.is_ascii_alphanumeric() {
+            stem.push(ch.to_ascii_lowercase());
+        } else if !stem.is_empty() && !stem.ends_with('_') {
+            stem.push('_');
+        }
+    }
+    stem.trim_end_matches('_').to_string()
+}
+
+/// The graph file of a case, or None where JSON cannot say what the case's graph says (it reads
+/// back as another graph).
+fn file_text(input: &Input) -> Option<String> {
+    match input {
+        Input::Json(text) => Some(text.clone()),
+        Input::Graph(g) => {
+            let text = g.to_json().ok()?;
+            let back: Graph = serde_json::from_str(&text).ok()?;
+            (format!("{back:?}") == format!("{g:?}")).then_some(text)
+        }
+    }
+}
+
+#[test]
+fn the_committed_graph_files_are_the_corpus() {
+    let mut files = Vec::new();
+    let mut expected = serde_json::Map::new();
+    let mut rust_only = Vec::new();
+    for case in corpus().0 {
+        let Some(text) = file_text(&case.input) else {
+            rust_only.push(case.name);
+            continue;
+        };
+        let stem = file_stem(&case.name);
+        let entry = json!({"name": case.name, "want": case.want});
+        assert!(expected.insert(stem.clone(), entry).is_none(), "two cases have the file name {stem}.json");
+        files.push((format!("{stem}.json"), text));
+    }
+    assert_eq!(rust_only, RUST_ONLY, "the cases a graph file cannot hold");
+    files.push(("expected.json".into(), serde_json::to_string_pretty(&expected).unwrap() + "\n"));
+    let names: BTreeSet<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    let listed = |dir: &Path| -> BTreeSet<String> {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        entries.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".json")).collect()
+    };
+    if let Some(dir) = std::env::var_os("FERRODNN_WRITE_HOSTILE") {
+        let dir = Path::new(&dir);
+        std::fs::create_dir_all(dir).unwrap();
+        for stale in listed(dir).iter().filter(|n| !names.contains(n.as_str())) {
+            std::fs::remove_file(dir.join(stale)).unwrap();
+        }
+        for (name, text) in &files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+    }
+    let rewrite = "rewrite them: FERRODNN_WRITE_HOSTILE=ferrodnn/tests/hostile cargo test --release -p ferrodnn --test hostile";
+    let dir = Path::new(FILES);
+    let on_disk = listed(dir);
+    let stale: Vec<&String> = on_disk.iter().filter(|n| !names.contains(n.as_str())).collect();
+    assert!(stale.is_empty(), "{}: files of no case {stale:?}; {rewrite}", dir.display());
+    for (name, text) in &files {
+        let committed = std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}; {rewrite}"));
+        assert!(committed == *text, "{}/{name} differs from its case; {rewrite}", dir.display());
+    }
+    eprintln!("{} graph files, {} cases only in Rust", files.len() - 1, rust_only.len());
 }
 
 /// Attributes and dims at the ends of their types (i64::MAX, usize::MAX, i64::MIN): every

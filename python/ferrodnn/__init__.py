@@ -54,6 +54,7 @@ from ._ferrodnn import (  # noqa: F401
     resample_mode,
     reshape_mode,
     rng_distribution,
+    run_graph_json,
     scalar_type,
     set_stream,
     set_strict_buffers,

@@ -11,10 +11,12 @@ mod frontend;
 mod graph;
 mod rnn;
 
-use ferrodnn::{DataType, Handle};
+use ferrodnn::testing::run_cpu_random;
+use ferrodnn::{DataType, Graph, Handle};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -437,6 +439,22 @@ fn get_strict_buffers() -> bool {
     strict_buffers_default()
 }
 
+/// `run_graph_json(text, seed=7)` (ferrodnn's own addition): what `ferrodnn run FILE --engine
+/// cpu` does with a graph file of ferrodnn's JSON format (`pygraph.to_json()` writes one): parse
+/// and validate it, build its CPU plan, fill its inputs with random values from `seed` and
+/// execute it. Returns each output's values (dense, row-major, as floats) by tensor name; a graph
+/// that cannot run is a ferrodnn exception naming the op and the tensor.
+#[pyfunction]
+#[pyo3(signature = (text, seed = 7))]
+fn run_graph_json(py: Python<'_>, text: &str, seed: u64) -> PyResult<HashMap<String, Vec<f64>>> {
+    let run = || -> ferrodnn::Result<_> {
+        let graph = Graph::from_json(text)?;
+        let outputs = run_cpu_random(&graph, seed)?;
+        Ok(outputs.into_iter().map(|(id, nd)| (graph.desc(id).name.clone(), nd.data)).collect())
+    };
+    py.allow_threads(run).map_err(to_py_err)
+}
+
 /// Whether a CUDA GPU that ferrodnn can use is present (ferrodnn's own addition).
 #[pyfunction]
 fn gpu_available() -> bool {
@@ -477,6 +495,7 @@ fn _ferrodnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_cudnn_version, m)?)?;
     m.add_function(wrap_pyfunction!(backend_version_string, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_available, m)?)?;
+    m.add_function(wrap_pyfunction!(run_graph_json, m)?)?;
     m.add_function(wrap_pyfunction!(set_strict_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(get_strict_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(get_last_error_string, m)?)?;

@@ -303,6 +303,19 @@ pub fn run_cpu(graph: &Graph, inputs: &HashMap<TensorId, Nd>) -> Result<HashMap<
     execute_dense(&Handle::reference(), &g, inputs, &PlanPolicy::default())
 }
 
+/// What a user's graph goes through on the fast CPU engine (`ferrodnn run FILE --engine cpu`,
+/// the Python package's `run_graph_json`, the hostile-input corpus of `tests/hostile.rs`):
+/// validate a copy of `graph`, build its CPU plan, fill its inputs with random values from `seed`
+/// and execute it; the first error ends it. Returns every non-virtual output as a dense array.
+pub fn run_cpu_random(graph: &Graph, seed: u64) -> Result<HashMap<TensorId, Nd>> {
+    let mut g = graph.clone();
+    g.validate()?;
+    let handle = Handle::cpu();
+    let plan = handle.build_plans(&g, &PlanPolicy { engine: Some(EngineKind::Cpu), ..Default::default() })?.remove(0);
+    let inputs = try_random_inputs(plan.graph(), seed)?;
+    execute_plan_dense(&handle, &plan, &inputs)
+}
+
 /// ||a - b|| / ||b|| (with ||b|| floored at 1e-30); infinite when the shapes differ or either
 /// holds a NaN the other does not.
 pub fn relative_error(a: &[f64], b: &[f64]) -> f64 {
