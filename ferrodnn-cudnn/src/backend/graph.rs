@@ -1039,12 +1039,8 @@ impl Lower {
             (OP_BN_FINALIZE_EQ_SCALE_DESC, eq_scale),
             (OP_BN_FINALIZE_EQ_BIAS_DESC, eq_bias),
         ];
-        let running = [
-            OP_BN_FINALIZE_PREV_RUNNING_MEAN_DESC,
-            OP_BN_FINALIZE_PREV_RUNNING_VAR_DESC,
-            OP_BN_FINALIZE_UPDATED_RUNNING_MEAN_DESC,
-            OP_BN_FINALIZE_UPDATED_RUNNING_VAR_DESC,
-        ];
+        let running =
+            [OP_BN_FINALIZE_PREV_RUNNING_MEAN_DESC, OP_BN_FINALIZE_PREV_RUNNING_VAR_DESC, OP_BN_FINALIZE_UPDATED_RUNNING_MEAN_DESC, OP_BN_FINALIZE_UPDATED_RUNNING_VAR_DESC];
         let mut run = Vec::new();
         for a in running {
             if let Some(t) = self.opt(s, a)? {
@@ -1053,7 +1049,9 @@ impl Lower {
             }
         }
         if !matches!(run.len(), 0 | 4) {
-            return Err(bad("the running statistics of OPERATION_BN_FINALIZE_STATISTICS come as a set: previous mean and variance and updated mean and variance, all four or none"));
+            return Err(bad(
+                "the running statistics of OPERATION_BN_FINALIZE_STATISTICS come as a set: previous mean and variance and updated mean and variance, all four or none",
+            ));
         }
         self.per_channel(s, channels, dims.len().max(2), &per_channel)?;
         for (attr, t) in [(OP_BN_FINALIZE_ACCUM_COUNT_DESC, count), (OP_BN_FINALIZE_EPSILON_DESC, eps)] {
@@ -1077,9 +1075,9 @@ impl Lower {
         self.pointwise(PointwiseMode::Mul, vec![("a", mean), ("b", eq_scale)], shift, compute);
         self.pointwise(PointwiseMode::Sub, vec![("a", bias), ("b", shift)], eq_bias, compute);
         if let [prev_mean, prev_var, next_mean, next_var] = run[..] {
-            let factor = self.opt(s, OP_BN_FINALIZE_EXP_AVERAGE_FACTOR_DESC)?.ok_or_else(|| {
-                bad("CUDNN_ATTR_OPERATION_BN_FINALIZE_EXP_AVERAGE_FACTOR_DESC is required with the running statistics of OPERATION_BN_FINALIZE_STATISTICS")
-            })?;
+            let factor = self
+                .opt(s, OP_BN_FINALIZE_EXP_AVERAGE_FACTOR_DESC)?
+                .ok_or_else(|| bad("CUDNN_ATTR_OPERATION_BN_FINALIZE_EXP_AVERAGE_FACTOR_DESC is required with the running statistics of OPERATION_BN_FINALIZE_STATISTICS"))?;
             // next = prev + factor * (batch - prev), the batch variance unbiased (n / (n - 1)).
             let (n_var, n_minus_1, unbiased) = (tmp(self), self.scratch_dims(&[1], f), tmp(self));
             let one = self.constant(1.0, f);
