@@ -23,11 +23,12 @@ use std::ffi::c_void;
 struct Buffers {
     data: HashMap<i64, Vec<f32>>,
     scalars: HashMap<i64, f32>,
+    int_scalars: HashMap<i64, i64>,
 }
 
 impl Buffers {
     fn new() -> Buffers {
-        Buffers { data: HashMap::new(), scalars: HashMap::new() }
+        Buffers { data: HashMap::new(), scalars: HashMap::new(), int_scalars: HashMap::new() }
     }
     /// Dense values of logical dims scattered into a strided buffer (gaps poisoned).
     fn input(&mut self, uid: i64, nd: &Nd, strides: &[i64]) {
@@ -58,6 +59,10 @@ impl Buffers {
         for (&u, v) in self.scalars.iter_mut() {
             uids.push(u);
             ptrs.push(v as *mut f32 as *mut c_void);
+        }
+        for (&u, v) in self.int_scalars.iter_mut() {
+            uids.push(u);
+            ptrs.push(v as *mut i64 as *mut c_void);
         }
         let pack = B::new(VARIANT_PACK).i64s(VARIANT_PACK_UNIQUE_IDS, &uids);
         ok(pack.set_raw(VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, &ptrs));
@@ -241,6 +246,156 @@ fn layernorm_training_with_a_by_value_epsilon() {
     for (uid, dims, what) in [(5, &xd, "y"), (6, &statd, "mean"), (7, &statd, "inv_variance")] {
         check(&bufs.dense(uid, dims, &packed(dims)), &reference(&g, &inputs, uid), 1e-4, &format!("layernorm {what}"));
     }
+}
+
+/// Per-channel `[1, C, 1, 1]` values: channel `c` of `v` at `dims`' strides `strides` (the
+/// frontend's NHWC-like per-channel strides).
+fn per_channel_input(bufs: &mut Buffers, uid: i64, v: &[f64], strides: &[i64]) {
+    bufs.input(uid, &Nd::new(vec![1, v.len(), 1, 1], v.to_vec()), strides);
+}
+
+#[test]
+fn bn_finalize_statistics_alone_matches_a_direct_computation() {
+    let h = Handle::cpu();
+    let c = 8usize;
+    let cd = [1i64, c as i64, 1, 1];
+    let cs = [c as i64, 1, c as i64, c as i64];
+    // uids: 1 sum, 2 sq_sum, 3 scale, 4 bias, 5 prev mean, 6 prev var, 7 next mean, 8 next var,
+    // 9 saved mean, 10 saved inv std, 11 eq scale, 12 eq bias, 13 count, 14 epsilon, 15 factor.
+    let t: Vec<B> = (1..=12).map(|u| tensor(u, &cd, &cs, false)).collect();
+    let (count, eps, factor) = (scalar_of(13, CUDNN_DATA_INT64), scalar(14), scalar(15));
+    let op = B::new(OP_BN_FINALIZE)
+        .int(OP_BN_FINALIZE_STATS_MODE, T_BN_FINALIZE_STATS_MODE, BN_FINALIZE_STATISTICS_TRAINING)
+        .int(OP_BN_FINALIZE_MATH_PREC, T_DATA_TYPE, CUDNN_DATA_FLOAT)
+        .descs(OP_BN_FINALIZE_Y_SUM_DESC, &[&t[0]])
+        .descs(OP_BN_FINALIZE_Y_SQ_SUM_DESC, &[&t[1]])
+        .descs(OP_BN_FINALIZE_SCALE_DESC, &[&t[2]])
+        .descs(OP_BN_FINALIZE_BIAS_DESC, &[&t[3]])
+        .descs(OP_BN_FINALIZE_PREV_RUNNING_MEAN_DESC, &[&t[4]])
+        .descs(OP_BN_FINALIZE_PREV_RUNNING_VAR_DESC, &[&t[5]])
+        .descs(OP_BN_FINALIZE_UPDATED_RUNNING_MEAN_DESC, &[&t[6]])
+        .descs(OP_BN_FINALIZE_UPDATED_RUNNING_VAR_DESC, &[&t[7]])
+        .descs(OP_BN_FINALIZE_SAVED_MEAN_DESC, &[&t[8]])
+        .descs(OP_BN_FINALIZE_SAVED_INV_STD_DESC, &[&t[9]])
+        .descs(OP_BN_FINALIZE_EQ_SCALE_DESC, &[&t[10]])
+        .descs(OP_BN_FINALIZE_EQ_BIAS_DESC, &[&t[11]])
+        .descs(OP_BN_FINALIZE_ACCUM_COUNT_DESC, &[&count])
+        .descs(OP_BN_FINALIZE_EPSILON_DESC, &[&eps])
+        .descs(OP_BN_FINALIZE_EXP_AVERAGE_FACTOR_DESC, &[&factor])
+        .fin();
+    let graph = op_graph(h.0, &[&op]);
+
+    // The sums of n samples per channel (offset so that the mean is not small).
+    let n = 12usize;
+    let x: Vec<f64> = rand(n * c, 31).into_iter().map(|v| v as f64 + 0.5).collect();
+    let sum: Vec<f64> = (0..c).map(|ch| (0..n).map(|i| x[i * c + ch]).sum()).collect();
+    let sq: Vec<f64> = (0..c).map(|ch| (0..n).map(|i| x[i * c + ch] * x[i * c + ch]).sum()).collect();
+    let f = |seed: u64| -> Vec<f64> { rand(c, seed).into_iter().map(|v| v as f64).collect() };
+    let (scale, bias, prev_mean) = (f(32), f(33), f(34));
+    let prev_var: Vec<f64> = f(35).into_iter().map(|v| v.abs() + 0.5).collect();
+    let (eps_v, factor_v) = (1e-3f32, 0.25f32);
+    let mut bufs = Buffers::new();
+    for (uid, v) in [(1, &sum), (2, &sq), (3, &scale), (4, &bias), (5, &prev_mean), (6, &prev_var)] {
+        per_channel_input(&mut bufs, uid, v, &cs);
+    }
+    for uid in 7..=12 {
+        bufs.output(uid, &cd, &cs);
+    }
+    bufs.int_scalars.insert(13, n as i64);
+    bufs.scalars.insert(14, eps_v);
+    bufs.scalars.insert(15, factor_v);
+    run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+
+    let (nf, eps_v, factor_v) = (n as f64, eps_v as f64, factor_v as f64);
+    let mean: Vec<f64> = sum.iter().map(|s| s / nf).collect();
+    let var: Vec<f64> = (0..c).map(|ch| (0..n).map(|i| (x[i * c + ch] - mean[ch]).powi(2)).sum::<f64>() / nf).collect();
+    let inv_std: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps_v).sqrt()).collect();
+    let eq_scale: Vec<f64> = (0..c).map(|ch| scale[ch] * inv_std[ch]).collect();
+    let eq_bias: Vec<f64> = (0..c).map(|ch| bias[ch] - mean[ch] * eq_scale[ch]).collect();
+    let next_mean: Vec<f64> = (0..c).map(|ch| (1.0 - factor_v) * prev_mean[ch] + factor_v * mean[ch]).collect();
+    let next_var: Vec<f64> = (0..c).map(|ch| (1.0 - factor_v) * prev_var[ch] + factor_v * var[ch] * nf / (nf - 1.0)).collect();
+    for (uid, want, what) in [
+        (7, &next_mean, "next running mean"),
+        (8, &next_var, "next running var"),
+        (9, &mean, "saved mean"),
+        (10, &inv_std, "saved inv std"),
+        (11, &eq_scale, "eq scale"),
+        (12, &eq_bias, "eq bias"),
+    ] {
+        check(&bufs.dense(uid, &cd, &cs), want, 1e-4, &format!("bn_finalize {what}"));
+    }
+}
+
+#[test]
+fn bn_bwd_weights_alone_matches_a_direct_computation() {
+    let h = Handle::cpu();
+    let (nb, c, hw) = (2usize, 4usize, 9usize);
+    let xd = [nb as i64, c as i64, 3, 3];
+    let xs = nhwc(&xd);
+    let cd = [1i64, c as i64, 1, 1];
+    let cs = [c as i64, 1, c as i64, c as i64];
+    // uids: 1 x, 2 dy, 3 mean, 4 inv std, 5 scale, 6 dscale, 7 dbias, 8 eq dy scale,
+    // 9 eq x scale, 10 eq bias.
+    let (x, dy) = (tensor(1, &xd, &xs, false), tensor(2, &xd, &xs, false));
+    let t: Vec<B> = (3..=10).map(|u| tensor(u, &cd, &cs, false)).collect();
+    let op = B::new(OP_BN_BWD_WEIGHTS)
+        .int(OP_BN_BWD_WEIGHTS_MATH_PREC, T_DATA_TYPE, CUDNN_DATA_FLOAT)
+        .descs(OP_BN_BWD_WEIGHTS_X_DESC, &[&x])
+        .descs(OP_BN_BWD_WEIGHTS_DY_DESC, &[&dy])
+        .descs(OP_BN_BWD_WEIGHTS_MEAN_DESC, &[&t[0]])
+        .descs(OP_BN_BWD_WEIGHTS_INVSTD_DESC, &[&t[1]])
+        .descs(OP_BN_BWD_WEIGHTS_BN_SCALE_DESC, &[&t[2]])
+        .descs(OP_BN_BWD_WEIGHTS_DBN_SCALE_DESC, &[&t[3]])
+        .descs(OP_BN_BWD_WEIGHTS_DBN_BIAS_DESC, &[&t[4]])
+        .descs(OP_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, &[&t[5]])
+        .descs(OP_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, &[&t[6]])
+        .descs(OP_BN_BWD_WEIGHTS_EQ_BIAS, &[&t[7]])
+        .fin();
+    let graph = op_graph(h.0, &[&op]);
+
+    let (xv, dyv) = (rand_nd(&xd, 41), rand_nd(&xd, 42));
+    // Logical NCHW index of (n, ch, i).
+    let at = |nd: &Nd, n: usize, ch: usize, i: usize| nd.data[(n * c + ch) * hw + i];
+    let cnt = (nb * hw) as f64;
+    // The sum of f(n, i) over a channel's elements.
+    let each = |f: &dyn Fn(usize, usize) -> f64| -> f64 { (0..nb).flat_map(|n| (0..hw).map(move |i| (n, i))).map(|(n, i)| f(n, i)).sum::<f64>() };
+    let mean: Vec<f64> = (0..c).map(|ch| each(&|n, i| at(&xv, n, ch, i)) / cnt).collect();
+    let inv_std: Vec<f64> = (0..c).map(|ch| 1.0 / (each(&|n, i| (at(&xv, n, ch, i) - mean[ch]).powi(2)) / cnt + 1e-5).sqrt()).collect();
+    let scale: Vec<f64> = rand(c, 43).into_iter().map(|v| v as f64).collect();
+    let mut bufs = Buffers::new();
+    bufs.input(1, &xv, &xs);
+    bufs.input(2, &dyv, &xs);
+    for (uid, v) in [(3, &mean), (4, &inv_std), (5, &scale)] {
+        per_channel_input(&mut bufs, uid, v, &cs);
+    }
+    for uid in 6..=10 {
+        bufs.output(uid, &cd, &cs);
+    }
+    run(h.0, &graph, HEUR_MODE_A, &mut bufs);
+
+    let dbias: Vec<f64> = (0..c).map(|ch| each(&|n, i| at(&dyv, n, ch, i))).collect();
+    let dscale: Vec<f64> = (0..c).map(|ch| each(&|n, i| at(&dyv, n, ch, i) * (at(&xv, n, ch, i) - mean[ch]) * inv_std[ch])).collect();
+    for (uid, want, what) in [(6, &dscale, "dscale"), (7, &dbias, "dbias")] {
+        check(&bufs.dense(uid, &cd, &cs), want, 1e-4, &format!("bn_bwd_weights {what}"));
+    }
+    // The coefficients must give batchnorm's input gradient, written out here:
+    // dx = scale * inv_std * (dy - dbias / n - xhat * dscale / n).
+    let (eq_dy, eq_x, eq_b) = (bufs.dense(8, &cd, &cs), bufs.dense(9, &cd, &cs), bufs.dense(10, &cd, &cs));
+    let mut got = Vec::new();
+    let mut want = Vec::new();
+    for n in 0..nb {
+        for ch in 0..c {
+            for i in 0..hw {
+                let (xi, dyi) = (at(&xv, n, ch, i), at(&dyv, n, ch, i));
+                got.push((eq_dy[ch] as f64 * dyi + eq_x[ch] as f64 * xi + eq_b[ch] as f64) as f32);
+                let xhat = (xi - mean[ch]) * inv_std[ch];
+                want.push(scale[ch] * inv_std[ch] * (dyi - dbias[ch] / cnt - xhat * dscale[ch] / cnt));
+            }
+        }
+    }
+    check(&got, &want, 1e-4, "bn_bwd_weights dx from its coefficients");
+    let eq_dy_want: Vec<f64> = (0..c).map(|ch| scale[ch] * inv_std[ch]).collect();
+    check(&eq_dy, &eq_dy_want, 1e-5, "bn_bwd_weights eq_dy_scale");
 }
 
 #[test]

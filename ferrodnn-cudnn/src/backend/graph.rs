@@ -152,6 +152,30 @@ fn required_tensors(s: &Snapshot) -> &'static [i32] {
         OP_SLICE => &[OP_SLICE_XDESC, OP_SLICE_YDESC, OP_SLICE_START_INDICES, OP_SLICE_LIMIT_INDICES],
         OP_CONCAT => &[OP_CONCAT_AXIS, OP_CONCAT_INPUT_DESCS, OP_CONCAT_OUTPUT_DESC],
         OP_GEN_STATS => &[OP_GENSTATS_XDESC, OP_GENSTATS_SUMDESC, OP_GENSTATS_SQSUMDESC],
+        OP_BN_FINALIZE => &[
+            OP_BN_FINALIZE_Y_SUM_DESC,
+            OP_BN_FINALIZE_Y_SQ_SUM_DESC,
+            OP_BN_FINALIZE_SCALE_DESC,
+            OP_BN_FINALIZE_BIAS_DESC,
+            OP_BN_FINALIZE_SAVED_MEAN_DESC,
+            OP_BN_FINALIZE_SAVED_INV_STD_DESC,
+            OP_BN_FINALIZE_EQ_SCALE_DESC,
+            OP_BN_FINALIZE_EQ_BIAS_DESC,
+            OP_BN_FINALIZE_ACCUM_COUNT_DESC,
+            OP_BN_FINALIZE_EPSILON_DESC,
+        ],
+        OP_BN_BWD_WEIGHTS => &[
+            OP_BN_BWD_WEIGHTS_MEAN_DESC,
+            OP_BN_BWD_WEIGHTS_INVSTD_DESC,
+            OP_BN_BWD_WEIGHTS_BN_SCALE_DESC,
+            OP_BN_BWD_WEIGHTS_X_DESC,
+            OP_BN_BWD_WEIGHTS_DY_DESC,
+            OP_BN_BWD_WEIGHTS_DBN_SCALE_DESC,
+            OP_BN_BWD_WEIGHTS_DBN_BIAS_DESC,
+            OP_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC,
+            OP_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC,
+            OP_BN_BWD_WEIGHTS_EQ_BIAS,
+        ],
         OP_SDPA_FWD => &[OP_SDPA_FWD_QDESC, OP_SDPA_FWD_KDESC, OP_SDPA_FWD_VDESC, OP_SDPA_FWD_ODESC],
         OP_SDPA_BWD => &[
             OP_SDPA_BWD_QDESC,
@@ -734,6 +758,8 @@ impl Lower {
                 self.node(Op::Concatenate(ConcatenateAttrs { axis: axis as usize }), ports, vec![("y", y)], None);
                 Ok(())
             }
+            OP_BN_FINALIZE => self.bn_finalize(s),
+            OP_BN_BWD_WEIGHTS => self.bn_bwd_weights(s),
             OP_GEN_STATS => {
                 let x = self.req(s, OP_GENSTATS_XDESC)?;
                 let (sum, sq) = (self.req(s, OP_GENSTATS_SUMDESC)?, self.req(s, OP_GENSTATS_SQSUMDESC)?);
@@ -962,6 +988,174 @@ impl Lower {
             m => return Err(bad(format!("CUDNN_ATTR_OPERATION_NORM_BWD_MODE {m} is not a cudnnBackendNormMode_t"))),
         };
         self.node(op, ins, outs, None);
+        Ok(())
+    }
+
+    /// Checks that the per-channel tensors of a batchnorm operation (`(attribute, tensor)`) all
+    /// have the dims `[1, C, 1, ...]` of `channels` channels.
+    fn per_channel(&self, s: &Snapshot, channels: i64, rank: usize, tensors: &[(i32, TensorId)]) -> R<()> {
+        for &(attr, t) in tensors {
+            let dims = &self.g.desc(t).dims;
+            let ok = dims.len() == rank && dims.iter().enumerate().all(|(i, &d)| d == if i == 1 { channels } else { 1 });
+            if !ok {
+                return Err(bad(format!("{} has dims {dims:?}; it must be per channel, [1, {channels}, 1, ...] of rank {rank}", s.what(attr))));
+            }
+        }
+        Ok(())
+    }
+
+    /// OPERATION_BN_FINALIZE_STATISTICS: per-channel sums and sums of squares (from GEN_STATS,
+    /// over ACCUM_COUNT elements per channel) to the saved mean and inverse standard deviation,
+    /// batchnorm's equivalent scale and bias (`y = x * eq_scale + eq_bias`) and, given the
+    /// previous running statistics, the updated ones (unbiased variance). The count, epsilon and
+    /// averaging factor are by-value scalars whose values may come with each execution, so this
+    /// is pointwise ops on the `[1, C, 1, ...]` tensors (ferrodnn's bn_finalize takes its count
+    /// when the graph is built).
+    fn bn_finalize(&mut self, s: &Snapshot) -> R<()> {
+        let mode = s.int(OP_BN_FINALIZE_STATS_MODE).unwrap_or(BN_FINALIZE_STATISTICS_TRAINING);
+        if mode != BN_FINALIZE_STATISTICS_TRAINING {
+            return Err(unsupported(format!("{} {mode}: only CUDNN_BN_FINALIZE_STATISTICS_TRAINING is supported", s.what(OP_BN_FINALIZE_STATS_MODE))));
+        }
+        let compute = float_compute(s, OP_BN_FINALIZE_MATH_PREC)?;
+        let sum = self.req(s, OP_BN_FINALIZE_Y_SUM_DESC)?;
+        let sq_sum = self.req(s, OP_BN_FINALIZE_Y_SQ_SUM_DESC)?;
+        let scale = self.req(s, OP_BN_FINALIZE_SCALE_DESC)?;
+        let bias = self.req(s, OP_BN_FINALIZE_BIAS_DESC)?;
+        let count = self.req(s, OP_BN_FINALIZE_ACCUM_COUNT_DESC)?;
+        let eps = self.req(s, OP_BN_FINALIZE_EPSILON_DESC)?;
+        let mean = self.req(s, OP_BN_FINALIZE_SAVED_MEAN_DESC)?;
+        let inv_std = self.req(s, OP_BN_FINALIZE_SAVED_INV_STD_DESC)?;
+        let eq_scale = self.req(s, OP_BN_FINALIZE_EQ_SCALE_DESC)?;
+        let eq_bias = self.req(s, OP_BN_FINALIZE_EQ_BIAS_DESC)?;
+        let dims = self.g.desc(sum).dims.clone();
+        let channels = if dims.len() >= 2 { dims[1] } else { 0 };
+        let mut per_channel = vec![
+            (OP_BN_FINALIZE_Y_SUM_DESC, sum),
+            (OP_BN_FINALIZE_Y_SQ_SUM_DESC, sq_sum),
+            (OP_BN_FINALIZE_SCALE_DESC, scale),
+            (OP_BN_FINALIZE_BIAS_DESC, bias),
+            (OP_BN_FINALIZE_SAVED_MEAN_DESC, mean),
+            (OP_BN_FINALIZE_SAVED_INV_STD_DESC, inv_std),
+            (OP_BN_FINALIZE_EQ_SCALE_DESC, eq_scale),
+            (OP_BN_FINALIZE_EQ_BIAS_DESC, eq_bias),
+        ];
+        let running =
+            [OP_BN_FINALIZE_PREV_RUNNING_MEAN_DESC, OP_BN_FINALIZE_PREV_RUNNING_VAR_DESC, OP_BN_FINALIZE_UPDATED_RUNNING_MEAN_DESC, OP_BN_FINALIZE_UPDATED_RUNNING_VAR_DESC];
+        let mut run = Vec::new();
+        for a in running {
+            if let Some(t) = self.opt(s, a)? {
+                run.push(t);
+                per_channel.push((a, t));
+            }
+        }
+        if !matches!(run.len(), 0 | 4) {
+            return Err(bad(
+                "the running statistics of OPERATION_BN_FINALIZE_STATISTICS come as a set: previous mean and variance and updated mean and variance, all four or none",
+            ));
+        }
+        self.per_channel(s, channels, dims.len().max(2), &per_channel)?;
+        for (attr, t) in [(OP_BN_FINALIZE_ACCUM_COUNT_DESC, count), (OP_BN_FINALIZE_EPSILON_DESC, eps)] {
+            if self.g.desc(t).element_count() != 1 {
+                return Err(bad(format!("{} has dims {:?}; it must be one element", s.what(attr), self.g.desc(t).dims)));
+            }
+        }
+        let f = DataType::F32;
+        let tmp = |l: &mut Lower| l.scratch(sum, f);
+        // mean = sum / n; var = sq_sum / n - mean^2; inv_std = 1 / sqrt(var + eps).
+        self.pointwise(PointwiseMode::Div, vec![("a", sum), ("b", count)], mean, compute);
+        let (ex2, m2, var, ve) = (tmp(self), tmp(self), tmp(self), tmp(self));
+        self.pointwise(PointwiseMode::Div, vec![("a", sq_sum), ("b", count)], ex2, compute);
+        self.pointwise(PointwiseMode::Mul, vec![("a", mean), ("b", mean)], m2, compute);
+        self.pointwise(PointwiseMode::Sub, vec![("a", ex2), ("b", m2)], var, compute);
+        self.pointwise(PointwiseMode::Add, vec![("a", var), ("b", eps)], ve, compute);
+        self.pointwise(PointwiseMode::Rsqrt, vec![("a", ve)], inv_std, compute);
+        // eq_scale = scale * inv_std; eq_bias = bias - mean * eq_scale.
+        self.pointwise(PointwiseMode::Mul, vec![("a", scale), ("b", inv_std)], eq_scale, compute);
+        let shift = tmp(self);
+        self.pointwise(PointwiseMode::Mul, vec![("a", mean), ("b", eq_scale)], shift, compute);
+        self.pointwise(PointwiseMode::Sub, vec![("a", bias), ("b", shift)], eq_bias, compute);
+        if let [prev_mean, prev_var, next_mean, next_var] = run[..] {
+            let factor = self
+                .opt(s, OP_BN_FINALIZE_EXP_AVERAGE_FACTOR_DESC)?
+                .ok_or_else(|| bad("CUDNN_ATTR_OPERATION_BN_FINALIZE_EXP_AVERAGE_FACTOR_DESC is required with the running statistics of OPERATION_BN_FINALIZE_STATISTICS"))?;
+            // next = prev + factor * (batch - prev), the batch variance unbiased (n / (n - 1)).
+            let (n_var, n_minus_1, unbiased) = (tmp(self), self.scratch_dims(&[1], f), tmp(self));
+            let one = self.constant(1.0, f);
+            self.pointwise(PointwiseMode::Mul, vec![("a", var), ("b", count)], n_var, compute);
+            self.pointwise(PointwiseMode::Sub, vec![("a", count), ("b", one)], n_minus_1, compute);
+            self.pointwise(PointwiseMode::Div, vec![("a", n_var), ("b", n_minus_1)], unbiased, compute);
+            for (batch, prev, next) in [(mean, prev_mean, next_mean), (unbiased, prev_var, next_var)] {
+                let (diff, step) = (tmp(self), tmp(self));
+                self.pointwise(PointwiseMode::Sub, vec![("a", batch), ("b", prev)], diff, compute);
+                self.pointwise(PointwiseMode::Mul, vec![("a", diff), ("b", factor)], step, compute);
+                self.pointwise(PointwiseMode::Add, vec![("a", prev), ("b", step)], next, compute);
+            }
+        }
+        Ok(())
+    }
+
+    /// OPERATION_BN_BWD_WEIGHTS: from x, dy and the forward's saved mean and inverse standard
+    /// deviation, batchnorm's dscale and dbias and the coefficients of its input gradient
+    /// `dx = eq_dy_scale * dy + eq_x_scale * x + eq_bias` (per channel, over the n elements of a
+    /// channel): eq_dy_scale = scale * inv_std, eq_x_scale = -eq_dy_scale * inv_std * dscale / n,
+    /// eq_bias = eq_dy_scale * (mean * inv_std * dscale - dbias) / n. The sums come from
+    /// ferrodnn's batchnorm backward (its dx unused), the coefficients from pointwise ops.
+    fn bn_bwd_weights(&mut self, s: &Snapshot) -> R<()> {
+        let compute = float_compute(s, OP_BN_BWD_WEIGHTS_MATH_PREC)?;
+        let x = self.req(s, OP_BN_BWD_WEIGHTS_X_DESC)?;
+        let dy = self.req(s, OP_BN_BWD_WEIGHTS_DY_DESC)?;
+        let mean = self.req(s, OP_BN_BWD_WEIGHTS_MEAN_DESC)?;
+        let inv_std = self.req(s, OP_BN_BWD_WEIGHTS_INVSTD_DESC)?;
+        let scale = self.req(s, OP_BN_BWD_WEIGHTS_BN_SCALE_DESC)?;
+        let dscale = self.req(s, OP_BN_BWD_WEIGHTS_DBN_SCALE_DESC)?;
+        let dbias = self.req(s, OP_BN_BWD_WEIGHTS_DBN_BIAS_DESC)?;
+        let eq_dy = self.req(s, OP_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC)?;
+        let eq_x = self.req(s, OP_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC)?;
+        let eq_bias = self.req(s, OP_BN_BWD_WEIGHTS_EQ_BIAS)?;
+        let xd = self.g.desc(x).clone();
+        if xd.dims.len() < 3 {
+            return Err(bad(format!("{} has dims {:?}; batch normalization needs [N, C, spatial...] (rank 3 or more)", s.what(OP_BN_BWD_WEIGHTS_X_DESC), xd.dims)));
+        }
+        let channels = xd.dims[1];
+        self.per_channel(
+            s,
+            channels,
+            xd.dims.len(),
+            &[
+                (OP_BN_BWD_WEIGHTS_MEAN_DESC, mean),
+                (OP_BN_BWD_WEIGHTS_INVSTD_DESC, inv_std),
+                (OP_BN_BWD_WEIGHTS_BN_SCALE_DESC, scale),
+                (OP_BN_BWD_WEIGHTS_DBN_SCALE_DESC, dscale),
+                (OP_BN_BWD_WEIGHTS_DBN_BIAS_DESC, dbias),
+                (OP_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, eq_dy),
+                (OP_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, eq_x),
+                (OP_BN_BWD_WEIGHTS_EQ_BIAS, eq_bias),
+            ],
+        )?;
+        let n = xd.dims.iter().product::<i64>() / channels;
+        let dx = self.scratch(x, xd.data_type.unwrap_or(DataType::F32));
+        self.node(
+            Op::BatchnormBackward(NormAttrs::default()),
+            vec![("dy", dy), ("x", x), ("scale", scale), ("mean", mean), ("inv_variance", inv_std)],
+            vec![("dx", dx), ("dscale", dscale), ("dbias", dbias)],
+            compute,
+        );
+        let f = DataType::F32;
+        let tmp = |l: &mut Lower| l.scratch(mean, f);
+        self.pointwise(PointwiseMode::Mul, vec![("a", scale), ("b", inv_std)], eq_dy, compute);
+        // k = eq_dy_scale * inv_std * dscale / n
+        let (a, b, k) = (tmp(self), tmp(self), tmp(self));
+        let inv_n = self.constant(1.0 / n as f64, f);
+        self.pointwise(PointwiseMode::Mul, vec![("a", dscale), ("b", inv_std)], a, compute);
+        self.pointwise(PointwiseMode::Mul, vec![("a", a), ("b", eq_dy)], b, compute);
+        self.pointwise(PointwiseMode::Mul, vec![("a", b), ("b", inv_n)], k, compute);
+        self.pointwise(PointwiseMode::Neg, vec![("a", k)], eq_x, compute);
+        // eq_bias = k * mean - eq_dy_scale * dbias / n
+        let (km, g, gn) = (tmp(self), tmp(self), tmp(self));
+        self.pointwise(PointwiseMode::Mul, vec![("a", k), ("b", mean)], km, compute);
+        self.pointwise(PointwiseMode::Mul, vec![("a", eq_dy), ("b", dbias)], g, compute);
+        self.pointwise(PointwiseMode::Mul, vec![("a", g), ("b", inv_n)], gn, compute);
+        self.pointwise(PointwiseMode::Sub, vec![("a", km), ("b", gn)], eq_bias, compute);
         Ok(())
     }
 
